@@ -1,0 +1,3 @@
+from kzbuild.cli import main
+
+main()

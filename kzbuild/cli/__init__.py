@@ -1,0 +1,90 @@
+"""The command line: thin typer commands over the capability modules.
+
+This package is the only place that talks to the terminal. ``main()`` turns every KzError
+into its message and exit code; a traceback shows only with ``-vv``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kzbuild import __version__
+from kzbuild.cli import sync as sync_commands
+from kzbuild.cli.ui import Context, console, err_console, setup_logging, tracebacks_wanted
+from kzbuild.errors import KzError
+from kzbuild.settings import Settings
+
+app = typer.Typer(
+    name="kzbuild",
+    help="Sync, patch, build, deploy and benchmark llama.cpp for Snapdragon devices (Hexagon NPU).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+for module in (sync_commands,):
+    module.register(app)
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"kzbuild {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    verbose: Annotated[int, typer.Option("-v", "--verbose", count=True, help="-v logs every external command; -vv adds debug detail and tracebacks.")] = 0,
+    project: Annotated[Optional[Path], typer.Option(help="Project root (default: nearest folder with recipes/; env KZ_PROJECT).")] = None,
+    cache_dir: Annotated[Optional[Path], typer.Option(help="Shared cache for upstream objects and sdists (env KZ_CACHE_DIR; default XDG cache).")] = None,
+    work_dir: Annotated[Optional[Path], typer.Option(help="Worktrees and artifacts (env KZ_WORK_DIR; default PROJECT/.kz).")] = None,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    setup_logging(verbose)
+    ctx.obj = Context(
+        verbose=verbose,
+        settings_factory=lambda: Settings.resolve(os.environ, cwd=Path.cwd(), project=project, cache=cache_dir, work=work_dir),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the app and map errors to exit codes. Returns the code when argv is given."""
+    try:
+        returned = app(args=argv, prog_name="kzbuild", standalone_mode=False)
+        code = returned if isinstance(returned, int) else 0
+    except KzError as exc:
+        report_error(exc)
+        code = exc.exit_code
+    except KeyboardInterrupt:
+        err_console.print("[red]interrupted[/red]")
+        code = 130
+    except typer.Exit as exc:
+        code = exc.exit_code
+    except typer.Abort:
+        code = 1
+    except Exception as exc:  # click's usage errors
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            code = exc.exit_code
+        else:
+            raise
+    if argv is not None:
+        return code
+    sys.exit(code)
+
+
+def report_error(exc: KzError) -> None:
+    err_console.print(f"[bold red]error:[/bold red] {exc.message}", highlight=False, markup=True)
+    if exc.hint:
+        err_console.print(f"[yellow]hint:[/yellow] {exc.hint}", highlight=False)
+    if tracebacks_wanted():
+        err_console.print_exception()

@@ -1,0 +1,83 @@
+"""``kzbuild sync``, ``kzbuild status`` and ``kzbuild recipes``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from kzbuild import recipes, sync
+from kzbuild.cli.ui import activity, console, context, print_json
+
+RecipeArg = Annotated[Optional[str], typer.Argument(help="Recipe name (recipes/NAME.yaml) or path. Default: demo-host.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+DEFAULT_RECIPE = "demo-host"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sync")(sync_command)
+    app.command("status")(status_command)
+    app.command("recipes")(recipes_command)
+
+
+def sync_command(
+    ctx: typer.Context,
+    recipe: RecipeArg = None,
+    force: Annotated[bool, typer.Option("--force", help="Discard uncommitted changes and unexported commits in the worktree.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Fetch the pinned upstream commit, apply the patch series as commits, overlay kernels/, write the lock."""
+    settings = context(ctx).settings
+    loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
+    with activity(f"syncing {loaded.name}") as progress:
+        result = sync.sync(settings, loaded, force=force, progress=progress)
+    if json_out:
+        print_json({"changed": result.changed, **sync.status(settings, loaded).to_dict()})
+        return
+    lock = result.lock
+    if not result.changed:
+        console.print(f"[green]{loaded.name}[/green] is up to date at {lock.head[:12]} ({result.worktree})")
+        return
+    console.print(f"[green]synced {loaded.name}[/green] -> {result.worktree}")
+    console.print(f"  upstream {lock.upstream_commit[:12]} from {result.fetched_from or 'the cache'}")
+    for patch in lock.patches:
+        console.print(f"  applied {patch.file} as {patch.commit[:12]}")
+    if lock.overlay_commit:
+        console.print(f"  overlays committed as {lock.overlay_commit[:12]}")
+    console.print(f"  head {lock.head[:12]}; lock {loaded.lock_path.relative_to(settings.project)}")
+
+
+def status_command(ctx: typer.Context, recipe: RecipeArg = None, json_out: JsonOpt = False) -> None:
+    """Show the pin, the source used, applied patches and the worktree state of a recipe."""
+    settings = context(ctx).settings
+    loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
+    status = sync.status(settings, loaded).to_dict()
+    if json_out:
+        print_json(status)
+        return
+    table = Table(show_header=False, box=None)
+    worktree = status["worktree"]
+    assert isinstance(worktree, dict)
+    table.add_row("recipe", str(status["recipe"]))
+    table.add_row("pin", str(status["pin"]))
+    table.add_row("source", str(status["source"] or "not synced"))
+    table.add_row("worktree", f"{worktree['path']} ({worktree['state']})")
+    table.add_row("matches lock", "yes" if status["matches_lock"] else "[yellow]no[/yellow] (run kzbuild sync)")
+    for patch in status["patches"]:  # type: ignore[union-attr]
+        table.add_row("patch", f"{patch['file']}  {patch['commit'][:12]}")
+    for line in worktree["dirty"] + worktree["unexported"]:
+        table.add_row("[yellow]unsaved[/yellow]", line)
+    console.print(table)
+
+
+def recipes_command(ctx: typer.Context, json_out: JsonOpt = False) -> None:
+    """List the recipes of this project."""
+    settings = context(ctx).settings
+    names = recipes.list_recipes(settings.recipes)
+    if json_out:
+        print_json(names)
+        return
+    for name in names:
+        loaded = recipes.load_recipe(settings.project, name)
+        console.print(f"{name:28} {loaded.upstream.commit[:12]}  {loaded.description}")

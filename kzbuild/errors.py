@@ -1,0 +1,124 @@
+"""The kzbuild error family.
+
+Library code raises these; only the CLI turns them into a message and an exit code
+(see ``kzbuild.cli``). Each class owns one exit code so scripts can tell failures apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+
+class KzError(Exception):
+    """Base class: a failure kzbuild can explain to the user."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(KzError):
+    """Bad input in a recipe, series, device or toolchain file; names file, line and key."""
+
+    exit_code = 2
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: Path | str | None = None,
+        line: int | None = None,
+        key: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        where = ""
+        if path is not None:
+            where = str(path)
+            if line is not None:
+                where += f":{line}"
+            where += ": "
+        if key:
+            message = f"{key}: {message}"
+        super().__init__(where + message, hint=hint)
+        self.path = Path(path) if path is not None else None
+        self.line = line
+        self.key = key
+
+
+class SourceError(KzError):
+    """No source could provide the pinned upstream commit."""
+
+    exit_code = 3
+
+
+class WorktreeError(KzError):
+    """The worktree holds work that an operation would lose (dirty files, unexported commits)."""
+
+    exit_code = 4
+
+
+class PatchError(KzError):
+    """A patch of the stack does not apply (or the stack is malformed)."""
+
+    exit_code = 5
+
+
+class ToolchainMissing(KzError):
+    """A toolchain a target needs is absent or has the wrong version."""
+
+    exit_code = 6
+
+
+class BuildFailed(KzError):
+    """cmake or ninja failed."""
+
+    exit_code = 7
+
+
+class DeviceError(KzError):
+    """The device is unreachable, refused us, or dropped mid-operation."""
+
+    exit_code = 8
+
+
+class RegressionFound(KzError):
+    """A comparison found a regression past the threshold."""
+
+    exit_code = 9
+
+
+class Busy(KzError):
+    """Another kzbuild process holds the lock on a cache or worktree."""
+
+    exit_code = 10
+
+
+class NotAvailableHere(KzError):
+    """The operation needs something this machine does not have (NDK, SDK, tablet, docker)."""
+
+    exit_code = 11
+
+
+class CommandFailed(KzError):
+    """An external command exited non-zero."""
+
+    exit_code = 12
+
+    def __init__(self, argv: Sequence[str], returncode: int, stderr: str = "", *, hint: str | None = None) -> None:
+        import shlex
+
+        tail = "\n".join(stderr.strip().splitlines()[-15:])
+        message = f"command failed with exit code {returncode}: {shlex.join(argv)}"
+        if tail:
+            message += f"\n{tail}"
+        super().__init__(message, hint=hint)
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr = stderr

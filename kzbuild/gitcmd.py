@@ -1,0 +1,73 @@
+"""git through the process runner, isolated from the user's git configuration.
+
+kzbuild's own git operations (fetching pins, applying the stack, committing overlays) must
+give the same objects on every machine, so they ignore global and system config and commit
+with a fixed identity.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from kzbuild import proc
+
+ISOLATED_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_ASKPASS": "true",
+    "LC_ALL": "C",
+}
+KZ_NAME = "kzbuild"
+KZ_EMAIL = "kzbuild@localhost"
+KZ_IDENTITY = {
+    "GIT_AUTHOR_NAME": KZ_NAME,
+    "GIT_AUTHOR_EMAIL": KZ_EMAIL,
+    "GIT_COMMITTER_NAME": KZ_NAME,
+    "GIT_COMMITTER_EMAIL": KZ_EMAIL,
+}
+
+
+class Git:
+    """Run git in one repository (``git -C repo``)."""
+
+    def __init__(self, repo: Path) -> None:
+        self.repo = repo
+
+    def run(
+        self,
+        *args: str,
+        check: bool = True,
+        env: Mapping[str, str] | None = None,
+        input: str | None = None,
+        timeout: float | None = None,
+    ) -> proc.Result:
+        return proc.run(
+            ["git", "-C", str(self.repo), *args],
+            env=env,
+            quiet_env=ISOLATED_ENV,
+            check=check,
+            input=input,
+            timeout=timeout,
+        )
+
+    def __call__(self, *args: str, env: Mapping[str, str] | None = None, input: str | None = None) -> str:
+        """Run and return stdout without the trailing newline."""
+        return self.run(*args, env=env, input=input).stdout.rstrip("\n")
+
+    def resolve(self, rev: str) -> str | None:
+        """Full sha of ``rev`` as a commit, or None when it does not exist here."""
+        result = self.run("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
+        return result.stdout.strip() if result.ok else None
+
+    def has_commit(self, sha: str) -> bool:
+        return self.run("cat-file", "-e", f"{sha}^{{commit}}", check=False).ok
+
+    def tree_of(self, rev: str) -> str:
+        return self("rev-parse", f"{rev}^{{tree}}")
+
+    def commit_date(self, rev: str) -> str:
+        """Committer date in git's raw format (``epoch +zone``), for reproducible commits."""
+        return self("log", "-1", "--format=%cd", "--date=raw", rev)

@@ -1,0 +1,166 @@
+"""The one process runner: argv lists only, logged shell-quoted, with timeouts.
+
+Every external command kzbuild runs (git, pip, cmake, ninja, adb, ...) goes through
+:func:`run` or :func:`stream`, so ``kzbuild -v`` shows all of them and nothing is ever
+pasted into a shell string.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kzbuild.errors import CommandFailed, NotAvailableHere
+
+log = logging.getLogger("kzbuild.proc")
+
+
+@dataclass(frozen=True)
+class Result:
+    argv: list[str]
+    returncode: int
+    stdout: str  # bytes when run(text=False)
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+def describe(argv: Sequence[str], cwd: Path | str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """The command as a user could paste it into a shell."""
+    parts = []
+    if cwd is not None:
+        parts.append(f"(cd {shlex.quote(str(cwd))} &&")
+    if env:
+        parts.append(" ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()))
+    parts.append(shlex.join(argv))
+    text = " ".join(parts)
+    return text + ")" if cwd is not None else text
+
+
+def require(program: str, *, why: str = "") -> str:
+    """Absolute path of ``program`` on PATH, or NotAvailableHere."""
+    found = shutil.which(program)
+    if found is None:
+        raise NotAvailableHere(
+            f"'{program}' is not installed or not on PATH" + (f" ({why})" if why else ""),
+        )
+    return found
+
+
+def _environment(env: Mapping[str, str] | None, replace_env: bool) -> dict[str, str] | None:
+    if env is None:
+        return None
+    if replace_env:
+        return dict(env)
+    merged = dict(os.environ)
+    merged.update(env)
+    return merged
+
+
+def run(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+    quiet_env: Mapping[str, str] | None = None,
+    replace_env: bool = False,
+    check: bool = True,
+    input: str | bytes | None = None,
+    timeout: float | None = None,
+    text: bool = True,
+) -> Result:
+    """Run ``argv`` to completion, capturing output. Raises CommandFailed when ``check``.
+
+    ``quiet_env`` is added to the environment like ``env`` but left out of the log line
+    (settings every call of a kind shares, such as git's config isolation).
+    """
+    args = [os.fspath(a) for a in argv]
+    log.debug("$ %s", describe(args, cwd, env))
+    try:
+        proc = subprocess.run(
+            args,
+            cwd=cwd,
+            env=_environment({**(quiet_env or {}), **(env or {})} if env or quiet_env else None, replace_env),
+            input=input,
+            capture_output=True,
+            timeout=timeout,
+            text=text,
+            errors="replace" if text else None,
+        )
+    except FileNotFoundError as exc:
+        raise NotAvailableHere(f"'{args[0]}' is not installed or not on PATH") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise CommandFailed(args, -1, f"timed out after {timeout} s") from exc
+    stderr = proc.stderr if text else proc.stderr.decode(errors="replace")
+    if check and proc.returncode != 0:
+        raise CommandFailed(args, proc.returncode, stderr)
+    return Result(args, proc.returncode, proc.stdout, stderr)
+
+
+def stream(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+    quiet_env: Mapping[str, str] | None = None,
+    on_line: Callable[[str], None] | None = None,
+    log_file: Path | None = None,
+    check: bool = True,
+    timeout: float | None = None,
+) -> int:
+    """Run ``argv`` with stdout and stderr merged, handing each line to ``on_line``.
+
+    Used for long commands (builds) whose progress is shown live and whose full log is kept.
+    Returns the exit code; raises CommandFailed (with the output tail) when ``check``.
+    """
+    args = [os.fspath(a) for a in argv]
+    log.debug("$ %s", describe(args, cwd, env))
+    tail: list[str] = []
+    sink = open(log_file, "a", encoding="utf-8") if log_file else None
+    try:
+        if sink:
+            sink.write(f"$ {describe(args, cwd, env)}\n")
+        try:
+            proc = subprocess.Popen(
+                args,
+                cwd=cwd,
+                env=_environment({**(quiet_env or {}), **(env or {})} if env or quiet_env else None, False),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+            )
+        except FileNotFoundError as exc:
+            raise NotAvailableHere(f"'{args[0]}' is not installed or not on PATH") from exc
+        assert proc.stdout is not None
+        for line in _lines(proc.stdout):
+            if sink:
+                sink.write(line + "\n")
+            tail.append(line)
+            del tail[:-40]
+            if on_line:
+                on_line(line)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+    finally:
+        if sink:
+            sink.close()
+    if check and code != 0:
+        raise CommandFailed(args, code, "\n".join(tail))
+    return code
+
+
+def _lines(handle: Iterable[str]) -> Iterable[str]:
+    for line in handle:
+        yield line.rstrip("\n")

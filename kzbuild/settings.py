@@ -1,0 +1,95 @@
+"""Where kzbuild keeps things: the project, the shared cache and the per-project work dir.
+
+Precedence: built-in default < environment (KZ_PROJECT, KZ_CACHE_DIR, KZ_WORK_DIR,
+XDG_CACHE_HOME) < command-line flag. The environment is passed in, never read globally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from kzbuild.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Settings:
+    project: Path
+    cache: Path
+    work: Path
+
+    @classmethod
+    def resolve(
+        cls,
+        environ: Mapping[str, str],
+        *,
+        cwd: Path,
+        project: Path | None = None,
+        cache: Path | None = None,
+        work: Path | None = None,
+    ) -> Settings:
+        project = project or _env_path(environ, "KZ_PROJECT") or find_project(cwd)
+        project = project.resolve()
+        if cache is None:
+            cache = _env_path(environ, "KZ_CACHE_DIR")
+        if cache is None:
+            xdg = _env_path(environ, "XDG_CACHE_HOME") or Path(environ.get("HOME", "~")).expanduser() / ".cache"
+            cache = xdg / "kzbuild"
+        work = work or _env_path(environ, "KZ_WORK_DIR") or project / ".kz"
+        return cls(project=project, cache=cache.resolve(), work=work.resolve())
+
+    # --- the shared cache (one per machine, shared by all projects) ---
+    @property
+    def mirror(self) -> Path:
+        """The bare git repo holding every upstream object kzbuild has fetched."""
+        return self.cache / "upstream.git"
+
+    @property
+    def sdists(self) -> Path:
+        return self.cache / "sdists"
+
+    @property
+    def locks(self) -> Path:
+        return self.cache / "locks"
+
+    # --- the project ---
+    @property
+    def recipes(self) -> Path:
+        return self.project / "recipes"
+
+    @property
+    def patches(self) -> Path:
+        return self.project / "patches"
+
+    @property
+    def results(self) -> Path:
+        return self.project / "results"
+
+    # --- the per-project work dir (git-ignored) ---
+    def worktree(self, recipe_name: str) -> Path:
+        return self.work / "src" / recipe_name.replace("/", "--")
+
+    @property
+    def artifacts(self) -> Path:
+        return self.work / "artifacts"
+
+    @property
+    def scratch(self) -> Path:
+        return self.work / "scratch"
+
+
+def _env_path(environ: Mapping[str, str], name: str) -> Path | None:
+    value = environ.get(name)
+    return Path(value).expanduser() if value else None
+
+
+def find_project(start: Path) -> Path:
+    """The nearest directory at or above ``start`` that holds a ``recipes/`` folder."""
+    for candidate in [start, *start.parents]:
+        if (candidate / "recipes").is_dir():
+            return candidate
+    raise ConfigError(
+        f"no kzbuild project found at or above {start} (looked for a recipes/ folder)",
+        hint="run inside the kzbuild repo, or pass --project / set KZ_PROJECT",
+    )

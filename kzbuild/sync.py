@@ -1,0 +1,378 @@
+"""``kzbuild sync`` and ``kzbuild status``: a reproducible patched source tree per recipe.
+
+The worktree (``.kz/src/<recipe>``) is a small git repo that borrows its objects from the
+shared cache (``objects/info/alternates``). Sync checks out the pin, applies the series one
+patch at a time with ``git am --3way`` (a fixed committer and the author's dates, so the
+patched commit SHAs are the same on every machine), then commits the kernel overlays, and
+writes the recipe's lock. A sync whose inputs match the lock and the worktree does nothing.
+
+Sync never loses work: uncommitted changes or commits that sync did not make block it
+unless ``force`` is given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from kzbuild import __version__
+from kzbuild.errors import PatchError, WorktreeError
+from kzbuild.filelock import locked
+from kzbuild.gitcmd import KZ_IDENTITY, Git
+from kzbuild.model.recipe import Recipe
+from kzbuild.settings import Settings
+from kzbuild.sources import ObjectCache
+from kzbuild.stack import read_series
+
+log = logging.getLogger(__name__)
+
+BASE_REF = "refs/kz/base"
+STATE_FILE = "kz-sync.json"  # inside the worktree's .git: what the last sync made
+LOCK_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class AppliedPatch:
+    file: str
+    sha256: str
+    commit: str
+
+
+@dataclass(frozen=True)
+class Lock:
+    """What a sync resolved. Serialised with sorted keys so equal syncs give equal bytes."""
+
+    recipe: str
+    upstream_commit: str
+    upstream_tree: str
+    fetched_from: str
+    patches: tuple[AppliedPatch, ...]
+    overlay_digest: str
+    overlay_commit: str | None
+    head: str
+    kzbuild_version: str = __version__
+
+    def inputs(self) -> dict[str, object]:
+        """The part that decides whether a sync has anything to do."""
+        return {
+            "upstream": self.upstream_commit,
+            "patches": [(p.file, p.sha256) for p in self.patches],
+            "overlays": self.overlay_digest,
+            "kzbuild": self.kzbuild_version,
+        }
+
+    def commits(self) -> set[str]:
+        made = {p.commit for p in self.patches}
+        if self.overlay_commit:
+            made.add(self.overlay_commit)
+        return made
+
+    def to_json(self) -> str:
+        data = {
+            "format": LOCK_FORMAT,
+            "recipe": self.recipe,
+            "upstream": {"commit": self.upstream_commit, "tree": self.upstream_tree, "fetched_from": self.fetched_from},
+            "patches": [asdict(p) for p in self.patches],
+            "overlays": {"digest": self.overlay_digest, "commit": self.overlay_commit},
+            "head": self.head,
+            "kzbuild_version": self.kzbuild_version,
+        }
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> Lock:
+        data = json.loads(text)
+        return cls(
+            recipe=data["recipe"],
+            upstream_commit=data["upstream"]["commit"],
+            upstream_tree=data["upstream"]["tree"],
+            fetched_from=data["upstream"]["fetched_from"],
+            patches=tuple(AppliedPatch(**p) for p in data["patches"]),
+            overlay_digest=data["overlays"]["digest"],
+            overlay_commit=data["overlays"]["commit"],
+            head=data["head"],
+            kzbuild_version=data["kzbuild_version"],
+        )
+
+
+def read_lock(path: Path) -> Lock | None:
+    try:
+        return Lock.from_json(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (KeyError, ValueError, TypeError) as exc:
+        log.warning("ignoring unreadable lock %s: %s", path, exc)
+        return None
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything a sync reads, digested, before any git work."""
+
+    recipe: Recipe
+    patches: tuple[tuple[str, Path, str], ...]  # (series name, path, sha256)
+    overlay_digest: str
+
+    @classmethod
+    def of(cls, recipe: Recipe) -> Inputs:
+        series = read_series(recipe.series)
+        patches = tuple((e.name, e.path, sha256_file(e.path)) for e in series.entries)
+        overlay = hashlib.sha256()
+        for item in sorted(recipe.overlays, key=lambda o: o.dest):
+            overlay.update(f"{item.dest}\0{sha256_file(item.src)}\n".encode())
+        return cls(recipe, patches, overlay.hexdigest())
+
+    def matches(self, lock: Lock) -> bool:
+        return lock.inputs() == {
+            "upstream": self.recipe.upstream.commit,
+            "patches": [(name, digest) for name, _, digest in self.patches],
+            "overlays": self.overlay_digest,
+            "kzbuild": __version__,
+        }
+
+
+@dataclass(frozen=True)
+class WorktreeState:
+    path: Path
+    exists: bool
+    head: str | None = None
+    base: str | None = None
+    dirty: tuple[str, ...] = ()  # porcelain status lines
+    unexported: tuple[str, ...] = ()  # "sha subject" of commits sync did not make
+
+    @property
+    def clean(self) -> bool:
+        return self.exists and not self.dirty and not self.unexported
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    recipe: Recipe
+    worktree: Path
+    lock: Lock
+    changed: bool
+    fetched_from: str | None  # None when the cache already had the pin
+    notes: tuple[str, ...] = field(default=())
+
+
+Progress = Callable[[str], None]
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class Worktree:
+    """A recipe's patched source tree."""
+
+    def __init__(self, settings: Settings, recipe: Recipe) -> None:
+        self.settings = settings
+        self.recipe = recipe
+        self.path = settings.worktree(recipe.name)
+        self.git = Git(self.path)
+
+    def lock(self):  # type: ignore[no-untyped-def]
+        key = hashlib.sha256(str(self.path).encode()).hexdigest()[:16]
+        return locked(self.settings.locks / f"worktree-{key}.lock", what=f"the worktree {self.path}")
+
+    @property
+    def state_file(self) -> Path:
+        return self.path / ".git" / STATE_FILE
+
+    def made_by_sync(self) -> set[str]:
+        try:
+            return set(json.loads(self.state_file.read_text())["commits"])
+        except (FileNotFoundError, ValueError, KeyError):
+            return set()
+
+    def state(self) -> WorktreeState:
+        if not (self.path / ".git").is_dir():
+            return WorktreeState(self.path, exists=False)
+        head = self.git.resolve("HEAD")
+        base = self.git.resolve(BASE_REF)
+        dirty = tuple(line for line in self.git("status", "--porcelain", "--untracked-files=all").splitlines() if line)
+        unexported: tuple[str, ...] = ()
+        if head and base:
+            made = self.made_by_sync()
+            lines = self.git("log", "--format=%H %s", f"{base}..{head}").splitlines()
+            unexported = tuple(line for line in lines if line.split(" ", 1)[0] not in made)
+        return WorktreeState(self.path, True, head, base, dirty, unexported)
+
+    def create(self, cache: ObjectCache) -> None:
+        """An empty repo whose objects come from the shared cache."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.git("init", "-q")
+        alternates = self.path / ".git" / "objects" / "info" / "alternates"
+        alternates.parent.mkdir(parents=True, exist_ok=True)
+        alternates.write_text(str(cache.path / "objects") + "\n")
+
+    def share_shallow(self, cache: ObjectCache) -> None:
+        """The cache is shallow; tell this repo where history stops, or git walks into missing parents."""
+        commits = cache.shallow_commits()
+        shallow = self.path / ".git" / "shallow"
+        if commits:
+            shallow.write_text("\n".join(commits) + "\n")
+        elif shallow.exists():
+            shallow.unlink()
+
+
+def check_no_lost_work(state: WorktreeState, *, what: str) -> None:
+    if not state.exists or state.clean:
+        return
+    lines = []
+    if state.dirty:
+        lines.append("uncommitted changes:")
+        lines += [f"  {line}" for line in state.dirty[:20]]
+    if state.unexported:
+        lines.append("commits that are not in patches/:")
+        lines += [f"  {line}" for line in state.unexported[:20]]
+    raise WorktreeError(
+        f"{what} would lose work in {state.path}:\n" + "\n".join(lines),
+        hint="keep it with 'git -C WORKTREE commit' and 'kzbuild patches export', or drop it with --force",
+    )
+
+
+def sync(settings: Settings, recipe: Recipe, *, force: bool = False, progress: Progress | None = None) -> SyncResult:
+    inputs = Inputs.of(recipe)
+    worktree = Worktree(settings, recipe)
+    with worktree.lock():
+        lock = read_lock(recipe.lock_path)
+        state = worktree.state()
+        if lock and inputs.matches(lock) and state.clean and state.head == lock.head and state.base == lock.upstream_commit:
+            return SyncResult(recipe, worktree.path, lock, changed=False, fetched_from=None)
+        if not force:
+            check_no_lost_work(state, what="sync")
+
+        cache = ObjectCache(settings)
+        pin = recipe.upstream.commit
+        fetched = cache.ensure(pin, recipe.upstream.sources, progress=progress)
+        if not state.exists:
+            worktree.create(cache)
+        worktree.share_shallow(cache)
+        git = worktree.git
+        git("update-ref", BASE_REF, pin)
+        git("checkout", "-q", "-f", "-B", recipe.branch, pin)
+        git("clean", "-q", "-fdx")
+        _save_state(worktree, set())
+
+        applied = apply_series(worktree, inputs)
+        overlay_commit = commit_overlays(worktree, pin)
+        made = {p.commit for p in applied} | ({overlay_commit} if overlay_commit else set())
+        _save_state(worktree, made)
+
+        fetched_from = fetched.source or (lock.fetched_from if lock and lock.upstream_commit == pin else "cache")
+        new_lock = Lock(
+            recipe=recipe.name,
+            upstream_commit=pin,
+            upstream_tree=fetched.tree,
+            fetched_from=fetched_from,
+            patches=tuple(applied),
+            overlay_digest=inputs.overlay_digest,
+            overlay_commit=overlay_commit,
+            head=git.resolve("HEAD") or "",
+        )
+        recipe.lock_path.write_text(new_lock.to_json(), encoding="utf-8")
+        return SyncResult(recipe, worktree.path, new_lock, changed=True, fetched_from=fetched.source)
+
+
+def apply_series(worktree: Worktree, inputs: Inputs) -> list[AppliedPatch]:
+    """Apply each patch as one commit; on failure abort that patch and report it."""
+    applied: list[AppliedPatch] = []
+    for name, path, digest in inputs.patches:
+        result = worktree.git.run(
+            "am", "--3way", "--keep-non-patch", "--committer-date-is-author-date", str(path),
+            env=KZ_IDENTITY, check=False,
+        )
+        if not result.ok:
+            failure = describe_am_failure(result.stdout + result.stderr)
+            worktree.git.run("am", "--abort", check=False)
+            raise PatchError(
+                f"patch {name} does not apply to upstream {inputs.recipe.upstream.commit[:12]}"
+                + (f" (after {applied[-1].file})" if applied else "")
+                + ":\n  "
+                + "\n  ".join(failure or ["git am gave no detail"]),
+                hint=f"the worktree {worktree.path} is left at the last patch that applied; "
+                "rebase the patch there, then 'kzbuild patches export'",
+            )
+        applied.append(AppliedPatch(file=name, sha256=digest, commit=worktree.git("rev-parse", "HEAD")))
+    return applied
+
+
+AM_DETAIL = re.compile(r"^(error: patch failed: .*|error: .*: patch does not apply|CONFLICT .*|error: .*does not exist in index)$")
+
+
+def describe_am_failure(output: str) -> list[str]:
+    """The lines of git am's output that name the failing files and hunks."""
+    return [line for line in output.splitlines() if AM_DETAIL.match(line.strip())]
+
+
+def commit_overlays(worktree: Worktree, pin: str) -> str | None:
+    """Copy the recipe's overlays into the tree and commit them (dated like the pin, for reproducibility)."""
+    recipe = worktree.recipe
+    if not recipe.overlays:
+        return None
+    for overlay in recipe.overlays:
+        target = worktree.path / overlay.dest
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(overlay.src, target)
+        worktree.git("add", "-f", "--", overlay.dest)
+    if worktree.git.run("diff", "--cached", "--quiet", check=False).ok:
+        return None
+    date = worktree.git.commit_date(pin)
+    listing = "\n".join(f"{o.dest} <- {o.src.relative_to(worktree.settings.project).as_posix()}" for o in recipe.overlays)
+    worktree.git(
+        "commit", "-q", "--no-verify", "-m", f"kz: kernel overlays for {recipe.name}\n\n{listing}",
+        env={**KZ_IDENTITY, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date},
+    )
+    return worktree.git("rev-parse", "HEAD")
+
+
+def _save_state(worktree: Worktree, commits: set[str]) -> None:
+    worktree.state_file.write_text(json.dumps({"commits": sorted(commits)}) + "\n")
+
+
+@dataclass(frozen=True)
+class Status:
+    recipe: Recipe
+    lock: Lock | None
+    worktree: WorktreeState
+    matches_lock: bool
+
+    def to_dict(self) -> dict[str, object]:
+        wt = self.worktree
+        return {
+            "recipe": self.recipe.name,
+            "pin": self.recipe.upstream.commit,
+            "source": self.lock.fetched_from if self.lock else None,
+            "patches": [asdict(p) for p in self.lock.patches] if self.lock else [],
+            "worktree": {
+                "path": str(wt.path),
+                "exists": wt.exists,
+                "head": wt.head,
+                "state": worktree_word(wt),
+                "dirty": list(wt.dirty),
+                "unexported": list(wt.unexported),
+            },
+            "matches_lock": self.matches_lock,
+        }
+
+
+def worktree_word(state: WorktreeState) -> str:
+    if not state.exists:
+        return "missing"
+    if state.unexported:
+        return "unexported commits"
+    return "dirty" if state.dirty else "clean"
+
+
+def status(settings: Settings, recipe: Recipe) -> Status:
+    lock = read_lock(recipe.lock_path)
+    state = Worktree(settings, recipe).state()
+    matches = bool(lock and Inputs.of(recipe).matches(lock) and state.head == lock.head and state.base == lock.upstream_commit)
+    return Status(recipe, lock, state, matches)
