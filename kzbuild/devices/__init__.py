@@ -1,0 +1,1 @@
+"""Devices: one Transport interface over adb, ssh and the local machine."""

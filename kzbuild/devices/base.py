@@ -1,0 +1,88 @@
+"""The Transport interface every device kind implements, and the one place remote commands are quoted.
+
+A remote command is always built from an argv list by :func:`remote_command`: every
+argument and every env value goes through ``shlex.quote``, so ``ADD|SUB`` or ``$(x)`` reach
+the tool unchanged.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+ENV_NAME_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+@dataclass(frozen=True)
+class RemoteResult:
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def text(self) -> str:
+        return self.stdout.decode(errors="replace")
+
+
+ByteSink = Callable[[bytes], None]
+ProgressFn = Callable[[int], None]  # bytes sent so far for the current file
+
+
+class Transport(Protocol):
+    """What deploy, run and bench need from a device."""
+
+    @property
+    def address(self) -> str: ...
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        on_stdout: ByteSink | None = None,
+        on_stderr: ByteSink | None = None,
+    ) -> RemoteResult:
+        """Run argv on the device and return its real exit code.
+
+        With ``on_stdout``/``on_stderr`` the output is streamed to them as it arrives
+        (and is not kept in the result).
+        """
+        ...
+
+    def push(self, local: Path, remote: str, *, progress: ProgressFn | None = None) -> None:
+        """Copy one local file to an absolute device path whose parent exists."""
+        ...
+
+    def pull(self, remote: str, local: Path) -> None:
+        """Copy one device file to a local path."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def check_env_name(name: str) -> str:
+    if not name or name[0].isdigit() or not set(name) <= ENV_NAME_CHARS:
+        raise ValueError(f"invalid environment variable name: {name!r}")
+    return name
+
+
+def remote_command(argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """A POSIX sh command line that runs ``argv`` exactly, in ``cwd``, with ``env`` added."""
+    if not argv:
+        raise ValueError("empty command")
+    parts: list[str] = []
+    if cwd is not None:
+        parts += ["cd", shlex.quote(cwd), "&&"]
+    if env:
+        parts.append("env")
+        parts += [shlex.quote(f"{check_env_name(k)}={v}") for k, v in env.items()]
+    parts += [shlex.quote(arg) for arg in argv]
+    return " ".join(parts)

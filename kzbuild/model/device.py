@@ -1,0 +1,34 @@
+"""A device: where built artifacts are deployed and tools run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+TransportKind = Literal["adb", "ssh", "local"]
+DEFAULT_ROOT = "/data/local/tmp/kz-engine"
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    transport: TransportKind
+    root: str  # staging root on the device: releases/<build-id>/, current -> releases/<id>
+    serial: str | None = None  # adb
+    host: str | None = None  # ssh
+    port: int = 22
+    user: str | None = None
+    key: str | None = None  # path of a private key; None: agent / default keys
+    env: tuple[tuple[str, str], ...] = ()  # default env; "{current}" expands to ROOT/current
+    runner_prefix: tuple[str, ...] = ()  # e.g. ("qemu-aarch64", "-L", "/usr/aarch64-linux-gnu")
+    description: str = ""
+    extra: tuple[tuple[str, str], ...] = field(default=())
+
+    @property
+    def address(self) -> str:
+        if self.transport == "adb":
+            return f"adb:{self.serial}"
+        if self.transport == "ssh":
+            user = f"{self.user}@" if self.user else ""
+            return f"ssh://{user}{self.host}:{self.port}"
+        return f"local:{self.root}"
