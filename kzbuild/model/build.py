@@ -1,0 +1,139 @@
+"""Builds: targets, the plan of one build, and the artifact it leaves.
+
+An artifact is ``<artifacts>/<build-id>/`` with ``bin/``, ``lib/`` and ``manifest.json``.
+Other parts of kzbuild (deploy, bench) read it through :class:`Artifact`; the manifest's
+``files`` map each relative POSIX path to its sha256, size and mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a build is for: the toolchains it needs and the cmake options it adds."""
+
+    name: str
+    description: str
+    toolchains: tuple[str, ...]  # default toolchain per role, looked up in toolchains/
+    optional: tuple[str, ...] = ()  # used when present (an OpenCL SDK), never required
+    cmake: tuple[tuple[str, str], ...] = ()
+    extra_libs: tuple[str, ...] = ()  # globs in the build dir, besides bin/lib*.so
+    required_libs: tuple[str, ...] = ()  # the artifact is incomplete without these
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command of a build, exactly as it runs."""
+
+    name: str  # configure | build
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()  # added to the environment
+    cwd: Path | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"name": self.name, "argv": list(self.argv), "env": dict(self.env), "cwd": str(self.cwd) if self.cwd else None}
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Everything a build will do, computed before anything runs (``--dry-run`` prints it)."""
+
+    recipe: str
+    target: str
+    build_id: str
+    build_commit: str  # what the binaries report (LLAMA_BUILD_COMMIT)
+    inputs: Mapping[str, Any]  # everything hashed into the build id
+    source: Path
+    build_dir: Path
+    artifact_dir: Path
+    log: Path
+    steps: tuple[Step, ...]
+    tools: tuple[str, ...]
+    lib_globs: tuple[str, ...]
+    required_libs: tuple[str, ...]
+    toolchains: Mapping[str, Mapping[str, object]]  # name -> what was found (version, proof, ...)
+    missing: tuple[str, ...] = ()  # problems of required toolchains that were not found
+    runner: tuple[str, ...] = ()  # prefix to run the built tools on this machine (qemu)
+
+    def step(self, name: str) -> Step:
+        return next(s for s in self.steps if s.name == name)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "recipe": self.recipe,
+            "target": self.target,
+            "build_id": self.build_id,
+            "build_commit": self.build_commit,
+            "source": str(self.source),
+            "build_dir": str(self.build_dir),
+            "artifact": str(self.artifact_dir),
+            "log": str(self.log),
+            "steps": [s.to_dict() for s in self.steps],
+            "tools": list(self.tools),
+            "toolchains": dict(self.toolchains),
+            "missing": list(self.missing),
+            "runner": list(self.runner),
+            "inputs": dict(self.inputs),
+        }
+
+
+@dataclass(frozen=True)
+class ArtifactFile:
+    path: str  # relative POSIX path: bin/llama-bench, lib/libggml.so
+    sha256: str
+    size: int
+    mode: int  # permission bits, e.g. 0o755
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A finished build, read from its ``manifest.json``."""
+
+    path: Path  # the artifact folder
+    build_id: str
+    recipe: str
+    target: str
+    build_commit: str
+    files: tuple[ArtifactFile, ...]
+    manifest: Mapping[str, Any] = field(repr=False, default_factory=dict)
+
+    @classmethod
+    def from_manifest(cls, data: Mapping[str, Any], path: Path) -> Artifact:
+        files = tuple(
+            ArtifactFile(path=rel, sha256=info["sha256"], size=int(info["size"]), mode=int(str(info["mode"]), 8))
+            for rel, info in sorted(data["files"].items())
+        )
+        return cls(
+            path=path,
+            build_id=data["build_id"],
+            recipe=data["recipe"],
+            target=data["target"],
+            build_commit=data.get("build_commit", ""),
+            files=files,
+            manifest=data,
+        )
+
+    def local(self, rel: str) -> Path:
+        return self.path / rel
+
+    def file(self, rel: str) -> ArtifactFile:
+        for item in self.files:
+            if item.path == rel:
+                return item
+        raise KeyError(rel)
+
+    @property
+    def tools(self) -> list[str]:
+        return [f.path.removeprefix("bin/") for f in self.files if f.path.startswith("bin/")]
+
+    @property
+    def libs(self) -> list[str]:
+        return [f.path.removeprefix("lib/") for f in self.files if f.path.startswith("lib/")]
