@@ -49,24 +49,36 @@ def test_llama_bench_gives_json_for_every_model(llama_bin, tiny_models, arch, ft
         assert record["model_size"] > 0 and record["avg_ts"] > 0
 
 
-@pytest.mark.parametrize("arch", ["qwen35", "llama"])
+@pytest.mark.parametrize("arch", ARCHS)
 def test_llama_completion_generates(llama_bin, tiny_models, arch):
-    result = run_tool(llama_bin, "llama-completion", "-m", str(tiny_models[(arch, "q4_0")]), "-no-cnv", "-n", "8", "-p", "hi", "-t", "1", "--seed", "1")
+    # llama-completion prints through common/log.cpp's background thread, which upstream
+    # leaks on purpose (llama.cpp issue 22142): a run this short can exit before the thread
+    # has written its queue, losing output although it succeeded. So every run must exit 0,
+    # and one of a few must show the whole log.
+    argv = ("-m", str(tiny_models[(arch, "q4_0")]), "-no-cnv", "-n", "8", "-p", "hi", "-t", "1", "--seed", "1")
+    for _ in range(5):
+        result = run_tool(llama_bin, "llama-completion", *argv)  # raises unless it exits 0
+        if "prompt eval time" in result.stderr:
+            break
+    assert "prompt eval time" in result.stderr, "5 runs of llama-completion, none with its full log"
     assert result.stdout.startswith(" hi")  # the prompt echoed through the tokenizer and back
-    assert "prompt eval time" in result.stderr
 
 
-def test_qwen35_runs_gated_delta_net_on_the_cpu(llama_bin, tiny_models):
-    """The scheduler's debug dump lists the nodes of every graph it runs, with their backend."""
-    scheduled = {}
-    for arch in ("qwen35", "llama"):
-        result = run_tool(
-            llama_bin, "llama-completion", "-m", str(tiny_models[(arch, "q4_0")]), "-no-cnv", "-n", "4", "-p", "hi", "-t", "1", "-v",
-            env={"GGML_SCHED_DEBUG": "2"},
-        )
-        scheduled[arch] = [line for line in result.stderr.splitlines() if "(GATED_DELT)" in line]  # op names cut at 10
-    assert scheduled["qwen35"], "no GATED_DELTA_NET node in the qwen35 graphs"
-    assert all("[  CPU" in line for line in scheduled["qwen35"])
-    # every scheduled graph holds the three gated delta net layers (0-2; layer 3 is full attention)
-    assert len(scheduled["qwen35"]) % 3 == 0
-    assert scheduled["llama"] == []
+@pytest.mark.parametrize("arch", ARCHS)
+def test_gated_delta_net_runs_on_the_cpu_for_qwen35_only(llama_bin, tiny_models, arch):
+    """GGML_SCHED_DEBUG=2 lists every node of each graph the scheduler runs, with its backend;
+    llama-bench -v logs synchronously, so nothing is lost."""
+    result = run_tool(
+        llama_bin, "llama-bench", "-m", str(tiny_models[(arch, "q4_0")]), "-p", "16", "-n", "8", "-t", "1", "-r", "1", "-o", "json", "-v",
+        env={"GGML_SCHED_DEBUG": "2"},
+    )
+    assert len(json.loads(result.stdout)) == 2
+    nodes = [line for line in result.stderr.splitlines() if "(GATED_DELT)" in line]  # op names are cut at 10
+    if arch == "llama":
+        assert nodes == []
+        return
+    assert nodes, "no GATED_DELTA_NET node in the qwen35 graphs"
+    assert all("[  CPU" in line.split(":")[1] for line in nodes)
+    # every graph holds the three gated delta net layers (0-2; layer 3 is full attention)
+    assert len(nodes) % 3 == 0
+    assert {"q_conv_predelta-0", "q_conv_predelta-2"} <= set(" ".join(nodes).split())
