@@ -31,6 +31,16 @@ OFFLINE_HINT = "the device is attached but not answering: replug it, or run 'adb
 
 
 class AdbTransport:
+    """One device through the adb server; opening it connects and checks it is online.
+
+    Options (``registry.connect(device, **options)``): ``server_port`` (else the adb
+    default: ANDROID_ADB_SERVER_PORT, else 5037); ``connect_timeout`` for ``adb connect``,
+    for waiting out an ``offline`` state and for each state query; ``transfer_timeout``
+    for each push and pull (None: no limit); ``progress_interval`` between size polls of
+    a push of 4 MiB or more. An adb client error while the device stays online (a service
+    the device refuses) comes back as exit code 1 with adb's words on stderr.
+    """
+
     def __init__(
         self,
         device: Device,

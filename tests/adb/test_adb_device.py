@@ -89,6 +89,15 @@ def test_push_into_a_directory_uses_stat(online: AdbTestDevice, adb_server: Priv
     assert online.host_path("/data/local/tmp/dest/lib.so").read_bytes() == b"\x7fELF"
 
 
+def test_push_of_a_tree_keeps_symlinks(online: AdbTestDevice, adb_server: PrivateAdbServer, tmp_path: Path) -> None:
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "libx.so.1").write_text("lib")
+    (tmp_path / "tree" / "libx.so").symlink_to("libx.so.1")
+    assert adb_s(adb_server, online, "push", str(tmp_path / "tree"), "/data/local/tmp/t").returncode == 0
+    pushed = online.host_path("/data/local/tmp/t")
+    assert os.readlink(pushed / "libx.so") == "libx.so.1" and (pushed / "libx.so").read_text() == "lib"
+
+
 def test_device_paths_cannot_climb_out_of_the_root(adb_device: AdbTestDevice) -> None:
     assert adb_device.host_path("/../../etc/passwd") == adb_device.fs.root / "etc" / "passwd"
 

@@ -209,20 +209,16 @@ def test_unknown_usb_serial_lists_what_is_attached(adb_device: AdbTestDevice) ->
     assert caught.value.hint is not None and f"adb devices lists: {adb_device.serial} device" in caught.value.hint
 
 
-def test_unauthorized_device(make_adb_device) -> None:  # type: ignore[no-untyped-def]
-    device = make_adb_device(mode="unauthorized")
+@pytest.mark.parametrize(
+    ("mode", "connect_timeout", "hint"),
+    [("unauthorized", 5, "'Allow USB debugging?' prompt"), ("offline", 1, "adb reconnect")],
+)
+def test_unauthorized_and_offline_devices(make_adb_device, mode: str, connect_timeout: float, hint: str) -> None:  # type: ignore[no-untyped-def]
+    device = make_adb_device(mode=mode)
     with pytest.raises(DeviceError) as caught:
-        AdbTransport(device.device(), connect_timeout=5)
-    assert str(caught.value) == f"adb:{device.serial}: device unauthorized"
-    assert "Allow USB debugging" in (caught.value.hint or "")
-
-
-def test_offline_device(make_adb_device) -> None:  # type: ignore[no-untyped-def]
-    device = make_adb_device(mode="offline")
-    with pytest.raises(DeviceError) as caught:
-        AdbTransport(device.device(), connect_timeout=1)
-    assert str(caught.value) == f"adb:{device.serial}: device offline"
-    assert "adb reconnect" in (caught.value.hint or "")
+        AdbTransport(device.device(), connect_timeout=connect_timeout)
+    assert str(caught.value) == f"adb:{device.serial}: device {mode}"
+    assert hint in (caught.value.hint or "")
 
 
 def test_device_without_serial() -> None:

@@ -14,7 +14,7 @@ its limits, stated plainly:
 - only the text of the command is rewritten: a script *file* run on the device that names
   ``/data/local/tmp`` is not;
 - file contents are never rewritten: a file written by a command that printed a path
-  holds the host path, and pulling it shows that;
+  holds the host path, and pulling it shows that; a pushed symlink keeps its target as sent;
 - the shell starts in the host directory of ``/`` (adbd starts in ``/``), so ``pwd`` there
   prints a host path;
 - an argument that contains the host root itself would be rewritten on output; the host

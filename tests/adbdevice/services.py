@@ -245,7 +245,7 @@ def receive_file(stream: Stream, fs: DeviceFs, faults: Faults, request: bytes) -
         if link is None:
             return False
         target.unlink(missing_ok=True)
-        os.symlink(link[0], target)
+        os.symlink(link[0].rstrip(b"\0"), target)  # the client sends the target NUL-terminated
         stream.write(sync_status(b"OKAY"))
         return True
     try:
