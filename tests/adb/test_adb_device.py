@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.adbdevice import AdbTestDevice, PrivateAdbServer
+from tests.adbdevice.fixtures import MakeDevice
 from tests.adbdevice.fs import OutputRewriter
 
 
@@ -34,7 +35,7 @@ def test_banner_names_the_product(online: AdbTestDevice, adb_server: PrivateAdbS
     assert f"{online.serial}        device product:testpad model:testpad device:testpad" in listing
 
 
-def test_unauthorized_device_is_listed_so(make_adb_device, adb_server: PrivateAdbServer) -> None:  # type: ignore[no-untyped-def]
+def test_unauthorized_device_is_listed_so(make_adb_device: MakeDevice, adb_server: PrivateAdbServer) -> None:
     device = make_adb_device(mode="unauthorized")
     assert adb_server.adb("connect", device.serial).stdout.strip() == f"failed to authenticate to {device.serial}"
     assert f"{device.serial}\tunauthorized" in adb_server.adb("devices").stdout

@@ -15,7 +15,9 @@ from kzbuild.devices.adb import AdbTransport
 from kzbuild.devices.registry import connect, parse_device_spec
 from kzbuild.errors import DeviceError, NotAvailableHere
 from kzbuild.model.device import Device
-from tests.adbdevice import AdbTestDevice
+from tests.adbdevice import AdbTestDevice, PrivateAdbServer
+from tests.adbdevice.device import Mode
+from tests.adbdevice.fixtures import MakeDevice
 from tests.adbdevice.server import free_port
 
 HOSTILE = [
@@ -187,14 +189,16 @@ def test_registry_connects_an_adhoc_adb_spec(adb_device: AdbTestDevice) -> None:
     assert transport.run(["uname"]).text() == "Linux\n"
 
 
-def test_server_port_option_without_the_environment(adb_device: AdbTestDevice, adb_server, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_server_port_option_without_the_environment(
+    adb_device: AdbTestDevice, adb_server: PrivateAdbServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("ANDROID_ADB_SERVER_PORT")
     transport = AdbTransport(adb_device.device(), server_port=adb_server.port, connect_timeout=5)
     assert transport.run(["echo", "ok"]).text() == "ok\n"
 
 
 # --- errors ---
-def test_nothing_listening_is_a_clear_error(make_adb_device) -> None:  # type: ignore[no-untyped-def]
+def test_nothing_listening_is_a_clear_error(adb_env: PrivateAdbServer) -> None:
     serial = f"127.0.0.1:{free_port()}"
     with pytest.raises(DeviceError) as caught:
         AdbTransport(Device(name="gone", transport="adb", serial=serial, root="/data/local/tmp/x"), connect_timeout=5)
@@ -213,7 +217,7 @@ def test_unknown_usb_serial_lists_what_is_attached(adb_device: AdbTestDevice) ->
     ("mode", "connect_timeout", "hint"),
     [("unauthorized", 5, "'Allow USB debugging?' prompt"), ("offline", 1, "adb reconnect")],
 )
-def test_unauthorized_and_offline_devices(make_adb_device, mode: str, connect_timeout: float, hint: str) -> None:  # type: ignore[no-untyped-def]
+def test_unauthorized_and_offline_devices(make_adb_device: MakeDevice, mode: Mode, connect_timeout: float, hint: str) -> None:
     device = make_adb_device(mode=mode)
     with pytest.raises(DeviceError) as caught:
         AdbTransport(device.device(), connect_timeout=connect_timeout)

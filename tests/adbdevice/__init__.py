@@ -3,11 +3,12 @@
 Not part of kzbuild: test support. ``adb connect 127.0.0.1:PORT`` reaches it through a
 private adb server; it offers ``shell,v2`` (stdout, stderr and the real exit code),
 old-style ``shell:``/``exec:``, and ``sync:`` (STAT/STA2/LST2, LIST/LIS2, SEND, RECV) for
-push, pull and stat. Its shell runs ``sh -c`` with the host's coreutils and a ``getprop``.
+push, pull and stat. Its shell runs ``sh -c`` with the host's coreutils and a ``getprop``,
+so it runs this machine's binaries: deploy a host build to it.
 
 Fixtures (import them into your conftest from ``tests.adbdevice.fixtures``)::
 
-    from tests.adbdevice.fixtures import adb_device, adb_server, make_adb_device  # noqa: F401
+    from tests.adbdevice.fixtures import adb_device, adb_env, adb_server, make_adb_device  # noqa: F401
 
     def test_deploy(adb_device):
         device = adb_device.device()  # kzbuild Device: transport adb, serial 127.0.0.1:PORT,
@@ -20,9 +21,10 @@ Fixtures (import them into your conftest from ``tests.adbdevice.fixtures``)::
 
 - ``adb_server`` (session): ``PrivateAdbServer`` — ``.port``, ``.adb(*args)`` runs the adb
   client against it; stopped by its pid at the end of the session.
-- ``adb_device`` (function): an online ``AdbTestDevice``; the fixture sets
-  ``ANDROID_ADB_SERVER_PORT`` for the test (monkeypatch), so kzbuild's adb calls use the
-  private server. ``make_adb_device(mode="unauthorized"|"offline", props={...})`` makes more.
+- ``adb_env`` (function): sets ``ANDROID_ADB_SERVER_PORT`` for the test (monkeypatch), so
+  every adb client, kzbuild's too, uses the private server; the fixtures below include it.
+- ``adb_device`` (function): an online ``AdbTestDevice``.
+  ``make_adb_device(mode="unauthorized"|"offline", props={...})`` makes more.
 
 The device's filesystem: device path ``P`` is host path ``adb_device.host_path(P)``
 (``<tmp>/adbdeviceN/fs/P``); see :mod:`tests.adbdevice.fs` for how shell commands see

@@ -2,7 +2,7 @@
 
 Use them from a conftest (or a test module) by importing them::
 
-    from tests.adbdevice.fixtures import adb_device, adb_server, make_adb_device  # noqa: F401
+    from tests.adbdevice.fixtures import adb_device, adb_env, adb_server, make_adb_device  # noqa: F401
 
 See the package docstring (``tests/adbdevice/__init__.py``) for what a test gets.
 """
@@ -30,15 +30,19 @@ def adb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateAdbS
 
 
 @pytest.fixture
-def make_adb_device(
-    adb_server: PrivateAdbServer, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[MakeDevice]:
+def adb_env(adb_server: PrivateAdbServer, monkeypatch: pytest.MonkeyPatch) -> PrivateAdbServer:
+    """Sets ANDROID_ADB_SERVER_PORT for the test so every adb client (kzbuild's too) talks to
+    the private server, never to (or starting) one on the default port."""
+    monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(adb_server.port))
+    return adb_server
+
+
+@pytest.fixture
+def make_adb_device(adb_env: PrivateAdbServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeDevice]:
     """``make_adb_device(mode="device"|"unauthorized"|"offline", props=None)`` -> AdbTestDevice.
 
-    Sets ANDROID_ADB_SERVER_PORT for the test so every adb client (kzbuild's too) talks to
-    the private server. Devices are disconnected from the server and stopped afterwards.
+    With ``adb_env`` in force. Devices are disconnected from the server and stopped afterwards.
     """
-    monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(adb_server.port))
     made: list[AdbTestDevice] = []
 
     def make(mode: Mode = "device", props: Mapping[str, str] | None = None) -> AdbTestDevice:
@@ -48,7 +52,7 @@ def make_adb_device(
 
     yield make
     for device in made:
-        adb_server.adb("disconnect", device.serial)
+        adb_env.adb("disconnect", device.serial)
         device.stop()
 
 

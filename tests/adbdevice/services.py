@@ -135,13 +135,14 @@ def shell_v2_input(stream: Stream, child: subprocess.Popen[bytes]) -> None:
 def shell_raw(stream: Stream, fs: DeviceFs, command: bytes) -> None:
     """Old-style ``shell:CMD`` / ``exec:CMD``: one byte stream both ways, no exit code."""
     child = start_shell(fs, command, merge_stderr=True)
-    assert child.stdout is not None
+    assert child.stdout is not None and child.stdin is not None
+    stdin = child.stdin
 
     def forward_input() -> None:
         while data := stream.read_some():
             try:
-                child.stdin.write(data)  # type: ignore[union-attr]
-                child.stdin.flush()  # type: ignore[union-attr]
+                stdin.write(data)
+                stdin.flush()
             except (BrokenPipeError, ValueError):
                 break
         if stream.closed.is_set():
