@@ -67,6 +67,7 @@ class Connection:
             pass
         finally:
             self.drop()
+            self._reader.close()
 
     def dispatch(self, packet: Packet) -> None:
         if packet.command == CNXN:

@@ -99,18 +99,18 @@ def close_quietly(handle: IO[bytes] | None) -> None:
 
 def shell_v2(stream: Stream, fs: DeviceFs, command: bytes) -> None:
     """``shell,v2,...:CMD``: stdout, stderr and the exit code as separate packets."""
-    child = start_shell(fs, command, merge_stderr=False)
-    assert child.stdout is not None and child.stderr is not None
-    pumps = [
-        threading.Thread(target=pump, args=(child.stdout, fs, lambda data: stream.write(shell_packet(SHELL_STDOUT, data)))),
-        threading.Thread(target=pump, args=(child.stderr, fs, lambda data: stream.write(shell_packet(SHELL_STDERR, data)))),
-    ]
-    for thread in pumps:
-        thread.start()
-    threading.Thread(target=shell_v2_input, args=(stream, child), daemon=True).start()
-    code = exit_status(child.wait())
-    for thread in pumps:
-        thread.join()
+    with start_shell(fs, command, merge_stderr=False) as child:
+        assert child.stdout is not None and child.stderr is not None
+        pumps = [
+            threading.Thread(target=pump, args=(child.stdout, fs, lambda data: stream.write(shell_packet(SHELL_STDOUT, data)))),
+            threading.Thread(target=pump, args=(child.stderr, fs, lambda data: stream.write(shell_packet(SHELL_STDERR, data)))),
+        ]
+        for thread in pumps:
+            thread.start()
+        threading.Thread(target=shell_v2_input, args=(stream, child), daemon=True).start()
+        code = exit_status(child.wait())
+        for thread in pumps:
+            thread.join()
     stream.write(shell_packet(SHELL_EXIT, bytes([code & 0xFF])))
 
 
@@ -134,23 +134,22 @@ def shell_v2_input(stream: Stream, child: subprocess.Popen[bytes]) -> None:
 
 def shell_raw(stream: Stream, fs: DeviceFs, command: bytes) -> None:
     """Old-style ``shell:CMD`` / ``exec:CMD``: one byte stream both ways, no exit code."""
-    child = start_shell(fs, command, merge_stderr=True)
-    assert child.stdout is not None and child.stdin is not None
-    stdin = child.stdin
+    with start_shell(fs, command, merge_stderr=True) as child:
+        assert child.stdout is not None and child.stdin is not None
+        stdin = child.stdin
 
-    def forward_input() -> None:
-        while data := stream.read_some():
-            try:
-                stdin.write(data)
-                stdin.flush()
-            except (BrokenPipeError, ValueError):
-                break
-        if stream.closed.is_set():
-            hang_up(child)
+        def forward_input() -> None:
+            while data := stream.read_some():
+                try:
+                    stdin.write(data)
+                    stdin.flush()
+                except (BrokenPipeError, ValueError):
+                    break
+            if stream.closed.is_set():
+                hang_up(child)
 
-    threading.Thread(target=forward_input, daemon=True).start()
-    pump(child.stdout, fs, stream.write)
-    child.wait()
+        threading.Thread(target=forward_input, daemon=True).start()
+        pump(child.stdout, fs, stream.write)
 
 
 # --- sync ---
