@@ -28,14 +28,15 @@ from pathlib import Path
 from kzbuild import __version__, proc
 from kzbuild.errors import BuildFailed, ConfigError, ToolchainMissing
 from kzbuild.filelock import locked
-from kzbuild.model.build import MANIFEST, MANIFEST_FORMAT, Artifact, BuildPlan, Step, Target
+from kzbuild.model.build import MANIFEST, MANIFEST_FORMAT, Artifact, BuildOptions, BuildPlan, Step, Target
+from kzbuild.model.device import Device
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.toolchain import Found
 from kzbuild.settings import Settings
 from kzbuild.sync import Lock, SyncResult, sync
 from kzbuild.toolchains import Detector
 
-__all__ = ["Artifact", "TARGETS", "build", "doctor", "execute", "load_manifest", "plan_build", "prepare"]
+__all__ = ["Artifact", "BuildOptions", "TARGETS", "build", "doctor", "execute", "load_manifest", "plan_build", "prepare"]
 
 log = logging.getLogger(__name__)
 
@@ -209,20 +210,18 @@ def plan_build(
     toolchains: Sequence[Found],
     optional: Sequence[Found] = (),
     *,
-    jobs: int,
-    artifacts: Path | None = None,
-    extra_tools: Sequence[str] = (),
-    overrides: Sequence[str] = (),
+    options: BuildOptions = BuildOptions(),
 ) -> BuildPlan:
     """The exact commands of a build. Pure: reads nothing and runs nothing."""
     present = [f for f in optional if f.ok]
     used = [*toolchains, *present]
-    tools = effective_tools(recipe, extra_tools)
+    tools = effective_tools(recipe, options.extra_tools)
     inputs = build_inputs(recipe, synced.lock, tgt, tools, used)
     build_id = build_id_of(tgt.name, inputs)
     commit = build_commit(synced.lock)
-    root = artifacts_root(settings, artifacts)
-    build_dir = settings.work / "build" / recipe.name.replace("/", "--") / "+".join([tgt.name, *overrides])
+    root = artifacts_root(settings, options.artifacts)
+    build_dir = settings.work / "build" / recipe.name.replace("/", "--") / "+".join([tgt.name, *options.overrides])
+    jobs = options.jobs or os.cpu_count() or 1
     container = next((f for f in toolchains if f.spec.image is not None), None)
 
     def program(key: str) -> str:
@@ -375,24 +374,18 @@ def prepare(
     target_name: str,
     *,
     environ: Mapping[str, str],
-    jobs: int | None = None,
-    overrides: Sequence[str] = (),
-    extra_tools: Sequence[str] = (),
-    artifacts: Path | None = None,
+    options: BuildOptions = BuildOptions(),
     progress: Progress | None = None,
 ) -> tuple[BuildPlan, SyncResult, float]:
     """Sync when needed, find the toolchains and plan the build. Returns the plan, the sync and its seconds."""
     tgt = target(target_name)
     detector = Detector.for_settings(settings, environ)
-    select_toolchains(tgt, overrides, detector)  # bad overrides fail before any work
+    select_toolchains(tgt, options.overrides, detector)  # bad overrides fail before any work
     started = time.monotonic()
     synced = sync(settings, recipe, progress=(lambda line: progress(BuildEvent("sync", line))) if progress else None)
     sync_seconds = time.monotonic() - started
-    required, optional = detect_for(tgt, overrides, detector, f"recipe {recipe.name}")
-    plan = plan_build(
-        settings, recipe, synced, tgt, required, optional,
-        jobs=jobs or os.cpu_count() or 1, artifacts=artifacts, extra_tools=extra_tools, overrides=overrides,
-    )
+    required, optional = detect_for(tgt, options.overrides, detector, f"recipe {recipe.name}")
+    plan = plan_build(settings, recipe, synced, tgt, required, optional, options=options)
     return plan, synced, sync_seconds
 
 
@@ -402,17 +395,11 @@ def build(
     target_name: str,
     *,
     environ: Mapping[str, str],
-    jobs: int | None = None,
-    overrides: Sequence[str] = (),
-    extra_tools: Sequence[str] = (),
-    artifacts: Path | None = None,
+    options: BuildOptions = BuildOptions(),
     progress: Progress | None = None,
 ) -> BuildResult:
     """Sync, plan, then reuse the artifact of this build id or build it."""
-    plan, synced, sync_seconds = prepare(
-        settings, recipe, target_name, environ=environ, jobs=jobs, overrides=overrides,
-        extra_tools=extra_tools, artifacts=artifacts, progress=progress,
-    )
+    plan, synced, sync_seconds = prepare(settings, recipe, target_name, environ=environ, options=options, progress=progress)
     existing = find_artifact(plan.artifact_dir.parent, plan.build_id)
     if existing is not None:
         return BuildResult(plan, existing, reused=True, synced=synced.changed, times={"sync_s": sync_seconds})
@@ -588,15 +575,42 @@ class TargetCheck:
 
 
 @dataclass(frozen=True)
+class DeviceCheck:
+    """What reaching a device needs on this machine: adb for adb devices, the runner for local ones."""
+
+    device: str
+    transport: str
+    ok: bool
+    detail: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {"device": self.device, "transport": self.transport, "ok": self.ok, "detail": self.detail}
+
+
+@dataclass(frozen=True)
 class DoctorReport:
     targets: tuple[TargetCheck, ...]
+    device: DeviceCheck | None = None
 
     @property
     def ok(self) -> bool:
-        return all(t.ok for t in self.targets)
+        return all(t.ok for t in self.targets) and (self.device is None or self.device.ok)
 
     def to_dict(self) -> dict[str, object]:
-        return {"ok": self.ok, "targets": [t.to_dict() for t in self.targets]}
+        return {"ok": self.ok, "targets": [t.to_dict() for t in self.targets], "device": self.device.to_dict() if self.device else None}
+
+
+def check_device(device: Device, environ: Mapping[str, str]) -> DeviceCheck:
+    if device.transport == "ssh":
+        # kzbuild speaks ssh itself (paramiko, a dependency): no ssh client program is needed.
+        return DeviceCheck(device.name, "ssh", True, f"{device.address} through paramiko")
+    program = "adb" if device.transport == "adb" else (device.runner_prefix[0] if device.runner_prefix else None)
+    if program is None:
+        return DeviceCheck(device.name, device.transport, True, f"runs tools in {device.root}")
+    path = shutil.which(program, path=environ.get("PATH", os.defpath))
+    if path is None:
+        return DeviceCheck(device.name, device.transport, False, f"'{program}' is not on PATH; device {device.name} needs it")
+    return DeviceCheck(device.name, device.transport, True, f"{device.address} through {path}")
 
 
 def doctor(
@@ -606,12 +620,13 @@ def doctor(
     environ: Mapping[str, str],
     overrides: Sequence[str] = (),
     needed_by: str | None = None,
+    device: Device | None = None,
 ) -> DoctorReport:
-    """Check what each target needs, naming the file or program that proved each version."""
+    """Check what each target (and the device, when one is configured) needs, naming the file or program that proved each version."""
     detector = Detector.for_settings(settings, environ)
     checks = []
     for name in targets:
         tgt = target(name)
         required, optional = detect_for(tgt, overrides, detector, needed_by or f"target {name}")
         checks.append(TargetCheck(name, tuple(required), tuple(optional)))
-    return DoctorReport(tuple(checks))
+    return DoctorReport(tuple(checks), check_device(device, environ) if device else None)

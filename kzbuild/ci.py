@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from kzbuild import build as builds
 from kzbuild.errors import KzError
+from kzbuild.model.build import BuildOptions
 from kzbuild.model.recipe import Recipe
 from kzbuild.settings import Settings
 from kzbuild.sync import SyncResult, sync
@@ -72,9 +72,7 @@ def run_ci(
     *,
     environ: Mapping[str, str],
     targets: Sequence[str] = (),
-    overrides: Sequence[str] = (),
-    jobs: int | None = None,
-    artifacts: Path | None = None,
+    options: BuildOptions = BuildOptions(),
     on_step: Report | None = None,
     progress: builds.Progress | None = None,
 ) -> CiReport:
@@ -106,7 +104,7 @@ def run_ci(
 
     detector = Detector.for_settings(settings, environ)
     for name in wanted:
-        record(_build_target(settings, recipe, name, detector, explicit, environ, overrides, jobs, artifacts, progress))
+        record(_build_target(settings, recipe, name, detector, explicit, environ, options, progress))
     return CiReport(recipe.name, tuple(steps))
 
 
@@ -123,19 +121,17 @@ def _build_target(
     detector: Detector,
     explicit: bool,
     environ: Mapping[str, str],
-    overrides: Sequence[str],
-    jobs: int | None,
-    artifacts: Path | None,
+    options: BuildOptions,
     progress: builds.Progress | None,
 ) -> CiStep:
     step = f"build:{name}"
-    required, _ = builds.detect_for(builds.target(name), overrides, detector, f"recipe {recipe.name}")
+    required, _ = builds.detect_for(builds.target(name), options.overrides, detector, f"recipe {recipe.name}")
     missing = [problem for found in required if not found.ok for problem in found.problems[:1]]
     if missing and not explicit:
         return CiStep(step, "skipped", "toolchain not here: " + "; ".join(missing))
     started = time.monotonic()
     try:
-        result = builds.build(settings, recipe, name, environ=environ, jobs=jobs, overrides=overrides, artifacts=artifacts, progress=progress)
+        result = builds.build(settings, recipe, name, environ=environ, options=options, progress=progress)
     except KzError as exc:
         return CiStep(step, "failed", exc.message + (f" ({exc.hint})" if exc.hint else ""), time.monotonic() - started, exc.exit_code)
     rate = result.ccache.hit_rate if result.ccache else None

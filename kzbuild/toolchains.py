@@ -104,8 +104,8 @@ def parse_toolchain(doc: yamlconf.Mapping, *, name: str) -> ToolchainSpec:
         programs=programs,
         probes=tuple(probes),
         image=image,
-        cmake=_str_pairs(doc, "cmake"),
-        env=_str_pairs(doc, "env"),
+        cmake=doc.get_options("cmake"),
+        env=doc.get_options("env"),
         runner=_str_list(doc, "runner"),
     )
     known = spec.template_names()
@@ -204,18 +204,6 @@ def _str_list(section: yamlconf.Mapping, key: str) -> tuple[str, ...]:
         if not isinstance(item, (str, int, float)) or isinstance(item, bool):
             raise items.error(index, "must be a string", key=key)
     return tuple(str(item) for item in items)
-
-
-def _str_pairs(section: yamlconf.Mapping, key: str) -> tuple[tuple[str, str], ...]:
-    mapping = section.get_mapping(key)
-    pairs = []
-    for option, value in mapping.items():
-        if isinstance(value, bool):
-            value = "ON" if value else "OFF"
-        if not isinstance(value, (str, int, float)):
-            raise mapping.error(option, "values are strings")
-        pairs.append((option, str(value)))
-    return tuple(pairs)
 
 
 def load_configured_paths(path: Path, specs: Mapping[str, ToolchainSpec]) -> dict[str, Path]:

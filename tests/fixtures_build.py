@@ -124,8 +124,9 @@ def program(folder: Path, name: str, script: str) -> Path:
 def real_project(tmp_path: Path) -> Project:
     """The repo's recipes, patches, kernels and toolchains in a temp project, with caches that persist.
 
-    The sdists, ccache and build dirs live under the persistent test cache, so a second run on
-    the same machine downloads nothing and rebuilds nothing.
+    The object cache, ccache, build dirs and artifacts live under the persistent test cache
+    (sdists in its shared ``sdists/``), so a second run on the same machine downloads nothing
+    and rebuilds nothing.
     """
     root = tmp_path / "project"
     for folder in ("recipes", "patches", "kernels", "toolchains"):
@@ -134,18 +135,8 @@ def real_project(tmp_path: Path) -> Project:
         lock.unlink()
     base = persistent_test_cache()
     cache = base / "kz-cache"
-    seed_sdists(cache / "sdists")
+    cache.mkdir(exist_ok=True)
+    (base / "sdists").mkdir(exist_ok=True)
+    if not (cache / "sdists").exists():
+        (cache / "sdists").symlink_to(base / "sdists")
     return Project(root=root, cache=cache, work=base / "kz-work")
-
-
-def seed_sdists(folder: Path) -> None:
-    """Reuse sdists the user's kzbuild cache already holds (hard links), instead of downloading them."""
-    user_cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kzbuild" / "sdists"
-    folder.mkdir(parents=True, exist_ok=True)
-    for sdist in user_cache.glob("*.tar.gz") if user_cache.is_dir() else ():
-        target = folder / sdist.name
-        if not target.exists():
-            try:
-                os.link(sdist, target)
-            except OSError:
-                shutil.copy2(sdist, target)

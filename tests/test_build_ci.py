@@ -55,6 +55,21 @@ def test_doctor_without_a_target_reports_every_target_and_exits_0(tiny, kz, monk
     assert kz("doctor", "--target", "v79").code == 6
 
 
+def test_doctor_checks_what_the_recipes_device_needs(tiny, kz):
+    tiny.project.write("recipes/devices.yaml", "devices:\n  stand-in:\n    transport: local\n    root: /tmp/kz-stand-in\n    runner: [qemu-nothing-here, -L, /x]\n")
+    recipe = tiny.project.root / "recipes" / "tiny.yaml"
+    recipe.write_text(recipe.read_text() + "device: stand-in\n")
+    result = kz("doctor", "tiny", "--json")
+    assert result.code == 6
+    assert json.loads(result.out)["device"] == {
+        "device": "stand-in", "transport": "local", "ok": False, "detail": "'qemu-nothing-here' is not on PATH; device stand-in needs it",
+    }
+    assert "device stand-in" in unwrapped(result.err)
+    if have("adb"):
+        adb = kz("doctor", "--target", "host", "--device", "adb:SERIAL1", "--json")
+        assert json.loads(adb.out)["device"]["detail"].startswith("adb:SERIAL1 through ")
+
+
 # --- ci --------------------------------------------------------------------------------
 
 @needs_host_tools

@@ -207,7 +207,7 @@ def plan_for(tiny, settings: Settings, target: str = "host", found: list[Found] 
     detector = Detector.for_settings(settings, tiny.environ())
     if found is None:
         found, _ = builds.detect_for(tgt, (), detector, "test")
-    return builds.plan_build(settings, recipe, synced, tgt, found, jobs=2)
+    return builds.plan_build(settings, recipe, synced, tgt, found, options=builds.BuildOptions(jobs=2))
 
 
 def test_build_id_ignores_paths_and_follows_every_input(tiny, tmp_path):

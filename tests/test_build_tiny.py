@@ -22,7 +22,7 @@ def run_build(tiny, **kwargs):
     events = []
     result = builds.build(
         tiny.settings, load_recipe(tiny.project.root, "tiny"), "host",
-        environ=tiny.environ(), jobs=2, progress=events.append, **kwargs,
+        environ=tiny.environ(), options=builds.BuildOptions(jobs=2, **kwargs), progress=events.append,
     )
     return result, events
 
@@ -121,7 +121,7 @@ def test_compile_error_fails_with_the_error_lines_and_the_log(tiny, kz):
 
 def test_unknown_tool_fails_the_build_naming_it(tiny):
     with pytest.raises(BuildFailed) as info:
-        run_build(tiny, extra_tools=["llama-nothing"])
+        run_build(tiny, extra_tools=("llama-nothing",))
     assert "unknown target 'llama-nothing'" in info.value.message
 
 

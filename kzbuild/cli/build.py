@@ -13,18 +13,17 @@ from rich.table import Table
 from kzbuild import build as builds
 from kzbuild import ci as ci_run
 from kzbuild import proc, recipes
+from kzbuild.cli.sync import DEFAULT_RECIPE, JsonOpt, RecipeArg
 from kzbuild.cli.ui import console, context, err_console, print_json
+from kzbuild.devices.registry import resolve_device
 from kzbuild.errors import ToolchainMissing
-from kzbuild.model.build import BuildPlan
+from kzbuild.model.build import BuildOptions, BuildPlan
 from kzbuild.model.toolchain import Found
 
-DEFAULT_RECIPE = "demo-host"
-RecipeArg = Annotated[Optional[str], typer.Argument(help="Recipe name (recipes/NAME.yaml) or path. Default: demo-host.")]
 TargetOpt = Annotated[Optional[list[str]], typer.Option("--target", "-t", help=f"Target: {', '.join(builds.TARGETS)} (repeatable). Default: the recipe's targets.")]
 ToolchainOpt = Annotated[Optional[list[str]], typer.Option("--toolchain", help="Use this toolchain instead of the target's one for the same role, e.g. host-clang or snapdragon-docker (repeatable).")]
 JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Parallel compile jobs (default: number of CPUs).")]
 ArtifactsOpt = Annotated[Optional[Path], typer.Option("--artifacts", help="Artifacts folder (default: WORK/artifacts).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -48,16 +47,16 @@ def build_command(
     settings = context(ctx).settings
     loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
     outputs = []
+    options = BuildOptions(jobs=jobs, overrides=tuple(toolchain or ()), extra_tools=tuple(tool or ()), artifacts=artifacts)
     for name in target or list(loaded.build.targets):
-        options = dict(environ=os.environ, jobs=jobs, overrides=toolchain or (), extra_tools=tool or (), artifacts=artifacts)
         if dry_run:
-            plan, _, _ = builds.prepare(settings, loaded, name, **options)  # type: ignore[arg-type]
+            plan, _, _ = builds.prepare(settings, loaded, name, environ=os.environ, options=options)
             outputs.append(plan.to_dict())
             if not json_out:
                 render_plan(plan)
             continue
         with BuildDisplay(f"{loaded.name} → {name}") as display:
-            result = builds.build(settings, loaded, name, progress=display.update, **options)  # type: ignore[arg-type]
+            result = builds.build(settings, loaded, name, environ=os.environ, options=options, progress=display.update)
         outputs.append(result_dict(result))
         if not json_out:
             render_result(result)
@@ -143,29 +142,37 @@ def doctor_command(
     recipe: RecipeArg = None,
     target: TargetOpt = None,
     toolchain: ToolchainOpt = None,
+    device: Annotated[Optional[str], typer.Option("--device", "-d", help="Also check what reaching this device needs (default: the recipe's device).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Check the toolchains, cmake, ninja and ccache a target needs, naming the file that proved each version.
 
-    Exits with the missing-toolchain code (6) when a target that was asked for (--target or a
-    recipe) is not ready; with neither, it checks every target and only reports.
+    With a recipe, also checks what its device needs (adb for adb devices, the runner for
+    local ones). Exits with the missing-toolchain code (6) when a target that was asked for
+    (--target or a recipe) is not ready; with neither, it checks every target and only reports.
     """
     settings = context(ctx).settings
     needed_by = None
+    device_spec = device
     if recipe:
         loaded = recipes.load_recipe(settings.project, recipe)
         names = list(target or loaded.build.targets)
         needed_by = f"recipe {loaded.name}"
+        device_spec = device or loaded.device
     else:
         names = list(target or builds.TARGETS)
-    report = builds.doctor(settings, names, environ=os.environ, overrides=toolchain or (), needed_by=needed_by)
+    resolved = resolve_device(settings, device_spec) if device_spec else None
+    report = builds.doctor(settings, names, environ=os.environ, overrides=toolchain or (), needed_by=needed_by, device=resolved)
     if json_out:
         print_json(report.to_dict())
     else:
         for check in report.targets:
             render_target_check(check)
-    if not report.ok and (recipe or target):
-        not_ready = ", ".join(t.target for t in report.targets if not t.ok)
+        if report.device is not None:
+            state = "[green]ok[/green]" if report.device.ok else "[red]missing[/red]"
+            console.print(f"[bold]device[/bold] {report.device.device} ({report.device.transport}): {state} {report.device.detail}", highlight=False)
+    if not report.ok and (recipe or target or device):
+        not_ready = ", ".join([t.target for t in report.targets if not t.ok] + ([f"device {report.device.device}"] if report.device and not report.device.ok else []))
         raise ToolchainMissing(f"not ready to build: {not_ready}", hint="install what is marked missing above, or point kzbuild at it (toolchains/README.md)")
 
 
@@ -221,8 +228,9 @@ def ci_command(
 
     with BuildDisplay(f"ci {loaded.name}") as display:
         report = ci_run.run_ci(
-            settings, loaded, environ=os.environ, targets=target or (), overrides=toolchain or (), jobs=jobs,
-            artifacts=artifacts, on_step=announce, progress=display.update,
+            settings, loaded, environ=os.environ, targets=target or (),
+            options=BuildOptions(jobs=jobs, overrides=tuple(toolchain or ()), artifacts=artifacts),
+            on_step=announce, progress=display.update,
         )
     print_json(report.to_dict())
     summary = os.environ.get("GITHUB_STEP_SUMMARY")

@@ -30,6 +30,16 @@ class Target:
 
 
 @dataclass(frozen=True)
+class BuildOptions:
+    """How to build, beyond the recipe and the target; none of it enters the build id except through what it selects."""
+
+    jobs: int | None = None  # default: the number of CPUs
+    overrides: tuple[str, ...] = ()  # toolchains that replace the target's ones of the same role
+    extra_tools: tuple[str, ...] = ()  # tools built besides the recipe's
+    artifacts: Path | None = None  # default: Settings.artifacts
+
+
+@dataclass(frozen=True)
 class Step:
     """One command of a build, exactly as it runs."""
 
