@@ -427,7 +427,7 @@ def execute(plan: BuildPlan, *, progress: Progress | None = None, synced: bool =
 
 def _execute_locked(plan: BuildPlan, progress: Progress | None, synced: bool, sync_seconds: float) -> BuildResult:
     started_at = datetime.now(timezone.utc)
-    times: dict[str, float] = {"sync_s": sync_seconds}
+    times: dict[str, float] = {"sync_s": round(sync_seconds, 3)}
     plan.log.parent.mkdir(parents=True, exist_ok=True)
     plan.log.write_text(f"# kzbuild {__version__}: {plan.recipe} for {plan.target}, build id {plan.build_id}\n")
 

@@ -269,13 +269,16 @@ def detect(spec: ToolchainSpec, environ: Mapping[str, str], configured: Path | N
             values.update(located.values)
             versions.update(located.versions)
             version, proof = located.version, located.proof
+    banners: dict[str, str] = {}
     for program in spec.programs:
-        path, program_version, trouble = _find_program(spec, program, environ, needed_by)
+        path, program_version, banner, trouble = _find_program(spec, program, environ, needed_by)
         if trouble:
             problems.append(trouble)
             continue
         assert path is not None
         values[program.key] = path
+        if banner:
+            banners[program.name] = banner
         if program_version is not None:
             versions[program.name] = program_version
             if version is None:
@@ -299,6 +302,7 @@ def detect(spec: ToolchainSpec, environ: Mapping[str, str], configured: Path | N
         problems=tuple(problems),
         notes=tuple(notes),
         versions=tuple(versions.items()),
+        banners=tuple(banners.items()),
     )
 
 
@@ -444,22 +448,27 @@ def _read_version(rule: VersionRule, path: Path, label: str, wanted: str, needed
     return version, proof, None
 
 
-def _find_program(spec: ToolchainSpec, program: ProgramSpec, environ: Mapping[str, str], needed_by: str) -> tuple[str | None, str | None, str | None]:
+def _find_program(
+    spec: ToolchainSpec, program: ProgramSpec, environ: Mapping[str, str], needed_by: str
+) -> tuple[str | None, str | None, str | None, str | None]:
+    """(path, version, the output line that holds the version, trouble)."""
     path = shutil.which(program.name, path=environ.get("PATH", os.defpath))
     if path is None:
-        return None, None, f"'{program.name}' ({spec.label}) is not on PATH"
+        return None, None, None, f"'{program.name}' ({spec.label}) is not on PATH"
     if program.version is None:
-        return path, None, None
+        return path, None, None, None
     try:
         result = proc.run([path, *program.version.args], env=environ, replace_env=True, check=False, timeout=PROBE_TIMEOUT)
     except (NotAvailableHere, CommandFailed) as exc:
-        return None, None, f"'{program.name}' ({spec.label}) cannot be run: {exc.message.splitlines()[0]}"
-    version = program.version.read(result.stdout + "\n" + result.stderr)
+        return None, None, None, f"'{program.name}' ({spec.label}) cannot be run: {exc.message.splitlines()[0]}"
+    output = result.stdout + "\n" + result.stderr
+    version = program.version.read(output)
     if version is None:
-        return path, None, f"cannot tell the version of {path}: '{' '.join([program.name, *program.version.args])}' printed none"
+        return path, None, None, f"cannot tell the version of {path}: '{' '.join([program.name, *program.version.args])}' printed none"
+    banner = next((line.strip() for line in output.splitlines() if version in line), version)
     if not program.version.accepts(version):
-        return path, version, f"found {program.name} {version} at {path}; {needed_by} needs {program.version.wanted}"
-    return path, version, None
+        return path, version, banner, f"found {program.name} {version} at {path}; {needed_by} needs {program.version.wanted}"
+    return path, version, banner, None
 
 
 def _run_probe(probe: ProbeSpec, program: str, environ: Mapping[str, str]) -> str | None:

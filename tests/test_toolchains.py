@@ -137,6 +137,10 @@ def test_programs_on_path_prove_their_version_with_their_own_output(tmp_path):
     cmake = program(bin_dir, "cmake", 'echo "cmake version 3.18.4"\n')
     found = find("cmake", {"PATH": str(bin_dir)})
     assert found.problems == (f"found cmake 3.18.4 at {cmake}; recipe pad3-v79 needs >= 3.22.2",)
+    program(bin_dir, "g++", 'echo "g++ (Debian 12.2.0-14+deb12u1) 12.2.0"\n')
+    program(bin_dir, "gcc", "exit 0\n")
+    gcc = find("host-gcc", {"PATH": str(bin_dir)})
+    assert gcc.ok and gcc.version == "12.2.0" and dict(gcc.banners) == {"g++": "g++ (Debian 12.2.0-14+deb12u1) 12.2.0"}
     program(bin_dir, "ninja", "echo nonsense\n")
     assert find("ninja", {"PATH": str(bin_dir)}).problems[0] == f"cannot tell the version of {bin_dir / 'ninja'}: 'ninja --version' printed none"
     assert find("ccache", {"PATH": str(bin_dir)}).problems == ("'ccache' (ccache) is not on PATH",)
@@ -148,6 +152,9 @@ def test_this_machines_build_tools_are_found():
         found = find(name, dict(PATH_ONLY))
         assert found.ok, found.problems
         assert found.proof and Path(found.proof).is_file()
+    gcc = find("host-gcc", dict(PATH_ONLY))
+    banner = gcc.identity()["banners"]["g++"]  # the whole line: a distro rebuild of the same version changes it
+    assert str(gcc.version) in banner and banner != gcc.version
 
 
 def test_docker_without_an_engine_says_not_available_here(tmp_path):

@@ -178,6 +178,7 @@ class Found:
     problems: tuple[str, ...] = ()  # why it is not usable; the first is the headline
     notes: tuple[str, ...] = ()  # candidates passed over, and why
     versions: tuple[tuple[str, str], ...] = field(default=())  # every version checked: label -> version
+    banners: tuple[tuple[str, str], ...] = field(default=())  # program -> its whole version line (distro builds differ)
 
     @property
     def name(self) -> str:
@@ -202,6 +203,8 @@ class Found:
         ident: dict[str, object] = {"name": self.spec.name, "version": self.version, "found": self.ok}
         if self.versions:
             ident["versions"] = dict(self.versions)
+        if self.banners:
+            ident["banners"] = dict(self.banners)
         if self.spec.image:
             ident["image"] = self.spec.image.ref
         return ident
@@ -216,6 +219,7 @@ class Found:
             "proof": self.proof,
             "root": str(self.root) if self.root else None,
             "versions": dict(self.versions),
+            "banners": dict(self.banners),
             "problems": list(self.problems),
             "notes": list(self.notes),
             "file": str(self.spec.path),
