@@ -402,7 +402,7 @@ def build(
     plan, synced, sync_seconds = prepare(settings, recipe, target_name, environ=environ, options=options, progress=progress)
     existing = find_artifact(plan.artifact_dir.parent, plan.build_id)
     if existing is not None:
-        return BuildResult(plan, existing, reused=True, synced=synced.changed, times={"sync_s": sync_seconds})
+        return BuildResult(plan, existing, reused=True, synced=synced.changed, times={"sync_s": round(sync_seconds, 3)})
     return execute(plan, progress=progress, synced=synced.changed, sync_seconds=sync_seconds)
 
 
@@ -421,7 +421,7 @@ def execute(plan: BuildPlan, *, progress: Progress | None = None, synced: bool =
     with locked(plan.build_dir.with_name(plan.build_dir.name + ".lock"), what=f"the build dir {plan.build_dir}", wait=600):
         existing = find_artifact(plan.artifact_dir.parent, plan.build_id)
         if existing is not None:  # another process built it while we waited
-            return BuildResult(plan, existing, reused=True, synced=synced, times={"sync_s": sync_seconds})
+            return BuildResult(plan, existing, reused=True, synced=synced, times={"sync_s": round(sync_seconds, 3)})
         return _execute_locked(plan, progress, synced, sync_seconds)
 
 

@@ -104,10 +104,8 @@ def render_result(result: builds.BuildResult) -> None:
     )
     if result.ccache is not None and result.ccache.hit_rate is not None:
         console.print(f"  ccache {result.ccache.hit_rate:.0%} hits ({result.ccache.hits}/{result.ccache.hits + result.ccache.misses} compiles)")
-    elif result.ccache is not None:
-        console.print("  ccache: nothing compiled")
     else:
-        console.print("  ccache hit rate unknown (no stats log)")
+        console.print("  ccache: no compiles logged (nothing needed compiling)")
     console.print(f"  {len(artifact.tools)} tools, {len(artifact.libs)} libraries; build commit {artifact.build_commit}; log {result.plan.log}")
 
 
