@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from kzbuild import __version__
+from kzbuild.cli import patches as patches_commands
 from kzbuild.cli import sync as sync_commands
 from kzbuild.cli.ui import Context, console, err_console, setup_logging, tracebacks_wanted
 from kzbuild.errors import KzError
@@ -28,7 +29,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for module in (sync_commands,):
+for module in (sync_commands, patches_commands):
     module.register(app)
 
 
@@ -69,14 +70,12 @@ def main(argv: list[str] | None = None) -> int:
         code = exc.exit_code
     except typer.Abort:
         code = 1
-    except Exception as exc:  # click's usage errors
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            code = exc.exit_code
-        else:
+    except typer.TyperException as exc:  # usage errors (typer vendors its own click: not click.ClickException)
+        show = getattr(exc, "show", None)
+        if not callable(show):
             raise
+        show()
+        code = getattr(exc, "exit_code", 2)
     if argv is not None:
         return code
     sys.exit(code)
