@@ -65,15 +65,24 @@ class Scratch:
         self.repo.share_shallow(self.cache)
 
     def prepare_blobs(self, patches: list[Patch], pin: str) -> None:
-        """Recreate the blobs each patch was made against by applying the stack at the pin.
+        """Put the blobs each patch was made against into the shared cache.
 
-        A patch's preimage is the pin's file plus the patches before it: those blobs live only
-        in the repo that made them, and a 3-way merge at another commit needs them.
+        A patch's preimage is the pin's file plus the patches before it: such blobs exist only
+        in the repo that made the patch, yet every 3-way merge at another commit needs them
+        (here, in bisects, and in ``git am -3`` when sync applies the stack to a new pin).
+        Applying the stack at the pin recreates them.
         """
-        if missing_preimages(self.git, patches):
-            self.load(pin)
-            for patch in patches:
-                apply_any(self.git, patch)
+        missing = missing_preimages(self.cache.git, patches)
+        if not missing:
+            return
+        self.load(pin)
+        for patch in patches:
+            apply_any(self.git, patch)
+        made = missing - missing_preimages(self.git, patches)
+        with self.cache.lock():
+            for blob in sorted(made):
+                data = proc.run(["git", "-C", str(self.repo.path), "cat-file", "blob", blob], quiet_env=ISOLATED_ENV, text=False).stdout
+                proc.run(["git", "-C", str(self.cache.path), "hash-object", "-w", "--stdin"], input=data, quiet_env=ISOLATED_ENV, text=False)
 
     def load(self, commit: str) -> None:
         """Make the index (and a detached HEAD) the tree of ``commit``."""

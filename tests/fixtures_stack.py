@@ -31,7 +31,10 @@ def make_patch(
     trailers: tuple[str, ...] = GOOD_TRAILERS,
     author: str = "Kz Dev <dev@kz.example>",
 ) -> str:
-    """A ``git format-patch --full-index`` mbox of one commit on ``base`` (made in a side clone)."""
+    """A ``git format-patch --full-index`` mbox of one commit on ``base`` (made in a side clone).
+
+    ``base`` may be "HEAD": the commit the previous call made, to stack patches.
+    """
     dev = upstream.path.parent / "dev"
     if not dev.exists():
         git(upstream.path.parent, "clone", "-q", "--no-checkout", str(upstream.path), "dev")

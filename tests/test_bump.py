@@ -151,3 +151,49 @@ def test_bisect_says_when_history_is_missing(project, upstream, kz, tmp_path):
     assert "bisect fix.patch: history missing:" in out
     assert "bisect needs a git source with history" in out
     assert "(0 apply check(s) over 0 upstream commit(s))" in out
+
+
+def test_bump_write_on_a_fresh_machine_needs_no_old_worktree(project, upstream, kz):
+    """The second patch was made on top of the first: its 3-way merge needs a blob only the stack makes."""
+    base = upstream.head()
+    add_patch(project, "a.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: a"))
+    on_a = "HEAD"  # make_patch leaves its side clone at the commit it made
+    add_patch(project, "b.patch", make_patch(upstream, on_a, {"common/fit.cpp": fit(line5="fixed 5", line6="fixed 6")}, "common: b"))
+    project.write("recipes/r.yaml", recipe_text(base, upstream))
+    new = upstream.commit({"common/fit.cpp": fit(line9="drift 9")}, "common: drift")
+    assert not project.settings.worktree("r").exists()
+    result = kz("bump", "r", "--to", new, "--write", "--json")
+    assert result.code == 0, result.err
+    report = json.loads(result.out)
+    assert [p["verdict"] for p in report["patches"]] == ["clean", "3way"]
+    lock = json.loads((project.root / "recipes" / "r.lock.json").read_text())
+    assert [p["file"] for p in lock["patches"]] == ["a.patch", "b.patch"] and lock["upstream"]["commit"] == new
+
+
+def test_bump_write_puts_everything_back_when_sync_fails(project, upstream, monkeypatch):
+    from kzbuild import bump, recipes
+    from kzbuild.errors import PatchError
+
+    base, new = stack_with_upstreamed(project, upstream)
+    before = {p: p.read_bytes() for p in (project.root / "patches").iterdir()} | {
+        project.root / "recipes" / "r.yaml": (project.root / "recipes" / "r.yaml").read_bytes()
+    }
+    settings = project.settings
+    recipe = recipes.load_recipe(project.root, "r")
+    planned = bump.plan(settings, recipe, new)
+
+    def failing_sync(*args, **kwargs):
+        raise PatchError("simulated: a patch does not apply")
+
+    monkeypatch.setattr(bump, "sync", failing_sync)
+    try:
+        bump.write(settings, recipe, planned)
+    except PatchError as exc:
+        assert "simulated" in exc.message
+    else:
+        raise AssertionError("write did not fail")
+    after = {p: p.read_bytes() for p in (project.root / "patches").iterdir()} | {
+        project.root / "recipes" / "r.yaml": (project.root / "recipes" / "r.yaml").read_bytes()
+    }
+    assert after == before
+    assert not (project.root / "patches" / "DROPPED.yaml").exists()
