@@ -14,6 +14,8 @@ from typing import Annotated, Optional
 import typer
 
 from kzbuild import __version__
+from kzbuild.cli import deploy as deploy_commands
+from kzbuild.cli import models as models_commands
 from kzbuild.cli import sync as sync_commands
 from kzbuild.cli.ui import Context, console, err_console, setup_logging, tracebacks_wanted
 from kzbuild.errors import KzError
@@ -28,7 +30,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for module in (sync_commands,):
+for module in (sync_commands, deploy_commands, models_commands):
     module.register(app)
 
 
@@ -69,10 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         code = exc.exit_code
     except typer.Abort:
         code = 1
-    except Exception as exc:  # click's usage errors
+    except Exception as exc:  # usage errors: click's, or those of the click that newer typer vendors
         import click
 
-        if isinstance(exc, click.ClickException):
+        if isinstance(exc, (click.ClickException, typer.TyperException)) and hasattr(exc, "show"):
             exc.show()
             code = exc.exit_code
         else:
