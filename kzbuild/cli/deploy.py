@@ -15,6 +15,7 @@ from kzbuild.cli.sync import DEFAULT_RECIPE, JsonOpt, RecipeArg
 from kzbuild.cli.ui import console, context, err_console, print_json
 from kzbuild.devices.base import Transport
 from kzbuild.devices.registry import connect, resolve_device
+from kzbuild.devices.store import TransferProgress
 from kzbuild.model.device import Device
 from kzbuild.settings import Settings
 
@@ -36,7 +37,7 @@ def open_device(settings: Settings, spec: str | None, default: str | None, trust
 
 
 @contextmanager
-def transfer_bars(enabled: bool) -> Iterator[Callable[[deploy.TransferProgress], None] | None]:
+def transfer_bars(enabled: bool) -> Iterator[Callable[[TransferProgress], None] | None]:
     """A progress bar with bytes and rate for an upload; nothing when ``enabled`` is false."""
     if not enabled:
         yield None
@@ -45,7 +46,7 @@ def transfer_bars(enabled: bool) -> Iterator[Callable[[deploy.TransferProgress],
     with Progress(*columns, console=err_console, transient=True) as bars:
         task: TaskID | None = None
 
-        def update(event: deploy.TransferProgress) -> None:
+        def update(event: TransferProgress) -> None:
             nonlocal task
             if task is None:
                 task = bars.add_task(event.label, total=event.total)
