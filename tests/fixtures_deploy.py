@@ -15,6 +15,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from kzbuild.devices.local import LocalTransport
+from kzbuild.errors import DeviceError
+
 GREET_C = '#include <stdio.h>\nvoid greet(void) { puts("%s"); }\n'
 BLOB_C = (
     'asm(".section .rodata\\n.global blob_data\\nblob_data:\\n.incbin \\"%s\\"\\n.global blob_end\\nblob_end:\\n.text");\n'
@@ -97,3 +100,22 @@ class ArtifactMaker:
             (directory / rel).write_bytes(data)
         write_manifest(directory, build_id, recipe=recipe)
         return directory
+
+
+class CuttingTransport(LocalTransport):
+    """A local transport whose connection 'drops' after a number of bytes, as a dropped link would."""
+
+    def __init__(self, root: str, budget: int) -> None:
+        super().__init__(root)
+        self.budget = budget
+
+    def _copy(self, local: Path, remote: str, offset: int, progress) -> None:  # type: ignore[no-untyped-def]
+        size = local.stat().st_size - offset
+        if size <= self.budget:
+            self.budget -= size
+            return super()._copy(local, remote, offset, progress)
+        with open(local, "rb") as src, open(remote, "r+b" if offset else "wb") as dst:
+            src.seek(offset)
+            dst.seek(offset)
+            dst.write(src.read(self.budget))
+        raise DeviceError(f"{self.address}: connection lost while uploading {local.name}")

@@ -1,4 +1,4 @@
-"""A real OpenSSH server on 127.0.0.1 for tests, and a TCP relay that can cut a connection.
+"""A real OpenSSH server on 127.0.0.1 for tests, and a TCP relay that can slow or cut a connection.
 
 The server runs ``/usr/sbin/sshd`` with its own config, throwaway host and client keys made
 by ssh-keygen, and a free port, as the current user; it is stopped by its pid. As root,
@@ -117,11 +117,13 @@ class SshServer:
             self.process.wait(timeout=10)
 
 
-class CutRelay:
-    """Relays 127.0.0.1:port to a server; ``cut_after(n)`` drops every connection after n more client bytes."""
+class Relay:
+    """Relays 127.0.0.1:port to a server, optionally at ``rate`` bytes/s each way (a slow link);
+    ``cut_after(n)`` drops every connection after n more client bytes."""
 
-    def __init__(self, target_port: int) -> None:
+    def __init__(self, target_port: int, rate: float | None = None) -> None:
         self.target_port = target_port
+        self.rate = rate
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self._lock = threading.Lock()
@@ -147,8 +149,12 @@ class CutRelay:
             threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
 
     def _pump(self, source: socket.socket, sink: socket.socket, counted: bool) -> None:
+        started, moved = time.monotonic(), 0
         try:
-            while data := source.recv(65536):
+            while data := source.recv(16384):
+                if self.rate:
+                    moved += len(data)
+                    time.sleep(max(0.0, moved / self.rate - (time.monotonic() - started)))
                 if counted:
                     with self._lock:
                         if self._budget is not None:
@@ -227,9 +233,9 @@ def ssh_home(tmp_path: Path, sshd: SshServer, monkeypatch: pytest.MonkeyPatch) -
 
 
 @pytest.fixture
-def relay(sshd: SshServer, ssh_home: SshHome) -> Iterator[CutRelay]:
+def relay(sshd: SshServer, ssh_home: SshHome) -> Iterator[Relay]:
     """A relay to the test sshd; ssh_home's known_hosts trusts the server behind the relay's port too."""
-    proxy = CutRelay(sshd.port)
+    proxy = Relay(sshd.port)
     with open(ssh_home.known_hosts, "a") as handle:
         handle.write(sshd.known_hosts_line(proxy.port))
     yield proxy

@@ -13,7 +13,7 @@ from kzbuild import deploy
 from kzbuild.devices.local import LocalTransport
 from kzbuild.errors import DeviceError
 from kzbuild.model.device import Device
-from tests.fixtures_deploy import write_manifest
+from tests.fixtures_deploy import CuttingTransport, write_manifest
 
 
 def deployed(kz, device_root: Path, artifact: Path, *extra: str) -> dict:
@@ -77,25 +77,6 @@ def test_human_summary_names_counts_bytes_and_time(kz, artifacts, tmp_path):
     assert " s" in text.split("metadata")[1]
     again = " ".join(kz("deploy", "--device", f"local:{tmp_path / 'device'}", "--artifact", str(build)).out.split())
     assert "b1 is already current" in again and "sent 0 file(s), 0 bytes" in again
-
-
-class CuttingTransport(LocalTransport):
-    """A local transport whose connection 'drops' after a number of bytes, as a dropped link would."""
-
-    def __init__(self, root: str, budget: int) -> None:
-        super().__init__(root)
-        self.budget = budget
-
-    def _copy(self, local: Path, remote: str, offset: int, progress) -> None:  # type: ignore[no-untyped-def]
-        size = local.stat().st_size - offset
-        if size <= self.budget:
-            self.budget -= size
-            return super()._copy(local, remote, offset, progress)
-        with open(local, "rb") as src, open(remote, "r+b" if offset else "wb") as dst:
-            src.seek(offset)
-            dst.seek(offset)
-            dst.write(src.read(self.budget))
-        raise DeviceError(f"{self.address}: connection lost while uploading {local.name}")
 
 
 def test_cut_deploy_keeps_current_and_the_next_one_resumes(artifacts, tmp_path):
