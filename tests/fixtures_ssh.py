@@ -117,6 +117,14 @@ class SshServer:
             self.process.wait(timeout=10)
 
 
+def shutdown(*sockets: socket.socket) -> None:
+    for sock in sockets:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
 class Relay:
     """Relays 127.0.0.1:port to a server, optionally at ``rate`` bytes/s each way (a slow link);
     ``cut_after(n)`` drops every connection after n more client bytes."""
@@ -171,20 +179,12 @@ class Relay:
         except OSError:
             pass
         finally:
-            for sock in (source, sink):
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            shutdown(source, sink)
 
     def _drop_all(self) -> None:
         self.cut.set()
         with self._lock:
-            for sock in self._sockets:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            shutdown(*self._sockets)
 
     def close(self) -> None:
         self.listener.close()
