@@ -1,4 +1,4 @@
-"""Fixtures for deploy tests: artifacts with real ELF files, a real sshd, a cutting relay."""
+"""Fixtures for deploy tests: artifacts with real ELF files, a real sshd, a cutting relay, the adb test device."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.adbdevice.fixtures import adb_device, adb_env, adb_server, make_adb_device  # noqa: F401 (fixtures)
 from tests.fixtures_deploy import ArtifactMaker
 from tests.fixtures_ssh import relay, ssh_home, sshd  # noqa: F401 (fixtures used by the tests here)
 
