@@ -173,7 +173,7 @@ class Relay:
                                 self._budget -= len(data)
                     if self._budget == 0:
                         sink.sendall(data)
-                        self._drop_all()
+                        self.cut_now()
                         return
                 sink.sendall(data)
         except OSError:
@@ -181,14 +181,15 @@ class Relay:
         finally:
             shutdown(source, sink)
 
-    def _drop_all(self) -> None:
+    def cut_now(self) -> None:
+        """Drop every connection, as a pulled cable would."""
         self.cut.set()
         with self._lock:
             shutdown(*self._sockets)
 
     def close(self) -> None:
         self.listener.close()
-        self._drop_all()
+        self.cut_now()
         for sock in self._sockets:
             sock.close()
 

@@ -27,8 +27,10 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT = 15.0  # TCP connect, banner and authentication, each
 IO_TIMEOUT = 60.0  # a single SFTP request or channel open with no answer
 UPLOAD_CHUNK = 256 * 1024
-# paramiko errors that mean the connection itself is gone or unusable
+# errors paramiko raises for a transfer or command; an SFTP request the server refuses is an OSError
 CONNECTION_ERRORS = (EOFError, socket.error, paramiko.SSHException)
+# of those, the ones that mean the connection itself is gone
+DROP_ERRORS = (EOFError, ConnectionError, TimeoutError, paramiko.SSHException)
 
 
 def default_known_hosts() -> Path:
@@ -105,10 +107,25 @@ class SshTransport:
             raise DeviceError(f"{self.address}: cannot connect to {self.host_label}: {exc}") from exc
 
     def _lost(self, doing: str, exc: BaseException) -> DeviceError:
+        """A DeviceError for ``exc``: the connection is gone, or the server refused one request."""
         transport = self._client.get_transport()
-        if transport is None or not transport.is_active():
-            return DeviceError(f"{self.address}: connection to {self.host_label} lost while {doing}: {exc or type(exc).__name__}")
-        return DeviceError(f"{self.address}: {doing} failed on {self.host_label}: {exc or type(exc).__name__}")
+        reason = str(exc) or type(exc).__name__
+        # paramiko's reader thread may not have noticed the drop yet, so the exception's kind counts too
+        if isinstance(exc, DROP_ERRORS) or transport is None or not transport.is_active():
+            return DeviceError(f"{self.address}: connection to {self.host_label} lost while {doing}: {reason}")
+        return DeviceError(f"{self.address}: {doing} failed on {self.host_label}: {reason}")
+
+    def _dropped(self, grace: float = 0.5) -> bool:
+        """Whether the connection is gone; a channel that closed without an exit status may
+        be the first sign of a drop, so give paramiko's reader ``grace`` seconds to notice."""
+        deadline = time.monotonic() + grace
+        while True:
+            transport = self._client.get_transport()
+            if transport is None or not transport.is_active():
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
 
     def _session(self) -> paramiko.Channel:
         transport = self._client.get_transport()
@@ -158,7 +175,7 @@ class SshTransport:
                 channel.close()
         except CONNECTION_ERRORS as exc:
             raise self._lost(f"running {argv[0]}", exc) from exc
-        if code == -1 and not self._client.get_transport().is_active():  # type: ignore[union-attr]
+        if code == -1 and self._dropped():
             raise DeviceError(f"{self.address}: connection to {self.host_label} lost while running {argv[0]}")
         return RemoteResult(code, bytes(out), bytes(err))
 

@@ -170,3 +170,19 @@ def test_a_connection_dropped_mid_upload_names_the_host(sshd, ssh_home, relay, t
     with pytest.raises(DeviceError, match="connection .* (lost|is closed)"):
         opened.run(["true"])
     opened.close()
+
+
+def test_a_command_killed_by_a_signal_is_not_a_lost_connection(transport):
+    result = transport.run(["sh", "-c", "kill -9 $$"])
+    assert result.returncode == -1  # ssh reports a signal, not an exit code
+    assert transport.run(["true"]).ok
+
+
+def test_a_connection_dropped_mid_command_names_the_host(sshd, ssh_home, relay, tmp_path):
+    import threading
+
+    opened = SshTransport(ssh_device(sshd, tmp_path, relay.port))
+    threading.Timer(0.3, relay.cut_now).start()
+    with pytest.raises(DeviceError, match=f"connection to 127.0.0.1:{relay.port} lost while running sleep"):
+        opened.run(["sleep", "5"])
+    opened.close()
