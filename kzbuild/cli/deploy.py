@@ -38,8 +38,8 @@ def open_device(settings: Settings, spec: str | None, default: str | None, trust
 
 @contextmanager
 def transfer_bars(enabled: bool) -> Iterator[Callable[[TransferProgress], None] | None]:
-    """A progress bar with bytes and rate for an upload; nothing when ``enabled`` is false."""
-    if not enabled:
+    """A progress bar with bytes and rate for an upload; nothing when ``enabled`` is false or stderr is no terminal."""
+    if not enabled or not err_console.is_terminal:  # no bars in logs and pipes
         yield None
         return
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())

@@ -278,6 +278,8 @@ def send(remote: Remote, layout: Layout, store_dir: str, uploads: Sequence[Uploa
             remote.transport.push(up.local, target, progress=report)
         done += up.size - offset
         report(up.size - offset)
+    if on_progress:
+        on_progress(TransferProgress("verifying sha256 on the device", done, total))
     found = _device_sha256(remote, layout, uploads)
     bad = [up for up in uploads if found.get(up.name) != up.sha256]
     _store(remote, layout, store_dir, [up for up in uploads if up not in bad])

@@ -225,3 +225,15 @@ def test_write_manifest_matches_the_loader(artifacts):
     build = artifacts.make("b1")
     write_manifest(build, "b1")
     assert deploy.load_artifact(build).build_id == "b1"
+
+
+def test_progress_reports_bytes_per_file_up_to_the_total(artifacts, tmp_path):
+    root = tmp_path / "device"
+    build = deploy.load_artifact(artifacts.make("b1", blob_size=3 << 20))
+    events = []
+    result = deploy.deploy(LocalTransport(str(root)), Device(name="t", transport="local", root=str(root)), build, on_progress=events.append)
+    assert {event.total for event in events} == {result.bytes_sent}
+    assert [event.done for event in events] == sorted(event.done for event in events)
+    assert events[-1].label == "verifying sha256 on the device" and events[-1].done == result.bytes_sent
+    assert {event.label for event in events[:-1]} == {"bin/hello", "lib/libblob.so", "lib/libgreet.so"}
+    assert len([event for event in events if event.label == "lib/libblob.so"]) > 2  # several updates for a big file
