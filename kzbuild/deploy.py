@@ -177,7 +177,7 @@ def _plan_uploads(artifact: Artifact, stored: frozenset[str]) -> list[Upload]:
         if entry.sha256 in stored or entry.sha256 in uploads:
             continue
         uploads[entry.sha256] = Upload(
-            local=artifact.directory / entry.path,
+            local=artifact.path / entry.path,
             sha256=entry.sha256,
             size=entry.size,
             mode=modes[entry.sha256],
@@ -294,7 +294,7 @@ def load_artifact(directory: Path) -> Artifact:
                 hint="the artifact changed after it was built; rebuild it",
             )
     recipe = doc.get("recipe")
-    return Artifact(build_id=build_id, directory=directory, files=files, recipe=recipe if isinstance(recipe, str) else None)
+    return Artifact(path=directory, build_id=build_id, files=files, recipe=recipe if isinstance(recipe, str) else None)
 
 
 # --- models ---

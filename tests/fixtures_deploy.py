@@ -46,7 +46,7 @@ def write_manifest(directory: Path, build_id: str, *, recipe: str | None = None)
     files = {}
     for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != "manifest.json"):
         rel = path.relative_to(directory).as_posix()
-        files[rel] = {"sha256": sha256(path), "size": path.stat().st_size, "mode": path.stat().st_mode & 0o777}
+        files[rel] = {"sha256": sha256(path), "size": path.stat().st_size, "mode": f"{path.stat().st_mode & 0o7777:04o}"}
     manifest = {"build_id": build_id, "recipe": recipe, "target": "host", "files": files, "inputs": {"test": True}}
     target = directory / "manifest.json"
     target.write_text(json.dumps(manifest, indent=2, sort_keys=True))

@@ -22,14 +22,14 @@ class ArtifactFile:
 
 @dataclass(frozen=True)
 class Artifact:
+    path: Path  # the artifact folder
     build_id: str
-    directory: Path
     files: tuple[ArtifactFile, ...]
     recipe: str | None = None
 
     @property
     def manifest_path(self) -> Path:
-        return self.directory / MANIFEST
+        return self.path / MANIFEST
 
     @property
     def total_size(self) -> int:
