@@ -8,7 +8,6 @@ from typing import Annotated, Optional
 
 import typer
 from rich.filesize import decimal
-from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
 from kzbuild import deploy, recipes
 from kzbuild.cli.sync import DEFAULT_RECIPE, JsonOpt, RecipeArg
@@ -42,6 +41,9 @@ def transfer_bars(enabled: bool) -> Iterator[Callable[[TransferProgress], None] 
     if not enabled or not err_console.is_terminal:  # no bars in logs and pipes
         yield None
         return
+    # imported here: rich.progress costs every kzbuild start-up ~60 ms otherwise
+    from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err_console, transient=True) as bars:
         task: TaskID | None = None
