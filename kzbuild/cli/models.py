@@ -11,7 +11,8 @@ from typing import Annotated, Optional
 import typer
 from rich.filesize import decimal
 
-from kzbuild import deploy, tinymodel
+from kzbuild import deploy
+from kzbuild.model import tinymodel as tiny_spec
 from kzbuild.cli.deploy import DeviceOpt, TrustOpt, open_device, transfer_bars
 from kzbuild.cli.sync import JsonOpt
 from kzbuild.cli.ui import console, context, print_json
@@ -23,8 +24,8 @@ models_app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-TinyArch = Enum("TinyArch", {name: name for name in tinymodel.ARCHS}, type=str)
-TinyType = Enum("TinyType", {name: name for name in tinymodel.FTYPES}, type=str)
+TinyArch = Enum("TinyArch", {name: name for name in tiny_spec.ARCHS}, type=str)
+TinyType = Enum("TinyType", {name: name for name in tiny_spec.FTYPES}, type=str)
 
 
 def register(app: typer.Typer) -> None:
@@ -40,7 +41,9 @@ def tiny_command(
     seed: Annotated[int, typer.Option("--seed", min=0, help="Random seed; the same arguments give the same bytes.")] = 0,
 ) -> None:
     """Write a tiny random GGUF model (a few hundred KB) that llama.cpp loads and runs."""
-    path = tinymodel.write_tiny_model(output, arch=arch.value, ftype=ftype.value, seed=seed)
+    from kzbuild.tinymodel import write_tiny_model  # numpy and gguf load only when needed
+
+    path = write_tiny_model(output, arch=arch.value, ftype=ftype.value, seed=seed)
     console.print(f"wrote {path} ({arch.value}, {ftype.value}, seed {seed}, {path.stat().st_size} bytes)", soft_wrap=True)
 
 
