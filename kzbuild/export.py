@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from kzbuild import proc
 from kzbuild.errors import KzError, PatchError, WorktreeError
-from kzbuild.gitcmd import KZ_EMAIL, KZ_IDENTITY, Git
+from kzbuild.gitcmd import KZ_EMAIL, Git
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.stack import DROP_WHEN, KZ_TEST, UPSTREAM_PR, UPSTREAM_STATUS, ExportResult, Patch
 from kzbuild.patchapply import patch_id
@@ -112,7 +112,7 @@ def new_patch(
         worktree.git("add", "-A")
         worktree.git(
             "commit", "-q", "--no-verify", "-F", "-",
-            env={**KZ_IDENTITY, "GIT_AUTHOR_NAME": author_name, "GIT_AUTHOR_EMAIL": author_email},
+            env={"GIT_AUTHOR_NAME": author_name, "GIT_AUTHOR_EMAIL": author_email},  # committer: kzbuild (gitcmd)
             input=message,
         )
         commit = worktree.git("rev-parse", "HEAD")

@@ -37,7 +37,7 @@ def recipe_path(recipes_dir: Path, name_or_path: str) -> Path:
 def list_recipes(recipes_dir: Path) -> list[str]:
     names = []
     for path in sorted(recipes_dir.rglob("*.y*ml")):
-        if path.suffix in (".yaml", ".yml"):
+        if path.suffix in (".yaml", ".yml") and path.name != "devices.yaml":
             names.append(path.relative_to(recipes_dir).with_suffix("").as_posix())
     return names
 

@@ -14,6 +14,8 @@ from typing import Annotated, Optional
 import typer
 
 from kzbuild import __version__
+from kzbuild.cli import deploy as deploy_commands
+from kzbuild.cli import models as models_commands
 from kzbuild.cli import patches as patches_commands
 from kzbuild.cli import sync as sync_commands
 from kzbuild.cli.ui import Context, console, err_console, setup_logging, tracebacks_wanted
@@ -29,7 +31,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for module in (sync_commands, patches_commands):
+for module in (sync_commands, patches_commands, deploy_commands, models_commands):
     module.register(app)
 
 
@@ -70,12 +72,14 @@ def main(argv: list[str] | None = None) -> int:
         code = exc.exit_code
     except typer.Abort:
         code = 1
-    except typer.TyperException as exc:  # usage errors (typer vendors its own click: not click.ClickException)
-        show = getattr(exc, "show", None)
-        if not callable(show):
+    except Exception as exc:  # usage errors: click's, or those of the click that newer typer vendors
+        import click
+
+        if isinstance(exc, (click.ClickException, typer.TyperException)) and hasattr(exc, "show"):
+            exc.show()
+            code = exc.exit_code
+        else:
             raise
-        show()
-        code = getattr(exc, "exit_code", 2)
     if argv is not None:
         return code
     sys.exit(code)
