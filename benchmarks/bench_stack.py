@@ -24,12 +24,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
-
-from conftest import PIN_0_3_21, Project, UpstreamRepo  # noqa: E402
-from fixtures_stack import add_patch, file_source, fit, make_patch, make_real_patches, real_recipe_yaml  # noqa: E402
+sys.path.insert(0, str(REPO))
 
 from kzbuild import recipes  # noqa: E402
+from tests.conftest import PIN_0_3_21, Project, UpstreamRepo  # noqa: E402
+from tests.fixtures_stack import add_patch, file_source, fit, make_patch, make_real_patches, real_recipe_yaml  # noqa: E402
 
 BISECT_POSITIONS = (1, 2, 17, 32, 33, 37, 50, 63, 64)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import Project, UpstreamRepo, git
+from tests.conftest import Project, UpstreamRepo, git
 from kzbuild import export, sync
 from kzbuild.model.recipe import Recipe
 from kzbuild.settings import Settings

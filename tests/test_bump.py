@@ -6,8 +6,8 @@ import json
 
 import yaml
 
-from conftest import git
-from fixtures_stack import add_patch, file_source, fit, flat, make_patch
+from tests.conftest import git
+from tests.fixtures_stack import add_patch, file_source, fit, flat, make_patch
 
 
 def recipe_text(commit: str, upstream) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import git
-from fixtures_stack import GOOD_TRAILERS, add_patch, file_source, fit, make_patch
+from tests.conftest import git
+from tests.fixtures_stack import GOOD_TRAILERS, add_patch, file_source, fit, make_patch
 
 
 def check(kz, *args: str) -> tuple[int, dict]:

@@ -6,7 +6,7 @@ from datetime import date, datetime, timezone
 
 import yaml
 
-from fixtures_stack import add_patch, fit, flat, make_patch
+from tests.fixtures_stack import add_patch, fit, flat, make_patch
 from kzbuild.stack import drop_patch, lint_series, read_dropped
 
 

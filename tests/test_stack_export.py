@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from conftest import git
-from fixtures_stack import add_patch, file_source, fit, flat, make_patch, tree_digest
+from tests.conftest import git
+from tests.fixtures_stack import add_patch, file_source, fit, flat, make_patch, tree_digest
 from kzbuild.stack import lint_series
 
 
