@@ -24,20 +24,13 @@ from kzbuild import proc
 from kzbuild.errors import KzError, PatchError, WorktreeError
 from kzbuild.gitcmd import KZ_EMAIL, Git
 from kzbuild.model.recipe import Recipe
-from kzbuild.model.stack import DROP_WHEN, KZ_TEST, UPSTREAM_PR, UPSTREAM_STATUS, ExportResult, Patch
+from kzbuild.model.check import ExportResult
+from kzbuild.model.patch import DROP_WHEN, KZ_TEST, UPSTREAM_PR, UPSTREAM_STATUS, Patch
 from kzbuild.patchapply import patch_id
 from kzbuild.settings import Settings
 from kzbuild.model.stack import SeriesEntry
-from kzbuild.stack import (
-    DIFF_OPTIONS,
-    parse_patch,
-    patch_file_name,
-    read_patch,
-    read_series,
-    reorder_series,
-    trailer_value_problem,
-    write_atomic,
-)
+from kzbuild.patchfile import DIFF_OPTIONS, parse_patch, patch_file_name, read_patch, trailer_value_problem
+from kzbuild.stack import read_series, reorder_series, write_atomic
 from kzbuild.sync import Lock, Worktree, WorktreeState, read_lock, sha256_file
 
 EXPORT_STATE = "kz-export.json"  # inside the worktree's .git: the series as this worktree last wrote it

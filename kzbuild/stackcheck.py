@@ -20,11 +20,14 @@ from kzbuild import proc
 from kzbuild.errors import KzError, SourceError
 from kzbuild.gitcmd import ISOLATED_ENV, Git
 from kzbuild.model.recipe import Recipe, Source
-from kzbuild.model.stack import Patch, PatchCheck, Problem, StackCheck, Verdict
+from kzbuild.model.check import PatchCheck, StackCheck, Verdict
+from kzbuild.model.patch import Patch
+from kzbuild.model.stack import Problem
 from kzbuild.patchapply import apply_any, classify, history_truncated, is_ancestor, missing_preimages
 from kzbuild.settings import Settings
 from kzbuild.sources import ObjectCache, Progress, _extract_vendored_gitdirs
-from kzbuild.stack import read_patch, read_series
+from kzbuild.patchfile import read_patch
+from kzbuild.stack import read_series
 from kzbuild.sync import Worktree
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from datetime import date, datetime, timezone
 import yaml
 
 from tests.fixtures_stack import add_patch, fit, flat, make_patch
-from kzbuild.stack import drop_patch, lint_series, read_dropped
+from kzbuild.patchfile import drop_patch, lint_series, read_dropped
 
 
 def three(project, upstream):

@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import git
 from tests.fixtures_stack import add_patch, file_source, fit, flat, make_patch, tree_digest
-from kzbuild.stack import lint_series
+from kzbuild.patchfile import lint_series
 
 
 @pytest.fixture

@@ -1,21 +1,27 @@
-"""``kzbuild patches ...`` (the patch stack) and ``kzbuild bump`` (move a recipe's pin)."""
+"""``kzbuild patches ...`` (the patch stack) and ``kzbuild bump`` (move a recipe's pin).
+
+The capability modules are imported inside the commands: every kzbuild start (a no-op sync
+included) would otherwise pay for loading them.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kzbuild import bump, export, recipes, stack, stackcheck
+from kzbuild import recipes
 from kzbuild.cli.sync import DEFAULT_RECIPE, JsonOpt, RecipeArg
 from kzbuild.cli.ui import activity, console, context, print_json
 from kzbuild.errors import PatchError
-from kzbuild.model.stack import BisectResult, ExportResult, Problem, StackCheck, Verdict
 from kzbuild.settings import Settings
-from kzbuild.sync import read_lock
+
+if TYPE_CHECKING:
+    from kzbuild.model.check import BisectResult, ExportResult, StackCheck
+    from kzbuild.model.stack import Problem
 
 patches_app = typer.Typer(
     name="patches",
@@ -25,13 +31,7 @@ patches_app = typer.Typer(
 
 HistoryOpt = Annotated[bool, typer.Option("--fetch-history", help="Fetch the upstream history between the pin and the target from a git source, so patch-ids and commit counts can be used.")]
 SeriesOpt = Annotated[Optional[Path], typer.Option("--series", help="Series file (default: patches/series of the project).")]
-VERDICT_STYLE = {
-    Verdict.CLEAN: "green",
-    Verdict.THREE_WAY: "yellow",
-    Verdict.CONFLICT: "bold red",
-    Verdict.UPSTREAMED: "cyan",
-    Verdict.EMPTY: "magenta",
-}
+VERDICT_STYLE = {"clean": "green", "3way": "yellow", "conflict": "bold red", "upstreamed": "cyan", "empty": "magenta"}
 
 
 def register(app: typer.Typer) -> None:
@@ -55,8 +55,11 @@ def list_command(
     json_out: JsonOpt = False,
 ) -> None:
     """The series in apply order: lint status, upstream status, files touched, lines added and removed."""
+    from kzbuild.patchfile import lint_series
+    from kzbuild.sync import read_lock
+
     settings = context(ctx).settings
-    patches, problems = stack.lint_series(_series_path(settings, series))
+    patches, problems = lint_series(_series_path(settings, series))
     synced = {}
     if recipe:
         lock = read_lock(recipes.load_recipe(settings.project, recipe).lock_path)
@@ -102,13 +105,16 @@ def lint_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Check the series and every patch: trailers, series <-> files, CRLF damage, index lines, fuzz."""
+    from kzbuild.patchfile import lint_series
+    from kzbuild.stackcheck import tree_problems
+
     settings = context(ctx).settings
-    patches, problems = stack.lint_series(_series_path(settings, series))
+    patches, problems = lint_series(_series_path(settings, series))
     if recipe and not problems:
         loaded = recipes.load_recipe(settings.project, recipe)
         with activity(f"applying the stack at {loaded.upstream.commit[:12]}") as progress:
             progress("")
-            problems += stackcheck.tree_problems(settings, loaded, patches)
+            problems += tree_problems(settings, loaded, patches)
     _print_problems(settings, problems, json_out, checked=len(patches))
     if problems:
         raise PatchError(f"lint found {len(problems)} problem(s)")
@@ -133,10 +139,12 @@ def check_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Apply the stack in a scratch repo and classify each patch: clean, 3way, conflict, upstreamed, empty."""
+    from kzbuild.stackcheck import check_stack
+
     settings = context(ctx).settings
     loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
     with activity(f"checking {loaded.name}") as progress:
-        report = stackcheck.check_stack(settings, loaded, against=against, fetch_history=fetch_history, progress=progress)
+        report = check_stack(settings, loaded, against=against, fetch_history=fetch_history, progress=progress)
     if json_out:
         print_json({"recipe": loaded.name, **report.to_dict()})
     else:
@@ -152,7 +160,7 @@ def _print_check(report: StackCheck) -> None:
         console.print(f"  since the pin {report.since[:12]}: {between}; history {report.history}")
     table = Table("patch", "result", "detail")
     for result in report.patches:
-        style = VERDICT_STYLE[result.verdict]
+        style = VERDICT_STYLE[result.verdict.value]
         table.add_row(escape(result.name), f"[{style}]{result.verdict.value}[/{style}]", escape(result.describe()))
     console.print(table)
     for note in report.notes:
@@ -166,9 +174,11 @@ def export_command(
     force: Annotated[bool, typer.Option("--force", help="Overwrite patch files that changed since this worktree was synced.")] = False,
 ) -> None:
     """Write the worktree's commits above the base back to patches/ and the series (byte-identical when unchanged)."""
+    from kzbuild.export import export
+
     settings = context(ctx).settings
     loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
-    result = export.export(settings, loaded, force=force)
+    result = export(settings, loaded, force=force)
     _print_export(result)
 
 
@@ -201,9 +211,11 @@ def new_command(
     author: Annotated[Optional[str], typer.Option(help="'Name <email>' (default: your git identity).")] = None,
 ) -> None:
     """Make the worktree's uncommitted changes a new patch at the top of the stack, and export."""
+    from kzbuild.export import new_patch
+
     settings = context(ctx).settings
     loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
-    made, result = export.new_patch(
+    made, result = new_patch(
         settings, loaded, name, subject=subject, test=test, upstream_status=upstream_status,
         upstream_pr=upstream_pr, drop_when=drop_when, author=author,
     )
@@ -220,10 +232,12 @@ def drop_command(
     series: SeriesOpt = None,
 ) -> None:
     """Remove a patch from the series and delete its file, recording why in patches/DROPPED.yaml."""
+    from kzbuild.patchfile import DROPPED_LOG, drop_patch
+
     settings = context(ctx).settings
     path = _series_path(settings, series)
-    stack.drop_patch(path, name, reason=reason, upstream=upstream)
-    console.print(f"dropped {name}; recorded in {_shown(settings, path.parent / stack.DROPPED_LOG)}")
+    record = drop_patch(path, name, reason=reason, upstream=upstream)
+    console.print(f"dropped {record.patch}; recorded in {_shown(settings, path.parent / DROPPED_LOG)}")
 
 
 @patches_app.command("move")
@@ -235,8 +249,10 @@ def move_command(
     series: SeriesOpt = None,
 ) -> None:
     """Move a patch in the series, keeping its comments; warns when it crosses a patch touching the same files."""
+    from kzbuild.patchfile import move_patch
+
     settings = context(ctx).settings
-    overlapping = stack.move_patch(_series_path(settings, series), name, before=before, after=after)
+    overlapping = move_patch(_series_path(settings, series), name, before=before, after=after)
     console.print(f"moved {name} {'before ' + before if before else 'after ' + str(after)}")
     if overlapping:
         console.print(
@@ -255,6 +271,9 @@ def bump_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Check the patch stack against a newer upstream commit, and move the recipe's pin there."""
+    from kzbuild import bump
+    from kzbuild.patchfile import DROPPED_LOG
+
     settings = context(ctx).settings
     loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
     with activity(f"checking {loaded.name} against {to}") as progress:
@@ -278,7 +297,7 @@ def bump_command(
         return
     console.print(f"[green]bumped[/green] {_shown(settings, written.recipe)} to {planned.target.commit}")
     for name in written.dropped:
-        console.print(f"  dropped {name} (upstreamed); recorded in patches/{stack.DROPPED_LOG}")
+        console.print(f"  dropped {name} (upstreamed); recorded in patches/{DROPPED_LOG}")
     for note in written.sync.notes + written.notes:
         console.print(f"  [dim]{escape(note)}[/dim]")
     console.print(f"  synced; lock {_shown(settings, loaded.lock_path)} head {written.sync.lock.head[:12]}")
