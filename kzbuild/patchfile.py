@@ -32,7 +32,7 @@ from kzbuild.model.patch import (
     Trailer,
 )
 from kzbuild.model.stack import Problem, Series, SeriesEntry
-from kzbuild.stack import parse_series, read_series, reorder_series, unlisted_patches, write_atomic
+from kzbuild.stack import parse_series, read_series, reorder_series, series_files, unlisted_patches, write_atomic
 
 DROPPED_LOG = "DROPPED.yaml"
 # Every diff kzbuild writes or compares is made with these, whatever the local git config says,
@@ -332,7 +332,8 @@ def trailer_value_problem(key: str, value: str) -> str | None:
 def lint_series(series_path: Path) -> tuple[list[Patch], list[Problem]]:
     """Everything lint finds without an upstream tree: series, files, format, trailers."""
     series, problems = parse_series(series_path)
-    problems += [Problem(path, None, f"patch file is not listed in {series_path.name}") for path in unlisted_patches(series)]
+    files = ", ".join(p.name for p in series_files(series.directory))
+    problems += [Problem(path, None, f"patch file is not listed in any series file ({files})") for path in unlisted_patches(series.directory)]
     patches = [read_patch(entry.path, entry.name) for entry in series.entries]
     for patch in patches:
         problems += list(patch.problems) + trailer_problems(patch)

@@ -52,10 +52,15 @@ def read_series(path: Path) -> Series:
     return series
 
 
-def unlisted_patches(series: Series) -> list[Path]:
-    """Patch files in the series' folder that the series does not name."""
-    listed = {entry.path for entry in series.entries}
-    return sorted(p.resolve() for p in series.directory.rglob("*.patch") if p.resolve() not in listed)
+def series_files(folder: Path) -> list[Path]:
+    """The series files of a patches folder: ``series`` and any ``*.series`` (recipes may name their own)."""
+    return sorted(p for p in folder.iterdir() if p.is_file() and (p.name == "series" or p.suffix == ".series"))
+
+
+def unlisted_patches(folder: Path) -> list[Path]:
+    """Patch files in ``folder`` that no series file there names."""
+    listed = {entry.path for path in series_files(folder) for entry in parse_series(path)[0].entries}
+    return sorted(p.resolve() for p in folder.rglob("*.patch") if p.resolve() not in listed)
 
 
 @dataclass

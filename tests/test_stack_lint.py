@@ -117,11 +117,24 @@ def test_series_and_files_must_match(project, kz):
         "series:2: patch file 'gone.patch' does not exist",
         "series:3: 'fix.patch' is listed twice (first on line 1)",
         "series:4: '../escape.patch' lies outside the series folder",
-        "stray.patch:None: patch file is not listed in series",
+        "stray.patch:None: patch file is not listed in any series file (series)",
     ]
     assert code == 5
     result = kz("patches", "lint")
     assert "lint found 4 problem(s)" in result.err
+
+
+def test_a_patch_listed_by_another_series_file_is_not_stray(project, upstream, kz):
+    add_patch(project, "fix.patch", GOOD)
+    project.write("patches/old.patch", GOOD.replace("+fixed 5", "+old 5"))
+    project.write("patches/archive.series", "# an archive recipe's own stack\nold.patch\n")
+    assert lint(kz) == (0, [])
+    project.recipe("arch", commit=upstream.head(), sources=[file_source(upstream)], extra="patches: patches/archive.series\n")
+    assert "ok: 1 patch(es), no problems" in kz("patches", "lint", "--recipe", "arch").out  # its own series
+    rows = json.loads(kz("patches", "list", "--recipe", "arch", "--json").out)
+    assert [r["patch"] for r in rows] == ["old.patch"]
+    project.write("patches/stray.patch", GOOD)
+    assert lint(kz)[1] == ["stray.patch:None: patch file is not listed in any series file (archive.series, series)"]
 
 
 def test_crlf_damage(project, kz):

@@ -21,6 +21,7 @@ from kzbuild.settings import Settings
 
 if TYPE_CHECKING:
     from kzbuild.model.check import BisectResult, ExportResult, StackCheck
+    from kzbuild.model.recipe import Recipe
     from kzbuild.model.stack import Problem
 
 patches_app = typer.Typer(
@@ -30,7 +31,7 @@ patches_app = typer.Typer(
 )
 
 HistoryOpt = Annotated[bool, typer.Option("--fetch-history", help="Fetch the upstream history between the pin and the target from a git source, so patch-ids and commit counts can be used.")]
-SeriesOpt = Annotated[Optional[Path], typer.Option("--series", help="Series file (default: patches/series of the project).")]
+SeriesOpt = Annotated[Optional[Path], typer.Option("--series", help="Series file (default: the --recipe's series, else patches/series).")]
 VERDICT_STYLE = {"clean": "green", "3way": "yellow", "conflict": "bold red", "upstreamed": "cyan", "empty": "magenta"}
 
 
@@ -39,8 +40,10 @@ def register(app: typer.Typer) -> None:
     app.command("bump")(bump_command)
 
 
-def _series_path(settings: Settings, series: Path | None) -> Path:
-    return (series or settings.patches / "series").resolve()
+def _series_path(settings: Settings, series: Path | None, recipe: Recipe | None = None) -> Path:
+    if series is None:
+        series = recipe.series if recipe else settings.patches / "series"
+    return series.resolve()
 
 
 def _shown(settings: Settings, path: Path) -> str:
@@ -51,7 +54,7 @@ def _shown(settings: Settings, path: Path) -> str:
 def list_command(
     ctx: typer.Context,
     series: SeriesOpt = None,
-    recipe: Annotated[Optional[str], typer.Option(help="Also show how this recipe's last sync used each patch.")] = None,
+    recipe: Annotated[Optional[str], typer.Option(help="List this recipe's series, and how its last sync used each patch.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """The series in apply order: lint status, upstream status, files touched, lines added and removed."""
@@ -59,10 +62,11 @@ def list_command(
     from kzbuild.sync import read_lock
 
     settings = context(ctx).settings
-    patches, problems = lint_series(_series_path(settings, series))
+    loaded = recipes.load_recipe(settings.project, recipe) if recipe else None
+    patches, problems = lint_series(_series_path(settings, series, loaded))
     synced = {}
-    if recipe:
-        lock = read_lock(recipes.load_recipe(settings.project, recipe).lock_path)
+    if loaded:
+        lock = read_lock(loaded.lock_path)
         synced = {p.file: (p.commit[:12] if p.commit else f"skipped: upstreamed ({p.upstreamed})") for p in lock.patches} if lock else {}
     rows = []
     for patch in patches:
@@ -101,7 +105,7 @@ def list_command(
 def lint_command(
     ctx: typer.Context,
     series: SeriesOpt = None,
-    recipe: Annotated[Optional[str], typer.Option(help="Also check that every patch applies exactly (no fuzz, no 3-way merge) at this recipe's pin.")] = None,
+    recipe: Annotated[Optional[str], typer.Option(help="Lint this recipe's series, and check that every patch applies exactly (no fuzz, no 3-way merge) at its pin.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Check the series and every patch: trailers, series <-> files, CRLF damage, index lines, fuzz."""
@@ -109,9 +113,9 @@ def lint_command(
     from kzbuild.stackcheck import tree_problems
 
     settings = context(ctx).settings
-    patches, problems = lint_series(_series_path(settings, series))
-    if recipe and not problems:
-        loaded = recipes.load_recipe(settings.project, recipe)
+    loaded = recipes.load_recipe(settings.project, recipe) if recipe else None
+    patches, problems = lint_series(_series_path(settings, series, loaded))
+    if loaded and not problems:
         with activity(f"applying the stack at {loaded.upstream.commit[:12]}") as progress:
             progress("")
             problems += tree_problems(settings, loaded, patches)
