@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from kzbuild import proc
 from kzbuild.errors import KzError, PatchError, WorktreeError
 from kzbuild.gitcmd import KZ_EMAIL, Git
-from kzbuild.model.recipe import Recipe
 from kzbuild.model.check import ExportResult
 from kzbuild.model.patch import DROP_WHEN, KZ_TEST, UPSTREAM_PR, UPSTREAM_STATUS, Patch
-from kzbuild.patchapply import patch_id
-from kzbuild.settings import Settings
+from kzbuild.model.recipe import Recipe
 from kzbuild.model.stack import SeriesEntry
+from kzbuild.patchapply import patch_id
 from kzbuild.patchfile import DIFF_OPTIONS, parse_patch, patch_file_name, read_patch, trailer_value_problem
+from kzbuild.settings import Settings
 from kzbuild.stack import read_series, reorder_series, write_atomic
 from kzbuild.sync import Lock, Worktree, WorktreeState, read_lock, sha256_file
 
@@ -208,8 +208,8 @@ def _refuse_stale(worktree: Worktree, entries: tuple[SeriesEntry, ...], lock: Lo
         raise PatchError(
             "these patches changed since the worktree was synced or exported, and export would overwrite them:\n  "
             + "\n  ".join(stale),
-            hint="keep their new version: commit your worktree work, 'kzbuild sync --force' after saving it elsewhere, "
-            "or export anyway with --force",
+            hint=f"to keep their new version, save your commits (git -C {worktree.path} format-patch refs/kz/base) and "
+            f"'kzbuild sync {worktree.recipe.name} --force'; to overwrite them, 'kzbuild patches export --force'",
         )
 
 

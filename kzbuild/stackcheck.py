@@ -19,14 +19,14 @@ from pathlib import Path
 from kzbuild import proc
 from kzbuild.errors import KzError, SourceError
 from kzbuild.gitcmd import ISOLATED_ENV, Git
-from kzbuild.model.recipe import Recipe, Source
 from kzbuild.model.check import PatchCheck, StackCheck, Verdict
 from kzbuild.model.patch import Patch
+from kzbuild.model.recipe import Recipe, Source
 from kzbuild.model.stack import Problem
 from kzbuild.patchapply import apply_any, classify, history_truncated, is_ancestor, missing_preimages
+from kzbuild.patchfile import read_patch
 from kzbuild.settings import Settings
 from kzbuild.sources import ObjectCache, Progress, _extract_vendored_gitdirs
-from kzbuild.patchfile import read_patch
 from kzbuild.stack import read_series
 from kzbuild.sync import Worktree
 

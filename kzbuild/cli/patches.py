@@ -175,7 +175,7 @@ def _print_check(report: StackCheck) -> None:
 def export_command(
     ctx: typer.Context,
     recipe: RecipeArg = None,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite patch files that changed since this worktree was synced.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite (or remove) patch files that changed since this worktree was synced or exported.")] = False,
 ) -> None:
     """Write the worktree's commits above the base back to patches/ and the series (byte-identical when unchanged)."""
     from kzbuild.export import export
