@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from kzbuild import __version__
+from kzbuild.cli import bench as bench_commands
 from kzbuild.cli import sync as sync_commands
 from kzbuild.cli.ui import Context, console, err_console, setup_logging, tracebacks_wanted
 from kzbuild.errors import KzError
@@ -28,7 +29,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for module in (sync_commands,):
+for module in (sync_commands, bench_commands):
     module.register(app)
 
 
