@@ -243,9 +243,9 @@ def bench(
         if not result.ok:
             raise CommandFailed(call.argv, result.returncode, stderr_log.read_text(errors="replace"), hint=f"full log: {stderr_log}")
         made = [
-            make_record(test, run_id=run_id, host_time=host_time, release=release, device=device, state=state, spec=spec,
-                        model_hash=model_hash, argv=call.argv, env=call.env, cwd=call.cwd, point=point, seed=seed)
-            for test in parse_llama_bench_json(result.stdout)
+            make_record(test, run_id=run_id, host_time=host_time, seq=len(records) + position, release=release, device=device,
+                        state=state, spec=spec, model_hash=model_hash, argv=call.argv, env=call.env, cwd=call.cwd, point=point, seed=seed)
+            for position, test in enumerate(parse_llama_bench_json(result.stdout))
         ]  # fmt: skip
         store.add(made)
         records += made
@@ -257,6 +257,7 @@ def make_record(
     *,
     run_id: str,
     host_time: str,
+    seq: int,
     release: Release,
     device: Device,
     state: DeviceState,
@@ -274,6 +275,7 @@ def make_record(
         kind="bench",
         host_time=host_time,
         test=bench_test_name(int(test.get("n_prompt", 0)), int(test.get("n_gen", 0)), int(test.get("n_depth", 0))),
+        seq=seq,
         build=BuildInfo(
             build_id=release.build_id,
             recipe=manifest.get("recipe"),

@@ -2,7 +2,7 @@
 
 ``results/results.sqlite3`` (git-ignored) is the database, with a versioned schema
 (``schema_migrations``). ``results/results.jsonl`` holds every measured record, one per line
-with sorted keys, in (host time, record id) order; it is rewritten after each write and read
+with sorted keys, in (host time, run, position) order; it is rewritten after each write and read
 back whenever it changed (a ``git pull`` brings teammates' results in). ``results/seed-*.yaml``
 hold historical figures typed in by hand; they load as ``manual`` rows and are not exported.
 Record ids are content hashes, so importing anything twice stores it once.
@@ -51,6 +51,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             run_id TEXT NOT NULL,
             kind TEXT NOT NULL,
             host_time TEXT NOT NULL,
+            seq INTEGER NOT NULL,
             build_id TEXT,
             device TEXT NOT NULL,
             test TEXT NOT NULL,
@@ -153,12 +154,12 @@ class ResultsStore:
 
     def _insert(self, records: Iterable[BenchRecord]) -> int:
         rows = [
-            (r.record_id, r.run_id, r.kind, r.host_time, r.build.build_id, r.device.name, r.test, canonical_json(r.to_dict()))
+            (r.record_id, r.run_id, r.kind, r.host_time, r.seq, r.build.build_id, r.device.name, r.test, canonical_json(r.to_dict()))
             for r in records
         ]
         before = self.conn.total_changes
         self.conn.execute("BEGIN")
-        self.conn.executemany("INSERT OR IGNORE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        self.conn.executemany("INSERT OR IGNORE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         self.conn.execute("COMMIT")
         return self.conn.total_changes - before
 
@@ -178,7 +179,7 @@ class ResultsStore:
         """Rewrite results.jsonl: measured records, one per line, stable order."""
         lines = [
             row[0] + "\n"
-            for row in self.conn.execute("SELECT record FROM records WHERE kind = 'bench' ORDER BY host_time, record_id")
+            for row in self.conn.execute("SELECT record FROM records WHERE kind = 'bench' ORDER BY host_time, run_id, seq, record_id")
         ]
         temp = self.jsonl_path.with_suffix(".jsonl.tmp")
         temp.write_text("".join(lines), encoding="utf-8")
@@ -187,9 +188,9 @@ class ResultsStore:
 
     # --- reading ---
     def records(self, selector: str | None = None) -> list[BenchRecord]:
-        """Records in (host time, id) order; ``selector`` is a run id or build id (prefix), or ``latest``."""
+        """Records in (host time, run, position) order; ``selector`` is a run id or build id (prefix), or ``latest``."""
         if selector is None:
-            rows = self.conn.execute("SELECT record FROM records ORDER BY host_time, record_id")
+            rows = self.conn.execute("SELECT record FROM records ORDER BY host_time, run_id, seq, record_id")
         else:
             if selector == LATEST:
                 latest = self.conn.execute("SELECT run_id FROM records WHERE kind = 'bench' ORDER BY host_time DESC LIMIT 1").fetchone()
@@ -198,7 +199,7 @@ class ResultsStore:
                 selector = latest[0]
             pattern = selector.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
             rows = self.conn.execute(
-                "SELECT record FROM records WHERE run_id LIKE ? ESCAPE '\\' OR build_id LIKE ? ESCAPE '\\' ORDER BY host_time, record_id",
+                "SELECT record FROM records WHERE run_id LIKE ? ESCAPE '\\' OR build_id LIKE ? ESCAPE '\\' ORDER BY host_time, run_id, seq, record_id",
                 (pattern, pattern),
             )
         found = [BenchRecord.from_dict(_json_loads(row[0])) for row in rows]
@@ -297,6 +298,7 @@ def load_seed(path: Path) -> list[BenchRecord]:
                 kind="manual",
                 host_time=date,
                 test=figure.get_str("test") or "",
+                seq=index,
                 build=BuildInfo(build_id=None, upstream=doc.get_str("upstream")),
                 device=DeviceInfo(name=device.get_str("name") or "", fingerprint=fingerprint),
                 model=ModelInfo(name=figure.get_str("model") or ""),

@@ -125,8 +125,8 @@ def run_tool(
     release = current_release(transport, device)
     for warning in env_warnings(settings, release, env):
         log.warning("%s", warning)
-    check_tool(transport, device, release, tool)
     call = invocation(device, release, tool, args, env)
+    check_tool(transport, device, release, tool)
     result = transport.run(call.argv, cwd=call.cwd, env=call.env, timeout=timeout, on_stdout=on_stdout, on_stderr=on_stderr)
     return result.returncode
 

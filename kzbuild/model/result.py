@@ -116,6 +116,7 @@ class BenchRecord:
     kind: RecordKind
     host_time: str  # ISO 8601 UTC when the test's run started (manual: the date of the figure)
     test: str  # pp512, tg128, ...
+    seq: int  # position in its run: records of a run keep the order llama-bench printed them in
     build: BuildInfo
     device: DeviceInfo
     model: ModelInfo
