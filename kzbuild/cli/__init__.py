@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from kzbuild import __version__
 from kzbuild.cli import bench as bench_commands
@@ -84,8 +85,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report_error(exc: KzError) -> None:
-    err_console.print(f"[bold red]error:[/bold red] {exc.message}", highlight=False, markup=True)
+    # messages carry paths, argv and env values: brackets in them are text, not markup
+    err_console.print(f"[bold red]error:[/bold red] {escape(exc.message)}", highlight=False, markup=True)
     if exc.hint:
-        err_console.print(f"[yellow]hint:[/yellow] {exc.hint}", highlight=False)
+        err_console.print(f"[yellow]hint:[/yellow] {escape(exc.hint)}", highlight=False)
     if tracebacks_wanted():
         err_console.print_exception()

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from kzbuild import bench, results
@@ -125,23 +126,24 @@ def bench_command(
         print_json({"run_id": run.run_id, "seed": run.seed, "logs": str(run.logs), "records": [r.to_dict() | {"record_id": r.record_id} for r in run.records]})
         return
     _print_records(run.records, title=f"run {run.run_id} on {target.name}", markdown=False)
-    console.print(f"stored {len(run.records)} records as run [bold]{run.run_id}[/bold] (sweep seed {run.seed}); logs in {run.logs}")
+    _say(f"stored {len(run.records)} records as run {run.run_id} (sweep seed {run.seed}); logs in {run.logs}")
 
 
 # --- results ---
 @results_app.command("list")
-def results_list(ctx: typer.Context, json_out: JsonOpt = False) -> None:
+def results_list(ctx: typer.Context, json_out: JsonOpt = False, markdown: MarkdownOpt = False) -> None:
     """List stored runs (measured and manual), oldest first."""
     with results.ResultsStore(context(ctx).settings.results) as store:
         runs = store.runs()
     if json_out:
         print_json([run.__dict__ for run in runs])
         return
-    table = Table("run", "kind", "time", "device", "build", "model", "tests", "records")
-    for run in runs:
-        builds = ", ".join(b[:12] for b in run.build_ids) or "-"
-        table.add_row(run.run_id, run.kind, run.host_time, run.device, builds, ", ".join(run.models), " ".join(run.tests), str(run.records))
-    console.print(table)
+    rows = [
+        [run.run_id, run.kind, run.host_time, run.device, ", ".join(b[:12] for b in run.build_ids) or "-",
+         ", ".join(run.models), " ".join(run.tests), str(run.records)]
+        for run in runs
+    ]  # fmt: skip
+    _render("results", ["run", "kind", "time", "device", "build", "model", "tests", "records"], rows, markdown=markdown)
 
 
 @results_app.command("show")
@@ -160,11 +162,11 @@ def results_show(
     _print_records(records, title=selector, markdown=markdown)
     first = records[0]
     if first.kind == "manual":
-        console.print(f"manual reference figures; source: {first.source.split(': ', 1)[-1]}")
+        _say(f"manual reference figures; source: {first.source.split(': ', 1)[-1]}")
         return
-    console.print(f"build {first.build.build_id} (recipe {first.build.recipe}, commit {first.build.build_commit})")
-    console.print(f"device {results.describe_device(first)}; model {first.model.path} sha256 {first.model.sha256}")
-    console.print(f"argv: {' '.join(first.argv)}")
+    _say(f"build {first.build.build_id} (recipe {first.build.recipe}, commit {first.build.build_commit})")
+    _say(f"device {results.describe_device(first)}; model {first.model.path} sha256 {first.model.sha256}")
+    _say(f"argv: {' '.join(first.argv)}")
 
 
 @results_app.command("compare")
@@ -208,7 +210,7 @@ def results_plot(
         # Manual reference rows are drawn only when selected by name: they come from other devices.
         records = [r for s in selectors for r in store.records(s)] if selectors else [r for r in store.records() if r.kind == "bench"]
     written = results.plot(records, out or settings.results / "plot.png", axis=axis, metric=metric)
-    console.print(f"wrote {written}")
+    _say(f"wrote {written}")
 
 
 @results_app.command("import-seed")
@@ -222,19 +224,24 @@ def results_import_seed(
         paths = [path] if path else sorted(settings.results.glob(results.SEED_GLOB))
         for item in paths:
             added = store.import_file(item)
-            console.print(f"{item}: {added} new records")
+            _say(f"{item}: {added} new records")
 
 
 # --- rendering ---
+def _say(text: str) -> None:
+    """A plain line: paths, argv and env values are shown as they are, never as markup."""
+    console.print(text, markup=False, soft_wrap=True)
+
+
 def _render(table_title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *, markdown: bool) -> None:
     if markdown:
         lines = [f"**{table_title}**", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
         lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
-        console.print("\n".join(lines), markup=False, soft_wrap=True)
+        _say("\n".join(lines))
         return
-    table = Table(*headers, title=table_title)
+    table = Table(*headers, title=escape(table_title))
     for row in rows:
-        table.add_row(*row, style="red" if "regression" in row else None)
+        table.add_row(*(escape(cell) for cell in row), style="red" if "regression" in row else None)
     console.print(table)
 
 
@@ -284,7 +291,7 @@ def _print_comparison(comparison: results.Comparison, *, markdown: bool) -> None
     _render(title, ["test", "device", "config", "env", "A median", "A spread", "B median", "B spread", "change", "verdict"], rows, markdown=markdown)
     for label, unpaired in (("only in A", comparison.only_a), ("only in B", comparison.only_b)):
         for group in unpaired:
-            console.print(f"not compared ({label}): {group.first.test} {group.first.device.name} {results.describe_config(group.first)}")
+            _say(f"not compared ({label}): {group.first.test} {group.first.device.name} {results.describe_config(group.first)}")
 
 
 def _comparison_json(comparison: results.Comparison) -> dict[str, object]:
