@@ -12,12 +12,13 @@ import itertools
 import json
 import logging
 import random
+import re
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kzbuild.devices.base import ByteSink, Transport, check_env_name
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 
 LLAMA_BENCH = "llama-bench"
 RESERVED_ARGS = ("-o", "--output", "-m", "--model")  # kzbuild sets these itself
+STORED_MODEL_RE = re.compile(r"^([0-9a-f]{64})\.gguf$")  # kzbuild models push: models/<sha256>.gguf
 
 # One line per fact, "key<TAB>value". $1 is the sysfs root (tests point it at a tree they build).
 PROBE_SCRIPT = r"""
@@ -177,6 +179,15 @@ def parse_llama_bench_json(stdout: bytes) -> list[dict[str, Any]]:
 
 
 def model_sha256(transport: Transport, device: Device, model: str) -> str:
+    """The model's sha256: from its name when it resolves into ROOT/models/<sha256>.gguf (kzbuild
+    models push verified it there), else computed on the device."""
+    resolved = transport.run(["readlink", "-f", model], cwd=device.root)
+    if resolved.ok:
+        path = PurePosixPath(resolved.text().strip())
+        stored = STORED_MODEL_RE.match(path.name)
+        root = transport.run(["readlink", "-f", device.root])
+        if stored and root.ok and str(path.parent) == f"{root.text().strip()}/models":
+            return stored[1]
     result = transport.run(["sha256sum", model], cwd=device.root)
     if not result.ok:
         raise ConfigError(

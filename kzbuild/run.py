@@ -73,7 +73,9 @@ def current_release(transport: Transport, device: Device) -> Release:
             log.warning("%s: %s/%s is not valid JSON; provenance will lack it", device.name, release_dir, MANIFEST)
     else:
         log.warning("%s: release %s has no %s; provenance will lack build inputs", device.name, release_dir, MANIFEST)
-    return Release(build_id=path.name, dir=release_dir, manifest=manifest, manifest_sha256=digest)
+    # deploy names a release after its build id (plus a digest when two artifacts share an id)
+    build_id = manifest.get("build_id")
+    return Release(build_id=build_id if isinstance(build_id, str) else path.name, dir=release_dir, manifest=manifest, manifest_sha256=digest)
 
 
 def parse_env_assignments(items: Sequence[str]) -> dict[str, str]:

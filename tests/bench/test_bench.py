@@ -292,3 +292,16 @@ def test_env_names_cannot_be_checked_without_a_synced_tree(kz, bench_root):
     result = kz("run", "--device", bench_root.spec, "--env", "GGML_HEXAGON_NHVX=2", "llama-bench")
     assert result.code == 0
     assert "cannot check GGML_HEXAGON_* names: recipe demo-host is not synced here" in flat(result.err)
+
+
+def test_a_pushed_model_is_known_by_its_content_addressed_name(bench_root):
+    """models push stores models/<sha256>.gguf after verifying it; bench need not hash gigabytes again."""
+    named = "c" * 64
+    bench_root.add_file(f"models/{named}.gguf", b"verified on push")
+    (bench_root.root / "models" / "pushed.gguf").symlink_to(f"{named}.gguf")
+    device = Device(name="local", transport="local", root=str(bench_root.root))
+    transport = LocalTransport(device.root)
+    assert bench.model_sha256(transport, device, "models/pushed.gguf") == named
+    elsewhere = bench_root.add_file(f"other/{named}.gguf", b"not in models/")
+    assert bench.model_sha256(transport, device, str(elsewhere)) == hashlib.sha256(b"not in models/").hexdigest()
+    assert bench.model_sha256(transport, device, "models/tiny.gguf") == hashlib.sha256(MODEL_BYTES).hexdigest()

@@ -1,0 +1,69 @@
+"""Slow tier: the real llama-bench of a host build at the pin, run through kzbuild run and bench.
+
+Needs llama-bench and its shared libraries: set KZ_LLAMA_BIN_DIR to a build's bin dir (libs
+beside the tools, as cmake leaves them) or to an artifact dir with bin/ and lib/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kzbuild.results import ResultsStore
+from tests.bench.benchkit import DeviceRoot, flat, make_device_root
+
+pytestmark = pytest.mark.slow
+
+
+def llama_bin_dir() -> Path:
+    value = os.environ.get("KZ_LLAMA_BIN_DIR")
+    if not value:
+        pytest.skip("set KZ_LLAMA_BIN_DIR to a host build of llama.cpp (bin dir with llama-bench and its libs)")
+    return Path(value)
+
+
+@pytest.fixture
+def real_release(tmp_path: Path) -> DeviceRoot:
+    """A device root whose current release holds the real llama-bench, and a tiny model in models/."""
+    tinymodel = pytest.importorskip("kzbuild.tinymodel")
+    source = llama_bin_dir()
+    tools, libs = (source / "bin", source / "lib") if (source / "bin" / "llama-bench").is_file() else (source, source)
+    device = make_device_root(tmp_path / "device", build_id="host-real", manifest={"build_id": "host-real", "recipe": "demo-host"})
+    shutil.copy2(tools / "llama-bench", device.release / "bin" / "llama-bench")
+    for lib in libs.glob("lib*.so*"):
+        shutil.copy2(lib, device.release / "lib" / lib.name, follow_symlinks=False)
+    (device.root / "models").mkdir()
+    tinymodel.write_tiny_model(device.root / "models" / "tiny-llama.gguf", arch="llama", ftype="f32")
+    return device
+
+
+def test_bench_runs_the_real_llama_bench_and_stores_its_samples(kz, project, real_release):
+    result = kz(
+        "bench", "--device", real_release.spec, "-m", "models/tiny-llama.gguf", "-p", "16", "-n", "4", "-r", "2", "-t", "1",
+        "--sweep", "ub=8,16", "--seed", "3", "--json",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    out = json.loads(result.out)
+    records = out["records"]
+    assert sorted((r["test"], r["config"]["n_ubatch"]) for r in records) == [("pp16", 8), ("pp16", 16), ("tg4", 8), ("tg4", 16)]
+    for record in records:
+        assert len(record["samples_ts"]) == 2 and all(s > 0 for s in record["samples_ts"])
+        assert record["raw"]["build_commit"] and record["raw"]["backends"]
+        assert record["argv"][0] == f"{real_release.release}/bin/llama-bench"
+    with ResultsStore(project.root / "results") as store:
+        assert len(store.records(out["run_id"])) == 4
+    shown = kz("results", "show", out["run_id"], "--markdown")
+    assert shown.code == 0 and "| pp16 |" in shown.out
+
+
+def test_run_streams_the_real_tool_and_returns_its_exit_code(kz, real_release):
+    ok = kz("run", "--device", real_release.spec, "--", "llama-bench", "-m", "models/tiny-llama.gguf", "-p", "8", "-n", "0", "-r", "1", "-t", "1", "-o", "jsonl")
+    assert ok.code == 0, ok.err
+    assert json.loads(ok.out.splitlines()[0])["n_prompt"] == 8
+    bad = kz("run", "--device", real_release.spec, "--", "llama-bench", "--no-such-option")
+    assert bad.code == 1
+    assert "error: invalid parameter for argument: --no-such-option" in flat(bad.err)
