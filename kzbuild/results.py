@@ -116,6 +116,10 @@ class ResultsStore:
         self.db_path = folder / DB_FILE
         self.jsonl_path = folder / JSONL_FILE
         self.conn = sqlite3.connect(self.db_path, isolation_level=None)
+        # WAL: a commit is one append, no fsync of the main file; a crash loses at most the
+        # last transaction, which results.jsonl (written after it) does not hold either
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
         with self._locked():
             migrate(self.conn, self.db_path)
             for source in [*sorted(folder.glob(SEED_GLOB)), self.jsonl_path]:
