@@ -10,6 +10,7 @@ Record ids are content hashes, so importing anything twice stores it once.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sqlite3
@@ -32,6 +33,7 @@ DB_FILE = "results.sqlite3"
 JSONL_FILE = "results.jsonl"
 SEED_GLOB = "seed-*.yaml"
 LATEST = "latest"  # selector: the newest measured run
+RECORD_ORDER = "ORDER BY host_time, run_id, seq, record_id"  # runs in time order, tests as printed
 
 
 @dataclass(frozen=True)
@@ -183,7 +185,7 @@ class ResultsStore:
         """Rewrite results.jsonl: measured records, one per line, stable order."""
         lines = [
             row[0] + "\n"
-            for row in self.conn.execute("SELECT record FROM records WHERE kind = 'bench' ORDER BY host_time, run_id, seq, record_id")
+            for row in self.conn.execute(f"SELECT record FROM records WHERE kind = 'bench' {RECORD_ORDER}")
         ]
         temp = self.jsonl_path.with_suffix(".jsonl.tmp")
         temp.write_text("".join(lines), encoding="utf-8")
@@ -194,7 +196,7 @@ class ResultsStore:
     def records(self, selector: str | None = None) -> list[BenchRecord]:
         """Records in (host time, run, position) order; ``selector`` is a run id or build id (prefix), or ``latest``."""
         if selector is None:
-            rows = self.conn.execute("SELECT record FROM records ORDER BY host_time, run_id, seq, record_id")
+            rows = self.conn.execute(f"SELECT record FROM records {RECORD_ORDER}")
         else:
             if selector == LATEST:
                 latest = self.conn.execute("SELECT run_id FROM records WHERE kind = 'bench' ORDER BY host_time DESC LIMIT 1").fetchone()
@@ -203,10 +205,10 @@ class ResultsStore:
                 selector = latest[0]
             pattern = selector.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
             rows = self.conn.execute(
-                "SELECT record FROM records WHERE run_id LIKE ? ESCAPE '\\' OR build_id LIKE ? ESCAPE '\\' ORDER BY host_time, run_id, seq, record_id",
+                f"SELECT record FROM records WHERE run_id LIKE ? ESCAPE '\\' OR build_id LIKE ? ESCAPE '\\' {RECORD_ORDER}",
                 (pattern, pattern),
             )
-        found = [BenchRecord.from_dict(_json_loads(row[0])) for row in rows]
+        found = [BenchRecord.from_dict(json.loads(row[0])) for row in rows]
         if selector is not None and not found:
             raise ResultsError(f"no results match '{selector}'", hint="kzbuild results list shows run ids and build ids")
         return found
@@ -240,12 +242,6 @@ def _stamp(path: Path) -> str:
     return f"{stat.st_size}:{stat.st_mtime_ns}"
 
 
-def _json_loads(text: str) -> dict[str, object]:
-    import json
-
-    return json.loads(text)  # type: ignore[no-any-return]
-
-
 def _unique(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(v for v in values if v))
 
@@ -265,7 +261,7 @@ def load_jsonl(path: Path) -> list[BenchRecord]:
         if not line.strip():
             continue
         try:
-            records.append(BenchRecord.from_dict(_json_loads(line)))
+            records.append(BenchRecord.from_dict(json.loads(line)))
         except (ValueError, TypeError, KeyError) as exc:
             raise ConfigError(f"not a result record: {exc}", path=path, line=number) from exc
     return records
