@@ -410,6 +410,7 @@ def compare(
             rows.append(_compare_pair(group_a, group_b, threshold_pct))
     if not rows:
         raise ResultsError(f"nothing in {a_label} is comparable with {b_label}: {explain_mismatch(a, b)}")
+    rows.sort(key=lambda row: (row.a.first.device.name, row.a.first.test, describe_config(row.a.first), row.a.first.env_set))
     paired = {row.a.key for row in rows}
     return Comparison(
         a_label=a_label,
