@@ -206,6 +206,8 @@ def run_split(
     finally:
         for thread in pumps:
             thread.join()
+        for pipe in (child.stdout, child.stderr):
+            pipe.close()  # type: ignore[union-attr]
     return code, bytes(kept[0]), bytes(kept[1])
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from kzbuild import __version__
 from kzbuild.errors import PatchError, WorktreeError
 from kzbuild.filelock import locked
-from kzbuild.gitcmd import KZ_IDENTITY, Git
+from kzbuild.gitcmd import KZ_AUTHOR, Git
 from kzbuild.model.recipe import Recipe
 from kzbuild.settings import Settings
 from kzbuild.sources import ObjectCache
@@ -286,8 +286,7 @@ def apply_series(worktree: Worktree, inputs: Inputs) -> list[AppliedPatch]:
     applied: list[AppliedPatch] = []
     for name, path, digest in inputs.patches:
         result = worktree.git.run(
-            "am", "--3way", "--keep-non-patch", "--committer-date-is-author-date", str(path),
-            env=KZ_IDENTITY, check=False,
+            "am", "--3way", "--keep-non-patch", "--committer-date-is-author-date", str(path), check=False,
         )
         if not result.ok:
             failure = describe_am_failure(result.stdout + result.stderr)
@@ -328,7 +327,7 @@ def commit_overlays(worktree: Worktree, pin: str) -> str | None:
     listing = "\n".join(f"{o.dest} <- {o.src.relative_to(worktree.settings.project).as_posix()}" for o in recipe.overlays)
     worktree.git(
         "commit", "-q", "--no-verify", "-m", f"kz: kernel overlays for {recipe.name}\n\n{listing}",
-        env={**KZ_IDENTITY, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date},
+        env={**KZ_AUTHOR, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date},
     )
     return worktree.git("rev-parse", "HEAD")
 

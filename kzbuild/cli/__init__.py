@@ -16,6 +16,7 @@ from rich.markup import escape
 
 from kzbuild import __version__
 from kzbuild.cli import bench as bench_commands
+from kzbuild.cli import models as models_commands
 from kzbuild.cli import sync as sync_commands
 from kzbuild.cli.ui import Context, console, err_console, setup_logging, tracebacks_wanted
 from kzbuild.errors import KzError
@@ -30,7 +31,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for module in (sync_commands, bench_commands):
+for module in (sync_commands, models_commands, bench_commands):
     module.register(app)
 
 
@@ -71,10 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         code = exc.exit_code
     except typer.Abort:
         code = 1
-    except Exception as exc:  # click's usage errors
+    except Exception as exc:  # usage errors: click's, or those of the click that newer typer vendors
         import click
 
-        if isinstance(exc, click.ClickException):
+        if isinstance(exc, (click.ClickException, typer.TyperException)) and hasattr(exc, "show"):
             exc.show()
             code = exc.exit_code
         else:
