@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 
 from kzbuild.results import ResultsStore
+from kzbuild.tinymodel import write_tiny_model
+from tests.adbdevice import AdbTestDevice
+from tests.adbdevice.fixtures import adb_device, adb_env, adb_server, make_adb_device  # noqa: F401
 from tests.bench.benchkit import DeviceRoot, flat, make_device_root
 
 pytestmark = pytest.mark.slow
@@ -26,19 +29,22 @@ def llama_bin_dir() -> Path:
     return Path(value)
 
 
-@pytest.fixture
-def real_release(tmp_path: Path) -> DeviceRoot:
+def deploy_real_llama_bench(root: Path) -> DeviceRoot:
     """A device root whose current release holds the real llama-bench, and a tiny model in models/."""
-    tinymodel = pytest.importorskip("kzbuild.tinymodel")
     source = llama_bin_dir()
     tools, libs = (source / "bin", source / "lib") if (source / "bin" / "llama-bench").is_file() else (source, source)
-    device = make_device_root(tmp_path / "device", build_id="host-real", manifest={"build_id": "host-real", "recipe": "demo-host"})
+    device = make_device_root(root, build_id="host-real", manifest={"build_id": "host-real", "recipe": "demo-host"})
     shutil.copy2(tools / "llama-bench", device.release / "bin" / "llama-bench")
     for lib in libs.glob("lib*.so*"):
         shutil.copy2(lib, device.release / "lib" / lib.name, follow_symlinks=False)
     (device.root / "models").mkdir()
-    tinymodel.write_tiny_model(device.root / "models" / "tiny-llama.gguf", arch="llama", ftype="f32")
+    write_tiny_model(device.root / "models" / "tiny-llama.gguf", arch="llama", ftype="f32")
     return device
+
+
+@pytest.fixture
+def real_release(tmp_path: Path) -> DeviceRoot:
+    return deploy_real_llama_bench(tmp_path / "device")
 
 
 def test_bench_runs_the_real_llama_bench_and_stores_its_samples(kz, project, real_release):
@@ -67,3 +73,15 @@ def test_run_streams_the_real_tool_and_returns_its_exit_code(kz, real_release):
     bad = kz("run", "--device", real_release.spec, "--", "llama-bench", "--no-such-option")
     assert bad.code == 1
     assert "error: invalid parameter for argument: --no-such-option" in flat(bad.err)
+
+
+def test_bench_over_adb_runs_the_real_llama_bench(kz, adb_device: AdbTestDevice):
+    root = "/data/local/tmp/kz-engine"
+    adb_device.host_path(root).parent.mkdir(parents=True, exist_ok=True)
+    deploy_real_llama_bench(adb_device.host_path(root))
+    result = kz("bench", "--device", f"adb:{adb_device.serial}:{root}", "-m", "models/tiny-llama.gguf", "-p", "16", "-n", "4", "-r", "2", "-t", "1", "--json")
+    assert result.code == 0, result.err
+    records = json.loads(result.out)["records"]
+    assert [r["test"] for r in records] == ["pp16", "tg4"]
+    assert all(len(r["samples_ts"]) == 2 for r in records)
+    assert records[0]["device"]["fingerprint"]["android.soc_model"] == "SM8750"
