@@ -15,7 +15,7 @@ from kzbuild import bench, results
 from kzbuild.cli.ui import activity, console, context, print_json
 from kzbuild.devices.registry import connect, resolve_device
 from kzbuild.errors import RegressionFound
-from kzbuild.model.bench import BenchPoint, BenchSpec
+from kzbuild.model.bench import OPTIONS_BY_NAME, BenchPoint, BenchSpec
 from kzbuild.model.result import BenchRecord, Summary
 from kzbuild.run import parse_env_assignments, run_tool
 
@@ -74,14 +74,14 @@ def bench_command(
     model: Annotated[str, typer.Option("--model", "-m", help="Model path on the device; relative paths start at the device root (models/...).")],
     extra: Annotated[Optional[list[str]], typer.Argument(help="More llama-bench arguments after --, passed as given.")] = None,
     device: DeviceOpt = None,
-    prompt: Annotated[Optional[str], typer.Option("-p", "--prompt", help="Prompt sizes (prefill tests), e.g. 512 or 128,512.")] = None,
-    gen: Annotated[Optional[str], typer.Option("-n", "--gen", help="Generation sizes (decode tests); 0 for none.")] = None,
-    ngl: Annotated[Optional[str], typer.Option("--ngl", help="Layers offloaded to the accelerator (-ngl).")] = None,
-    threads: Annotated[Optional[str], typer.Option("-t", "--threads", help="CPU threads (-t).")] = None,
-    batch: Annotated[Optional[str], typer.Option("-b", "--batch", help="Logical batch size (-b).")] = None,
-    ubatch: Annotated[Optional[str], typer.Option("--ub", "--ubatch", help="Physical batch size (-ub).")] = None,
-    dev: Annotated[Optional[str], typer.Option("--dev", help="llama.cpp devices, e.g. HTP0 or none (-dev).")] = None,
-    repetitions: Annotated[Optional[str], typer.Option("-r", "--repetitions", help="Repetitions per test (-r).")] = None,
+    prompt: Annotated[Optional[str], typer.Option("-p", "--prompt", help=OPTIONS_BY_NAME["p"].help)] = None,
+    gen: Annotated[Optional[str], typer.Option("-n", "--gen", help=OPTIONS_BY_NAME["n"].help)] = None,
+    ngl: Annotated[Optional[str], typer.Option("--ngl", help=OPTIONS_BY_NAME["ngl"].help)] = None,
+    threads: Annotated[Optional[str], typer.Option("-t", "--threads", help=OPTIONS_BY_NAME["t"].help)] = None,
+    batch: Annotated[Optional[str], typer.Option("-b", "--batch", help=OPTIONS_BY_NAME["b"].help)] = None,
+    ubatch: Annotated[Optional[str], typer.Option("--ub", "--ubatch", help=OPTIONS_BY_NAME["ub"].help)] = None,
+    dev: Annotated[Optional[str], typer.Option("--dev", help=OPTIONS_BY_NAME["dev"].help)] = None,
+    repetitions: Annotated[Optional[str], typer.Option("-r", "--repetitions", help=OPTIONS_BY_NAME["r"].help)] = None,
     env: EnvOpt = None,
     sweep: Annotated[Optional[list[str]], typer.Option("--sweep", help="AXIS=V1,V2,... (p n ngl t b ub dev r, or env:NAME); several give their cartesian product.")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of the randomized sweep order (default: fresh, recorded).")] = None,

@@ -24,7 +24,7 @@ BENCH_OPTIONS: tuple[BenchOption, ...] = (
     BenchOption("t", "-t", "n_threads", "CPU threads (-t)."),
     BenchOption("b", "-b", "n_batch", "Logical batch size (-b)."),
     BenchOption("ub", "-ub", "n_ubatch", "Physical batch size (-ub)."),
-    BenchOption("dev", "-dev", "devices", "Devices, e.g. HTP0 or none (-dev)."),
+    BenchOption("dev", "-dev", "devices", "llama.cpp devices, e.g. HTP0 or none (-dev)."),
     BenchOption("r", "-r", "", "Repetitions per test (-r)."),
 )
 OPTIONS_BY_NAME = {option.name: option for option in BENCH_OPTIONS}
