@@ -1,7 +1,8 @@
-"""Slow tier: the real llama-bench of a host build at the pin, run through kzbuild run and bench.
+"""Slow tier: the real llama-bench of a host build at the pin through kzbuild run and bench
+(local and adb), and GGML_HEXAGON_* names scanned from the really synced pinned tree.
 
-Needs llama-bench and its shared libraries: set KZ_LLAMA_BIN_DIR to a build's bin dir (libs
-beside the tools, as cmake leaves them) or to an artifact dir with bin/ and lib/.
+The llama-bench tests need a host build: set KZ_LLAMA_BIN_DIR to its bin dir (libs beside the
+tools, as cmake leaves them) or to an artifact dir with bin/ and lib/; without it they skip.
 """
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from kzbuild.cli import main
 from kzbuild.results import ResultsStore
+from kzbuild.run import hexagon_env_names
+from kzbuild.settings import Settings
 from kzbuild.tinymodel import write_tiny_model
 from tests.adbdevice import AdbTestDevice
 from tests.adbdevice.fixtures import adb_device, adb_env, adb_server, make_adb_device  # noqa: F401
 from tests.bench.benchkit import DeviceRoot, flat, make_device_root
+from tests.conftest import REPO_ROOT, persistent_test_cache
 
 pytestmark = pytest.mark.slow
 
@@ -85,3 +90,26 @@ def test_bench_over_adb_runs_the_real_llama_bench(kz, adb_device: AdbTestDevice)
     assert [r["test"] for r in records] == ["pp16", "tg4"]
     assert all(len(r["samples_ts"]) == 2 for r in records)
     assert records[0]["device"]["fingerprint"]["android.soc_model"] == "SM8750"
+
+
+# At the pin 0c1e57098 ggml-hexagon reads these (facts sheet section 4); OPSYNC/OPMASK are gone.
+HEXAGON_ENV_AT_PIN = {
+    f"GGML_HEXAGON_{name}"
+    for name in "DEVICES NDEV ARCH NHVX NHMX HOSTBUF DMA64 VERBOSE PROFILE OPTRACE ETM OPBATCH OPQUEUE OPPOLL "
+    "OPFUSION OPFILTER MM_SELECT FA_SELECT GDN_SELECT AR_SELECT AR_SCATTER VMEM MBUF".split()
+}
+
+
+def test_env_names_come_from_the_real_pinned_tree(tmp_path):
+    """Sync demo-host from the PyPI sdist (cached per machine), then scan its ggml-hexagon."""
+    root = tmp_path / "project"
+    for folder in ("recipes", "patches", "kernels"):
+        shutil.copytree(REPO_ROOT / folder, root / folder)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    sdists = persistent_test_cache() / "sdists"
+    sdists.mkdir(exist_ok=True)
+    (cache / "sdists").symlink_to(sdists)
+    assert main(["--project", str(root), "--cache-dir", str(cache), "--work-dir", str(tmp_path / "work"), "sync", "demo-host"]) == 0
+    settings = Settings(project=root, cache=cache, work=tmp_path / "work")
+    assert hexagon_env_names(settings, "demo-host") == HEXAGON_ENV_AT_PIN
