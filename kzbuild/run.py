@@ -68,9 +68,13 @@ def current_release(transport: Transport, device: Device) -> Release:
     if text.ok:
         digest = hashlib.sha256(text.stdout).hexdigest()
         try:
-            manifest = json.loads(text.stdout)
+            parsed = json.loads(text.stdout)
         except ValueError:
-            log.warning("%s: %s/%s is not valid JSON; provenance will lack it", device.name, release_dir, MANIFEST)
+            parsed = None
+        if isinstance(parsed, dict):
+            manifest = parsed
+        else:
+            log.warning("%s: %s/%s is not a JSON object; provenance will lack it", device.name, release_dir, MANIFEST)
     else:
         log.warning("%s: release %s has no %s; provenance will lack build inputs", device.name, release_dir, MANIFEST)
     # deploy names a release after its build id (plus a digest when two artifacts share an id)

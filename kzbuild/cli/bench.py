@@ -106,7 +106,6 @@ def bench_command(
         cooldown=cooldown,
         timeout=timeout,
     )
-    bench.check_spec(spec)
     target = resolve_device(settings, device)
     transport = connect(target)
     try:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from kzbuild.devices.base import remote_command
 from kzbuild.model.device import Device
 from kzbuild.run import Release, invocation
-from tests.bench.benchkit import SHOW_ARGS, flat
+from tests.bench.benchkit import SHOW_ARGS, flat, make_device_root
 
 # Anything a process can receive: no NUL (execve cannot carry it), no lone surrogates.
 ARG_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)
@@ -125,3 +125,15 @@ def test_bad_env_assignments_are_refused(kz, device_root):
     result = kz("run", "--device", device_root.spec, "--env", "1BAD=x", "x")
     assert result.code == 2
     assert "invalid environment variable name" in flat(result.err)
+
+
+def test_a_release_without_a_readable_manifest_still_runs_and_says_what_is_missing(kz, tmp_path):
+    device = make_device_root(tmp_path / "bare", build_id="no-manifest")
+    device.add_tool("show-args", SHOW_ARGS)
+    result = kz("run", "--device", device.spec, "show-args")
+    assert result.code == 0
+    assert "release" in flat(result.err) and "has no manifest.json; provenance will lack build inputs" in flat(result.err)
+    (device.release / "manifest.json").write_text("[1, 2]")
+    result = kz("run", "--device", device.spec, "show-args")
+    assert result.code == 0
+    assert "manifest.json is not a JSON object" in flat(result.err)
