@@ -22,7 +22,7 @@ from kzbuild.tinymodel import write_tiny_model
 from tests.adbdevice import AdbTestDevice
 from tests.adbdevice.fixtures import adb_device, adb_env, adb_server, make_adb_device  # noqa: F401
 from tests.bench.benchkit import DeviceRoot, flat, make_device_root
-from tests.conftest import REPO_ROOT, persistent_test_cache
+from tests.test_sync_real_upstream import real_project  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -100,16 +100,8 @@ HEXAGON_ENV_AT_PIN = {
 }
 
 
-def test_env_names_come_from_the_real_pinned_tree(tmp_path):
+def test_env_names_come_from_the_real_pinned_tree(real_project):
     """Sync demo-host from the PyPI sdist (cached per machine), then scan its ggml-hexagon."""
-    root = tmp_path / "project"
-    for folder in ("recipes", "patches", "kernels"):
-        shutil.copytree(REPO_ROOT / folder, root / folder)
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    sdists = persistent_test_cache() / "sdists"
-    sdists.mkdir(exist_ok=True)
-    (cache / "sdists").symlink_to(sdists)
-    assert main(["--project", str(root), "--cache-dir", str(cache), "--work-dir", str(tmp_path / "work"), "sync", "demo-host"]) == 0
-    settings = Settings(project=root, cache=cache, work=tmp_path / "work")
-    assert hexagon_env_names(settings, "demo-host") == HEXAGON_ENV_AT_PIN
+    root, cache, work = real_project
+    assert main(["--project", str(root), "--cache-dir", str(cache), "--work-dir", str(work), "sync", "demo-host"]) == 0
+    assert hexagon_env_names(Settings(project=root, cache=cache, work=work), "demo-host") == HEXAGON_ENV_AT_PIN
