@@ -2,9 +2,10 @@
 
 ``results/results.sqlite3`` (git-ignored) is the database, with a versioned schema
 (``schema_migrations``). ``results/results.jsonl`` holds every measured record, one per line
-with sorted keys, in (host time, run, position) order; it is rewritten after each write and read
-back whenever it changed (a ``git pull`` brings teammates' results in). ``results/seed-*.yaml``
-hold historical figures typed in by hand; they load as ``manual`` rows and are not exported.
+with sorted keys, in (host time, run, position) order; new records are appended when they sort
+last (a bench that just ran), else the file is rewritten. It is read back whenever it changed
+(a ``git pull`` brings teammates' results in). ``results/seed-*.yaml`` hold historical figures
+typed in by hand; they load as ``manual`` rows and are not exported.
 Record ids are content hashes, so importing anything twice stores it once.
 """
 
@@ -33,7 +34,8 @@ DB_FILE = "results.sqlite3"
 JSONL_FILE = "results.jsonl"
 SEED_GLOB = "seed-*.yaml"
 LATEST = "latest"  # selector: the newest measured run
-RECORD_ORDER = "ORDER BY host_time, run_id, seq, record_id"  # runs in time order, tests as printed
+ORDER_COLUMNS = ("host_time", "run_id", "seq", "record_id")  # runs in time order, tests as printed
+RECORD_ORDER = "ORDER BY " + ", ".join(ORDER_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -143,31 +145,43 @@ class ResultsStore:
 
     # --- writing ---
     def add(self, records: Iterable[BenchRecord]) -> int:
-        """Store records (those already there are skipped) and rewrite the JSONL export."""
+        """Store records (those already there are skipped) and bring the JSONL export up to date."""
         with self._locked():
-            added = self._insert(records)
-            if added:
-                self._export()
-        return added
+            return self._add(records)
 
     def import_file(self, path: Path) -> int:
         """Import a seed YAML or a JSONL export; returns the number of new records."""
         with self._locked():
-            added = self._insert(load_records_file(path))
-            if added:
-                self._export()
-        return added
+            return self._add(load_records_file(path))
 
-    def _insert(self, records: Iterable[BenchRecord]) -> int:
-        rows = [
-            (r.record_id, r.run_id, r.kind, r.host_time, r.seq, r.build.build_id, r.device.name, r.test, canonical_json(r.to_dict()))
-            for r in records
-        ]
-        before = self.conn.total_changes
+    def _add(self, records: Iterable[BenchRecord]) -> int:
+        last = self.conn.execute(
+            f"SELECT {', '.join(ORDER_COLUMNS)} FROM records WHERE kind = 'bench' "
+            f"ORDER BY {', '.join(c + ' DESC' for c in ORDER_COLUMNS)} LIMIT 1"
+        ).fetchone()
+        new = self._insert(records)
+        measured = sorted((r for r in new if r.kind == "bench"), key=_order_key)
+        if not measured:
+            return len(new)
+        if last is not None and _order_key(measured[0]) > tuple(last) and self._export_is_ours():
+            # the usual case, a bench that just ran: its records sort after everything exported
+            with open(self.jsonl_path, "a", encoding="utf-8") as export:
+                export.writelines(canonical_json(r.to_dict()) + "\n" for r in measured)
+            self._stamp_export()
+        else:
+            self._export()
+        return len(new)
+
+    def _insert(self, records: Iterable[BenchRecord]) -> list[BenchRecord]:
+        """Insert in one transaction; returns the records that were not there yet."""
+        new = []
         self.conn.execute("BEGIN")
-        self.conn.executemany("INSERT OR IGNORE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        for r in records:
+            row = (r.record_id, r.run_id, r.kind, r.host_time, r.seq, r.build.build_id, r.device.name, r.test, canonical_json(r.to_dict()))
+            if self.conn.execute("INSERT OR IGNORE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row).rowcount:
+                new.append(r)
         self.conn.execute("COMMIT")
-        return self.conn.total_changes - before
+        return new
 
     def _import_if_changed(self, path: Path) -> None:
         if not path.is_file():
@@ -178,18 +192,23 @@ class ResultsStore:
             return
         added = self._insert(load_records_file(path))
         if added:
-            log.info("imported %d records from %s", added, path)
+            log.info("imported %d records from %s", len(added), path)
         self.conn.execute("INSERT OR REPLACE INTO imported_files VALUES (?, ?)", (path.name, stamp))
+
+    def _export_is_ours(self) -> bool:
+        """results.jsonl is as this database last wrote or read it."""
+        row = self.conn.execute("SELECT stamp FROM imported_files WHERE path = ?", (self.jsonl_path.name,)).fetchone()
+        return self.jsonl_path.is_file() and row is not None and row[0] == _stamp(self.jsonl_path)
 
     def _export(self) -> None:
         """Rewrite results.jsonl: measured records, one per line, stable order."""
-        lines = [
-            row[0] + "\n"
-            for row in self.conn.execute(f"SELECT record FROM records WHERE kind = 'bench' {RECORD_ORDER}")
-        ]
+        lines = [row[0] + "\n" for row in self.conn.execute(f"SELECT record FROM records WHERE kind = 'bench' {RECORD_ORDER}")]
         temp = self.jsonl_path.with_suffix(".jsonl.tmp")
         temp.write_text("".join(lines), encoding="utf-8")
         os.replace(temp, self.jsonl_path)
+        self._stamp_export()
+
+    def _stamp_export(self) -> None:
         self.conn.execute("INSERT OR REPLACE INTO imported_files VALUES (?, ?)", (self.jsonl_path.name, _stamp(self.jsonl_path)))
 
     # --- reading ---
@@ -235,6 +254,10 @@ class ResultsStore:
 
     def schema_version(self) -> int:
         return int(self.conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0])
+
+
+def _order_key(record: BenchRecord) -> tuple[object, ...]:
+    return tuple(getattr(record, column) for column in ORDER_COLUMNS)
 
 
 def _stamp(path: Path) -> str:

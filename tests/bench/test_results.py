@@ -57,12 +57,13 @@ def test_the_jsonl_export_is_deterministic_sorted_and_one_record_per_line(tmp_pa
         record(run_id="r2", host_time="2026-10-02T00:00:00+00:00", test="pp512", seq=0),
         record(run_id="r1", host_time="2026-10-01T00:00:00+00:00"),
     ]
-    with ResultsStore(tmp_path / "a") as first:
-        first.add(batch)
-    with ResultsStore(tmp_path / "b") as second:
-        for item in reversed(batch):
+    with ResultsStore(tmp_path / "a") as first:  # in time order: each add appends
+        for item in sorted(batch, key=lambda r: (r.host_time, r.seq)):
+            first.add([item])
+    with ResultsStore(tmp_path / "b") as second:  # older records arrive later: rewrites
+        for item in batch:
             second.add([item])
-        second.add(batch)  # already there: nothing changes
+        assert second.add(batch) == 0  # already there: nothing changes
     text = (tmp_path / "a" / results.JSONL_FILE).read_text()
     assert text == (tmp_path / "b" / results.JSONL_FILE).read_text()
     lines = text.splitlines()
