@@ -45,8 +45,8 @@ def run_command(
 ) -> int:
     """Run TOOL from the device's current release with the device env; exits with the tool's code.
 
-    Adds nothing: no threads, batch or env of its own. Put `--` before TOOL when its
-    arguments look like kzbuild options: kzbuild run -- llama-cli -m models/x.gguf -p hi
+    Adds nothing: no threads, batch or env of its own. Everything after TOOL, options too,
+    goes to the tool unchanged: kzbuild run llama-cli -m models/x.gguf -p hi
     """
     settings = context(ctx).settings
     target = resolve_device(settings, device)

@@ -137,3 +137,10 @@ def test_a_release_without_a_readable_manifest_still_runs_and_says_what_is_missi
     result = kz("run", "--device", device.spec, "show-args")
     assert result.code == 0
     assert "manifest.json is not a JSON object" in flat(result.err)
+
+
+def test_options_after_the_tool_belong_to_the_tool(kz, device_root):
+    device_root.add_tool("show-args", SHOW_ARGS)
+    result = kz("run", "--device", device_root.spec, "show-args", "--help", "-e", "X=1", "--device", "d")
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["argv"] == ["--help", "-e", "X=1", "--device", "d"]
