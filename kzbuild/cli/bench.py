@@ -122,7 +122,7 @@ def bench_command(
     finally:
         transport.close()
     if json_out:
-        print_json({"run_id": run.run_id, "seed": run.seed, "logs": str(run.logs), "records": [r.to_dict() | {"record_id": r.record_id} for r in run.records]})
+        print_json({"run_id": run.run_id, "seed": run.seed, "logs": str(run.logs), "records": [_record_json(r) for r in run.records]})
         return
     _print_records(run.records, title=f"run {run.run_id} on {target.name}", markdown=False)
     _say(f"stored {len(run.records)} records as run {run.run_id} (sweep seed {run.seed}); logs in {run.logs}")
@@ -156,7 +156,7 @@ def results_show(
     with results.ResultsStore(context(ctx).settings.results) as store:
         records = store.records(selector)
     if json_out:
-        print_json([r.to_dict() | {"record_id": r.record_id} for r in records])
+        print_json([_record_json(r) for r in records])
         return
     _print_records(records, title=selector, markdown=markdown)
     first = records[0]
@@ -227,6 +227,10 @@ def results_import_seed(
 
 
 # --- rendering ---
+def _record_json(record: BenchRecord) -> dict[str, object]:
+    return record.to_dict() | {"record_id": record.record_id}
+
+
 def _say(text: str) -> None:
     """A plain line: paths, argv and env values are shown as they are, never as markup."""
     console.print(text, markup=False, soft_wrap=True)

@@ -305,3 +305,10 @@ def test_a_pushed_model_is_known_by_its_content_addressed_name(bench_root):
     elsewhere = bench_root.add_file(f"other/{named}.gguf", b"not in models/")
     assert bench.model_sha256(transport, device, str(elsewhere)) == hashlib.sha256(b"not in models/").hexdigest()
     assert bench.model_sha256(transport, device, "models/tiny.gguf") == hashlib.sha256(MODEL_BYTES).hexdigest()
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")  # the output pump must not die
+def test_log_lines_that_look_like_markup_do_not_break_the_progress_display(kz, bench_root):
+    bench_root.add_tool("llama-bench", REPLAY_LLAMA_BENCH.replace('"replay: loading model\\n"', '"[/bold] [red] unbalanced [/x]\\n"'))
+    result = kz("bench", "--device", bench_root.spec, "-m", "models/tiny.gguf")
+    assert result.code == 0, result.err
