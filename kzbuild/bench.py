@@ -45,13 +45,18 @@ if command -v getprop >/dev/null 2>&1; then
   dumpsys battery 2>/dev/null | while IFS= read -r line; do printf 'battery\t%s\n' "$line"; done
 fi
 printf 'uname\t%s\n' "$(uname -a)"
+# sysfs files are read with the read builtin, not cat: a tablet has ~80 thermal zones, and a
+# fork each would make every probe slow. An unreadable file leaves the value empty.
+value_of() { value=; { IFS= read -r value < "$1"; } 2>/dev/null; [ -n "$value" ]; }
 for zone in "$sys"/class/thermal/thermal_zone*; do
-  temp=$(cat "$zone/temp" 2>/dev/null) || continue
-  printf 'thermal.%s\t%s\n' "$(cat "$zone/type" 2>/dev/null || echo "${zone##*/}")" "$temp"
+  value_of "$zone/temp" || continue
+  temp=$value
+  value_of "$zone/type" || value=${zone##*/}
+  printf 'thermal.%s\t%s\n' "$value" "$temp"
 done
 for supply in "$sys"/class/power_supply/*; do
   for item in status capacity online temp; do
-    value=$(cat "$supply/$item" 2>/dev/null) && printf 'power.%s.%s\t%s\n' "${supply##*/}" "$item" "$value"
+    value_of "$supply/$item" && printf 'power.%s.%s\t%s\n' "${supply##*/}" "$item" "$value"
   done
 done
 """

@@ -64,14 +64,16 @@ def test_probe_reads_thermal_zones_and_power_supplies_from_sysfs(tmp_path):
     for zone, kind, temp in (("thermal_zone0", "cpu-0-0", "41250"), ("thermal_zone1", "cpu-0-0", "39000"), ("thermal_zone2", "battery", "30")):
         (sysfs / "class/thermal" / zone).mkdir(parents=True)
         (sysfs / "class/thermal" / zone / "type").write_text(kind + "\n")
-        (sysfs / "class/thermal" / zone / "temp").write_text(temp + "\n")
+        (sysfs / "class/thermal" / zone / "temp").write_text(temp + ("\n" if kind != "battery" else ""))  # one without newline
     (sysfs / "class/thermal/thermal_zone3").mkdir()  # no readable temp: skipped
+    (sysfs / "class/thermal/thermal_zone4").mkdir()
+    (sysfs / "class/thermal/thermal_zone4/temp").write_text("55000\n")  # no type: named by its zone
     battery = sysfs / "class/power_supply/battery"
     battery.mkdir(parents=True)
     (battery / "status").write_text("Charging\n")
     (battery / "capacity").write_text("87\n")
     state = bench.probe(LocalTransport(str(tmp_path)), sysfs=str(sysfs))
-    assert state.conditions["thermal_c"] == {"cpu-0-0": 41.2, "cpu-0-0#2": 39.0, "battery": 30.0}
+    assert state.conditions["thermal_c"] == {"cpu-0-0": 41.2, "cpu-0-0#2": 39.0, "battery": 30.0, "thermal_zone4": 55.0}
     assert state.conditions["power"] == {"battery.status": "Charging", "battery.capacity": "87"}
     uname = subprocess.run(["uname", "-a"], capture_output=True, text=True, check=True).stdout.strip()
     assert state.fingerprint == {"uname": uname}
