@@ -530,7 +530,7 @@ def plot(records: Sequence[BenchRecord], out: Path, *, axis: str = "build", metr
     Manual reference rows are drawn as dashed lines. Series never mix devices, models or env.
     """
     measured = [r for r in records if r.kind == "bench" and (metric is None or r.test == metric)]
-    references = [r for r in records if r.kind == "manual" and r.unit == "t/s" and (metric is None or r.test.startswith(metric[:2]))]
+    references = [r for r in records if r.kind == "manual" and r.unit == "t/s" and (metric is None or _panel(r.test) == _panel(metric))]
     if not measured:
         raise ResultsError("nothing to plot: the selection has no measured results" + (f" for {metric}" if metric else ""))
     if axis != "build":
