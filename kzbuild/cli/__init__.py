@@ -16,6 +16,7 @@ from rich.markup import escape
 
 from kzbuild import __version__
 from kzbuild.cli import bench as bench_commands
+from kzbuild.cli import deploy as deploy_commands
 from kzbuild.cli import models as models_commands
 from kzbuild.cli import sync as sync_commands
 from kzbuild.cli.ui import Context, console, err_console, setup_logging, tracebacks_wanted
@@ -31,7 +32,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for module in (sync_commands, models_commands, bench_commands):
+for module in (sync_commands, deploy_commands, models_commands, bench_commands):
     module.register(app)
 
 
