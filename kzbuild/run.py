@@ -21,13 +21,13 @@ from kzbuild.devices.base import ByteSink, Transport, check_env_name
 from kzbuild.devices.registry import device_env
 from kzbuild.errors import ConfigError, DeviceError
 from kzbuild.gitcmd import Git
+from kzbuild.model.artifact import MANIFEST
 from kzbuild.model.device import Device
 from kzbuild.settings import Settings
 from kzbuild.sync import read_lock
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
 HEXAGON_ENV_PREFIX = "GGML_HEXAGON_"
 HEXAGON_SOURCES = "ggml/src/ggml-hexagon"
 GETENV_RE = re.compile(r'getenv\("(GGML_HEXAGON_[A-Z0-9_]+)"\)')

@@ -1,5 +1,6 @@
-"""Slow tier: the real llama-bench of a host build at the pin through kzbuild run and bench
-(local and adb), and GGML_HEXAGON_* names scanned from the really synced pinned tree.
+"""Slow tier: the real llama-bench of a host build at the pin, deployed with kzbuild deploy and
+a tiny model pushed with kzbuild models push, run through kzbuild run and bench (local and
+adb); and GGML_HEXAGON_* names scanned from the really synced pinned tree.
 
 The llama-bench tests need a host build: set KZ_LLAMA_BIN_DIR to its bin dir (libs beside the
 tools, as cmake leaves them) or to an artifact dir with bin/ and lib/; without it they skip.
@@ -10,18 +11,21 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from kzbuild.cli import main
+from kzbuild.devices.registry import parse_device_spec
 from kzbuild.results import ResultsStore
 from kzbuild.run import hexagon_env_names
 from kzbuild.settings import Settings
 from kzbuild.tinymodel import write_tiny_model
 from tests.adbdevice import AdbTestDevice
 from tests.adbdevice.fixtures import adb_device, adb_env, adb_server, make_adb_device  # noqa: F401
-from tests.bench.benchkit import DeviceRoot, flat, make_device_root
+from tests.bench.benchkit import flat
+from tests.fixtures_deploy import sha256, write_manifest
 from tests.test_sync_real_upstream import real_project  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -34,22 +38,39 @@ def llama_bin_dir() -> Path:
     return Path(value)
 
 
-def deploy_real_llama_bench(root: Path) -> DeviceRoot:
-    """A device root whose current release holds the real llama-bench, and a tiny model in models/."""
+@dataclass
+class Deployed:
+    spec: str  # the --device argument
+    release: str  # the release dir on the device
+    manifest_sha256: str
+    model_sha256: str
+
+
+def deploy_real_llama_bench(kz, spec: str, work: Path) -> Deployed:  # type: ignore[no-untyped-def]
+    """Deploy an artifact holding the real llama-bench with kzbuild deploy; push a tiny model."""
     source = llama_bin_dir()
     tools, libs = (source / "bin", source / "lib") if (source / "bin" / "llama-bench").is_file() else (source, source)
-    device = make_device_root(root, build_id="host-real", manifest={"build_id": "host-real", "recipe": "demo-host"})
-    shutil.copy2(tools / "llama-bench", device.release / "bin" / "llama-bench")
+    artifact = work / "artifact"
+    (artifact / "bin").mkdir(parents=True)
+    (artifact / "lib").mkdir()
+    shutil.copy2(tools / "llama-bench", artifact / "bin" / "llama-bench")
     for lib in libs.glob("lib*.so*"):
-        shutil.copy2(lib, device.release / "lib" / lib.name, follow_symlinks=False)
-    (device.root / "models").mkdir()
-    write_tiny_model(device.root / "models" / "tiny-llama.gguf", arch="llama", ftype="f32")
-    return device
+        shutil.copy2(lib, artifact / "lib" / lib.name)  # as kzbuild build collects them: plain files
+    manifest = write_manifest(artifact, "host-real", recipe="demo-host")
+    model = write_tiny_model(work / "tiny-llama.gguf", arch="llama", ftype="f32")
+    deployed = kz("deploy", "--device", spec, "--artifact", str(artifact), "--json")
+    assert deployed.code == 0, deployed.err
+    pushed = kz("models", "push", str(model), "--device", spec)
+    assert pushed.code == 0, pushed.err
+    device = parse_device_spec(spec)
+    assert device is not None
+    release = json.loads(deployed.out)["release"]
+    return Deployed(spec, f"{device.root}/releases/{release}", sha256(manifest), sha256(model))
 
 
 @pytest.fixture
-def real_release(tmp_path: Path) -> DeviceRoot:
-    return deploy_real_llama_bench(tmp_path / "device")
+def real_release(kz, tmp_path: Path) -> Deployed:
+    return deploy_real_llama_bench(kz, f"local:{tmp_path / 'device'}", tmp_path)
 
 
 def test_bench_runs_the_real_llama_bench_and_stores_its_samples(kz, project, real_release):
@@ -65,6 +86,9 @@ def test_bench_runs_the_real_llama_bench_and_stores_its_samples(kz, project, rea
         assert len(record["samples_ts"]) == 2 and all(s > 0 for s in record["samples_ts"])
         assert record["raw"]["build_commit"] and record["raw"]["backends"]
         assert record["argv"][0] == f"{real_release.release}/bin/llama-bench"
+        assert record["build"]["build_id"] == "host-real" and record["build"]["recipe"] == "demo-host"
+        assert record["build"]["manifest_sha256"] == real_release.manifest_sha256
+        assert record["model"]["sha256"] == real_release.model_sha256
     with ResultsStore(project.root / "results") as store:
         assert len(store.records(out["run_id"])) == 4
     shown = kz("results", "show", out["run_id"], "--markdown")
@@ -80,16 +104,16 @@ def test_run_streams_the_real_tool_and_returns_its_exit_code(kz, real_release):
     assert "error: invalid parameter for argument: --no-such-option" in flat(bad.err)
 
 
-def test_bench_over_adb_runs_the_real_llama_bench(kz, adb_device: AdbTestDevice):
-    root = "/data/local/tmp/kz-engine"
-    adb_device.host_path(root).parent.mkdir(parents=True, exist_ok=True)
-    deploy_real_llama_bench(adb_device.host_path(root))
-    result = kz("bench", "--device", f"adb:{adb_device.serial}:{root}", "-m", "models/tiny-llama.gguf", "-p", "16", "-n", "4", "-r", "2", "-t", "1", "--json")
+def test_bench_over_adb_runs_the_real_llama_bench(kz, adb_device: AdbTestDevice, tmp_path):
+    deployed = deploy_real_llama_bench(kz, f"adb:{adb_device.serial}:/data/local/tmp/kz-engine", tmp_path)
+    result = kz("bench", "--device", deployed.spec, "-m", "models/tiny-llama.gguf", "-p", "16", "-n", "4", "-r", "2", "-t", "1", "--json")
     assert result.code == 0, result.err
     records = json.loads(result.out)["records"]
     assert [r["test"] for r in records] == ["pp16", "tg4"]
     assert all(len(r["samples_ts"]) == 2 for r in records)
     assert records[0]["device"]["fingerprint"]["android.soc_model"] == "SM8750"
+    assert records[0]["model"]["sha256"] == deployed.model_sha256
+    assert records[0]["build"]["manifest_sha256"] == deployed.manifest_sha256
 
 
 # At the pin 0c1e57098 ggml-hexagon reads these (facts sheet section 4); OPSYNC/OPMASK are gone.
