@@ -110,3 +110,12 @@ if os.environ.get("KZ_T_FAIL") == "1":
     sys.exit(3)
 sys.stdout.write(open({str(CAPTURED_JSON)!r}).read())
 """
+
+
+# Values a shell would mangle if anything on the way pasted them unquoted.
+TRICKY = ["ADD|SUB", "$(touch pwned)", "`touch pwned`", "$HOME", "a b  c", "it's", '"q"', "*", "~", "x;y", "a\nb", "\\", "-t 6", "--", ""]
+
+
+def env_options(values: list[str]) -> list[str]:
+    """``--env KZ_T_0=v0 --env KZ_T_1=v1 ...``"""
+    return [arg for n, value in enumerate(values) for arg in ("--env", f"KZ_T_{n}={value}")]

@@ -13,10 +13,9 @@ import pytest
 from tests.adbdevice import AdbTestDevice
 from tests.adbdevice.fixtures import adb_device, adb_env, adb_server, make_adb_device  # noqa: F401
 from tests.adbdevice.fs import DEFAULT_PROPS
-from tests.bench.benchkit import REPLAY_LLAMA_BENCH, SHOW_ARGS, DeviceRoot, make_device_root
+from tests.bench.benchkit import REPLAY_LLAMA_BENCH, SHOW_ARGS, TRICKY, DeviceRoot, env_options, make_device_root
 
 ROOT = "/data/local/tmp/kz-engine"
-TRICKY = ["ADD|SUB", "$(touch pwned)", "`id`", "a b  c", "it's", '"q"', "*", "~", "x;y", "\\n", "-t 6"]
 
 
 @pytest.fixture
@@ -33,13 +32,11 @@ def tablet(adb_device: AdbTestDevice) -> tuple[AdbTestDevice, DeviceRoot]:
 
 def test_run_over_adb_delivers_every_argument_and_env_value_unchanged(kz, tablet):
     device, release = tablet
-    spec = f"adb:{device.serial}:{ROOT}"
-    for value in TRICKY:
-        result = kz("run", "--device", spec, "--env", f"KZ_T_VALUE={value}", "--", "show-args", value, "--", value)
-        assert result.code == 0, result.err
-        seen = json.loads(result.out)
-        assert seen["argv"] == [value, "--", value]
-        assert seen["env"]["KZ_T_VALUE"] == value
+    result = kz("run", "--device", f"adb:{device.serial}:{ROOT}", *env_options(TRICKY), "--", "show-args", *TRICKY)
+    assert result.code == 0, result.err
+    seen = json.loads(result.out)
+    assert seen["argv"] == TRICKY
+    assert [seen["env"][f"KZ_T_{n}"] for n in range(len(TRICKY))] == TRICKY
     assert not (release.root / "pwned").exists() and not list(release.root.rglob("pwned"))
 
 

@@ -1,6 +1,6 @@
 """Slow tier: the real llama-bench of a host build at the pin, deployed with kzbuild deploy and
-a tiny model pushed with kzbuild models push, run through kzbuild run and bench (local and
-adb); and GGML_HEXAGON_* names scanned from the really synced pinned tree.
+a tiny model pushed with kzbuild models push, run through kzbuild run and bench (local, adb
+and ssh); and GGML_HEXAGON_* names scanned from the really synced pinned tree.
 
 The llama-bench tests need a host build: set KZ_LLAMA_BIN_DIR to its bin dir (libs beside the
 tools, as cmake leaves them) or to an artifact dir with bin/ and lib/; without it they skip.
@@ -26,6 +26,7 @@ from tests.adbdevice import AdbTestDevice
 from tests.adbdevice.fixtures import adb_device, adb_env, adb_server, make_adb_device  # noqa: F401
 from tests.bench.benchkit import flat
 from tests.fixtures_deploy import sha256, write_manifest
+from tests.fixtures_ssh import ssh_home, sshd  # noqa: F401 (fixtures)
 from tests.test_sync_real_upstream import real_project  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -114,6 +115,17 @@ def test_bench_over_adb_runs_the_real_llama_bench(kz, adb_device: AdbTestDevice,
     assert records[0]["device"]["fingerprint"]["android.soc_model"] == "SM8750"
     assert records[0]["model"]["sha256"] == deployed.model_sha256
     assert records[0]["build"]["manifest_sha256"] == deployed.manifest_sha256
+
+
+def test_bench_over_ssh_runs_the_real_llama_bench(kz, project, sshd, ssh_home, tmp_path):
+    deployed = deploy_real_llama_bench(kz, sshd.spec(tmp_path / "device"), tmp_path)
+    result = kz("bench", "--device", deployed.spec, "-m", "models/tiny-llama.gguf", "-p", "16", "-n", "4", "-r", "2", "-t", "1", "--json")
+    assert result.code == 0, result.err
+    out = json.loads(result.out)
+    assert [r["test"] for r in out["records"]] == ["pp16", "tg4"]
+    assert out["records"][0]["model"]["sha256"] == deployed.model_sha256
+    with ResultsStore(project.root / "results") as store:
+        assert len(store.records(out["run_id"])) == 2
 
 
 # At the pin 0c1e57098 ggml-hexagon reads these (facts sheet section 4); OPSYNC/OPMASK are gone.
