@@ -166,6 +166,11 @@ def bench_root(device_root):
     return device_root
 
 
+@pytest.fixture
+def settings_for(project):
+    return project.settings
+
+
 def received(device_root) -> list[dict[str, object]]:
     return [json.loads(line) for line in (device_root.root / "received.jsonl").read_text().splitlines()]
 
@@ -222,11 +227,6 @@ def test_cooldown_waits_between_runs_only(settings_for, bench_root):
         run = bench.bench(settings_for, LocalTransport(device.root), device, spec, store, sleep=pauses.append)
     assert pauses == [1.5, 1.5]
     assert len(run.records) == 6
-
-
-@pytest.fixture
-def settings_for(project):
-    return project.settings
 
 
 def test_a_failing_run_keeps_the_finished_ones_and_names_its_log(kz, project, bench_root):
