@@ -21,6 +21,7 @@ from kzbuild.settings import Settings
 
 if TYPE_CHECKING:
     from kzbuild.model.check import BisectResult, ExportResult, StackCheck
+    from kzbuild.model.patch import Patch
     from kzbuild.model.recipe import Recipe
     from kzbuild.model.stack import Problem
 
@@ -46,6 +47,15 @@ def _series_path(settings: Settings, series: Path | None, recipe: Recipe | None 
     return series.resolve()
 
 
+def _lint_files(settings: Settings, series: Path | None, recipe: str | None) -> tuple[Recipe | None, list[Patch], list[Problem]]:
+    """The recipe (when named), the series' patches, and what lint finds in the files alone."""
+    from kzbuild.patchfile import lint_series
+
+    loaded = recipes.load_recipe(settings.project, recipe) if recipe else None
+    patches, problems = lint_series(_series_path(settings, series, loaded))
+    return loaded, patches, problems
+
+
 def _shown(settings: Settings, path: Path) -> str:
     return str(path.relative_to(settings.project)) if path.is_relative_to(settings.project) else str(path)
 
@@ -58,12 +68,10 @@ def list_command(
     json_out: JsonOpt = False,
 ) -> None:
     """The series in apply order: lint status, upstream status, files touched, lines added and removed."""
-    from kzbuild.patchfile import lint_series
     from kzbuild.sync import read_lock
 
     settings = context(ctx).settings
-    loaded = recipes.load_recipe(settings.project, recipe) if recipe else None
-    patches, problems = lint_series(_series_path(settings, series, loaded))
+    loaded, patches, problems = _lint_files(settings, series, recipe)
     synced = {}
     if loaded:
         lock = read_lock(loaded.lock_path)
@@ -109,15 +117,12 @@ def lint_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Check the series and every patch: trailers, series <-> files, CRLF damage, index lines, fuzz."""
-    from kzbuild.patchfile import lint_series
     from kzbuild.stackcheck import tree_problems
 
     settings = context(ctx).settings
-    loaded = recipes.load_recipe(settings.project, recipe) if recipe else None
-    patches, problems = lint_series(_series_path(settings, series, loaded))
+    loaded, patches, problems = _lint_files(settings, series, recipe)
     if loaded and not problems:
-        with activity(f"applying the stack at {loaded.upstream.commit[:12]}") as progress:
-            progress("")
+        with activity(f"applying the stack at {loaded.upstream.commit[:12]}"):
             problems += tree_problems(settings, loaded, patches)
     _print_problems(settings, problems, json_out, checked=len(patches))
     if problems:
