@@ -20,8 +20,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-ARCHS = ("qwen35", "llama")
-FTYPES = ("f32", "f16", "q4_0")
+from kzbuild.model.tinymodel import ARCHS, FTYPES
 
 _FILE_TYPES = {
     "f32": gguf.LlamaFileType.ALL_F32,

@@ -44,14 +44,23 @@ class LocalTransport:
         return RemoteResult(code, out, err)
 
     def push(self, local: Path, remote: str, *, progress: ProgressFn | None = None) -> None:
+        self._copy(local, remote, 0, progress)
+        shutil.copymode(local, remote)
+
+    def append(self, local: Path, remote: str, *, offset: int, progress: ProgressFn | None = None) -> None:
+        self._copy(local, remote, offset, progress)
+
+    def _copy(self, local: Path, remote: str, offset: int, progress: ProgressFn | None) -> None:
         sent = 0
-        with open(local, "rb") as src, open(remote, "wb") as dst:
+        with open(local, "rb") as src, open(remote, "r+b" if offset else "wb") as dst:
+            src.seek(offset)
+            dst.seek(offset)
+            dst.truncate()
             while chunk := src.read(COPY_CHUNK):
                 dst.write(chunk)
                 sent += len(chunk)
                 if progress:
                     progress(sent)
-        shutil.copymode(local, remote)
 
     def pull(self, remote: str, local: Path) -> None:
         shutil.copyfile(remote, local)
