@@ -26,9 +26,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kzbuild import __version__, proc
+from kzbuild.deploy import load_artifact, sha256_file
 from kzbuild.errors import BuildFailed, ConfigError, ToolchainMissing
 from kzbuild.filelock import locked
-from kzbuild.model.build import MANIFEST, MANIFEST_FORMAT, Artifact, BuildOptions, BuildPlan, Step, Target
+from kzbuild.model.artifact import MANIFEST, Artifact
+from kzbuild.model.build import MANIFEST_FORMAT, BuildOptions, BuildPlan, Step, Target
 from kzbuild.model.device import Device
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.toolchain import Found
@@ -113,18 +115,12 @@ def artifacts_root(settings: Settings, override: Path | None = None) -> Path:
 
 
 def load_manifest(path: Path) -> Artifact:
-    """Read an artifact from its folder or its ``manifest.json``."""
-    manifest = path / MANIFEST if path.is_dir() else path
-    try:
-        data = json.loads(manifest.read_text(encoding="utf-8"))
-        return Artifact.from_manifest(data, manifest.parent)
-    except FileNotFoundError:
-        raise ConfigError(f"no build artifact at {manifest.parent} ({MANIFEST} is missing)") from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"unreadable artifact manifest: {exc}", path=manifest) from exc
+    """Read an artifact from its folder or its ``manifest.json`` (every listed file must be there)."""
+    return load_artifact(path if path.is_dir() else path.parent)
 
 
-def find_artifact(root: Path, build_id: str) -> Artifact | None:
+def existing_artifact(root: Path, build_id: str) -> Artifact | None:
+    """The finished artifact of ``build_id``, if one is there and intact."""
     folder = root / build_id
     if not (folder / MANIFEST).is_file():
         return None
@@ -400,7 +396,7 @@ def build(
 ) -> BuildResult:
     """Sync, plan, then reuse the artifact of this build id or build it."""
     plan, synced, sync_seconds = prepare(settings, recipe, target_name, environ=environ, options=options, progress=progress)
-    existing = find_artifact(plan.artifact_dir.parent, plan.build_id)
+    existing = existing_artifact(plan.artifact_dir.parent, plan.build_id)
     if existing is not None:
         return BuildResult(plan, existing, reused=True, synced=synced.changed, times={"sync_s": round(sync_seconds, 3)})
     return execute(plan, progress=progress, synced=synced.changed, sync_seconds=sync_seconds)
@@ -419,7 +415,7 @@ def execute(plan: BuildPlan, *, progress: Progress | None = None, synced: bool =
         raise missing_toolchains_error(plan)
     plan.build_dir.mkdir(parents=True, exist_ok=True)
     with locked(plan.build_dir.with_name(plan.build_dir.name + ".lock"), what=f"the build dir {plan.build_dir}", wait=600):
-        existing = find_artifact(plan.artifact_dir.parent, plan.build_id)
+        existing = existing_artifact(plan.artifact_dir.parent, plan.build_id)
         if existing is not None:  # another process built it while we waited
             return BuildResult(plan, existing, reused=True, synced=synced, times={"sync_s": round(sync_seconds, 3)})
         return _execute_locked(plan, progress, synced, sync_seconds)
@@ -531,7 +527,7 @@ def _collect(plan: BuildPlan, ccache: CcacheStats | None, times: dict[str, float
         try:
             staging.rename(plan.artifact_dir)
         except OSError:
-            if find_artifact(root, plan.build_id) is None:
+            if existing_artifact(root, plan.build_id) is None:
                 raise
             shutil.rmtree(staging)
     except BaseException:
@@ -545,12 +541,8 @@ def _relative_files(folder: Path) -> list[str]:
 
 
 def describe_file(path: Path) -> dict[str, object]:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
     stat = path.stat()
-    return {"sha256": digest.hexdigest(), "size": stat.st_size, "mode": f"{stat.st_mode & 0o7777:04o}"}
+    return {"sha256": sha256_file(path), "size": stat.st_size, "mode": f"{stat.st_mode & 0o7777:04o}"}
 
 
 # --- doctor ----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ markdown for ``$GITHUB_STEP_SUMMARY``.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -17,7 +18,7 @@ from kzbuild.errors import KzError
 from kzbuild.model.build import BuildOptions
 from kzbuild.model.recipe import Recipe
 from kzbuild.settings import Settings
-from kzbuild.sync import SyncResult, sync
+from kzbuild.sync import sync
 from kzbuild.toolchains import Detector
 
 Status = str  # ok | failed | skipped
@@ -100,7 +101,7 @@ def run_ci(
     lock = synced.lock
     record(CiStep("sync", "ok", f"upstream {lock.upstream_commit[:12]}, head {lock.head[:12]}" + (" (changed)" if synced.changed else " (up to date)"),
                   time.monotonic() - started))
-    record(check_patches(synced))
+    record(check_patches(settings, recipe))
 
     detector = Detector.for_settings(settings, environ)
     for name in wanted:
@@ -108,10 +109,25 @@ def run_ci(
     return CiReport(recipe.name, tuple(steps))
 
 
-def check_patches(synced: SyncResult) -> CiStep:
-    """Every patch of the series applied as its own commit (sync refuses anything else)."""
-    applied = synced.lock.patches
-    return CiStep("patches", "ok", f"{len(applied)} patch(es) applied: " + (", ".join(p.file for p in applied) or "none"))
+def check_patches(settings: Settings, recipe: Recipe) -> CiStep:
+    """``kzbuild patches check`` against the pin: a conflict fails; 3-way merges and upstreamed patches are named."""
+    from kzbuild.errors import PatchError
+    from kzbuild.stackcheck import check_stack  # loaded only when needed (start-up time)
+
+    started = time.monotonic()
+    try:
+        report = check_stack(settings, recipe)
+    except KzError as exc:
+        return CiStep("patches", "failed", exc.message, time.monotonic() - started, exc.exit_code)
+    counts = Counter(p.verdict.value for p in report.patches)
+    detail = ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items())) or "no patches"
+    remarks = [f"{p.name}: {p.verdict.value} ({p.describe()})" for p in report.patches if p.verdict.value != "clean"]
+    if remarks:
+        detail += "; " + "; ".join(remarks)
+    seconds = time.monotonic() - started
+    if report.conflicts:
+        return CiStep("patches", "failed", detail, seconds, PatchError.exit_code)
+    return CiStep("patches", "ok", detail, seconds)
 
 
 def _build_target(

@@ -293,8 +293,14 @@ def load_artifact(directory: Path) -> Artifact:
                 path=path,
                 hint="the artifact changed after it was built; rebuild it",
             )
-    recipe = doc.get("recipe")
-    return Artifact(path=directory, build_id=build_id, files=files, recipe=recipe if isinstance(recipe, str) else None)
+    def text(key: str) -> str | None:
+        value = doc.get(key)
+        return value if isinstance(value, str) else None
+
+    return Artifact(
+        path=directory, build_id=build_id, files=files, recipe=text("recipe"), target=text("target"),
+        build_commit=text("build_commit"), manifest=doc,
+    )
 
 
 # --- models ---

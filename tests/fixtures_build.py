@@ -62,9 +62,9 @@ class Tiny:
         """This machine's PATH, and nothing that could point at a real NDK or SDK."""
         return {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(self.project.root), **extra}
 
-    def add_patch(self, name: str, files: dict[str, str], subject: str) -> Path:
-        """A real ``git format-patch`` of an edit on top of the pin, appended to the series."""
-        git(self.upstream.path, "checkout", "-q", "-b", f"patch-{name}", self.commit)
+    def add_patch(self, name: str, files: dict[str, str], subject: str, *, base: str | None = None) -> Path:
+        """A real ``git format-patch`` of an edit on top of ``base`` (default: the pin), appended to the series."""
+        git(self.upstream.path, "checkout", "-q", "-b", f"patch-{name}", base or self.commit)
         self.upstream.commit(files, subject)
         text = git(self.upstream.path, "format-patch", "-1", "--stdout", "--full-index", "HEAD") + "\n"
         git(self.upstream.path, "checkout", "-q", "master")

@@ -109,7 +109,7 @@ def test_ci_reports_a_broken_build_with_the_build_exit_code(tiny, kz, monkeypatc
     assert result.code == 7
     report = json.loads(result.out)
     assert (report["steps"][1]["step"], report["steps"][1]["status"]) == ("patches", "ok")
-    assert "broken.patch" in report["steps"][1]["detail"]
+    assert report["steps"][1]["detail"] == "1 clean"
     assert report["steps"][2]["status"] == "failed" and "ninja failed" in report["steps"][2]["detail"]
 
 
@@ -121,3 +121,22 @@ def test_ci_stops_when_sync_fails(tiny, kz, monkeypatch):
     assert result.code == 5
     report = json.loads(result.out)
     assert [(s["step"], s["status"]) for s in report["steps"]] == [("sync", "failed"), ("build:host", "skipped")]
+
+
+def test_ci_names_a_patch_that_only_applies_with_a_3way_merge(tiny, kz, monkeypatch):
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    fit = [f"// line {i}\n" for i in range(1, 41)]
+    old_pin = tiny.commit
+    assert kz("sync", "tiny").code == 0  # the shallow cache then holds the blobs the patch was written against
+    moved = fit.copy()
+    moved[17] = "// line 18, reworded upstream\n"
+    tiny.commit = tiny.upstream.commit({"common/fit.cpp": "".join(moved)}, "upstream rewords line 18")
+    recipe = tiny.project.root / "recipes" / "tiny.yaml"
+    recipe.write_text(recipe.read_text().replace(old_pin, tiny.commit))
+    patched = fit.copy()
+    patched[19] = "// line 20, patched\n"
+    tiny.add_patch("drift.patch", {"common/fit.cpp": "".join(patched)}, "fit: patch line 20", base=old_pin)
+    result = kz("ci", "tiny", "--target", "v79")  # v79 fails here (no NDK); the patches step is what this checks
+    patches = json.loads(result.out)["steps"][1]
+    assert (patches["step"], patches["status"]) == ("patches", "ok")
+    assert patches["detail"].startswith("1 3way; drift.patch: 3way (3-way merged common/fit.cpp")

@@ -128,11 +128,11 @@ def test_unknown_tool_fails_the_build_naming_it(tiny):
 def test_load_manifest_errors(tmp_path):
     with pytest.raises(ConfigError) as info:
         builds.load_manifest(tmp_path)
-    assert "no build artifact at" in str(info.value)
-    (tmp_path / "manifest.json").write_text("{}")
+    assert "cannot read the manifest" in str(info.value)
+    (tmp_path / "manifest.json").write_text('{"build_id": "host-1"}')
     with pytest.raises(ConfigError) as info:
-        builds.load_manifest(tmp_path)
-    assert "unreadable artifact manifest" in str(info.value)
+        builds.load_manifest(tmp_path / "manifest.json")
+    assert "'files' must be a non-empty mapping" in str(info.value)
 
 
 def test_ninja_progress_ignores_sub_builds():

@@ -1,12 +1,17 @@
-"""A build artifact as deploy sees it: a directory with bin/, lib/ and manifest.json."""
+"""A build artifact: a directory with bin/, lib/ and manifest.json (written by ``kzbuild build``, read by deploy).
+
+The manifest's ``files`` map each relative POSIX path to its sha256, size and mode; its other
+keys (inputs, toolchains, cmake command lines, times, ...) are kept in ``manifest``.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 MANIFEST = "manifest.json"
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -26,10 +31,30 @@ class Artifact:
     build_id: str
     files: tuple[ArtifactFile, ...]
     recipe: str | None = None
+    target: str | None = None
+    build_commit: str | None = None  # what the binaries report (LLAMA_BUILD_COMMIT)
+    manifest: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)  # the whole manifest
 
     @property
     def manifest_path(self) -> Path:
         return self.path / MANIFEST
+
+    def local(self, relpath: str) -> Path:
+        return self.path / relpath
+
+    def file(self, relpath: str) -> ArtifactFile:
+        for entry in self.files:
+            if entry.path == relpath:
+                return entry
+        raise KeyError(relpath)
+
+    @property
+    def tools(self) -> list[str]:
+        return [entry.path.removeprefix("bin/") for entry in self.files if entry.path.startswith("bin/")]
+
+    @property
+    def libs(self) -> list[str]:
+        return [entry.path.removeprefix("lib/") for entry in self.files if entry.path.startswith("lib/")]
 
     @property
     def total_size(self) -> int:

@@ -1,8 +1,7 @@
-"""Builds: targets, the plan of one build, and the artifact it leaves.
+"""Builds: targets, build options and the plan of one build.
 
-An artifact is ``<artifacts>/<build-id>/`` with ``bin/``, ``lib/`` and ``manifest.json``.
-Other parts of kzbuild (deploy, bench) read it through :class:`Artifact`; the manifest's
-``files`` map each relative POSIX path to its sha256, size and mode.
+A build leaves an artifact, ``<artifacts>/<build-id>/`` with ``bin/``, ``lib/`` and
+``manifest.json``: see :mod:`kzbuild.model.artifact` (read it with ``kzbuild.build.load_manifest``).
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
 
 
@@ -93,57 +91,3 @@ class BuildPlan:
             "runner": list(self.runner),
             "inputs": dict(self.inputs),
         }
-
-
-@dataclass(frozen=True)
-class ArtifactFile:
-    path: str  # relative POSIX path: bin/llama-bench, lib/libggml.so
-    sha256: str
-    size: int
-    mode: int  # permission bits, e.g. 0o755
-
-
-@dataclass(frozen=True)
-class Artifact:
-    """A finished build, read from its ``manifest.json``."""
-
-    path: Path  # the artifact folder
-    build_id: str
-    recipe: str
-    target: str
-    build_commit: str
-    files: tuple[ArtifactFile, ...]
-    manifest: Mapping[str, Any] = field(repr=False, default_factory=dict)
-
-    @classmethod
-    def from_manifest(cls, data: Mapping[str, Any], path: Path) -> Artifact:
-        files = tuple(
-            ArtifactFile(path=rel, sha256=info["sha256"], size=int(info["size"]), mode=int(str(info["mode"]), 8))
-            for rel, info in sorted(data["files"].items())
-        )
-        return cls(
-            path=path,
-            build_id=data["build_id"],
-            recipe=data["recipe"],
-            target=data["target"],
-            build_commit=data.get("build_commit", ""),
-            files=files,
-            manifest=data,
-        )
-
-    def local(self, rel: str) -> Path:
-        return self.path / rel
-
-    def file(self, rel: str) -> ArtifactFile:
-        for item in self.files:
-            if item.path == rel:
-                return item
-        raise KeyError(rel)
-
-    @property
-    def tools(self) -> list[str]:
-        return [f.path.removeprefix("bin/") for f in self.files if f.path.startswith("bin/")]
-
-    @property
-    def libs(self) -> list[str]:
-        return [f.path.removeprefix("lib/") for f in self.files if f.path.startswith("lib/")]
