@@ -4,7 +4,7 @@ The build id is a hash of everything that decides the binaries: the upstream tre
 patch and overlay digests, the recipe's build section, the target, the toolchains' names and
 versions and kzbuild's version. An artifact whose id exists is reused without running cmake.
 
-Planning (:func:`plan_build`) is separate from running (:func:`execute`): ``--dry-run``
+Planning (:func:`prepare`, :func:`plan_build`) is separate from building (:func:`build`): ``--dry-run``
 prints the plan, which holds every command and environment variable exactly as they would
 run. Nothing is ever written into the source tree: every option is on cmake's command line
 and the build dir lives under the work dir.
@@ -38,7 +38,7 @@ from kzbuild.settings import Settings
 from kzbuild.sync import Lock, SyncResult, sync
 from kzbuild.toolchains import Detector
 
-__all__ = ["Artifact", "BuildOptions", "TARGETS", "build", "doctor", "execute", "load_manifest", "plan_build", "prepare"]
+__all__ = ["Artifact", "BuildOptions", "TARGETS", "build", "doctor", "load_manifest", "plan_build", "prepare"]
 
 log = logging.getLogger(__name__)
 
@@ -364,6 +364,15 @@ class _NinjaProgress:
         return (interesting or lines)[-15:]
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A synced tree and the plan of its build."""
+
+    plan: BuildPlan
+    synced: bool  # the sync changed the tree
+    sync_seconds: float
+
+
 def prepare(
     settings: Settings,
     recipe: Recipe,
@@ -372,34 +381,17 @@ def prepare(
     environ: Mapping[str, str],
     options: BuildOptions = BuildOptions(),
     progress: Progress | None = None,
-) -> tuple[BuildPlan, SyncResult, float]:
-    """Sync when needed, find the toolchains and plan the build. Returns the plan, the sync and its seconds."""
+) -> Prepared:
+    """Sync when needed, find the toolchains and plan the build (all ``--dry-run`` does)."""
     tgt = target(target_name)
     detector = Detector.for_settings(settings, environ)
     select_toolchains(tgt, options.overrides, detector)  # bad overrides fail before any work
     started = time.monotonic()
     synced = sync(settings, recipe, progress=(lambda line: progress(BuildEvent("sync", line))) if progress else None)
-    sync_seconds = time.monotonic() - started
+    sync_seconds = round(time.monotonic() - started, 3)
     required, optional = detect_for(tgt, options.overrides, detector, f"recipe {recipe.name}")
     plan = plan_build(settings, recipe, synced, tgt, required, optional, options=options)
-    return plan, synced, sync_seconds
-
-
-def build(
-    settings: Settings,
-    recipe: Recipe,
-    target_name: str,
-    *,
-    environ: Mapping[str, str],
-    options: BuildOptions = BuildOptions(),
-    progress: Progress | None = None,
-) -> BuildResult:
-    """Sync, plan, then reuse the artifact of this build id or build it."""
-    plan, synced, sync_seconds = prepare(settings, recipe, target_name, environ=environ, options=options, progress=progress)
-    existing = existing_artifact(plan.artifact_dir.parent, plan.build_id)
-    if existing is not None:
-        return BuildResult(plan, existing, reused=True, synced=synced.changed, times={"sync_s": round(sync_seconds, 3)})
-    return execute(plan, progress=progress, synced=synced.changed, sync_seconds=sync_seconds)
+    return Prepared(plan, synced.changed, sync_seconds)
 
 
 def missing_toolchains_error(plan: BuildPlan) -> ToolchainMissing:
@@ -409,21 +401,26 @@ def missing_toolchains_error(plan: BuildPlan) -> ToolchainMissing:
     )
 
 
-def execute(plan: BuildPlan, *, progress: Progress | None = None, synced: bool = False, sync_seconds: float = 0.0) -> BuildResult:
-    """Run a plan: configure (when its command changed), ninja, then copy the outputs into the artifact."""
+def build(prepared: Prepared, *, progress: Progress | None = None) -> BuildResult:
+    """Reuse the artifact of the plan's build id, or run the plan: configure (when its command
+    changed), ninja, then copy the outputs into the artifact."""
+    plan = prepared.plan
+    existing = existing_artifact(plan.artifact_dir.parent, plan.build_id)
+    if existing is not None:
+        return BuildResult(plan, existing, reused=True, synced=prepared.synced, times={"sync_s": prepared.sync_seconds})
     if plan.missing:
         raise missing_toolchains_error(plan)
     plan.build_dir.mkdir(parents=True, exist_ok=True)
     with locked(plan.build_dir.with_name(plan.build_dir.name + ".lock"), what=f"the build dir {plan.build_dir}", wait=600):
         existing = existing_artifact(plan.artifact_dir.parent, plan.build_id)
         if existing is not None:  # another process built it while we waited
-            return BuildResult(plan, existing, reused=True, synced=synced, times={"sync_s": round(sync_seconds, 3)})
-        return _execute_locked(plan, progress, synced, sync_seconds)
+            return BuildResult(plan, existing, reused=True, synced=prepared.synced, times={"sync_s": prepared.sync_seconds})
+        return _execute_locked(plan, progress, prepared.synced, prepared.sync_seconds)
 
 
 def _execute_locked(plan: BuildPlan, progress: Progress | None, synced: bool, sync_seconds: float) -> BuildResult:
     started_at = datetime.now(timezone.utc)
-    times: dict[str, float] = {"sync_s": round(sync_seconds, 3)}
+    times: dict[str, float] = {"sync_s": sync_seconds}
     plan.log.parent.mkdir(parents=True, exist_ok=True)
     plan.log.write_text(f"# kzbuild {__version__}: {plan.recipe} for {plan.target}, build id {plan.build_id}\n")
 

@@ -147,7 +147,7 @@ def _build_target(
         return CiStep(step, "skipped", "toolchain not here: " + "; ".join(missing))
     started = time.monotonic()
     try:
-        result = builds.build(settings, recipe, name, environ=environ, options=options, progress=progress)
+        result = builds.build(builds.prepare(settings, recipe, name, environ=environ, options=options, progress=progress), progress=progress)
     except KzError as exc:
         return CiStep(step, "failed", exc.message + (f" ({exc.hint})" if exc.hint else ""), time.monotonic() - started, exc.exit_code)
     rate = result.ccache.hit_rate if result.ccache else None

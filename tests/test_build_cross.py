@@ -28,7 +28,7 @@ pytestmark = [
 def arm64_build(tmp_path_factory: pytest.TempPathFactory) -> builds.BuildResult:
     project = real_project(tmp_path_factory.mktemp("arm64-build"))
     recipe = load_recipe(project.root, "demo-host")
-    return builds.build(project.settings, recipe, "linux-arm64", environ=os.environ, options=builds.BuildOptions(jobs=2))
+    return builds.build(builds.prepare(project.settings, recipe, "linux-arm64", environ=os.environ, options=builds.BuildOptions(jobs=2)))
 
 
 def test_artifact_is_aarch64_and_names_its_runner(arm64_build):

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 def host_build(tmp_path_factory: pytest.TempPathFactory) -> builds.BuildResult:
     project = real_project(tmp_path_factory.mktemp("host-build"))
     recipe = load_recipe(project.root, "demo-host")
-    return builds.build(project.settings, recipe, "host", environ=os.environ, options=builds.BuildOptions(jobs=2))
+    return builds.build(builds.prepare(project.settings, recipe, "host", environ=os.environ, options=builds.BuildOptions(jobs=2)))
 
 
 def run_from_artifact(artifact_dir: Path, tool: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -69,5 +69,6 @@ def test_llama_bench_runs_a_tiny_qwen35_and_reports_this_build(host_build, tmp_p
 
 def test_building_again_reuses_the_artifact(host_build, tmp_path):
     project = real_project(tmp_path)
-    again = builds.build(project.settings, load_recipe(project.root, "demo-host"), "host", environ=os.environ, options=builds.BuildOptions(jobs=2))
+    recipe = load_recipe(project.root, "demo-host")
+    again = builds.build(builds.prepare(project.settings, recipe, "host", environ=os.environ, options=builds.BuildOptions(jobs=2)))
     assert again.reused and again.artifact.build_id == host_build.artifact.build_id

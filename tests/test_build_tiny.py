@@ -20,10 +20,11 @@ pytestmark = pytest.mark.skipif(not (have("cmake") and have("ninja") and have("c
 
 def run_build(tiny, **kwargs):
     events = []
-    result = builds.build(
+    prepared = builds.prepare(
         tiny.settings, load_recipe(tiny.project.root, "tiny"), "host",
         environ=tiny.environ(), options=builds.BuildOptions(jobs=2, **kwargs), progress=events.append,
     )
+    result = builds.build(prepared, progress=events.append)
     return result, events
 
 

@@ -50,13 +50,14 @@ def build_command(
     options = BuildOptions(jobs=jobs, overrides=tuple(toolchain or ()), extra_tools=tuple(tool or ()), artifacts=artifacts)
     for name in target or list(loaded.build.targets):
         if dry_run:
-            plan, _, _ = builds.prepare(settings, loaded, name, environ=os.environ, options=options)
+            plan = builds.prepare(settings, loaded, name, environ=os.environ, options=options).plan
             outputs.append(plan.to_dict())
             if not json_out:
                 render_plan(plan)
             continue
         with BuildDisplay(f"{loaded.name} → {name}") as display:
-            result = builds.build(settings, loaded, name, environ=os.environ, options=options, progress=display.update)
+            prepared = builds.prepare(settings, loaded, name, environ=os.environ, options=options, progress=display.update)
+            result = builds.build(prepared, progress=display.update)
         outputs.append(result_dict(result))
         if not json_out:
             render_result(result)
