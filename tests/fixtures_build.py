@@ -16,8 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, Project, UpstreamRepo, git, persistent_test_cache
+from kzbuild import build as builds
+from kzbuild.build import BuildResult
+from kzbuild.recipes import load_recipe
 from kzbuild.settings import Settings
+from tests.conftest import REPO_ROOT, Project, UpstreamRepo, git, persistent_test_cache
 
 TINY_CMAKE = """\
 cmake_minimum_required(VERSION 3.14)
@@ -140,3 +143,14 @@ def real_project(tmp_path: Path) -> Project:
     if not (cache / "sdists").exists():
         (cache / "sdists").symlink_to(base / "sdists")
     return Project(root=root, cache=cache, work=base / "kz-work")
+
+
+def build_real(tmp_path: Path, target: str, recipe: str = "demo-host") -> BuildResult:
+    """Build ``recipe`` (default: the pinned upstream from the PyPI sdist, with the stack) for ``target`` through kzbuild.
+
+    With the persistent caches, a build whose inputs did not change reuses its artifact in
+    seconds. Other slow tests can take llama.cpp binaries from here (``result.artifact``).
+    """
+    project = real_project(tmp_path)
+    prepared = builds.prepare(project.settings, load_recipe(project.root, recipe), target, environ=os.environ, options=builds.BuildOptions(jobs=2))
+    return builds.build(prepared)

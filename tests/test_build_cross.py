@@ -13,10 +13,9 @@ import subprocess
 import pytest
 
 from kzbuild import build as builds
-from kzbuild.recipes import load_recipe
 from kzbuild.tinymodel import write_tiny_model
 from tests.conftest import have
-from tests.fixtures_build import real_project
+from tests.fixtures_build import build_real
 
 pytestmark = [
     pytest.mark.slow,
@@ -26,9 +25,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def arm64_build(tmp_path_factory: pytest.TempPathFactory) -> builds.BuildResult:
-    project = real_project(tmp_path_factory.mktemp("arm64-build"))
-    recipe = load_recipe(project.root, "demo-host")
-    return builds.build(builds.prepare(project.settings, recipe, "linux-arm64", environ=os.environ, options=builds.BuildOptions(jobs=2)))
+    return build_real(tmp_path_factory.mktemp("arm64-build"), "linux-arm64")
 
 
 def test_artifact_is_aarch64_and_names_its_runner(arm64_build):

@@ -15,19 +15,16 @@ from pathlib import Path
 import pytest
 
 from kzbuild import build as builds
-from kzbuild.recipes import load_recipe
 from kzbuild.tinymodel import write_tiny_model
 from tests.conftest import PIN_0_3_36
-from tests.fixtures_build import real_project
+from tests.fixtures_build import build_real
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def host_build(tmp_path_factory: pytest.TempPathFactory) -> builds.BuildResult:
-    project = real_project(tmp_path_factory.mktemp("host-build"))
-    recipe = load_recipe(project.root, "demo-host")
-    return builds.build(builds.prepare(project.settings, recipe, "host", environ=os.environ, options=builds.BuildOptions(jobs=2)))
+    return build_real(tmp_path_factory.mktemp("host-build"), "host")
 
 
 def run_from_artifact(artifact_dir: Path, tool: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -68,7 +65,5 @@ def test_llama_bench_runs_a_tiny_qwen35_and_reports_this_build(host_build, tmp_p
 
 
 def test_building_again_reuses_the_artifact(host_build, tmp_path):
-    project = real_project(tmp_path)
-    recipe = load_recipe(project.root, "demo-host")
-    again = builds.build(builds.prepare(project.settings, recipe, "host", environ=os.environ, options=builds.BuildOptions(jobs=2)))
+    again = build_real(tmp_path, "host")
     assert again.reused and again.artifact.build_id == host_build.artifact.build_id
