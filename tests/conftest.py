@@ -14,6 +14,9 @@ import pytest
 from kzbuild.cli import main
 from kzbuild.settings import Settings
 
+# Session fixtures used in several folders (real_host_build) live there: registered once, they run once.
+pytest_plugins = ("tests.fixtures_build",)
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PIN_0_3_36 = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 PIN_0_3_24 = "af6528e6df5d798f7f1363ec1141699be0f638e2"

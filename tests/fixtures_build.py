@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import pytest
 
 from kzbuild import build as builds
 from kzbuild.build import BuildResult
+from kzbuild.model.artifact import Artifact
 from kzbuild.recipes import load_recipe
 from kzbuild.settings import Settings
 from tests.conftest import REPO_ROOT, Project, UpstreamRepo, git, persistent_test_cache
@@ -154,3 +157,23 @@ def build_real(tmp_path: Path, target: str, recipe: str = "demo-host") -> BuildR
     project = real_project(tmp_path)
     prepared = builds.prepare(project.settings, load_recipe(project.root, recipe), target, environ=os.environ, options=builds.BuildOptions(jobs=2))
     return builds.build(prepared)
+
+
+@pytest.fixture(scope="session")
+def real_host_build(tmp_path_factory: pytest.TempPathFactory) -> BuildResult:
+    """The real host build of demo-host, made (or reused) once per session for every slow test that runs llama.cpp.
+
+    Registered as a plugin by the root conftest: a session fixture imported into several test
+    modules would run once per module.
+    """
+    return build_real(tmp_path_factory.mktemp("real-host-build"), "host")
+
+
+def run_from_artifact(artifact: Artifact, tool: str, *args: str, env: Mapping[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run a tool as a user would: from the artifact, with no LD_LIBRARY_PATH (the rpath finds lib/).
+
+    Output is decoded with replacement: tiny models' random weights generate arbitrary bytes.
+    """
+    environ = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    argv = [artifact.local(f"bin/{tool}"), *args]
+    return subprocess.run(argv, env={**environ, **(env or {})}, capture_output=True, text=True, errors="replace", timeout=timeout)

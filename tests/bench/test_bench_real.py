@@ -1,21 +1,18 @@
-"""Slow tier: the real llama-bench of a host build at the pin, deployed with kzbuild deploy and
-a tiny model pushed with kzbuild models push, run through kzbuild run and bench (local, adb
-and ssh); and GGML_HEXAGON_* names scanned from the really synced pinned tree.
-
-The llama-bench tests need a host build: set KZ_LLAMA_BIN_DIR to its bin dir (libs beside the
-tools, as cmake leaves them) or to an artifact dir with bin/ and lib/; without it they skip.
+"""Slow tier: the real host artifact of the pin (the session's ``real_host_build``, built or
+reused through kzbuild build), deployed with kzbuild deploy and a tiny model pushed with kzbuild
+models push, run through kzbuild run and bench (local, adb and ssh); and GGML_HEXAGON_* names
+scanned from the really synced pinned tree.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from kzbuild.build import BuildResult
 from kzbuild.cli import main
 from kzbuild.devices.registry import parse_device_spec
 from kzbuild.results import ResultsStore
@@ -25,53 +22,38 @@ from kzbuild.tinymodel import write_tiny_model
 from tests.adbdevice import AdbTestDevice
 from tests.adbdevice.fixtures import adb_device, adb_env, adb_server, make_adb_device  # noqa: F401
 from tests.bench.benchkit import flat
-from tests.fixtures_deploy import sha256, write_manifest
+from tests.fixtures_deploy import sha256
 from tests.fixtures_ssh import ssh_home, sshd  # noqa: F401 (fixtures)
 from tests.test_sync_real_upstream import real_project  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
 
-def llama_bin_dir() -> Path:
-    value = os.environ.get("KZ_LLAMA_BIN_DIR")
-    if not value:
-        pytest.skip("set KZ_LLAMA_BIN_DIR to a host build of llama.cpp (bin dir with llama-bench and its libs)")
-    return Path(value)
-
-
 @dataclass
 class Deployed:
     spec: str  # the --device argument
     release: str  # the release dir on the device
+    build_id: str
     manifest_sha256: str
     model_sha256: str
 
 
-def deploy_real_llama_bench(kz, spec: str, work: Path) -> Deployed:  # type: ignore[no-untyped-def]
-    """Deploy an artifact holding the real llama-bench with kzbuild deploy; push a tiny model."""
-    source = llama_bin_dir()
-    tools, libs = (source / "bin", source / "lib") if (source / "bin" / "llama-bench").is_file() else (source, source)
-    artifact = work / "artifact"
-    (artifact / "bin").mkdir(parents=True)
-    (artifact / "lib").mkdir()
-    shutil.copy2(tools / "llama-bench", artifact / "bin" / "llama-bench")
-    for lib in libs.glob("lib*.so*"):
-        shutil.copy2(lib, artifact / "lib" / lib.name)  # as kzbuild build collects them: plain files
-    manifest = write_manifest(artifact, "host-real", recipe="demo-host")
+def deploy_real_llama_bench(kz, spec: str, build: BuildResult, work: Path) -> Deployed:  # type: ignore[no-untyped-def]
+    """Deploy the real host artifact with kzbuild deploy; push a tiny model with kzbuild models push."""
     model = write_tiny_model(work / "tiny-llama.gguf", arch="llama", ftype="f32")
-    deployed = kz("deploy", "--device", spec, "--artifact", str(artifact), "--json")
+    deployed = kz("deploy", "--device", spec, "--artifact", str(build.artifact.path), "--json")
     assert deployed.code == 0, deployed.err
     pushed = kz("models", "push", str(model), "--device", spec)
     assert pushed.code == 0, pushed.err
     device = parse_device_spec(spec)
     assert device is not None
     release = json.loads(deployed.out)["release"]
-    return Deployed(spec, f"{device.root}/releases/{release}", sha256(manifest), sha256(model))
+    return Deployed(spec, f"{device.root}/releases/{release}", build.artifact.build_id, sha256(build.artifact.manifest_path), sha256(model))
 
 
 @pytest.fixture
-def real_release(kz, tmp_path: Path) -> Deployed:
-    return deploy_real_llama_bench(kz, f"local:{tmp_path / 'device'}", tmp_path)
+def real_release(kz, real_host_build: BuildResult, tmp_path: Path) -> Deployed:
+    return deploy_real_llama_bench(kz, f"local:{tmp_path / 'device'}", real_host_build, tmp_path)
 
 
 def test_bench_runs_the_real_llama_bench_and_stores_its_samples(kz, project, real_release):
@@ -87,7 +69,7 @@ def test_bench_runs_the_real_llama_bench_and_stores_its_samples(kz, project, rea
         assert len(record["samples_ts"]) == 2 and all(s > 0 for s in record["samples_ts"])
         assert record["raw"]["build_commit"] and record["raw"]["backends"]
         assert record["argv"][0] == f"{real_release.release}/bin/llama-bench"
-        assert record["build"]["build_id"] == "host-real" and record["build"]["recipe"] == "demo-host"
+        assert record["build"]["build_id"] == real_release.build_id and record["build"]["recipe"] == "demo-host"
         assert record["build"]["manifest_sha256"] == real_release.manifest_sha256
         assert record["model"]["sha256"] == real_release.model_sha256
     with ResultsStore(project.root / "results") as store:
@@ -105,8 +87,8 @@ def test_run_streams_the_real_tool_and_returns_its_exit_code(kz, real_release):
     assert "error: invalid parameter for argument: --no-such-option" in flat(bad.err)
 
 
-def test_bench_over_adb_runs_the_real_llama_bench(kz, adb_device: AdbTestDevice, tmp_path):
-    deployed = deploy_real_llama_bench(kz, f"adb:{adb_device.serial}:/data/local/tmp/kz-engine", tmp_path)
+def test_bench_over_adb_runs_the_real_llama_bench(kz, adb_device: AdbTestDevice, real_host_build, tmp_path):
+    deployed = deploy_real_llama_bench(kz, f"adb:{adb_device.serial}:/data/local/tmp/kz-engine", real_host_build, tmp_path)
     result = kz("bench", "--device", deployed.spec, "-m", "models/tiny-llama.gguf", "-p", "16", "-n", "4", "-r", "2", "-t", "1", "--json")
     assert result.code == 0, result.err
     records = json.loads(result.out)["records"]
@@ -117,8 +99,8 @@ def test_bench_over_adb_runs_the_real_llama_bench(kz, adb_device: AdbTestDevice,
     assert records[0]["build"]["manifest_sha256"] == deployed.manifest_sha256
 
 
-def test_bench_over_ssh_runs_the_real_llama_bench(kz, project, sshd, ssh_home, tmp_path):
-    deployed = deploy_real_llama_bench(kz, sshd.spec(tmp_path / "device"), tmp_path)
+def test_bench_over_ssh_runs_the_real_llama_bench(kz, project, sshd, ssh_home, real_host_build, tmp_path):
+    deployed = deploy_real_llama_bench(kz, sshd.spec(tmp_path / "device"), real_host_build, tmp_path)
     result = kz("bench", "--device", deployed.spec, "-m", "models/tiny-llama.gguf", "-p", "16", "-n", "4", "-r", "2", "-t", "1", "--json")
     assert result.code == 0, result.err
     out = json.loads(result.out)

@@ -1,46 +1,42 @@
 """Slow tier: a real llama.cpp build loads and runs every tiny model.
 
-The binaries come from KZ_LLAMA_BIN_DIR (a folder with llama-bench and llama-completion,
-e.g. a host build's bin/); without it these tests skip and say why.
+The binaries come from the session's host artifact (``real_host_build`` in tests/fixtures_build.py:
+kzbuild builds the pinned tree once, or reuses the cached artifact).
 """
 
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
+import subprocess
+from collections.abc import Callable
 
 import pytest
 
-from kzbuild import proc
+from kzbuild.build import BuildResult
 from kzbuild.tinymodel import ARCHS, FTYPES
+from tests.fixtures_build import run_from_artifact
 
 pytestmark = pytest.mark.slow
 
 ALL_MODELS = [(arch, ftype) for arch in ARCHS for ftype in FTYPES]
 
 
-@pytest.fixture(scope="module")
-def llama_bin() -> Path:
-    configured = os.environ.get("KZ_LLAMA_BIN_DIR")
-    if not configured:
-        pytest.skip("KZ_LLAMA_BIN_DIR is not set: point it at a llama.cpp build's bin/ folder to run these")
-    folder = Path(configured)
-    for tool in ("llama-bench", "llama-completion"):
-        if not (folder / tool).is_file():
-            pytest.skip(f"KZ_LLAMA_BIN_DIR={folder} has no {tool}")
-    return folder
+@pytest.fixture
+def run_tool(real_host_build: BuildResult) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run a tool of the host artifact; it must exit 0."""
 
+    def run(tool: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        result = run_from_artifact(real_host_build.artifact, tool, *args, env=env, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        return result
 
-def run_tool(llama_bin: Path, tool: str, *args: str, env: dict[str, str] | None = None) -> proc.Result:
-    libraries = f"{llama_bin}:{llama_bin.parent / 'lib'}"
-    return proc.run([llama_bin / tool, *args], env={"LD_LIBRARY_PATH": libraries, **(env or {})}, timeout=300)
+    return run
 
 
 @pytest.mark.parametrize("arch,ftype", ALL_MODELS)
-def test_llama_bench_gives_json_for_every_model(llama_bin, tiny_models, arch, ftype):
+def test_llama_bench_gives_json_for_every_model(run_tool, tiny_models, arch, ftype):
     model = tiny_models[(arch, ftype)]
-    result = run_tool(llama_bin, "llama-bench", "-m", str(model), "-p", "16", "-n", "8", "-t", "1", "-r", "1", "-o", "json")
+    result = run_tool("llama-bench", "-m", str(model), "-p", "16", "-n", "8", "-t", "1", "-r", "1", "-o", "json")
     records = json.loads(result.stdout)
     assert [(r["n_prompt"], r["n_gen"]) for r in records] == [(16, 0), (0, 8)]
     label = {"f32": "all F32", "f16": "F16", "q4_0": "Q4_0"}[ftype]
@@ -50,14 +46,14 @@ def test_llama_bench_gives_json_for_every_model(llama_bin, tiny_models, arch, ft
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_llama_completion_generates(llama_bin, tiny_models, arch):
+def test_llama_completion_generates(run_tool, tiny_models, arch):
     # llama-completion prints through common/log.cpp's background thread, which upstream
     # leaks on purpose (llama.cpp issue 22142): a run this short can exit before the thread
     # has written its queue, losing output although it succeeded. So every run must exit 0,
     # and one of a few must show the whole log.
     argv = ("-m", str(tiny_models[(arch, "q4_0")]), "-no-cnv", "-n", "8", "-p", "hi", "-t", "1", "--seed", "1")
     for _ in range(5):
-        result = run_tool(llama_bin, "llama-completion", *argv)  # raises unless it exits 0
+        result = run_tool("llama-completion", *argv)  # fails the test unless it exits 0
         if "prompt eval time" in result.stderr:
             break
     assert "prompt eval time" in result.stderr, "5 runs of llama-completion, none with its full log"
@@ -65,11 +61,11 @@ def test_llama_completion_generates(llama_bin, tiny_models, arch):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_gated_delta_net_runs_on_the_cpu_for_qwen35_only(llama_bin, tiny_models, arch):
+def test_gated_delta_net_runs_on_the_cpu_for_qwen35_only(run_tool, tiny_models, arch):
     """GGML_SCHED_DEBUG=2 lists every node of each graph the scheduler runs, with its backend;
     llama-bench -v logs synchronously, so nothing is lost."""
     result = run_tool(
-        llama_bin, "llama-bench", "-m", str(tiny_models[(arch, "q4_0")]), "-p", "16", "-n", "8", "-t", "1", "-r", "1", "-o", "json", "-v",
+        "llama-bench", "-m", str(tiny_models[(arch, "q4_0")]), "-p", "16", "-n", "8", "-t", "1", "-r", "1", "-o", "json", "-v",
         env={"GGML_SCHED_DEBUG": "2"},
     )
     assert len(json.loads(result.stdout)) == 2
