@@ -1,7 +1,7 @@
 """Where kzbuild keeps things: the project, the shared cache and the per-project work dir.
 
 Precedence: built-in default < environment (KZ_PROJECT, KZ_CACHE_DIR, KZ_WORK_DIR,
-XDG_CACHE_HOME) < command-line flag. The environment is passed in, never read globally.
+KZ_RESULTS_DIR, XDG_CACHE_HOME) < command-line flag. The environment is passed in, never read globally.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ class Settings:
     project: Path
     cache: Path
     work: Path
+    results_dir: Path | None = None  # default: PROJECT/results
 
     @classmethod
     def resolve(
@@ -28,6 +29,7 @@ class Settings:
         project: Path | None = None,
         cache: Path | None = None,
         work: Path | None = None,
+        results: Path | None = None,
     ) -> Settings:
         project = project or _env_path(environ, "KZ_PROJECT") or find_project(cwd)
         project = project.resolve()
@@ -37,7 +39,8 @@ class Settings:
             xdg = _env_path(environ, "XDG_CACHE_HOME") or Path(environ.get("HOME", "~")).expanduser() / ".cache"
             cache = xdg / "kzbuild"
         work = work or _env_path(environ, "KZ_WORK_DIR") or project / ".kz"
-        return cls(project=project, cache=cache.resolve(), work=work.resolve())
+        results = results or _env_path(environ, "KZ_RESULTS_DIR")
+        return cls(project=project, cache=cache.resolve(), work=work.resolve(), results_dir=results.resolve() if results else None)
 
     # --- the shared cache (one per machine, shared by all projects) ---
     @property
@@ -64,7 +67,7 @@ class Settings:
 
     @property
     def results(self) -> Path:
-        return self.project / "results"
+        return self.results_dir or self.project / "results"
 
     # --- the per-project work dir (git-ignored) ---
     def worktree(self, recipe_name: str) -> Path:

@@ -51,12 +51,13 @@ def root(
     project: Annotated[Optional[Path], typer.Option(help="Project root (default: nearest folder with recipes/; env KZ_PROJECT).")] = None,
     cache_dir: Annotated[Optional[Path], typer.Option(help="Shared cache for upstream objects and sdists (env KZ_CACHE_DIR; default XDG cache).")] = None,
     work_dir: Annotated[Optional[Path], typer.Option(help="Worktrees and artifacts (env KZ_WORK_DIR; default PROJECT/.kz).")] = None,
+    results_dir: Annotated[Optional[Path], typer.Option(help="Results database and JSONL (env KZ_RESULTS_DIR; default PROJECT/results).")] = None,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:
     setup_logging(verbose)
     ctx.obj = Context(
         verbose=verbose,
-        settings_factory=lambda: Settings.resolve(os.environ, cwd=Path.cwd(), project=project, cache=cache_dir, work=work_dir),
+        settings_factory=lambda: Settings.resolve(os.environ, cwd=Path.cwd(), project=project, cache=cache_dir, work=work_dir, results=results_dir),
     )
 
 
