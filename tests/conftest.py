@@ -14,7 +14,8 @@ import pytest
 from kzbuild.cli import main
 from kzbuild.settings import Settings
 
-# Session fixtures used in several folders (real_host_build) live there: registered once, they run once.
+# fixtures_build's session fixtures (real_host_build) serve several folders: registered once
+# here they run once per session, where imported into each module they would run once per module.
 pytest_plugins = ("tests.fixtures_build",)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
