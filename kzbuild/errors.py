@@ -106,6 +106,13 @@ class NotAvailableHere(KzError):
     exit_code = 11
 
 
+class ResultsError(KzError):
+    """Benchmark output or stored results cannot answer: unparsable llama-bench output, a
+    selector that matches nothing, or results that must not be compared (devices, models, env)."""
+
+    exit_code = 13
+
+
 class CommandFailed(KzError):
     """An external command exited non-zero."""
 

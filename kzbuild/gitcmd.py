@@ -13,21 +13,19 @@ from pathlib import Path
 
 from kzbuild import proc
 
+KZ_NAME = "kzbuild"
+KZ_EMAIL = "kzbuild@localhost"
 ISOLATED_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1",
     "GIT_CONFIG_GLOBAL": os.devnull,
     "GIT_TERMINAL_PROMPT": "0",
     "GIT_ASKPASS": "true",
     "LC_ALL": "C",
-}
-KZ_NAME = "kzbuild"
-KZ_EMAIL = "kzbuild@localhost"
-KZ_IDENTITY = {
-    "GIT_AUTHOR_NAME": KZ_NAME,
-    "GIT_AUTHOR_EMAIL": KZ_EMAIL,
+    # Every commit kzbuild makes has this committer (git am keeps the patch's author).
     "GIT_COMMITTER_NAME": KZ_NAME,
     "GIT_COMMITTER_EMAIL": KZ_EMAIL,
 }
+KZ_AUTHOR = {"GIT_AUTHOR_NAME": KZ_NAME, "GIT_AUTHOR_EMAIL": KZ_EMAIL}
 
 
 class Git:

@@ -12,6 +12,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,6 +160,55 @@ def stream(
     if check and code != 0:
         raise CommandFailed(args, code, "\n".join(tail))
     return code
+
+
+def run_split(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    on_stdout: Callable[[bytes], None] | None = None,
+    on_stderr: Callable[[bytes], None] | None = None,
+) -> tuple[int, bytes, bytes]:
+    """Run ``argv`` streaming stdout and stderr separately, as bytes, to their callbacks.
+
+    Output with no callback is kept and returned. A timeout kills the command and raises
+    CommandFailed.
+    """
+    args = [os.fspath(a) for a in argv]
+    log.debug("$ %s", describe(args, cwd, env))
+    try:
+        child = subprocess.Popen(args, cwd=cwd, env=_environment(env, False), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except FileNotFoundError as exc:
+        raise NotAvailableHere(f"'{args[0]}' is not installed or not on PATH") from exc
+    kept = (bytearray(), bytearray())
+
+    def pump(handle, sink: Callable[[bytes], None] | None, store: bytearray) -> None:  # type: ignore[no-untyped-def]
+        for chunk in iter(lambda: handle.read1(65536), b""):
+            if sink:
+                sink(chunk)
+            else:
+                store += chunk
+
+    pumps = [
+        threading.Thread(target=pump, args=(child.stdout, on_stdout, kept[0]), daemon=True),
+        threading.Thread(target=pump, args=(child.stderr, on_stderr, kept[1]), daemon=True),
+    ]
+    for thread in pumps:
+        thread.start()
+    try:
+        code = child.wait(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        child.kill()
+        child.wait()
+        raise CommandFailed(args, -1, f"timed out after {timeout} s") from exc
+    finally:
+        for thread in pumps:
+            thread.join()
+        for pipe in (child.stdout, child.stderr):
+            pipe.close()  # type: ignore[union-attr]
+    return code, bytes(kept[0]), bytes(kept[1])
 
 
 def _lines(handle: Iterable[str]) -> Iterable[str]:

@@ -37,7 +37,7 @@ def recipe_path(recipes_dir: Path, name_or_path: str) -> Path:
 def list_recipes(recipes_dir: Path) -> list[str]:
     names = []
     for path in sorted(recipes_dir.rglob("*.y*ml")):
-        if path.suffix in (".yaml", ".yml"):
+        if path.suffix in (".yaml", ".yml") and path.name != "devices.yaml":
             names.append(path.relative_to(recipes_dir).with_suffix("").as_posix())
     return names
 
@@ -127,12 +127,4 @@ def _parse_build(section: yamlconf.Mapping) -> BuildSection:
     defaults = BuildSection()
     targets = tuple(str(t) for t in section.get_list("targets")) or defaults.targets
     tools = tuple(str(t) for t in section.get_list("tools")) or defaults.tools
-    cmake = section.get_mapping("cmake")
-    options = []
-    for key, value in cmake.items():
-        if isinstance(value, bool):
-            value = "ON" if value else "OFF"
-        if not isinstance(value, (str, int, float)):
-            raise cmake.error(key, "cmake option values are scalars")
-        options.append((key, str(value)))
-    return BuildSection(targets=targets, tools=tools, cmake=tuple(options))
+    return BuildSection(targets=targets, tools=tools, cmake=section.get_options("cmake"))

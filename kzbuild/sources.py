@@ -16,7 +16,6 @@ Source kinds:
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import shutil
@@ -129,21 +128,26 @@ class ObjectCache:
         self._fetch_by_branch(url, sha, progress)
 
     def _fetch_by_branch(self, url: str, sha: str, progress: Progress | None) -> None:
-        """For servers that only serve advertised refs: locate the commit, then fetch to its depth."""
-        scratch = "refs/kz/partial/" + hashlib.sha256(url.encode()).hexdigest()[:12]
-        self._git_fetch(["--filter=blob:none", url, f"+refs/heads/*:{scratch}/*"], progress)
-        try:
-            containing = self.git("for-each-ref", f"--contains={sha}", "--format=%(refname)", scratch + "/").split()
+        """For servers that only serve advertised refs: locate the commit, then fetch to its depth.
+
+        The blob-less look-around happens in a throwaway repo: in the cache it would leave
+        commits without their blobs, and the full fetch would then skip them.
+        """
+        with tempfile.TemporaryDirectory(prefix="kz-partial-", dir=self.settings.cache) as tmp:
+            scout = Git(Path(tmp))
+            scout("init", "-q", "--bare")
+            proc.stream(
+                ["git", "-C", tmp, "fetch", "--no-tags", "--progress", "--filter=blob:none", url, "+refs/heads/*:refs/heads/*"],
+                quiet_env=ISOLATED_ENV, on_line=progress,
+            )
+            containing = scout("for-each-ref", f"--contains={sha}", "--format=%(refname)", "refs/heads/").split()
             if not containing:
                 raise SourceError(f"{url} has no branch that contains {sha}")
-            ref = containing[0]
-            depth = int(self.git("rev-list", "--count", f"{sha}..{ref}")) + 1
-            branch = "refs/heads/" + ref.removeprefix(scratch + "/")
-            log.info("fetching %s from %s to depth %d", branch, url, depth)
-            self._git_fetch(["--depth", str(depth), url, f"+{branch}:{scratch}-full/tip"], progress)
-        finally:
-            for ref in self.git("for-each-ref", "--format=%(refname)", scratch + "/", scratch + "-full/").split():
-                self.git("update-ref", "-d", ref)
+            branch = containing[0]
+            depth = int(scout("rev-list", "--count", f"{sha}..{branch}")) + 1
+        log.info("fetching %s from %s to depth %d", branch, url, depth)
+        self._git_fetch(["--depth", str(depth), url, f"+{branch}:refs/kz/partial/tip"], progress)
+        self.git("update-ref", "-d", "refs/kz/partial/tip")
 
     def _git_fetch(self, args: list[str], progress: Progress | None) -> None:
         argv = ["git", "-C", str(self.path), "fetch", "--no-tags", "--progress", *args]

@@ -24,7 +24,7 @@ from pathlib import Path
 from kzbuild import __version__
 from kzbuild.errors import PatchError, WorktreeError
 from kzbuild.filelock import locked
-from kzbuild.gitcmd import KZ_IDENTITY, Git
+from kzbuild.gitcmd import KZ_AUTHOR, Git
 from kzbuild.model.recipe import Recipe
 from kzbuild.settings import Settings
 from kzbuild.sources import ObjectCache
@@ -41,7 +41,14 @@ LOCK_FORMAT = 1
 class AppliedPatch:
     file: str
     sha256: str
-    commit: str
+    commit: str | None  # None when skipped as upstreamed
+    upstreamed: str | None = None  # the proof, when the pin already holds the patch
+
+    def to_dict(self) -> dict[str, str | None]:
+        data = asdict(self)
+        if self.upstreamed is None:
+            del data["upstreamed"]
+        return data
 
 
 @dataclass(frozen=True)
@@ -68,7 +75,7 @@ class Lock:
         }
 
     def commits(self) -> set[str]:
-        made = {p.commit for p in self.patches}
+        made = {p.commit for p in self.patches if p.commit}
         if self.overlay_commit:
             made.add(self.overlay_commit)
         return made
@@ -78,7 +85,7 @@ class Lock:
             "format": LOCK_FORMAT,
             "recipe": self.recipe,
             "upstream": {"commit": self.upstream_commit, "tree": self.upstream_tree, "fetched_from": self.fetched_from},
-            "patches": [asdict(p) for p in self.patches],
+            "patches": [p.to_dict() for p in self.patches],
             "overlays": {"digest": self.overlay_digest, "commit": self.overlay_commit},
             "head": self.head,
             "kzbuild_version": self.kzbuild_version,
@@ -171,10 +178,10 @@ def sha256_file(path: Path) -> str:
 class Worktree:
     """A recipe's patched source tree."""
 
-    def __init__(self, settings: Settings, recipe: Recipe) -> None:
+    def __init__(self, settings: Settings, recipe: Recipe, *, path: Path | None = None) -> None:
         self.settings = settings
         self.recipe = recipe
-        self.path = settings.worktree(recipe.name)
+        self.path = path or settings.worktree(recipe.name)  # another path: a scratch repo for checks
         self.git = Git(self.path)
 
     def lock(self):  # type: ignore[no-untyped-def]
@@ -186,10 +193,14 @@ class Worktree:
         return self.path / ".git" / STATE_FILE
 
     def made_by_sync(self) -> set[str]:
+        """Commits whose content is in patches/ (made by sync, or exported since)."""
         try:
             return set(json.loads(self.state_file.read_text())["commits"])
         except (FileNotFoundError, ValueError, KeyError):
             return set()
+
+    def save_state(self, commits: set[str]) -> None:
+        self.state_file.write_text(json.dumps({"commits": sorted(commits)}) + "\n")
 
     def state(self) -> WorktreeState:
         if not (self.path / ".git").is_dir():
@@ -222,7 +233,7 @@ class Worktree:
             shallow.unlink()
 
 
-def check_no_lost_work(state: WorktreeState, *, what: str) -> None:
+def check_no_lost_work(state: WorktreeState, *, what: str, recipe: str) -> None:
     if not state.exists or state.clean:
         return
     lines = []
@@ -234,7 +245,8 @@ def check_no_lost_work(state: WorktreeState, *, what: str) -> None:
         lines += [f"  {line}" for line in state.unexported[:20]]
     raise WorktreeError(
         f"{what} would lose work in {state.path}:\n" + "\n".join(lines),
-        hint="keep it with 'git -C WORKTREE commit' and 'kzbuild patches export', or drop it with --force",
+        hint=f"keep it: commit it (git -C {state.path} commit -a) and run 'kzbuild patches export {recipe}'; "
+        f"or discard it: 'kzbuild sync {recipe} --force'",
     )
 
 
@@ -247,7 +259,7 @@ def sync(settings: Settings, recipe: Recipe, *, force: bool = False, progress: P
         if lock and inputs.matches(lock) and state.clean and state.head == lock.head and state.base == lock.upstream_commit:
             return SyncResult(recipe, worktree.path, lock, changed=False, fetched_from=None)
         if not force:
-            check_no_lost_work(state, what="sync")
+            check_no_lost_work(state, what="sync", recipe=recipe.name)
 
         cache = ObjectCache(settings)
         pin = recipe.upstream.commit
@@ -259,12 +271,12 @@ def sync(settings: Settings, recipe: Recipe, *, force: bool = False, progress: P
         git("update-ref", BASE_REF, pin)
         git("checkout", "-q", "-f", "-B", recipe.branch, pin)
         git("clean", "-q", "-fdx")
-        _save_state(worktree, set())
+        worktree.save_state(set())
 
         applied = apply_series(worktree, inputs)
         overlay_commit = commit_overlays(worktree, pin)
-        made = {p.commit for p in applied} | ({overlay_commit} if overlay_commit else set())
-        _save_state(worktree, made)
+        made = {p.commit for p in applied if p.commit} | ({overlay_commit} if overlay_commit else set())
+        worktree.save_state(made)
 
         fetched_from = fetched.source or (lock.fetched_from if lock and lock.upstream_commit == pin else "cache")
         new_lock = Lock(
@@ -278,16 +290,26 @@ def sync(settings: Settings, recipe: Recipe, *, force: bool = False, progress: P
             head=git.resolve("HEAD") or "",
         )
         recipe.lock_path.write_text(new_lock.to_json(), encoding="utf-8")
-        return SyncResult(recipe, worktree.path, new_lock, changed=True, fetched_from=fetched.source)
+        notes = tuple(f"skipped {p.file}: upstreamed ({p.upstreamed})" for p in applied if p.upstreamed)
+        return SyncResult(recipe, worktree.path, new_lock, changed=True, fetched_from=fetched.source, notes=notes)
 
 
 def apply_series(worktree: Worktree, inputs: Inputs) -> list[AppliedPatch]:
-    """Apply each patch as one commit; on failure abort that patch and report it."""
+    """Apply each patch as one commit, skipping the ones the pin already holds; on failure abort and report."""
+    # Imported here: patch parsing and classification cost every kzbuild start (and the no-op sync) ~40 ms.
+    from kzbuild.patchapply import find_upstreamed
+    from kzbuild.patchfile import read_patch
+
     applied: list[AppliedPatch] = []
+    pin = inputs.recipe.upstream.commit
     for name, path, digest in inputs.patches:
+        proof = find_upstreamed(worktree.git, read_patch(path, name), pin)
+        if proof is not None:
+            log.info("skipping %s: upstreamed at %s (%s)", name, pin[:12], proof.describe())
+            applied.append(AppliedPatch(file=name, sha256=digest, commit=None, upstreamed=proof.describe()))
+            continue
         result = worktree.git.run(
-            "am", "--3way", "--keep-non-patch", "--committer-date-is-author-date", str(path),
-            env=KZ_IDENTITY, check=False,
+            "am", "--3way", "--keep-non-patch", "--committer-date-is-author-date", str(path), check=False,
         )
         if not result.ok:
             failure = describe_am_failure(result.stdout + result.stderr)
@@ -328,13 +350,9 @@ def commit_overlays(worktree: Worktree, pin: str) -> str | None:
     listing = "\n".join(f"{o.dest} <- {o.src.relative_to(worktree.settings.project).as_posix()}" for o in recipe.overlays)
     worktree.git(
         "commit", "-q", "--no-verify", "-m", f"kz: kernel overlays for {recipe.name}\n\n{listing}",
-        env={**KZ_IDENTITY, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date},
+        env={**KZ_AUTHOR, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date},
     )
     return worktree.git("rev-parse", "HEAD")
-
-
-def _save_state(worktree: Worktree, commits: set[str]) -> None:
-    worktree.state_file.write_text(json.dumps({"commits": sorted(commits)}) + "\n")
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,18 @@ class Mapping(dict[str, Any]):
             raise self.error(key, "must be a mapping")
         return value
 
+    def get_options(self, key: str) -> tuple[tuple[str, str], ...]:
+        """A mapping of scalars as (name, value) strings, booleans as cmake's ON/OFF."""
+        mapping = self.get_mapping(key)
+        options = []
+        for name, value in mapping.items():
+            if isinstance(value, bool):
+                value = "ON" if value else "OFF"
+            if not isinstance(value, (str, int, float)):
+                raise mapping.error(name, "values are scalars (strings, numbers, booleans)")
+            options.append((name, str(value)))
+        return tuple(options)
+
     def get_list(self, key: str) -> Sequence:
         value = self.get(key)
         if value is None:

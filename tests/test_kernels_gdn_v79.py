@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.fixtures_stack import pin_tree  # noqa: F401
+from tests.fixtures_trees import pin_tree  # noqa: F401
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,14 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from kzbuild import __version__
+from kzbuild.cli import bench as bench_commands
+from kzbuild.cli import build as build_commands
+from kzbuild.cli import deploy as deploy_commands
+from kzbuild.cli import models as models_commands
+from kzbuild.cli import patches as patches_commands
 from kzbuild.cli import sync as sync_commands
 from kzbuild.cli.ui import Context, console, err_console, setup_logging, tracebacks_wanted
 from kzbuild.errors import KzError
@@ -28,7 +34,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for module in (sync_commands,):
+for module in (sync_commands, patches_commands, build_commands, deploy_commands, models_commands, bench_commands):
     module.register(app)
 
 
@@ -69,10 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         code = exc.exit_code
     except typer.Abort:
         code = 1
-    except Exception as exc:  # click's usage errors
+    except Exception as exc:  # usage errors: click's, or those of the click that newer typer vendors
         import click
 
-        if isinstance(exc, click.ClickException):
+        if isinstance(exc, (click.ClickException, typer.TyperException)) and hasattr(exc, "show"):
             exc.show()
             code = exc.exit_code
         else:
@@ -83,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report_error(exc: KzError) -> None:
-    err_console.print(f"[bold red]error:[/bold red] {exc.message}", highlight=False, markup=True)
+    # messages carry paths, argv and env values: brackets in them are text, not markup
+    err_console.print(f"[bold red]error:[/bold red] {escape(exc.message)}", highlight=False, markup=True)
     if exc.hint:
-        err_console.print(f"[yellow]hint:[/yellow] {exc.hint}", highlight=False)
+        err_console.print(f"[yellow]hint:[/yellow] {escape(exc.hint)}", highlight=False)
     if tracebacks_wanted():
         err_console.print_exception()

@@ -42,7 +42,10 @@ def sync_command(
     console.print(f"[green]synced {loaded.name}[/green] -> {result.worktree}")
     console.print(f"  upstream {lock.upstream_commit[:12]} from {result.fetched_from or 'the cache'}")
     for patch in lock.patches:
-        console.print(f"  applied {patch.file} as {patch.commit[:12]}")
+        if patch.commit:
+            console.print(f"  applied {patch.file} as {patch.commit[:12]}")
+        else:
+            console.print(f"  [yellow]skipped[/yellow] {patch.file}: already upstream ({patch.upstreamed})")
     if lock.overlay_commit:
         console.print(f"  overlays committed as {lock.overlay_commit[:12]}")
     console.print(f"  head {lock.head[:12]}; lock {loaded.lock_path.relative_to(settings.project)}")
@@ -65,7 +68,8 @@ def status_command(ctx: typer.Context, recipe: RecipeArg = None, json_out: JsonO
     table.add_row("worktree", f"{worktree['path']} ({worktree['state']})")
     table.add_row("matches lock", "yes" if status["matches_lock"] else "[yellow]no[/yellow] (run kzbuild sync)")
     for patch in status["patches"]:  # type: ignore[union-attr]
-        table.add_row("patch", f"{patch['file']}  {patch['commit'][:12]}")
+        applied = patch["commit"][:12] if patch["commit"] else f"skipped, upstreamed ({patch['upstreamed']})"
+        table.add_row("patch", f"{patch['file']}  {applied}")
     for line in worktree["dirty"] + worktree["unexported"]:
         table.add_row("[yellow]unsaved[/yellow]", line)
     console.print(table)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 
 from kzbuild.settings import Settings
 
@@ -62,6 +63,6 @@ def activity(message: str) -> Iterator[Callable[[str], None]]:
         def update(line: str) -> None:
             line = line.strip()
             if line:
-                status.update(f"{message}  [dim]{line[-100:]}[/dim]")
+                status.update(f"{message}  [dim]{escape(line[-100:])}[/dim]")  # tool output is text, not markup
 
         yield update

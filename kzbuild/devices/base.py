@@ -11,7 +11,7 @@ import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 ENV_NAME_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
@@ -66,6 +66,18 @@ class Transport(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class Resumable(Protocol):
+    """A transport that can continue an upload cut off midway (deploy and models push use it)."""
+
+    def append(self, local: Path, remote: str, *, offset: int, progress: ProgressFn | None = None) -> None:
+        """Write ``local`` from byte ``offset`` on to the end of ``remote``, which holds its first ``offset`` bytes.
+
+        ``progress`` gets the bytes sent by this call so far.
+        """
+        ...
 
 
 def check_env_name(name: str) -> str:

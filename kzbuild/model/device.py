@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 TransportKind = Literal["adb", "ssh", "local"]
@@ -22,7 +22,6 @@ class Device:
     env: tuple[tuple[str, str], ...] = ()  # default env; "{current}" expands to ROOT/current
     runner_prefix: tuple[str, ...] = ()  # e.g. ("qemu-aarch64", "-L", "/usr/aarch64-linux-gnu")
     description: str = ""
-    extra: tuple[tuple[str, str], ...] = field(default=())
 
     @property
     def address(self) -> str:

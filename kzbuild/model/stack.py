@@ -1,4 +1,4 @@
-"""The patch stack: the series file and the patches it names, in apply order."""
+"""The patch stack: the series file and the patches it names, in apply order; lint findings."""
 
 from __future__ import annotations
 
@@ -24,3 +24,21 @@ class Series:
 
     def names(self) -> list[str]:
         return [entry.name for entry in self.entries]
+
+    def entry(self, name: str) -> SeriesEntry | None:
+        return next((e for e in self.entries if e.name == name), None)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One lint finding: a file, a line in it (when known) and what is wrong."""
+
+    path: Path
+    line: int | None
+    message: str
+
+    def where(self, root: Path | None = None) -> str:
+        shown = self.path
+        if root is not None and self.path.is_relative_to(root):
+            shown = self.path.relative_to(root)
+        return f"{shown}:{self.line}" if self.line else str(shown)

@@ -1,0 +1,315 @@
+"""``kzbuild bench``: llama-bench on a device, one stored record per test, with provenance.
+
+Each sweep point is one ``llama-bench -o json`` run of the current release. stdout (the JSON)
+and stderr (the logs) are kept apart: the JSON becomes records, both are saved under
+``WORK/bench/<run-id>/``. Before each run the device is probed once (fingerprint, thermal
+zones, power supply and battery) by a fixed shell script that takes no input.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import random
+import re
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from kzbuild.devices.base import ByteSink, Transport, check_env_name
+from kzbuild.errors import CommandFailed, ConfigError, ResultsError
+from kzbuild.model.bench import BENCH_OPTIONS, ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchPoint, BenchSpec, SweepAxis
+from kzbuild.model.device import Device
+from kzbuild.model.result import NOT_CONFIG_FIELDS, BenchRecord, BuildInfo, DeviceInfo, ModelInfo, SweepInfo, bench_test_name
+from kzbuild.results import ResultsStore
+from kzbuild.run import Release, check_tool, current_release, env_warnings, invocation
+from kzbuild.settings import Settings
+
+log = logging.getLogger(__name__)
+
+LLAMA_BENCH = "llama-bench"
+RESERVED_ARGS = ("-o", "--output", "-m", "--model")  # kzbuild sets these itself
+STORED_MODEL_RE = re.compile(r"^([0-9a-f]{64})\.gguf$")  # kzbuild models push: models/<sha256>.gguf
+
+# One line per fact, "key<TAB>value". $1 is the sysfs root (tests point it at a tree they build).
+PROBE_SCRIPT = r"""
+sys=${1:-/sys}
+if command -v getprop >/dev/null 2>&1; then
+  printf 'android.fingerprint\t%s\n' "$(getprop ro.build.fingerprint)"
+  printf 'android.soc_model\t%s\n' "$(getprop ro.soc.model)"
+  dumpsys battery 2>/dev/null | while IFS= read -r line; do printf 'battery\t%s\n' "$line"; done
+fi
+printf 'uname\t%s\n' "$(uname -a)"
+# sysfs files are read with the read builtin, not cat: a tablet has ~80 thermal zones, and a
+# fork each would make every probe slow. An unreadable file leaves the value empty.
+value_of() { value=; { IFS= read -r value < "$1"; } 2>/dev/null; [ -n "$value" ]; }
+for zone in "$sys"/class/thermal/thermal_zone*; do
+  value_of "$zone/temp" || continue
+  temp=$value
+  value_of "$zone/type" || value=${zone##*/}
+  printf 'thermal.%s\t%s\n' "$value" "$temp"
+done
+for supply in "$sys"/class/power_supply/*; do
+  for item in status capacity online temp; do
+    value_of "$supply/$item" && printf 'power.%s.%s\t%s\n' "${supply##*/}" "$item" "$value"
+  done
+done
+"""
+
+
+@dataclass(frozen=True)
+class DeviceState:
+    fingerprint: Mapping[str, str]  # android.fingerprint + android.soc_model, else uname
+    conditions: Mapping[str, Any]  # thermal (deg C by zone type), power, battery
+
+
+def probe(transport: Transport, sysfs: str = "/sys") -> DeviceState:
+    result = transport.run(["sh", "-c", PROBE_SCRIPT, "kz-probe", sysfs])
+    return parse_probe(result.text())
+
+
+def parse_probe(text: str) -> DeviceState:
+    facts: dict[str, str] = {}
+    thermal: dict[str, float] = {}
+    power: dict[str, str] = {}
+    battery: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition("\t")
+        value = value.strip()
+        if key == "battery":
+            name, sep, reading = value.partition(":")
+            if sep and reading.strip():
+                battery[name.strip()] = reading.strip()
+        elif key.startswith("thermal."):
+            celsius = _celsius(value)
+            if celsius is not None:
+                name = key.removeprefix("thermal.")
+                thermal[_unique_key(thermal, name)] = celsius
+        elif key.startswith("power."):
+            power[key.removeprefix("power.")] = value
+        elif key:
+            facts[key] = value
+    if facts.get("android.fingerprint"):
+        fingerprint = {k: facts[k] for k in ("android.fingerprint", "android.soc_model") if facts.get(k)}
+    else:
+        fingerprint = {"uname": facts.get("uname", "")}
+    conditions: dict[str, Any] = {"thermal_c": thermal}
+    if power:
+        conditions["power"] = power
+    if battery:
+        conditions["battery"] = battery
+    return DeviceState(fingerprint=fingerprint, conditions=conditions)
+
+
+def _celsius(text: str) -> float | None:
+    """sysfs gives millidegrees on most kernels and degrees on a few."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return round(value / 1000.0, 1) if abs(value) >= 1000 else value
+
+
+def _unique_key(existing: Mapping[str, object], name: str) -> str:
+    if name not in existing:
+        return name
+    return next(f"{name}#{n}" for n in itertools.count(2) if f"{name}#{n}" not in existing)
+
+
+# --- the request ---
+def parse_sweep(text: str) -> SweepAxis:
+    """``ngl=0,16,99`` or ``env:NAME=a,b``."""
+    name, sep, values = text.partition("=")
+    axes = ", ".join(o.name for o in BENCH_OPTIONS)
+    if not sep or not values:
+        raise ConfigError(f"--sweep '{text}' is not AXIS=V1,V2,...", hint=f"axes: {axes}, env:NAME")
+    if name.startswith(ENV_AXIS_PREFIX):
+        try:
+            check_env_name(name.removeprefix(ENV_AXIS_PREFIX))
+        except ValueError as exc:
+            raise ConfigError(f"--sweep '{text}': {exc}") from None
+    elif name not in OPTIONS_BY_NAME:
+        raise ConfigError(f"--sweep '{text}': unknown axis '{name}'", hint=f"axes: {axes}, env:NAME")
+    parsed = tuple(values.split(","))
+    if "" in parsed or len(set(parsed)) != len(parsed):
+        raise ConfigError(f"--sweep '{text}': values must be non-empty and distinct")
+    return SweepAxis(name, parsed)
+
+
+def check_spec(spec: BenchSpec) -> None:
+    """Reject requests llama-bench or the sweep would misread."""
+    for arg in spec.extra_args:
+        if arg in RESERVED_ARGS:
+            raise ConfigError(f"'{arg}' is set by kzbuild bench itself (-o json, -m from --model)")
+    seen = set()
+    for axis in spec.sweep:
+        if axis.name in seen:
+            raise ConfigError(f"--sweep {axis.name} is given twice")
+        seen.add(axis.name)
+        fixed = dict(spec.env) if axis.env_name else dict(spec.options)
+        if (axis.env_name or axis.name) in fixed:
+            raise ConfigError(f"{axis.name} is both swept and fixed", hint="drop the fixed value or the sweep")
+
+
+def plan(spec: BenchSpec) -> tuple[int, list[BenchPoint]]:
+    """The cartesian product of the sweep axes in a random order; returns (seed, points)."""
+    seed = spec.seed if spec.seed is not None else secrets.randbelow(2**32)
+    combos = list(itertools.product(*[[(axis.name, value) for value in axis.values] for axis in spec.sweep]))
+    random.Random(seed).shuffle(combos)
+    return seed, [BenchPoint(index=i, total=len(combos), values=tuple(c)) for i, c in enumerate(combos)]
+
+
+def llama_bench_args(spec: BenchSpec, point: BenchPoint) -> list[str]:
+    chosen = point.options(spec)
+    args = ["-o", "json", "-m", spec.model]
+    for option in BENCH_OPTIONS:
+        if option.name in chosen:
+            args += [option.flag, chosen[option.name]]
+    return args + list(spec.extra_args)
+
+
+def parse_llama_bench_json(stdout: bytes) -> list[dict[str, Any]]:
+    try:
+        tests = json.loads(stdout)
+    except ValueError as exc:
+        raise ResultsError(f"llama-bench printed no valid JSON on stdout: {exc}") from None
+    if not isinstance(tests, list) or not all(isinstance(t, dict) and "avg_ts" in t for t in tests):
+        raise ResultsError("llama-bench's JSON is not a list of test records")
+    return tests
+
+
+def model_sha256(transport: Transport, device: Device, model: str) -> str:
+    """The model's sha256: from its name when it resolves into ROOT/models/<sha256>.gguf (kzbuild
+    models push verified it there), else computed on the device."""
+    resolved = transport.run(["readlink", "-f", model], cwd=device.root)
+    if resolved.ok:
+        path = PurePosixPath(resolved.text().strip())
+        stored = STORED_MODEL_RE.match(path.name)
+        root = transport.run(["readlink", "-f", device.root])
+        if stored and root.ok and str(path.parent) == f"{root.text().strip()}/models":
+            return stored[1]
+    result = transport.run(["sha256sum", model], cwd=device.root)
+    if not result.ok:
+        raise ConfigError(
+            f"{device.name}: cannot read model '{model}' (relative paths start at {device.root})",
+            hint="push it with kzbuild models push FILE, or give its path on the device",
+        )
+    return result.text().split()[0]
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    run_id: str
+    seed: int
+    records: tuple[BenchRecord, ...]
+    logs: Path
+
+
+def new_run_id(now: datetime) -> str:
+    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def bench(
+    settings: Settings,
+    transport: Transport,
+    device: Device,
+    spec: BenchSpec,
+    store: ResultsStore,
+    *,
+    on_point: Callable[[BenchPoint], None] | None = None,
+    on_stderr: ByteSink | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> BenchRun:
+    """Run every sweep point and store its records as soon as it finishes."""
+    check_spec(spec)
+    release = current_release(transport, device)
+    check_tool(transport, device, release, LLAMA_BENCH)
+    all_env = dict(spec.env) | {axis.env_name: "" for axis in spec.sweep if axis.env_name}
+    for warning in env_warnings(settings, release, all_env):
+        log.warning("%s", warning)
+    model_hash = model_sha256(transport, device, spec.model)
+    seed, points = plan(spec)
+    run_id = new_run_id(datetime.now(timezone.utc))
+    logs = settings.work / "bench" / run_id
+    logs.mkdir(parents=True, exist_ok=True)
+    records: list[BenchRecord] = []
+    for point in points:
+        if point.index and spec.cooldown:
+            sleep(spec.cooldown)
+        if on_point:
+            on_point(point)
+        state = probe(transport)
+        call = invocation(device, release, LLAMA_BENCH, llama_bench_args(spec, point), point.env(spec))
+        host_time = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        stderr_log = logs / f"{point.index:03d}.stderr.log"
+        with open(stderr_log, "wb") as sink:
+
+            def tee(chunk: bytes) -> None:
+                sink.write(chunk)
+                if on_stderr:
+                    on_stderr(chunk)
+
+            result = transport.run(call.argv, cwd=call.cwd, env=call.env, timeout=spec.timeout, on_stderr=tee)
+        (logs / f"{point.index:03d}.json").write_bytes(result.stdout)
+        if not result.ok:
+            raise CommandFailed(call.argv, result.returncode, stderr_log.read_text(errors="replace"), hint=f"full log: {stderr_log}")
+        made = [
+            make_record(test, run_id=run_id, host_time=host_time, seq=len(records) + position, release=release, device=device,
+                        state=state, spec=spec, model_hash=model_hash, argv=call.argv, env=call.env, cwd=call.cwd, point=point, seed=seed)
+            for position, test in enumerate(parse_llama_bench_json(result.stdout))
+        ]  # fmt: skip
+        store.add(made)
+        records += made
+    return BenchRun(run_id=run_id, seed=seed, records=tuple(records), logs=logs)
+
+
+def make_record(
+    test: Mapping[str, Any],
+    *,
+    run_id: str,
+    host_time: str,
+    seq: int,
+    release: Release,
+    device: Device,
+    state: DeviceState,
+    spec: BenchSpec,
+    model_hash: str,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    cwd: str,
+    point: BenchPoint,
+    seed: int,
+) -> BenchRecord:
+    manifest = release.manifest
+    return BenchRecord(
+        run_id=run_id,
+        kind="bench",
+        host_time=host_time,
+        test=bench_test_name(int(test.get("n_prompt", 0)), int(test.get("n_gen", 0)), int(test.get("n_depth", 0))),
+        seq=seq,
+        build=BuildInfo(
+            build_id=release.build_id,
+            recipe=manifest.get("recipe"),
+            manifest_sha256=release.manifest_sha256,
+            lock_sha256=manifest.get("lock_sha256"),
+            build_commit=test.get("build_commit"),
+            release_dir=release.dir,
+        ),
+        device=DeviceInfo(name=device.name, address=device.address, fingerprint=dict(state.fingerprint)),
+        model=ModelInfo(path=spec.model, sha256=model_hash, type=str(test.get("model_type", "")), size=test.get("model_size")),
+        config={k: v for k, v in test.items() if k not in NOT_CONFIG_FIELDS},
+        avg_ts=test.get("avg_ts"),
+        stddev_ts=test.get("stddev_ts"),
+        samples_ts=tuple(test.get("samples_ts") or ()),
+        env=dict(env),
+        argv=tuple(argv),
+        cwd=cwd,
+        conditions=dict(state.conditions),
+        sweep=SweepInfo(point=dict(point.values), seed=seed, index=point.index, total=point.total),
+        raw=dict(test),
+    )

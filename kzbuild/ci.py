@@ -1,0 +1,161 @@
+"""``kzbuild ci``: sync, check the stack, build every target that can be built here, summarise.
+
+Targets named on the command line must build: a missing toolchain fails them. Targets taken
+from the recipe are skipped, with the reason, when their toolchains are not here (a laptop
+without the Hexagon SDK still checks the host build). The summary is JSON for machines and
+markdown for ``$GITHUB_STEP_SUMMARY``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kzbuild import build as builds
+from kzbuild.errors import KzError
+from kzbuild.model.build import BuildOptions
+from kzbuild.model.recipe import Recipe
+from kzbuild.settings import Settings
+from kzbuild.sync import sync
+from kzbuild.toolchains import Detector
+
+Status = str  # ok | failed | skipped
+
+
+@dataclass(frozen=True)
+class CiStep:
+    name: str  # sync | patches | build:<target>
+    status: Status
+    detail: str
+    seconds: float = 0.0
+    exit_code: int = 0
+    data: Mapping[str, object] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"step": self.name, "status": self.status, "detail": self.detail, "seconds": round(self.seconds, 2),
+                "exit_code": self.exit_code, **self.data}
+
+
+@dataclass(frozen=True)
+class CiReport:
+    recipe: str
+    steps: tuple[CiStep, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(s.status != "failed" for s in self.steps)
+
+    @property
+    def exit_code(self) -> int:
+        """0, or the exit code of the first failed step (so scripts can tell a build failure from a missing SDK)."""
+        return next((s.exit_code for s in self.steps if s.status == "failed"), 0)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"recipe": self.recipe, "ok": self.ok, "exit_code": self.exit_code, "steps": [s.to_dict() for s in self.steps]}
+
+    def to_markdown(self) -> str:
+        icon = {"ok": "✅", "failed": "❌", "skipped": "⏭️"}
+        lines = [f"### kzbuild ci: {self.recipe} {'passed' if self.ok else 'FAILED'}", "", "| step | status | detail | seconds |", "|---|---|---|---|"]
+        for step in self.steps:
+            detail = step.detail.replace("|", "\\|").replace("\n", "<br>")
+            lines.append(f"| {step.name} | {icon.get(step.status, '')} {step.status} | {detail} | {step.seconds:.1f} |")
+        return "\n".join(lines) + "\n"
+
+
+Report = Callable[[CiStep], None]
+
+
+def run_ci(
+    settings: Settings,
+    recipe: Recipe,
+    *,
+    environ: Mapping[str, str],
+    targets: Sequence[str] = (),
+    options: BuildOptions = BuildOptions(),
+    on_step: Report | None = None,
+    progress: builds.Progress | None = None,
+) -> CiReport:
+    steps: list[CiStep] = []
+
+    def record(step: CiStep) -> CiStep:
+        steps.append(step)
+        if on_step:
+            on_step(step)
+        return step
+
+    explicit = bool(targets)
+    wanted = list(targets) or list(recipe.build.targets)
+    for name in wanted:
+        builds.target(name)  # an unknown target is a usage error, before any work
+
+    started = time.monotonic()
+    try:
+        synced = sync(settings, recipe)
+    except KzError as exc:
+        record(CiStep("sync", "failed", exc.message, time.monotonic() - started, exc.exit_code))
+        for name in wanted:
+            record(CiStep(f"build:{name}", "skipped", "sync failed"))
+        return CiReport(recipe.name, tuple(steps))
+    lock = synced.lock
+    record(CiStep("sync", "ok", f"upstream {lock.upstream_commit[:12]}, head {lock.head[:12]}" + (" (changed)" if synced.changed else " (up to date)"),
+                  time.monotonic() - started))
+    record(check_patches(settings, recipe))
+
+    detector = Detector.for_settings(settings, environ)
+    for name in wanted:
+        record(_build_target(settings, recipe, name, detector, explicit, environ, options, progress))
+    return CiReport(recipe.name, tuple(steps))
+
+
+def check_patches(settings: Settings, recipe: Recipe) -> CiStep:
+    """``kzbuild patches check`` against the pin: a conflict fails; 3-way merges and upstreamed patches are named."""
+    from kzbuild.errors import PatchError
+    from kzbuild.stackcheck import check_stack  # loaded only when needed (start-up time)
+
+    started = time.monotonic()
+    try:
+        report = check_stack(settings, recipe)
+    except KzError as exc:
+        return CiStep("patches", "failed", exc.message, time.monotonic() - started, exc.exit_code)
+    counts = Counter(p.verdict.value for p in report.patches)
+    detail = ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items())) or "no patches"
+    remarks = [f"{p.name}: {p.verdict.value} ({p.describe()})" for p in report.patches if p.verdict.value != "clean"]
+    if remarks:
+        detail += "; " + "; ".join(remarks)
+    seconds = time.monotonic() - started
+    if report.conflicts:
+        return CiStep("patches", "failed", detail, seconds, PatchError.exit_code)
+    return CiStep("patches", "ok", detail, seconds)
+
+
+def _build_target(
+    settings: Settings,
+    recipe: Recipe,
+    name: str,
+    detector: Detector,
+    explicit: bool,
+    environ: Mapping[str, str],
+    options: BuildOptions,
+    progress: builds.Progress | None,
+) -> CiStep:
+    step = f"build:{name}"
+    required, _ = builds.detect_for(builds.target(name), options.overrides, detector, f"recipe {recipe.name}")
+    missing = [problem for found in required if not found.ok for problem in found.problems[:1]]
+    if missing and not explicit:
+        return CiStep(step, "skipped", "toolchain not here: " + "; ".join(missing))
+    started = time.monotonic()
+    try:
+        result = builds.build(builds.prepare(settings, recipe, name, environ=environ, options=options, progress=progress), progress=progress)
+    except KzError as exc:
+        return CiStep(step, "failed", exc.message + (f" ({exc.hint})" if exc.hint else ""), time.monotonic() - started, exc.exit_code)
+    rate = result.ccache.hit_rate if result.ccache else None
+    detail = f"{result.artifact.build_id}" + (" (reused)" if result.reused else "")
+    if rate is not None:
+        detail += f", ccache {rate:.0%} hits"
+    return CiStep(
+        step, "ok", detail, time.monotonic() - started,
+        data={"build_id": result.artifact.build_id, "artifact": str(result.artifact.path), "reused": result.reused,
+              "ccache": result.ccache.to_dict() if result.ccache else None},
+    )

@@ -1,0 +1,239 @@
+"""``kzbuild build``, ``kzbuild doctor`` and ``kzbuild ci``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kzbuild import build as builds
+from kzbuild import ci as ci_run
+from kzbuild import proc, recipes
+from kzbuild.cli.sync import DEFAULT_RECIPE, JsonOpt, RecipeArg
+from kzbuild.cli.ui import console, context, err_console, print_json
+from kzbuild.devices.registry import resolve_device
+from kzbuild.errors import ToolchainMissing
+from kzbuild.model.build import BuildOptions, BuildPlan
+from kzbuild.model.toolchain import Found
+
+TargetOpt = Annotated[Optional[list[str]], typer.Option("--target", "-t", help=f"Target: {', '.join(builds.TARGETS)} (repeatable). Default: the recipe's targets.")]
+ToolchainOpt = Annotated[Optional[list[str]], typer.Option("--toolchain", help="Use this toolchain instead of the target's one for the same role, e.g. host-clang or snapdragon-docker (repeatable).")]
+JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Parallel compile jobs (default: number of CPUs).")]
+ArtifactsOpt = Annotated[Optional[Path], typer.Option("--artifacts", help="Artifacts folder (default: WORK/artifacts).")]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("build")(build_command)
+    app.command("doctor")(doctor_command)
+    app.command("ci")(ci_command)
+
+
+def build_command(
+    ctx: typer.Context,
+    recipe: RecipeArg = None,
+    target: TargetOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Sync if needed, then print the exact commands and environment; run neither cmake nor ninja.")] = False,
+    jobs: JobsOpt = None,
+    toolchain: ToolchainOpt = None,
+    tool: Annotated[Optional[list[str]], typer.Option("--tool", help="Build this tool too, e.g. llama-cli or llama-server (repeatable).")] = None,
+    artifacts: ArtifactsOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Build llama.cpp for a target into .kz/artifacts/<build-id>/ (bin/, lib/, manifest.json); reuse it when the id exists."""
+    settings = context(ctx).settings
+    loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
+    outputs = []
+    options = BuildOptions(jobs=jobs, overrides=tuple(toolchain or ()), extra_tools=tuple(tool or ()), artifacts=artifacts)
+    for name in target or list(loaded.build.targets):
+        if dry_run:
+            plan = builds.prepare(settings, loaded, name, environ=os.environ, options=options).plan
+            outputs.append(plan.to_dict())
+            if not json_out:
+                render_plan(plan)
+            continue
+        with BuildDisplay(f"{loaded.name} → {name}") as display:
+            prepared = builds.prepare(settings, loaded, name, environ=os.environ, options=options, progress=display.update)
+            result = builds.build(prepared, progress=display.update)
+        outputs.append(result_dict(result))
+        if not json_out:
+            render_result(result)
+    if json_out:
+        print_json(outputs[0] if len(outputs) == 1 else outputs)
+
+
+def result_dict(result: builds.BuildResult) -> dict[str, object]:
+    return {
+        "build_id": result.artifact.build_id,
+        "artifact": str(result.artifact.path),
+        "build_commit": result.artifact.build_commit,
+        "reused": result.reused,
+        "ccache": result.ccache.to_dict() if result.ccache else None,
+        "times": dict(result.times),
+        "files": len(result.artifact.files),
+        "log": str(result.plan.log),
+    }
+
+
+def render_plan(plan: BuildPlan) -> None:
+    console.print(f"[bold]plan[/bold] {plan.recipe} → {plan.target}: build id [cyan]{plan.build_id}[/cyan] ({plan.build_commit})")
+    console.print(f"  source    {plan.source}")
+    console.print(f"  build dir {plan.build_dir}")
+    exists = (plan.artifact_dir / "manifest.json").is_file()
+    console.print(f"  artifact  {plan.artifact_dir}" + ("  [green](exists: nothing to do)[/green]" if exists else ""))
+    for name, info in plan.toolchains.items():
+        console.print(f"  toolchain {name} {info.get('version') or ''}".rstrip())
+    for problem in plan.missing:
+        console.print(f"  [yellow]missing:[/yellow] {problem}", highlight=False)
+    for step in plan.steps:
+        console.print(f"\n# {step.name}", style="bold", highlight=False)
+        console.print(proc.describe(list(step.argv), step.cwd, dict(step.env) or None), highlight=False, soft_wrap=True, markup=False)
+
+
+def render_result(result: builds.BuildResult) -> None:
+    artifact = result.artifact
+    if result.reused:
+        console.print(f"[green]up to date[/green] {artifact.build_id} (artifact exists; cmake not run) → {artifact.path}")
+        return
+    times = result.times
+    console.print(
+        f"[green]built[/green] {artifact.build_id} in {times.get('total_s', 0):.1f} s "
+        f"(sync {times.get('sync_s', 0):.1f}, configure {times.get('configure_s', 0):.1f}, ninja {times.get('build_s', 0):.1f}) → {artifact.path}"
+    )
+    if result.ccache is not None and result.ccache.hit_rate is not None:
+        console.print(f"  ccache {result.ccache.hit_rate:.0%} hits ({result.ccache.hits}/{result.ccache.hits + result.ccache.misses} compiles)")
+    else:
+        console.print("  ccache: no compiles logged (nothing needed compiling)")
+    console.print(f"  {len(artifact.tools)} tools, {len(artifact.libs)} libraries; build commit {artifact.build_commit}; log {result.plan.log}")
+
+
+class BuildDisplay:
+    """A live progress bar fed by ninja's [n/N] lines."""
+
+    def __init__(self, title: str) -> None:
+        self.title = title
+        self.progress = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("[dim]{task.fields[line]}"), console=err_console, transient=True,
+        )
+        self.task = self.progress.add_task(f"{title}: sync", total=None, line="")
+
+    def __enter__(self) -> BuildDisplay:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def update(self, event: builds.BuildEvent) -> None:
+        line = event.line.strip()[-70:]
+        if event.total:
+            self.progress.update(self.task, description=f"{self.title}: {event.stage}", total=event.total, completed=event.done or 0, line=line)
+        else:
+            self.progress.update(self.task, description=f"{self.title}: {event.stage}", line=line)
+
+
+def doctor_command(
+    ctx: typer.Context,
+    recipe: RecipeArg = None,
+    target: TargetOpt = None,
+    toolchain: ToolchainOpt = None,
+    device: Annotated[Optional[str], typer.Option("--device", "-d", help="Also check what reaching this device needs (default: the recipe's device).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check the toolchains, cmake, ninja and ccache a target needs, naming the file that proved each version.
+
+    With a recipe, also checks what its device needs (adb for adb devices, the runner for
+    local ones). Exits with the missing-toolchain code (6) when a target that was asked for
+    (--target or a recipe) is not ready; with neither, it checks every target and only reports.
+    """
+    settings = context(ctx).settings
+    needed_by = None
+    device_spec = device
+    if recipe:
+        loaded = recipes.load_recipe(settings.project, recipe)
+        names = list(target or loaded.build.targets)
+        needed_by = f"recipe {loaded.name}"
+        device_spec = device or loaded.device
+    else:
+        names = list(target or builds.TARGETS)
+    resolved = resolve_device(settings, device_spec) if device_spec else None
+    report = builds.doctor(settings, names, environ=os.environ, overrides=toolchain or (), needed_by=needed_by, device=resolved)
+    if json_out:
+        print_json(report.to_dict())
+    else:
+        for check in report.targets:
+            render_target_check(check)
+        if report.device is not None:
+            state = "[green]ok[/green]" if report.device.ok else "[red]missing[/red]"
+            console.print(f"[bold]device[/bold] {report.device.device} ({report.device.transport}): {state} {report.device.detail}", highlight=False)
+    if not report.ok and (recipe or target or device):
+        not_ready = ", ".join([t.target for t in report.targets if not t.ok] + ([f"device {report.device.device}"] if report.device and not report.device.ok else []))
+        raise ToolchainMissing(f"not ready to build: {not_ready}", hint="install what is marked missing above, or point kzbuild at it (toolchains/README.md)")
+
+
+def render_target_check(check: builds.TargetCheck) -> None:
+    state = "[green]ready[/green]" if check.ok else "[red]not ready[/red]"
+    console.print(f"[bold]{check.target}[/bold] ({builds.TARGETS[check.target].description}): {state}")
+    table = Table(box=None, show_header=True, padding=(0, 2))
+    for column in ("toolchain", "status", "version", "proven by"):
+        table.add_column(column)
+    for found in check.required:
+        table.add_row(*toolchain_row(found, optional=False))
+    for found in check.optional:
+        table.add_row(*toolchain_row(found, optional=True))
+    console.print(table)
+    for found in [*check.required, *check.optional]:
+        for problem in found.problems:
+            colour = "dim" if found in check.optional else "red"
+            console.print(f"  [{colour}]{found.name}: {problem}[/{colour}]", highlight=False)
+        for note in found.notes:
+            console.print(f"  [dim]{found.name}: {note}[/dim]", highlight=False)
+    console.print()
+
+
+def toolchain_row(found: Found, *, optional: bool) -> tuple[str, str, str, str]:
+    if found.ok:
+        status = "[green]ok[/green]" + (" (optional)" if optional else "")
+    else:
+        status = "[dim]absent (optional)[/dim]" if optional else "[red]missing[/red]"
+    versions = ", ".join(f"{label} {version}" for label, version in found.versions) or (found.version or "")
+    return found.name, status, versions, found.proof or ""
+
+
+def ci_command(
+    ctx: typer.Context,
+    recipe: RecipeArg = None,
+    target: TargetOpt = None,
+    toolchain: ToolchainOpt = None,
+    jobs: JobsOpt = None,
+    artifacts: ArtifactsOpt = None,
+) -> int:
+    """Sync, check the patches, build each target whose toolchain is here (others: skipped, with why); print a JSON summary.
+
+    Targets given with --target must build; targets from the recipe are skipped when their
+    toolchain is missing. Appends a markdown summary to $GITHUB_STEP_SUMMARY when it is set.
+    Exits non-zero (the failing step's code) on any failure.
+    """
+    settings = context(ctx).settings
+    loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
+
+    def announce(step: ci_run.CiStep) -> None:
+        colour = {"ok": "green", "failed": "red", "skipped": "yellow"}.get(step.status, "white")
+        err_console.print(f"[{colour}]{step.status:7}[/{colour}] {step.name}: {step.detail}", highlight=False)
+
+    with BuildDisplay(f"ci {loaded.name}") as display:
+        report = ci_run.run_ci(
+            settings, loaded, environ=os.environ, targets=target or (),
+            options=BuildOptions(jobs=jobs, overrides=tuple(toolchain or ()), artifacts=artifacts),
+            on_step=announce, progress=display.update,
+        )
+    print_json(report.to_dict())
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as handle:
+            handle.write(report.to_markdown())
+    return report.exit_code

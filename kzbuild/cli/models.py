@@ -1,0 +1,72 @@
+"""``kzbuild models``: model files for tests and benchmarks (``models tiny``), and storing
+models on devices (``models push``)."""
+
+from __future__ import annotations
+
+from contextlib import closing
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.filesize import decimal
+
+from kzbuild import deploy
+from kzbuild.model import tinymodel as tiny_spec
+from kzbuild.cli.deploy import DeviceOpt, TrustOpt, open_device, transfer_bars
+from kzbuild.cli.sync import JsonOpt
+from kzbuild.cli.ui import console, context, print_json
+
+models_app = typer.Typer(
+    name="models",
+    help="Model files: generate tiny test models, store models on devices.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+TinyArch = Enum("TinyArch", {name: name for name in tiny_spec.ARCHS}, type=str)
+TinyType = Enum("TinyType", {name: name for name in tiny_spec.FTYPES}, type=str)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(models_app, name="models")
+    models_app.command("tiny")(tiny_command)
+    models_app.command("push")(push_command)
+
+
+def tiny_command(
+    output: Annotated[Path, typer.Option("-o", "--output", help="GGUF file to write.")],
+    arch: Annotated[TinyArch, typer.Option("--arch", help="qwen35 (gated delta net + full attention) or llama.")] = TinyArch.qwen35,
+    ftype: Annotated[TinyType, typer.Option("--type", help="Weight type of the matrices (norms stay f32).")] = TinyType.q4_0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Random seed; the same arguments give the same bytes.")] = 0,
+) -> None:
+    """Write a tiny random GGUF model (a few hundred KB) that llama.cpp loads and runs."""
+    from kzbuild.tinymodel import write_tiny_model  # numpy and gguf load only when needed
+
+    path = write_tiny_model(output, arch=arch.value, ftype=ftype.value, seed=seed)
+    console.print(f"wrote {path} ({arch.value}, {ftype.value}, seed {seed}, {path.stat().st_size} bytes)", soft_wrap=True)
+
+
+def push_command(
+    ctx: typer.Context,
+    model: Annotated[Path, typer.Argument(help="The GGUF file to store on the device.")],
+    device: DeviceOpt = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Readable name on the device (ROOT/models/NAME). Default: the file name.")] = None,
+    trust_new_host: TrustOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Store a model on a device as ROOT/models/<sha256>.gguf plus a readable name; resumes, verifies, never resends."""
+    settings = context(ctx).settings
+    target, transport = open_device(settings, device, None, trust_new_host)
+    with closing(transport):
+        with transfer_bars(not json_out) as on_progress:
+            result = deploy.push_model(transport, target, model, name=name, on_progress=on_progress)
+    if json_out:
+        print_json(result.to_dict())
+        return
+    if result.already_there:
+        console.print(f"[green]{model.name} is already on {result.device}[/green] as {result.path}; sent 0 bytes")
+    else:
+        resumed = f", resumed after {decimal(result.bytes_resumed)}" if result.bytes_resumed else ""
+        console.print(f"[green]pushed[/green] {model.name} to {result.device} as {result.path} ({decimal(result.bytes_sent)} sent{resumed}, verified, {result.seconds:.2f} s)")
+    console.print(f"  {result.link} -> {result.sha256}.gguf")

@@ -1,0 +1,323 @@
+"""``kzbuild patches ...`` (the patch stack) and ``kzbuild bump`` (move a recipe's pin).
+
+The capability modules are imported inside the commands: every kzbuild start (a no-op sync
+included) would otherwise pay for loading them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from kzbuild import recipes
+from kzbuild.cli.sync import DEFAULT_RECIPE, JsonOpt, RecipeArg
+from kzbuild.cli.ui import activity, console, context, print_json
+from kzbuild.errors import PatchError
+from kzbuild.settings import Settings
+
+if TYPE_CHECKING:
+    from kzbuild.model.check import BisectResult, ExportResult, StackCheck
+    from kzbuild.model.patch import Patch
+    from kzbuild.model.recipe import Recipe
+    from kzbuild.model.stack import Problem
+
+patches_app = typer.Typer(
+    name="patches",
+    help="The patch stack (patches/series): list, lint, check against upstream, export from the worktree, edit.",
+    no_args_is_help=True,
+)
+
+HistoryOpt = Annotated[bool, typer.Option("--fetch-history", help="Fetch the upstream history between the pin and the target from a git source, so patch-ids and commit counts can be used.")]
+SeriesOpt = Annotated[Optional[Path], typer.Option("--series", help="Series file (default: the --recipe's series, else patches/series).")]
+VERDICT_STYLE = {"clean": "green", "3way": "yellow", "conflict": "bold red", "upstreamed": "cyan", "empty": "magenta"}
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(patches_app)
+    app.command("bump")(bump_command)
+
+
+def _series_path(settings: Settings, series: Path | None, recipe: Recipe | None = None) -> Path:
+    if series is None:
+        series = recipe.series if recipe else settings.patches / "series"
+    return series.resolve()
+
+
+def _lint_files(settings: Settings, series: Path | None, recipe: str | None) -> tuple[Recipe | None, list[Patch], list[Problem]]:
+    """The recipe (when named), the series' patches, and what lint finds in the files alone."""
+    from kzbuild.patchfile import lint_series
+
+    loaded = recipes.load_recipe(settings.project, recipe) if recipe else None
+    patches, problems = lint_series(_series_path(settings, series, loaded))
+    return loaded, patches, problems
+
+
+def _shown(settings: Settings, path: Path) -> str:
+    return str(path.relative_to(settings.project)) if path.is_relative_to(settings.project) else str(path)
+
+
+@patches_app.command("list")
+def list_command(
+    ctx: typer.Context,
+    series: SeriesOpt = None,
+    recipe: Annotated[Optional[str], typer.Option(help="List this recipe's series, and how its last sync used each patch.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """The series in apply order: lint status, upstream status, files touched, lines added and removed."""
+    from kzbuild.sync import read_lock
+
+    settings = context(ctx).settings
+    loaded, patches, problems = _lint_files(settings, series, recipe)
+    synced = {}
+    if loaded:
+        lock = read_lock(loaded.lock_path)
+        synced = {p.file: (p.commit[:12] if p.commit else f"skipped: upstreamed ({p.upstreamed})") for p in lock.patches} if lock else {}
+    rows = []
+    for patch in patches:
+        mine = [p for p in problems if p.path == patch.path]
+        rows.append({
+            "patch": patch.name,
+            "subject": patch.subject,
+            "status": "ok" if not mine else f"{len(mine)} lint problem(s)",
+            "upstream_status": patch.upstream_status,
+            "files": [f.path for f in patch.files],
+            "added": patch.added,
+            "removed": patch.removed,
+            **({"synced": synced.get(patch.name, "not in the lock")} if recipe else {}),
+        })
+    if json_out:
+        print_json(rows)
+        return
+    if not rows:
+        console.print("the series is empty")
+        return
+    table = Table("patch", "status", "upstream", "files", "+/-", *(["sync"] if recipe else []))
+    for row in rows:
+        files = row["files"]
+        assert isinstance(files, list)
+        shown = ", ".join(files[:3]) + (f" +{len(files) - 3} more" if len(files) > 3 else "")
+        status = "[green]ok[/green]" if row["status"] == "ok" else f"[red]{row['status']}[/red]"
+        table.add_row(
+            f"{escape(str(row['patch']))}\n[dim]{escape(str(row['subject']))}[/dim]", status,
+            escape(str(row["upstream_status"] or "-")), escape(shown), f"+{row['added']} -{row['removed']}",
+            *([escape(str(row["synced"]))] if recipe else []),
+        )
+    console.print(table)
+
+
+@patches_app.command("lint")
+def lint_command(
+    ctx: typer.Context,
+    series: SeriesOpt = None,
+    recipe: Annotated[Optional[str], typer.Option(help="Lint this recipe's series, and check that every patch applies exactly (no fuzz, no 3-way merge) at its pin.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check the series and every patch: trailers, series <-> files, CRLF damage, index lines, fuzz."""
+    from kzbuild.stackcheck import tree_problems
+
+    settings = context(ctx).settings
+    loaded, patches, problems = _lint_files(settings, series, recipe)
+    if loaded and not problems:
+        with activity(f"applying the stack at {loaded.upstream.commit[:12]}"):
+            problems += tree_problems(settings, loaded, patches)
+    _print_problems(settings, problems, json_out, checked=len(patches))
+    if problems:
+        raise PatchError(f"lint found {len(problems)} problem(s)")
+
+
+def _print_problems(settings: Settings, problems: list[Problem], json_out: bool, *, checked: int) -> None:
+    if json_out:
+        print_json([{"file": str(p.path), "line": p.line, "message": p.message} for p in problems])
+        return
+    for problem in problems:
+        console.print(f"[red]{escape(problem.where(settings.project))}[/red]: {escape(problem.message)}")
+    if not problems:
+        console.print(f"[green]ok[/green]: {checked} patch(es), no problems")
+
+
+@patches_app.command("check")
+def check_command(
+    ctx: typer.Context,
+    recipe: RecipeArg = None,
+    against: Annotated[Optional[str], typer.Option("--against", help="Upstream commit to check against: sha, branch of the remote, or pypi:llama-cpp-python==X. Default: the pin.")] = None,
+    fetch_history: HistoryOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Apply the stack in a scratch repo and classify each patch: clean, 3way, conflict, upstreamed, empty."""
+    from kzbuild.stackcheck import check_stack
+
+    settings = context(ctx).settings
+    loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
+    with activity(f"checking {loaded.name}") as progress:
+        report = check_stack(settings, loaded, against=against, fetch_history=fetch_history, progress=progress)
+    if json_out:
+        print_json({"recipe": loaded.name, **report.to_dict()})
+    else:
+        _print_check(report)
+    if report.conflicts:
+        raise PatchError(f"{len(report.conflicts)} patch(es) conflict with {report.target[:12]}")
+
+
+def _print_check(report: StackCheck) -> None:
+    console.print(f"upstream {report.target}")
+    if report.since:
+        between = f"{report.commits_between} commits" if report.commits_between is not None else "unknown number of commits"
+        console.print(f"  since the pin {report.since[:12]}: {between}; history {report.history}")
+    table = Table("patch", "result", "detail")
+    for result in report.patches:
+        style = VERDICT_STYLE[result.verdict.value]
+        table.add_row(escape(result.name), f"[{style}]{result.verdict.value}[/{style}]", escape(result.describe()))
+    console.print(table)
+    for note in report.notes:
+        console.print(f"[dim]{escape(note)}[/dim]")
+
+
+@patches_app.command("export")
+def export_command(
+    ctx: typer.Context,
+    recipe: RecipeArg = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite (or remove) patch files that changed since this worktree was synced or exported.")] = False,
+) -> None:
+    """Write the worktree's commits above the base back to patches/ and the series (byte-identical when unchanged)."""
+    from kzbuild.export import export
+
+    settings = context(ctx).settings
+    loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
+    result = export(settings, loaded, force=force)
+    _print_export(result)
+
+
+def _print_export(result: ExportResult) -> None:
+    for name in result.added:
+        console.print(f"  [green]new[/green]        {name}")
+    for name in result.written:
+        why = "format normalized" if name in result.normalized else "changed"
+        console.print(f"  [yellow]rewritten[/yellow]  {name} ({why})")
+    for name in result.removed:
+        console.print(f"  [red]removed[/red]    {name} (its commit is gone)")
+    for note in result.notes:
+        console.print(f"  [dim]{escape(note)}[/dim]")
+    if result.series_changed:
+        console.print("  series updated")
+    if not result.changed:
+        console.print(f"nothing to export: {len(result.unchanged)} patch(es) unchanged")
+
+
+@patches_app.command("new")
+def new_command(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="File name for the patch (.patch is added).")],
+    recipe: RecipeArg = None,
+    subject: Annotated[str, typer.Option("--subject", "-m", help="The commit subject, like 'common: fix ...'.")] = ...,  # type: ignore[assignment]
+    test: Annotated[str, typer.Option("--test", help="Kz-Test: the test that proves the patch.")] = ...,  # type: ignore[assignment]
+    upstream_status: Annotated[str, typer.Option(help="Upstream-Status: Pending, Submitted <url>, Backport <sha|url>, Inappropriate <why>, Merged <sha>.")] = "Pending",
+    upstream_pr: Annotated[Optional[str], typer.Option(help="Upstream-PR: URL.")] = None,
+    drop_when: Annotated[Optional[str], typer.Option(help="Drop-When: upstream sha that makes the patch obsolete.")] = None,
+    author: Annotated[Optional[str], typer.Option(help="'Name <email>' (default: your git identity).")] = None,
+) -> None:
+    """Make the worktree's uncommitted changes a new patch at the top of the stack, and export."""
+    from kzbuild.export import new_patch
+
+    settings = context(ctx).settings
+    loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
+    made, result = new_patch(
+        settings, loaded, name, subject=subject, test=test, upstream_status=upstream_status,
+        upstream_pr=upstream_pr, drop_when=drop_when, author=author,
+    )
+    console.print(f"[green]created[/green] {_shown(settings, loaded.series.parent / made)}")
+    _print_export(result)
+
+
+@patches_app.command("drop")
+def drop_command(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Patch file name as in the series.")],
+    reason: Annotated[str, typer.Option("--reason", help="Why it goes (kept in patches/DROPPED.yaml).")] = ...,  # type: ignore[assignment]
+    upstream: Annotated[Optional[str], typer.Option(help="Upstream commit that made it obsolete.")] = None,
+    series: SeriesOpt = None,
+) -> None:
+    """Remove a patch from the series and delete its file, recording why in patches/DROPPED.yaml."""
+    from kzbuild.patchfile import DROPPED_LOG, drop_patch
+
+    settings = context(ctx).settings
+    path = _series_path(settings, series)
+    record = drop_patch(path, name, reason=reason, upstream=upstream)
+    console.print(f"dropped {record.patch}; recorded in {_shown(settings, path.parent / DROPPED_LOG)}")
+
+
+@patches_app.command("move")
+def move_command(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Patch file name as in the series.")],
+    before: Annotated[Optional[str], typer.Option("--before", help="Put it just before this patch.")] = None,
+    after: Annotated[Optional[str], typer.Option("--after", help="Put it just after this patch.")] = None,
+    series: SeriesOpt = None,
+) -> None:
+    """Move a patch in the series, keeping its comments; warns when it crosses a patch touching the same files."""
+    from kzbuild.patchfile import move_patch
+
+    settings = context(ctx).settings
+    overlapping = move_patch(_series_path(settings, series), name, before=before, after=after)
+    console.print(f"moved {name} {'before ' + before if before else 'after ' + str(after)}")
+    if overlapping:
+        console.print(
+            f"[yellow]warning:[/yellow] it now crosses {', '.join(overlapping)}, which touch the same files; "
+            "run 'kzbuild patches check' to see that the stack still applies"
+        )
+
+
+def bump_command(
+    ctx: typer.Context,
+    recipe: RecipeArg = None,
+    to: Annotated[str, typer.Option("--to", help="New upstream: sha, branch of the remote, or pypi:llama-cpp-python==X.")] = ...,  # type: ignore[assignment]
+    write: Annotated[bool, typer.Option("--write", help="Update the recipe's pin and lock (only when no patch conflicts); drop upstreamed patches with a record.")] = False,
+    bisect: Annotated[bool, typer.Option("--bisect", help="For each conflicting patch, find the upstream commit that broke it (implies --fetch-history).")] = False,
+    fetch_history: HistoryOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check the patch stack against a newer upstream commit, and move the recipe's pin there."""
+    from kzbuild import bump
+    from kzbuild.patchfile import DROPPED_LOG
+
+    settings = context(ctx).settings
+    loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
+    with activity(f"checking {loaded.name} against {to}") as progress:
+        planned = bump.plan(settings, loaded, to, bisect=bisect, fetch_history=fetch_history, progress=progress)
+    if json_out:
+        print_json(planned.to_dict())
+    else:
+        console.print(f"{loaded.name}: {planned.old[:12]} -> {planned.target.commit[:12]} ({escape(planned.target.label)})")
+        _print_check(planned.check)
+        for result in planned.bisects:
+            _print_bisect(result)
+        for note in planned.notes:
+            console.print(f"[dim]{escape(note)}[/dim]")
+    if not write:
+        if planned.check.conflicts:
+            raise PatchError(f"{len(planned.check.conflicts)} patch(es) conflict with {planned.target.commit[:12]}")
+        return
+    with activity(f"bumping {loaded.name}") as progress:
+        written = bump.write(settings, loaded, planned, progress=progress)
+    if json_out:
+        return
+    console.print(f"[green]bumped[/green] {_shown(settings, written.recipe)} to {planned.target.commit}")
+    for name in written.dropped:
+        console.print(f"  dropped {name} (upstreamed); recorded in patches/{DROPPED_LOG}")
+    for note in written.sync.notes + written.notes:
+        console.print(f"  [dim]{escape(note)}[/dim]")
+    console.print(f"  synced; lock {_shown(settings, loaded.lock_path)} head {written.sync.lock.head[:12]}")
+
+
+def _print_bisect(result: BisectResult) -> None:
+    checks = f"{result.checks} apply check(s) over {result.commits} upstream commit(s)"
+    if result.culprit is None:
+        console.print(f"bisect {escape(result.patch)}: [yellow]{escape(result.reason or 'no result')}[/yellow] ({checks})")
+        return
+    culprit = result.culprit
+    console.print(f"bisect {escape(result.patch)}: first fails at [bold]{culprit.sha}[/bold] ({checks})")
+    console.print(f"  {escape(culprit.subject)}")
+    console.print(f"  {escape(culprit.author)}, {culprit.date}")

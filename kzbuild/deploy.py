@@ -1,0 +1,362 @@
+"""Deploy: content-addressed, incremental and atomic releases on a device; models push.
+
+The device side (layout, verified resumable uploads, the one-rename switch) is in
+:mod:`kzbuild.devices.store`. A release is a directory of hard links into the device's content
+store, so only contents the device lacks are sent, and ``current`` moves only after the whole
+release is there and verified.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import posixpath
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from kzbuild.devices.base import Transport
+from kzbuild.devices.store import (
+    PREPARE_SCRIPT,
+    LINK_SCRIPT,
+    DeviceState,
+    Layout,
+    ProgressCallback,
+    Remote,
+    SendStats,
+    Upload,
+    by_recency,
+    inventory,
+    point,
+    read_history,
+    read_state,
+    send,
+    switch_current,
+)
+from kzbuild.errors import ConfigError, DeviceError
+from kzbuild.model.artifact import MANIFEST, SHA256_RE, Artifact, files_digest, parse_files
+from kzbuild.model.device import Device
+from kzbuild.model.recipe import Recipe
+from kzbuild.settings import Settings
+
+log = logging.getLogger(__name__)
+
+GGUF_MAGIC = b"GGUF"
+HASH_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class DeployResult:
+    device: str
+    build_id: str
+    release: str
+    previous: str | None  # the release `current` pointed at before
+    switched: bool
+    files_sent: int
+    files_skipped: int
+    bytes_sent: int  # file contents sent
+    bytes_skipped: int  # file contents the device already held
+    bytes_resumed: int  # contents an earlier, cut deploy had already delivered
+    metadata_bytes: int  # the release's manifest.json
+    seconds: float
+    pruned: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RollbackResult:
+    device: str
+    release: str
+    previous: str
+    pruned: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ModelPushResult:
+    device: str
+    sha256: str
+    path: str  # content-addressed file on the device
+    link: str  # readable name pointing at it
+    bytes_sent: int
+    bytes_resumed: int
+    already_there: bool
+    seconds: float
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+# --- deploy, rollback, prune ---
+def deploy(
+    transport: Transport,
+    device: Device,
+    artifact: Artifact,
+    *,
+    keep: int | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> DeployResult:
+    """Make ``artifact`` the device's current release, sending only contents it lacks."""
+    started = time.monotonic()
+    remote = Remote(transport)
+    layout = Layout(device.root)
+    state = read_state(remote, layout)
+    release, complete = _release_for(remote, layout, state, artifact)
+    uploads: list[Upload] = []
+    stats = SendStats()
+    metadata = 0
+    if not complete:
+        have = inventory(remote, layout, layout.objects)
+        uploads = _plan_uploads(artifact, have.stored)
+        stats = send(remote, layout, layout.objects, uploads, have.partial, on_progress)
+        metadata = _assemble(remote, layout, artifact, release)
+    switched = state.current != release
+    if switched:
+        switch_current(remote, layout, release, "deploy")
+    pruned: tuple[str, ...] = ()
+    if keep is not None:
+        pruned = prune(remote, layout, keep)
+    sent_shas = {up.sha256 for up in uploads}
+    sent_files = [entry for entry in artifact.files if entry.sha256 in sent_shas]
+    return DeployResult(
+        device=transport.address,
+        build_id=artifact.build_id,
+        release=release,
+        previous=state.current,
+        switched=switched,
+        files_sent=len(sent_files),
+        files_skipped=len(artifact.files) - len(sent_files),
+        bytes_sent=stats.bytes_sent,
+        bytes_skipped=artifact.total_size - sum(entry.size for entry in sent_files),
+        bytes_resumed=stats.bytes_resumed,
+        metadata_bytes=metadata,
+        seconds=time.monotonic() - started,
+        pruned=pruned,
+    )
+
+
+def _release_for(remote: Remote, layout: Layout, state: DeviceState, artifact: Artifact) -> tuple[str, bool]:
+    """The release dir name for ``artifact`` and whether the device already holds it complete.
+
+    Normally the build id. Should the device hold a release of that id with other files (a
+    non-reproducible rebuild), the new one is named ``<build-id>-<files digest>`` so the
+    release ``current`` may point at is never modified in place.
+    """
+    digest = artifact.files_digest
+    for name in (artifact.build_id, f"{artifact.build_id}-{digest[:12]}"):
+        if name not in state.releases:
+            return name, False
+        if _release_digest(remote, layout, name) == digest:
+            return name, True
+        log.warning("%s: release %s on the device holds other files than this artifact", remote.address, name)
+    raise DeviceError(f"{remote.address}: releases {artifact.build_id}* on the device do not match the artifact")
+
+
+def _release_digest(remote: Remote, layout: Layout, name: str) -> str | None:
+    text = remote.lines(["cat", posixpath.join(layout.release(name), MANIFEST)], what="reading a release manifest")
+    if text is None:
+        return None
+    try:
+        return files_digest(parse_files(json.loads("\n".join(text)).get("files")))
+    except (ValueError, AttributeError):
+        return None
+
+
+def _plan_uploads(artifact: Artifact, stored: frozenset[str]) -> list[Upload]:
+    """One upload per content the device lacks; same content under two paths is sent once."""
+    modes: dict[str, int] = {}
+    for entry in artifact.files:
+        modes[entry.sha256] = modes.get(entry.sha256, 0) | entry.mode  # one inode per content
+    uploads: dict[str, Upload] = {}
+    for entry in artifact.files:
+        if entry.sha256 in stored or entry.sha256 in uploads:
+            continue
+        uploads[entry.sha256] = Upload(
+            local=artifact.path / entry.path,
+            sha256=entry.sha256,
+            size=entry.size,
+            mode=modes[entry.sha256],
+            name=entry.sha256,
+            label=entry.path,
+        )
+    return list(uploads.values())
+
+
+def _assemble(remote: Remote, layout: Layout, artifact: Artifact, release: str) -> int:
+    """Build releases/.staging-<release> from hard links into the store and rename it into place."""
+    staging = layout.release(f".staging-{release}")
+    dirs = sorted({posixpath.dirname(posixpath.join(staging, entry.path)) for entry in artifact.files} - {staging})
+    remote.script(PREPARE_SCRIPT, [staging, *dirs], what="preparing the release directory")
+    pairs: list[str] = []
+    for entry in artifact.files:
+        pairs += [posixpath.join(layout.objects, entry.sha256), posixpath.join(staging, entry.path)]
+    remote.batched(["sh", "-c", LINK_SCRIPT, "kz-link"], pairs, group=2, what="linking the release")
+    remote.transport.push(artifact.manifest_path, posixpath.join(staging, MANIFEST))
+    remote.run(["mv", "-f", staging, layout.release(release)], what="completing the release")
+    return artifact.manifest_path.stat().st_size
+
+
+def rollback(transport: Transport, device: Device, *, keep: int | None = None) -> RollbackResult:
+    """Switch ``current`` back to the release that was current before it."""
+    remote = Remote(transport)
+    layout = Layout(device.root)
+    state = read_state(remote, layout)
+    if state.current is None:
+        raise DeviceError(f"{transport.address}: nothing is deployed under {device.root}")
+    history = read_history(remote, layout)
+    target = next((name for name in by_recency(state, history) if name != state.current), None)
+    if target is None:
+        raise DeviceError(
+            f"{transport.address}: no earlier release to roll back to (only {state.current} is on the device)",
+        )
+    switch_current(remote, layout, target, "rollback")
+    pruned = prune(remote, layout, keep) if keep is not None else ()
+    return RollbackResult(device=transport.address, release=target, previous=state.current, pruned=pruned)
+
+
+def prune(remote: Remote, layout: Layout, keep: int) -> tuple[str, ...]:
+    """Keep the ``keep`` most recently switched-to releases (always the current one); drop unused contents."""
+    if keep < 1:
+        raise ValueError("keep must be at least 1")
+    state = read_state(remote, layout)
+    recency = by_recency(state, read_history(remote, layout))
+    kept = set(recency[:keep]) | ({state.current} if state.current else set())
+    doomed = [name for name in recency if name not in kept]
+    remote.batched(["rm", "-rf"], [layout.release(name) for name in doomed], what="removing old releases")
+    unused = remote.lines(["find", layout.objects, "-type", "f", "-links", "1"], what="finding unused contents") or []
+    remote.batched(["rm", "-f"], unused, what="removing unused contents")
+    return tuple(doomed)
+
+
+# --- artifacts on this machine ---
+def find_artifact(settings: Settings, ref: str | None, recipe: Recipe | None) -> Artifact:
+    """``ref`` is a build id under the artifacts dir or a path; without it, the recipe's newest artifact."""
+    if ref is not None:
+        candidates = [Path(ref).expanduser(), settings.artifacts / ref]
+        for candidate in candidates:
+            if (candidate / MANIFEST).is_file():
+                return load_artifact(candidate)
+        raise ConfigError(
+            f"no artifact '{ref}': neither a directory with {MANIFEST} nor a build id in {settings.artifacts}",
+            hint="run kzbuild build, or pass --artifact with a build id or an artifact directory",
+        )
+    assert recipe is not None, "a recipe or an artifact reference is needed"
+    newest: tuple[float, Path] | None = None
+    for manifest in settings.artifacts.glob(f"*/{MANIFEST}"):
+        try:
+            doc = json.loads(manifest.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and doc.get("recipe") == recipe.name:
+            stamp = manifest.stat().st_mtime
+            if newest is None or stamp > newest[0]:
+                newest = (stamp, manifest.parent)
+    if newest is None:
+        raise ConfigError(
+            f"no artifact of recipe {recipe.name} in {settings.artifacts}",
+            hint=f"run kzbuild build {recipe.name}, or pass --artifact BUILD_ID|PATH",
+        )
+    return load_artifact(newest[1])
+
+
+def load_artifact(directory: Path) -> Artifact:
+    """Read and check an artifact's manifest; every listed file must be there with its size."""
+    directory = directory.resolve()
+    path = directory / MANIFEST
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read the manifest: {exc.strerror}", path=path) from exc
+    except ValueError as exc:
+        raise ConfigError(f"the manifest is not valid JSON: {exc}", path=path) from exc
+    if not isinstance(doc, dict):
+        raise ConfigError("the manifest must be a JSON object", path=path)
+    build_id = doc.get("build_id")
+    if not isinstance(build_id, str) or not build_id or "/" in build_id or build_id.startswith("."):
+        raise ConfigError("must be a non-empty name without '/' that does not start with '.'", path=path, key="build_id")
+    try:
+        files = parse_files(doc.get("files"))
+    except ValueError as exc:
+        raise ConfigError(str(exc), path=path) from exc
+    for entry in files:
+        local = directory / entry.path
+        if not local.is_file():
+            raise ConfigError(f"files: '{entry.path}' is listed but missing from {directory}", path=path)
+        if local.stat().st_size != entry.size:
+            raise ConfigError(
+                f"files: '{entry.path}' is {local.stat().st_size} bytes on disk but {entry.size} in the manifest",
+                path=path,
+                hint="the artifact changed after it was built; rebuild it",
+            )
+    def text(key: str) -> str | None:
+        value = doc.get(key)
+        return value if isinstance(value, str) else None
+
+    return Artifact(
+        path=directory, build_id=build_id, files=files, recipe=text("recipe"), target=text("target"),
+        build_commit=text("build_commit"), manifest=doc,
+    )
+
+
+# --- models ---
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def push_model(
+    transport: Transport,
+    device: Device,
+    model: Path,
+    *,
+    name: str | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> ModelPushResult:
+    """Store a GGUF model as models/<sha256>.gguf (sent only if absent) and point models/<name> at it."""
+    started = time.monotonic()
+    name = name or model.name
+    _check_model(model, name)
+    sha = sha256_file(model)
+    stored_name = f"{sha}.gguf"
+    if name != stored_name and name.endswith(".gguf") and SHA256_RE.match(name.removesuffix(".gguf")):
+        raise ConfigError(f"bad model name '{name}': names of the form <sha256>.gguf are the store's own")
+    remote = Remote(transport)
+    layout = Layout(device.root)
+    remote.run(["mkdir", "-p", layout.models, layout.incoming, layout.switch], what="creating the device layout")
+    have = inventory(remote, layout, layout.models)
+    present = stored_name in have.stored
+    stats = SendStats()
+    if not present:
+        upload = Upload(model, sha, model.stat().st_size, 0o644, stored_name, model.name)
+        stats = send(remote, layout, layout.models, [upload], have.partial, on_progress)
+    link = posixpath.join(layout.models, name)
+    if name != stored_name:
+        point(remote, layout, link, stored_name)
+    return ModelPushResult(
+        device=transport.address,
+        sha256=sha,
+        path=posixpath.join(layout.models, stored_name),
+        link=link,
+        bytes_sent=stats.bytes_sent,
+        bytes_resumed=stats.bytes_resumed,
+        already_there=present,
+        seconds=time.monotonic() - started,
+    )
+
+
+def _check_model(model: Path, name: str) -> None:
+    if not model.is_file():
+        raise ConfigError(f"no model file {model}")
+    with open(model, "rb") as handle:
+        if handle.read(4) != GGUF_MAGIC:
+            raise ConfigError(f"{model} is not a GGUF model (it does not start with 'GGUF')")
+    if "/" in name or name.startswith(".") or not name:
+        raise ConfigError(f"bad model name '{name}': use a plain file name that does not start with '.'")

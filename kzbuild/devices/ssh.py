@@ -1,0 +1,248 @@
+"""The ssh transport: paramiko, SFTP for files, exec for commands, strict host keys.
+
+Authentication is by key or agent only (never a password). The server's host key must be in
+the known_hosts file already; an unknown or changed key is refused with its SHA256
+fingerprint. ``trust_new_host`` stores an unknown key on first use, never a changed one.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import os
+import select
+import socket
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import paramiko
+
+from kzbuild.devices.base import ByteSink, ProgressFn, RemoteResult, remote_command
+from kzbuild.errors import DeviceError
+from kzbuild.model.device import Device
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT = 15.0  # TCP connect, banner and authentication, each
+IO_TIMEOUT = 60.0  # a single SFTP request or channel open with no answer
+UPLOAD_CHUNK = 256 * 1024
+# errors paramiko raises for a transfer or command; an SFTP request the server refuses is an OSError
+CONNECTION_ERRORS = (EOFError, socket.error, paramiko.SSHException)
+# of those, the ones that mean the connection itself is gone
+DROP_ERRORS = (EOFError, ConnectionError, TimeoutError, paramiko.SSHException)
+
+
+def default_known_hosts() -> Path:
+    return Path.home() / ".ssh" / "known_hosts"
+
+
+class SshTransport:
+    def __init__(self, device: Device, trust_new_host: bool = False, known_hosts: Path | None = None) -> None:
+        if not device.host:
+            raise DeviceError(f"device {device.name} has no ssh host")
+        self.device = device
+        self.known_hosts = known_hosts or default_known_hosts()
+        self._client = paramiko.SSHClient()
+        self._sftp: paramiko.SFTPClient | None = None
+        try:
+            self._connect(trust_new_host)
+        except BaseException:
+            self._client.close()
+            raise
+
+    @property
+    def address(self) -> str:
+        return self.device.address
+
+    @property
+    def host_label(self) -> str:
+        return f"{self.device.host}:{self.device.port}"
+
+    # --- connection ---
+    def _connect(self, trust_new_host: bool) -> None:
+        if self.known_hosts.is_file():
+            try:
+                self._client.load_host_keys(str(self.known_hosts))
+            except (OSError, paramiko.SSHException) as exc:
+                raise DeviceError(f"cannot read known_hosts file {self.known_hosts}: {exc}") from exc
+        self._client.set_missing_host_key_policy(_UnknownHostKey(self, trust_new_host))
+        key = os.path.expanduser(self.device.key) if self.device.key else None
+        if key and not os.path.isfile(key):
+            raise DeviceError(f"{self.address}: ssh key {key} does not exist")
+        try:
+            self._client.connect(
+                hostname=self.device.host,  # type: ignore[arg-type]
+                port=self.device.port,
+                username=self.device.user or getpass.getuser(),
+                key_filename=key,
+                look_for_keys=key is None,
+                allow_agent=True,
+                timeout=CONNECT_TIMEOUT,
+                banner_timeout=CONNECT_TIMEOUT,
+                auth_timeout=CONNECT_TIMEOUT,
+                channel_timeout=IO_TIMEOUT,
+            )
+        except paramiko.BadHostKeyException as exc:
+            raise DeviceError(
+                f"{self.address}: the host key of {exc.hostname} has CHANGED: the server offers "
+                f"{exc.key.get_name()} {exc.key.fingerprint}, but {self.known_hosts} holds "
+                f"{exc.expected_key.get_name()} {exc.expected_key.fingerprint}; refusing to connect",
+                hint="if the device was really reinstalled, remove the old entry with "
+                f"ssh-keygen -R '{_known_hosts_name(self.device)}' -f {self.known_hosts} (--trust-new-host never replaces a key)",
+            ) from exc
+        except paramiko.PasswordRequiredException as exc:
+            raise DeviceError(
+                f"{self.address}: the ssh key {key or '(default key)'} is encrypted",
+                hint="load it into ssh-agent (ssh-add); kzbuild never asks for passwords",
+            ) from exc
+        except paramiko.AuthenticationException as exc:
+            raise DeviceError(
+                f"{self.address}: authentication failed for user {self.device.user or getpass.getuser()}: {exc}",
+                hint="set the device's key: in recipes/devices.yaml or load the key into ssh-agent; passwords are not used",
+            ) from exc
+        except (socket.timeout, TimeoutError) as exc:
+            raise DeviceError(f"{self.address}: no answer from {self.host_label} within {CONNECT_TIMEOUT:.0f} s") from exc
+        except (OSError, paramiko.SSHException, EOFError) as exc:
+            raise DeviceError(f"{self.address}: cannot connect to {self.host_label}: {exc}") from exc
+
+    def _lost(self, doing: str, exc: BaseException) -> DeviceError:
+        """A DeviceError for ``exc``: the connection is gone, or the server refused one request."""
+        transport = self._client.get_transport()
+        reason = str(exc) or type(exc).__name__
+        # paramiko's reader thread may not have noticed the drop yet, so the exception's kind counts too
+        if isinstance(exc, DROP_ERRORS) or transport is None or not transport.is_active():
+            return DeviceError(f"{self.address}: connection to {self.host_label} lost while {doing}: {reason}")
+        return DeviceError(f"{self.address}: {doing} failed on {self.host_label}: {reason}")
+
+    def _dropped(self, grace: float = 0.5) -> bool:
+        """Whether the connection is gone; a channel that closed without an exit status may
+        be the first sign of a drop, so give paramiko's reader ``grace`` seconds to notice."""
+        deadline = time.monotonic() + grace
+        while True:
+            transport = self._client.get_transport()
+            if transport is None or not transport.is_active():
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+
+    def _session(self) -> paramiko.Channel:
+        transport = self._client.get_transport()
+        if transport is None or not transport.is_active():
+            raise DeviceError(f"{self.address}: the connection to {self.host_label} is closed")
+        return transport.open_session(timeout=IO_TIMEOUT)
+
+    def _sftp_client(self) -> paramiko.SFTPClient:
+        if self._sftp is None:
+            self._sftp = self._client.open_sftp()
+            self._sftp.get_channel().settimeout(IO_TIMEOUT)  # type: ignore[union-attr]
+        return self._sftp
+
+    # --- Transport ---
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        on_stdout: ByteSink | None = None,
+        on_stderr: ByteSink | None = None,
+    ) -> RemoteResult:
+        command = remote_command(argv, cwd=cwd, env=env)
+        log.debug("%s $ %s", self.address, command)
+        out, err = bytearray(), bytearray()
+        stdout_sink = on_stdout or out.extend
+        stderr_sink = on_stderr or err.extend
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            channel = self._session()
+            try:
+                channel.exec_command(command)
+                while True:
+                    if deadline is not None and time.monotonic() > deadline:
+                        raise DeviceError(f"{self.address}: timed out after {timeout} s: {command}")
+                    select.select([channel], [], [], 0.1)
+                    while channel.recv_ready():
+                        stdout_sink(channel.recv(65536))
+                    while channel.recv_stderr_ready():
+                        stderr_sink(channel.recv_stderr(65536))
+                    if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
+                        break
+                code = channel.recv_exit_status()
+            finally:
+                channel.close()
+        except CONNECTION_ERRORS as exc:
+            raise self._lost(f"running {argv[0]}", exc) from exc
+        if code == -1 and self._dropped():
+            raise DeviceError(f"{self.address}: connection to {self.host_label} lost while running {argv[0]}")
+        return RemoteResult(code, bytes(out), bytes(err))
+
+    def push(self, local: Path, remote: str, *, progress: ProgressFn | None = None) -> None:
+        self._upload(local, remote, 0, progress)
+        try:
+            self._sftp_client().chmod(remote, local.stat().st_mode & 0o7777)
+        except CONNECTION_ERRORS + (OSError,) as exc:
+            raise self._lost(f"setting the mode of {remote}", exc) from exc
+
+    def append(self, local: Path, remote: str, *, offset: int, progress: ProgressFn | None = None) -> None:
+        self._upload(local, remote, offset, progress)
+
+    def _upload(self, local: Path, remote: str, offset: int, progress: ProgressFn | None) -> None:
+        sent = 0
+        try:
+            with open(local, "rb") as src, self._sftp_client().open(remote, "r+b" if offset else "wb") as dst:
+                dst.set_pipelined(True)
+                src.seek(offset)
+                dst.seek(offset)
+                while chunk := src.read(UPLOAD_CHUNK):
+                    dst.write(chunk)
+                    sent += len(chunk)
+                    if progress:
+                        progress(sent)
+        except CONNECTION_ERRORS + (OSError,) as exc:
+            if isinstance(exc, OSError) and exc.filename == str(local):
+                raise DeviceError(f"cannot read {local}: {exc.strerror}") from exc
+            raise self._lost(f"uploading {local.name} to {remote} ({offset + sent} bytes written)", exc) from exc
+
+    def pull(self, remote: str, local: Path) -> None:
+        try:
+            self._sftp_client().get(remote, str(local))
+        except CONNECTION_ERRORS + (OSError,) as exc:
+            raise self._lost(f"downloading {remote}", exc) from exc
+
+    def close(self) -> None:
+        if self._sftp is not None:
+            self._sftp.close()
+            self._sftp = None
+        self._client.close()
+
+
+def _known_hosts_name(device: Device) -> str:
+    return device.host if device.port == 22 else f"[{device.host}]:{device.port}"  # type: ignore[return-value]
+
+
+class _UnknownHostKey(paramiko.MissingHostKeyPolicy):
+    """Refuse a host key that known_hosts lacks, or (trust_new_host) append it there."""
+
+    def __init__(self, transport: SshTransport, trust_new_host: bool) -> None:
+        self.transport = transport
+        self.trust_new_host = trust_new_host
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        known_hosts = self.transport.known_hosts
+        if not self.trust_new_host:
+            raise DeviceError(
+                f"{self.transport.address}: unknown host key for {hostname}: {key.get_name()} {key.fingerprint} "
+                f"(not in {known_hosts})",
+                hint="compare the fingerprint with the device's own (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub "
+                f"on the device), then rerun with --trust-new-host to store it in {known_hosts}",
+            )
+        try:
+            known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with open(known_hosts, "a", encoding="ascii") as handle:
+                handle.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+        except OSError as exc:
+            raise DeviceError(f"cannot store the host key of {hostname} in {known_hosts}: {exc.strerror}") from exc
+        log.warning("stored new host key %s %s for %s in %s", key.get_name(), key.fingerprint, hostname, known_hosts)

@@ -1,0 +1,314 @@
+"""The device side of deploy: a content store under the device root, verified resumable uploads,
+and symlinks switched with one rename.
+
+Layout under the device root (ROOT)::
+
+    objects/<sha256>              content store; a file enters only after sha256sum on the device matched
+    incoming/<name>               uploads in progress: a cut upload resumes from what arrived
+    releases/<release>/           one per build: hard links into objects/, plus manifest.json
+    releases/.staging-<release>/  a release being assembled; renamed into place once complete
+    current -> releases/<release>
+    deploys.log                   one line per switch of current (time, action, release)
+    models/<sha256>.gguf, models/<name> -> <sha256>.gguf
+    .switch/                      new symlinks are made here, then renamed into place
+
+Only commands Android's toybox has are used (sh, mkdir -p, ls -1, readlink, cat, stat -c,
+sha256sum, chmod, ln, mv -f, rm, find -links). ``mv -T`` is avoided (older toybox lacks it):
+a new symlink is made in ``.switch/`` and moved *into* its directory, which is one rename(2)
+that replaces the old symlink (mv does not follow a symlink it replaces).
+
+Round trips cost 50-100 ms each over ssh or adb, so related steps run as one ``sh -c`` with
+a constant script. The data (paths, names) always goes in as positional arguments quoted by
+``remote_command``; nothing from a manifest or a file name is pasted into a script.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import shlex
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from kzbuild.devices.base import RemoteResult, Resumable, Transport
+from kzbuild.errors import DeviceError
+
+log = logging.getLogger(__name__)
+
+ARGV_BUDGET = 60_000  # bytes of arguments per remote command (Android allows far more)
+COMMAND_TIMEOUT = 120.0
+VERIFY_TIMEOUT = 1800.0  # sha256sum of a multi-GB model on a phone takes a while
+
+# $1 = ROOT. Prints the current link's target on the first line, then the release names.
+STATE_SCRIPT = (
+    'mkdir -p "$1/objects" "$1/incoming" "$1/releases" "$1/.switch" && cd "$1" || exit 1; '
+    'printf "%s\\n" "$(readlink current)"; ls -1 releases'
+)
+# $1 = a store dir, $2 = incoming. Prints the store's names, a "/" line, then "size name" per partial upload.
+INVENTORY_SCRIPT = 'ls -1 "$1" || exit 1; echo /; cd "$2" || exit 1; for f in *; do [ -f "$f" ] && stat -c "%s %n" "$f"; done; true'
+# $1 = mode, $2 = store dir, then verified uploads: set their mode, rename them into the store.
+STORE_SCRIPT = 'mode=$1 dest=$2; shift 2; chmod "$mode" "$@" && mv -f "$@" "$dest"'
+# $1 = staging dir, then every dir the release needs (itself included).
+PREPARE_SCRIPT = 'rm -rf "$1" && mkdir -p "$@"'
+# pairs of (store file, release path)
+LINK_SCRIPT = 'while [ "$#" -gt 1 ]; do ln "$1" "$2" || exit 1; shift 2; done'
+# $1 = staged link, $2 = target, $3 = the link's dir, $4 = the link; then optionally
+# $5 = a log file and $6 = a line to append to it. Prints where the link now points.
+SWITCH_SCRIPT = (
+    'rm -f "$1" && ln -s "$2" "$1" && mv -f "$1" "$3" || exit 1; '
+    'if [ -n "$5" ]; then printf "%s\\n" "$6" >> "$5" || exit 1; fi; readlink "$4"'
+)
+
+
+@dataclass(frozen=True)
+class TransferProgress:
+    label: str  # the file being sent
+    done: int  # bytes sent so far by this operation
+    total: int  # bytes this operation will send
+
+
+ProgressCallback = Callable[[TransferProgress], None]
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: str
+
+    def join(self, *parts: str) -> str:
+        return posixpath.join(self.root, *parts)
+
+    @property
+    def objects(self) -> str:
+        return self.join("objects")
+
+    @property
+    def incoming(self) -> str:
+        return self.join("incoming")
+
+    @property
+    def releases(self) -> str:
+        return self.join("releases")
+
+    @property
+    def models(self) -> str:
+        return self.join("models")
+
+    @property
+    def switch(self) -> str:
+        return self.join(".switch")
+
+    @property
+    def current(self) -> str:
+        return self.join("current")
+
+    @property
+    def history(self) -> str:
+        return self.join("deploys.log")
+
+    def release(self, name: str) -> str:
+        return posixpath.join(self.releases, name)
+
+
+class Remote:
+    """Runs commands on a device for deploy; a failure becomes a DeviceError naming the device."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+
+    @property
+    def address(self) -> str:
+        return self.transport.address
+
+    def run(self, argv: Sequence[str], *, what: str, check: bool = True, timeout: float = COMMAND_TIMEOUT) -> RemoteResult:
+        result = self.transport.run(argv, timeout=timeout)
+        if check and not result.ok:
+            stderr = result.stderr.decode(errors="replace").strip()
+            raise DeviceError(
+                f"{self.address}: {what} failed (exit {result.returncode}): {shlex.join(argv)}" + (f"\n{stderr}" if stderr else "")
+            )
+        return result
+
+    def script(self, script: str, args: Sequence[str], *, what: str, check: bool = True, timeout: float = COMMAND_TIMEOUT) -> RemoteResult:
+        return self.run(["sh", "-c", script, "kz", *args], what=what, check=check, timeout=timeout)
+
+    def batched(self, command: Sequence[str], args: Sequence[str], *, what: str, group: int = 1, check: bool = True, timeout: float = COMMAND_TIMEOUT) -> list[RemoteResult]:
+        """Run ``command + args`` in as few calls as the argv budget allows; ``group`` args stay together."""
+        return [self.run([*command, *batch], what=what, check=check, timeout=timeout) for batch in batches(args, group)]
+
+    def lines(self, argv: Sequence[str], *, what: str) -> list[str] | None:
+        """stdout lines of argv, or None when it fails (a missing file or link)."""
+        result = self.run(argv, what=what, check=False)
+        return result.text().splitlines() if result.ok else None
+
+
+def batches(args: Sequence[str], group: int = 1) -> Iterator[list[str]]:
+    batch: list[str] = []
+    size = 0
+    for start in range(0, len(args), group):
+        items = list(args[start : start + group])
+        cost = sum(len(item) + 3 for item in items)
+        if batch and size + cost > ARGV_BUDGET:
+            yield batch
+            batch, size = [], 0
+        batch += items
+        size += cost
+    if batch:
+        yield batch
+
+
+# --- releases and their history ---
+@dataclass(frozen=True)
+class DeviceState:
+    current: str | None  # release name
+    releases: frozenset[str]
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    time: str
+    action: str  # deploy | rollback
+    release: str
+
+    def line(self) -> str:
+        return f"{self.time}\t{self.action}\t{self.release}"
+
+
+def read_state(remote: Remote, layout: Layout) -> DeviceState:
+    """Create the layout if needed; where current points and which releases exist (one round trip)."""
+    lines = remote.script(STATE_SCRIPT, [layout.root], what="reading the device state").text().splitlines()
+    link = lines[0].rstrip("/") if lines else ""
+    return DeviceState(posixpath.basename(link) or None, frozenset(lines[1:]))
+
+
+def read_history(remote: Remote, layout: Layout) -> list[HistoryEntry]:
+    history = []
+    for line in remote.lines(["cat", layout.history], what="reading the deploy log") or ():
+        parts = line.split("\t")
+        if len(parts) == 3:
+            history.append(HistoryEntry(*parts))
+    return history
+
+
+def by_recency(state: DeviceState, history: Sequence[HistoryEntry]) -> list[str]:
+    """Releases, most recently switched to first; those the log never saw come last."""
+    order: list[str] = []
+    for entry in reversed(history):
+        if entry.release in state.releases and entry.release not in order:
+            order.append(entry.release)
+    return order + sorted(state.releases - set(order))
+
+
+def switch_current(remote: Remote, layout: Layout, release: str, action: str) -> None:
+    """Point current at releases/<release> (one rename) and log it."""
+    entry = HistoryEntry(datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), action, release)
+    point(remote, layout, layout.current, posixpath.join("releases", release), log_line=entry.line())
+
+
+def point(remote: Remote, layout: Layout, link: str, target: str, *, log_line: str | None = None) -> None:
+    """Make the symlink ``link`` point at ``target`` with one rename; append ``log_line`` to the deploy log."""
+    staged = posixpath.join(layout.switch, posixpath.basename(link))
+    args = [staged, target, posixpath.dirname(link) + "/", link]
+    if log_line is not None:
+        args += [layout.history, log_line]
+    now = remote.script(SWITCH_SCRIPT, args, what=f"switching {link}").text().strip()
+    if now != target:
+        raise DeviceError(f"{remote.address}: {link} points at {now or 'nothing'} after the switch, not {target}")
+
+
+# --- uploads: resume, verify on the device, then rename into the store ---
+@dataclass(frozen=True)
+class Upload:
+    local: Path
+    sha256: str
+    size: int
+    mode: int
+    name: str  # file name in incoming/ and in the store
+    label: str  # shown in progress
+
+
+@dataclass(frozen=True)
+class Inventory:
+    stored: frozenset[str]  # names in the store dir
+    partial: dict[str, int]  # name -> bytes already in incoming/
+
+
+@dataclass(frozen=True)
+class SendStats:
+    bytes_sent: int = 0
+    bytes_resumed: int = 0
+
+
+def inventory(remote: Remote, layout: Layout, store_dir: str) -> Inventory:
+    lines = remote.script(INVENTORY_SCRIPT, [store_dir, layout.incoming], what="listing the content store").text().splitlines()
+    cut = lines.index("/")
+    sizes = {}
+    for line in lines[cut + 1 :]:
+        size, _, name = line.partition(" ")
+        if size.isdigit():
+            sizes[name] = int(size)
+    return Inventory(frozenset(lines[:cut]), sizes)
+
+
+def send(remote: Remote, layout: Layout, store_dir: str, uploads: Sequence[Upload], partial: dict[str, int], on_progress: ProgressCallback | None) -> SendStats:
+    """Upload to incoming/ (resuming what ``partial`` says arrived), check every sha256 on the
+    device, then move the files into ``store_dir``."""
+    if not uploads:
+        return SendStats()
+    resumable = isinstance(remote.transport, Resumable)
+    offsets = {up.name: partial.get(up.name, 0) if resumable and partial.get(up.name, 0) <= up.size else 0 for up in uploads}
+    total = sum(up.size - offsets[up.name] for up in uploads)
+    done = 0
+    for up in uploads:
+        offset = offsets[up.name]
+        if offset == up.size and up.size:
+            continue  # arrived whole before a cut; verified below like the rest
+        target = posixpath.join(layout.incoming, up.name)
+        base = done
+
+        def report(sent: int, label: str = up.label, base: int = base) -> None:
+            if on_progress:
+                on_progress(TransferProgress(label, base + sent, total))
+
+        if offset:
+            log.info("%s: resuming %s at byte %d", remote.address, up.label, offset)
+            remote.transport.append(up.local, target, offset=offset, progress=report)  # type: ignore[attr-defined]
+        else:
+            remote.transport.push(up.local, target, progress=report)
+        done += up.size - offset
+        report(up.size - offset)
+    if on_progress:
+        on_progress(TransferProgress("verifying sha256 on the device", done, total))
+    found = _device_sha256(remote, layout, uploads)
+    bad = [up for up in uploads if found.get(up.name) != up.sha256]
+    _store(remote, layout, store_dir, [up for up in uploads if up not in bad])
+    if bad:
+        remote.batched(["rm", "-f"], [posixpath.join(layout.incoming, up.name) for up in bad], what="removing corrupt uploads")
+        raise DeviceError(
+            f"{remote.address}: sha256 mismatch on the device for {len(bad)} file(s), e.g. {bad[0].label}: "
+            f"expected {bad[0].sha256}, got {found.get(bad[0].name, 'no checksum (is sha256sum installed?)')}; "
+            "the corrupt uploads were removed",
+            hint=f"if {bad[0].local} changed after the manifest was written, rebuild; otherwise rerun",
+        )
+    return SendStats(bytes_sent=done, bytes_resumed=sum(offsets.values()))
+
+
+def _device_sha256(remote: Remote, layout: Layout, uploads: Sequence[Upload]) -> dict[str, str]:
+    """sha256 of each upload as the device computes it, by name (absent when unreadable)."""
+    found: dict[str, str] = {}
+    paths = [posixpath.join(layout.incoming, up.name) for up in uploads]
+    for result in remote.batched(["sha256sum"], paths, what="checking sha256 on the device", check=False, timeout=VERIFY_TIMEOUT):
+        for line in result.text().splitlines():
+            digest, _, path = line.partition("  ")
+            found[posixpath.basename(path)] = digest
+    return found
+
+
+def _store(remote: Remote, layout: Layout, store_dir: str, verified: Sequence[Upload]) -> None:
+    by_mode: dict[int, list[str]] = {}
+    for up in verified:
+        by_mode.setdefault(up.mode, []).append(posixpath.join(layout.incoming, up.name))
+    for mode, paths in by_mode.items():
+        for batch in batches(paths):
+            remote.script(STORE_SCRIPT, [f"{mode:o}", store_dir + "/", *batch], what="moving verified files into the store")

@@ -1,0 +1,141 @@
+"""What checking the stack against upstream found: per patch, per stack, per bisect; export results."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Verdict(str, Enum):
+    """How a patch fares against an upstream commit (``kzbuild patches check``)."""
+
+    CLEAN = "clean"
+    THREE_WAY = "3way"
+    CONFLICT = "conflict"
+    UPSTREAMED = "upstreamed"
+    EMPTY = "empty"
+
+
+@dataclass(frozen=True)
+class Proof:
+    """Why a patch is considered upstreamed."""
+
+    kind: str  # "patch-id", "reverse-apply", "drop-when" or "merged"
+    commit: str | None  # the upstream commit that carries the change, when one is known
+    detail: str
+
+    def describe(self) -> str:
+        return f"{self.kind}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class PatchCheck:
+    name: str
+    verdict: Verdict
+    files: tuple[str, ...] = ()  # 3way: files merged; conflict: files that conflict
+    hunks: tuple[str, ...] = ()  # 3way and conflict: the hunks that do not apply as written
+    lines: tuple[int, ...] = ()  # lines of those hunks' @@ headers in the patch file
+    fuzz_context: int | None = None  # 3way, conflict: it would apply as a plain patch with this much context
+    proof: Proof | None = None
+    note: str = ""
+
+    def describe(self) -> str:
+        if self.verdict is Verdict.UPSTREAMED and self.proof:
+            return self.proof.describe()
+        parts = []
+        if self.verdict is Verdict.THREE_WAY and self.files:
+            parts.append("3-way merged " + ", ".join(self.files))
+        if self.verdict is Verdict.CONFLICT:
+            parts.append("; ".join(self.hunks) if self.hunks else ", ".join(self.files))
+            if self.fuzz_context is not None:
+                parts.append(f"it would apply with fuzz (context reduced to {self.fuzz_context} lines), which git am never does")
+        if self.note:
+            parts.append(self.note)
+        return "; ".join(p for p in parts if p)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "patch": self.name,
+            "verdict": self.verdict.value,
+            "files": list(self.files),
+            "hunks": list(self.hunks),
+            "fuzz_context": self.fuzz_context,
+            "proof": None if self.proof is None else {"kind": self.proof.kind, "commit": self.proof.commit, "detail": self.proof.detail},
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class StackCheck:
+    """The whole series checked against one upstream commit."""
+
+    target: str
+    since: str | None  # the commit the patch-id search starts from (the current pin), if any
+    history: str  # how much upstream history between ``since`` and ``target`` the cache holds
+    commits_between: int | None  # None when history is missing
+    patches: tuple[PatchCheck, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def conflicts(self) -> tuple[PatchCheck, ...]:
+        return tuple(p for p in self.patches if p.verdict is Verdict.CONFLICT)
+
+    @property
+    def upstreamed(self) -> tuple[PatchCheck, ...]:
+        return tuple(p for p in self.patches if p.verdict is Verdict.UPSTREAMED)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "target": self.target,
+            "since": self.since,
+            "history": self.history,
+            "commits_between": self.commits_between,
+            "patches": [p.to_dict() for p in self.patches],
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class UpstreamCommit:
+    sha: str
+    subject: str
+    author: str
+    date: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"sha": self.sha, "subject": self.subject, "author": self.author, "date": self.date}
+
+
+@dataclass(frozen=True)
+class BisectResult:
+    """The first upstream commit at which a patch stops applying, or why it could not be found."""
+
+    patch: str
+    culprit: UpstreamCommit | None
+    checks: int  # apply checks run
+    commits: int  # upstream commits in the bisected range
+    reason: str | None = None  # why there is no culprit (history missing, ...)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "patch": self.patch,
+            "culprit": self.culprit.to_dict() if self.culprit else None,
+            "apply_checks": self.checks,
+            "commits": self.commits,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    written: tuple[str, ...] = ()  # patches whose file was (re)written
+    normalized: tuple[str, ...] = ()  # of those, the ones whose change was format only
+    added: tuple[str, ...] = ()  # new patches (from commits with no file yet)
+    removed: tuple[str, ...] = ()  # patches whose commit is gone
+    unchanged: tuple[str, ...] = ()
+    series_changed: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.written or self.added or self.removed or self.series_changed)

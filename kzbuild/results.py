@@ -1,0 +1,643 @@
+"""The results store: SQLite under ``results/`` plus a JSONL export that diffs well in git.
+
+``results/results.sqlite3`` (git-ignored) is the database, with a versioned schema
+(``schema_migrations``). ``results/results.jsonl`` holds every measured record, one per line
+with sorted keys, in (host time, run, position) order; new records are appended when they sort
+last (a bench that just ran), else the file is rewritten. It is read back whenever it changed
+(a ``git pull`` brings teammates' results in). ``results/seed-*.yaml`` hold historical figures
+typed in by hand; they load as ``manual`` rows and are not exported.
+Record ids are content hashes, so importing anything twice stores it once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from kzbuild import yamlconf
+from kzbuild.errors import ConfigError, ResultsError
+from kzbuild.filelock import locked
+from kzbuild.model.bench import ENV_AXIS_PREFIX, OPTIONS_BY_NAME
+from kzbuild.model.result import BenchRecord, BuildInfo, DeviceInfo, ModelInfo, Summary, canonical_json, summarize
+
+log = logging.getLogger(__name__)
+
+DB_FILE = "results.sqlite3"
+JSONL_FILE = "results.jsonl"
+SEED_GLOB = "seed-*.yaml"
+LATEST = "latest"  # selector: the newest measured run
+ORDER_COLUMNS = ("host_time", "run_id", "seq", "record_id")  # runs in time order, tests as printed
+RECORD_ORDER = "ORDER BY " + ", ".join(ORDER_COLUMNS)
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    sql: str
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "records and the stamps of imported files",
+        """
+        CREATE TABLE records (
+            record_id TEXT PRIMARY KEY,
+            run_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            host_time TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            build_id TEXT,
+            device TEXT NOT NULL,
+            test TEXT NOT NULL,
+            record TEXT NOT NULL
+        );
+        CREATE INDEX records_run ON records (run_id);
+        CREATE INDEX records_build ON records (build_id);
+        CREATE TABLE imported_files (path TEXT PRIMARY KEY, stamp TEXT NOT NULL);
+        """,
+    ),
+)
+
+
+def migrate(conn: sqlite3.Connection, path: Path, migrations: Sequence[Migration] = MIGRATIONS) -> list[int]:
+    """Bring the schema up to the newest migration; returns the versions applied."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL)"
+    )
+    current = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
+    newest = migrations[-1].version
+    if current > newest:
+        raise ResultsError(
+            f"{path} has schema version {current}, newer than this kzbuild knows ({newest})",
+            hint="use a newer kzbuild, or move the database away; results.jsonl rebuilds it",
+        )
+    applied = []
+    for migration in migrations:
+        if migration.version <= current:
+            continue
+        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        conn.executescript(
+            "BEGIN;\n"
+            + migration.sql
+            + f";\nINSERT INTO schema_migrations VALUES ({migration.version}, {_sql_text(migration.description)}, {_sql_text(stamp)});\nCOMMIT;"
+        )
+        applied.append(migration.version)
+    return applied
+
+
+def _sql_text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    kind: str
+    host_time: str
+    device: str
+    build_ids: tuple[str, ...]
+    models: tuple[str, ...]
+    tests: tuple[str, ...]
+    records: int
+
+
+class ResultsStore:
+    """The database of one project's ``results/`` folder."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.db_path = folder / DB_FILE
+        self.jsonl_path = folder / JSONL_FILE
+        self.conn = sqlite3.connect(self.db_path, isolation_level=None)
+        # WAL: a commit is one append, no fsync of the main file; a crash loses at most the
+        # last transaction, which results.jsonl (written after it) does not hold either
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        with self._locked():
+            migrate(self.conn, self.db_path)
+            for source in [*sorted(folder.glob(SEED_GLOB)), self.jsonl_path]:
+                self._import_if_changed(source)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> ResultsStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with locked(self.folder / ".results.lock", what=f"results database {self.db_path}"):
+            yield
+
+    # --- writing ---
+    def add(self, records: Iterable[BenchRecord]) -> int:
+        """Store records (those already there are skipped) and bring the JSONL export up to date."""
+        with self._locked():
+            return self._add(records)
+
+    def import_file(self, path: Path) -> int:
+        """Import a seed YAML or a JSONL export; returns the number of new records."""
+        with self._locked():
+            return self._add(load_records_file(path))
+
+    def _add(self, records: Iterable[BenchRecord]) -> int:
+        last = self.conn.execute(
+            f"SELECT {', '.join(ORDER_COLUMNS)} FROM records WHERE kind = 'bench' "
+            f"ORDER BY {', '.join(c + ' DESC' for c in ORDER_COLUMNS)} LIMIT 1"
+        ).fetchone()
+        new = self._insert(records)
+        measured = sorted((r for r in new if r.kind == "bench"), key=_order_key)
+        if not measured:
+            return len(new)
+        if last is not None and _order_key(measured[0]) > tuple(last) and self._export_is_ours():
+            # the usual case, a bench that just ran: its records sort after everything exported
+            with open(self.jsonl_path, "a", encoding="utf-8") as export:
+                export.writelines(canonical_json(r.to_dict()) + "\n" for r in measured)
+            self._stamp_export()
+        else:
+            self._export()
+        return len(new)
+
+    def _insert(self, records: Iterable[BenchRecord]) -> list[BenchRecord]:
+        """Insert in one transaction; returns the records that were not there yet."""
+        new = []
+        self.conn.execute("BEGIN")
+        for r in records:
+            row = (r.record_id, r.run_id, r.kind, r.host_time, r.seq, r.build.build_id, r.device.name, r.test, canonical_json(r.to_dict()))
+            if self.conn.execute("INSERT OR IGNORE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row).rowcount:
+                new.append(r)
+        self.conn.execute("COMMIT")
+        return new
+
+    def _import_if_changed(self, path: Path) -> None:
+        if not path.is_file():
+            return
+        stamp = _stamp(path)
+        row = self.conn.execute("SELECT stamp FROM imported_files WHERE path = ?", (path.name,)).fetchone()
+        if row and row[0] == stamp:
+            return
+        added = self._insert(load_records_file(path))
+        if added:
+            log.info("imported %d records from %s", len(added), path)
+        self.conn.execute("INSERT OR REPLACE INTO imported_files VALUES (?, ?)", (path.name, stamp))
+
+    def _export_is_ours(self) -> bool:
+        """results.jsonl is as this database last wrote or read it."""
+        row = self.conn.execute("SELECT stamp FROM imported_files WHERE path = ?", (self.jsonl_path.name,)).fetchone()
+        return self.jsonl_path.is_file() and row is not None and row[0] == _stamp(self.jsonl_path)
+
+    def _export(self) -> None:
+        """Rewrite results.jsonl: measured records, one per line, stable order."""
+        lines = [row[0] + "\n" for row in self.conn.execute(f"SELECT record FROM records WHERE kind = 'bench' {RECORD_ORDER}")]
+        temp = self.jsonl_path.with_suffix(".jsonl.tmp")
+        temp.write_text("".join(lines), encoding="utf-8")
+        os.replace(temp, self.jsonl_path)
+        self._stamp_export()
+
+    def _stamp_export(self) -> None:
+        self.conn.execute("INSERT OR REPLACE INTO imported_files VALUES (?, ?)", (self.jsonl_path.name, _stamp(self.jsonl_path)))
+
+    # --- reading ---
+    def records(self, selector: str | None = None) -> list[BenchRecord]:
+        """Records in (host time, run, position) order; ``selector`` is a run id or build id (prefix), or ``latest``."""
+        if selector is None:
+            rows = self.conn.execute(f"SELECT record FROM records {RECORD_ORDER}")
+        else:
+            if selector == LATEST:
+                latest = self.conn.execute("SELECT run_id FROM records WHERE kind = 'bench' ORDER BY host_time DESC LIMIT 1").fetchone()
+                if latest is None:
+                    raise ResultsError("there are no measured results yet", hint="run kzbuild bench")
+                selector = latest[0]
+            pattern = selector.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            rows = self.conn.execute(
+                f"SELECT record FROM records WHERE run_id LIKE ? ESCAPE '\\' OR build_id LIKE ? ESCAPE '\\' {RECORD_ORDER}",
+                (pattern, pattern),
+            )
+        found = [BenchRecord.from_dict(json.loads(row[0])) for row in rows]
+        if selector is not None and not found:
+            raise ResultsError(f"no results match '{selector}'", hint="kzbuild results list shows run ids and build ids")
+        return found
+
+    def runs(self) -> list[RunSummary]:
+        by_run: dict[str, list[BenchRecord]] = defaultdict(list)
+        for record in self.records():
+            by_run[record.run_id].append(record)
+        summaries = []
+        for run_id, records in by_run.items():
+            summaries.append(
+                RunSummary(
+                    run_id=run_id,
+                    kind=records[0].kind,
+                    host_time=records[0].host_time,
+                    device=records[0].device.name,
+                    build_ids=_unique(r.build.build_id or "" for r in records),
+                    models=_unique(r.model.name or r.model.path for r in records),
+                    tests=_unique(r.test for r in records),
+                    records=len(records),
+                )
+            )
+        return sorted(summaries, key=lambda s: (s.host_time, s.run_id))
+
+    def schema_version(self) -> int:
+        return int(self.conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0])
+
+
+def _order_key(record: BenchRecord) -> tuple[object, ...]:
+    return tuple(getattr(record, column) for column in ORDER_COLUMNS)
+
+
+def _stamp(path: Path) -> str:
+    stat = path.stat()
+    return f"{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def _unique(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(v for v in values if v))
+
+
+# --- files: JSONL exports and seed YAML ---
+def load_records_file(path: Path) -> list[BenchRecord]:
+    if path.suffix == ".jsonl":
+        return load_jsonl(path)
+    if path.suffix in (".yaml", ".yml"):
+        return load_seed(path)
+    raise ConfigError(f"cannot import {path}: expected a .jsonl export or a seed .yaml file", path=path)
+
+
+def load_jsonl(path: Path) -> list[BenchRecord]:
+    records = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(BenchRecord.from_dict(json.loads(line)))
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ConfigError(f"not a result record: {exc}", path=path, line=number) from exc
+    return records
+
+
+SEED_KEYS = ("source", "date", "device", "upstream", "figures")
+SEED_DEVICE_KEYS = ("name", "soc", "notes")
+FIGURE_KEYS = ("id", "label", "model", "engine", "backend", "test", "config", "value", "low", "high", "unit")
+
+
+def load_seed(path: Path) -> list[BenchRecord]:
+    """Historical figures typed in by hand, as ``manual`` records that name their source."""
+    doc = yamlconf.load(path)
+    doc.check_keys(SEED_KEYS, required=("source", "date", "device", "figures"), context="seed file")
+    device = doc.get_mapping("device")
+    device.check_keys(SEED_DEVICE_KEYS, required=("name",), context="seed device")
+    fingerprint = {key: str(device[key]) for key in ("soc", "notes") if key in device}
+    date = doc.get_str("date") or ""
+    run_id = f"seed-{path.stem.removeprefix('seed-')}"
+    figures = doc.get_list("figures")
+    records = []
+    for index, figure in enumerate(figures):
+        if not isinstance(figure, yamlconf.Mapping):
+            raise figures.error(index, "a figure is a mapping", key="figures")
+        figure.check_keys(FIGURE_KEYS, required=("id", "model", "test"), context="figure")
+        value, low, high = (_number(figure, key) for key in ("value", "low", "high"))
+        if value is None and (low is None or high is None):
+            raise figure.error(None, "a figure needs a value, or low and high")
+        config = figure.get_mapping("config")
+        extra = {key: figure.get_str(key) for key in ("engine", "backend") if key in figure}
+        records.append(
+            BenchRecord(
+                run_id=run_id,
+                kind="manual",
+                host_time=date,
+                test=figure.get_str("test") or "",
+                seq=index,
+                build=BuildInfo(build_id=None, upstream=doc.get_str("upstream")),
+                device=DeviceInfo(name=device.get_str("name") or "", fingerprint=fingerprint),
+                model=ModelInfo(name=figure.get_str("model") or ""),
+                config={**dict(config), **extra},
+                avg_ts=value,
+                range_ts=(low, high) if low is not None and high is not None else None,
+                unit=figure.get_str("unit", "t/s") or "t/s",
+                source=f"{path.name}#{figure.get_str('id')}: {doc.get_str('source')}",
+                label=figure.get_str("label", "") or "",
+            )
+        )
+    return records
+
+
+def _number(entry: yamlconf.Mapping, key: str) -> float | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise entry.error(key, "must be a number")
+    return float(value)
+
+
+# --- comparing ---
+def parse_threshold(text: str) -> float:
+    """``5%`` or ``5`` -> 5.0 (percent)."""
+    try:
+        value = float(text.strip().removesuffix("%"))
+    except ValueError:
+        raise ConfigError(f"threshold '{text}' is not a percentage", hint="use e.g. 5%") from None
+    if value < 0:
+        raise ConfigError(f"threshold '{text}' is negative", hint="use e.g. 5%")
+    return value
+
+
+@dataclass(frozen=True)
+class Group:
+    """The records of one selection that may be compared with each other."""
+
+    key: tuple[object, ...]
+    records: tuple[BenchRecord, ...]
+
+    @property
+    def first(self) -> BenchRecord:
+        return self.records[0]
+
+    @property
+    def summary(self) -> Summary:
+        """Pooled samples of all records; records without samples (manual) count their value."""
+        samples = [s for r in self.records for s in r.samples_ts]
+        return summarize(samples or [r.avg_ts for r in self.records if r.avg_ts is not None])
+
+
+def group(records: Iterable[BenchRecord]) -> list[Group]:
+    by_key: dict[tuple[object, ...], list[BenchRecord]] = defaultdict(list)
+    for record in records:
+        by_key[record.group_key].append(record)
+    return [Group(key, tuple(items)) for key, items in by_key.items()]
+
+
+@dataclass(frozen=True)
+class ComparedRow:
+    a: Group
+    b: Group
+    change_pct: float | None
+    verdict: str  # regression, improvement, same, n/a
+
+
+@dataclass(frozen=True)
+class Comparison:
+    a_label: str
+    b_label: str
+    metric: str | None
+    threshold_pct: float
+    rows: tuple[ComparedRow, ...]
+    only_a: tuple[Group, ...]
+    only_b: tuple[Group, ...]
+
+    @property
+    def regressions(self) -> tuple[ComparedRow, ...]:
+        return tuple(row for row in self.rows if row.verdict == "regression")
+
+
+def compare(
+    a: Sequence[BenchRecord],
+    b: Sequence[BenchRecord],
+    *,
+    a_label: str,
+    b_label: str,
+    metric: str | None = None,
+    threshold_pct: float = 5.0,
+) -> Comparison:
+    """Pair the groups of A and B that ran the same test on the same device, model and env.
+
+    Throughput is better when higher: B regresses when its median is more than the threshold
+    below A's. Raises ResultsError when nothing pairs, naming what differs.
+    """
+    if metric is not None:
+        a, b = [r for r in a if r.test == metric], [r for r in b if r.test == metric]
+        for label, selected in ((a_label, a), (b_label, b)):
+            if not selected:
+                raise ResultsError(f"{label} has no '{metric}' results")
+    groups_a, groups_b = group(a), group(b)
+    by_key_b = {g.key: g for g in groups_b}
+    rows = []
+    for group_a in groups_a:
+        group_b = by_key_b.get(group_a.key)
+        if group_b is not None:
+            rows.append(_compare_pair(group_a, group_b, threshold_pct))
+    if not rows:
+        raise ResultsError(f"nothing in {a_label} is comparable with {b_label}: {explain_mismatch(a, b)}")
+    rows.sort(key=lambda row: (row.a.first.device.name, row.a.first.test, describe_config(row.a.first), row.a.first.env_set))
+    paired = {row.a.key for row in rows}
+    return Comparison(
+        a_label=a_label,
+        b_label=b_label,
+        metric=metric,
+        threshold_pct=threshold_pct,
+        rows=tuple(rows),
+        only_a=tuple(g for g in groups_a if g.key not in paired),
+        only_b=tuple(g for g in groups_b if g.key not in paired),
+    )
+
+
+def _compare_pair(a: Group, b: Group, threshold_pct: float) -> ComparedRow:
+    median_a, median_b = a.summary.median, b.summary.median
+    if not median_a or median_b is None:
+        return ComparedRow(a, b, None, "n/a")
+    change = (median_b - median_a) / median_a * 100.0
+    verdict = "regression" if change < -threshold_pct else "improvement" if change > threshold_pct else "same"
+    return ComparedRow(a, b, change, verdict)
+
+
+def explain_mismatch(a: Sequence[BenchRecord], b: Sequence[BenchRecord]) -> str:
+    """Name the first dimension on which A and B share nothing."""
+    dimensions = (
+        ("device", lambda r: r.device.key, describe_device),
+        ("model", lambda r: r.model.key, lambda r: r.model.sha256 and r.model.sha256[:12] or r.model.name),
+        ("env set", lambda r: r.env_set, lambda r: describe_env(r.env_set) or "no env"),
+        ("test", lambda r: r.test, lambda r: r.test),
+        ("configuration", lambda r: r.config_key, lambda r: describe_config(r)),
+        ("unit", lambda r: r.unit, lambda r: r.unit),
+    )
+    for name, key, show in dimensions:
+        keys_a, keys_b = {key(r): r for r in a}, {key(r): r for r in b}
+        if not keys_a.keys() & keys_b.keys():
+            shown_a = "; ".join(sorted({show(r) for r in keys_a.values()}))
+            shown_b = "; ".join(sorted({show(r) for r in keys_b.values()}))
+            return f"they share no {name} (A: {shown_a}; B: {shown_b}); results of different {name}s are never compared"
+    return "no test ran with the same device, model, env set and configuration in both"
+
+
+def describe_device(record: BenchRecord) -> str:
+    fingerprint = record.device.fingerprint
+    detail = fingerprint.get("android.fingerprint") or fingerprint.get("uname") or fingerprint.get("soc") or ""
+    return f"{record.device.name} [{detail}]" if detail else record.device.name
+
+
+def describe_env(env_set: Iterable[tuple[str, str]]) -> str:
+    return " ".join(f"{k}={v}" for k, v in env_set)
+
+
+SHORT_CONFIG = (("n_threads", "t"), ("n_gpu_layers", "ngl"), ("n_batch", "b"), ("n_ubatch", "ub"), ("devices", "dev"))
+
+
+def describe_config(record: BenchRecord, skip: str = "") -> str:
+    shown = [
+        f"{short}={record.config[field]}"
+        for field, short in SHORT_CONFIG
+        if record.config.get(field) not in (None, "") and field != skip
+    ]
+    shown += [f"{k}={v}" for k, v in sorted(record.config.items()) if k in ("engine", "backend")]
+    return " ".join(shown)
+
+
+def varying_env(records: Iterable[BenchRecord]) -> set[str]:
+    """Env names whose value differs between the given records (the rest is shared noise)."""
+    values: dict[str, set[str]] = defaultdict(set)
+    records = list(records)
+    for record in records:
+        env = dict(record.env_set)
+        for name in {k for r in records for k in r.env}:
+            values[name].add(env.get(name, "<unset>"))
+    return {name for name, seen in values.items() if len(seen) > 1}
+
+
+# --- plotting ---
+PLOT_AXES = ("build", *(o.name for o in OPTIONS_BY_NAME.values() if o.field))
+
+
+def axis_value(record: BenchRecord, axis: str) -> str | None:
+    if axis in record.sweep.point:
+        return record.sweep.point[axis]
+    if axis.startswith(ENV_AXIS_PREFIX):
+        return record.env.get(axis.removeprefix(ENV_AXIS_PREFIX))
+    option = OPTIONS_BY_NAME.get(axis)
+    if option is None or not option.field:
+        raise ConfigError(f"cannot plot along '{axis}'", hint=f"axes: {', '.join(PLOT_AXES)}, env:NAME")
+    value = record.raw.get(option.field, record.config.get(option.field))
+    return None if value is None else str(value)
+
+
+def plot(records: Sequence[BenchRecord], out: Path, *, axis: str = "build", metric: str | None = None) -> Path:
+    """Write a PNG: prefill and decode medians (with min-max bars) along builds or one sweep axis.
+
+    Manual reference rows are drawn as dashed lines. Series never mix devices, models or env.
+    """
+    measured = [r for r in records if r.kind == "bench" and (metric is None or r.test == metric)]
+    references = [r for r in records if r.kind == "manual" and r.unit == "t/s" and (metric is None or _panel(r.test) == _panel(metric))]
+    if not measured:
+        raise ResultsError("nothing to plot: the selection has no measured results" + (f" for {metric}" if metric else ""))
+    if axis != "build":
+        axis_value(measured[0], axis)  # rejects an unknown axis before any drawing
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, panels = plt.subplots(2, 1, figsize=(9, 9), squeeze=False)
+    panel_of = {"prefill": panels[0][0], "decode": panels[1][0]}
+    builds = _unique(r.build.build_id or "?" for r in measured)
+    for name, axes in panel_of.items():
+        axes.set_title(f"{name} ({'over builds' if axis == 'build' else 'along ' + axis})")
+        axes.set_ylabel("tokens/s (median, min-max)")
+        axes.set_xlabel("build" if axis == "build" else axis)
+        axes.grid(True, alpha=0.3)
+    for label, points in _series(measured, axis, builds).items():
+        xs = [x for x, _ in points]
+        summaries = [s for _, s in points]
+        medians = [s.median for s in summaries]
+        errors = [
+            [(s.median - s.low) if s.low is not None else 0 for s in summaries],
+            [(s.high - s.median) if s.high is not None else 0 for s in summaries],
+        ]
+        axes = panel_of[_panel(label[0])]
+        axes.errorbar(xs, medians, yerr=errors, marker="o", capsize=3, label=label[1])
+    for record in references:
+        axes = panel_of[_panel(record.test)]
+        label = f"{record.label or record.test}: {record.device.name} {record.model.name} (manual)"
+        if record.avg_ts is not None:
+            axes.axhline(record.avg_ts, linestyle="--", linewidth=1, color="gray", label=label)
+        elif record.range_ts:
+            axes.axhspan(*record.range_ts, alpha=0.1, color="gray", label=label)
+    if axis == "build":
+        for axes in panel_of.values():
+            axes.set_xticks(range(len(builds)), [b[:12] for b in builds], rotation=30, ha="right", fontsize=8)
+    for axes in panel_of.values():
+        if axes.get_legend_handles_labels()[0]:
+            axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, format="png", dpi=100, bbox_inches="tight")
+    plt.close(figure)
+    return out
+
+
+def _panel(test: str) -> str:
+    return "decode" if "tg" in test else "prefill"
+
+
+def _series(
+    records: Sequence[BenchRecord], axis: str, builds: Sequence[str]
+) -> dict[tuple[str, str], list[tuple[float | int | str, Summary]]]:
+    """(test, legend label) -> points (x, summary); one series per comparable group minus the axis."""
+    grouped: dict[tuple[object, ...], list[BenchRecord]] = defaultdict(list)
+    xs: dict[tuple[object, ...], dict[object, list[BenchRecord]]] = defaultdict(lambda: defaultdict(list))
+    for record in records:
+        if axis == "build":
+            x: object = builds.index(record.build.build_id or "?")
+            key = record.group_key
+        else:
+            x = axis_value(record, axis)
+            key = (record.build.build_id, *_without_axis(record, axis))
+        grouped[key].append(record)
+        xs[key][x].append(record)
+    series = {}
+    shown_env = varying_env(records) - {axis.removeprefix(ENV_AXIS_PREFIX)}
+    skip = OPTIONS_BY_NAME[axis].field if axis in OPTIONS_BY_NAME else ""
+    for key, items in grouped.items():
+        first = items[0]
+        label = " ".join(
+            part
+            for part in (
+                first.test if axis not in ("p", "n") else "",
+                first.device.name,
+                first.model.name or (first.model.sha256 or "")[:8],
+                describe_config(first, skip=skip),
+                describe_env((k, v) for k, v in first.env_set if k in shown_env),
+                f"build {(first.build.build_id or '')[:12]}" if axis != "build" else "",
+            )
+            if part
+        )
+        points = [(_numeric(x), Group(key, tuple(rs)).summary) for x, rs in xs[key].items()]
+        points.sort(key=lambda p: (isinstance(p[0], str), p[0] if not isinstance(p[0], str) else 0, str(p[0])))
+        series[(first.test, label)] = points
+    return series
+
+
+def _without_axis(record: BenchRecord, axis: str) -> tuple[object, ...]:
+    device, model, env_set, test, config_key, unit = record.group_key
+    if axis.startswith(ENV_AXIS_PREFIX):
+        name = axis.removeprefix(ENV_AXIS_PREFIX)
+        env_set = tuple(item for item in env_set if item[0] != name)  # type: ignore[union-attr]
+    elif axis in ("p", "n"):
+        test = "pp" if "pp" in str(test) else "tg"
+    else:
+        field = OPTIONS_BY_NAME[axis].field
+        config_key = tuple(item for item in config_key if item[0] != field)  # type: ignore[union-attr]
+    return (device, model, env_set, test, config_key, unit)
+
+
+def _numeric(value: object) -> float | int | str:
+    text = str(value)
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text

@@ -1,0 +1,178 @@
+"""``kzbuild run``: a tool of the device's current release, with the device env and nothing hidden.
+
+The device layout (written by deploy): ``ROOT/releases/<build-id>/{bin,lib,manifest.json}``
+and ``ROOT/current``, a symlink to the active release. A run resolves ``current`` once and
+uses that release dir for the tool and its env, so a deploy during a run cannot mix builds.
+Tools run in ROOT, so ``models/x.gguf`` names a pushed model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from kzbuild.devices.base import ByteSink, Transport, check_env_name
+from kzbuild.devices.registry import device_env
+from kzbuild.errors import ConfigError, DeviceError
+from kzbuild.gitcmd import Git
+from kzbuild.model.artifact import MANIFEST
+from kzbuild.model.device import Device
+from kzbuild.settings import Settings
+from kzbuild.sync import read_lock
+
+log = logging.getLogger(__name__)
+
+HEXAGON_ENV_PREFIX = "GGML_HEXAGON_"
+HEXAGON_SOURCES = "ggml/src/ggml-hexagon"
+GETENV_RE = re.compile(r'getenv\("(GGML_HEXAGON_[A-Z0-9_]+)"\)')
+
+
+@dataclass(frozen=True)
+class Release:
+    """The release ``current`` pointed at when it was resolved."""
+
+    build_id: str
+    dir: str  # absolute device path
+    manifest: Mapping[str, Any]  # the deployed manifest.json; empty when the release has none
+    manifest_sha256: str | None
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """A tool run exactly as it happens on the device."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: str
+
+
+def current_release(transport: Transport, device: Device) -> Release:
+    link = f"{device.root}/current"
+    target = transport.run(["readlink", link])
+    if not target.ok or not target.text().strip():
+        raise DeviceError(
+            f"{device.name}: no release is deployed ({link} is not a symlink to a release)",
+            hint=f"deploy one first: kzbuild deploy --device {device.name}",
+        )
+    path = PurePosixPath(target.text().strip())
+    release_dir = str(path if path.is_absolute() else PurePosixPath(device.root) / path)
+    manifest: Mapping[str, Any] = {}
+    digest = None
+    text = transport.run(["cat", f"{release_dir}/{MANIFEST}"])
+    if text.ok:
+        digest = hashlib.sha256(text.stdout).hexdigest()
+        try:
+            parsed = json.loads(text.stdout)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            manifest = parsed
+        else:
+            log.warning("%s: %s/%s is not a JSON object; provenance will lack it", device.name, release_dir, MANIFEST)
+    else:
+        log.warning("%s: release %s has no %s; provenance will lack build inputs", device.name, release_dir, MANIFEST)
+    # deploy names a release after its build id (plus a digest when two artifacts share an id)
+    build_id = manifest.get("build_id")
+    return Release(build_id=build_id if isinstance(build_id, str) else path.name, dir=release_dir, manifest=manifest, manifest_sha256=digest)
+
+
+def parse_env_assignments(items: Sequence[str]) -> dict[str, str]:
+    """``K=V`` strings from the command line; values are kept byte for byte."""
+    env: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--env '{item}' is not NAME=VALUE")
+        try:
+            env[check_env_name(name)] = value
+        except ValueError as exc:
+            raise ConfigError(f"--env '{item}': {exc}") from None
+    return env
+
+
+def invocation(device: Device, release: Release, tool: str, args: Sequence[str], env: Mapping[str, str]) -> Invocation:
+    """The device's runner prefix, the release's tool, the device env plus ``env``; nothing else."""
+    if not tool or "/" in tool or tool in (".", ".."):
+        raise ConfigError(f"'{tool}' is not a tool name", hint="name a program of the release's bin/, e.g. llama-bench")
+    return Invocation(
+        argv=(*device.runner_prefix, f"{release.dir}/bin/{tool}", *args),
+        env={**device_env(device, release.dir), **env},
+        cwd=device.root,
+    )
+
+
+def check_tool(transport: Transport, device: Device, release: Release, tool: str) -> None:
+    if transport.run(["test", "-x", f"{release.dir}/bin/{tool}"]).ok:
+        return
+    listing = transport.run(["ls", f"{release.dir}/bin"])
+    tools = " ".join(listing.text().split()) if listing.ok else "none"
+    raise ConfigError(f"{device.name}: release {release.build_id} has no tool '{tool}'", hint=f"its tools: {tools}")
+
+
+def run_tool(
+    settings: Settings,
+    transport: Transport,
+    device: Device,
+    tool: str,
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    timeout: float | None = None,
+    on_stdout: ByteSink,
+    on_stderr: ByteSink,
+) -> int:
+    """Run ``tool`` of the current release, streaming its output; returns its exit code."""
+    release = current_release(transport, device)
+    for warning in env_warnings(settings, release, env):
+        log.warning("%s", warning)
+    call = invocation(device, release, tool, args, env)
+    check_tool(transport, device, release, tool)
+    result = transport.run(call.argv, cwd=call.cwd, env=call.env, timeout=timeout, on_stdout=on_stdout, on_stderr=on_stderr)
+    return result.returncode
+
+
+# --- env names the pinned tree reads ---
+def hexagon_env_names(settings: Settings, recipe: str) -> frozenset[str] | None:
+    """GGML_HEXAGON_* names that ggml-hexagon reads at the recipe's synced commit.
+
+    Scans the committed tree (``git grep`` at the lock's head), so local edits don't count.
+    None when the recipe is not synced on this machine.
+    """
+    lock = read_lock(settings.recipes / f"{recipe}.lock.json")
+    worktree = settings.worktree(recipe)
+    if lock is None or not (worktree / ".git").exists():
+        return None
+    git = Git(worktree)
+    if not git.has_commit(lock.head):
+        return None
+    found = git.run("grep", "-h", "-o", "-E", r'getenv\("GGML_HEXAGON_[A-Z0-9_]+"\)', lock.head, "--", HEXAGON_SOURCES, check=False)
+    return frozenset(GETENV_RE.findall(found.stdout))
+
+
+def unknown_env(env: Mapping[str, str], known: frozenset[str] | None) -> list[str]:
+    """GGML_HEXAGON_* names in ``env`` that the tree does not read."""
+    if known is None:
+        return []
+    return sorted(name for name in env if name.startswith(HEXAGON_ENV_PREFIX) and name not in known)
+
+
+def env_warnings(settings: Settings, release: Release, env: Mapping[str, str]) -> list[str]:
+    """Warnings for GGML_HEXAGON_* names the release's recipe tree does not read."""
+    if not any(name.startswith(HEXAGON_ENV_PREFIX) for name in env):
+        return []
+    recipe = release.manifest.get("recipe")
+    if not isinstance(recipe, str):
+        return [f"cannot check GGML_HEXAGON_* names: release {release.build_id} names no recipe"]
+    known = hexagon_env_names(settings, recipe)
+    if known is None:
+        return [f"cannot check GGML_HEXAGON_* names: recipe {recipe} is not synced here (kzbuild sync {recipe})"]
+    return [
+        f"{name} is not read by ggml-hexagon at {recipe}'s pinned tree (known: {', '.join(sorted(known)) or 'none'})"
+        for name in unknown_env(env, known)
+    ]

@@ -1,0 +1,121 @@
+"""Helpers for the run, bench and results tests: device roots with a deployed release, records."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from kzbuild.model.result import BenchRecord, BuildInfo, DeviceInfo, ModelInfo
+
+DATA = Path(__file__).parent / "data"
+CAPTURED_JSON = DATA / "llama-bench-0c1e570-cpu.json"  # real llama-bench -o json output (host build at the pin)
+
+
+@dataclass
+class DeviceRoot:
+    """A device staging root laid out as deploy leaves it: releases/<id>/ and current -> it."""
+
+    root: Path
+    build_id: str
+
+    @property
+    def release(self) -> Path:
+        return self.root / "releases" / self.build_id
+
+    @property
+    def spec(self) -> str:
+        return f"local:{self.root}"
+
+    def add_tool(self, name: str, text: str) -> Path:
+        path = self.release / "bin" / name
+        path.write_text(text)
+        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        return path
+
+    def add_file(self, relpath: str, data: bytes) -> Path:
+        path = self.root / relpath
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        return path
+
+
+def make_device_root(root: Path, build_id: str = "b0000000000000001", manifest: dict[str, object] | None = None) -> DeviceRoot:
+    device = DeviceRoot(root, build_id)
+    for sub in ("bin", "lib"):
+        (device.release / sub).mkdir(parents=True)
+    if manifest is not None:
+        (device.release / "manifest.json").write_text(json.dumps(manifest))
+    os.symlink(f"releases/{build_id}", root / "current")
+    return device
+
+
+# A tool that reports exactly what it received.
+SHOW_ARGS = f"""#!{sys.executable} -S
+import json, os, sys
+json.dump({{"argv": sys.argv[1:], "env": {{k: v for k, v in os.environ.items() if k.startswith("KZ_T_") or k.endswith("LIBRARY_PATH")}}, "cwd": os.getcwd()}}, sys.stdout)
+"""
+
+
+def record(
+    *,
+    run_id: str = "r1",
+    build_id: str = "build-a",
+    test: str = "pp512",
+    samples: tuple[float, ...] = (100.0, 101.0, 99.0),
+    device: str = "pad3",
+    fingerprint: str = "vendor/pad3:15/AP3A",
+    model_sha: str = "a" * 64,
+    env: dict[str, str] | None = None,
+    config: dict[str, object] | None = None,
+    host_time: str = "2026-10-01T10:00:00+00:00",
+    seq: int = 0,
+) -> BenchRecord:
+    """A measured record as bench makes it, with the fields compare groups on."""
+    return BenchRecord(
+        run_id=run_id,
+        kind="bench",
+        host_time=host_time,
+        test=test,
+        seq=seq,
+        build=BuildInfo(build_id=build_id, release_dir=f"/data/local/tmp/kz-engine/releases/{build_id}"),
+        device=DeviceInfo(name=device, address=f"adb:{device}", fingerprint={"android.fingerprint": fingerprint}),
+        model=ModelInfo(path="models/q.gguf", sha256=model_sha),
+        config=config if config is not None else {"n_threads": 8, "n_gpu_layers": 99, "n_batch": 512},
+        avg_ts=sum(samples) / len(samples),
+        samples_ts=samples,
+        env=env if env is not None else {"LD_LIBRARY_PATH": f"/data/local/tmp/kz-engine/releases/{build_id}/lib"},
+    )
+
+
+
+def flat(text: str) -> str:
+    """Terminal output with rich's line wrapping undone."""
+    return " ".join(text.split())
+
+
+# Stands in for llama-bench in the fast tier: logs to stderr, appends what it received to
+# received.jsonl in its working dir, prints a real captured llama-bench JSON on stdout, and
+# exits 3 when KZ_T_FAIL=1. The slow tier runs the real llama-bench.
+REPLAY_LLAMA_BENCH = f"""#!{sys.executable} -S
+import json, os, sys
+sys.stderr.write("replay: loading model\\n")
+with open("received.jsonl", "a") as out:
+    out.write(json.dumps({{"argv": sys.argv[1:], "env": {{k: v for k, v in os.environ.items() if k.startswith(("KZ_T_", "GGML_"))}}}}) + "\\n")
+if os.environ.get("KZ_T_FAIL") == "1":
+    sys.stderr.write("replay: failing as asked\\n")
+    sys.exit(3)
+sys.stdout.write(open({str(CAPTURED_JSON)!r}).read())
+"""
+
+
+# Values a shell would mangle if anything on the way pasted them unquoted.
+TRICKY = ["ADD|SUB", "$(touch pwned)", "`touch pwned`", "$HOME", "a b  c", "it's", '"q"', "*", "~", "x;y", "a\nb", "\\", "-t 6", "--", ""]
+
+
+def env_options(values: list[str]) -> list[str]:
+    """``--env KZ_T_0=v0 --env KZ_T_1=v1 ...``"""
+    return [arg for n, value in enumerate(values) for arg in ("--env", f"KZ_T_{n}={value}")]

@@ -1,0 +1,143 @@
+"""Slow tier: the real llama-bench of a host build at the pin, deployed with kzbuild deploy and
+a tiny model pushed with kzbuild models push, run through kzbuild run and bench (local, adb
+and ssh); and GGML_HEXAGON_* names scanned from the really synced pinned tree.
+
+The llama-bench tests need a host build: set KZ_LLAMA_BIN_DIR to its bin dir (libs beside the
+tools, as cmake leaves them) or to an artifact dir with bin/ and lib/; without it they skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kzbuild.cli import main
+from kzbuild.devices.registry import parse_device_spec
+from kzbuild.results import ResultsStore
+from kzbuild.run import hexagon_env_names
+from kzbuild.settings import Settings
+from kzbuild.tinymodel import write_tiny_model
+from tests.adbdevice import AdbTestDevice
+from tests.adbdevice.fixtures import adb_device, adb_env, adb_server, make_adb_device  # noqa: F401
+from tests.bench.benchkit import flat
+from tests.fixtures_deploy import sha256, write_manifest
+from tests.fixtures_ssh import ssh_home, sshd  # noqa: F401 (fixtures)
+from tests.test_sync_real_upstream import real_project  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+
+def llama_bin_dir() -> Path:
+    value = os.environ.get("KZ_LLAMA_BIN_DIR")
+    if not value:
+        pytest.skip("set KZ_LLAMA_BIN_DIR to a host build of llama.cpp (bin dir with llama-bench and its libs)")
+    return Path(value)
+
+
+@dataclass
+class Deployed:
+    spec: str  # the --device argument
+    release: str  # the release dir on the device
+    manifest_sha256: str
+    model_sha256: str
+
+
+def deploy_real_llama_bench(kz, spec: str, work: Path) -> Deployed:  # type: ignore[no-untyped-def]
+    """Deploy an artifact holding the real llama-bench with kzbuild deploy; push a tiny model."""
+    source = llama_bin_dir()
+    tools, libs = (source / "bin", source / "lib") if (source / "bin" / "llama-bench").is_file() else (source, source)
+    artifact = work / "artifact"
+    (artifact / "bin").mkdir(parents=True)
+    (artifact / "lib").mkdir()
+    shutil.copy2(tools / "llama-bench", artifact / "bin" / "llama-bench")
+    for lib in libs.glob("lib*.so*"):
+        shutil.copy2(lib, artifact / "lib" / lib.name)  # as kzbuild build collects them: plain files
+    manifest = write_manifest(artifact, "host-real", recipe="demo-host")
+    model = write_tiny_model(work / "tiny-llama.gguf", arch="llama", ftype="f32")
+    deployed = kz("deploy", "--device", spec, "--artifact", str(artifact), "--json")
+    assert deployed.code == 0, deployed.err
+    pushed = kz("models", "push", str(model), "--device", spec)
+    assert pushed.code == 0, pushed.err
+    device = parse_device_spec(spec)
+    assert device is not None
+    release = json.loads(deployed.out)["release"]
+    return Deployed(spec, f"{device.root}/releases/{release}", sha256(manifest), sha256(model))
+
+
+@pytest.fixture
+def real_release(kz, tmp_path: Path) -> Deployed:
+    return deploy_real_llama_bench(kz, f"local:{tmp_path / 'device'}", tmp_path)
+
+
+def test_bench_runs_the_real_llama_bench_and_stores_its_samples(kz, project, real_release):
+    result = kz(
+        "bench", "--device", real_release.spec, "-m", "models/tiny-llama.gguf", "-p", "16", "-n", "4", "-r", "2", "-t", "1",
+        "--sweep", "ub=8,16", "--seed", "3", "--json",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    out = json.loads(result.out)
+    records = out["records"]
+    assert sorted((r["test"], r["config"]["n_ubatch"]) for r in records) == [("pp16", 8), ("pp16", 16), ("tg4", 8), ("tg4", 16)]
+    for record in records:
+        assert len(record["samples_ts"]) == 2 and all(s > 0 for s in record["samples_ts"])
+        assert record["raw"]["build_commit"] and record["raw"]["backends"]
+        assert record["argv"][0] == f"{real_release.release}/bin/llama-bench"
+        assert record["build"]["build_id"] == "host-real" and record["build"]["recipe"] == "demo-host"
+        assert record["build"]["manifest_sha256"] == real_release.manifest_sha256
+        assert record["model"]["sha256"] == real_release.model_sha256
+    with ResultsStore(project.root / "results") as store:
+        assert len(store.records(out["run_id"])) == 4
+    shown = kz("results", "show", out["run_id"], "--markdown")
+    assert shown.code == 0 and "| pp16 |" in shown.out
+
+
+def test_run_streams_the_real_tool_and_returns_its_exit_code(kz, real_release):
+    ok = kz("run", "--device", real_release.spec, "--", "llama-bench", "-m", "models/tiny-llama.gguf", "-p", "8", "-n", "0", "-r", "1", "-t", "1", "-o", "jsonl")
+    assert ok.code == 0, ok.err
+    assert json.loads(ok.out.splitlines()[0])["n_prompt"] == 8
+    bad = kz("run", "--device", real_release.spec, "--", "llama-bench", "--no-such-option")
+    assert bad.code == 1
+    assert "error: invalid parameter for argument: --no-such-option" in flat(bad.err)
+
+
+def test_bench_over_adb_runs_the_real_llama_bench(kz, adb_device: AdbTestDevice, tmp_path):
+    deployed = deploy_real_llama_bench(kz, f"adb:{adb_device.serial}:/data/local/tmp/kz-engine", tmp_path)
+    result = kz("bench", "--device", deployed.spec, "-m", "models/tiny-llama.gguf", "-p", "16", "-n", "4", "-r", "2", "-t", "1", "--json")
+    assert result.code == 0, result.err
+    records = json.loads(result.out)["records"]
+    assert [r["test"] for r in records] == ["pp16", "tg4"]
+    assert all(len(r["samples_ts"]) == 2 for r in records)
+    assert records[0]["device"]["fingerprint"]["android.soc_model"] == "SM8750"
+    assert records[0]["model"]["sha256"] == deployed.model_sha256
+    assert records[0]["build"]["manifest_sha256"] == deployed.manifest_sha256
+
+
+def test_bench_over_ssh_runs_the_real_llama_bench(kz, project, sshd, ssh_home, tmp_path):
+    deployed = deploy_real_llama_bench(kz, sshd.spec(tmp_path / "device"), tmp_path)
+    result = kz("bench", "--device", deployed.spec, "-m", "models/tiny-llama.gguf", "-p", "16", "-n", "4", "-r", "2", "-t", "1", "--json")
+    assert result.code == 0, result.err
+    out = json.loads(result.out)
+    assert [r["test"] for r in out["records"]] == ["pp16", "tg4"]
+    assert out["records"][0]["model"]["sha256"] == deployed.model_sha256
+    with ResultsStore(project.root / "results") as store:
+        assert len(store.records(out["run_id"])) == 2
+
+
+# At the pin 0c1e57098 ggml-hexagon reads these (facts sheet section 4); OPSYNC/OPMASK are gone.
+HEXAGON_ENV_AT_PIN = {
+    f"GGML_HEXAGON_{name}"
+    for name in "DEVICES NDEV ARCH NHVX NHMX HOSTBUF DMA64 VERBOSE PROFILE OPTRACE ETM OPBATCH OPQUEUE OPPOLL "
+    "OPFUSION OPFILTER MM_SELECT FA_SELECT GDN_SELECT AR_SELECT AR_SCATTER VMEM MBUF".split()
+}
+
+
+def test_env_names_come_from_the_real_pinned_tree(real_project):
+    """Sync demo-host from the PyPI sdist (cached per machine), then scan its ggml-hexagon."""
+    root, cache, work = real_project
+    assert main(["--project", str(root), "--cache-dir", str(cache), "--work-dir", str(work), "sync", "demo-host"]) == 0
+    assert hexagon_env_names(Settings(project=root, cache=cache, work=work), "demo-host") == HEXAGON_ENV_AT_PIN

@@ -1,0 +1,65 @@
+"""The deploy flow through the real adb client against the adb test device (tests/adbdevice)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from kzbuild.devices.adb import AdbTransport
+from kzbuild.errors import DeviceError
+
+ROOT = "/data/local/tmp/kz-engine"
+
+
+def adb_deploy(kz, adb_device, artifact, *extra: str):
+    return kz("deploy", "--device", f"adb:{adb_device.serial}:{ROOT}", "--artifact", str(artifact), "--json", *extra)
+
+
+def ok(result) -> dict:
+    assert result.code == 0, result.err
+    return json.loads(result.out)
+
+
+def current(adb_device) -> str:
+    return os.readlink(adb_device.host_path(f"{ROOT}/current"))
+
+
+def run_hello(adb_device) -> str:
+    result = AdbTransport(adb_device.device(root=ROOT), connect_timeout=5).run([f"{ROOT}/current/bin/hello"])
+    assert result.ok, result.stderr
+    return result.text()
+
+
+def test_deploy_redeploy_changed_library_and_rollback_over_adb(kz, adb_device, artifacts):
+    first = ok(adb_deploy(kz, adb_device, artifacts.make("b1")))
+    assert first["device"] == f"adb:{adb_device.serial}" and first["files_sent"] == 3
+    assert current(adb_device) == "releases/b1"
+    assert run_hello(adb_device) == "hello from v1\nblob 65536\n"
+
+    again = ok(adb_deploy(kz, adb_device, artifacts.make("b1")))
+    assert (again["bytes_sent"], again["files_sent"], again["switched"]) == (0, 0, False)
+
+    build2 = artifacts.make("b2", greeting="hello from v2")
+    changed = ok(adb_deploy(kz, adb_device, build2))
+    assert changed["files_sent"] == 1
+    assert changed["bytes_sent"] == (build2 / "lib" / "libgreet.so").stat().st_size
+    assert run_hello(adb_device) == "hello from v2\nblob 65536\n"
+
+    back = ok(kz("deploy", "--device", f"adb:{adb_device.serial}:{ROOT}", "--rollback", "--keep", "1", "--json"))
+    assert (back["release"], back["pruned"]) == ("b1", ["b2"])
+    assert run_hello(adb_device) == "hello from v1\nblob 65536\n"
+
+
+def test_a_push_cut_over_adb_keeps_current_and_the_rerun_completes(kz, adb_device, artifacts):
+    ok(adb_deploy(kz, adb_device, artifacts.make("b1")))
+    build2 = artifacts.make("b2", greeting="hello from v2", blob_seed=2, blob_size=1 << 20)
+    adb_device.drop_send_after(300_000)
+    cut = adb_deploy(kz, adb_device, build2)
+    assert cut.code == DeviceError.exit_code
+    assert f"adb:{adb_device.serial}" in cut.err
+    assert current(adb_device) == "releases/b1"
+    assert run_hello(adb_device) == "hello from v1\nblob 65536\n"
+    rerun = ok(adb_deploy(kz, adb_device, build2))
+    assert current(adb_device) == "releases/b2"
+    assert rerun["files_sent"] == 2  # libgreet and libblob changed
+    assert run_hello(adb_device) == "hello from v2\nblob 1048576\n"

@@ -1,0 +1,111 @@
+"""The deploy flow over ssh to a real sshd on 127.0.0.1 (the device root is a temp dir here)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from kzbuild.errors import DeviceError
+
+
+def ssh_deploy(kz, sshd, root: Path, artifact: Path, *extra: str, port: int | None = None):
+    return kz("deploy", "--device", sshd.spec(root, port), "--artifact", str(artifact), "--json", *extra)
+
+
+def ok(result) -> dict:
+    assert result.code == 0, result.err
+    return json.loads(result.out)
+
+
+def run_hello_over_ssh(kz, sshd, root: Path) -> str:
+    from kzbuild.devices.registry import connect, parse_device_spec
+
+    transport = connect(parse_device_spec(sshd.spec(root)))
+    try:
+        result = transport.run([f"{root}/current/bin/hello"])
+    finally:
+        transport.close()
+    assert result.ok, result.stderr
+    return result.text()
+
+
+def test_deploy_redeploy_and_one_changed_library(kz, sshd, ssh_home, artifacts, tmp_path):
+    root = tmp_path / "device"
+    first = ok(ssh_deploy(kz, sshd, root, artifacts.make("b1")))
+    assert first["device"] == f"ssh://{sshd.user}@127.0.0.1:{sshd.port}"
+    assert first["files_sent"] == 3 and first["bytes_sent"] > 0
+    assert os.readlink(root / "current") == "releases/b1"
+    assert run_hello_over_ssh(kz, sshd, root) == "hello from v1\nblob 65536\n"
+
+    again = ok(ssh_deploy(kz, sshd, root, artifacts.make("b1")))
+    assert (again["bytes_sent"], again["files_sent"], again["metadata_bytes"], again["switched"]) == (0, 0, 0, False)
+
+    build2 = artifacts.make("b2", greeting="hello from v2")
+    changed = ok(ssh_deploy(kz, sshd, root, build2))
+    assert changed["files_sent"] == 1 and changed["files_skipped"] == 2
+    assert changed["bytes_sent"] == (build2 / "lib" / "libgreet.so").stat().st_size
+    assert run_hello_over_ssh(kz, sshd, root) == "hello from v2\nblob 65536\n"
+
+
+def test_cut_mid_transfer_keeps_current_then_a_rerun_resumes(kz, sshd, ssh_home, relay, artifacts, tmp_path):
+    root = tmp_path / "device"
+    ok(ssh_deploy(kz, sshd, root, artifacts.make("b1")))
+    big = 3 * 1024 * 1024
+    build2 = artifacts.make("b2", blob_seed=2, blob_size=big)
+    blob_sha = json.loads((build2 / "manifest.json").read_text())["files"]["lib/libblob.so"]["sha256"]
+    relay.cut_after(big // 2)
+    cut = ssh_deploy(kz, sshd, root, build2, port=relay.port)
+    assert relay.cut.is_set()
+    assert cut.code == DeviceError.exit_code
+    assert f"connection to 127.0.0.1:{relay.port} lost" in " ".join(cut.err.split())
+    assert os.readlink(root / "current") == "releases/b1"
+    assert run_hello_over_ssh(kz, sshd, root) == "hello from v1\nblob 65536\n"
+    arrived = (root / "incoming" / blob_sha).stat().st_size
+    assert 0 < arrived < (build2 / "lib" / "libblob.so").stat().st_size
+    assert not (root / "releases" / "b2").exists()
+
+    rerun = ok(ssh_deploy(kz, sshd, root, build2))
+    assert rerun["bytes_resumed"] == arrived
+    assert rerun["bytes_sent"] == (build2 / "lib" / "libblob.so").stat().st_size - arrived
+    assert os.readlink(root / "current") == "releases/b2"
+    assert run_hello_over_ssh(kz, sshd, root) == f"hello from v1\nblob {big}\n"
+
+
+def test_unknown_host_is_refused_and_trust_new_host_stores_it(kz, sshd, ssh_home, artifacts, tmp_path):
+    ssh_home.known_hosts.write_text("")
+    build = artifacts.make("b1")
+    refused = ssh_deploy(kz, sshd, tmp_path / "device", build)
+    assert refused.code == DeviceError.exit_code
+    err = "".join(refused.err.split())  # rich may wrap long lines anywhere
+    assert "unknownhostkey" in err and sshd.host_fingerprint in err and str(ssh_home.known_hosts) in err
+    assert not (tmp_path / "device").exists()
+    trusted = ok(ssh_deploy(kz, sshd, tmp_path / "device", build, "--trust-new-host"))
+    assert trusted["files_sent"] == 3
+    assert ssh_home.known_hosts.read_text() == sshd.known_hosts_line()
+
+
+def test_rollback_and_keep_over_ssh(kz, sshd, ssh_home, artifacts, tmp_path):
+    root = tmp_path / "device"
+    for index in (1, 2, 3):
+        ok(ssh_deploy(kz, sshd, root, artifacts.make(f"b{index}", greeting=f"hello from v{index}")))
+    back = ok(kz("deploy", "--device", sshd.spec(root), "--rollback", "--keep", "2", "--json"))
+    assert (back["release"], back["previous"], back["pruned"]) == ("b2", "b3", ["b1"])
+    assert run_hello_over_ssh(kz, sshd, root) == "hello from v2\nblob 65536\n"
+    assert sorted(p.name for p in (root / "releases").iterdir()) == ["b2", "b3"]
+
+
+def test_a_named_ssh_device_with_its_key(kz, project, sshd, ssh_home, artifacts, tmp_path):
+    (ssh_home.path / ".ssh" / "id_ed25519").unlink()  # only the key named in devices.yaml works
+    root = tmp_path / "device"
+    project.write(
+        "recipes/devices.yaml",
+        "devices:\n"
+        "  box:\n"
+        "    transport: ssh\n"
+        f"    host: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
+        f"    key: {sshd.client_key}\n    root: {root}\n",
+    )
+    summary = ok(kz("deploy", "--device", "box", "--artifact", str(artifacts.make("b1")), "--json"))
+    assert summary["files_sent"] == 3
+    assert os.readlink(root / "current") == "releases/b1"

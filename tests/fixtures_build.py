@@ -1,0 +1,156 @@
+"""Fixtures for the build tests: a tiny upstream shaped like llama.cpp, and toolchain layouts.
+
+The tiny upstream is a real CMake project (a shared ``ggml`` and three tools) that builds in
+about a second with cmake + ninja + ccache, so the fast tier exercises the whole build path
+for real. Toolchain layouts hold only the files detection reads; they test detection and
+never stand in for a build.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kzbuild import build as builds
+from kzbuild.build import BuildResult
+from kzbuild.recipes import load_recipe
+from kzbuild.settings import Settings
+from tests.conftest import REPO_ROOT, Project, UpstreamRepo, git, persistent_test_cache
+
+TINY_CMAKE = """\
+cmake_minimum_required(VERSION 3.14)
+project(tinyllama C)
+set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+set(CMAKE_LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+if (NOT DEFINED LLAMA_BUILD_COMMIT)
+    set(LLAMA_BUILD_COMMIT unknown)
+endif()
+add_library(ggml ggml/src/ggml.c)
+set_target_properties(ggml PROPERTIES VERSION 0.9.0 SOVERSION 0)
+foreach(tool llama-bench llama-completion test-backend-ops)
+    add_executable(${tool} tools/main.c)
+    target_link_libraries(${tool} PRIVATE ggml)
+    target_compile_definitions(${tool} PRIVATE LLAMA_BUILD_COMMIT="${LLAMA_BUILD_COMMIT}")
+endforeach()
+"""
+TINY_MAIN = """\
+#include <stdio.h>
+int ggml_answer(void);
+int main(void) {
+    printf("build_commit=%s answer=%d\\n", LLAMA_BUILD_COMMIT, ggml_answer());
+    return 0;
+}
+"""
+NDK_REVISION = "27.3.13750724"
+
+
+@dataclass
+class Tiny:
+    """A project whose recipe ``tiny`` builds the tiny upstream for the host."""
+
+    project: Project
+    upstream: UpstreamRepo
+    commit: str
+
+    @property
+    def settings(self) -> Settings:
+        return self.project.settings
+
+    def environ(self, **extra: str) -> dict[str, str]:
+        """This machine's PATH, and nothing that could point at a real NDK or SDK."""
+        return {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(self.project.root), **extra}
+
+    def add_patch(self, name: str, files: dict[str, str], subject: str, *, base: str | None = None) -> Path:
+        """A real ``git format-patch`` of an edit on top of ``base`` (default: the pin), appended to the series."""
+        git(self.upstream.path, "checkout", "-q", "-b", f"patch-{name}", base or self.commit)
+        self.upstream.commit(files, subject)
+        text = git(self.upstream.path, "format-patch", "-1", "--stdout", "--full-index", "HEAD") + "\n"
+        git(self.upstream.path, "checkout", "-q", "master")
+        git(self.upstream.path, "branch", "-q", "-D", f"patch-{name}")
+        path = self.project.write(f"patches/{name}", text)
+        series = self.project.root / "patches" / "series"
+        series.write_text(series.read_text() + f"{name}\n")
+        return path
+
+
+def install_toolchains(project: Project) -> None:
+    shutil.copytree(REPO_ROOT / "toolchains", project.root / "toolchains")
+
+
+@pytest.fixture
+def tiny(project: Project, upstream: UpstreamRepo) -> Tiny:
+    commit = upstream.commit(
+        {"CMakeLists.txt": TINY_CMAKE, "tools/main.c": TINY_MAIN},
+        "tiny llama.cpp-shaped build",
+    )
+    install_toolchains(project)
+    project.recipe("tiny", commit=commit, sources=[f"path: {upstream.path}"], extra="build:\n  targets: [host]\n")
+    return Tiny(project, upstream, commit)
+
+
+# --- toolchain layouts -----------------------------------------------------------------
+
+def ndk_layout(root: Path, revision: str = NDK_REVISION) -> Path:
+    """An NDK folder with only what detection reads."""
+    (root / "build" / "cmake").mkdir(parents=True)
+    (root / "build" / "cmake" / "android.toolchain.cmake").write_text("# layout for detection tests\n")
+    (root / "source.properties").write_text(f"Pkg.Desc = Android NDK\nPkg.Revision = {revision}\nPkg.BaseRevision = 27.0.0\n")
+    return root
+
+
+def hexagon_layout(parent: Path, version: str = "6.5.0.0", tools: str = "19.0.07") -> Path:
+    """``Hexagon_SDK/<version>/`` with the files detection reads and the tools folder."""
+    root = parent / "Hexagon_SDK" / version
+    for rel in ("build/cmake/hexagon_fun.cmake", "ipc/fastrpc/qaic/bin/qaic", "setup_sdk_env.source"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("# layout for detection tests\n")
+    (root / "tools" / "HEXAGON_Tools" / tools).mkdir(parents=True)
+    return root
+
+
+def program(folder: Path, name: str, script: str) -> Path:
+    """A stand-in executable for detection tests: only its ``--version`` output matters."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+# --- the real pinned tree (slow tier) --------------------------------------------------
+
+def real_project(tmp_path: Path) -> Project:
+    """The repo's recipes, patches, kernels and toolchains in a temp project, with caches that persist.
+
+    The object cache, ccache, build dirs and artifacts live under the persistent test cache
+    (sdists in its shared ``sdists/``), so a second run on the same machine downloads nothing
+    and rebuilds nothing.
+    """
+    root = tmp_path / "project"
+    for folder in ("recipes", "patches", "kernels", "toolchains"):
+        shutil.copytree(REPO_ROOT / folder, root / folder)
+    for lock in (root / "recipes").glob("*.lock.json"):
+        lock.unlink()
+    base = persistent_test_cache()
+    cache = base / "kz-cache"
+    cache.mkdir(exist_ok=True)
+    (base / "sdists").mkdir(exist_ok=True)
+    if not (cache / "sdists").exists():
+        (cache / "sdists").symlink_to(base / "sdists")
+    return Project(root=root, cache=cache, work=base / "kz-work")
+
+
+def build_real(tmp_path: Path, target: str, recipe: str = "demo-host") -> BuildResult:
+    """Build ``recipe`` (default: the pinned upstream from the PyPI sdist, with the stack) for ``target`` through kzbuild.
+
+    With the persistent caches, a build whose inputs did not change reuses its artifact in
+    seconds. Other slow tests can take llama.cpp binaries from here (``result.artifact``).
+    """
+    project = real_project(tmp_path)
+    prepared = builds.prepare(project.settings, load_recipe(project.root, recipe), target, environ=os.environ, options=builds.BuildOptions(jobs=2))
+    return builds.build(prepared)

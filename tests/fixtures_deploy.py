@@ -1,0 +1,121 @@
+"""Artifacts for deploy tests: real small ELF programs and libraries plus a manifest.
+
+``bin/hello`` links ``lib/libgreet.so`` and ``lib/libblob.so`` through ``$ORIGIN/../lib``,
+so running it from a deployed release shows the release is complete and linked right.
+``libblob.so`` carries a random payload (``.incbin``) to make a file large enough to cut
+mid-transfer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+from kzbuild.devices.local import LocalTransport
+from kzbuild.errors import DeviceError
+
+GREET_C = '#include <stdio.h>\nvoid greet(void) { puts("%s"); }\n'
+BLOB_C = (
+    'asm(".section .rodata\\n.global blob_data\\nblob_data:\\n.incbin \\"%s\\"\\n.global blob_end\\nblob_end:\\n.text");\n'
+    "extern const char blob_data[], blob_end[];\n"
+    "long blob_size(void) { return blob_end - blob_data; }\n"
+)
+HELLO_C = (
+    "#include <stdio.h>\nvoid greet(void); long blob_size(void);\n"
+    'int main(void) { greet(); printf("blob %ld\\n", blob_size()); return 0; }\n'
+)
+
+
+def compile_c(source: str, output: Path, *args: str) -> None:
+    c_file = output.with_suffix(output.suffix + ".c")
+    c_file.write_text(source)
+    subprocess.run(["gcc", "-O1", "-o", str(output), str(c_file), *args], check=True, capture_output=True)
+    c_file.unlink()
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_manifest(directory: Path, build_id: str, *, recipe: str | None = None) -> Path:
+    """manifest.json over every file under ``directory`` (as ``kzbuild build`` writes it)."""
+    files = {}
+    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != "manifest.json"):
+        rel = path.relative_to(directory).as_posix()
+        files[rel] = {"sha256": sha256(path), "size": path.stat().st_size, "mode": f"{path.stat().st_mode & 0o7777:04o}"}
+    manifest = {"build_id": build_id, "recipe": recipe, "target": "host", "files": files, "inputs": {"test": True}}
+    target = directory / "manifest.json"
+    target.write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    return target
+
+
+class ArtifactMaker:
+    """Builds artifact dirs under ``root``; compiled parts are cached in ``cache``."""
+
+    def __init__(self, root: Path, cache: Path) -> None:
+        self.root = root
+        self.cache = cache
+        root.mkdir(parents=True, exist_ok=True)
+        cache.mkdir(parents=True, exist_ok=True)
+
+    def _greet(self, greeting: str) -> Path:
+        out = self.cache / f"greet-{hashlib.sha256(greeting.encode()).hexdigest()[:12]}" / "libgreet.so"
+        if not out.exists():
+            out.parent.mkdir()
+            compile_c(GREET_C % greeting, out, "-shared", "-fPIC")
+        return out
+
+    def _blob(self, seed: int, size: int) -> Path:
+        out = self.cache / f"blob-{seed}-{size}" / "libblob.so"
+        if not out.exists():
+            out.parent.mkdir()
+            payload = out.parent / "payload.bin"
+            payload.write_bytes(random.Random(seed).randbytes(size))
+            compile_c(BLOB_C % payload, out, "-shared", "-fPIC")
+        return out
+
+    def _hello(self) -> Path:
+        out = self.cache / "hello" / "hello"
+        if not out.exists():
+            out.parent.mkdir()
+            libs = self._greet("x").parent, self._blob(0, 16).parent
+            compile_c(HELLO_C, out, *[f"-L{d}" for d in libs], "-lgreet", "-lblob", "-Wl,-rpath,$ORIGIN/../lib")
+        return out
+
+    def make(self, build_id: str, *, greeting: str = "hello from v1", blob_seed: int = 1, blob_size: int = 64 * 1024, recipe: str | None = None, extra: dict[str, bytes] | None = None) -> Path:
+        directory = self.root / build_id
+        if directory.exists():
+            shutil.rmtree(directory)
+        (directory / "bin").mkdir(parents=True)
+        (directory / "lib").mkdir()
+        shutil.copy2(self._hello(), directory / "bin" / "hello")
+        shutil.copy2(self._greet(greeting), directory / "lib" / "libgreet.so")
+        shutil.copy2(self._blob(blob_seed, blob_size), directory / "lib" / "libblob.so")
+        for rel, data in (extra or {}).items():
+            (directory / rel).parent.mkdir(parents=True, exist_ok=True)
+            (directory / rel).write_bytes(data)
+        write_manifest(directory, build_id, recipe=recipe)
+        return directory
+
+
+class CuttingTransport(LocalTransport):
+    """A local transport whose connection 'drops' after a number of bytes, as a dropped link would."""
+
+    def __init__(self, root: str, budget: int) -> None:
+        super().__init__(root)
+        self.budget = budget
+
+    def _copy(self, local: Path, remote: str, offset: int, progress) -> None:  # type: ignore[no-untyped-def]
+        size = local.stat().st_size - offset
+        if size <= self.budget:
+            self.budget -= size
+            return super()._copy(local, remote, offset, progress)
+        with open(local, "rb") as src, open(remote, "r+b" if offset else "wb") as dst:
+            src.seek(offset)
+            dst.seek(offset)
+            dst.write(src.read(self.budget))
+        raise DeviceError(f"{self.address}: connection lost while uploading {local.name}")

@@ -1,0 +1,96 @@
+"""The GitHub workflows parse, and every kzbuild command they run exists with the options given.
+
+The v79 workflow cannot run here (no container engine, no NDK); this checks what it would run.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+import typer
+import yaml
+
+from kzbuild import build as builds
+from kzbuild.cli import app
+from tests.conftest import REPO_ROOT
+
+WORKFLOWS = sorted((REPO_ROOT / ".github" / "workflows").glob("*.yml"))
+
+
+def load(path: Path) -> dict:
+    doc = yaml.safe_load(path.read_text())
+    assert isinstance(doc, dict), path
+    return doc
+
+
+def run_lines(doc: dict) -> list[str]:
+    lines = []
+    for job in doc["jobs"].values():
+        for step in job["steps"]:
+            lines += [line.strip() for line in step.get("run", "").splitlines() if line.strip()]
+    return lines
+
+
+def kzbuild_argv(line: str) -> list[str] | None:
+    words = shlex.split(line)
+    if words[:1] == ["kzbuild"]:
+        return words[1:]
+    if words[:3] in (["python3", "-m", "kzbuild"], ["python", "-m", "kzbuild"]):
+        return words[3:]
+    return None
+
+
+def check_kzbuild_command(args: list[str]) -> None:
+    """Parse ``args`` with kzbuild's own CLI (without running it): unknown commands or options fail."""
+    group = typer.main.get_command(app)
+    root = group.make_context("kzbuild", list(args), resilient_parsing=False)
+    # click keeps the subcommand's name apart from its arguments (a private field in newer clicks)
+    remaining = [*getattr(root, "_protected_args", getattr(root, "protected_args", [])), *root.args]
+    name, command, rest = group.resolve_command(root, remaining)
+    assert name is not None and command is not None, f"no kzbuild command in {args}"
+    sub = command.make_context(name, list(rest), parent=root)
+    recipe = sub.params.get("recipe")
+    if recipe:
+        assert (REPO_ROOT / "recipes" / f"{recipe}.yaml").is_file(), f"no recipe {recipe}"
+    for target in sub.params.get("target") or ():
+        assert target in builds.TARGETS, f"unknown target {target}"
+
+
+def test_there_are_two_workflows():
+    assert {p.name for p in WORKFLOWS} == {"tests.yml", "snapdragon-v79.yml"}
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_workflow_parses_and_calls_real_kzbuild_commands(path):
+    doc = load(path)
+    assert doc.get("on", doc.get(True)), "no triggers"  # YAML 1.1 reads a bare `on` as true
+    commands = [argv for argv in map(kzbuild_argv, run_lines(doc)) if argv is not None]
+    assert commands, "the workflow runs no kzbuild command"
+    for argv in commands:
+        check_kzbuild_command(argv)
+
+
+def test_the_checker_rejects_what_kzbuild_would_reject():
+    with pytest.raises(Exception, match="No such option"):
+        check_kzbuild_command(["build", "--targett", "v79"])
+    with pytest.raises(AssertionError, match="unknown target"):
+        check_kzbuild_command(["ci", "pad3-v79", "--target", "v80"])
+    with pytest.raises(AssertionError, match="no recipe"):
+        check_kzbuild_command(["ci", "pad4-v79"])
+
+
+def test_tests_workflow_runs_both_tiers():
+    lines = run_lines(load(REPO_ROOT / ".github" / "workflows" / "tests.yml"))
+    assert 'python3 -m pytest -m "not slow" -q' in lines
+    assert "python3 -m pytest -m slow -q" in lines
+
+
+def test_v79_workflow_builds_in_the_snapdragon_container_and_uploads_the_artifact():
+    doc = load(REPO_ROOT / ".github" / "workflows" / "snapdragon-v79.yml")
+    (job,) = doc["jobs"].values()
+    assert "ghcr.io/snapdragon-toolchain/arm64-android" in job["container"]["image"]
+    assert "kzbuild ci pad3-v79 --target v79" in run_lines(doc)
+    upload = next(step for step in job["steps"] if str(step.get("uses", "")).startswith("actions/upload-artifact"))
+    assert upload["with"]["path"] == ".kz/artifacts/"
