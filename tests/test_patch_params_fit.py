@@ -17,14 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from kzbuild import build as builds
 from kzbuild.recipes import load_recipe
 from kzbuild.stack import read_series
-
-NEEDS_BUILD = "needs 'kzbuild build' (issue 5: kzbuild.build, tests/fixtures_build.py), which has not landed on this branch"
-builds = pytest.importorskip("kzbuild.build", reason=NEEDS_BUILD)
-real_project = pytest.importorskip("tests.fixtures_build", reason=NEEDS_BUILD).real_project
-fixtures_fit = pytest.importorskip("tests.fixtures_fit", reason="needs kzbuild.tinymodel (merge main)")
-weight_bytes, write_wide_q4_0_llama = fixtures_fit.weight_bytes, fixtures_fit.write_wide_q4_0_llama
+from tests.fixtures_build import real_project
+from tests.fixtures_fit import weight_bytes, write_wide_q4_0_llama
 
 pytestmark = pytest.mark.slow
 
@@ -59,8 +56,9 @@ def completion(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     baseline = without_patch(project.root, "demo-host", PATCH)
     tools = {}
     for label, recipe in (("patched", "demo-host"), ("baseline", baseline)):
-        result = builds.build(project.settings, load_recipe(project.root, recipe), "host", environ=os.environ, jobs=2)
-        tools[label] = result.artifact.path / "bin" / "llama-completion"
+        prepared = builds.prepare(project.settings, load_recipe(project.root, recipe), "host", environ=os.environ,
+                                  options=builds.BuildOptions(jobs=2))
+        tools[label] = builds.build(prepared).artifact.path / "bin" / "llama-completion"
     return tools
 
 
@@ -75,6 +73,8 @@ def host_memory(completion_tool: Path, model: Path) -> HostMemory:
     result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-3000:]
+    if "REPACK = 1" not in log:
+        pytest.skip("this CPU has no repack path for Q4_0 (it needs AVX2 or arm64): nothing to count")
     host_row = re.search(r"- Host\s*\|\s*\d+\s*=\s*(\d+)\s*\+", log)
     repack_row = re.search(r"- CPU_REPACK\s*\|\s*\d+\s*=\s*(\d+)\s*\+", log)
     projected = re.search(r"projected to use (\d+) MiB of host memory", log)
