@@ -13,7 +13,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from kzbuild.tinymodel import vocabulary
+# The tiny models' tokenizer (tinymodel keeps it private; one vocabulary for every test model).
+from kzbuild.tinymodel import _add_vocabulary, vocabulary
 
 Q4_0 = gguf.GGMLQuantizationType.Q4_0
 HEAD_DIM = 128
@@ -23,7 +24,7 @@ KV_HEADS = 2
 def write_wide_q4_0_llama(path: Path, *, embedding: int = 1024, feed_forward: int = 2048, layers: int = 3, seed: int = 0) -> Path:
     T = gguf.MODEL_TENSOR
     rng = np.random.default_rng(seed)
-    tokens = vocabulary()
+    n_vocab = len(vocabulary())
     writer = gguf.GGUFWriter(path, "llama")
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
     writer.add_context_length(4096)
@@ -34,12 +35,7 @@ def write_wide_q4_0_llama(path: Path, *, embedding: int = 1024, feed_forward: in
     writer.add_head_count_kv(KV_HEADS)
     writer.add_rope_dimension_count(HEAD_DIM)
     writer.add_layer_norm_rms_eps(1e-6)
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list([text for text, _, _ in tokens])
-    writer.add_token_scores([score for _, score, _ in tokens])
-    writer.add_token_types([kind for _, _, kind in tokens])
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
+    _add_vocabulary(writer)
 
     def name(tensor: gguf.MODEL_TENSOR, layer: int | None = None) -> str:
         base = gguf.TENSOR_NAMES[tensor]
@@ -53,9 +49,9 @@ def write_wide_q4_0_llama(path: Path, *, embedding: int = 1024, feed_forward: in
         writer.add_tensor(tensor_name, np.ones(embedding, dtype=np.float32))
 
     kv_width = HEAD_DIM * KV_HEADS
-    matrix(name(T.TOKEN_EMBD), embedding, len(tokens))
+    matrix(name(T.TOKEN_EMBD), embedding, n_vocab)
     norm(name(T.OUTPUT_NORM))
-    matrix(name(T.OUTPUT), embedding, len(tokens))
+    matrix(name(T.OUTPUT), embedding, n_vocab)
     for layer in range(layers):
         norm(name(T.ATTN_NORM, layer))
         matrix(name(T.ATTN_Q, layer), embedding, embedding)
