@@ -4,12 +4,11 @@ Slow tier, through kzbuild: the pin is built for the host twice, with the stack 
 and with the stack minus this patch, and llama-completion runs a 15 MiB Q4_0 model with
 ``-dev none -v``. This host has AVX2, so the CPU backend repacks the Q4_0 matrices into
 CPU_REPACK. Before the patch the host figures leave those weights out; after it they hold
-them. The object cache and ccache persist between runs (tests/fixtures_build.real_project).
+them. The object cache and ccache persist between runs (tests/fixtures_trees.private_project).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import subprocess
@@ -21,8 +20,8 @@ import pytest
 from kzbuild import build as builds
 from kzbuild.recipes import load_recipe
 from kzbuild.stack import read_series
-from tests.fixtures_build import real_project
 from tests.fixtures_fit import weight_bytes, write_wide_q4_0_llama
+from tests.fixtures_trees import private_project
 
 pytestmark = pytest.mark.slow
 
@@ -53,11 +52,7 @@ def without_patch(project_root: Path, base: str, patch: str) -> str:
 
 @pytest.fixture(scope="module")
 def completion(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("fit")
-    # A work dir of its own: other sessions sharing the persistent cache sync demo-host to
-    # other stacks, and kzbuild's build does not hold the worktree while ninja runs. ccache
-    # (base dir = the work dir) still makes these builds mostly cache hits.
-    project = dataclasses.replace(real_project(root), work=root / "work")
+    project = private_project(tmp_path_factory.mktemp("fit"))
     baseline = without_patch(project.root, "demo-host", PATCH)
     tools = {}
     for label, recipe in (("patched", "demo-host"), ("baseline", baseline)):
