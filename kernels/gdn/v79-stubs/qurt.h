@@ -1,0 +1,2 @@
+// v79 compile-check stub of the Hexagon SDK's qurt.h: nothing the GDN sources use.
+#pragma once
