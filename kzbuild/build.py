@@ -27,7 +27,7 @@ from pathlib import Path
 
 from kzbuild import __version__, proc
 from kzbuild.deploy import load_artifact, sha256_file
-from kzbuild.errors import BuildFailed, ConfigError, ToolchainMissing
+from kzbuild.errors import BuildFailed, ConfigError, ToolchainMissing, WorktreeError
 from kzbuild.filelock import locked
 from kzbuild.model.artifact import MANIFEST, Artifact
 from kzbuild.model.build import MANIFEST_FORMAT, BuildOptions, BuildPlan, Step, Target
@@ -35,7 +35,7 @@ from kzbuild.model.device import Device
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.toolchain import Found
 from kzbuild.settings import Settings
-from kzbuild.sync import Lock, SyncResult, sync
+from kzbuild.sync import Lock, SyncResult, Worktree, sync
 from kzbuild.toolchains import Detector
 
 __all__ = ["Artifact", "BuildOptions", "TARGETS", "build", "doctor", "load_manifest", "plan_build", "prepare"]
@@ -371,6 +371,8 @@ class Prepared:
     plan: BuildPlan
     synced: bool  # the sync changed the tree
     sync_seconds: float
+    worktree: Worktree
+    head: str  # the commit the plan (and its build id) was made from
 
 
 def prepare(
@@ -391,7 +393,7 @@ def prepare(
     sync_seconds = round(time.monotonic() - started, 3)
     required, optional = detect_for(tgt, options.overrides, detector, f"recipe {recipe.name}")
     plan = plan_build(settings, recipe, synced, tgt, required, optional, options=options)
-    return Prepared(plan, synced.changed, sync_seconds)
+    return Prepared(plan, synced.changed, sync_seconds, Worktree(settings, recipe), synced.lock.head)
 
 
 def missing_toolchains_error(plan: BuildPlan) -> ToolchainMissing:
@@ -415,7 +417,18 @@ def build(prepared: Prepared, *, progress: Progress | None = None) -> BuildResul
         existing = existing_artifact(plan.artifact_dir.parent, plan.build_id)
         if existing is not None:  # another process built it while we waited
             return BuildResult(plan, existing, reused=True, synced=prepared.synced, times={"sync_s": prepared.sync_seconds})
-        return _execute_locked(plan, progress, prepared.synced, prepared.sync_seconds)
+        # Compile only the tree the build id was computed from: no sync may move it meanwhile
+        # (ccache would otherwise file objects of one tree under another's build).
+        with prepared.worktree.lock(shared=True, wait=600):
+            state = prepared.worktree.state()
+            if state.head != prepared.head or state.dirty:
+                raise WorktreeError(
+                    f"the worktree {state.path} changed since the build of {plan.recipe} was planned "
+                    f"(head {(state.head or 'none')[:12]}, planned {prepared.head[:12]}"
+                    + (", with uncommitted changes" if state.dirty else "") + ")",
+                    hint=f"run 'kzbuild sync {plan.recipe}' (or commit and export your changes), then build again",
+                )
+            return _execute_locked(plan, progress, prepared.synced, prepared.sync_seconds)
 
 
 def _execute_locked(plan: BuildPlan, progress: Progress | None, synced: bool, sync_seconds: float) -> BuildResult:

@@ -13,15 +13,19 @@ from kzbuild.errors import Busy
 
 
 @contextmanager
-def locked(path: Path, *, what: str, wait: float = 10.0) -> Iterator[None]:
-    """Hold an exclusive lock on ``path``; wait up to ``wait`` seconds, then raise Busy."""
+def locked(path: Path, *, what: str, wait: float = 10.0, shared: bool = False) -> Iterator[None]:
+    """Hold a lock on ``path``; wait up to ``wait`` seconds, then raise Busy.
+
+    Exclusive by default (for changing the thing); ``shared`` locks (for reading it, e.g. a
+    build compiling a worktree) coexist with each other but not with an exclusive one.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         deadline = time.monotonic() + wait
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
@@ -31,8 +35,9 @@ def locked(path: Path, *, what: str, wait: float = 10.0) -> Iterator[None]:
                         hint=f"wait for it to finish; the lock file is {path}",
                     ) from None
                 time.sleep(0.1)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        if not shared:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock

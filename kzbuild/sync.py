@@ -184,9 +184,10 @@ class Worktree:
         self.path = path or settings.worktree(recipe.name)  # another path: a scratch repo for checks
         self.git = Git(self.path)
 
-    def lock(self):  # type: ignore[no-untyped-def]
+    def lock(self, *, shared: bool = False, wait: float = 10.0):  # type: ignore[no-untyped-def]
+        """Exclusive for sync; shared for readers (builds) that need the tree to hold still."""
         key = hashlib.sha256(str(self.path).encode()).hexdigest()[:16]
-        return locked(self.settings.locks / f"worktree-{key}.lock", what=f"the worktree {self.path}")
+        return locked(self.settings.locks / f"worktree-{key}.lock", what=f"the worktree {self.path}", shared=shared, wait=wait)
 
     @property
     def state_file(self) -> Path:

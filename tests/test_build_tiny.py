@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from kzbuild import build as builds
-from kzbuild.errors import BuildFailed, ConfigError
+from kzbuild.errors import BuildFailed, ConfigError, WorktreeError
 from kzbuild.recipes import load_recipe
 from tests.conftest import have
 from tests.fixtures_build import tiny  # noqa: F401
@@ -152,3 +152,33 @@ def test_ccache_stats_log(tmp_path):
     stats = builds.read_ccache_log(log)
     assert stats is not None and (stats.hits, stats.misses) == (2, 1)
     assert stats.hit_rate == pytest.approx(2 / 3)
+
+
+def test_build_refuses_a_worktree_that_moved_after_planning(tiny):
+    prepared = builds.prepare(
+        tiny.settings, load_recipe(tiny.project.root, "tiny"), "host",
+        environ=tiny.environ(), options=builds.BuildOptions(jobs=2),
+    )
+    (prepared.worktree.path / "ggml" / "stray.c").write_text("int stray;\n")  # edited after the plan
+    with pytest.raises(WorktreeError) as info:
+        builds.build(prepared)
+    assert "changed since the build of tiny was planned" in info.value.message
+    assert "uncommitted changes" in info.value.message
+    assert not prepared.plan.artifact_dir.exists()
+
+
+def test_a_build_holds_the_worktree_against_sync(tiny):
+    """While a build compiles (shared lock), a sync (exclusive) cannot move the tree."""
+    from kzbuild.errors import Busy
+
+    prepared = builds.prepare(
+        tiny.settings, load_recipe(tiny.project.root, "tiny"), "host",
+        environ=tiny.environ(), options=builds.BuildOptions(jobs=2),
+    )
+    with prepared.worktree.lock(shared=True):
+        with prepared.worktree.lock(shared=True, wait=0.2):
+            pass  # two builds of one tree may run together
+        with pytest.raises(Busy) as info:
+            with prepared.worktree.lock(wait=0.2):
+                pass
+    assert "is in use by another kzbuild process" in info.value.message
