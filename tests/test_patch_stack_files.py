@@ -5,6 +5,7 @@ test is checked here.)"""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -52,9 +53,12 @@ def test_production_and_demo_recipes_carry_the_same_stack():
     assert pad3.overlays == demo.overlays and pad3.overlays
 
 
-def test_the_backport_is_only_in_the_archive_series():
+def test_the_backport_is_carried_for_old_pins_and_skipped_at_the_pin():
     backport = "common-signed-unaccounted-memory-backport-22424.patch"
-    assert backport not in read_series(REPO_ROOT / "patches" / "series").names()
+    assert backport in read_series(REPO_ROOT / "patches" / "series").names()
+    pad3 = json.loads((REPO_ROOT / "recipes" / "pad3-v79.lock.json").read_text())
+    skipped = {p["file"]: p for p in pad3["patches"]}[backport]
+    assert skipped["commit"] is None and skipped["upstreamed"].startswith("reverse-apply")
     archive = load_recipe(REPO_ROOT, "archive/host-f53577432")
     assert read_series(archive.series).names() == [backport]
     assert archive.upstream.commit.startswith("f53577432")
