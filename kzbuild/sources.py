@@ -156,7 +156,7 @@ class ObjectCache:
     def _fetch_from_sdist(self, requirement: str, sha: str, progress: Progress | None) -> None:
         sdist = self.download_sdist(requirement, progress)
         with tempfile.TemporaryDirectory(prefix="kz-sdist-", dir=self.settings.cache) as tmp:
-            gitdirs = _extract_vendored_gitdirs(sdist, Path(tmp))
+            gitdirs = extract_vendored_gitdirs(sdist, Path(tmp))
             if not gitdirs:
                 raise SourceError(f"{sdist.name} vendors no git data (no .git/modules/ inside)")
             for gitdir in gitdirs:
@@ -192,7 +192,7 @@ class ObjectCache:
             return target
 
 
-def _extract_vendored_gitdirs(sdist: Path, into: Path) -> list[Path]:
+def extract_vendored_gitdirs(sdist: Path, into: Path) -> list[Path]:
     """Extract only the vendored submodule git dirs (``*/.git/modules/...``) of an sdist."""
     with tarfile.open(sdist) as archive:
         members = [m for m in archive.getmembers() if "/.git/modules/" in m.name]

@@ -26,7 +26,7 @@ from kzbuild.model.stack import Problem
 from kzbuild.patchapply import apply_any, classify, history_truncated, is_ancestor, missing_preimages
 from kzbuild.patchfile import read_patch
 from kzbuild.settings import Settings
-from kzbuild.sources import ObjectCache, Progress, _extract_vendored_gitdirs
+from kzbuild.sources import ObjectCache, Progress, extract_vendored_gitdirs
 from kzbuild.stack import read_series
 from kzbuild.sync import Worktree
 
@@ -136,7 +136,7 @@ def sdist_commit(cache: ObjectCache, requirement: str, progress: Progress | None
     if remembered.is_file():
         return remembered.read_text().strip()
     with tempfile.TemporaryDirectory(prefix="kz-sdist-", dir=cache.settings.cache) as tmp:
-        gitdirs = _extract_vendored_gitdirs(sdist, Path(tmp))
+        gitdirs = extract_vendored_gitdirs(sdist, Path(tmp))
         llama = [g for g in gitdirs if g.name == "llama.cpp"] or gitdirs
         if len(llama) != 1:
             raise SourceError(f"{sdist.name} vendors {len(gitdirs)} git repos; cannot tell which is llama.cpp")

@@ -90,7 +90,7 @@ def write_tiny_model(path: Path, arch: str = "qwen35", ftype: str = "q4_0", seed
         writer.add_name(f"kzbuild tiny {arch} {ftype} seed {seed}")
         writer.add_file_type(_FILE_TYPES[ftype])
         _add_hyperparameters(writer, arch)
-        _add_vocabulary(writer)
+        add_vocabulary(writer)
         for tensor in _tensors(arch):
             _add_tensor(writer, tensor, ftype, rng)
         writer.write_header_to_file()
@@ -141,7 +141,7 @@ def vocabulary() -> list[tuple[str, float, gguf.TokenType]]:
     return tokens
 
 
-def _add_vocabulary(writer: gguf.GGUFWriter) -> None:
+def add_vocabulary(writer: gguf.GGUFWriter) -> None:
     tokens = vocabulary()
     writer.add_tokenizer_model("llama")
     writer.add_token_list([text for text, _, _ in tokens])

@@ -14,7 +14,7 @@ import gguf
 import numpy as np
 
 # The tiny models' tokenizer (tinymodel keeps it private; one vocabulary for every test model).
-from kzbuild.tinymodel import _add_vocabulary, vocabulary
+from kzbuild.tinymodel import add_vocabulary, vocabulary
 
 Q4_0 = gguf.GGMLQuantizationType.Q4_0
 HEAD_DIM = 128
@@ -35,7 +35,7 @@ def write_wide_q4_0_llama(path: Path, *, embedding: int = 1024, feed_forward: in
     writer.add_head_count_kv(KV_HEADS)
     writer.add_rope_dimension_count(HEAD_DIM)
     writer.add_layer_norm_rms_eps(1e-6)
-    _add_vocabulary(writer)
+    add_vocabulary(writer)
 
     def name(tensor: gguf.MODEL_TENSOR, layer: int | None = None) -> str:
         base = gguf.TENSOR_NAMES[tensor]
