@@ -8,7 +8,7 @@ with a fixed identity.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from kzbuild import proc
@@ -54,6 +54,10 @@ class Git:
     def __call__(self, *args: str, env: Mapping[str, str] | None = None, input: str | None = None) -> str:
         """Run and return stdout without the trailing newline."""
         return self.run(*args, env=env, input=input).stdout.rstrip("\n")
+
+    def fetch(self, *args: str, progress: Callable[[str], None] | None = None) -> None:
+        """``git fetch --no-tags --progress ARGS``, handing each progress line to ``progress``."""
+        proc.stream(["git", "-C", str(self.repo), "fetch", "--no-tags", "--progress", *args], quiet_env=ISOLATED_ENV, on_line=progress)
 
     def resolve(self, rev: str) -> str | None:
         """Full sha of ``rev`` as a commit, or None when it does not exist here."""

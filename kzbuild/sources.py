@@ -29,7 +29,7 @@ from pathlib import Path
 from kzbuild import proc
 from kzbuild.errors import CommandFailed, KzError, NotAvailableHere, SourceError
 from kzbuild.filelock import locked
-from kzbuild.gitcmd import ISOLATED_ENV, Git
+from kzbuild.gitcmd import Git
 from kzbuild.model.recipe import Source
 from kzbuild.settings import Settings
 
@@ -119,7 +119,7 @@ class ObjectCache:
 
     def _fetch_git(self, url: str, sha: str, progress: Progress | None) -> None:
         try:
-            self._git_fetch(["--depth", "1", url, f"{sha}:{self.pin_ref(sha)}"], progress)
+            self.git.fetch("--depth", "1", url, f"{sha}:{self.pin_ref(sha)}", progress=progress)
             return
         except CommandFailed as exc:
             if not REFUSED_WANT.search(exc.stderr):
@@ -136,22 +136,15 @@ class ObjectCache:
         with tempfile.TemporaryDirectory(prefix="kz-partial-", dir=self.settings.cache) as tmp:
             scout = Git(Path(tmp))
             scout("init", "-q", "--bare")
-            proc.stream(
-                ["git", "-C", tmp, "fetch", "--no-tags", "--progress", "--filter=blob:none", url, "+refs/heads/*:refs/heads/*"],
-                quiet_env=ISOLATED_ENV, on_line=progress,
-            )
+            scout.fetch("--filter=blob:none", url, "+refs/heads/*:refs/heads/*", progress=progress)
             containing = scout("for-each-ref", f"--contains={sha}", "--format=%(refname)", "refs/heads/").split()
             if not containing:
                 raise SourceError(f"{url} has no branch that contains {sha}")
             branch = containing[0]
             depth = int(scout("rev-list", "--count", f"{sha}..{branch}")) + 1
         log.info("fetching %s from %s to depth %d", branch, url, depth)
-        self._git_fetch(["--depth", str(depth), url, f"+{branch}:refs/kz/partial/tip"], progress)
+        self.git.fetch("--depth", str(depth), url, f"+{branch}:refs/kz/partial/tip", progress=progress)
         self.git("update-ref", "-d", "refs/kz/partial/tip")
-
-    def _git_fetch(self, args: list[str], progress: Progress | None) -> None:
-        argv = ["git", "-C", str(self.path), "fetch", "--no-tags", "--progress", *args]
-        proc.stream(argv, quiet_env=ISOLATED_ENV, on_line=progress)
 
     def _fetch_from_sdist(self, requirement: str, sha: str, progress: Progress | None) -> None:
         sdist = self.download_sdist(requirement, progress)
@@ -161,7 +154,7 @@ class ObjectCache:
                 raise SourceError(f"{sdist.name} vendors no git data (no .git/modules/ inside)")
             for gitdir in gitdirs:
                 if Git(gitdir).has_commit(sha):
-                    self._git_fetch(["--depth", "1", str(gitdir), f"{sha}:{self.pin_ref(sha)}"], progress)
+                    self.git.fetch("--depth", "1", str(gitdir), f"{sha}:{self.pin_ref(sha)}", progress=progress)
                     return
             heads = ", ".join(Git(g)("rev-parse", "HEAD") for g in gitdirs)
             raise SourceError(f"{sdist.name} vendors commit {heads}, not {sha}")

@@ -276,8 +276,6 @@ def sync(settings: Settings, recipe: Recipe, *, force: bool = False, progress: P
 
         applied = apply_series(worktree, inputs)
         overlay_commit = commit_overlays(worktree, pin)
-        made = {p.commit for p in applied if p.commit} | ({overlay_commit} if overlay_commit else set())
-        worktree.save_state(made)
 
         fetched_from = fetched.source or (lock.fetched_from if lock and lock.upstream_commit == pin else "cache")
         new_lock = Lock(
@@ -290,6 +288,7 @@ def sync(settings: Settings, recipe: Recipe, *, force: bool = False, progress: P
             overlay_commit=overlay_commit,
             head=git.resolve("HEAD") or "",
         )
+        worktree.save_state(new_lock.commits())
         recipe.lock_path.write_text(new_lock.to_json(), encoding="utf-8")
         notes = tuple(f"skipped {p.file}: upstreamed ({p.upstreamed})" for p in applied if p.upstreamed)
         return SyncResult(recipe, worktree.path, new_lock, changed=True, fetched_from=fetched.source, notes=notes)
