@@ -314,8 +314,10 @@ def apply_series(worktree: Worktree, inputs: Inputs) -> list[AppliedPatch]:
         if not result.ok:
             failure = describe_am_failure(result.stdout + result.stderr)
             worktree.git.run("am", "--abort", check=False)
+            # The patches applied so far are sync's own commits, not local work to protect.
+            worktree.save_state({p.commit for p in applied if p.commit})
             raise PatchError(
-                f"patch {name} does not apply to upstream {inputs.recipe.upstream.commit[:12]}"
+                f"patch {name} does not apply to upstream {pin[:12]}"
                 + (f" (after {applied[-1].file})" if applied else "")
                 + ":\n  "
                 + "\n  ".join(failure or ["git am gave no detail"]),

@@ -299,3 +299,15 @@ def test_lock_busy_gives_clear_message(tmp_path):
         holder.wait()
     with locked(lock_file, what="the worktree X", wait=0.3):
         pass
+
+
+def test_after_a_conflict_the_applied_patches_are_not_taken_for_local_work(stacked, upstream, tmp_path, kz):
+    bad = make_patch(upstream, tmp_path, {"common/fit.cpp": fit_line_edit(5, "// someone else")}, "conflicting fix")
+    shutil.copy(bad, stacked.root / "patches/conflicting.patch")
+    stacked.write("patches/series", "fix-one.patch\nconflicting.patch\n")
+    assert kz("sync", "r").code == 5
+    assert json.loads(kz("status", "r", "--json").out)["worktree"]["state"] == "clean"
+    stacked.write("patches/series", "fix-one.patch\nfix-two.patch\n")  # the conflicting patch is dropped
+    result = kz("sync", "r")
+    assert result.code == 0, result.err
+    assert git(worktree(stacked), "log", "-1", "--format=%s", "HEAD~1") == "fix two"
