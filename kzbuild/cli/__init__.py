@@ -25,6 +25,8 @@ from kzbuild.cli.ui import Context, console, err_console, setup_logging, traceba
 from kzbuild.errors import KzError
 from kzbuild.settings import Settings
 
+INTERNAL_ERROR = 70  # EX_SOFTWARE: an exception kzbuild has no class for is a bug
+
 app = typer.Typer(
     name="kzbuild",
     help="Sync, patch, build, deploy and benchmark llama.cpp for Snapdragon devices (Hexagon NPU).",
@@ -76,17 +78,32 @@ def main(argv: list[str] | None = None) -> int:
         code = exc.exit_code
     except typer.Abort:
         code = 1
-    except Exception as exc:  # usage errors: click's, or those of the click that newer typer vendors
-        import click
-
-        if isinstance(exc, (click.ClickException, typer.TyperException)) and hasattr(exc, "show"):
-            exc.show()
-            code = exc.exit_code
+    except Exception as exc:
+        if _is_click_error(exc):
+            exc.show()  # type: ignore[attr-defined]
+            # usage errors are 2; click's generic ClickException (a file option that cannot be opened) says 1
+            code = max(int(getattr(exc, "exit_code", 2)), 2)
         else:
-            raise
+            report_bug(exc)
+            code = INTERNAL_ERROR
     if argv is not None:
         return code
     sys.exit(code)
+
+
+def _is_click_error(exc: Exception) -> bool:
+    """click's usage errors, whether from click itself or the copy that typer vendors (typer._click):
+    matched by class name so kzbuild needs no import of either."""
+    return any(cls.__name__ == "ClickException" for cls in type(exc).__mro__) and hasattr(exc, "show")
+
+
+def report_bug(exc: Exception) -> None:
+    """An exception kzbuild did not expect: one line and where to look, the traceback only with -vv."""
+    err_console.print(f"[bold red]internal error (a kzbuild bug):[/bold red] {escape(type(exc).__name__)}: {escape(str(exc))}", highlight=False)
+    if tracebacks_wanted():
+        err_console.print_exception()
+    else:
+        err_console.print("[yellow]hint:[/yellow] rerun with -vv for the traceback and report it", highlight=False)
 
 
 def report_error(exc: KzError) -> None:
