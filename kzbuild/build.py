@@ -229,18 +229,18 @@ def plan_build(
                 return value
         return f"<{key}>"
 
-    options: dict[str, str] = dict(COMMON_CMAKE)
-    options.update(tgt.cmake)
+    cmake_defs: dict[str, str] = dict(COMMON_CMAKE)
+    cmake_defs.update(tgt.cmake)
     for found in used:
-        options.update(found.cmake_options())
-    options["LLAMA_BUILD_SERVER"] = "ON" if set(tools) & set(SERVER_TOOLS) else "OFF"
-    if options["LLAMA_BUILD_SERVER"] == "ON":
-        options["LLAMA_USE_PREBUILT_UI"] = "OFF"  # it would download the web UI at build time
-    options["CMAKE_C_COMPILER_LAUNCHER"] = program("ccache")
-    options["CMAKE_CXX_COMPILER_LAUNCHER"] = program("ccache")
-    options["CMAKE_MAKE_PROGRAM"] = program("ninja")
-    options.update(recipe.build.cmake)
-    options["LLAMA_BUILD_COMMIT"] = commit  # last: the binaries always say what they are
+        cmake_defs.update(found.cmake_options())
+    cmake_defs["LLAMA_BUILD_SERVER"] = "ON" if set(tools) & set(SERVER_TOOLS) else "OFF"
+    if cmake_defs["LLAMA_BUILD_SERVER"] == "ON":
+        cmake_defs["LLAMA_USE_PREBUILT_UI"] = "OFF"  # it would download the web UI at build time
+    cmake_defs["CMAKE_C_COMPILER_LAUNCHER"] = program("ccache")
+    cmake_defs["CMAKE_CXX_COMPILER_LAUNCHER"] = program("ccache")
+    cmake_defs["CMAKE_MAKE_PROGRAM"] = program("ninja")
+    cmake_defs.update(recipe.build.cmake)
+    cmake_defs["LLAMA_BUILD_COMMIT"] = commit  # last: the binaries always say what they are
 
     ccache_dir = settings.cache / "ccache"
     env: dict[str, str] = {
@@ -256,7 +256,7 @@ def plan_build(
         env.update(found.environment())
 
     configure = [program("cmake"), "-S", str(synced.worktree), "-B", str(build_dir), "-G", "Ninja"]
-    configure += [f"-D{key}={value}" for key, value in options.items()]
+    configure += [f"-D{key}={value}" for key, value in cmake_defs.items()]
     ninja = [program("ninja"), "-C", str(build_dir), "-j", str(jobs), *tools]
     steps = [Step("configure", tuple(configure), tuple(env.items())), Step("build", tuple(ninja), tuple(env.items()))]
     if container is not None:

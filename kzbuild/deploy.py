@@ -18,8 +18,8 @@ from pathlib import Path
 
 from kzbuild.devices.base import Transport
 from kzbuild.devices.store import (
-    PREPARE_SCRIPT,
     LINK_SCRIPT,
+    PREPARE_SCRIPT,
     DeviceState,
     Layout,
     ProgressCallback,

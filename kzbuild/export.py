@@ -237,17 +237,16 @@ def _map_commits(commits: list[_Commit], patches: dict[str, Patch], lock: Lock |
     claimed: set[str] = set()
     pending = []
     for commit in commits:  # exact matches first, so a fuzzier rule never steals a file
-        name = names.get(commit.sha) or made_from.get(commit.sha) or by_pid.get(patch_id(git, commit.text) or "")
-        if name and name not in claimed:
-            mapping[commit.sha] = name
-            claimed.add(name)
+        known = names.get(commit.sha) or made_from.get(commit.sha) or by_pid.get(patch_id(git, commit.text) or "")
+        if known and known not in claimed:
+            mapping[commit.sha] = known
+            claimed.add(known)
         else:
             pending.append(commit)
     taken = set(patches) | claimed
     for commit in pending:
-        name = by_subject.get(commit.subject)
-        if not name or name in claimed:
-            name = patch_file_name(commit.subject, taken)
+        found = by_subject.get(commit.subject)
+        name = found if found and found not in claimed else patch_file_name(commit.subject, taken)
         mapping[commit.sha] = name
         claimed.add(name)
         taken.add(name)

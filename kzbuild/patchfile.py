@@ -351,7 +351,8 @@ def read_dropped(path: Path) -> list[DropRecord]:
     if problems:
         raise ConfigError(problems[0].message, path=problems[0].path, line=problems[0].line)
     doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    return [DropRecord(**{k: (None if v is None else str(v)) for k, v in item.items()}) for item in doc.get("dropped") or []]
+    # dropped_log_problems() above checked the keys and that the required ones are set
+    return [DropRecord(**{str(k): (None if v is None else str(v)) for k, v in item.items()}) for item in doc.get("dropped") or []]  # type: ignore[arg-type]
 
 
 def dropped_log_problems(path: Path) -> list[Problem]:

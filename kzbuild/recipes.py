@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path, PurePosixPath
+from typing import cast
 
 from kzbuild import yamlconf
 from kzbuild.errors import ConfigError
-from kzbuild.model.recipe import SOURCE_KINDS, BuildSection, Overlay, Recipe, Source, Upstream
+from kzbuild.model.recipe import SOURCE_KINDS, BuildSection, Overlay, Recipe, Source, SourceKind, Upstream
 from kzbuild.stack import read_series
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -93,7 +94,7 @@ def _parse_upstream(section: yamlconf.Mapping) -> Upstream:
             raise entry.error(kind, "must be a non-empty string")
         if kind == "pypi-sdist" and "==" not in location:
             raise entry.error(kind, f"'{location}' must pin a version, like llama-cpp-python==0.3.36")
-        sources.append(Source(kind=kind, location=location))
+        sources.append(Source(kind=cast(SourceKind, kind), location=location))  # check_keys admitted only SOURCE_KINDS
     if not sources:
         if not remote:
             raise section.error(None, "needs a remote or a list of sources")

@@ -554,18 +554,18 @@ def plot(records: Sequence[BenchRecord], out: Path, *, axis: str = "build", metr
         summaries = [s for _, s in points]
         medians = [s.median for s in summaries]
         errors = [
-            [(s.median - s.low) if s.low is not None else 0 for s in summaries],
-            [(s.high - s.median) if s.high is not None else 0 for s in summaries],
+            [(s.median - s.low) if s.median is not None and s.low is not None else 0 for s in summaries],
+            [(s.high - s.median) if s.median is not None and s.high is not None else 0 for s in summaries],
         ]
         axes = panel_of[_panel(label[0])]
         axes.errorbar(xs, medians, yerr=errors, marker="o", capsize=3, label=label[1])
     for record in references:
         axes = panel_of[_panel(record.test)]
-        label = f"{record.label or record.test}: {record.device.name} {record.model.name} (manual)"
+        reference_label = f"{record.label or record.test}: {record.device.name} {record.model.name} (manual)"
         if record.avg_ts is not None:
-            axes.axhline(record.avg_ts, linestyle="--", linewidth=1, color="gray", label=label)
+            axes.axhline(record.avg_ts, linestyle="--", linewidth=1, color="gray", label=reference_label)
         elif record.range_ts:
-            axes.axhspan(*record.range_ts, alpha=0.1, color="gray", label=label)
+            axes.axhspan(*record.range_ts, alpha=0.1, color="gray", label=reference_label)
     if axis == "build":
         for axes in panel_of.values():
             axes.set_xticks(range(len(builds)), [b[:12] for b in builds], rotation=30, ha="right", fontsize=8)
@@ -621,16 +621,16 @@ def _series(
 
 
 def _without_axis(record: BenchRecord, axis: str) -> tuple[object, ...]:
-    device, model, env_set, test, config_key, unit = record.group_key
+    env_set, test, config_key = record.env_set, record.test, record.config_key
     if axis.startswith(ENV_AXIS_PREFIX):
         name = axis.removeprefix(ENV_AXIS_PREFIX)
-        env_set = tuple(item for item in env_set if item[0] != name)  # type: ignore[union-attr]
+        env_set = tuple(item for item in env_set if item[0] != name)
     elif axis in ("p", "n"):
-        test = "pp" if "pp" in str(test) else "tg"
+        test = "pp" if "pp" in test else "tg"
     else:
         field = OPTIONS_BY_NAME[axis].field
-        config_key = tuple(item for item in config_key if item[0] != field)  # type: ignore[union-attr]
-    return (device, model, env_set, test, config_key, unit)
+        config_key = tuple(item for item in config_key if item[0] != field)
+    return (record.device.key, record.model.key, env_set, test, config_key, record.unit)
 
 
 def _numeric(value: object) -> float | int | str:

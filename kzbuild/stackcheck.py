@@ -118,10 +118,14 @@ def resolve_target(settings: Settings, recipe: Recipe, ref: str, progress: Progr
         url = source.location
         result = proc.run(["git", "ls-remote", url, f"refs/heads/{ref}", f"refs/tags/{ref}", f"refs/tags/{ref}^{{}}"], quiet_env=ISOLATED_ENV, check=False)
         tried.append(source.label)
-        refs = dict(reversed(line.split("\t", 1)) for line in result.stdout.splitlines() if "\t" in line)
-        sha = refs.get(f"refs/tags/{ref}^{{}}") or refs.get(f"refs/heads/{ref}") or refs.get(f"refs/tags/{ref}")
-        if sha:
-            return Target(sha, (source,), ref)
+        refs: dict[str, str] = {}
+        for line in result.stdout.splitlines():
+            object_id, tab, name = line.partition("\t")
+            if tab:
+                refs[name] = object_id
+        resolved = refs.get(f"refs/tags/{ref}^{{}}") or refs.get(f"refs/heads/{ref}") or refs.get(f"refs/tags/{ref}")
+        if resolved:
+            return Target(resolved, (source,), ref)
     raise SourceError(
         f"cannot resolve '{ref}': not a full sha, a known short sha, or a branch or tag of "
         + (", ".join(tried) if tried else "any git source (the recipe has none)"),
@@ -237,7 +241,7 @@ def tree_problems(settings: Settings, recipe: Recipe, patches: list[Patch]) -> l
     pin = recipe.upstream.commit
     report = check_patches(settings, recipe, patches, Target(pin, recipe.upstream.sources, pin))
     problems = []
-    for patch, result in zip(patches, report.patches):
+    for patch, result in zip(patches, report.patches, strict=True):
         message = _tree_problem(result, pin)
         if message:
             problems.append(Problem(patch.path, result.lines[0] if result.lines else None, message))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import Project, UpstreamRepo, git
 from kzbuild import export, sync
 from kzbuild.model.recipe import Recipe
 from kzbuild.settings import Settings
+from tests.conftest import Project, UpstreamRepo, git
 
 GOOD_TRAILERS = ("Upstream-Status: Pending", "Kz-Test: tests/test_fit.py::test_breakdown")
 FIT_LINES = [f"// line {i}" for i in range(1, 41)]  # common/fit.cpp of the `upstream` fixture

@@ -91,7 +91,7 @@ def decide(harness: Path, cases: list[Case]) -> list[Decision]:
     lines = result.stdout.splitlines()
     assert len(lines) == len(cases), result.stdout
     decisions = []
-    for case, line in zip(cases, lines):
+    for case, line in zip(cases, lines, strict=True):
         path, threads, batch, pipeline, vtcm, hmx_fits, hvx_fits = line.split()[10:]
         decisions.append(Decision(case, path, int(threads), int(batch), pipeline == "1", int(vtcm), hmx_fits == "1", hvx_fits == "1"))
     return decisions

@@ -1,6 +1,5 @@
 """Where kzbuild keeps things: defaults < environment < flags."""
 
-from pathlib import Path
 
 import pytest
 

@@ -6,8 +6,8 @@ from datetime import date, datetime, timezone
 
 import yaml
 
-from tests.fixtures_stack import add_patch, fit, flat, make_patch
 from kzbuild.patchfile import drop_patch, lint_series, read_dropped
+from tests.fixtures_stack import add_patch, fit, flat, make_patch
 
 
 def three(project, upstream):

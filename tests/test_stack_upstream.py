@@ -20,10 +20,10 @@ import shutil
 
 import pytest
 
-from tests.conftest import PIN_0_3_21, PIN_0_3_24, PIN_0_3_36, CliResult, Project, persistent_test_cache
-from tests.fixtures_stack import flat, make_real_patches, real_recipe_yaml
 from kzbuild import recipes
 from kzbuild.cli import main
+from tests.conftest import PIN_0_3_21, PIN_0_3_24, PIN_0_3_36, CliResult, Project, persistent_test_cache
+from tests.fixtures_stack import flat, make_real_patches, real_recipe_yaml
 
 pytestmark = pytest.mark.slow
 

@@ -12,10 +12,10 @@ import typer
 from rich.filesize import decimal
 
 from kzbuild import deploy
-from kzbuild.model import tinymodel as tiny_spec
 from kzbuild.cli.deploy import DeviceOpt, TrustOpt, open_device, transfer_bars
 from kzbuild.cli.sync import JsonOpt
 from kzbuild.cli.ui import console, context, print_json
+from kzbuild.model import tinymodel as tiny_spec
 
 models_app = typer.Typer(
     name="models",
@@ -24,8 +24,9 @@ models_app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-TinyArch = Enum("TinyArch", {name: name for name in tiny_spec.ARCHS}, type=str)
-TinyType = Enum("TinyType", {name: name for name in tiny_spec.FTYPES}, type=str)
+# built from the generator's own lists, so a new arch or type shows up in --help by itself
+TinyArch = Enum("TinyArch", {name: name for name in tiny_spec.ARCHS}, type=str)  # type: ignore[misc]
+TinyType = Enum("TinyType", {name: name for name in tiny_spec.FTYPES}, type=str)  # type: ignore[misc]
 
 
 def register(app: typer.Typer) -> None:
@@ -36,8 +37,8 @@ def register(app: typer.Typer) -> None:
 
 def tiny_command(
     output: Annotated[Path, typer.Option("-o", "--output", help="GGUF file to write.")],
-    arch: Annotated[TinyArch, typer.Option("--arch", help="qwen35 (gated delta net + full attention) or llama.")] = TinyArch.qwen35,
-    ftype: Annotated[TinyType, typer.Option("--type", help="Weight type of the matrices (norms stay f32).")] = TinyType.q4_0,
+    arch: Annotated[TinyArch, typer.Option("--arch", help="qwen35 (gated delta net + full attention) or llama.")] = TinyArch("qwen35"),
+    ftype: Annotated[TinyType, typer.Option("--type", help="Weight type of the matrices (norms stay f32).")] = TinyType("q4_0"),
     seed: Annotated[int, typer.Option("--seed", min=0, help="Random seed; the same arguments give the same bytes.")] = 0,
 ) -> None:
     """Write a tiny random GGUF model (a few hundred KB) that llama.cpp loads and runs."""

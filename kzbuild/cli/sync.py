@@ -67,7 +67,9 @@ def status_command(ctx: typer.Context, recipe: RecipeArg = None, json_out: JsonO
     table.add_row("source", str(status["source"] or "not synced"))
     table.add_row("worktree", f"{worktree['path']} ({worktree['state']})")
     table.add_row("matches lock", "yes" if status["matches_lock"] else "[yellow]no[/yellow] (run kzbuild sync)")
-    for patch in status["patches"]:  # type: ignore[union-attr]
+    patches = status["patches"]
+    assert isinstance(patches, list)
+    for patch in patches:
         applied = patch["commit"][:12] if patch["commit"] else f"skipped, upstreamed ({patch['upstreamed']})"
         table.add_row("patch", f"{patch['file']}  {applied}")
     for line in worktree["dirty"] + worktree["unexported"]:

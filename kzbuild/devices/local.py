@@ -36,7 +36,9 @@ class LocalTransport:
                 result = proc.run(argv, cwd=cwd, env=env, check=False, timeout=timeout, text=False)
             except CommandFailed as exc:  # only raised for a timeout when check=False
                 raise DeviceError(f"{self.address}: {exc.message}") from exc
-            return RemoteResult(result.returncode, result.stdout, result.stderr.encode())
+            stdout = result.stdout
+            assert isinstance(stdout, bytes)  # run(text=False) keeps stdout as bytes
+            return RemoteResult(result.returncode, stdout, result.stderr.encode())
         try:
             code, out, err = proc.run_split(argv, cwd=cwd, env=env, timeout=timeout, on_stdout=on_stdout, on_stderr=on_stderr)
         except CommandFailed as exc:

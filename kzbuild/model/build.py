@@ -7,7 +7,7 @@ A build leaves an artifact, ``<artifacts>/<build-id>/`` with ``bin/``, ``lib/`` 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 

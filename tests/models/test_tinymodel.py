@@ -137,7 +137,7 @@ def test_vocabulary_is_a_sentencepiece_one_with_byte_fallback(tiny_models):
     assert len(tokens) == len(set(tokens)) == len(types) == len(field(reader, "tokenizer.ggml.scores"))
     assert tokens[:3] == ["<unk>", "<s>", "</s>"]
     assert (field(reader, "tokenizer.ggml.bos_token_id"), field(reader, "tokenizer.ggml.eos_token_id")) == (1, 2)
-    byte_tokens = [token for token, kind in zip(tokens, types) if kind == gguf.TokenType.BYTE]
+    byte_tokens = [token for token, kind in zip(tokens, types, strict=True) if kind == gguf.TokenType.BYTE]
     assert byte_tokens == [f"<0x{b:02X}>" for b in range(256)]  # llama.cpp finds "\n" as <0x0A>
     assert "\u2581h" in tokens and "i" in tokens
 
