@@ -69,6 +69,10 @@ TARGETS: dict[str, Target] = {
         name="host",
         description="this machine, CPU backend (tools run in place)",
         toolchains=("host-gcc", "cmake", "ninja", "ccache"),
+        # Not -march=native: a build id names one binary on every machine, and native code from a
+        # machine that advertises AMX or AVX-512 dies with SIGILL where they are missing or not
+        # granted (seen on a VM). With NATIVE off, upstream enables SSE4.2/AVX/AVX2/BMI2/FMA/F16C.
+        cmake=(("GGML_NATIVE", "OFF"),),
     ),
     "linux-arm64": Target(
         name="linux-arm64",
