@@ -192,7 +192,8 @@ def build_inputs(recipe: Recipe, lock: Lock, tgt: Target, tools: Sequence[str], 
         "upstream": {"commit": lock.upstream_commit, "tree": lock.upstream_tree},
         "patches": [[p.file, p.sha256] for p in lock.patches],
         "overlays": lock.overlay_digest,
-        "build": {"tools": list(tools), "cmake": dict(recipe.build.cmake)},
+        # the target's own definitions too: a change to them is a different binary under any version
+        "build": {"tools": list(tools), "cmake": dict(recipe.build.cmake), "target_cmake": dict((*COMMON_CMAKE, *tgt.cmake))},
         "toolchains": [found.identity() for found in sorted(toolchains, key=lambda f: f.name)],
     }
 

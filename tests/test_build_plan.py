@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 
@@ -228,6 +229,15 @@ def test_build_id_ignores_paths_and_follows_every_input(tiny, tmp_path):
     recipe = tiny.project.root / "recipes" / "tiny.yaml"
     recipe.write_text(recipe.read_text() + "  cmake: {GGML_AVX: false}\n")
     assert plan_for(tiny, tiny.settings).build_id != base.build_id
+
+
+def test_a_change_to_the_targets_own_cmake_definitions_changes_the_build_id(tiny, monkeypatch):
+    base = plan_for(tiny, tiny.settings)
+    native = dataclasses.replace(builds.TARGETS["host"], cmake=(("GGML_NATIVE", "ON"),))
+    monkeypatch.setitem(builds.TARGETS, "host", native)
+    changed = plan_for(tiny, tiny.settings)
+    assert "-DGGML_NATIVE=ON" in changed.steps[0].argv
+    assert changed.build_id != base.build_id
 
 
 def base_found(tiny):
