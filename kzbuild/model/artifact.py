@@ -15,6 +15,9 @@ from typing import Any
 
 MANIFEST = "manifest.json"
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+# a build id becomes a directory name on the device and a field of deploys.log
+BUILD_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
+BUILD_ID_RULE = "must be 1-128 letters, digits and '._+-', starting with a letter or digit"
 
 
 @dataclass(frozen=True)
@@ -22,7 +25,7 @@ class ArtifactFile:
     path: str  # POSIX path relative to the artifact dir, e.g. lib/libggml.so
     sha256: str
     size: int
-    mode: int  # permission bits, e.g. 0o755
+    mode: int  # 0o755 or 0o644 (see safe_mode)
 
 
 @dataclass(frozen=True)
@@ -88,8 +91,15 @@ def parse_files(files: object) -> tuple[ArtifactFile, ...]:
         size = entry.get("size")
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise ValueError(f"files: '{relpath}': size must be a non-negative integer")
-        parsed.append(ArtifactFile(relpath, sha, size, parse_mode(relpath, entry.get("mode", 0o644))))
+        if relpath == MANIFEST:
+            raise ValueError(f"files: '{MANIFEST}' is the release's own manifest; it cannot be one of its files")
+        parsed.append(ArtifactFile(relpath, sha, size, safe_mode(parse_mode(relpath, entry.get("mode", 0o644)))))
     return tuple(parsed)
+
+
+def safe_mode(mode: int) -> int:
+    """Only plain modes reach a device: no setuid, setgid, sticky or group/world write."""
+    return 0o755 if mode & 0o111 else 0o644
 
 
 def parse_mode(relpath: str, mode: object) -> int:
