@@ -108,6 +108,19 @@ def test_verify_json_lists_each_damaged_file(kz, artifacts, tmp_path):
     assert ("release", "releases/b1/lib/libgreet.so", sha256(root / "objects" / greet)) in found
 
 
+def test_verify_checks_models_against_their_names(kz, tmp_path):
+    root = tmp_path / "device"
+    model = tmp_path / "tiny.gguf"
+    model.write_bytes(b"GGUF" + bytes(range(256)) * 8)
+    assert kz("models", "push", str(model), "--device", f"local:{root}").code == 0
+    assert kz("device", "verify", "--device", f"local:{root}").code == 0
+    stored = root / "models" / f"{sha256(model)}.gguf"
+    flip_byte(stored)
+    result = kz("device", "verify", "--device", f"local:{root}")
+    assert result.code == DeviceError.exit_code
+    assert says(result.out, f"damaged model {stored.name}: models/{stored.name}: expected {sha256(model)}, found {sha256(stored)}")
+
+
 def test_bench_refuses_a_damaged_current_release(kz, artifacts, tmp_path):
     root = tmp_path / "device"
     build = artifacts.make("b1")
