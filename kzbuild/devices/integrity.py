@@ -108,7 +108,7 @@ def verify_store(remote: Remote, layout: Layout) -> StoreReport:
     listing = remote.script(LISTING_SCRIPT, [layout.objects, layout.models], what="listing the content store").text().splitlines()
     cut = listing.index("/")
     objects = [name for name in listing[:cut] if SHA256_RE.match(name)]
-    models = [name for name in listing[cut + 1 :] if SHA256_RE.match(name.removesuffix(MODEL_SUFFIX)) and name.endswith(MODEL_SUFFIX)]
+    models = [name for name in listing[cut + 1 :] if name.endswith(MODEL_SUFFIX) and SHA256_RE.match(name.removesuffix(MODEL_SUFFIX))]
     expected = [Expected("object", name, f"objects/{name}", name) for name in objects]
     expected += [Expected("model", name, f"models/{name}", name.removesuffix(MODEL_SUFFIX)) for name in models]
     damage: list[Damage] = []

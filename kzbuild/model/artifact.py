@@ -15,6 +15,7 @@ from typing import Any
 
 MANIFEST = "manifest.json"
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 # a build id becomes a directory name on the device and a field of deploys.log
 BUILD_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 BUILD_ID_RULE = "must be 1-128 letters, digits and '._+-', starting with a letter or digit"
@@ -83,6 +84,10 @@ def parse_files(files: object) -> tuple[ArtifactFile, ...]:
         posix = PurePosixPath(str(relpath))
         if posix.is_absolute() or ".." in posix.parts or str(posix) != relpath or relpath in ("", "."):
             raise ValueError(f"files: '{relpath}' is not a plain relative path")
+        if CONTROL_CHARS.search(relpath):  # device tools print one path per line
+            raise ValueError(f"files: {relpath!r} holds a control character")
+        if posix.parts[0] == MANIFEST:
+            raise ValueError(f"files: '{relpath}': '{MANIFEST}' is the release's own manifest; it cannot be one of its files")
         if not isinstance(entry, Mapping):
             raise ValueError(f"files: '{relpath}' must map to {{sha256, size, mode}}")
         sha = entry.get("sha256")
@@ -91,8 +96,6 @@ def parse_files(files: object) -> tuple[ArtifactFile, ...]:
         size = entry.get("size")
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise ValueError(f"files: '{relpath}': size must be a non-negative integer")
-        if relpath == MANIFEST:
-            raise ValueError(f"files: '{MANIFEST}' is the release's own manifest; it cannot be one of its files")
         parsed.append(ArtifactFile(relpath, sha, size, safe_mode(parse_mode(relpath, entry.get("mode", 0o644)))))
     return tuple(parsed)
 

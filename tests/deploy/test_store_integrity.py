@@ -197,7 +197,7 @@ def test_manifest_listed_among_the_files_is_refused(kz, artifacts, tmp_path):
     rewrite(build, lambda doc: doc["files"].update({"manifest.json": greet}))
     result = kz("deploy", "--device", f"local:{root}", "--artifact", str(build))
     assert result.code == ConfigError.exit_code
-    assert says(result.err, f"{build / 'manifest.json'}: files: 'manifest.json' is the release's own manifest")
+    assert says(result.err, f"{build / 'manifest.json'}: files: 'manifest.json': 'manifest.json' is the release's own manifest")
     assert_store_invariant(root)
     assert os.readlink(root / "current") == "releases/b0"
 
