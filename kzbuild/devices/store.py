@@ -192,7 +192,7 @@ def batches(args: Sequence[str], group: int = 1) -> Iterator[list[str]]:
 class DeviceState:
     current: str | None  # release name
     releases: frozenset[str]
-    damaged: frozenset[str] = frozenset()  # releases with a damage marker
+    damaged: frozenset[str]  # releases with a damage marker
 
 
 @dataclass(frozen=True)

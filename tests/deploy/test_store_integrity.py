@@ -319,3 +319,23 @@ def test_generated_hostile_manifests_exit_cleanly_and_keep_the_store_sound(kz, h
     assert "Traceback" not in result.err + result.out and "internal error" not in result.err
     if root.exists():
         assert_store_invariant(root)
+
+
+class CountingTransport(LocalTransport):
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.calls: list[str] = []
+
+    def run(self, argv, **options):  # type: ignore[no-untyped-def]
+        self.calls.append(argv[0])
+        return super().run(argv, **options)
+
+
+def test_a_no_op_redeploy_verifies_in_one_extra_round_trip(artifacts, tmp_path):
+    root = tmp_path / "device"
+    device = Device(name="t", transport="local", root=str(root))
+    build = deploy.load_artifact(artifacts.make("b1"))
+    deploy.deploy(LocalTransport(str(root)), device, build)
+    counting = CountingTransport(str(root))
+    assert deploy.deploy(counting, device, build).repaired == ()
+    assert counting.calls == ["sh", "cat", "sha256sum"]  # state, the release's manifest, every file hashed at once
