@@ -339,3 +339,18 @@ def test_a_no_op_redeploy_verifies_in_one_extra_round_trip(artifacts, tmp_path):
     counting = CountingTransport(str(root))
     assert deploy.deploy(counting, device, build).repaired == ()
     assert counting.calls == ["sh", "cat", "sha256sum"]  # state, the release's manifest, every file hashed at once
+
+
+def test_keep_removes_what_cut_deploys_left_behind(kz, artifacts, tmp_path):
+    root = tmp_path / "device"
+    build = artifacts.make("b1")
+    deployed(kz, f"local:{root}", build)
+    stale = root / "releases" / ".staging-b2-0badf00d"
+    (stale / "lib").mkdir(parents=True)
+    os.link(root / "releases" / "b1" / "lib" / "libgreet.so", stale / "lib" / "libgreet.so")  # would keep the content alive
+    (root / "incoming" / "manifest.json-0badf00d").write_text("{}")
+    result = kz("deploy", "--device", f"local:{root}", "--artifact", str(build), "--keep", "1")
+    assert result.code == 0, result.err
+    assert sorted(p.name for p in (root / "releases").iterdir()) == ["b1"]
+    assert list((root / "incoming").iterdir()) == []
+    assert_store_invariant(root)
