@@ -16,7 +16,8 @@ import posixpath
 import secrets
 import stat
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from kzbuild.devices.base import Transport
@@ -175,9 +176,7 @@ def _release_digest(remote: Remote, layout: Layout, name: str) -> str | None:
 
 def _plan_uploads(artifact: Artifact, stored: frozenset[str]) -> list[Upload]:
     """One upload per content the device lacks; same content under two paths is sent once."""
-    modes: dict[str, int] = {}
-    for entry in artifact.files:
-        modes[entry.sha256] = modes.get(entry.sha256, 0) | entry.mode  # one inode per content
+    modes = _content_modes(artifact.files)
     uploads: dict[str, Upload] = {}
     for entry in artifact.files:
         if entry.sha256 in stored or entry.sha256 in uploads:
@@ -191,6 +190,14 @@ def _plan_uploads(artifact: Artifact, stored: frozenset[str]) -> list[Upload]:
             label=entry.path,
         )
     return list(uploads.values())
+
+
+def _content_modes(entries: Iterable[ArtifactFile]) -> dict[str, int]:
+    """The mode of each content's one inode: executable if any path of it must be."""
+    modes: dict[str, int] = {}
+    for entry in entries:
+        modes[entry.sha256] = modes.get(entry.sha256, 0) | entry.mode
+    return modes
 
 
 def _verify_release(
@@ -218,9 +225,12 @@ def _repair(
     remote: Remote, layout: Layout, artifact: Artifact, release: str, contents: set[str], on_progress: ProgressCallback | None,
 ) -> tuple[str, ...]:
     """Re-send ``contents`` (verified, then renamed over their objects) and relink every release holding them."""
-    send(remote, layout, layout.objects, [up for up in _plan_uploads(artifact, frozenset()) if up.sha256 in contents], {}, on_progress)
     holders: dict[str, tuple[ArtifactFile, ...] | None] = {**release_files(remote, layout), release: artifact.files}
-    repaired = relink(remote, layout, {name: [e for e in files if e.sha256 in contents] for name, files in holders.items() if files})
+    held = {name: [entry for entry in files if entry.sha256 in contents] for name, files in holders.items() if files}
+    modes = _content_modes(entry for entries in held.values() for entry in entries)
+    uploads = [replace(up, mode=modes[up.sha256]) for up in _plan_uploads(artifact, frozenset()) if up.sha256 in contents]
+    send(remote, layout, layout.objects, uploads, {}, on_progress)
+    repaired = relink(remote, layout, held)
     still = check(remote, layout, release_expectations(release, [entry for entry in artifact.files if entry.sha256 in contents]))
     if still:
         raise DeviceError(
@@ -246,7 +256,8 @@ def _assemble(remote: Remote, layout: Layout, artifact: Artifact, release: str) 
     remote.batched(["sh", "-c", LINK_SCRIPT, "kz-link"], pairs, group=2, what="linking the release")
     manifest = posixpath.join(layout.incoming, f"{MANIFEST}-{token}")
     remote.transport.push(artifact.manifest_path, manifest)
-    remote.script(COMPLETE_SCRIPT, [manifest, posixpath.join(staging, MANIFEST), staging, layout.release(release)], what="completing the release")
+    executables = [posixpath.join(staging, entry.path) for entry in artifact.files if entry.mode & 0o111]
+    remote.script(COMPLETE_SCRIPT, [manifest, posixpath.join(staging, MANIFEST), staging, layout.release(release), *executables], what="completing the release")
     return artifact.manifest_path.stat().st_size
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from kzbuild.devices.local import LocalTransport
 from kzbuild.errors import DeviceError
+from kzbuild.model.artifact import parse_mode
 
 GREET_C = '#include <stdio.h>\nvoid greet(void) { puts("%s"); }\n'
 BLOB_C = (
@@ -59,7 +60,7 @@ def assert_store_invariant(root: Path) -> None:
     """The device store under ``root`` (a local path: every test device stores on this disk) is sound.
 
     Every ``objects/<sha256>`` hashes to its name; every release holds exactly what its
-    manifest.json lists, as regular files with those contents; no manifest shares an inode with
+    manifest.json lists, as regular files with those contents (executable where listed so); no manifest shares an inode with
     anything (a write through it would reach the store); nothing is setuid, setgid or sticky;
     ``current`` (if any) points at a complete release.
     """
@@ -83,6 +84,8 @@ def assert_store_invariant(root: Path) -> None:
             path = release / rel
             assert stat.S_ISREG(path.lstat().st_mode), f"{path} is not a regular file"
             assert sha256(path) == entry["sha256"], f"{path} does not match its manifest"
+            if parse_mode(rel, entry.get("mode", 0o644)) & 0o111:
+                assert path.stat().st_mode & 0o111 == 0o111, f"{path} is not executable"
         complete.add(release.name)
     if os.path.lexists(root / "current"):
         target = os.readlink(root / "current")

@@ -64,8 +64,12 @@ INVENTORY_SCRIPT = (
 STORE_SCRIPT = 'mode=$1 dest=$2; shift 2; chmod "$mode" "$@" && mv -f "$@" "$dest"'
 # $1 = staging dir, then every dir the release needs (itself included).
 PREPARE_SCRIPT = 'rm -rf "$1" && mkdir -p "$@"'
-# $1 = the manifest in incoming/, $2 = its place in the staging dir $3, $4 = the release dir, which must not exist.
-COMPLETE_SCRIPT = 'mv -f "$1" "$2" && [ ! -e "$4" ] && mv "$3" "$4"'
+# $1 = the manifest in incoming/, $2 = its place in the staging dir $3, $4 = the release dir, which must
+# not exist; then the release's executables: a content stored before without an exec bit gains it.
+COMPLETE_SCRIPT = (
+    'manifest=$1 place=$2 staging=$3 release=$4; shift 4; if [ "$#" -gt 0 ]; then chmod 755 "$@" || exit 1; fi; '
+    'mv -f "$manifest" "$place" && [ ! -e "$release" ] && mv "$staging" "$release"'
+)
 # $1 = ROOT, then releases to remove (with their damage markers); what cut deploys left behind goes too.
 PRUNE_SCRIPT = (
     'cd "$1" || exit 1; shift; for r in "$@"; do rm -rf "releases/$r" "damaged/$r" || exit 1; done; '

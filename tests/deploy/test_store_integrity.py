@@ -252,6 +252,20 @@ def test_duplicate_contents_with_different_modes_share_one_sound_object(kz, arti
     assert_store_invariant(root)
 
 
+def test_a_content_stored_as_data_becomes_executable_when_a_release_needs_it(kz, artifacts, tmp_path):
+    root = tmp_path / "device"
+    tool = b"#!/bin/sh\necho tool\n"
+    deployed(kz, f"local:{root}", artifacts.make("b1", extra={"share/tool.txt": tool}))
+    build2 = artifacts.make("b2", extra={"bin/tool": tool})
+    os.chmod(build2 / "bin" / "tool", 0o755)
+    write_manifest(build2, "b2")
+    deployed(kz, f"local:{root}", build2)
+    assert os.access(root / "current" / "bin" / "tool", os.X_OK)
+    flip_byte(root / "objects" / sha256(build2 / "bin" / "tool"), 3)
+    deployed(kz, f"local:{root}", artifacts.make("b1", extra={"share/tool.txt": tool}))  # b1 repairs it, 0644 in b1 only
+    assert_store_invariant(root)  # b2's bin/tool is still executable
+
+
 @pytest.mark.parametrize("build_id", ["a/b", "..", ".hidden", "x\ny", "a b", "-rf", "", "b\u00e9", "x" * 129, "$(id)", "a\tb"])
 def test_odd_build_ids_are_refused(kz, artifacts, tmp_path, build_id):
     build = artifacts.make("b1")
