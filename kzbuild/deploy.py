@@ -11,21 +11,29 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import posixpath
+import secrets
+import stat
 import time
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path, PurePosixPath
 
 from kzbuild.devices.base import Transport
+from kzbuild.devices.integrity import check, manifest_files, release_expectations, release_files, relink, update_markers
 from kzbuild.devices.store import (
+    COMPLETE_SCRIPT,
     LINK_SCRIPT,
     PREPARE_SCRIPT,
+    PRUNE_SCRIPT,
     DeviceState,
     Layout,
     ProgressCallback,
     Remote,
     SendStats,
     Upload,
+    batches,
     by_recency,
     inventory,
     point,
@@ -35,7 +43,7 @@ from kzbuild.devices.store import (
     switch_current,
 )
 from kzbuild.errors import ConfigError, DeviceError
-from kzbuild.model.artifact import MANIFEST, SHA256_RE, Artifact, files_digest, parse_files
+from kzbuild.model.artifact import BUILD_ID_RE, BUILD_ID_RULE, MANIFEST, SHA256_RE, Artifact, ArtifactFile, files_digest, parse_files
 from kzbuild.model.device import Device
 from kzbuild.model.recipe import Recipe
 from kzbuild.settings import Settings
@@ -61,6 +69,7 @@ class DeployResult:
     metadata_bytes: int  # the release's manifest.json
     seconds: float
     pruned: tuple[str, ...] = ()
+    repaired: tuple[str, ...] = ()  # files (relative to the root) re-linked to a re-sent content: they had not matched
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -115,6 +124,7 @@ def deploy(
         uploads = _plan_uploads(artifact, have.stored)
         stats = send(remote, layout, layout.objects, uploads, have.partial, on_progress)
         metadata = _assemble(remote, layout, artifact, release)
+    repaired = _verify_release(remote, layout, state, artifact, release, on_progress)
     switched = state.current != release
     if switched:
         switch_current(remote, layout, release, "deploy")
@@ -137,6 +147,7 @@ def deploy(
         metadata_bytes=metadata,
         seconds=time.monotonic() - started,
         pruned=pruned,
+        repaired=repaired,
     )
 
 
@@ -159,19 +170,13 @@ def _release_for(remote: Remote, layout: Layout, state: DeviceState, artifact: A
 
 def _release_digest(remote: Remote, layout: Layout, name: str) -> str | None:
     text = remote.lines(["cat", posixpath.join(layout.release(name), MANIFEST)], what="reading a release manifest")
-    if text is None:
-        return None
-    try:
-        return files_digest(parse_files(json.loads("\n".join(text)).get("files")))
-    except (ValueError, AttributeError):
-        return None
+    files = manifest_files("\n".join(text)) if text is not None else None
+    return files_digest(files) if files is not None else None
 
 
 def _plan_uploads(artifact: Artifact, stored: frozenset[str]) -> list[Upload]:
     """One upload per content the device lacks; same content under two paths is sent once."""
-    modes: dict[str, int] = {}
-    for entry in artifact.files:
-        modes[entry.sha256] = modes.get(entry.sha256, 0) | entry.mode  # one inode per content
+    modes = _content_modes(artifact.files)
     uploads: dict[str, Upload] = {}
     for entry in artifact.files:
         if entry.sha256 in stored or entry.sha256 in uploads:
@@ -187,17 +192,72 @@ def _plan_uploads(artifact: Artifact, stored: frozenset[str]) -> list[Upload]:
     return list(uploads.values())
 
 
+def _content_modes(entries: Iterable[ArtifactFile]) -> dict[str, int]:
+    """The mode of each content's one inode: executable if any path of it must be."""
+    modes: dict[str, int] = {}
+    for entry in entries:
+        modes[entry.sha256] = modes.get(entry.sha256, 0) | entry.mode
+    return modes
+
+
+def _verify_release(
+    remote: Remote, layout: Layout, state: DeviceState, artifact: Artifact, release: str, on_progress: ProgressCallback | None,
+) -> tuple[str, ...]:
+    """Hash every file of ``release`` on the device; repair what does not match the artifact.
+
+    Returns the repaired files. A failed repair marks the release damaged (run and bench
+    refuse it); a verified release loses its mark.
+    """
+    damage = check(remote, layout, release_expectations(release, artifact.files))
+    repaired: tuple[str, ...] = ()
+    if damage:
+        log.warning("%s: %d file(s) of release %s do not match, e.g. %s; repairing", remote.address, len(damage), release, damage[0].path)
+        try:
+            repaired = _repair(remote, layout, artifact, release, {entry.expected for entry in damage}, on_progress)
+        except DeviceError:
+            update_markers(remote, layout, state.damaged, damaged=[release])
+            raise
+    update_markers(remote, layout, state.damaged, intact=[release])
+    return repaired
+
+
+def _repair(
+    remote: Remote, layout: Layout, artifact: Artifact, release: str, contents: set[str], on_progress: ProgressCallback | None,
+) -> tuple[str, ...]:
+    """Re-send ``contents`` (verified, then renamed over their objects) and relink every release holding them."""
+    holders: dict[str, tuple[ArtifactFile, ...] | None] = {**release_files(remote, layout), release: artifact.files}
+    held = {name: [entry for entry in files if entry.sha256 in contents] for name, files in holders.items() if files}
+    modes = _content_modes(entry for entries in held.values() for entry in entries)
+    uploads = [replace(up, mode=modes[up.sha256]) for up in _plan_uploads(artifact, frozenset()) if up.sha256 in contents]
+    send(remote, layout, layout.objects, uploads, {}, on_progress)
+    repaired = relink(remote, layout, held)
+    still = check(remote, layout, release_expectations(release, [entry for entry in artifact.files if entry.sha256 in contents]))
+    if still:
+        raise DeviceError(
+            f"{remote.address}: {still[0].path} still does not match after a repair: expected {still[0].expected}, found {still[0].found}",
+            hint="the device's storage may be failing; run kzbuild device verify",
+        )
+    return repaired
+
+
 def _assemble(remote: Remote, layout: Layout, artifact: Artifact, release: str) -> int:
-    """Build releases/.staging-<release> from hard links into the store and rename it into place."""
-    staging = layout.release(f".staging-{release}")
+    """Build a staging dir of hard links into the store, add the manifest, and rename it into place.
+
+    The staging dir's name is unique, and the manifest arrives under a name of its own in
+    incoming/ before it is renamed in: nothing is written through a hard link.
+    """
+    token = secrets.token_hex(4)
+    staging = layout.release(f".staging-{release}-{token}")
     dirs = sorted({posixpath.dirname(posixpath.join(staging, entry.path)) for entry in artifact.files} - {staging})
     remote.script(PREPARE_SCRIPT, [staging, *dirs], what="preparing the release directory")
     pairs: list[str] = []
     for entry in artifact.files:
         pairs += [posixpath.join(layout.objects, entry.sha256), posixpath.join(staging, entry.path)]
     remote.batched(["sh", "-c", LINK_SCRIPT, "kz-link"], pairs, group=2, what="linking the release")
-    remote.transport.push(artifact.manifest_path, posixpath.join(staging, MANIFEST))
-    remote.run(["mv", "-f", staging, layout.release(release)], what="completing the release")
+    manifest = posixpath.join(layout.incoming, f"{MANIFEST}-{token}")
+    remote.transport.push(artifact.manifest_path, manifest)
+    executables = [posixpath.join(staging, entry.path) for entry in artifact.files if entry.mode & 0o111]
+    remote.script(COMPLETE_SCRIPT, [manifest, posixpath.join(staging, MANIFEST), staging, layout.release(release), *executables], what="completing the release")
     return artifact.manifest_path.stat().st_size
 
 
@@ -227,7 +287,8 @@ def prune(remote: Remote, layout: Layout, keep: int) -> tuple[str, ...]:
     recency = by_recency(state, read_history(remote, layout))
     kept = set(recency[:keep]) | ({state.current} if state.current else set())
     doomed = [name for name in recency if name not in kept]
-    remote.batched(["rm", "-rf"], [layout.release(name) for name in doomed], what="removing old releases")
+    for batch in list(batches(doomed)) or [[]]:  # stale staging dirs go even when no release does
+        remote.script(PRUNE_SCRIPT, [layout.root, *batch], what="removing old releases")
     unused = remote.lines(["find", layout.objects, "-type", "f", "-links", "1"], what="finding unused contents") or []
     remote.batched(["rm", "-f"], unused, what="removing unused contents")
     return tuple(doomed)
@@ -277,19 +338,17 @@ def load_artifact(directory: Path) -> Artifact:
     if not isinstance(doc, dict):
         raise ConfigError("the manifest must be a JSON object", path=path)
     build_id = doc.get("build_id")
-    if not isinstance(build_id, str) or not build_id or "/" in build_id or build_id.startswith("."):
-        raise ConfigError("must be a non-empty name without '/' that does not start with '.'", path=path, key="build_id")
+    if not isinstance(build_id, str) or not BUILD_ID_RE.match(build_id):
+        raise ConfigError(f"{BUILD_ID_RULE}, not {build_id!r}", path=path, key="build_id")
     try:
         files = parse_files(doc.get("files"))
     except ValueError as exc:
         raise ConfigError(str(exc), path=path) from exc
     for entry in files:
-        local = directory / entry.path
-        if not local.is_file():
-            raise ConfigError(f"files: '{entry.path}' is listed but missing from {directory}", path=path)
-        if local.stat().st_size != entry.size:
+        size = _regular_file(directory, entry.path, path).st_size
+        if size != entry.size:
             raise ConfigError(
-                f"files: '{entry.path}' is {local.stat().st_size} bytes on disk but {entry.size} in the manifest",
+                f"files: '{entry.path}' is {size} bytes on disk but {entry.size} in the manifest",
                 path=path,
                 hint="the artifact changed after it was built; rebuild it",
             )
@@ -301,6 +360,25 @@ def load_artifact(directory: Path) -> Artifact:
         path=directory, build_id=build_id, files=files, recipe=text("recipe"), target=text("target"),
         build_commit=text("build_commit"), manifest=doc,
     )
+
+
+def _regular_file(directory: Path, relpath: str, manifest: Path) -> os.stat_result:
+    """lstat of an artifact file that is a regular file inside ``directory``, reached without a symlink.
+
+    A symlink (the file or a parent dir) could send a host file such as /etc/passwd to the device.
+    """
+    local = directory
+    for part in PurePosixPath(relpath).parts:
+        local = local / part
+        try:
+            info = local.lstat()
+        except OSError:
+            raise ConfigError(f"files: '{relpath}' is listed but missing from {directory}", path=manifest) from None
+        if stat.S_ISLNK(info.st_mode):
+            raise ConfigError(f"files: '{relpath}': {local} is a symlink; an artifact holds only regular files", path=manifest)
+    if not stat.S_ISREG(info.st_mode) or not local.resolve().is_relative_to(directory):
+        raise ConfigError(f"files: '{relpath}' is not a regular file inside {directory}", path=manifest)
+    return info
 
 
 # --- models ---

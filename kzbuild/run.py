@@ -19,6 +19,7 @@ from typing import Any
 
 from kzbuild.devices.base import ByteSink, Transport, check_env_name
 from kzbuild.devices.registry import device_env
+from kzbuild.devices.store import CURRENT_SCRIPT, DAMAGED
 from kzbuild.errors import ConfigError, DeviceError
 from kzbuild.gitcmd import Git
 from kzbuild.model.artifact import MANIFEST
@@ -54,13 +55,19 @@ class Invocation:
 
 def current_release(transport: Transport, device: Device) -> Release:
     link = f"{device.root}/current"
-    target = transport.run(["readlink", link])
-    if not target.ok or not target.text().strip():
+    target = transport.run(["sh", "-c", CURRENT_SCRIPT, "kz", device.root])
+    lines = target.text().splitlines()
+    if not target.ok or not lines or not lines[0].strip():
         raise DeviceError(
             f"{device.name}: no release is deployed ({link} is not a symlink to a release)",
             hint=f"deploy one first: kzbuild deploy --device {device.name}",
         )
-    path = PurePosixPath(target.text().strip())
+    path = PurePosixPath(lines[0].strip())
+    if DAMAGED in lines[1:]:
+        raise DeviceError(
+            f"{device.name}: the current release {path.name} is damaged: files of it do not match its manifest",
+            hint=f"kzbuild deploy --device {device.name} of that build repairs it; kzbuild device verify shows what is damaged",
+        )
     release_dir = str(path if path.is_absolute() else PurePosixPath(device.root) / path)
     manifest: Mapping[str, Any] = {}
     digest = None

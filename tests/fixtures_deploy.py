@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
 from kzbuild.devices.local import LocalTransport
 from kzbuild.errors import DeviceError
+from kzbuild.model.artifact import parse_mode
 
 GREET_C = '#include <stdio.h>\nvoid greet(void) { puts("%s"); }\n'
 BLOB_C = (
@@ -51,6 +54,51 @@ def write_manifest(directory: Path, build_id: str, *, recipe: str | None = None)
     target = directory / "manifest.json"
     target.write_text(json.dumps(manifest, indent=2, sort_keys=True))
     return target
+
+
+def assert_store_invariant(root: Path) -> None:
+    """The device store under ``root`` (a local path: every test device stores on this disk) is sound.
+
+    Every ``objects/<sha256>`` hashes to its name; every release holds exactly what its
+    manifest.json lists, as regular files with those contents (executable where listed so); no manifest shares an inode with
+    anything (a write through it would reach the store); nothing is setuid, setgid or sticky;
+    ``current`` (if any) points at a complete release.
+    """
+    objects = root / "objects"
+    for obj in objects.iterdir() if objects.is_dir() else ():
+        assert sha256(obj) == obj.name, f"objects/{obj.name} hashes to {sha256(obj)}"
+    for path in root.rglob("*"):
+        info = path.lstat()
+        assert not info.st_mode & 0o7000, f"{path} has mode {info.st_mode & 0o7777:o}"
+    releases = root / "releases"
+    complete = set()
+    for release in releases.iterdir() if releases.is_dir() else ():
+        if release.name.startswith("."):
+            continue  # a staging dir a cut deploy left
+        manifest = release / "manifest.json"
+        assert manifest.lstat().st_nlink == 1, f"{manifest} is hard-linked"
+        files = json.loads(manifest.read_text())["files"]
+        on_disk = {p.relative_to(release).as_posix() for p in release.rglob("*") if not p.is_dir()} - {"manifest.json"}
+        assert on_disk == set(files), f"release {release.name}: {sorted(on_disk ^ set(files))} differ from its manifest"
+        for rel, entry in files.items():
+            path = release / rel
+            assert stat.S_ISREG(path.lstat().st_mode), f"{path} is not a regular file"
+            assert sha256(path) == entry["sha256"], f"{path} does not match its manifest"
+            if parse_mode(rel, entry.get("mode", 0o644)) & 0o111:
+                assert path.stat().st_mode & 0o111 == 0o111, f"{path} is not executable"
+        complete.add(release.name)
+    if os.path.lexists(root / "current"):
+        target = os.readlink(root / "current")
+        assert target.startswith("releases/") and target.removeprefix("releases/") in complete, f"current -> {target}"
+
+
+def flip_byte(path: Path, offset: int = 100) -> None:
+    """Change one byte of ``path`` in place, as failing storage would (every hard link sees it)."""
+    with open(path, "r+b") as handle:
+        handle.seek(offset)
+        byte = handle.read(1)
+        handle.seek(offset)
+        handle.write(bytes([byte[0] ^ 0xFF]))
 
 
 class ArtifactMaker:

@@ -18,6 +18,7 @@ from kzbuild import __version__
 from kzbuild.cli import bench as bench_commands
 from kzbuild.cli import build as build_commands
 from kzbuild.cli import deploy as deploy_commands
+from kzbuild.cli import device as device_commands
 from kzbuild.cli import models as models_commands
 from kzbuild.cli import patches as patches_commands
 from kzbuild.cli import sync as sync_commands
@@ -36,7 +37,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for module in (sync_commands, patches_commands, build_commands, deploy_commands, models_commands, bench_commands):
+for module in (sync_commands, patches_commands, build_commands, deploy_commands, device_commands, models_commands, bench_commands):
     module.register(app)
 
 

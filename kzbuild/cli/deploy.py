@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.filesize import decimal
+from rich.markup import escape
 
 from kzbuild import deploy, recipes
 from kzbuild.cli.sync import DEFAULT_RECIPE, JsonOpt, RecipeArg
@@ -100,6 +101,8 @@ def deploy_command(
         f"skipped {result.files_skipped} already on the device, {decimal(result.bytes_skipped)}; "
         f"metadata {decimal(result.metadata_bytes)}; {result.seconds:.2f} s"
     )
+    if result.repaired:
+        console.print(f"  [yellow]repaired[/yellow] {len(result.repaired)} damaged file(s), re-sent and relinked: {escape(', '.join(result.repaired))}")
     _print_pruned(result.pruned)
 
 

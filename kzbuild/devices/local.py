@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kzbuild import proc
-from kzbuild.devices.base import ByteSink, ProgressFn, RemoteResult
+from kzbuild.devices.base import PUSH_MODE_BITS, ByteSink, ProgressFn, RemoteResult
 from kzbuild.errors import CommandFailed, DeviceError
 
 COPY_CHUNK = 1 << 20
@@ -47,7 +48,7 @@ class LocalTransport:
 
     def push(self, local: Path, remote: str, *, progress: ProgressFn | None = None) -> None:
         self._copy(local, remote, 0, progress)
-        shutil.copymode(local, remote)
+        os.chmod(remote, local.stat().st_mode & PUSH_MODE_BITS)
 
     def append(self, local: Path, remote: str, *, offset: int, progress: ProgressFn | None = None) -> None:
         self._copy(local, remote, offset, progress)

@@ -62,10 +62,13 @@ def parse_device(name: str, entry: yamlconf.Mapping) -> Device:
     port = entry.get("port", 22)
     if not isinstance(port, int):
         raise entry.error("port", "must be a number")
+    root = entry.get_str("root", DEFAULT_ROOT) or DEFAULT_ROOT
+    if not root.startswith("/"):
+        raise entry.error("root", f"device {name}: '{root}' is not an absolute path (the store's paths would depend on the directory a command starts in)")
     return Device(
         name=name,
         transport=transport,  # type: ignore[arg-type]
-        root=entry.get_str("root", DEFAULT_ROOT) or DEFAULT_ROOT,
+        root=root,
         serial=entry.get_str("serial"),
         host=entry.get_str("host"),
         port=port,

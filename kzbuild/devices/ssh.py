@@ -18,7 +18,7 @@ from pathlib import Path
 
 import paramiko
 
-from kzbuild.devices.base import ByteSink, ProgressFn, RemoteResult, remote_command
+from kzbuild.devices.base import PUSH_MODE_BITS, ByteSink, ProgressFn, RemoteResult, remote_command
 from kzbuild.errors import DeviceError
 from kzbuild.model.device import Device
 
@@ -182,7 +182,7 @@ class SshTransport:
     def push(self, local: Path, remote: str, *, progress: ProgressFn | None = None) -> None:
         self._upload(local, remote, 0, progress)
         try:
-            self._sftp_client().chmod(remote, local.stat().st_mode & 0o7777)
+            self._sftp_client().chmod(remote, local.stat().st_mode & PUSH_MODE_BITS)
         except CONNECTION_ERRORS + (OSError,) as exc:
             raise self._lost(f"setting the mode of {remote}", exc) from exc
 

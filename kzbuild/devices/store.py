@@ -6,14 +6,19 @@ Layout under the device root (ROOT)::
     objects/<sha256>              content store; a file enters only after sha256sum on the device matched
     incoming/<name>               uploads in progress: a cut upload resumes from what arrived
     releases/<release>/           one per build: hard links into objects/, plus manifest.json
-    releases/.staging-<release>/  a release being assembled; renamed into place once complete
+    releases/.staging-<release>-<random>/  a release being assembled; renamed into place once complete
+    damaged/<release>             marker: that release failed verification (run and bench refuse it)
     current -> releases/<release>
     deploys.log                   one line per switch of current (time, action, release)
     models/<sha256>.gguf, models/<name> -> <sha256>.gguf
     .switch/                      new symlinks are made here, then renamed into place
 
+Nothing is ever written through a hard link: every write goes to a fresh name (incoming/,
+a staging dir, .switch/) and is renamed into place, so a content in objects/ and the releases
+linking it change only by a rename that replaces a whole file.
+
 Only commands Android's toybox has are used (sh, mkdir -p, ls -1, readlink, cat, stat -c,
-sha256sum, chmod, ln, mv -f, rm, find -links). ``mv -T`` is avoided (older toybox lacks it):
+sha256sum, chmod, ln, mv -f, rm, find -links, basename, dirname). ``mv -T`` is avoided (older toybox lacks it):
 a new symlink is made in ``.switch/`` and moved *into* its directory, which is one rename(2)
 that replaces the old symlink (mv does not follow a symlink it replaces).
 
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import posixpath
+import re
 import shlex
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -37,21 +43,41 @@ from kzbuild.errors import DeviceError
 
 log = logging.getLogger(__name__)
 
+GNU_ESCAPE = re.compile(r"\\(.)")
 ARGV_BUDGET = 60_000  # bytes of arguments per remote command (Android allows far more)
 COMMAND_TIMEOUT = 120.0
 VERIFY_TIMEOUT = 1800.0  # sha256sum of a multi-GB model on a phone takes a while
 
-# $1 = ROOT. Prints the current link's target on the first line, then the release names.
+# $1 = ROOT. Prints the current link's target on the first line, then the release names, a "/"
+# line, then the releases marked damaged.
 STATE_SCRIPT = (
-    'mkdir -p "$1/objects" "$1/incoming" "$1/releases" "$1/.switch" && cd "$1" || exit 1; '
-    'printf "%s\\n" "$(readlink current)"; ls -1 releases'
+    'mkdir -p "$1/objects" "$1/incoming" "$1/releases" "$1/.switch" "$1/damaged" && cd "$1" || exit 1; '
+    'printf "%s\\n" "$(readlink current)"; ls -1 releases && echo / && ls -1 damaged'
 )
-# $1 = a store dir, $2 = incoming. Prints the store's names, a "/" line, then "size name" per partial upload.
-INVENTORY_SCRIPT = 'ls -1 "$1" || exit 1; echo /; cd "$2" || exit 1; for f in *; do [ -f "$f" ] && stat -c "%s %n" "$f"; done; true'
+# $1 = a store dir, $2 = incoming. Prints the store's names, a "/" line, then "size name" per partial
+# upload. A partial upload with other hard links is removed: appending to it would write through them.
+INVENTORY_SCRIPT = (
+    'ls -1 "$1" || exit 1; echo /; cd "$2" || exit 1; for f in *; do [ -f "$f" ] || continue; '
+    'if [ "$(stat -c %h "$f")" -gt 1 ]; then rm -f "$f"; else stat -c "%s %n" "$f"; fi; done; true'
+)
 # $1 = mode, $2 = store dir, then verified uploads: set their mode, rename them into the store.
 STORE_SCRIPT = 'mode=$1 dest=$2; shift 2; chmod "$mode" "$@" && mv -f "$@" "$dest"'
 # $1 = staging dir, then every dir the release needs (itself included).
 PREPARE_SCRIPT = 'rm -rf "$1" && mkdir -p "$@"'
+# $1 = the manifest in incoming/, $2 = its place in the staging dir $3, $4 = the release dir, which must
+# not exist; then the release's executables: a content stored before without an exec bit gains it.
+COMPLETE_SCRIPT = (
+    'manifest=$1 place=$2 staging=$3 release=$4; shift 4; if [ "$#" -gt 0 ]; then chmod 755 "$@" || exit 1; fi; '
+    'mv -f "$manifest" "$place" && [ ! -e "$release" ] && mv "$staging" "$release"'
+)
+# $1 = ROOT, then releases to remove (with their damage markers); what cut deploys left behind goes too.
+PRUNE_SCRIPT = (
+    'cd "$1" || exit 1; shift; for r in "$@"; do rm -rf "releases/$r" "damaged/$r" || exit 1; done; '
+    "rm -rf releases/.staging-* incoming/manifest.json-*"
+)
+# $1 = ROOT. Prints where current points, then "damaged" when that release carries a damage marker.
+CURRENT_SCRIPT = 't=$(readlink "$1/current") || exit 1; printf "%s\\n" "$t"; if [ -e "$1/damaged/${t##*/}" ]; then echo damaged; fi; true'
+DAMAGED = "damaged"  # CURRENT_SCRIPT's word for a marked release
 # pairs of (store file, release path)
 LINK_SCRIPT = 'while [ "$#" -gt 1 ]; do ln "$1" "$2" || exit 1; shift 2; done'
 # $1 = staged link, $2 = target, $3 = the link's dir, $4 = the link; then optionally
@@ -106,6 +132,13 @@ class Layout:
     @property
     def history(self) -> str:
         return self.join("deploys.log")
+
+    @property
+    def damaged(self) -> str:
+        return self.join("damaged")
+
+    def damage_marker(self, release: str) -> str:
+        return posixpath.join(self.damaged, release)
 
     def release(self, name: str) -> str:
         return posixpath.join(self.releases, name)
@@ -163,6 +196,7 @@ def batches(args: Sequence[str], group: int = 1) -> Iterator[list[str]]:
 class DeviceState:
     current: str | None  # release name
     releases: frozenset[str]
+    damaged: frozenset[str]  # releases with a damage marker
 
 
 @dataclass(frozen=True)
@@ -179,7 +213,8 @@ def read_state(remote: Remote, layout: Layout) -> DeviceState:
     """Create the layout if needed; where current points and which releases exist (one round trip)."""
     lines = remote.script(STATE_SCRIPT, [layout.root], what="reading the device state").text().splitlines()
     link = lines[0].rstrip("/") if lines else ""
-    return DeviceState(posixpath.basename(link) or None, frozenset(lines[1:]))
+    cut = lines.index("/", 1)
+    return DeviceState(posixpath.basename(link) or None, frozenset(lines[1:cut]), frozenset(lines[cut + 1 :]))
 
 
 def read_history(remote: Remote, layout: Layout) -> list[HistoryEntry]:
@@ -280,28 +315,30 @@ def send(remote: Remote, layout: Layout, store_dir: str, uploads: Sequence[Uploa
         report(up.size - offset)
     if on_progress:
         on_progress(TransferProgress("verifying sha256 on the device", done, total))
-    found = _device_sha256(remote, layout, uploads)
-    bad = [up for up in uploads if found.get(up.name) != up.sha256]
+    found = device_sha256(remote, [posixpath.join(layout.incoming, up.name) for up in uploads])
+    bad = [up for up in uploads if found.get(posixpath.join(layout.incoming, up.name)) != up.sha256]
     _store(remote, layout, store_dir, [up for up in uploads if up not in bad])
     if bad:
         remote.batched(["rm", "-f"], [posixpath.join(layout.incoming, up.name) for up in bad], what="removing corrupt uploads")
         raise DeviceError(
             f"{remote.address}: sha256 mismatch on the device for {len(bad)} file(s), e.g. {bad[0].label}: "
-            f"expected {bad[0].sha256}, got {found.get(bad[0].name, 'no checksum (is sha256sum installed?)')}; "
+            f"expected {bad[0].sha256}, got {found.get(posixpath.join(layout.incoming, bad[0].name), 'no checksum (is sha256sum installed?)')}; "
             "the corrupt uploads were removed",
             hint=f"if {bad[0].local} changed after the manifest was written, rebuild; otherwise rerun",
         )
     return SendStats(bytes_sent=done, bytes_resumed=sum(offsets.values()))
 
 
-def _device_sha256(remote: Remote, layout: Layout, uploads: Sequence[Upload]) -> dict[str, str]:
-    """sha256 of each upload as the device computes it, by name (absent when unreadable)."""
+def device_sha256(remote: Remote, paths: Sequence[str]) -> dict[str, str]:
+    """sha256 of each device path as the device computes it, in as few calls as the argv budget
+    allows; a path that is missing or unreadable is absent from the result."""
     found: dict[str, str] = {}
-    paths = [posixpath.join(layout.incoming, up.name) for up in uploads]
     for result in remote.batched(["sha256sum"], paths, what="checking sha256 on the device", check=False, timeout=VERIFY_TIMEOUT):
-        for line in result.text().splitlines():
+        for line in result.text().split("\n"):
+            if line.startswith("\\"):  # GNU sha256sum escapes a name holding a backslash or newline
+                line = GNU_ESCAPE.sub(lambda match: "\n" if match[1] == "n" else match[1], line[1:])
             digest, _, path = line.partition("  ")
-            found[posixpath.basename(path)] = digest
+            found[path] = digest
     return found
 
 

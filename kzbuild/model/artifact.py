@@ -15,6 +15,10 @@ from typing import Any
 
 MANIFEST = "manifest.json"
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+# a build id becomes a directory name on the device and a field of deploys.log
+BUILD_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
+BUILD_ID_RULE = "must be 1-128 letters, digits and '._+-', starting with a letter or digit"
 
 
 @dataclass(frozen=True)
@@ -22,7 +26,7 @@ class ArtifactFile:
     path: str  # POSIX path relative to the artifact dir, e.g. lib/libggml.so
     sha256: str
     size: int
-    mode: int  # permission bits, e.g. 0o755
+    mode: int  # 0o755 or 0o644 (see safe_mode)
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,10 @@ def parse_files(files: object) -> tuple[ArtifactFile, ...]:
         posix = PurePosixPath(str(relpath))
         if posix.is_absolute() or ".." in posix.parts or str(posix) != relpath or relpath in ("", "."):
             raise ValueError(f"files: '{relpath}' is not a plain relative path")
+        if CONTROL_CHARS.search(relpath):  # device tools print one path per line
+            raise ValueError(f"files: {relpath!r} holds a control character")
+        if posix.parts[0] == MANIFEST:
+            raise ValueError(f"files: '{relpath}': '{MANIFEST}' is the release's own manifest; it cannot be one of its files")
         if not isinstance(entry, Mapping):
             raise ValueError(f"files: '{relpath}' must map to {{sha256, size, mode}}")
         sha = entry.get("sha256")
@@ -88,8 +96,13 @@ def parse_files(files: object) -> tuple[ArtifactFile, ...]:
         size = entry.get("size")
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise ValueError(f"files: '{relpath}': size must be a non-negative integer")
-        parsed.append(ArtifactFile(relpath, sha, size, parse_mode(relpath, entry.get("mode", 0o644))))
+        parsed.append(ArtifactFile(relpath, sha, size, safe_mode(parse_mode(relpath, entry.get("mode", 0o644)))))
     return tuple(parsed)
+
+
+def safe_mode(mode: int) -> int:
+    """Only plain modes reach a device: no setuid, setgid, sticky or group/world write."""
+    return 0o755 if mode & 0o111 else 0o644
 
 
 def parse_mode(relpath: str, mode: object) -> int:

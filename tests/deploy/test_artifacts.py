@@ -26,13 +26,15 @@ def rewrite(build, change):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda d: d.pop("build_id"), "build_id: must be a non-empty name"),
-        (lambda d: d.update(build_id="a/b"), "build_id: must be a non-empty name without '/'"),
-        (lambda d: d.update(build_id=".hidden"), "does not start with '.'"),
+        (lambda d: d.pop("build_id"), "build_id: must be 1-128 letters, digits and '._+-', starting with a letter or digit, not None"),
+        (lambda d: d.update(build_id="a/b"), "build_id: must be 1-128 letters, digits and '._+-', starting with a letter or digit, not 'a/b'"),
+        (lambda d: d.update(build_id=".hidden"), "build_id: must be 1-128 letters"),
         (lambda d: d.update(files={}), "'files' must be a non-empty mapping"),
         (lambda d: d.update(files={"../x": {"sha256": SHA, "size": 1, "mode": 420}}), "'../x' is not a plain relative path"),
         (lambda d: d.update(files={"/etc/x": {"sha256": SHA, "size": 1, "mode": 420}}), "'/etc/x' is not a plain relative path"),
         (lambda d: d.update(files={"bin/./x": {"sha256": SHA, "size": 1, "mode": 420}}), "'bin/./x' is not a plain relative path"),
+        (lambda d: d.update(files={"a\nb": {"sha256": SHA, "size": 1, "mode": 420}}), "'a\\nb' holds a control character"),
+        (lambda d: d.update(files={"manifest.json/x": {"sha256": SHA, "size": 1, "mode": 420}}), "'manifest.json' is the release's own manifest"),
         (lambda d: d.update(files={"x": "nope"}), "'x' must map to {sha256, size, mode}"),
         (lambda d: d.update(files={"x": {"sha256": "ABC", "size": 1}}), "'x': sha256 must be 64 lowercase hex digits"),
         (lambda d: d.update(files={"x": {"sha256": SHA, "size": -1}}), "'x': size must be a non-negative integer"),
