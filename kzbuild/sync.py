@@ -149,7 +149,7 @@ class WorktreeState:
     path: Path
     exists: bool
     head: str | None = None
-    base: str | None = None
+    base: str | None = None  # refs/kz/base
     dirty: tuple[str, ...] = ()  # porcelain status lines
     unexported: tuple[str, ...] = ()  # "sha subject" of commits sync did not make
 
@@ -209,12 +209,24 @@ class Worktree:
         head = self.git.resolve("HEAD")
         base = self.git.resolve(BASE_REF)
         dirty = tuple(line for line in self.git("status", "--porcelain", "--untracked-files=all").splitlines() if line)
-        unexported: tuple[str, ...] = ()
-        if head and base:
-            made = self.made_by_sync()
-            lines = self.git("log", "--format=%H %s", f"{base}..{head}").splitlines()
-            unexported = tuple(line for line in lines if line.split(" ", 1)[0] not in made)
+        unexported = self.unexported_commits(head, base) if head else ()
         return WorktreeState(self.path, True, head, base, dirty, unexported)
+
+    def unexported_commits(self, head: str, base: str | None) -> tuple[str, ...]:
+        """``sha subject`` of the commits above the base that sync did not make."""
+        base = base or self.fallback_base(head)
+        revs = f"{base}..{head}" if base else head  # no base at all: every commit sync did not make counts
+        made = self.made_by_sync()
+        lines = self.git("log", "--format=%H %s", revs).splitlines()
+        return tuple(line for line in lines if line.split(" ", 1)[0] not in made)
+
+    def fallback_base(self, head: str) -> str | None:
+        """Without refs/kz/base: the locked upstream commit or the pin, whichever HEAD descends from."""
+        lock = read_lock(self.recipe.lock_path)
+        for candidate in (lock.upstream_commit if lock else None, self.recipe.upstream.commit):
+            if candidate and self.git.run("merge-base", "--is-ancestor", candidate, head, check=False).ok:
+                return candidate
+        return None
 
     def create(self, cache: ObjectCache) -> None:
         """An empty repo whose objects come from the shared cache."""
@@ -268,6 +280,7 @@ def sync(settings: Settings, recipe: Recipe, *, force: bool = False, progress: P
         if not state.exists:
             worktree.create(cache)
         worktree.share_shallow(cache)
+
         git = worktree.git
         git("update-ref", BASE_REF, pin)
         git("checkout", "-q", "-f", "-B", recipe.branch, pin)
