@@ -6,8 +6,9 @@ patch at a time with ``git am --3way`` (a fixed committer and the author's dates
 patched commit SHAs are the same on every machine), then commits the kernel overlays, and
 writes the recipe's lock. A sync whose inputs match the lock and the worktree does nothing.
 
-Sync never loses work: uncommitted changes or commits that sync did not make block it
-unless ``force`` is given.
+Sync never loses work: uncommitted changes, untracked files and commits that sync did not
+make block it unless ``force`` is given; ``force`` first keeps all of them under
+``refs/kz/discarded/<UTC time>``.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import json
 import logging
 import re
 import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from kzbuild import __version__
@@ -33,6 +36,7 @@ from kzbuild.stack import read_series
 log = logging.getLogger(__name__)
 
 BASE_REF = "refs/kz/base"
+DISCARDED_REFS = "refs/kz/discarded/"  # + UTC time: what a forced sync took out of the worktree
 STATE_FILE = "kz-sync.json"  # inside the worktree's .git: what the last sync made
 LOCK_FORMAT = 1
 
@@ -159,6 +163,20 @@ class WorktreeState:
 
 
 @dataclass(frozen=True)
+class Discarded:
+    """What a forced sync took out of the worktree, all kept under ``ref``."""
+
+    ref: str
+    snapshot: bool  # the ref is a commit of the files on top of the old HEAD (else the old HEAD itself)
+    changes: tuple[str, ...]  # porcelain lines: uncommitted changes and untracked files
+    commits: tuple[str, ...]  # "sha subject" of commits that were not in patches/
+
+    @property
+    def commits_ref(self) -> str:
+        return f"{self.ref}^" if self.snapshot else self.ref
+
+
+@dataclass(frozen=True)
 class SyncResult:
     recipe: Recipe
     worktree: Path
@@ -166,6 +184,7 @@ class SyncResult:
     changed: bool
     fetched_from: str | None  # None when the cache already had the pin
     notes: tuple[str, ...] = field(default=())
+    discarded: Discarded | None = None  # what --force took out (recoverable), None when nothing
 
 
 Progress = Callable[[str], None]
@@ -228,6 +247,26 @@ class Worktree:
                 return candidate
         return None
 
+    def discard(self, state: WorktreeState) -> Discarded | None:
+        """Keep what a forced sync replaces under a refs/kz/discarded/ ref: the old HEAD, and the
+        uncommitted files as a commit on top of it (made with a temporary index)."""
+        changes = state.dirty
+        if not (state.unexported or changes):
+            return None
+        tip = state.head
+        if changes:
+            with tempfile.TemporaryDirectory() as scratch:
+                index = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
+                self.git("read-tree", *([state.head] if state.head else ["--empty"]), env=index)
+                self.git("add", "-A", env=index)
+                tree = self.git("write-tree", env=index)
+            parents = ["-p", state.head] if state.head else []
+            tip = self.git("commit-tree", tree, *parents, "-m", "kz: files discarded by sync --force", env=KZ_AUTHOR)
+        assert tip is not None  # no HEAD means no commits; then there were files to snapshot
+        ref = DISCARDED_REFS + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        self.git("update-ref", ref, tip)
+        return Discarded(ref, tip != state.head, changes, state.unexported)
+
     def create(self, cache: ObjectCache) -> None:
         """An empty repo whose objects come from the shared cache."""
         self.path.mkdir(parents=True, exist_ok=True)
@@ -259,7 +298,7 @@ def check_no_lost_work(state: WorktreeState, *, what: str, recipe: str) -> None:
     raise WorktreeError(
         f"{what} would lose work in {state.path}:\n" + "\n".join(lines),
         hint=f"keep it: commit it (git -C {state.path} commit -a) and run 'kzbuild patches export {recipe}'; "
-        f"or discard it: 'kzbuild sync {recipe} --force'",
+        f"or discard it: 'kzbuild sync {recipe} --force' (keeps it under {DISCARDED_REFS}<time>)",
     )
 
 
@@ -280,6 +319,7 @@ def sync(settings: Settings, recipe: Recipe, *, force: bool = False, progress: P
         if not state.exists:
             worktree.create(cache)
         worktree.share_shallow(cache)
+        discarded = worktree.discard(state) if force else None
 
         git = worktree.git
         git("update-ref", BASE_REF, pin)
@@ -304,7 +344,10 @@ def sync(settings: Settings, recipe: Recipe, *, force: bool = False, progress: P
         worktree.save_state(new_lock.commits())
         recipe.lock_path.write_text(new_lock.to_json(), encoding="utf-8")
         notes = tuple(f"skipped {p.file}: upstreamed ({p.upstreamed})" for p in applied if p.upstreamed)
-        return SyncResult(recipe, worktree.path, new_lock, changed=True, fetched_from=fetched.source, notes=notes)
+        return SyncResult(
+            recipe, worktree.path, new_lock, changed=True, fetched_from=fetched.source, notes=notes,
+            discarded=discarded,
+        )
 
 
 def apply_series(worktree: Worktree, inputs: Inputs) -> list[AppliedPatch]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -32,9 +34,12 @@ def sync_command(
     loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
     with activity(f"syncing {loaded.name}") as progress:
         result = sync.sync(settings, loaded, force=force, progress=progress)
+    discarded = result.discarded
     if json_out:
-        print_json({"changed": result.changed, **sync.status(settings, loaded).to_dict()})
+        print_json({"changed": result.changed, "discarded": asdict(discarded) if discarded else None, **sync.status(settings, loaded).to_dict()})
         return
+    if discarded:
+        print_discarded(discarded, result.worktree)
     lock = result.lock
     if not result.changed:
         console.print(f"[green]{loaded.name}[/green] is up to date at {lock.head[:12]} ({result.worktree})")
@@ -49,6 +54,20 @@ def sync_command(
     if lock.overlay_commit:
         console.print(f"  overlays committed as {lock.overlay_commit[:12]}")
     console.print(f"  head {lock.head[:12]}; lock {loaded.lock_path.relative_to(settings.project)}")
+
+
+def print_discarded(discarded: sync.Discarded, worktree: Path) -> None:
+    """What --force took out of the worktree, and how to get it back."""
+    git = f"git -C {worktree}"
+    console.print(f"[yellow]discarded[/yellow] (kept under {discarded.ref}):")
+    for line in discarded.changes:
+        console.print(f"  uncommitted  {line}")
+    for line in discarded.commits:
+        console.print(f"  commit       {line}")
+    if discarded.snapshot:
+        console.print(f"  get a file back:   {git} restore --source={discarded.ref} -- PATH")
+    if discarded.commits:
+        console.print(f"  get the commits:   {git} branch rescued {discarded.commits_ref}")
 
 
 def status_command(ctx: typer.Context, recipe: RecipeArg = None, json_out: JsonOpt = False) -> None:
