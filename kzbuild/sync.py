@@ -6,9 +6,10 @@ patch at a time with ``git am --3way`` (a fixed committer and the author's dates
 patched commit SHAs are the same on every machine), then commits the kernel overlays, and
 writes the recipe's lock. A sync whose inputs match the lock and the worktree does nothing.
 
-Sync never loses work: uncommitted changes, untracked files and commits that sync did not
-make block it unless ``force`` is given; ``force`` first keeps all of them under
-``refs/kz/discarded/<UTC time>``.
+Sync never loses work: uncommitted changes, untracked files, commits that sync did not make,
+and git-ignored files standing where the new tree must write block it unless ``force`` is
+given; ``force`` first keeps all of them under ``refs/kz/discarded/<UTC time>``. Other ignored
+files (build dirs, models) are left alone.
 """
 
 from __future__ import annotations
@@ -169,6 +170,7 @@ class Discarded:
     ref: str
     snapshot: bool  # the ref is a commit of the files on top of the old HEAD (else the old HEAD itself)
     changes: tuple[str, ...]  # porcelain lines: uncommitted changes and untracked files
+    ignored: tuple[str, ...]  # git-ignored files where the new tree had to write
     commits: tuple[str, ...]  # "sha subject" of commits that were not in patches/
 
     @property
@@ -247,25 +249,46 @@ class Worktree:
                 return candidate
         return None
 
-    def discard(self, state: WorktreeState) -> Discarded | None:
+    def ignored_in_the_way(self, pin: str, inputs: Inputs) -> tuple[str, ...]:
+        """Git-ignored files at a path the pin, a patch or an overlay writes (or needs as a directory)."""
+        ignored = self.git("ls-files", "-z", "--others", "--ignored", "--exclude-standard").split("\0")
+        ignored = [path for path in ignored if path]
+        if not ignored:
+            return ()
+        from kzbuild.patchfile import read_patch  # see apply_series
+
+        needed = set(self.git("ls-tree", "-r", "-z", "--name-only", pin).split("\0"))
+        needed |= {change.path for name, path, _ in inputs.patches for change in read_patch(path, name).files}
+        needed |= {overlay.dest for overlay in self.recipe.overlays}
+        needed_dirs = {parent for path in needed for parent in parent_dirs(path)}
+        return tuple(
+            path for path in ignored
+            if path in needed or path in needed_dirs or any(parent in needed for parent in parent_dirs(path))
+        )
+
+    def discard(self, state: WorktreeState, in_the_way: tuple[str, ...]) -> Discarded | None:
         """Keep what a forced sync replaces under a refs/kz/discarded/ ref: the old HEAD, and the
         uncommitted files as a commit on top of it (made with a temporary index)."""
         changes = state.dirty
-        if not (state.unexported or changes):
+        if not (state.unexported or changes or in_the_way):
             return None
         tip = state.head
-        if changes:
+        if changes or in_the_way:
             with tempfile.TemporaryDirectory() as scratch:
                 index = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
                 self.git("read-tree", *([state.head] if state.head else ["--empty"]), env=index)
                 self.git("add", "-A", env=index)
+                if in_the_way:
+                    self.git("add", "-f", "--pathspec-from-file=-", "--pathspec-file-nul", env=index, input="\0".join(in_the_way))
                 tree = self.git("write-tree", env=index)
             parents = ["-p", state.head] if state.head else []
             tip = self.git("commit-tree", tree, *parents, "-m", "kz: files discarded by sync --force", env=KZ_AUTHOR)
         assert tip is not None  # no HEAD means no commits; then there were files to snapshot
         ref = DISCARDED_REFS + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
         self.git("update-ref", ref, tip)
-        return Discarded(ref, tip != state.head, changes, state.unexported)
+        for path in in_the_way:  # kept in the snapshot; git am would refuse to overwrite them
+            (self.path / path).unlink()
+        return Discarded(ref, tip != state.head, changes, in_the_way, state.unexported)
 
     def create(self, cache: ObjectCache) -> None:
         """An empty repo whose objects come from the shared cache."""
@@ -285,6 +308,12 @@ class Worktree:
             shallow.unlink()
 
 
+def parent_dirs(path: str) -> list[str]:
+    """``a`` and ``a/b`` for ``a/b/c``."""
+    parts = path.split("/")[:-1]
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
 def check_no_lost_work(state: WorktreeState, *, what: str, recipe: str) -> None:
     if not state.exists or state.clean:
         return
@@ -299,6 +328,16 @@ def check_no_lost_work(state: WorktreeState, *, what: str, recipe: str) -> None:
         f"{what} would lose work in {state.path}:\n" + "\n".join(lines),
         hint=f"keep it: commit it (git -C {state.path} commit -a) and run 'kzbuild patches export {recipe}'; "
         f"or discard it: 'kzbuild sync {recipe} --force' (keeps it under {DISCARDED_REFS}<time>)",
+    )
+
+
+def check_nothing_in_the_way(path: Path, in_the_way: tuple[str, ...], *, recipe: str) -> None:
+    if not in_the_way:
+        return
+    raise WorktreeError(
+        f"sync would overwrite git-ignored files in {path} (the new tree writes at their paths):\n"
+        + "\n".join(f"  {name}" for name in in_the_way[:20]),
+        hint=f"move them elsewhere; or 'kzbuild sync {recipe} --force' (keeps them under {DISCARDED_REFS}<time>)",
     )
 
 
@@ -319,12 +358,15 @@ def sync(settings: Settings, recipe: Recipe, *, force: bool = False, progress: P
         if not state.exists:
             worktree.create(cache)
         worktree.share_shallow(cache)
-        discarded = worktree.discard(state) if force else None
+        in_the_way = worktree.ignored_in_the_way(pin, inputs) if state.exists else ()
+        if not force:
+            check_nothing_in_the_way(worktree.path, in_the_way, recipe=recipe.name)
+        discarded = worktree.discard(state, in_the_way) if force else None
 
         git = worktree.git
+        git("clean", "-q", "-fd")  # before the checkout, so the ignore rules are the ones the user had
         git("update-ref", BASE_REF, pin)
         git("checkout", "-q", "-f", "-B", recipe.branch, pin)
-        git("clean", "-q", "-fdx")
         worktree.save_state(set())
 
         applied = apply_series(worktree, inputs)

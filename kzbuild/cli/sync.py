@@ -62,6 +62,8 @@ def print_discarded(discarded: sync.Discarded, worktree: Path) -> None:
     console.print(f"[yellow]discarded[/yellow] (kept under {discarded.ref}):")
     for line in discarded.changes:
         console.print(f"  uncommitted  {line}")
+    for path in discarded.ignored:
+        console.print(f"  ignored      {path}")
     for line in discarded.commits:
         console.print(f"  commit       {line}")
     if discarded.snapshot:
