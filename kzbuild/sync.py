@@ -9,7 +9,8 @@ writes the recipe's lock. A sync whose inputs match the lock and the worktree do
 Sync never loses work: uncommitted changes, untracked files, commits that sync did not make,
 and git-ignored files standing where the new tree must write block it unless ``force`` is
 given; ``force`` first keeps all of them under ``refs/kz/discarded/<UTC time>``. Other ignored
-files (build dirs, models) are left alone.
+files (build dirs, models) are left alone. The state file records a sync in progress and each
+commit it makes, so a sync killed halfway is picked up by the next one.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ from pathlib import Path
 from kzbuild import __version__
 from kzbuild.errors import PatchError, WorktreeError
 from kzbuild.filelock import locked
-from kzbuild.gitcmd import KZ_AUTHOR, Git
+from kzbuild.gitcmd import KZ_AUTHOR, KZ_EMAIL, Git
 from kzbuild.model.recipe import Recipe
 from kzbuild.settings import Settings
 from kzbuild.sources import ObjectCache
-from kzbuild.stack import read_series
+from kzbuild.stack import read_series, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,27 @@ class Inputs:
             "kzbuild": __version__,
         }
 
+    def series_digest(self) -> str:
+        """One digest of the patches and overlays, for the record of a sync in progress."""
+        text = "".join(f"{name}\0{digest}\n" for name, _, digest in self.patches) + self.overlay_digest
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class SyncInProgress:
+    """Written before sync touches the tree, removed when it finishes: a sync killed halfway leaves it."""
+
+    pin: str
+    series: str  # Inputs.series_digest()
+
+
+@dataclass(frozen=True)
+class SyncRecord:
+    """The state file: the commits whose content is in patches/, and the sync in progress if any."""
+
+    commits: frozenset[str] = frozenset()
+    in_progress: SyncInProgress | None = None
+
 
 @dataclass(frozen=True)
 class WorktreeState:
@@ -157,10 +179,16 @@ class WorktreeState:
     base: str | None = None  # refs/kz/base
     dirty: tuple[str, ...] = ()  # porcelain status lines
     unexported: tuple[str, ...] = ()  # "sha subject" of commits sync did not make
+    interrupted: SyncInProgress | None = None  # a sync died here; the changes it left are its own
 
     @property
     def clean(self) -> bool:
-        return self.exists and not self.dirty and not self.unexported
+        return self.exists and not self.dirty and not self.unexported and not self.interrupted
+
+    @property
+    def at_risk(self) -> bool:
+        """Whether replacing the tree would lose work that is not sync's own."""
+        return bool(self.unexported or (self.dirty and not self.interrupted))
 
 
 @dataclass(frozen=True)
@@ -187,6 +215,7 @@ class SyncResult:
     fetched_from: str | None  # None when the cache already had the pin
     notes: tuple[str, ...] = field(default=())
     discarded: Discarded | None = None  # what --force took out (recoverable), None when nothing
+    interrupted: SyncInProgress | None = None  # the killed sync this one picked up
 
 
 Progress = Callable[[str], None]
@@ -214,32 +243,52 @@ class Worktree:
     def state_file(self) -> Path:
         return self.path / ".git" / STATE_FILE
 
+    def read_record(self) -> SyncRecord:
+        try:
+            data = json.loads(self.state_file.read_text())
+            progress = data.get("in_progress")
+            return SyncRecord(frozenset(data["commits"]), SyncInProgress(**progress) if progress else None)
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return SyncRecord()
+
     def made_by_sync(self) -> set[str]:
         """Commits whose content is in patches/ (made by sync, or exported since)."""
-        try:
-            return set(json.loads(self.state_file.read_text())["commits"])
-        except (FileNotFoundError, ValueError, KeyError):
-            return set()
+        return set(self.read_record().commits)
 
-    def save_state(self, commits: set[str]) -> None:
-        self.state_file.write_text(json.dumps({"commits": sorted(commits)}) + "\n")
+    def save_state(self, commits: set[str], in_progress: SyncInProgress | None = None) -> None:
+        data: dict[str, object] = {"commits": sorted(commits)}
+        if in_progress:
+            data["in_progress"] = asdict(in_progress)
+        # Atomic: a sync killed while writing must not leave a record that reads as empty.
+        write_atomic(self.state_file, (json.dumps(data) + "\n").encode())
 
     def state(self) -> WorktreeState:
         if not (self.path / ".git").is_dir():
             return WorktreeState(self.path, exists=False)
         head = self.git.resolve("HEAD")
         base = self.git.resolve(BASE_REF)
+        record = self.read_record()
         dirty = tuple(line for line in self.git("status", "--porcelain", "--untracked-files=all").splitlines() if line)
-        unexported = self.unexported_commits(head, base) if head else ()
-        return WorktreeState(self.path, True, head, base, dirty, unexported)
+        unexported = self.unexported_commits(head, base, record) if head else ()
+        return WorktreeState(self.path, True, head, base, dirty, unexported, record.in_progress)
 
-    def unexported_commits(self, head: str, base: str | None) -> tuple[str, ...]:
-        """``sha subject`` of the commits above the base that sync did not make."""
+    def unexported_commits(self, head: str, base: str | None, record: SyncRecord) -> tuple[str, ...]:
+        """``sha subject`` of the commits above the base that sync did not make, oldest first."""
         base = base or self.fallback_base(head)
         revs = f"{base}..{head}" if base else head  # no base at all: every commit sync did not make counts
-        made = self.made_by_sync()
-        lines = self.git("log", "--format=%H %s", revs).splitlines()
-        return tuple(line for line in lines if line.split(" ", 1)[0] not in made)
+        lines = self.git("log", "--reverse", "--format=%H %ce %s", revs).splitlines()
+        # git am commits before sync can record the commit: an interrupted sync owns one more commit by kzbuild.
+        pending = record.in_progress is not None
+        unexported = []
+        for line in lines:
+            sha, committer, subject = (line.split(" ", 2) + [""])[:3]
+            if sha in record.commits:
+                continue
+            if pending and committer == KZ_EMAIL:
+                pending = False
+                continue
+            unexported.append(f"{sha} {subject}")
+        return tuple(unexported)
 
     def fallback_base(self, head: str) -> str | None:
         """Without refs/kz/base: the locked upstream commit or the pin, whichever HEAD descends from."""
@@ -269,7 +318,7 @@ class Worktree:
     def discard(self, state: WorktreeState, in_the_way: tuple[str, ...]) -> Discarded | None:
         """Keep what a forced sync replaces under a refs/kz/discarded/ ref: the old HEAD, and the
         uncommitted files as a commit on top of it (made with a temporary index)."""
-        changes = state.dirty
+        changes = () if state.interrupted else state.dirty
         if not (state.unexported or changes or in_the_way):
             return None
         tip = state.head
@@ -315,10 +364,10 @@ def parent_dirs(path: str) -> list[str]:
 
 
 def check_no_lost_work(state: WorktreeState, *, what: str, recipe: str) -> None:
-    if not state.exists or state.clean:
+    if not state.exists or not state.at_risk:
         return
     lines = []
-    if state.dirty:
+    if state.dirty and not state.interrupted:
         lines.append("uncommitted changes:")
         lines += [f"  {line}" for line in state.dirty[:20]]
     if state.unexported:
@@ -364,12 +413,15 @@ def sync(settings: Settings, recipe: Recipe, *, force: bool = False, progress: P
         discarded = worktree.discard(state, in_the_way) if force else None
 
         git = worktree.git
+        in_progress = SyncInProgress(pin, inputs.series_digest())
+        worktree.save_state(worktree.made_by_sync(), in_progress)
+        if (worktree.path / ".git" / "rebase-apply").exists():
+            git("am", "--quit")  # left by a killed sync (or by hand); the checkout below replaces what it did
         git("clean", "-q", "-fd")  # before the checkout, so the ignore rules are the ones the user had
         git("update-ref", BASE_REF, pin)
         git("checkout", "-q", "-f", "-B", recipe.branch, pin)
-        worktree.save_state(set())
 
-        applied = apply_series(worktree, inputs)
+        applied = apply_series(worktree, inputs, in_progress)
         overlay_commit = commit_overlays(worktree, pin)
 
         fetched_from = fetched.source or (lock.fetched_from if lock and lock.upstream_commit == pin else "cache")
@@ -388,12 +440,13 @@ def sync(settings: Settings, recipe: Recipe, *, force: bool = False, progress: P
         notes = tuple(f"skipped {p.file}: upstreamed ({p.upstreamed})" for p in applied if p.upstreamed)
         return SyncResult(
             recipe, worktree.path, new_lock, changed=True, fetched_from=fetched.source, notes=notes,
-            discarded=discarded,
+            discarded=discarded, interrupted=state.interrupted,
         )
 
 
-def apply_series(worktree: Worktree, inputs: Inputs) -> list[AppliedPatch]:
-    """Apply each patch as one commit, skipping the ones the pin already holds; on failure abort and report."""
+def apply_series(worktree: Worktree, inputs: Inputs, in_progress: SyncInProgress) -> list[AppliedPatch]:
+    """Apply each patch as one commit, skipping the ones the pin already holds; on failure abort and report.
+    Each commit is recorded as made, so a sync killed halfway owns the commits it left."""
     # Imported here: patch parsing and classification cost every kzbuild start (and the no-op sync) ~40 ms.
     from kzbuild.patchapply import find_upstreamed
     from kzbuild.patchfile import read_patch
@@ -423,6 +476,7 @@ def apply_series(worktree: Worktree, inputs: Inputs) -> list[AppliedPatch]:
                 "rebase the patch there, then 'kzbuild patches export'",
             )
         applied.append(AppliedPatch(file=name, sha256=digest, commit=worktree.git("rev-parse", "HEAD")))
+        worktree.save_state({p.commit for p in applied if p.commit}, in_progress)
     return applied
 
 
@@ -476,6 +530,7 @@ class Status:
                 "state": worktree_word(wt),
                 "dirty": list(wt.dirty),
                 "unexported": list(wt.unexported),
+                "interrupted": asdict(wt.interrupted) if wt.interrupted else None,
             },
             "matches_lock": self.matches_lock,
         }
@@ -486,6 +541,8 @@ def worktree_word(state: WorktreeState) -> str:
         return "missing"
     if state.unexported:
         return "unexported commits"
+    if state.interrupted:
+        return "interrupted sync"
     return "dirty" if state.dirty else "clean"
 
 

@@ -53,6 +53,8 @@ def sync_command(
             console.print(f"  [yellow]skipped[/yellow] {patch.file}: already upstream ({patch.upstreamed})")
     if lock.overlay_commit:
         console.print(f"  overlays committed as {lock.overlay_commit[:12]}")
+    if result.interrupted:
+        console.print(f"  picked up a sync of {result.interrupted.pin[:12]} that was interrupted (its leftovers were its own)")
     console.print(f"  head {lock.head[:12]}; lock {loaded.lock_path.relative_to(settings.project)}")
 
 
