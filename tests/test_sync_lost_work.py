@@ -261,6 +261,8 @@ def test_a_killed_sync_is_picked_up_by_the_next(ignoring, tmp_path, kz, hook, k,
     status = json.loads(kz("status", "r", "--json").out)["worktree"]
     assert status["state"] == "interrupted sync" and status["unexported"] == []
     assert bool(status["dirty"]) == (leftover == "dirty")
+    human = kz("status", "r").out
+    assert "interrupted" in human and "unsaved" not in human
 
     result = kz("sync", "r")  # no --force
     assert result.code == 0, result.err

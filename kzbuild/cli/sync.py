@@ -95,7 +95,9 @@ def status_command(ctx: typer.Context, recipe: RecipeArg = None, json_out: JsonO
     for patch in patches:
         applied = patch["commit"][:12] if patch["commit"] else f"skipped, upstreamed ({patch['upstreamed']})"
         table.add_row("patch", f"{patch['file']}  {applied}")
-    for line in worktree["dirty"] + worktree["unexported"]:
+    if worktree["interrupted"]:
+        table.add_row("[yellow]interrupted[/yellow]", "a sync was killed halfway; 'kzbuild sync' finishes it (its leftovers are its own)")
+    for line in ([] if worktree["interrupted"] else worktree["dirty"]) + worktree["unexported"]:
         table.add_row("[yellow]unsaved[/yellow]", line)
     console.print(table)
 
