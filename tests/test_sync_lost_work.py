@@ -263,6 +263,7 @@ def test_a_killed_sync_is_picked_up_by_the_next(ignoring, tmp_path, kz, hook, k,
     assert bool(status["dirty"]) == (leftover == "dirty")
     human = kz("status", "r").out
     assert "interrupted" in human and "unsaved" not in human
+    assert kz("patches", "export", "r").code == 4  # the series is half applied: exporting it would drop patches
 
     result = kz("sync", "r")  # no --force
     assert result.code == 0, result.err

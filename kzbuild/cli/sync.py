@@ -15,6 +15,7 @@ from kzbuild.cli.ui import activity, console, context, print_json
 RecipeArg = Annotated[Optional[str], typer.Argument(help="Recipe name (recipes/NAME.yaml) or path. Default: demo-host.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 DEFAULT_RECIPE = "demo-host"
+SHOWN = 20  # lines of each kind of discarded work
 
 
 def register(app: typer.Typer) -> None:
@@ -62,12 +63,11 @@ def print_discarded(discarded: sync.Discarded, worktree: Path) -> None:
     """What --force took out of the worktree, and how to get it back."""
     git = f"git -C {worktree}"
     console.print(f"[yellow]discarded[/yellow] (kept under {discarded.ref}):")
-    for line in discarded.changes:
-        console.print(f"  uncommitted  {line}")
-    for path in discarded.ignored:
-        console.print(f"  ignored      {path}")
-    for line in discarded.commits:
-        console.print(f"  commit       {line}")
+    for kind, lines in (("uncommitted", discarded.changes), ("ignored", discarded.ignored), ("commit", discarded.commits)):
+        for line in lines[:SHOWN]:
+            console.print(f"  {kind:12} {line}")
+        if len(lines) > SHOWN:  # without a base ref every commit on HEAD counts: possibly all of upstream's
+            console.print(f"  {kind:12} ... and {len(lines) - SHOWN} more")
     if discarded.snapshot:
         console.print(f"  get a file back:   {git} restore --source={discarded.ref} -- PATH")
     if discarded.commits:
