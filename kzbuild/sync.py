@@ -339,6 +339,14 @@ class Worktree:
             (self.path / path).unlink()
         return Discarded(ref, tip != state.head, changes, in_the_way, state.unexported)
 
+    def remove_stale_git_locks(self) -> None:
+        """The lock files of a git that a killed sync took down with it (git refuses to run while they exist).
+        Only called when the state file says a sync was killed here, with the worktree lock held."""
+        dot_git = self.path / ".git"
+        for stale in [*dot_git.glob("*.lock"), *(dot_git / "refs").rglob("*.lock")]:
+            log.warning("removing %s, left by an interrupted sync", stale)
+            stale.unlink()
+
     def create(self, cache: ObjectCache) -> None:
         """An empty repo whose objects come from the shared cache."""
         self.path.mkdir(parents=True, exist_ok=True)
@@ -407,6 +415,8 @@ def sync(settings: Settings, recipe: Recipe, *, force: bool = False, progress: P
         if not state.exists:
             worktree.create(cache)
         worktree.share_shallow(cache)
+        if state.interrupted:
+            worktree.remove_stale_git_locks()
         in_the_way = worktree.ignored_in_the_way(pin, inputs) if state.exists else ()
         if not force:
             check_nothing_in_the_way(worktree.path, in_the_way, recipe=recipe.name)

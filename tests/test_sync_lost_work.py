@@ -258,6 +258,7 @@ def test_a_killed_sync_is_picked_up_by_the_next(ignoring, tmp_path, kz, hook, k,
 
     kill_sync_in_hook(ignoring, tmp_path, hook, k)
     assert (wt / ".git/rebase-apply").is_dir()
+    (wt / ".git/index.lock").touch()  # what git leaves when killed while it writes the index
     status = json.loads(kz("status", "r", "--json").out)["worktree"]
     assert status["state"] == "interrupted sync" and status["unexported"] == []
     assert bool(status["dirty"]) == (leftover == "dirty")
