@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
 def sync_command(
     ctx: typer.Context,
     recipe: RecipeArg = None,
-    force: Annotated[bool, typer.Option("--force", help="Discard uncommitted changes and unexported commits in the worktree.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Discard uncommitted changes, unexported commits and ignored files in the way; they are kept under refs/kz/discarded/<time>.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Fetch the pinned upstream commit, apply the patch series as commits, overlay kernels/, write the lock."""
