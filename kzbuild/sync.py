@@ -180,15 +180,16 @@ class WorktreeState:
     dirty: tuple[str, ...] = ()  # porcelain status lines
     unexported: tuple[str, ...] = ()  # "sha subject" of commits sync did not make
     interrupted: SyncInProgress | None = None  # a sync died here; the changes it left are its own
+    am_in_progress: bool = False  # .git/rebase-apply: a git am (or rebase --apply) stopped halfway
 
     @property
     def clean(self) -> bool:
-        return self.exists and not self.dirty and not self.unexported and not self.interrupted
+        return self.exists and not self.dirty and not self.unexported and not self.interrupted and not self.am_in_progress
 
     @property
     def at_risk(self) -> bool:
         """Whether replacing the tree would lose work that is not sync's own."""
-        return bool(self.unexported or (self.dirty and not self.interrupted))
+        return bool(self.unexported or ((self.dirty or self.am_in_progress) and not self.interrupted))
 
 
 @dataclass(frozen=True)
@@ -270,7 +271,8 @@ class Worktree:
         record = self.read_record()
         dirty = tuple(line for line in self.git("status", "--porcelain", "--untracked-files=all").splitlines() if line)
         unexported = self.unexported_commits(head, base, record) if head else ()
-        return WorktreeState(self.path, True, head, base, dirty, unexported, record.in_progress)
+        am_in_progress = (self.path / ".git" / "rebase-apply").exists()
+        return WorktreeState(self.path, True, head, base, dirty, unexported, record.in_progress, am_in_progress)
 
     def unexported_commits(self, head: str, base: str | None, record: SyncRecord) -> tuple[str, ...]:
         """``sha subject`` of the commits above the base that sync did not make, oldest first."""
@@ -381,6 +383,8 @@ def check_no_lost_work(state: WorktreeState, *, what: str, recipe: str) -> None:
     if state.unexported:
         lines.append("commits that are not in patches/:")
         lines += [f"  {line}" for line in state.unexported[:20]]
+    if state.am_in_progress and not state.interrupted:
+        lines.append(f"a git am in progress (.git/rebase-apply): finish it (git -C {state.path} am --continue) or abort it")
     raise WorktreeError(
         f"{what} would lose work in {state.path}:\n" + "\n".join(lines),
         hint=f"keep it: commit it (git -C {state.path} commit -a) and run 'kzbuild patches export {recipe}'; "
@@ -425,8 +429,8 @@ def sync(settings: Settings, recipe: Recipe, *, force: bool = False, progress: P
         git = worktree.git
         in_progress = SyncInProgress(pin, inputs.series_digest())
         worktree.save_state(worktree.made_by_sync(), in_progress)
-        if (worktree.path / ".git" / "rebase-apply").exists():
-            git("am", "--quit")  # left by a killed sync (or by hand); the checkout below replaces what it did
+        if state.am_in_progress:
+            git("am", "--quit")  # left by a killed sync (or forced); the checkout below replaces what it did
         git("clean", "-q", "-fd")  # before the checkout, so the ignore rules are the ones the user had
         git("update-ref", BASE_REF, pin)
         git("checkout", "-q", "-f", "-B", recipe.branch, pin)
@@ -553,6 +557,8 @@ def worktree_word(state: WorktreeState) -> str:
         return "unexported commits"
     if state.interrupted:
         return "interrupted sync"
+    if state.am_in_progress:
+        return "git am in progress"
     return "dirty" if state.dirty else "clean"
 
 

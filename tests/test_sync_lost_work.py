@@ -199,6 +199,19 @@ def test_without_any_base_every_commit_sync_did_not_make_counts(ignoring, upstre
     assert_nothing_lost(wt, {}, ("my local work",))
 
 
+def test_a_git_am_of_the_user_stopped_halfway_blocks_sync(ignoring, upstream, tmp_path, kz):
+    assert kz("sync", "r").code == 0
+    wt = worktree(ignoring)
+    theirs = make_patch(upstream, tmp_path, {"common/fit.cpp": fit_line_edit(5, "// someone else")}, "their fix")
+    result = subprocess.run(["git", "-C", str(wt), "am", str(theirs)], capture_output=True, env={**os.environ, **GIT_ENV})
+    assert result.returncode != 0 and (wt / ".git/rebase-apply").is_dir()  # stopped: the patch conflicts
+    all_patches(ignoring)
+    refused = kz("sync", "r")
+    assert refused.code == 4 and "a git am in progress" in refused.err
+    assert json.loads(kz("status", "r", "--json").out)["worktree"]["state"] == "git am in progress"
+    assert (wt / ".git/rebase-apply").is_dir()
+
+
 # --- a sync killed mid-apply ---
 
 HOOK = """#!/bin/sh
