@@ -130,6 +130,12 @@ def _exportable_state(worktree: Worktree, recipe: Recipe, *, allow_dirty: bool =
     state = worktree.state()
     if not state.exists:
         raise WorktreeError(f"there is no worktree for {recipe.name} at {worktree.path}", hint=f"run 'kzbuild sync {recipe.name}' first")
+    if state.interrupted:
+        # Its commits are part of a series: exporting them would drop the patches it had not applied yet.
+        raise WorktreeError(
+            f"a sync of {recipe.name} was interrupted in {worktree.path}; the worktree holds part of the series",
+            hint=f"run 'kzbuild sync {recipe.name}' to finish it first",
+        )
     if state.dirty and not allow_dirty:
         raise WorktreeError(
             f"the worktree {worktree.path} has uncommitted changes; export writes commits only:\n  " + "\n  ".join(state.dirty[:20]),

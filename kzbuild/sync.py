@@ -6,8 +6,11 @@ patch at a time with ``git am --3way`` (a fixed committer and the author's dates
 patched commit SHAs are the same on every machine), then commits the kernel overlays, and
 writes the recipe's lock. A sync whose inputs match the lock and the worktree does nothing.
 
-Sync never loses work: uncommitted changes or commits that sync did not make block it
-unless ``force`` is given.
+Sync never loses work: uncommitted changes, untracked files, commits that sync did not make,
+and git-ignored files standing where the new tree must write block it unless ``force`` is
+given; ``force`` first keeps all of them under ``refs/kz/discarded/<UTC time>``. Other ignored
+files (build dirs, models) are left alone. The state file records a sync in progress and each
+commit it makes, so a sync killed halfway is picked up by the next one.
 """
 
 from __future__ import annotations
@@ -17,22 +20,25 @@ import json
 import logging
 import re
 import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from kzbuild import __version__
 from kzbuild.errors import PatchError, WorktreeError
 from kzbuild.filelock import locked
-from kzbuild.gitcmd import KZ_AUTHOR, Git
+from kzbuild.gitcmd import KZ_AUTHOR, KZ_EMAIL, Git
 from kzbuild.model.recipe import Recipe
 from kzbuild.settings import Settings
 from kzbuild.sources import ObjectCache
-from kzbuild.stack import read_series
+from kzbuild.stack import read_series, write_atomic
 
 log = logging.getLogger(__name__)
 
 BASE_REF = "refs/kz/base"
+DISCARDED_REFS = "refs/kz/discarded/"  # + UTC time: what a forced sync took out of the worktree
 STATE_FILE = "kz-sync.json"  # inside the worktree's .git: what the last sync made
 LOCK_FORMAT = 1
 
@@ -143,19 +149,62 @@ class Inputs:
             "kzbuild": __version__,
         }
 
+    def series_digest(self) -> str:
+        """One digest of the patches and overlays, for the record of a sync in progress."""
+        text = "".join(f"{name}\0{digest}\n" for name, _, digest in self.patches) + self.overlay_digest
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class SyncInProgress:
+    """Written before sync touches the tree, removed when it finishes: a sync killed halfway leaves it."""
+
+    pin: str
+    series: str  # Inputs.series_digest()
+
+
+@dataclass(frozen=True)
+class SyncRecord:
+    """The state file: the commits whose content is in patches/, and the sync in progress if any."""
+
+    commits: frozenset[str] = frozenset()
+    in_progress: SyncInProgress | None = None
+
 
 @dataclass(frozen=True)
 class WorktreeState:
     path: Path
     exists: bool
     head: str | None = None
-    base: str | None = None
+    base: str | None = None  # refs/kz/base
     dirty: tuple[str, ...] = ()  # porcelain status lines
     unexported: tuple[str, ...] = ()  # "sha subject" of commits sync did not make
+    interrupted: SyncInProgress | None = None  # a sync died here; the changes it left are its own
+    am_in_progress: bool = False  # .git/rebase-apply: a git am (or rebase --apply) stopped halfway
 
     @property
     def clean(self) -> bool:
-        return self.exists and not self.dirty and not self.unexported
+        return self.exists and not self.dirty and not self.unexported and not self.interrupted and not self.am_in_progress
+
+    @property
+    def at_risk(self) -> bool:
+        """Whether replacing the tree would lose work that is not sync's own."""
+        return bool(self.unexported or ((self.dirty or self.am_in_progress) and not self.interrupted))
+
+
+@dataclass(frozen=True)
+class Discarded:
+    """What a forced sync took out of the worktree, all kept under ``ref``."""
+
+    ref: str
+    snapshot: bool  # the ref is a commit of the files on top of the old HEAD (else the old HEAD itself)
+    changes: tuple[str, ...]  # porcelain lines: uncommitted changes and untracked files
+    ignored: tuple[str, ...]  # git-ignored files where the new tree had to write
+    commits: tuple[str, ...]  # "sha subject" of commits that were not in patches/
+
+    @property
+    def commits_ref(self) -> str:
+        return f"{self.ref}^" if self.snapshot else self.ref
 
 
 @dataclass(frozen=True)
@@ -166,6 +215,8 @@ class SyncResult:
     changed: bool
     fetched_from: str | None  # None when the cache already had the pin
     notes: tuple[str, ...] = field(default=())
+    discarded: Discarded | None = None  # what --force took out (recoverable), None when nothing
+    interrupted: SyncInProgress | None = None  # the killed sync this one picked up
 
 
 Progress = Callable[[str], None]
@@ -193,28 +244,110 @@ class Worktree:
     def state_file(self) -> Path:
         return self.path / ".git" / STATE_FILE
 
+    def read_record(self) -> SyncRecord:
+        try:
+            data = json.loads(self.state_file.read_text())
+            progress = data.get("in_progress")
+            return SyncRecord(frozenset(data["commits"]), SyncInProgress(**progress) if progress else None)
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return SyncRecord()
+
     def made_by_sync(self) -> set[str]:
         """Commits whose content is in patches/ (made by sync, or exported since)."""
-        try:
-            return set(json.loads(self.state_file.read_text())["commits"])
-        except (FileNotFoundError, ValueError, KeyError):
-            return set()
+        return set(self.read_record().commits)
 
-    def save_state(self, commits: set[str]) -> None:
-        self.state_file.write_text(json.dumps({"commits": sorted(commits)}) + "\n")
+    def save_state(self, commits: set[str], in_progress: SyncInProgress | None = None) -> None:
+        data: dict[str, object] = {"commits": sorted(commits)}
+        if in_progress:
+            data["in_progress"] = asdict(in_progress)
+        # Atomic: a sync killed while writing must not leave a record that reads as empty.
+        write_atomic(self.state_file, (json.dumps(data) + "\n").encode())
 
     def state(self) -> WorktreeState:
         if not (self.path / ".git").is_dir():
             return WorktreeState(self.path, exists=False)
         head = self.git.resolve("HEAD")
         base = self.git.resolve(BASE_REF)
+        record = self.read_record()
         dirty = tuple(line for line in self.git("status", "--porcelain", "--untracked-files=all").splitlines() if line)
-        unexported: tuple[str, ...] = ()
-        if head and base:
-            made = self.made_by_sync()
-            lines = self.git("log", "--format=%H %s", f"{base}..{head}").splitlines()
-            unexported = tuple(line for line in lines if line.split(" ", 1)[0] not in made)
-        return WorktreeState(self.path, True, head, base, dirty, unexported)
+        unexported = self.unexported_commits(head, base, record) if head else ()
+        am_in_progress = (self.path / ".git" / "rebase-apply").exists()
+        return WorktreeState(self.path, True, head, base, dirty, unexported, record.in_progress, am_in_progress)
+
+    def unexported_commits(self, head: str, base: str | None, record: SyncRecord) -> tuple[str, ...]:
+        """``sha subject`` of the commits above the base that sync did not make, oldest first."""
+        base = base or self.fallback_base(head)
+        revs = f"{base}..{head}" if base else head  # no base at all: every commit sync did not make counts
+        lines = self.git("log", "--reverse", "--format=%H %ce %s", revs).splitlines()
+        # git am commits before sync can record the commit: an interrupted sync owns one more commit by kzbuild.
+        pending = record.in_progress is not None
+        unexported = []
+        for line in lines:
+            sha, committer, subject = (line.split(" ", 2) + [""])[:3]
+            if sha in record.commits:
+                continue
+            if pending and committer == KZ_EMAIL:
+                pending = False
+                continue
+            unexported.append(f"{sha} {subject}")
+        return tuple(unexported)
+
+    def fallback_base(self, head: str) -> str | None:
+        """Without refs/kz/base: the locked upstream commit or the pin, whichever HEAD descends from."""
+        lock = read_lock(self.recipe.lock_path)
+        for candidate in (lock.upstream_commit if lock else None, self.recipe.upstream.commit):
+            if candidate and self.git.run("merge-base", "--is-ancestor", candidate, head, check=False).ok:
+                return candidate
+        return None
+
+    def ignored_in_the_way(self, pin: str, inputs: Inputs) -> tuple[str, ...]:
+        """Git-ignored files at a path the pin, a patch or an overlay writes (or needs as a directory)."""
+        ignored = self.git("ls-files", "-z", "--others", "--ignored", "--exclude-standard").split("\0")
+        ignored = [path for path in ignored if path]
+        if not ignored:
+            return ()
+        from kzbuild.patchfile import read_patch  # see apply_series
+
+        needed = set(self.git("ls-tree", "-r", "-z", "--name-only", pin).split("\0"))
+        needed |= {change.path for name, path, _ in inputs.patches for change in read_patch(path, name).files}
+        needed |= {overlay.dest for overlay in self.recipe.overlays}
+        needed_dirs = {parent for path in needed for parent in parent_dirs(path)}
+        return tuple(
+            path for path in ignored
+            if path in needed or path in needed_dirs or any(parent in needed for parent in parent_dirs(path))
+        )
+
+    def discard(self, state: WorktreeState, in_the_way: tuple[str, ...]) -> Discarded | None:
+        """Keep what a forced sync replaces under a refs/kz/discarded/ ref: the old HEAD, and the
+        uncommitted files as a commit on top of it (made with a temporary index)."""
+        changes = () if state.interrupted else state.dirty
+        if not (state.unexported or changes or in_the_way):
+            return None
+        tip = state.head
+        if changes or in_the_way:
+            with tempfile.TemporaryDirectory() as scratch:
+                index = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
+                self.git("read-tree", *([state.head] if state.head else ["--empty"]), env=index)
+                self.git("add", "-A", env=index)
+                if in_the_way:
+                    self.git("add", "-f", "--pathspec-from-file=-", "--pathspec-file-nul", env=index, input="\0".join(in_the_way))
+                tree = self.git("write-tree", env=index)
+            parents = ["-p", state.head] if state.head else []
+            tip = self.git("commit-tree", tree, *parents, "-m", "kz: files discarded by sync --force", env=KZ_AUTHOR)
+        assert tip is not None  # no HEAD means no commits; then there were files to snapshot
+        ref = DISCARDED_REFS + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        self.git("update-ref", ref, tip)
+        for path in in_the_way:  # kept in the snapshot; git am would refuse to overwrite them
+            (self.path / path).unlink()
+        return Discarded(ref, tip != state.head, changes, in_the_way, state.unexported)
+
+    def remove_stale_git_locks(self) -> None:
+        """The lock files of a git that a killed sync took down with it (git refuses to run while they exist).
+        Only called when the state file says a sync was killed here, with the worktree lock held."""
+        dot_git = self.path / ".git"
+        for stale in [*dot_git.glob("*.lock"), *(dot_git / "refs").rglob("*.lock")]:
+            log.warning("removing %s, left by an interrupted sync", stale)
+            stale.unlink()
 
     def create(self, cache: ObjectCache) -> None:
         """An empty repo whose objects come from the shared cache."""
@@ -234,20 +367,38 @@ class Worktree:
             shallow.unlink()
 
 
+def parent_dirs(path: str) -> list[str]:
+    """``a`` and ``a/b`` for ``a/b/c``."""
+    parts = path.split("/")[:-1]
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
 def check_no_lost_work(state: WorktreeState, *, what: str, recipe: str) -> None:
-    if not state.exists or state.clean:
+    if not state.exists or not state.at_risk:
         return
     lines = []
-    if state.dirty:
+    if state.dirty and not state.interrupted:
         lines.append("uncommitted changes:")
         lines += [f"  {line}" for line in state.dirty[:20]]
     if state.unexported:
         lines.append("commits that are not in patches/:")
         lines += [f"  {line}" for line in state.unexported[:20]]
+    if state.am_in_progress and not state.interrupted:
+        lines.append(f"a git am in progress (.git/rebase-apply): finish it (git -C {state.path} am --continue) or abort it")
     raise WorktreeError(
         f"{what} would lose work in {state.path}:\n" + "\n".join(lines),
         hint=f"keep it: commit it (git -C {state.path} commit -a) and run 'kzbuild patches export {recipe}'; "
-        f"or discard it: 'kzbuild sync {recipe} --force'",
+        f"or discard it: 'kzbuild sync {recipe} --force' (keeps it under {DISCARDED_REFS}<time>)",
+    )
+
+
+def check_nothing_in_the_way(path: Path, in_the_way: tuple[str, ...], *, recipe: str) -> None:
+    if not in_the_way:
+        return
+    raise WorktreeError(
+        f"sync would overwrite git-ignored files in {path} (the new tree writes at their paths):\n"
+        + "\n".join(f"  {name}" for name in in_the_way[:20]),
+        hint=f"move them elsewhere; or 'kzbuild sync {recipe} --force' (keeps them under {DISCARDED_REFS}<time>)",
     )
 
 
@@ -268,13 +419,23 @@ def sync(settings: Settings, recipe: Recipe, *, force: bool = False, progress: P
         if not state.exists:
             worktree.create(cache)
         worktree.share_shallow(cache)
+        if state.interrupted:
+            worktree.remove_stale_git_locks()
+        in_the_way = worktree.ignored_in_the_way(pin, inputs) if state.exists else ()
+        if not force:
+            check_nothing_in_the_way(worktree.path, in_the_way, recipe=recipe.name)
+        discarded = worktree.discard(state, in_the_way) if force else None
+
         git = worktree.git
+        in_progress = SyncInProgress(pin, inputs.series_digest())
+        worktree.save_state(worktree.made_by_sync(), in_progress)
+        if state.am_in_progress:
+            git("am", "--quit")  # left by a killed sync (or forced); the checkout below replaces what it did
+        git("clean", "-q", "-fd")  # before the checkout, so the ignore rules are the ones the user had
         git("update-ref", BASE_REF, pin)
         git("checkout", "-q", "-f", "-B", recipe.branch, pin)
-        git("clean", "-q", "-fdx")
-        worktree.save_state(set())
 
-        applied = apply_series(worktree, inputs)
+        applied = apply_series(worktree, inputs, in_progress)
         overlay_commit = commit_overlays(worktree, pin)
 
         fetched_from = fetched.source or (lock.fetched_from if lock and lock.upstream_commit == pin else "cache")
@@ -291,11 +452,15 @@ def sync(settings: Settings, recipe: Recipe, *, force: bool = False, progress: P
         worktree.save_state(new_lock.commits())
         recipe.lock_path.write_text(new_lock.to_json(), encoding="utf-8")
         notes = tuple(f"skipped {p.file}: upstreamed ({p.upstreamed})" for p in applied if p.upstreamed)
-        return SyncResult(recipe, worktree.path, new_lock, changed=True, fetched_from=fetched.source, notes=notes)
+        return SyncResult(
+            recipe, worktree.path, new_lock, changed=True, fetched_from=fetched.source, notes=notes,
+            discarded=discarded, interrupted=state.interrupted,
+        )
 
 
-def apply_series(worktree: Worktree, inputs: Inputs) -> list[AppliedPatch]:
-    """Apply each patch as one commit, skipping the ones the pin already holds; on failure abort and report."""
+def apply_series(worktree: Worktree, inputs: Inputs, in_progress: SyncInProgress) -> list[AppliedPatch]:
+    """Apply each patch as one commit, skipping the ones the pin already holds; on failure abort and report.
+    Each commit is recorded as made, so a sync killed halfway owns the commits it left."""
     # Imported here: patch parsing and classification cost every kzbuild start (and the no-op sync) ~40 ms.
     from kzbuild.patchapply import find_upstreamed
     from kzbuild.patchfile import read_patch
@@ -325,6 +490,7 @@ def apply_series(worktree: Worktree, inputs: Inputs) -> list[AppliedPatch]:
                 "rebase the patch there, then 'kzbuild patches export'",
             )
         applied.append(AppliedPatch(file=name, sha256=digest, commit=worktree.git("rev-parse", "HEAD")))
+        worktree.save_state({p.commit for p in applied if p.commit}, in_progress)
     return applied
 
 
@@ -378,6 +544,7 @@ class Status:
                 "state": worktree_word(wt),
                 "dirty": list(wt.dirty),
                 "unexported": list(wt.unexported),
+                "interrupted": asdict(wt.interrupted) if wt.interrupted else None,
             },
             "matches_lock": self.matches_lock,
         }
@@ -388,6 +555,10 @@ def worktree_word(state: WorktreeState) -> str:
         return "missing"
     if state.unexported:
         return "unexported commits"
+    if state.interrupted:
+        return "interrupted sync"
+    if state.am_in_progress:
+        return "git am in progress"
     return "dirty" if state.dirty else "clean"
 
 

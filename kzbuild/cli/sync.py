@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -13,6 +15,7 @@ from kzbuild.cli.ui import activity, console, context, print_json
 RecipeArg = Annotated[Optional[str], typer.Argument(help="Recipe name (recipes/NAME.yaml) or path. Default: demo-host.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 DEFAULT_RECIPE = "demo-host"
+SHOWN = 20  # lines of each kind of discarded work
 
 
 def register(app: typer.Typer) -> None:
@@ -24,7 +27,7 @@ def register(app: typer.Typer) -> None:
 def sync_command(
     ctx: typer.Context,
     recipe: RecipeArg = None,
-    force: Annotated[bool, typer.Option("--force", help="Discard uncommitted changes and unexported commits in the worktree.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Discard uncommitted changes, unexported commits and ignored files in the way; they are kept under refs/kz/discarded/<time>.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Fetch the pinned upstream commit, apply the patch series as commits, overlay kernels/, write the lock."""
@@ -32,9 +35,12 @@ def sync_command(
     loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
     with activity(f"syncing {loaded.name}") as progress:
         result = sync.sync(settings, loaded, force=force, progress=progress)
+    discarded = result.discarded
     if json_out:
-        print_json({"changed": result.changed, **sync.status(settings, loaded).to_dict()})
+        print_json({"changed": result.changed, "discarded": asdict(discarded) if discarded else None, **sync.status(settings, loaded).to_dict()})
         return
+    if discarded:
+        print_discarded(discarded, result.worktree)
     lock = result.lock
     if not result.changed:
         console.print(f"[green]{loaded.name}[/green] is up to date at {lock.head[:12]} ({result.worktree})")
@@ -48,7 +54,24 @@ def sync_command(
             console.print(f"  [yellow]skipped[/yellow] {patch.file}: already upstream ({patch.upstreamed})")
     if lock.overlay_commit:
         console.print(f"  overlays committed as {lock.overlay_commit[:12]}")
+    if result.interrupted:
+        console.print(f"  picked up a sync of {result.interrupted.pin[:12]} that was interrupted (its leftovers were its own)")
     console.print(f"  head {lock.head[:12]}; lock {loaded.lock_path.relative_to(settings.project)}")
+
+
+def print_discarded(discarded: sync.Discarded, worktree: Path) -> None:
+    """What --force took out of the worktree, and how to get it back."""
+    git = f"git -C {worktree}"
+    console.print(f"[yellow]discarded[/yellow] (kept under {discarded.ref}):")
+    for kind, lines in (("uncommitted", discarded.changes), ("ignored", discarded.ignored), ("commit", discarded.commits)):
+        for line in lines[:SHOWN]:
+            console.print(f"  {kind:12} {line}")
+        if len(lines) > SHOWN:  # without a base ref every commit on HEAD counts: possibly all of upstream's
+            console.print(f"  {kind:12} ... and {len(lines) - SHOWN} more")
+    if discarded.snapshot:
+        console.print(f"  get a file back:   {git} restore --source={discarded.ref} -- PATH")
+    if discarded.commits:
+        console.print(f"  get the commits:   {git} branch rescued {discarded.commits_ref}")
 
 
 def status_command(ctx: typer.Context, recipe: RecipeArg = None, json_out: JsonOpt = False) -> None:
@@ -72,7 +95,9 @@ def status_command(ctx: typer.Context, recipe: RecipeArg = None, json_out: JsonO
     for patch in patches:
         applied = patch["commit"][:12] if patch["commit"] else f"skipped, upstreamed ({patch['upstreamed']})"
         table.add_row("patch", f"{patch['file']}  {applied}")
-    for line in worktree["dirty"] + worktree["unexported"]:
+    if worktree["interrupted"]:
+        table.add_row("[yellow]interrupted[/yellow]", "a sync was killed halfway; 'kzbuild sync' finishes it (its leftovers are its own)")
+    for line in ([] if worktree["interrupted"] else worktree["dirty"]) + worktree["unexported"]:
         table.add_row("[yellow]unsaved[/yellow]", line)
     console.print(table)
 
