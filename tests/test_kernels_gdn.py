@@ -130,6 +130,7 @@ def test_the_patch_moves_ops_from_cpu_to_hvx_only_where_hmx_does_not_fit(harness
     assert all(case.hmx_eligible for case, _, _ in differ)
     assert all(0 < patched.vtcm_bytes <= case.budget and patched.n_heads_batch == 1 for case, _, patched in differ)
     assert {case.S_v for case, _, _ in differ} == {64, 128}  # S_v 96 never takes HMX
+    assert max(case.budget for case, _, _ in differ) < 1 * MiB
 
 
 def test_at_pad3s_8_mib_the_patch_changes_nothing(harnesses):
@@ -148,17 +149,18 @@ def test_at_pad3s_8_mib_the_patch_changes_nothing(harnesses):
             assert (patched.path, patched.vtcm_bytes) == ("hvx", 8 * 128 * KiB), case  # decode: recurrent on HVX
 
 
-def test_for_qwen35_4b_the_gap_is_below_854_kib_with_6_threads_or_fewer(harnesses):
-    """S_v 128: the HVX kernel needs 128 KiB per thread, the HMX layout fits from 806 + 8 x threads KiB.
+@pytest.mark.parametrize(("s_v", "hvx_kib_per_thread", "hmx_base_kib"), [(128, 128, 806), (64, 32, 390)], ids=["S_v=128", "S_v=64"])
+def test_where_they_differ_by_threads_and_budget(harnesses, s_v, hvx_kib_per_thread, hmx_base_kib):
+    """The HVX kernel needs a fixed VTCM per thread; the HMX layout fits from base + 8 x threads KiB.
 
-    So the two differ only between those, which exists for 1 to 6 threads and ends below 854 KiB.
+    Pin and patch differ exactly in between, to the KiB: for S_v 128 (Qwen3.5) that exists only
+    with 6 threads or fewer and ends below 854 KiB, for S_v 64 with every thread count.
     """
-    cases = [Case(**QWEN35_4B, n_tokens=512, n_threads=th, budget=kib * KiB) for th in range(1, 9) for kib in range(96, 1025)]
-    differ = [(case, patched) for case, pin, patched in side_by_side(harnesses, cases) if pin != patched]
-    assert {case.n_threads for case, _ in differ} == set(range(1, 7))
-    assert max(case.budget for case, _ in differ) == 853 * KiB
-    for threads in range(1, 7):
-        budgets = sorted(case.budget for case, _ in differ if case.n_threads == threads)
-        assert budgets[0] == threads * 128 * KiB  # from where the HVX layout fits ...
-        assert budgets == list(range(budgets[0], budgets[-1] + 1, KiB))  # ... up to where HMX fits, without holes
-    assert (Case(**QWEN35_4B, n_tokens=512, n_threads=6, budget=768 * KiB), Decision("hvx", 6, 1, 768 * KiB)) in differ
+    cases = [Case(S_v=s_v, H=32, n_tokens=512, n_threads=th, budget=kib * KiB) for th in range(1, 9) for kib in range(16, 1025)]
+    differ = {(case.n_threads, case.budget // KiB) for case, pin, patched in side_by_side(harnesses, cases) if pin != patched}
+    expected = {(th, kib) for th in range(1, 9) for kib in range(hvx_kib_per_thread * th, hmx_base_kib + 8 * th)}
+    assert differ == expected
+    if s_v == 128:
+        assert {th for th, _ in differ} == set(range(1, 7)) and max(kib for _, kib in differ) == 853
+        (d,) = decide(harnesses["patched"], [Case(**QWEN35_4B, n_tokens=512, n_threads=6, budget=768 * KiB)])
+        assert d == Decision("hvx", 6, 1, 768 * KiB)
