@@ -98,17 +98,26 @@ def find_upstreamed(git: Git, patch: Patch, target: str, *, since: str | None = 
     return proof
 
 
-def _named_commit_proof(git: Git, patch: Patch, target: str, notes: list[str]) -> Proof | None:
-    """The patch names an upstream commit that obsoletes it: is that commit in the target's history?"""
+def named_commits(patch: Patch) -> list[tuple[str, str, str]]:
+    """The upstream commits the patch names as obsoleting it: (proof kind, trailer, sha)."""
     backport = (patch.upstream_status or "").removeprefix("Backport ").strip()
     named = (
         ("drop-when", "Drop-When", patch.drop_when),
         ("merged", "Upstream-Status: Merged", patch.merged_commit),
         ("backport", "Upstream-Status: Backport", backport if patch.status_kind == "Backport" and SHA.match(backport) else None),
     )
-    for kind, label, sha in named:
-        if not sha:
-            continue
+    return [(kind, label, sha) for kind, label, sha in named if sha]
+
+
+def ancestry_known(git: Git, sha: str, target: str) -> bool:
+    """Whether this repository can tell if ``sha`` is in the history of ``target``."""
+    full = git.resolve(sha)
+    return full is not None and (is_ancestor(git, full, target) or not history_truncated(git, target))
+
+
+def _named_commit_proof(git: Git, patch: Patch, target: str, notes: list[str]) -> Proof | None:
+    """The patch names an upstream commit that obsoletes it: is that commit in the target's history?"""
+    for kind, label, sha in named_commits(patch):
         full = git.resolve(sha)
         if full is None:
             notes.append(f"{label} {sha} is not in the cache (history missing): cannot verify it")

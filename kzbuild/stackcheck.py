@@ -23,7 +23,7 @@ from kzbuild.model.check import PatchCheck, StackCheck, Verdict
 from kzbuild.model.patch import Patch
 from kzbuild.model.recipe import Recipe, Source
 from kzbuild.model.stack import Problem
-from kzbuild.patchapply import apply_any, classify, history_truncated, is_ancestor, missing_preimages
+from kzbuild.patchapply import ancestry_known, apply_any, classify, history_truncated, is_ancestor, missing_preimages, named_commits
 from kzbuild.patchfile import read_patch
 from kzbuild.settings import Settings
 from kzbuild.sources import ObjectCache, Progress, extract_vendored_gitdirs
@@ -192,7 +192,7 @@ def check_patches(
     progress: Progress | None = None,
 ) -> StackCheck:
     fetch_target(settings, recipe, target, progress)
-    notes = deepen(settings, recipe, target, progress) if fetch_history else []
+    notes = deepen(settings, recipe, target, patches, progress) if fetch_history else []
     scratch = Scratch(settings, recipe)
     pin = recipe.upstream.commit
     since = pin if target.commit != pin else None
@@ -207,33 +207,45 @@ def check_patches(
     )
 
 
-def deepen(settings: Settings, recipe: Recipe, target: Target, progress: Progress | None = None) -> list[str]:
-    """Fetch the history old..new from a git source when the cache lacks it. Returns notes."""
+def deepen(settings: Settings, recipe: Recipe, target: Target, patches: list[Patch], progress: Progress | None = None) -> list[str]:
+    """Fetch from a git source the history a check can use, when the cache lacks it: the pin..target
+    range (for patch-ids), and the target's history back to each commit a patch names (Drop-When,
+    Merged, Backport <sha>), so those are checked by ancestry. Returns notes."""
     cache = ObjectCache(settings)
     git = cache.git
     old, new = recipe.upstream.commit, target.commit
-    if old == new or is_ancestor(git, old, new):
+    goals = [] if old == new or is_ancestor(git, old, new) else [old]
+    goals += [sha for patch in patches for _, _, sha in named_commits(patch) if not ancestry_known(git, sha, new)]
+    if not goals:
         return []
     sources = [s for s in dict.fromkeys(target.sources + recipe.upstream.sources) if s.kind != "pypi-sdist"]
     if not sources:
         return ["history missing: no git source to deepen from (an sdist vendors one commit without its history)"]
-    since = int(git("log", "-1", "--format=%ct", old)) - SHALLOW_SINCE_MARGIN
     with cache.lock():
-        for source in sources:
-            for option in (f"--shallow-since=@{since}", *(f"--depth={d}" for d in DEEPEN_STEPS)):
-                if progress:
-                    progress(f"deepening from {source.label} ({option})")
-                result = git.run("fetch", "--no-tags", option, source.location, new, check=False)
-                if not result.ok:
-                    log.warning("cannot deepen from %s: %s", source.label, result.stderr.strip().splitlines()[-1:])
-                    break
-                if is_ancestor(git, old, new):
-                    return [f"fetched the history {old[:12]}..{new[:12]} from {source.label}"]
-                if not history_truncated(git, new):
-                    return [f"{old[:12]} is not in the history of {new[:12]} ({source.label} has all of it)"]
-    return [f"history missing: no git source could provide {old[:12]}..{new[:12]}"]
+        return [_deepen_to(git, sources, goal, new, progress) for goal in dict.fromkeys(goals)]
 
 
+def _deepen_to(git: Git, sources: list[Source], goal: str, new: str, progress: Progress | None) -> str:
+    """Deepen ``new``'s history from the first source that can until ``goal`` is in it, or is shown not to be."""
+    for source in sources:
+        if FULL_SHA.match(goal) and git.resolve(goal) is None:
+            # the goal's commit date bounds how deep to fetch; an abbreviated sha falls back to depths
+            git.run("fetch", "--no-tags", "--depth=1", source.location, goal, check=False)
+        full = git.resolve(goal)
+        since = [f"--shallow-since=@{int(git('log', '-1', '--format=%ct', full)) - SHALLOW_SINCE_MARGIN}"] if full else []
+        for option in (*since, *(f"--depth={d}" for d in DEEPEN_STEPS)):
+            if progress:
+                progress(f"deepening from {source.label} ({option})")
+            result = git.run("fetch", "--no-tags", option, source.location, new, check=False)
+            if not result.ok:
+                log.warning("cannot deepen from %s: %s", source.label, result.stderr.strip().splitlines()[-1:])
+                break
+            full = git.resolve(goal)
+            if full is not None and is_ancestor(git, full, new):
+                return f"fetched the history {full[:12]}..{new[:12]} from {source.label}"
+            if not history_truncated(git, new):
+                return f"{goal[:12]} is not in the history of {new[:12]} ({source.label} has all of it)"
+    return f"history missing: no git source could provide {goal[:12]}..{new[:12]}"
 
 
 def tree_problems(settings: Settings, recipe: Recipe, patches: list[Patch]) -> list[Problem]:

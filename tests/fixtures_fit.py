@@ -2,8 +2,8 @@
 
 llama.cpp reports memory in whole MiB, so the tiny models (kzbuild.tinymodel, a few hundred KB)
 cannot show whether the repacked weights are counted. This one has about 15 MiB of Q4_0
-matrices, all of which the CPU backend repacks (CPU_REPACK) on AVX2 and arm64. It shares the
-tiny models' vocabulary; weights are seeded random numbers.
+matrices, which the CPU backend repacks into an extra buffer type (CPU_REPACK on AVX2 and arm64,
+AMX on CPUs with AMX). It shares the tiny models' vocabulary; weights are seeded random numbers.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def test_production_and_demo_recipes_carry_the_same_stack():
     pad3, demo = load_recipe(REPO_ROOT, "pad3-v79"), load_recipe(REPO_ROOT, "demo-host")
     assert pad3.upstream.commit == demo.upstream.commit
     assert pad3.series == demo.series
-    assert pad3.overlays == demo.overlays and pad3.overlays
+    assert pad3.overlays == demo.overlays
 
 
 def test_the_backport_is_carried_for_old_pins_and_skipped_at_the_pin():

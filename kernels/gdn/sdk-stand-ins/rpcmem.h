@@ -1,0 +1,14 @@
+// Syntax-check stand-in for the Hexagon SDK header of the same name (see AEEStdErr.h).
+#pragma once
+#define RPCMEM_HEAP_ID_SYSTEM 25
+#define RPCMEM_DEFAULT_FLAGS  1
+#ifdef __cplusplus
+extern "C" {
+#endif
+void * rpcmem_alloc(int heap_id, unsigned flags, int size);
+void * rpcmem_alloc2(int heap_id, unsigned flags, unsigned long size);
+void   rpcmem_free(void * po);
+int    rpcmem_to_fd(void * po);
+#ifdef __cplusplus
+}
+#endif
