@@ -214,7 +214,10 @@ class SshTransport:
 
     def close(self) -> None:
         if self._sftp is not None:
-            self._sftp.close()
+            try:
+                self._sftp.close()
+            except CONNECTION_ERRORS:
+                pass  # the connection is gone already (the error that ended the operation says so)
             self._sftp = None
         self._client.close()
 

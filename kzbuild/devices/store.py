@@ -11,6 +11,7 @@ Layout under the device root (ROOT)::
     deploys.log                   one line per switch of current (time, action, release)
     models/<sha256>.gguf, models/<name> -> <sha256>.gguf
     .switch/                      new symlinks are made here, then renamed into place
+    .lock/owner                   the one writer's lock (kzbuild.devices.devicelock)
 
 Only commands Android's toybox has are used (sh, mkdir -p, ls -1, readlink, cat, stat -c,
 sha256sum, chmod, ln, mv -f, rm, find -links). ``mv -T`` is avoided (older toybox lacks it):
@@ -40,6 +41,8 @@ log = logging.getLogger(__name__)
 ARGV_BUDGET = 60_000  # bytes of arguments per remote command (Android allows far more)
 COMMAND_TIMEOUT = 120.0
 VERIFY_TIMEOUT = 1800.0  # sha256sum of a multi-GB model on a phone takes a while
+NO_SPACE = "No space left on device"  # strerror(ENOSPC), as toybox and the transports report it
+FULL_HINT = "free space on the device (deploy --keep N drops old releases); current was left as it was"
 
 # $1 = ROOT. Prints the current link's target on the first line, then the release names.
 STATE_SCRIPT = (
@@ -104,6 +107,10 @@ class Layout:
         return self.join("current")
 
     @property
+    def lock(self) -> str:
+        return self.join(".lock")
+
+    @property
     def history(self) -> str:
         return self.join("deploys.log")
 
@@ -124,11 +131,16 @@ class Remote:
     def run(self, argv: Sequence[str], *, what: str, check: bool = True, timeout: float = COMMAND_TIMEOUT) -> RemoteResult:
         result = self.transport.run(argv, timeout=timeout)
         if check and not result.ok:
-            stderr = result.stderr.decode(errors="replace").strip()
-            raise DeviceError(
-                f"{self.address}: {what} failed (exit {result.returncode}): {shlex.join(argv)}" + (f"\n{stderr}" if stderr else "")
-            )
+            raise self.error(argv, result, what=what)
         return result
+
+    def error(self, argv: Sequence[str], result: RemoteResult, *, what: str) -> DeviceError:
+        """The DeviceError for a failed command; a full disk is named as such."""
+        stderr = result.stderr.decode(errors="replace").strip()
+        detail = f"{what} failed (exit {result.returncode}): {shlex.join(argv)}" + (f"\n{stderr}" if stderr else "")
+        if NO_SPACE in stderr:
+            return DeviceError(f"device {self.address} is full: {detail}", hint=FULL_HINT)
+        return DeviceError(f"{self.address}: {detail}")
 
     def script(self, script: str, args: Sequence[str], *, what: str, check: bool = True, timeout: float = COMMAND_TIMEOUT) -> RemoteResult:
         return self.run(["sh", "-c", script, "kz", *args], what=what, check=check, timeout=timeout)
