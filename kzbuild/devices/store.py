@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kzbuild.devices.base import RemoteResult, Resumable, Transport
+from kzbuild.devices.base import NO_SPACE, RemoteResult, Resumable, Transport, device_full
 from kzbuild.errors import DeviceError
 
 log = logging.getLogger(__name__)
@@ -41,8 +41,6 @@ log = logging.getLogger(__name__)
 ARGV_BUDGET = 60_000  # bytes of arguments per remote command (Android allows far more)
 COMMAND_TIMEOUT = 120.0
 VERIFY_TIMEOUT = 1800.0  # sha256sum of a multi-GB model on a phone takes a while
-NO_SPACE = "No space left on device"  # strerror(ENOSPC), as toybox and the transports report it
-FULL_HINT = "free space on the device (deploy --keep N drops old releases); current was left as it was"
 
 # $1 = ROOT. Prints the current link's target on the first line, then the release names.
 STATE_SCRIPT = (
@@ -139,7 +137,7 @@ class Remote:
         stderr = result.stderr.decode(errors="replace").strip()
         detail = f"{what} failed (exit {result.returncode}): {shlex.join(argv)}" + (f"\n{stderr}" if stderr else "")
         if NO_SPACE in stderr:
-            return DeviceError(f"device {self.address} is full: {detail}", hint=FULL_HINT)
+            return device_full(self.address, detail)
         return DeviceError(f"{self.address}: {detail}")
 
     def script(self, script: str, args: Sequence[str], *, what: str, check: bool = True, timeout: float = COMMAND_TIMEOUT) -> RemoteResult:
