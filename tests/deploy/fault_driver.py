@@ -17,7 +17,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,8 @@ from kzbuild.cli import main
 from kzbuild.devices.adb import AdbTransport
 from kzbuild.devices.local import LocalTransport
 from kzbuild.devices.ssh import SshTransport
+
+REPO = Path(__file__).resolve().parents[2]
 
 TRANSPORTS: tuple[type, ...] = (LocalTransport, SshTransport, AdbTransport)
 
@@ -76,6 +78,14 @@ def install(faults: Faults) -> None:
     for transport in TRANSPORTS:
         transport.run = faulty_run(faults, transport.run)  # type: ignore[method-assign]
         transport.push = faulty_push(faults, transport.push)  # type: ignore[method-assign]
+
+
+def command(kzbuild_args: Sequence[str], *, kill_at: int | None = None, slow: float = 0.0) -> list[str]:
+    """The argv that runs ``kzbuild kzbuild_args`` through this driver (from the repository root)."""
+    driver = [sys.executable, "-m", "tests.deploy.fault_driver", "--slow", str(slow)]
+    if kill_at is not None:
+        driver += ["--kill-at", str(kill_at)]
+    return [*driver, "--", *kzbuild_args]
 
 
 def run(argv: list[str]) -> int:

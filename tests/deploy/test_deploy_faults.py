@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +19,9 @@ import pytest
 
 from kzbuild.devices import devicelock
 from kzbuild.errors import Busy, DeviceError
+from tests.deploy import fault_driver
 from tests.fixtures_deploy import NoSpaceTransport, assert_store_invariant
 
-REPO = Path(__file__).resolve().parents[2]
 ADB_ROOT = "/data/local/tmp/kz-engine"
 
 
@@ -65,12 +64,9 @@ class Spawner:
         self.project = project
 
     def start(self, *args: str, kill_at: int | None = None, slow: float = 0.0, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        driver = [sys.executable, "-m", "tests.deploy.fault_driver", "--slow", str(slow)]
-        if kill_at is not None:
-            driver += ["--kill-at", str(kill_at)]
         kz = ["--project", str(self.project.root), "--cache-dir", str(self.project.cache), "--work-dir", str(self.project.work), *args]
         return subprocess.Popen(
-            [*driver, "--", *kz], cwd=REPO, env={**os.environ, "COLUMNS": "200", **(env or {})},
+            fault_driver.command(kz, kill_at=kill_at, slow=slow), cwd=fault_driver.REPO, env={**os.environ, "COLUMNS": "200", **(env or {})},
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
 
@@ -138,7 +134,7 @@ def test_kill_9_mid_deploy_then_a_fresh_deploy_recovers(kz, spawn, target, artif
 def test_concurrent_deploys_one_waits_one_finishes_first(kz, spawn, target, artifacts, clean_lock_env):
     deployed(kz, target, artifacts.make("b1"))
     builds = [artifacts.make("b2", greeting="v2", blob_seed=2), artifacts.make("b3", greeting="v3", blob_seed=3)]
-    runs = [spawn.start(*deploy_args(target, build, "--wait", "60"), slow=0.05) for build in builds]
+    runs = [spawn.start(*deploy_args(target, build, "--wait", "60"), slow=0.02) for build in builds]
     finished = [spawn.finish(run) for run in runs]
     assert [run.code for run in finished] == [0, 0], [run.err for run in finished]
     current = assert_store_invariant(target.root)
@@ -146,7 +142,7 @@ def test_concurrent_deploys_one_waits_one_finishes_first(kz, spawn, target, arti
     assert not lock_left(target.root)
 
 
-@pytest.mark.parametrize("target", ["local", "ssh"], indirect=True)
+@pytest.mark.parametrize("target", ["local"], indirect=True)
 def test_concurrent_deploy_without_wait_the_loser_exits_10_naming_the_holder(kz, spawn, target, artifacts, clean_lock_env):
     deployed(kz, target, artifacts.make("b1"))
     slow = spawn.start(*deploy_args(target, artifacts.make("b2", greeting="v2", blob_seed=2)), slow=0.15)
@@ -165,13 +161,13 @@ def test_concurrent_deploy_without_wait_the_loser_exits_10_naming_the_holder(kz,
 def test_deploy_against_rollback_or_keep_1_leaves_a_complete_current(kz, spawn, target, artifacts, other, clean_lock_env):
     deployed(kz, target, artifacts.make("b1"))
     deployed(kz, target, artifacts.make("b2", greeting="v2", blob_seed=2))
-    deploy = spawn.start(*deploy_args(target, artifacts.make("b3", greeting="v3", blob_seed=3), "--wait", "60"), slow=0.05)
+    deploy = spawn.start(*deploy_args(target, artifacts.make("b3", greeting="v3", blob_seed=3), "--wait", "60"), slow=0.02)
     second = (
         ["deploy", "--device", target.spec, "--rollback", "--wait", "60"]
         if other == "rollback"
         else deploy_args(target, artifacts.make("b1"), "--keep", "1", "--wait", "60")
     )
-    finished = [spawn.finish(deploy), spawn.run(*second, slow=0.05)]
+    finished = [spawn.finish(deploy), spawn.run(*second, slow=0.02)]
     assert [run.code for run in finished] == [0, 0], [run.err for run in finished]
     current = assert_store_invariant(target.root)
     assert current == last_logged(target.root)
@@ -202,11 +198,11 @@ def killed_pid(root: Path) -> int:
     return int((root / ".lock" / "owner").read_text().splitlines()[1])
 
 
-@pytest.mark.parametrize("target", ["local", "ssh"], indirect=True)
+@pytest.mark.parametrize("target", ["local"], indirect=True)
 def test_two_machines_deploying_at_once_take_turns(kz, spawn, target, artifacts, clean_lock_env):
     deployed(kz, target, artifacts.make("b1"))
     runs = [
-        spawn.start(*deploy_args(target, artifacts.make(f"b{n}", greeting=f"v{n}", blob_seed=n), "--wait", "60"), slow=0.05, env={devicelock.HOST_ENV: f"machine-{n}"})
+        spawn.start(*deploy_args(target, artifacts.make(f"b{n}", greeting=f"v{n}", blob_seed=n), "--wait", "60"), slow=0.02, env={devicelock.HOST_ENV: f"machine-{n}"})
         for n in (2, 3)
     ]
     finished = [spawn.finish(run) for run in runs]
