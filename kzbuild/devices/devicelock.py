@@ -150,7 +150,7 @@ class DeviceLock:
         the operation's own error, and the lock left behind is recovered as stale."""
         _held_tokens.discard(self.owner.token)
         try:
-            if not _remove(self.remote, self.layout, self.owner.token):
+            if not remove_if_held_by(self.remote, self.layout, self.owner.token):
                 log.warning("%s: the lock %s was no longer ours at release", self.remote.address, self.layout.lock)
         except KzError as exc:
             log.warning("%s: could not release the lock %s: %s", self.remote.address, self.layout.lock, exc)
@@ -185,7 +185,7 @@ def acquire(remote: Remote, layout: Layout, operation: str, *, wait: float) -> D
         if is_stale(sighting, host=host, lease=lease):
             stale = sighting.owner
             log.warning("%s: breaking the stale lock %s (%s)", remote.address, layout.lock, stale.describe() if stale else "no owner")
-            _remove(remote, layout, stale.token if stale else "")
+            remove_if_held_by(remote, layout, stale.token if stale else "")
             continue
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -199,7 +199,7 @@ def _parse_sighting(text: str) -> LockSighting:
     return LockSighting(LockOwner.parse(lines[2 : 2 + OWNER_FIELDS]), max(0.0, float(now - beat)))
 
 
-def _remove(remote: Remote, layout: Layout, token: str) -> bool:
+def remove_if_held_by(remote: Remote, layout: Layout, token: str) -> bool:
     """Remove the lock if it holds ``token``; False if it holds another one."""
     grave = f"{layout.lock}.stale-{secrets.token_hex(6)}"
     argv = script_argv(REMOVE_SCRIPT, layout.lock, token, grave, str(int(lease_seconds())))

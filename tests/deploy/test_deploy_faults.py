@@ -231,7 +231,7 @@ def test_a_lock_judged_stale_is_only_removed_while_it_holds_that_token(tmp_path)
     root = tmp_path / "device"
     remote, layout = Remote(LocalTransport(str(root))), Layout(str(root))
     held = devicelock.acquire(remote, layout, "deploy", wait=0)
-    assert devicelock._remove(remote, layout, "a-token-judged-stale-earlier") is False
+    assert devicelock.remove_if_held_by(remote, layout, "a-token-judged-stale-earlier") is False
     assert (root / ".lock" / "owner").read_text().splitlines()[4] == held.owner.token
     held.refresh()
     held.release()
@@ -297,3 +297,15 @@ def test_push_failing_with_enospc_keeps_current_over_every_transport(kz, target,
     assert assert_store_invariant(target.root) == "b1" and not lock_left(target.root)
     assert deployed(kz, target, build2.path)["release"] == "b2"
     assert assert_store_invariant(target.root) == "b2"
+
+
+def test_two_processes_recovering_one_dead_holders_lock_at_once_both_finish(kz, spawn, artifacts, tmp_path, clean_lock_env):
+    target = Target("local", f"local:{tmp_path / 'device'}", tmp_path / "device")
+    deployed(kz, target, artifacts.make("b1"))
+    killed = spawn.run(*deploy_args(target, artifacts.make("b2", greeting="v2", blob_seed=2)), kill_at=2)
+    assert killed.code == -signal.SIGKILL and lock_left(target.root)
+    runs = [spawn.start(*deploy_args(target, artifacts.make(f"b{n}", greeting=f"v{n}", blob_seed=n), "--wait", "60")) for n in (3, 4)]
+    finished = [spawn.finish(run) for run in runs]
+    assert [run.code for run in finished] == [0, 0], [run.err for run in finished]
+    assert assert_store_invariant(target.root) == last_logged(target.root)
+    assert not lock_left(target.root) and not list(target.root.glob(".lock*"))
