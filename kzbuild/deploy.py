@@ -4,6 +4,9 @@ The device side (layout, verified resumable uploads, the one-rename switch) is i
 :mod:`kzbuild.devices.store`. A release is a directory of hard links into the device's content
 store, so only contents the device lacks are sent, and ``current`` moves only after the whole
 release is there and verified.
+
+Every operation that changes a device root (deploy, rollback, prune, models push) holds the
+root's lock (:mod:`kzbuild.devices.devicelock`) and refreshes it between its steps.
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ import posixpath
 import secrets
 import stat
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from kzbuild.devices.base import Transport
+from kzbuild.devices.devicelock import device_lock
 from kzbuild.devices.integrity import check, manifest_files, release_expectations, release_files, relink, update_markers
 from kzbuild.devices.store import (
     COMPLETE_SCRIPT,
@@ -52,6 +56,8 @@ log = logging.getLogger(__name__)
 
 GGUF_MAGIC = b"GGUF"
 HASH_CHUNK = 1 << 20
+
+Heartbeat = Callable[[], None]  # renews the device lock between the steps of an operation
 
 
 @dataclass(frozen=True)
@@ -109,8 +115,25 @@ def deploy(
     *,
     keep: int | None = None,
     on_progress: ProgressCallback | None = None,
+    wait: float = 0.0,
 ) -> DeployResult:
-    """Make ``artifact`` the device's current release, sending only contents it lacks."""
+    """Make ``artifact`` the device's current release, sending only contents it lacks.
+
+    Waits up to ``wait`` seconds for another writer to the device root, then raises Busy.
+    """
+    with device_lock(transport, device.root, "deploy", wait=wait) as lock:
+        return _deploy(transport, device, artifact, keep=keep, on_progress=on_progress, heartbeat=lock.refresh)
+
+
+def _deploy(
+    transport: Transport,
+    device: Device,
+    artifact: Artifact,
+    *,
+    keep: int | None,
+    on_progress: ProgressCallback | None,
+    heartbeat: Heartbeat,
+) -> DeployResult:
     started = time.monotonic()
     remote = Remote(transport)
     layout = Layout(device.root)
@@ -123,7 +146,9 @@ def deploy(
         have = inventory(remote, layout, layout.objects)
         uploads = _plan_uploads(artifact, have.stored)
         stats = send(remote, layout, layout.objects, uploads, have.partial, on_progress)
+        heartbeat()
         metadata = _assemble(remote, layout, artifact, release)
+        heartbeat()
     repaired = _verify_release(remote, layout, state, artifact, release, on_progress)
     switched = state.current != release
     if switched:
@@ -261,8 +286,13 @@ def _assemble(remote: Remote, layout: Layout, artifact: Artifact, release: str) 
     return artifact.manifest_path.stat().st_size
 
 
-def rollback(transport: Transport, device: Device, *, keep: int | None = None) -> RollbackResult:
-    """Switch ``current`` back to the release that was current before it."""
+def rollback(transport: Transport, device: Device, *, keep: int | None = None, wait: float = 0.0) -> RollbackResult:
+    """Switch ``current`` back to the release that was current before it (waiting for the device lock like deploy)."""
+    with device_lock(transport, device.root, "rollback", wait=wait):
+        return _rollback(transport, device, keep=keep)
+
+
+def _rollback(transport: Transport, device: Device, *, keep: int | None) -> RollbackResult:
     remote = Remote(transport)
     layout = Layout(device.root)
     state = read_state(remote, layout)
@@ -397,8 +427,10 @@ def push_model(
     *,
     name: str | None = None,
     on_progress: ProgressCallback | None = None,
+    wait: float = 0.0,
 ) -> ModelPushResult:
-    """Store a GGUF model as models/<sha256>.gguf (sent only if absent) and point models/<name> at it."""
+    """Store a GGUF model as models/<sha256>.gguf (sent only if absent) and point models/<name> at it
+    (waiting for the device lock like deploy)."""
     started = time.monotonic()
     name = name or model.name
     _check_model(model, name)
@@ -406,6 +438,22 @@ def push_model(
     stored_name = f"{sha}.gguf"
     if name != stored_name and name.endswith(".gguf") and SHA256_RE.match(name.removesuffix(".gguf")):
         raise ConfigError(f"bad model name '{name}': names of the form <sha256>.gguf are the store's own")
+    with device_lock(transport, device.root, "models push", wait=wait) as lock:
+        return _push_model(transport, device, model, name, sha, on_progress, heartbeat=lock.refresh, started=started)
+
+
+def _push_model(
+    transport: Transport,
+    device: Device,
+    model: Path,
+    name: str,
+    sha: str,
+    on_progress: ProgressCallback | None,
+    *,
+    heartbeat: Heartbeat,
+    started: float,
+) -> ModelPushResult:
+    stored_name = f"{sha}.gguf"
     remote = Remote(transport)
     layout = Layout(device.root)
     remote.run(["mkdir", "-p", layout.models, layout.incoming, layout.switch], what="creating the device layout")
@@ -415,6 +463,7 @@ def push_model(
     if not present:
         upload = Upload(model, sha, model.stat().st_size, 0o644, stored_name, model.name)
         stats = send(remote, layout, layout.models, [upload], have.partial, on_progress)
+        heartbeat()
     link = posixpath.join(layout.models, name)
     if name != stored_name:
         point(remote, layout, link, stored_name)

@@ -16,7 +16,9 @@ import shutil
 import stat
 import subprocess
 from pathlib import Path
+from typing import Any
 
+from kzbuild.devices.base import NO_SPACE, device_full
 from kzbuild.devices.local import LocalTransport
 from kzbuild.errors import DeviceError
 from kzbuild.model.artifact import parse_mode
@@ -167,3 +169,51 @@ class CuttingTransport(LocalTransport):
             dst.seek(offset)
             dst.write(src.read(self.budget))
         raise DeviceError(f"{self.address}: connection lost while uploading {local.name}")
+
+
+def assert_store_invariant(root: Path) -> str:
+    """The device store under ``root`` is sound; returns the release ``current`` points at.
+
+    Every objects/<sha256> hashes to its name; every release dir holds exactly the files its
+    manifest.json lists, each with its sha256; current points at one of those releases.
+    """
+    for stored in (root / "objects").iterdir():
+        assert sha256(stored) == stored.name, f"objects/{stored.name} does not hash to its name"
+    releases = root / "releases"
+    for release in releases.iterdir():
+        if release.name.startswith(".staging-"):
+            continue  # an assembly a fault cut short: never pointed at, redone by the next deploy
+        manifest = json.loads((release / "manifest.json").read_text())
+        present = sorted(p.relative_to(release).as_posix() for p in release.rglob("*") if p.is_file() and p.name != "manifest.json")
+        assert present == sorted(manifest["files"]), f"release {release.name} holds {present}, its manifest lists {sorted(manifest['files'])}"
+        for rel, entry in manifest["files"].items():
+            assert sha256(release / rel) == entry["sha256"], f"release {release.name}: {rel} does not match its manifest"
+    target = os.readlink(root / "current")
+    assert target.startswith("releases/") and (root / target / "manifest.json").is_file(), f"current -> {target} is no complete release"
+    return target.removeprefix("releases/")
+
+
+class NoSpaceTransport:
+    """Wraps a transport; an upload that would take the device past ``budget`` bytes writes up to
+    it, then fails as a full disk does (the transports' own ENOSPC error)."""
+
+    def __init__(self, inner: Any, budget: int) -> None:
+        self.inner = inner
+        self.budget = budget
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)  # address, run, pull, close; append only where inner has it
+
+    def push(self, local: Path, remote: str, *, progress: Any = None) -> None:
+        size = local.stat().st_size
+        if size <= self.budget:
+            self.budget -= size
+            return self.inner.push(local, remote, progress=progress)
+        partial = local.with_name(local.name + ".arrived")
+        partial.write_bytes(local.read_bytes()[: self.budget])
+        try:
+            self.inner.push(partial, remote)
+        finally:
+            partial.unlink()
+        written, self.budget = self.budget, 0
+        raise device_full(self.inner.address, f"writing {remote} failed after {written} bytes: {NO_SPACE}")

@@ -23,6 +23,10 @@ DeviceOpt = Annotated[
     Optional[str],
     typer.Option("--device", "-d", help="A device name from recipes/devices.yaml, adb:SERIAL[:ROOT], ssh://user@host:port/ROOT or local:/path. Default: the recipe's device, else local."),
 ]
+WaitOpt = Annotated[
+    float,
+    typer.Option("--wait", min=0, help="Seconds to wait while another kzbuild writes to the device root (it holds ROOT/.lock), then exit 10. Default 0: exit 10 at once."),
+]
 TrustOpt = Annotated[bool, typer.Option("--trust-new-host", help="ssh: accept and store an unknown host key on first use (a changed key is always refused).")]
 
 
@@ -65,6 +69,7 @@ def deploy_command(
     artifact: Annotated[Optional[str], typer.Option("--artifact", help="A build id under the artifacts dir, or an artifact directory. Default: the recipe's newest artifact.")] = None,
     rollback: Annotated[bool, typer.Option("--rollback", help="Switch current back to the release that was current before it.")] = False,
     keep: Annotated[Optional[int], typer.Option("--keep", min=1, help="Afterwards keep only the N most recently used releases (always the current one).")] = None,
+    wait: WaitOpt = 0.0,
     trust_new_host: TrustOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -78,7 +83,7 @@ def deploy_command(
     target, transport = open_device(settings, device, loaded.device if loaded else None, trust_new_host)
     with closing(transport):
         if rollback:
-            back = deploy.rollback(transport, target, keep=keep)
+            back = deploy.rollback(transport, target, keep=keep, wait=wait)
             if json_out:
                 print_json(back.to_dict())
                 return
@@ -87,7 +92,7 @@ def deploy_command(
             return
         build = deploy.find_artifact(settings, artifact, loaded)
         with transfer_bars(not json_out) as on_progress:
-            result = deploy.deploy(transport, target, build, keep=keep, on_progress=on_progress)
+            result = deploy.deploy(transport, target, build, keep=keep, on_progress=on_progress, wait=wait)
     if json_out:
         print_json(result.to_dict())
         return

@@ -7,9 +7,10 @@ from contextlib import closing
 import typer
 from rich.markup import escape
 
-from kzbuild.cli.deploy import DeviceOpt, TrustOpt, open_device
+from kzbuild.cli.deploy import DeviceOpt, TrustOpt, WaitOpt, open_device
 from kzbuild.cli.sync import JsonOpt
 from kzbuild.cli.ui import console, context, print_json
+from kzbuild.devices.devicelock import device_lock
 from kzbuild.devices.integrity import verify_store
 from kzbuild.devices.store import Layout, Remote
 from kzbuild.errors import DeviceError
@@ -27,13 +28,14 @@ def register(app: typer.Typer) -> None:
     device_app.command("verify")(verify_command)
 
 
-def verify_command(ctx: typer.Context, device: DeviceOpt = None, trust_new_host: TrustOpt = False, json_out: JsonOpt = False) -> None:
+def verify_command(ctx: typer.Context, device: DeviceOpt = None, trust_new_host: TrustOpt = False, wait: WaitOpt = 0.0, json_out: JsonOpt = False) -> None:
     """Hash the device's whole store: every content, every release's files, every model; exit 8 if anything is damaged.
 
     Damaged releases are marked, so run and bench refuse them until kzbuild deploy repairs them.
     """
     target, transport = open_device(context(ctx).settings, device, None, trust_new_host)
-    with closing(transport):
+    # under the device lock: a deploy in flight would race it on the damage markers
+    with closing(transport), device_lock(transport, target.root, "verify", wait=wait):
         report = verify_store(Remote(transport), Layout(target.root))
     if json_out:
         print_json(report.to_dict())

@@ -12,7 +12,7 @@ import typer
 from rich.filesize import decimal
 
 from kzbuild import deploy
-from kzbuild.cli.deploy import DeviceOpt, TrustOpt, open_device, transfer_bars
+from kzbuild.cli.deploy import DeviceOpt, TrustOpt, WaitOpt, open_device, transfer_bars
 from kzbuild.cli.sync import JsonOpt
 from kzbuild.cli.ui import console, context, print_json
 from kzbuild.model import tinymodel as tiny_spec
@@ -53,6 +53,7 @@ def push_command(
     model: Annotated[Path, typer.Argument(help="The GGUF file to store on the device.")],
     device: DeviceOpt = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Readable name on the device (ROOT/models/NAME). Default: the file name.")] = None,
+    wait: WaitOpt = 0.0,
     trust_new_host: TrustOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -61,7 +62,7 @@ def push_command(
     target, transport = open_device(settings, device, None, trust_new_host)
     with closing(transport):
         with transfer_bars(not json_out) as on_progress:
-            result = deploy.push_model(transport, target, model, name=name, on_progress=on_progress)
+            result = deploy.push_model(transport, target, model, name=name, on_progress=on_progress, wait=wait)
     if json_out:
         print_json(result.to_dict())
         return

@@ -13,7 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from kzbuild.errors import DeviceError
+
 PUSH_MODE_BITS = 0o777  # a pushed file keeps its permissions, never setuid, setgid or sticky
+NO_SPACE = "No space left on device"  # strerror(ENOSPC), as toybox and the transports report it
+FULL_HINT = "free space on the device (deploy --keep N drops old releases); current was left as it was"
 ENV_NAME_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
 
@@ -79,6 +83,11 @@ class Resumable(Protocol):
         ``progress`` gets the bytes sent by this call so far.
         """
         ...
+
+
+def device_full(address: str, detail: str) -> DeviceError:
+    """The error for a device whose filesystem is full; ``detail`` names the path or command."""
+    return DeviceError(f"device {address} is full: {detail}", hint=FULL_HINT)
 
 
 def check_env_name(name: str) -> str:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kzbuild import proc
-from kzbuild.devices.base import PUSH_MODE_BITS, ByteSink, ProgressFn, RemoteResult
+from kzbuild.devices.base import PUSH_MODE_BITS, ByteSink, ProgressFn, RemoteResult, device_full
 from kzbuild.errors import CommandFailed, DeviceError
 
 COPY_CHUNK = 1 << 20
@@ -55,15 +56,23 @@ class LocalTransport:
 
     def _copy(self, local: Path, remote: str, offset: int, progress: ProgressFn | None) -> None:
         sent = 0
-        with open(local, "rb") as src, open(remote, "r+b" if offset else "wb") as dst:
-            src.seek(offset)
-            dst.seek(offset)
-            dst.truncate()
-            while chunk := src.read(COPY_CHUNK):
-                dst.write(chunk)
-                sent += len(chunk)
-                if progress:
-                    progress(sent)
+        try:
+            with open(local, "rb") as src, open(remote, "r+b" if offset else "wb") as dst:
+                src.seek(offset)
+                dst.seek(offset)
+                dst.truncate()
+                while chunk := src.read(COPY_CHUNK):
+                    dst.write(chunk)
+                    sent += len(chunk)
+                    if progress:
+                        progress(sent)
+        except OSError as exc:
+            if exc.filename == str(local):
+                raise DeviceError(f"cannot read {local}: {exc.strerror}") from exc
+            detail = f"writing {remote} failed after {offset + sent} bytes: {exc.strerror}"
+            if exc.errno == errno.ENOSPC:
+                raise device_full(self.address, detail) from exc
+            raise DeviceError(f"{self.address}: {detail}") from exc
 
     def pull(self, remote: str, local: Path) -> None:
         shutil.copyfile(remote, local)

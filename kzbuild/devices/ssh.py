@@ -10,6 +10,7 @@ from __future__ import annotations
 import getpass
 import logging
 import os
+import posixpath
 import select
 import socket
 import time
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import paramiko
 
-from kzbuild.devices.base import PUSH_MODE_BITS, ByteSink, ProgressFn, RemoteResult, remote_command
+from kzbuild.devices.base import PUSH_MODE_BITS, ByteSink, ProgressFn, RemoteResult, device_full, remote_command
 from kzbuild.errors import DeviceError
 from kzbuild.model.device import Device
 
@@ -191,6 +192,8 @@ class SshTransport:
 
     def _upload(self, local: Path, remote: str, offset: int, progress: ProgressFn | None) -> None:
         sent = 0
+        size = local.stat().st_size
+        doing = f"uploading {local.name} to {remote}"
         try:
             with open(local, "rb") as src, self._sftp_client().open(remote, "r+b" if offset else "wb") as dst:
                 dst.set_pipelined(True)
@@ -201,10 +204,27 @@ class SshTransport:
                     sent += len(chunk)
                     if progress:
                         progress(sent)
+            stored = self._sftp_client().stat(remote).st_size or 0
         except CONNECTION_ERRORS + (OSError,) as exc:
             if isinstance(exc, OSError) and exc.filename == str(local):
                 raise DeviceError(f"cannot read {local}: {exc.strerror}") from exc
-            raise self._lost(f"uploading {local.name} to {remote} ({offset + sent} bytes written)", exc) from exc
+            if not isinstance(exc, DROP_ERRORS) and self._full(remote, size - offset):
+                raise device_full(self.address, f"{doing} failed after {offset + sent} bytes") from exc
+            raise self._lost(f"{doing} ({offset + sent} bytes written)", exc) from exc
+        if stored != size:
+            # paramiko drops the errors of the last pipelined writes when it closes the file
+            detail = f"{doing} stored {stored} of {size} bytes"
+            if self._full(remote, size - stored):
+                raise device_full(self.address, detail)
+            raise DeviceError(f"{self.address}: {detail}")
+
+    def _full(self, remote: str, needed: int) -> bool:
+        """Whether the filesystem of ``remote`` lacks ``needed`` bytes: SFTP reports ENOSPC as a bare 'Failure'."""
+        result = self.run(["df", "-k", posixpath.dirname(remote)])
+        lines = result.text().splitlines() if result.ok else []
+        fields = lines[-1].split() if lines else []
+        # the last three columns are Available, Use% and the mount point (the name may wrap)
+        return len(fields) >= 3 and fields[-3].isdigit() and int(fields[-3]) * 1024 < needed
 
     def pull(self, remote: str, local: Path) -> None:
         try:
@@ -214,7 +234,10 @@ class SshTransport:
 
     def close(self) -> None:
         if self._sftp is not None:
-            self._sftp.close()
+            try:
+                self._sftp.close()
+            except CONNECTION_ERRORS:
+                pass  # the connection is gone already (the error that ended the operation says so)
             self._sftp = None
         self._client.close()
 

@@ -12,6 +12,7 @@ Layout under the device root (ROOT)::
     deploys.log                   one line per switch of current (time, action, release)
     models/<sha256>.gguf, models/<name> -> <sha256>.gguf
     .switch/                      new symlinks are made here, then renamed into place
+    .lock/owner                   the one writer's lock (kzbuild.devices.devicelock)
 
 Nothing is ever written through a hard link: every write goes to a fresh name (incoming/,
 a staging dir, .switch/) and is renamed into place, so a content in objects/ and the releases
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kzbuild.devices.base import RemoteResult, Resumable, Transport
+from kzbuild.devices.base import NO_SPACE, RemoteResult, Resumable, Transport, device_full
 from kzbuild.errors import DeviceError
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,10 @@ class Layout:
         return self.join("current")
 
     @property
+    def lock(self) -> str:
+        return self.join(".lock")
+
+    @property
     def history(self) -> str:
         return self.join("deploys.log")
 
@@ -157,11 +162,16 @@ class Remote:
     def run(self, argv: Sequence[str], *, what: str, check: bool = True, timeout: float = COMMAND_TIMEOUT) -> RemoteResult:
         result = self.transport.run(argv, timeout=timeout)
         if check and not result.ok:
-            stderr = result.stderr.decode(errors="replace").strip()
-            raise DeviceError(
-                f"{self.address}: {what} failed (exit {result.returncode}): {shlex.join(argv)}" + (f"\n{stderr}" if stderr else "")
-            )
+            raise self.error(argv, result, what=what)
         return result
+
+    def error(self, argv: Sequence[str], result: RemoteResult, *, what: str) -> DeviceError:
+        """The DeviceError for a failed command; a full disk is named as such."""
+        stderr = result.stderr.decode(errors="replace").strip()
+        detail = f"{what} failed (exit {result.returncode}): {shlex.join(argv)}" + (f"\n{stderr}" if stderr else "")
+        if NO_SPACE in stderr:
+            return device_full(self.address, detail)
+        return DeviceError(f"{self.address}: {detail}")
 
     def script(self, script: str, args: Sequence[str], *, what: str, check: bool = True, timeout: float = COMMAND_TIMEOUT) -> RemoteResult:
         return self.run(["sh", "-c", script, "kz", *args], what=what, check=check, timeout=timeout)

@@ -57,7 +57,7 @@ def test_cut_mid_transfer_keeps_current_then_a_rerun_resumes(kz, sshd, ssh_home,
     relay.cut_after(big // 2)
     cut = ssh_deploy(kz, sshd, root, build2, port=relay.port)
     assert relay.cut.is_set()
-    assert cut.code == DeviceError.exit_code
+    assert cut.code == DeviceError.exit_code, cut.err
     assert f"connection to 127.0.0.1:{relay.port} lost" in " ".join(cut.err.split())
     assert os.readlink(root / "current") == "releases/b1"
     assert run_hello_over_ssh(kz, sshd, root) == "hello from v1\nblob 65536\n"
