@@ -220,7 +220,10 @@ class SshTransport:
 
     def _full(self, remote: str, needed: int) -> bool:
         """Whether the filesystem of ``remote`` lacks ``needed`` bytes: SFTP reports ENOSPC as a bare 'Failure'."""
-        result = self.run(["df", "-k", posixpath.dirname(remote)])
+        try:
+            result = self.run(["df", "-k", posixpath.dirname(remote)])
+        except DeviceError:
+            return False  # the connection is gone: the caller reports the drop, not a full disk
         lines = result.text().splitlines() if result.ok else []
         fields = lines[-1].split() if lines else []
         # the last three columns are Available, Use% and the mount point (the name may wrap)

@@ -110,11 +110,12 @@ def lock_left(root: Path) -> bool:
     return (root / ".lock").exists()
 
 
-# a deploy of b2 over b1 (two changed libraries) makes 15 device operations: 1 lock, 2 state,
+# a deploy of b2 over b1 (two changed libraries) makes 16 device operations: 1 lock, 2 state,
 # 3 inventory, 4-5 uploads, 6 sha256sum, 7 store, 8 refresh, 9 prepare, 10 link,
-# 11 manifest upload, 12 rename, 13 refresh, 14 switch, 15 unlock. bench_faults.py kills at each.
-KILL_POINTS = {"local": (1, 5, 7, 10, 14, 15), "ssh": (4, 12), "adb": (5,)}
-SWITCH_POINT, LAST_POINT = 14, 15
+# 11 manifest upload, 12 rename, 13 refresh, 14 sha256sum of the release, 15 switch, 16 unlock.
+# bench_faults.py kills at each.
+KILL_POINTS = {"local": (1, 5, 7, 10, 14, 15, 16), "ssh": (4, 12), "adb": (5,)}
+SWITCH_POINT, LAST_POINT = 15, 16
 
 @pytest.mark.parametrize(("target", "point"), [(kind, point) for kind, points in KILL_POINTS.items() for point in points], indirect=["target"])
 def test_kill_9_mid_deploy_then_a_fresh_deploy_recovers(kz, spawn, target, artifacts, point, clean_lock_env):
