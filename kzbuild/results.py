@@ -11,22 +11,24 @@ Record ids are content hashes, so importing anything twice stores it once.
 
 from __future__ import annotations
 
-import json
+import functools
 import logging
 import os
 import sqlite3
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TypeVar
 
 from kzbuild import yamlconf
-from kzbuild.errors import ConfigError, ResultsError
+from kzbuild.errors import BadRecord, Busy, ConfigError, ResultsDatabaseDamaged, ResultsError
 from kzbuild.filelock import locked
+from kzbuild.jsonfields import loads, number_or_none
 from kzbuild.model.bench import ENV_AXIS_PREFIX, OPTIONS_BY_NAME
-from kzbuild.model.result import BenchRecord, BuildInfo, DeviceInfo, ModelInfo, Summary, canonical_json, summarize
+from kzbuild.model.result import BenchRecord, BuildInfo, DeviceInfo, ModelInfo, Summary, canonical_json, content_id, summarize
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,10 @@ SEED_GLOB = "seed-*.yaml"
 LATEST = "latest"  # selector: the newest measured run
 ORDER_COLUMNS = ("host_time", "run_id", "seq", "record_id")  # runs in time order, tests as printed
 RECORD_ORDER = "ORDER BY " + ", ".join(ORDER_COLUMNS)
+DAMAGED_SUFFIX = ".damaged"  # a damaged database is kept next to its rebuilt one, for a look
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")  # belong to the database file they sit next to
+JSONL_HINT = "fix or delete that line (git diff shows what changed); results.jsonl is the source of truth"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -76,11 +82,8 @@ def migrate(conn: sqlite3.Connection, path: Path, migrations: Sequence[Migration
     )
     current = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
     newest = migrations[-1].version
-    if current > newest:
-        raise ResultsError(
-            f"{path} has schema version {current}, newer than this kzbuild knows ({newest})",
-            hint="use a newer kzbuild, or move the database away; results.jsonl rebuilds it",
-        )
+    if not isinstance(current, int) or current > newest:
+        raise ResultsDatabaseDamaged(f"{path} has schema version {current!r}, not one this kzbuild knows (1 to {newest})")
     applied = []
     for migration in migrations:
         if migration.version <= current:
@@ -99,6 +102,20 @@ def _sql_text(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+SCHEMA_QUERY = "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name"
+
+
+@functools.cache
+def expected_schema() -> tuple[tuple[object, ...], ...]:
+    """sqlite_master as the migrations leave it: a database that differs was not made by this kzbuild."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        migrate(conn, Path(":memory:"))
+        return tuple(conn.execute(SCHEMA_QUERY).fetchall())
+    finally:
+        conn.close()
+
+
 @dataclass(frozen=True)
 class RunSummary:
     run_id: str
@@ -112,22 +129,23 @@ class RunSummary:
 
 
 class ResultsStore:
-    """The database of one project's ``results/`` folder."""
+    """The database of one project's ``results/`` folder.
+
+    The database is an index of the files: when it is unreadable, not this kzbuild's schema, or
+    holds a row that does not match its content id, it is moved to ``results.sqlite3.damaged``
+    and rebuilt from results.jsonl and the seed files, with a warning.
+    """
+
+    conn: sqlite3.Connection
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         self.db_path = folder / DB_FILE
         self.jsonl_path = folder / JSONL_FILE
-        self.conn = sqlite3.connect(self.db_path, isolation_level=None)
-        # WAL: a commit is one append, no fsync of the main file; a crash loses at most the
-        # last transaction, which results.jsonl (written after it) does not hold either
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self._lock_depth = 0
         with self._locked():
-            migrate(self.conn, self.db_path)
-            for source in [*sorted(folder.glob(SEED_GLOB)), self.jsonl_path]:
-                self._import_if_changed(source)
+            self._with_rebuild(self._open)
 
     def close(self) -> None:
         self.conn.close()
@@ -140,60 +158,127 @@ class ResultsStore:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
-        with locked(self.folder / ".results.lock", what=f"results database {self.db_path}"):
+        """The folder's lock; reentrant, since a read that finds damage rebuilds under it."""
+        if self._lock_depth:
             yield
+            return
+        with locked(self.folder / ".results.lock", what=f"results database {self.db_path}"):
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+
+    def _open(self) -> None:
+        """Connect, bring the schema up to date, check it, and read in the files that changed."""
+        if hasattr(self, "conn"):
+            self.conn.close()
+        self.conn = sqlite3.connect(self.db_path, isolation_level=None)
+        # WAL: a commit is one append, no fsync of the main file; a crash loses at most the
+        # last transaction, and results.jsonl, written before each commit, brings it back
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        migrate(self.conn, self.db_path)
+        if tuple(self.conn.execute(SCHEMA_QUERY).fetchall()) != expected_schema():
+            raise ResultsDatabaseDamaged(f"{self.db_path}: its tables are not the ones schema version {MIGRATIONS[-1].version} has")
+        for source in [*sorted(self.folder.glob(SEED_GLOB)), self.jsonl_path]:
+            self._import_if_changed(source)
+
+    def _with_rebuild(self, action: Callable[[], T]) -> T:
+        """Run ``action``; when it finds the database damaged, rebuild the database and run it once more."""
+        try:
+            return action()
+        except (sqlite3.DatabaseError, ResultsDatabaseDamaged) as exc:
+            reason = _damage(exc, self.db_path)
+        with self._locked():
+            damaged = self.db_path.with_name(self.db_path.name + DAMAGED_SUFFIX)
+            log.warning("results database %s cannot be used (%s); moved it to %s and rebuilt it from %s", self.db_path, reason, damaged.name, JSONL_FILE)
+            self.conn.close()
+            if self.db_path.exists():
+                os.replace(self.db_path, damaged)
+            for suffix in SQLITE_SIDE_FILES:
+                self.db_path.with_name(self.db_path.name + suffix).unlink(missing_ok=True)
+            try:
+                self._open()
+                return action()
+            except (sqlite3.DatabaseError, ResultsDatabaseDamaged) as exc:
+                raise ResultsError(
+                    f"results database {self.db_path} cannot be used even rebuilt: {_damage(exc, self.db_path)}",
+                    hint="check the disk and the folder's permissions",
+                ) from None
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.conn.rollback()
+            raise
+        self.conn.execute("COMMIT")
 
     # --- writing ---
     def add(self, records: Iterable[BenchRecord]) -> int:
-        """Store records (those already there are skipped) and bring the JSONL export up to date."""
+        """Store records (those already there are skipped) and bring the JSONL export up to date.
+
+        Every record is checked to read back as itself before anything is written; results.jsonl
+        is written (and synced) before the database commits, so a crash leaves the file complete
+        or with a truncated last line, which the next open skips with a warning.
+        """
+        batch = list(records)
+        for record in batch:
+            stored_form(record)
         with self._locked():
-            return self._add(records)
+            return self._with_rebuild(lambda: self._add(batch))
 
     def import_file(self, path: Path) -> int:
         """Import a seed YAML or a JSONL export; returns the number of new records."""
+        batch = load_records_file(path)
         with self._locked():
-            return self._add(load_records_file(path))
+            return self._with_rebuild(lambda: self._add(batch))
 
-    def _add(self, records: Iterable[BenchRecord]) -> int:
+    def _add(self, records: Sequence[BenchRecord]) -> int:
+        self._import_if_changed(self.jsonl_path)  # another kzbuild or a git pull may have added lines: a rewrite must keep them
         last = self.conn.execute(
             f"SELECT {', '.join(ORDER_COLUMNS)} FROM records WHERE kind = 'bench' "
             f"ORDER BY {', '.join(c + ' DESC' for c in ORDER_COLUMNS)} LIMIT 1"
         ).fetchone()
-        new = self._insert(records)
-        measured = sorted((r for r in new if r.kind == "bench"), key=_order_key)
-        if not measured:
-            return len(new)
-        if last is not None and _order_key(measured[0]) > tuple(last) and self._export_is_ours():
-            # the usual case, a bench that just ran: its records sort after everything exported
-            with open(self.jsonl_path, "a", encoding="utf-8") as export:
-                export.writelines(canonical_json(r.to_dict()) + "\n" for r in measured)
-            self._stamp_export()
-        else:
-            self._export()
+        with self._transaction():
+            new = self._insert(records)
+            measured = sorted((r for r in new if r.kind == "bench"), key=_order_key)
+            if measured:
+                if last is not None and _order_key(measured[0]) > tuple(last) and self._export_is_ours() and _ends_with_newline(self.jsonl_path):
+                    # the usual case, a bench that just ran: its records sort after everything exported
+                    _append(self.jsonl_path, "".join(stored_form(r) + "\n" for r in measured))
+                else:
+                    # also when the last line is unterminated (a killed writer): never glue a record onto it
+                    self._export()
+                self._stamp_export()
         return len(new)
 
     def _insert(self, records: Iterable[BenchRecord]) -> list[BenchRecord]:
-        """Insert in one transaction; returns the records that were not there yet."""
+        """Insert (inside the caller's transaction); returns the records that were not there yet."""
         new = []
-        self.conn.execute("BEGIN")
         for r in records:
-            row = (r.record_id, r.run_id, r.kind, r.host_time, r.seq, r.build.build_id, r.device.name, r.test, canonical_json(r.to_dict()))
+            stored = stored_form(r)
+            row = (content_id(stored), r.run_id, r.kind, r.host_time, r.seq, r.build.build_id, r.device.name, r.test, stored)
             if self.conn.execute("INSERT OR IGNORE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row).rowcount:
                 new.append(r)
-        self.conn.execute("COMMIT")
         return new
 
     def _import_if_changed(self, path: Path) -> None:
         if not path.is_file():
             return
-        stamp = _stamp(path)
+        stamp = _stamp(path)  # before reading: a change while reading shows as a new stamp next time
         row = self.conn.execute("SELECT stamp FROM imported_files WHERE path = ?", (path.name,)).fetchone()
         if row and row[0] == stamp:
             return
-        added = self._insert(load_records_file(path))
+        records = load_records_file(path)
+        with self._transaction():
+            added = self._insert(records)
+            self.conn.execute("INSERT OR REPLACE INTO imported_files VALUES (?, ?)", (path.name, stamp))
         if added:
             log.info("imported %d records from %s", len(added), path)
-        self.conn.execute("INSERT OR REPLACE INTO imported_files VALUES (?, ?)", (path.name, stamp))
 
     def _export_is_ours(self) -> bool:
         """results.jsonl is as this database last wrote or read it."""
@@ -201,36 +286,49 @@ class ResultsStore:
         return self.jsonl_path.is_file() and row is not None and row[0] == _stamp(self.jsonl_path)
 
     def _export(self) -> None:
-        """Rewrite results.jsonl: measured records, one per line, stable order."""
+        """Rewrite results.jsonl: measured records, one per line, stable order; replaced in one step."""
         lines = [row[0] + "\n" for row in self.conn.execute(f"SELECT record FROM records WHERE kind = 'bench' {RECORD_ORDER}")]
         temp = self.jsonl_path.with_suffix(".jsonl.tmp")
-        temp.write_text("".join(lines), encoding="utf-8")
+        with open(temp, "w", encoding="utf-8") as out:
+            out.write("".join(lines))
+            out.flush()
+            os.fsync(out.fileno())
         os.replace(temp, self.jsonl_path)
-        self._stamp_export()
 
     def _stamp_export(self) -> None:
         self.conn.execute("INSERT OR REPLACE INTO imported_files VALUES (?, ?)", (self.jsonl_path.name, _stamp(self.jsonl_path)))
 
     # --- reading ---
     def records(self, selector: str | None = None) -> list[BenchRecord]:
-        """Records in (host time, run, position) order; ``selector`` is a run id or build id (prefix), or ``latest``."""
+        """Records in (host time, run, position) order; ``selector`` is a run id or build id (prefix), or ``latest``.
+
+        Every row is checked against its content id and parsed, and selection happens on the
+        parsed records, so a damaged row rebuilds the database rather than show a wrong number.
+        """
+        found = self._with_rebuild(self._all_records)
         if selector is None:
-            rows = self.conn.execute(f"SELECT record FROM records {RECORD_ORDER}")
-        else:
-            if selector == LATEST:
-                latest = self.conn.execute("SELECT run_id FROM records WHERE kind = 'bench' ORDER BY host_time DESC LIMIT 1").fetchone()
-                if latest is None:
-                    raise ResultsError("there are no measured results yet", hint="run kzbuild bench")
-                selector = latest[0]
-            pattern = selector.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-            rows = self.conn.execute(
-                f"SELECT record FROM records WHERE run_id LIKE ? ESCAPE '\\' OR build_id LIKE ? ESCAPE '\\' {RECORD_ORDER}",
-                (pattern, pattern),
-            )
-        found = [BenchRecord.from_dict(json.loads(row[0])) for row in rows]
-        if selector is not None and not found:
+            return found
+        if selector == LATEST:
+            measured = [r for r in found if r.kind == "bench"]
+            if not measured:
+                raise ResultsError("there are no measured results yet", hint="run kzbuild bench")
+            selector = max(measured, key=lambda r: r.host_time).run_id
+        chosen = [r for r in found if r.run_id.startswith(selector) or (r.build.build_id or "").startswith(selector)]
+        if not chosen:
             raise ResultsError(f"no results match '{selector}'", hint="kzbuild results list shows run ids and build ids")
-        return found
+        return chosen
+
+    def _all_records(self) -> list[BenchRecord]:
+        keyed = []
+        for record_id, stored in self.conn.execute("SELECT record_id, record FROM records"):
+            if not isinstance(stored, str) or content_id(stored) != record_id:
+                raise ResultsDatabaseDamaged(f"row {record_id!r} does not match its content")
+            try:
+                record = BenchRecord.from_dict(loads(stored, where=f"{self.db_path} row {record_id}"))
+            except BadRecord as exc:
+                raise ResultsDatabaseDamaged(exc.message) from None
+            keyed.append(((record.host_time, record.run_id, record.seq, record_id), record))
+        return [record for _, record in sorted(keyed, key=lambda item: item[0])]
 
     def runs(self) -> list[RunSummary]:
         by_run: dict[str, list[BenchRecord]] = defaultdict(list)
@@ -256,6 +354,45 @@ class ResultsStore:
         return int(self.conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0])
 
 
+def stored_form(record: BenchRecord) -> str:
+    """The record's line in results.jsonl (and its database row), checked to read back as the same
+    record, so nothing is stored that results show, compare or plot cannot read."""
+    where = f"record {record.test!r} of run {record.run_id!r}"
+    try:
+        stored = canonical_json(record.to_dict())
+        stored.encode("utf-8")
+    except (ValueError, TypeError) as exc:  # NaN, a value JSON has no form for, a lone surrogate (UnicodeEncodeError)
+        raise BadRecord(f"{where} cannot be stored: {exc}") from None
+    if BenchRecord.from_dict(loads(stored, where=where), where=where) != record:
+        raise BadRecord(f"{where} does not read back as itself (a value of a type JSON does not keep)")
+    return stored
+
+
+def _damage(exc: Exception, db_path: Path) -> str:
+    """What is wrong with the database; a database merely locked by another process is Busy, not damage."""
+    if (getattr(exc, "sqlite_errorname", "") or "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        raise Busy(f"results database {db_path} is locked by another process: {exc}", hint="wait for it to finish") from None
+    return str(exc)
+
+
+def _append(path: Path, text: str) -> None:
+    """Append in one write with O_APPEND, then fsync: a crash leaves at most a truncated last line."""
+    data = memoryview(text.encode("utf-8"))
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as file:
+        size = file.seek(0, os.SEEK_END)
+        return size == 0 or os.pread(file.fileno(), 1, size - 1) == b"\n"
+
+
 def _order_key(record: BenchRecord) -> tuple[object, ...]:
     return tuple(getattr(record, column) for column in ORDER_COLUMNS)
 
@@ -279,14 +416,27 @@ def load_records_file(path: Path) -> list[BenchRecord]:
 
 
 def load_jsonl(path: Path) -> list[BenchRecord]:
+    """Every record of a JSONL export; a bad line is refused (BadRecord naming file:line), except a
+    last line that is not newline-terminated and not JSON: a writer killed mid-record left it, and
+    it is skipped with a warning."""
+    lines = path.read_bytes().split(b"\n")  # the last item is what follows the last newline
     records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        where = f"{path}:{number}"
         try:
-            records.append(BenchRecord.from_dict(json.loads(line)))
-        except (ValueError, TypeError, KeyError) as exc:
-            raise ConfigError(f"not a result record: {exc}", path=path, line=number) from exc
+            data = loads(line.decode("utf-8"), where=where)
+        except (UnicodeDecodeError, BadRecord) as exc:
+            if number == len(lines):
+                log.warning("%s: skipped the unterminated last line, not a whole record (a writer killed mid-line?)", where)
+                continue
+            message = f"{where}: not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
+            raise BadRecord(message, hint=JSONL_HINT) from None
+        try:
+            records.append(BenchRecord.from_dict(data, where=where))
+        except BadRecord as exc:
+            raise BadRecord(exc.message, hint=JSONL_HINT) from None
     return records
 
 
@@ -305,7 +455,7 @@ def load_seed(path: Path) -> list[BenchRecord]:
     date = doc.get_str("date") or ""
     run_id = f"seed-{path.stem.removeprefix('seed-')}"
     figures = doc.get_list("figures")
-    records = []
+    records: list[BenchRecord] = []
     for index, figure in enumerate(figures):
         if not isinstance(figure, yamlconf.Mapping):
             raise figures.error(index, "a figure is a mapping", key="figures")
@@ -315,24 +465,27 @@ def load_seed(path: Path) -> list[BenchRecord]:
             raise figure.error(None, "a figure needs a value, or low and high")
         config = figure.get_mapping("config")
         extra = {key: figure.get_str(key) for key in ("engine", "backend") if key in figure}
-        records.append(
-            BenchRecord(
-                run_id=run_id,
-                kind="manual",
-                host_time=date,
-                test=figure.get_str("test") or "",
-                seq=index,
-                build=BuildInfo(build_id=None, upstream=doc.get_str("upstream")),
-                device=DeviceInfo(name=device.get_str("name") or "", fingerprint=fingerprint),
-                model=ModelInfo(name=figure.get_str("model") or ""),
-                config={**dict(config), **extra},
-                avg_ts=value,
-                range_ts=(low, high) if low is not None and high is not None else None,
-                unit=figure.get_str("unit", "t/s") or "t/s",
-                source=f"{path.name}#{figure.get_str('id')}: {doc.get_str('source')}",
-                label=figure.get_str("label", "") or "",
-            )
+        figure_record = BenchRecord(
+            run_id=run_id,
+            kind="manual",
+            host_time=date,
+            test=figure.get_str("test") or "",
+            seq=index,
+            build=BuildInfo(build_id=None, upstream=doc.get_str("upstream")),
+            device=DeviceInfo(name=device.get_str("name") or "", fingerprint=fingerprint),
+            model=ModelInfo(name=figure.get_str("model") or ""),
+            config={**dict(config), **extra},
+            avg_ts=value,
+            range_ts=(low, high) if low is not None and high is not None else None,
+            unit=figure.get_str("unit", "t/s") or "t/s",
+            source=f"{path.name}#{figure.get_str('id')}: {doc.get_str('source')}",
+            label=figure.get_str("label", "") or "",
         )
+        try:
+            stored_form(figure_record)
+        except BadRecord as exc:  # a config value that is a list, a date, ...
+            raise figure.error(None, exc.message) from None
+        records.append(figure_record)
     return records
 
 
@@ -340,8 +493,8 @@ def _number(entry: yamlconf.Mapping, key: str) -> float | None:
     value = entry.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise entry.error(key, "must be a number")
+    if number_or_none(value) is None or value <= 0:
+        raise entry.error(key, "must be a number > 0")
     return float(value)
 
 

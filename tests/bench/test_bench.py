@@ -39,22 +39,22 @@ def test_real_llama_bench_json_becomes_one_record_per_test():
     ]  # fmt: skip
     assert [(r.test, r.seq) for r in records] == [("pp32", 0), ("tg8", 1)]
     prefill = records[0]
-    assert prefill.samples_ts == tuple(tests[0]["samples_ts"]) and len(prefill.samples_ts) == 3
-    assert prefill.summary.median == sorted(tests[0]["samples_ts"])[1]
+    assert prefill.samples_ts == tests[0].samples_ts and len(prefill.samples_ts) == 3
+    assert prefill.summary.median == sorted(tests[0].samples_ts)[1]
     assert prefill.build.build_commit == "0c1e570"
     assert prefill.build.recipe == "demo-host" and prefill.build.lock_sha256 == "f" * 64
     assert prefill.build.manifest_sha256 == "e" * 64 and prefill.build.build_id == "b1"
     assert prefill.config["n_threads"] == 1 and "avg_ts" not in prefill.config and "test_time" not in prefill.config
-    assert prefill.model.sha256 == "a" * 64 and prefill.model.type == tests[0]["model_type"]
+    assert prefill.model.sha256 == "a" * 64 and prefill.model.type == tests[0].model_type
     assert prefill.sweep.point == {"t": "1"} and prefill.sweep.seed == 9 and prefill.sweep.index == 1
     assert prefill.conditions["thermal_c"] == {"cpu-0": 41.0}
-    assert prefill.raw == tests[0]
+    assert prefill.raw == json.loads(CAPTURED_JSON.read_text())[0]
 
 
 def test_output_that_is_not_llama_bench_json_is_refused():
-    with pytest.raises(ResultsError, match="no valid JSON"):
+    with pytest.raises(ResultsError, match="not valid JSON"):
         bench.parse_llama_bench_json(b"| model | size |\n")
-    with pytest.raises(ResultsError, match="not a list of test records"):
+    with pytest.raises(ResultsError, match="expected a non-empty JSON list of tests, got {'avg_ts': 1}"):
         bench.parse_llama_bench_json(b'{"avg_ts": 1}')
 
 
