@@ -187,7 +187,7 @@ def parse_llama_bench_json(stdout: bytes, *, source: str = "llama-bench output")
         raise BadRecord(f"{source}: not UTF-8 text (byte {exc.start} is {stdout[exc.start]:#04x})") from None
     if not text.strip():
         raise BadRecord(f"{source}: llama-bench printed nothing on stdout")
-    tests = loads(text, where=source)
+    tests = loads(text, where=source, item="test")
     if not isinstance(tests, list) or not tests:
         raise BadRecord(f"{source}: expected a non-empty JSON list of tests, got {show(tests)}")
     if len(tests) > MAX_TESTS:

@@ -27,30 +27,53 @@ def show(value: object) -> str:
     return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
 
 
-def loads(text: str, *, where: str) -> Any:
-    """Strict JSON: no NaN or Infinity (Python's json accepts them, the standard does not), no
-    lone surrogates (they cannot be written back as UTF-8), no nesting deep enough to overflow."""
+def loads(text: str, *, where: str, item: str = "") -> Any:
+    """Strict JSON: no NaN or Infinity (Python's json reads them, the standard has none), no lone
+    surrogates (they cannot be written back as UTF-8), no nesting deep enough to overflow. A bad
+    value is named by its path, e.g. ``test 1: avg_ts`` with ``item="test"`` for a list of tests."""
+    suspicious = False
 
-    def reject_constant(name: str) -> Any:
-        raise BadRecord(f"{where}: {name} is not a JSON number")
+    def note_constant(name: str) -> float:
+        nonlocal suspicious
+        suspicious = True
+        return float(name)
 
-    def finite_float(literal: str) -> float:
+    def note_float(literal: str) -> float:
+        nonlocal suspicious
         value = float(literal)
-        if not math.isfinite(value):
-            raise BadRecord(f"{where}: {show(literal)} is too big for a number")
+        suspicious = suspicious or not math.isfinite(value)
         return value
 
     try:
-        data = json.loads(text, parse_constant=reject_constant, parse_float=finite_float)
-        if SURROGATE_ESCAPE_RE.search(text):
-            json.dumps(data, ensure_ascii=False).encode("utf-8")
+        data = json.loads(text, parse_constant=note_constant, parse_float=note_float)
+        if suspicious or SURROGATE_ESCAPE_RE.search(text):  # rare: only then walk the whole value
+            if item and isinstance(data, list):
+                for index, value in enumerate(data):
+                    _check_values(value, f"{where}: {item} {index}")
+            else:
+                _check_values(data, where)
     except RecursionError:
         raise BadRecord(f"{where}: JSON nested too deeply") from None
-    except UnicodeEncodeError:
-        raise BadRecord(f"{where}: a string holds a lone UTF-16 surrogate") from None
     except ValueError as exc:
         raise BadRecord(f"{where}: not valid JSON: {exc}") from None
     return data
+
+
+def _check_values(value: object, where: str) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise BadRecord(f"{where}: {value} is not a JSON number")
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadRecord(f"{where}: {show(value)} holds a lone UTF-16 surrogate") from None
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_values(item, f"{where}[{index}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_values(key, where)
+            _check_values(item, f"{where}: {key}")
 
 
 def number_or_none(value: object) -> int | float | None:

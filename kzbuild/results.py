@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import sqlite3
 from collections import defaultdict
@@ -320,9 +321,13 @@ class ResultsStore:
 
     def _all_records(self) -> list[BenchRecord]:
         keyed = []
+        seen = set()
         for record_id, stored in self.conn.execute("SELECT record_id, record FROM records"):
             if not isinstance(stored, str) or content_id(stored) != record_id:
                 raise ResultsDatabaseDamaged(f"row {record_id!r} does not match its content")
+            if record_id in seen:  # a damaged b-tree can list one row twice
+                raise ResultsDatabaseDamaged(f"row {record_id!r} appears twice")
+            seen.add(record_id)
             try:
                 record = BenchRecord.from_dict(loads(stored, where=f"{self.db_path} row {record_id}"))
             except BadRecord as exc:
@@ -500,11 +505,13 @@ def _number(entry: yamlconf.Mapping, key: str) -> float | None:
 
 # --- comparing ---
 def parse_threshold(text: str) -> float:
-    """``5%`` or ``5`` -> 5.0 (percent)."""
+    """``5%`` or ``5`` -> 5.0 (percent): a finite number >= 0. The one parser of --threshold."""
     try:
         value = float(text.strip().removesuffix("%"))
     except ValueError:
         raise ConfigError(f"threshold '{text}' is not a percentage", hint="use e.g. 5%") from None
+    if not math.isfinite(value):  # float() reads nan and inf; against nan every change would pass as "same"
+        raise ConfigError(f"threshold '{text}' is not a finite percentage", hint="use e.g. 5%")
     if value < 0:
         raise ConfigError(f"threshold '{text}' is negative", hint="use e.g. 5%")
     return value
