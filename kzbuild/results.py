@@ -172,8 +172,9 @@ class ResultsStore:
 
     def _open(self) -> None:
         """Connect, bring the schema up to date, check it, and read in the files that changed."""
-        if hasattr(self, "conn"):
-            self.conn.close()
+        self._disconnect()
+        if self.db_path.is_file() and not self.db_path.stat().st_size:  # SQLite would take it for a new database
+            raise ResultsDatabaseDamaged(f"{self.db_path} is empty (0 bytes)")
         self.conn = sqlite3.connect(self.db_path, isolation_level=None)
         # WAL: a commit is one append, no fsync of the main file; a crash loses at most the
         # last transaction, and results.jsonl, written before each commit, brings it back
@@ -185,6 +186,10 @@ class ResultsStore:
         for source in [*sorted(self.folder.glob(SEED_GLOB)), self.jsonl_path]:
             self._import_if_changed(source)
 
+    def _disconnect(self) -> None:
+        if hasattr(self, "conn"):  # not set when the first connect failed
+            self.conn.close()
+
     def _with_rebuild(self, action: Callable[[], T]) -> T:
         """Run ``action``; when it finds the database damaged, rebuild the database and run it once more."""
         try:
@@ -194,7 +199,7 @@ class ResultsStore:
         with self._locked():
             damaged = self.db_path.with_name(self.db_path.name + DAMAGED_SUFFIX)
             log.warning("results database %s cannot be used (%s); moved it to %s and rebuilt it from %s", self.db_path, reason, damaged.name, JSONL_FILE)
-            self.conn.close()
+            self._disconnect()
             if self.db_path.exists():
                 os.replace(self.db_path, damaged)
             for suffix in SQLITE_SIDE_FILES:
@@ -363,8 +368,10 @@ def stored_form(record: BenchRecord) -> str:
     """The record's line in results.jsonl (and its database row), checked to read back as the same
     record, so nothing is stored that results show, compare or plot cannot read."""
     where = f"record {record.test!r} of run {record.run_id!r}"
+    data = record.to_dict()
+    BenchRecord.from_dict(data, where=where)  # names the key of a value of the wrong type or range
     try:
-        stored = canonical_json(record.to_dict())
+        stored = canonical_json(data)
         stored.encode("utf-8")
     except (ValueError, TypeError) as exc:  # NaN, a value JSON has no form for, a lone surrogate (UnicodeEncodeError)
         raise BadRecord(f"{where} cannot be stored: {exc}") from None
