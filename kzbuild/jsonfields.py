@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable
 from typing import Any
 
 from kzbuild.errors import BadRecord
@@ -18,6 +17,7 @@ from kzbuild.errors import BadRecord
 MAX_INT = 2**63 - 1  # SQLite's INTEGER; llama-bench's counts are far below it
 SHOWN_CHARS = 60
 JSON_SCALARS = (str, int, float, bool, type(None))
+EXACT_SCALARS = frozenset({str, bool, type(None)})  # always fine; ints can be too big, floats non-finite
 SURROGATE_ESCAPE_RE = re.compile(r"\\u[dD][89a-fA-F]")  # \ud800-\udfff: json.loads lets lone ones through
 
 
@@ -108,8 +108,8 @@ class Fields:
             raise BadRecord(f"{self.where}: missing key '{key}'")
         return default
 
-    def check_known(self, known: Iterable[str]) -> None:
-        unknown = sorted(set(self.data) - set(known))
+    def check_known(self, known: frozenset[str]) -> None:
+        unknown = sorted(self.data.keys() - known)
         if unknown:
             raise BadRecord(f"{self.where}: unknown key '{unknown[0]}'")
 
@@ -192,5 +192,7 @@ class Fields:
 
 def check_scalar(value: object, *, where: str) -> None:
     """A JSON scalar: a string, a finite number, a bool or null (never a list or an object)."""
+    if type(value) in EXACT_SCALARS:  # the usual case, checked first: every configuration field of every record read
+        return
     if not isinstance(value, JSON_SCALARS) or (isinstance(value, (int, float)) and not isinstance(value, bool) and number_or_none(value) is None):
         raise BadRecord(f"{where}: {show(value)} is not a string, number, bool or null")

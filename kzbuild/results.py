@@ -227,13 +227,11 @@ class ResultsStore:
     def add(self, records: Iterable[BenchRecord]) -> int:
         """Store records (those already there are skipped) and bring the JSONL export up to date.
 
-        Every record is checked to read back as itself before anything is written; results.jsonl
+        Every record is checked to read back as itself before anything is written (else BadRecord); results.jsonl
         is written (and synced) before the database commits, so a crash leaves the file complete
         or with a truncated last line, which the next open skips with a warning.
         """
-        batch = list(records)
-        for record in batch:
-            stored_form(record)
+        batch = list(records)  # read twice when a damaged database is rebuilt midway
         with self._locked():
             return self._with_rebuild(lambda: self._add(batch))
 
@@ -249,27 +247,27 @@ class ResultsStore:
             f"SELECT {', '.join(ORDER_COLUMNS)} FROM records WHERE kind = 'bench' "
             f"ORDER BY {', '.join(c + ' DESC' for c in ORDER_COLUMNS)} LIMIT 1"
         ).fetchone()
-        with self._transaction():
+        with self._transaction():  # a record that cannot be stored raises in _insert: nothing is written, the insert rolls back
             new = self._insert(records)
-            measured = sorted((r for r in new if r.kind == "bench"), key=_order_key)
+            measured = sorted((item for item in new if item[0].kind == "bench"), key=lambda item: _order_key(item[0]))
             if measured:
-                if last is not None and _order_key(measured[0]) > tuple(last) and self._export_is_ours() and _ends_with_newline(self.jsonl_path):
+                if last is not None and _order_key(measured[0][0]) > tuple(last) and self._export_is_ours() and _ends_with_newline(self.jsonl_path):
                     # the usual case, a bench that just ran: its records sort after everything exported
-                    _append(self.jsonl_path, "".join(stored_form(r) + "\n" for r in measured))
+                    _append(self.jsonl_path, "".join(stored + "\n" for _, stored in measured))
                 else:
                     # also when the last line is unterminated (a killed writer): never glue a record onto it
                     self._export()
                 self._stamp_export()
         return len(new)
 
-    def _insert(self, records: Iterable[BenchRecord]) -> list[BenchRecord]:
-        """Insert (inside the caller's transaction); returns the records that were not there yet."""
+    def _insert(self, records: Iterable[BenchRecord]) -> list[tuple[BenchRecord, str]]:
+        """Insert (inside the caller's transaction); returns the records that were not there yet, with their stored form."""
         new = []
         for r in records:
             stored = stored_form(r)
             row = (content_id(stored), r.run_id, r.kind, r.host_time, r.seq, r.build.build_id, r.device.name, r.test, stored)
             if self.conn.execute("INSERT OR IGNORE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row).rowcount:
-                new.append(r)
+                new.append((r, stored))
         return new
 
     def _import_if_changed(self, path: Path) -> None:

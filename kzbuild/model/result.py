@@ -180,22 +180,22 @@ class BenchRecord:
     def from_dict(cls, data: object, where: str = "record") -> BenchRecord:
         """A record from its JSON form with every field type-checked; raises BadRecord naming the key."""
         fields = Fields(data, where)
-        fields.check_known([*(f.name for f in dataclasses.fields(cls)), "record_id"])
+        fields.check_known(FIELD_NAMES[cls] | {"record_id"})
         build = fields.object("build")
-        build.check_known(f.name for f in dataclasses.fields(BuildInfo))
+        build.check_known(FIELD_NAMES[BuildInfo])
         device = fields.object("device")
-        device.check_known(f.name for f in dataclasses.fields(DeviceInfo))
+        device.check_known(FIELD_NAMES[DeviceInfo])
         model = fields.object("model")
-        model.check_known(f.name for f in dataclasses.fields(ModelInfo))
+        model.check_known(FIELD_NAMES[ModelInfo])
         sweep = fields.object("sweep", {})
-        sweep.check_known(f.name for f in dataclasses.fields(SweepInfo))
+        sweep.check_known(FIELD_NAMES[SweepInfo])
         return cls(
             run_id=fields.text("run_id"),
             kind=cast(RecordKind, fields.choice("kind", get_args(RecordKind))),
             host_time=fields.text("host_time"),
             test=fields.text("test"),
             seq=fields.count("seq"),
-            build=BuildInfo(**{f.name: build.optional_text(f.name) for f in dataclasses.fields(BuildInfo)}),
+            build=BuildInfo(**{name: build.optional_text(name) for name in FIELD_NAMES[BuildInfo]}),
             device=DeviceInfo(name=device.text("name"), address=device.text("address", ""), fingerprint=device.text_map("fingerprint", {})),
             model=ModelInfo(
                 path=model.text("path", ""), sha256=model.optional_text("sha256"), name=model.text("name", ""),
@@ -229,3 +229,9 @@ def _range(fields: Fields) -> tuple[float, float] | None:
     if len(low_high) != 2 or low_high[0] > low_high[1]:
         raise fields.error("range_ts", "[low, high]")
     return (low_high[0], low_high[1])
+
+
+# computed once: every record read checks its keys against them
+FIELD_NAMES: dict[type, frozenset[str]] = {
+    cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in (BenchRecord, BuildInfo, DeviceInfo, ModelInfo, SweepInfo)
+}
