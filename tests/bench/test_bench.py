@@ -310,6 +310,15 @@ def test_a_pushed_model_is_known_by_its_content_addressed_name(bench_root):
 
 
 @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")  # the output pump must not die
+@pytest.mark.parametrize("log", ["\\x1c\\n", "\\xc2\\xa0", "\\xc2\\x85", "\\xff\\xfe"])  # bytes: FS, NBSP and NEL in UTF-8, not UTF-8
+def test_a_log_chunk_of_only_unusual_whitespace_or_bad_bytes_does_not_break_the_progress_display(kz, bench_root, log):
+    """bytes.strip keeps what str.strip drops: such a chunk has no line to show."""
+    bench_root.add_tool("llama-bench", REPLAY_LLAMA_BENCH.replace('sys.stderr.write("replay: loading model\\n")', f'sys.stderr.buffer.write("{log}".encode("latin-1")); sys.stderr.flush()'))
+    result = kz("bench", "--device", bench_root.spec, "-m", "models/tiny.gguf")
+    assert result.code == 0, result.err
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")  # the output pump must not die
 def test_log_lines_that_look_like_markup_do_not_break_the_progress_display(kz, bench_root):
     bench_root.add_tool("llama-bench", REPLAY_LLAMA_BENCH.replace('"replay: loading model\\n"', '"[/bold] [red] unbalanced [/x]\\n"'))
     result = kz("bench", "--device", bench_root.spec, "-m", "models/tiny.gguf")

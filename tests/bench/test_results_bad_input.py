@@ -321,3 +321,18 @@ def test_a_damaged_database_is_rebuilt_and_never_shows_wrong_numbers(kz, tmp_pat
     compared = kz("--results-dir", str(folder), "results", "compare", "r0", "r5", "--json")
     assert_clean(compared, 0)
     assert json.loads(compared.out)["rows"][0]["b"]["median"] == 101.0
+
+
+def test_odd_but_valid_records_show_compare_and_plot(kz, project):
+    """Extreme numbers, markup-like and unicode text, null and huge config values are valid: every view answers."""
+    odd = {"config": {"n_threads": 8, "devices": "[red]HTP0[/red]", "huge": 10**30, "none": None, "flag": True, "text": "🚀\x00|"}, "env": {"GGML_X": "a|b [bold]"}}
+    with ResultsStore(project.root / "results") as store:
+        store.add([record(run_id="[r1]", build_id="b|1", samples=(1e-3,), **odd),
+                   record(run_id="r2", build_id="b2", samples=(1e9, 1e9), host_time="2026-10-02T00:00:00+00:00", **odd)])  # fmt: skip
+    for args in (("results", "list"), ("results", "show", "[r1]", "--markdown"), ("results", "show", "latest")):
+        assert_clean(kz(*args), 0)
+    compared = kz("results", "compare", "[r1]", "r2", "--json")
+    assert_clean(compared, 0)
+    assert json.loads(compared.out)["rows"][0]["verdict"] == "improvement"
+    assert_clean(kz("results", "plot", "--out", str(project.root / "odd.png")), 0)
+    assert (project.root / "odd.png").stat().st_size > 1000
