@@ -763,6 +763,8 @@ def _series(
         grouped[key].append(record)
         xs[key][x].append(record)
     series = {}
+    # one kind of x per plot: matplotlib cannot put numbers and text (auto, unset) on one axis
+    numeric = all(_axis_number(x) is not None for by_x in xs.values() for x in by_x)
     shown_env = varying_env(records) - {axis.removeprefix(ENV_AXIS_PREFIX)}
     skip = OPTIONS_BY_NAME[axis].field if axis in OPTIONS_BY_NAME else ""
     for key, items in grouped.items():
@@ -779,7 +781,10 @@ def _series(
             )
             if part
         )
-        points = [(_numeric(x), Group(key, tuple(rs)).summary) for x, rs in xs[key].items()]
+        points: list[tuple[float | int | str, Summary]] = []
+        for x, rs in xs[key].items():
+            number = _axis_number(x)
+            points.append((number if numeric and number is not None else str(x), Group(key, tuple(rs)).summary))
         points.sort(key=lambda p: (isinstance(p[0], str), p[0] if not isinstance(p[0], str) else 0, str(p[0])))
         series[(first.test, label)] = points
     return series
@@ -798,11 +803,13 @@ def _without_axis(record: BenchRecord, axis: str) -> tuple[object, ...]:
     return (record.device.key, record.model.key, env_set, test, config_key, record.unit)
 
 
-def _numeric(value: object) -> float | int | str:
+def _axis_number(value: object) -> float | int | None:
+    """The value as a finite number when its text is one (``4``, ``1e3``); None for ``auto``, ``nan``, None."""
     text = str(value)
     for kind in (int, float):
         try:
-            return kind(text)
+            number = kind(text)
         except ValueError:
             continue
-    return text
+        return number if math.isfinite(number) else None
+    return None

@@ -336,3 +336,12 @@ def test_odd_but_valid_records_show_compare_and_plot(kz, project):
     assert json.loads(compared.out)["rows"][0]["verdict"] == "improvement"
     assert_clean(kz("results", "plot", "--out", str(project.root / "odd.png")), 0)
     assert (project.root / "odd.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("axis", ["t", "env:GGML_X"])
+def test_a_plot_along_an_axis_of_numbers_and_words_draws_them_all_as_words(kz, project, axis):
+    """matplotlib puts numbers or text on one axis, never both: a sweep of 1,2,auto or a config value of null."""
+    values = ["1", "2", "auto", "nan", "1e400", None]
+    with ResultsStore(project.root / "results") as store:
+        store.add([record(run_id="r1", seq=n, **({"config": {"n_threads": value}} if axis == "t" else {"env": {"GGML_X": str(value)}})) for n, value in enumerate(values)])
+    assert_clean(kz("results", "plot", "--axis", axis, "--out", str(project.root / "axis.png")), 0)
