@@ -141,7 +141,10 @@ class ResultsStore:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"results folder {folder} cannot be made: {exc.strerror}", hint="--results-dir or KZ_RESULTS_DIR names it") from None
         self.db_path = folder / DB_FILE
         self.jsonl_path = folder / JSONL_FILE
         self._lock_depth = 0
@@ -429,7 +432,10 @@ def load_jsonl(path: Path) -> list[BenchRecord]:
     """Every record of a JSONL export; a bad line is refused (BadRecord naming file:line), except a
     last line that is not newline-terminated and not JSON: a writer killed mid-record left it, and
     it is skipped with a warning."""
-    lines = path.read_bytes().split(b"\n")  # the last item is what follows the last newline
+    try:
+        lines = path.read_bytes().split(b"\n")  # the last item is what follows the last newline
+    except OSError as exc:
+        raise ConfigError(f"cannot read file: {exc.strerror}", path=path) from None
     records = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -737,9 +743,13 @@ def plot(records: Sequence[BenchRecord], out: Path, *, axis: str = "build", metr
     for axes in panel_of.values():
         if axes.get_legend_handles_labels()[0]:
             axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, format="png", dpi=100, bbox_inches="tight")
-    plt.close(figure)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(out, format="png", dpi=100, bbox_inches="tight")
+    except OSError as exc:
+        raise ConfigError(f"cannot write the plot to {out}: {exc.strerror}", hint="--out names a PNG file in a writable folder") from None
+    finally:
+        plt.close(figure)
     return out
 
 
