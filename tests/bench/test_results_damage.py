@@ -309,11 +309,11 @@ def test_run_piped_into_head_ends_without_a_traceback(device_root, project):
 
 def test_paths_that_cannot_be_read_or_written_are_exit_2(kz, folder, project):
     missing = kz("results", "import-seed", str(project.root / "absent.jsonl"))
-    assert missing.code == 2 and "absent.jsonl: cannot read file: No such file or directory" in flat(missing.err)
+    assert missing.code == 2 and unwrapped("absent.jsonl: cannot read file: No such file or directory") in unwrapped(missing.err)
     a_file = project.write("not-a-folder", "x")
     not_a_folder = kz("--results-dir", str(a_file), "results", "list")
-    assert not_a_folder.code == 2 and "cannot be made: File exists" in flat(not_a_folder.err)
+    assert not_a_folder.code == 2 and unwrapped("cannot be made: File exists") in unwrapped(not_a_folder.err)
     to_a_folder = kz("results", "plot", "--out", str(project.root))
-    assert to_a_folder.code == 2 and "cannot write the plot to" in flat(to_a_folder.err) and "Is a directory" in flat(to_a_folder.err)
+    assert to_a_folder.code == 2 and unwrapped("cannot write the plot to") in unwrapped(to_a_folder.err) and unwrapped("Is a directory") in unwrapped(to_a_folder.err)
     for result in (missing, not_a_folder, to_a_folder):
         assert "internal error" not in result.err
