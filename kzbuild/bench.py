@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kzbuild.devices.base import ByteSink, Transport, check_env_name
-from kzbuild.errors import BadRecord, CommandFailed, ConfigError
+from kzbuild.errors import BadRecord, CommandFailed, ConfigError, DeviceError
 from kzbuild.jsonfields import Fields, check_scalar, loads, show
 from kzbuild.model.bench import BENCH_OPTIONS, ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchPoint, BenchSpec, LlamaBenchTest, SweepAxis
 from kzbuild.model.device import Device
@@ -37,6 +37,7 @@ LLAMA_BENCH = "llama-bench"
 RESERVED_ARGS = ("-o", "--output", "-m", "--model")  # kzbuild sets these itself
 MAX_TESTS = 4096  # tests in one llama-bench run (the product of its option lists)
 MAX_TOKENS = 2**31 - 1  # llama-bench's token counts are C ints
+SHA256SUM_RE = re.compile(r"([0-9a-f]{64})\s")  # "<sha256>  <path>"
 STORED_MODEL_RE = re.compile(r"^([0-9a-f]{64})\.gguf$")  # kzbuild models push: models/<sha256>.gguf
 
 # One line per fact, "key<TAB>value". $1 is the sysfs root (tests point it at a tree they build).
@@ -246,7 +247,10 @@ def model_sha256(transport: Transport, device: Device, model: str) -> str:
             f"{device.name}: cannot read model '{model}' (relative paths start at {device.root})",
             hint="push it with kzbuild models push FILE, or give its path on the device",
         )
-    return result.text().split()[0]
+    digest = SHA256SUM_RE.match(result.text())
+    if digest is None:  # an odd sha256sum (or none) must not put junk in the model's identity
+        raise DeviceError(f"{device.name}: sha256sum {model} printed no sha256: {show(result.text())}", hint="check the device's sha256sum (toybox or busybox)")
+    return digest[1]
 
 
 @dataclass(frozen=True)

@@ -317,3 +317,16 @@ def test_paths_that_cannot_be_read_or_written_are_exit_2(kz, folder, project):
     assert to_a_folder.code == 2 and unwrapped("cannot write the plot to") in unwrapped(to_a_folder.err) and unwrapped("Is a directory") in unwrapped(to_a_folder.err)
     for result in (missing, not_a_folder, to_a_folder):
         assert "internal error" not in result.err
+
+
+@pytest.mark.parametrize("printed", ["", "\\n", "not-a-digest  models/tiny.gguf\\n", "\\xff\\xfe\\n"])
+def test_a_sha256sum_that_prints_no_digest_is_a_device_error(kz, device_root, monkeypatch, printed):
+    device_root.add_tool("llama-bench", REPLAY_LLAMA_BENCH)
+    device_root.add_file("models/tiny.gguf", b"GGUF stand-in")
+    fake = device_root.root / "fakebin"
+    fake.mkdir()
+    (fake / "sha256sum").write_text(f"#!/bin/sh\nprintf '{printed}'\n")
+    (fake / "sha256sum").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    result = kz("bench", "--device", device_root.spec, "-m", "models/tiny.gguf")
+    assert result.code == 8 and "printed no sha256" in flat(result.err)
