@@ -9,8 +9,8 @@ zones, power supply and battery) by a fixed shell script that takes no input.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
+import math
 import random
 import re
 import secrets
@@ -22,10 +22,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kzbuild.devices.base import ByteSink, Transport, check_env_name
-from kzbuild.errors import CommandFailed, ConfigError, ResultsError
-from kzbuild.model.bench import BENCH_OPTIONS, ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchPoint, BenchSpec, SweepAxis
+from kzbuild.errors import BadRecord, CommandFailed, ConfigError, DeviceError
+from kzbuild.jsonfields import Fields, check_scalar, loads, show
+from kzbuild.model.bench import BENCH_OPTIONS, ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchPoint, BenchSpec, LlamaBenchTest, SweepAxis
 from kzbuild.model.device import Device
-from kzbuild.model.result import NOT_CONFIG_FIELDS, BenchRecord, BuildInfo, DeviceInfo, ModelInfo, SweepInfo, bench_test_name
+from kzbuild.model.result import MAX_SAMPLES, NOT_CONFIG_FIELDS, BenchRecord, BuildInfo, DeviceInfo, ModelInfo, SweepInfo, bench_test_name
 from kzbuild.results import ResultsStore
 from kzbuild.run import Release, check_tool, current_release, env_warnings, invocation
 from kzbuild.settings import Settings
@@ -34,6 +35,9 @@ log = logging.getLogger(__name__)
 
 LLAMA_BENCH = "llama-bench"
 RESERVED_ARGS = ("-o", "--output", "-m", "--model")  # kzbuild sets these itself
+MAX_TESTS = 4096  # tests in one llama-bench run (the product of its option lists)
+MAX_TOKENS = 2**31 - 1  # llama-bench's token counts are C ints
+SHA256SUM_RE = re.compile(r"([0-9a-f]{64})\s")  # "<sha256>  <path>"
 STORED_MODEL_RE = re.compile(r"^([0-9a-f]{64})\.gguf$")  # kzbuild models push: models/<sha256>.gguf
 
 # One line per fact, "key<TAB>value". $1 is the sysfs root (tests point it at a tree they build).
@@ -112,6 +116,8 @@ def _celsius(text: str) -> float | None:
         value = float(text)
     except ValueError:
         return None
+    if not math.isfinite(value):  # float() reads "nan" and "inf", which JSON cannot store
+        return None
     return round(value / 1000.0, 1) if abs(value) >= 1000 else value
 
 
@@ -173,14 +179,56 @@ def llama_bench_args(spec: BenchSpec, point: BenchPoint) -> list[str]:
     return args + list(spec.extra_args)
 
 
-def parse_llama_bench_json(stdout: bytes) -> list[dict[str, Any]]:
+def parse_llama_bench_json(stdout: bytes, *, source: str = "llama-bench output") -> list[LlamaBenchTest]:
+    """The tests of ``llama-bench -o json`` output, every field checked before anything is stored;
+    raises BadRecord naming the test, the key and the value."""
     try:
-        tests = json.loads(stdout)
-    except ValueError as exc:
-        raise ResultsError(f"llama-bench printed no valid JSON on stdout: {exc}") from None
-    if not isinstance(tests, list) or not all(isinstance(t, dict) and "avg_ts" in t for t in tests):
-        raise ResultsError("llama-bench's JSON is not a list of test records")
-    return tests
+        text = stdout.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRecord(f"{source}: not UTF-8 text (byte {exc.start} is {stdout[exc.start]:#04x})") from None
+    if not text.strip():
+        raise BadRecord(f"{source}: llama-bench printed nothing on stdout")
+    tests = loads(text, where=source, item="test")
+    if not isinstance(tests, list) or not tests:
+        raise BadRecord(f"{source}: expected a non-empty JSON list of tests, got {show(tests)}")
+    if len(tests) > MAX_TESTS:
+        raise BadRecord(f"{source}: {len(tests)} tests in one run; more than {MAX_TESTS} is not llama-bench output")
+    return [parse_llama_bench_test(test, where=f"{source}: test {index}") for index, test in enumerate(tests)]
+
+
+def parse_llama_bench_test(data: object, *, where: str) -> LlamaBenchTest:
+    fields = Fields(data, where)
+    n_prompt, n_gen = fields.count("n_prompt", maximum=MAX_TOKENS), fields.count("n_gen", maximum=MAX_TOKENS)
+    if not n_prompt and not n_gen:
+        raise BadRecord(f"{where}: n_prompt and n_gen are both 0, so it measured nothing")
+    samples = fields.numbers("samples_ts", max_items=MAX_SAMPLES)
+    if not samples:
+        raise fields.error("samples_ts", "a non-empty list of numbers > 0")
+    # fields kzbuild does not read itself, kept in raw: checked so the stored record says nothing false
+    for key in ("cpu_info", "gpu_info", "backends", "model_filename", "test_time"):
+        fields.optional_text(key)
+    for key in ("build_number", "model_n_params", "stddev_ns"):
+        fields.optional_count(key)
+    if fields.optional_count("avg_ns") == 0:
+        raise fields.error("avg_ns", "an integer > 0")
+    if "samples_ns" in fields.data and len(fields.numbers("samples_ns", max_items=MAX_SAMPLES)) != len(samples):
+        raise fields.error("samples_ns", f"a list of {len(samples)} numbers > 0, one per samples_ts")
+    config = {key: value for key, value in fields.data.items() if key not in NOT_CONFIG_FIELDS}
+    for key, value in config.items():
+        check_scalar(value, where=f"{where}: {key}")
+    return LlamaBenchTest(
+        n_prompt=n_prompt,
+        n_gen=n_gen,
+        n_depth=fields.count("n_depth", 0, maximum=MAX_TOKENS),
+        avg_ts=fields.number("avg_ts"),
+        stddev_ts=fields.number("stddev_ts", zero_ok=True),
+        samples_ts=samples,
+        build_commit=fields.text("build_commit"),
+        model_type=fields.text("model_type"),
+        model_size=fields.count("model_size", minimum=1),
+        config=config,
+        raw=dict(fields.data),
+    )
 
 
 def model_sha256(transport: Transport, device: Device, model: str) -> str:
@@ -199,7 +247,10 @@ def model_sha256(transport: Transport, device: Device, model: str) -> str:
             f"{device.name}: cannot read model '{model}' (relative paths start at {device.root})",
             hint="push it with kzbuild models push FILE, or give its path on the device",
         )
-    return result.text().split()[0]
+    digest = SHA256SUM_RE.match(result.text())
+    if digest is None:  # an odd sha256sum (or none) must not put junk in the model's identity
+        raise DeviceError(f"{device.name}: sha256sum {model} printed no sha256: {show(result.text())}", hint="check the device's sha256sum (toybox or busybox)")
+    return digest[1]
 
 
 @dataclass(frozen=True)
@@ -255,13 +306,14 @@ def bench(
                     on_stderr(chunk)
 
             result = transport.run(call.argv, cwd=call.cwd, env=call.env, timeout=spec.timeout, on_stderr=tee)
-        (logs / f"{point.index:03d}.json").write_bytes(result.stdout)
+        json_log = logs / f"{point.index:03d}.json"
+        json_log.write_bytes(result.stdout)
         if not result.ok:
             raise CommandFailed(call.argv, result.returncode, stderr_log.read_text(errors="replace"), hint=f"full log: {stderr_log}")
         made = [
             make_record(test, run_id=run_id, host_time=host_time, seq=len(records) + position, release=release, device=device,
                         state=state, spec=spec, model_hash=model_hash, argv=call.argv, env=call.env, cwd=call.cwd, point=point, seed=seed)
-            for position, test in enumerate(parse_llama_bench_json(result.stdout))
+            for position, test in enumerate(parse_llama_bench_json(result.stdout, source=str(json_log)))
         ]  # fmt: skip
         store.add(made)
         records += made
@@ -269,7 +321,7 @@ def bench(
 
 
 def make_record(
-    test: Mapping[str, Any],
+    test: LlamaBenchTest,
     *,
     run_id: str,
     host_time: str,
@@ -290,26 +342,26 @@ def make_record(
         run_id=run_id,
         kind="bench",
         host_time=host_time,
-        test=bench_test_name(int(test.get("n_prompt", 0)), int(test.get("n_gen", 0)), int(test.get("n_depth", 0))),
+        test=bench_test_name(test.n_prompt, test.n_gen, test.n_depth),
         seq=seq,
         build=BuildInfo(
             build_id=release.build_id,
             recipe=manifest.get("recipe"),
             manifest_sha256=release.manifest_sha256,
             lock_sha256=manifest.get("lock_sha256"),
-            build_commit=test.get("build_commit"),
+            build_commit=test.build_commit,
             release_dir=release.dir,
         ),
         device=DeviceInfo(name=device.name, address=device.address, fingerprint=dict(state.fingerprint)),
-        model=ModelInfo(path=spec.model, sha256=model_hash, type=str(test.get("model_type", "")), size=test.get("model_size")),
-        config={k: v for k, v in test.items() if k not in NOT_CONFIG_FIELDS},
-        avg_ts=test.get("avg_ts"),
-        stddev_ts=test.get("stddev_ts"),
-        samples_ts=tuple(test.get("samples_ts") or ()),
+        model=ModelInfo(path=spec.model, sha256=model_hash, type=test.model_type, size=test.model_size),
+        config=dict(test.config),
+        avg_ts=test.avg_ts,
+        stddev_ts=test.stddev_ts,
+        samples_ts=test.samples_ts,
         env=dict(env),
         argv=tuple(argv),
         cwd=cwd,
         conditions=dict(state.conditions),
         sweep=SweepInfo(point=dict(point.values), seed=seed, index=point.index, total=point.total),
-        raw=dict(test),
+        raw=dict(test.raw),
     )

@@ -107,10 +107,20 @@ class NotAvailableHere(KzError):
 
 
 class ResultsError(KzError):
-    """Benchmark output or stored results cannot answer: unparsable llama-bench output, a
-    selector that matches nothing, or results that must not be compared (devices, models, env)."""
+    """Benchmark output or stored results cannot answer: unusable llama-bench output or results
+    files, a selector that matches nothing, or results that must not be compared (devices, models, env)."""
 
     exit_code = 13
+
+
+class BadRecord(ResultsError):
+    """A benchmark record of the wrong shape (from llama-bench or a results file); the message
+    names where it is, the key and the value. Raised before anything of it is stored."""
+
+
+class ResultsDatabaseDamaged(ResultsError):
+    """results.sqlite3 is unreadable, or not the schema this kzbuild writes. The results store
+    rebuilds it from results.jsonl (the source of truth); it reaches the user only when that fails too."""
 
 
 class CommandFailed(KzError):

@@ -183,13 +183,20 @@ def run_split(
     except FileNotFoundError as exc:
         raise NotAvailableHere(f"'{args[0]}' is not installed or not on PATH") from exc
     kept = (bytearray(), bytearray())
+    sink_failures: list[Exception] = []
 
     def pump(handle, sink: Callable[[bytes], None] | None, store: bytearray) -> None:  # type: ignore[no-untyped-def]
-        for chunk in iter(lambda: handle.read1(65536), b""):
-            if sink:
-                sink(chunk)
-            else:
-                store += chunk
+        try:
+            for chunk in iter(lambda: handle.read1(65536), b""):
+                if sink:
+                    sink(chunk)
+                else:
+                    store += chunk
+        except Exception as exc:
+            # a sink that takes no more (stdout piped into head): close our end, so the command
+            # gets SIGPIPE as in a plain pipeline instead of blocking forever on a full pipe
+            sink_failures.append(exc)
+            handle.close()
 
     pumps = [
         threading.Thread(target=pump, args=(child.stdout, on_stdout, kept[0]), daemon=True),
@@ -208,6 +215,8 @@ def run_split(
             thread.join()
         for pipe in (child.stdout, child.stderr):
             pipe.close()  # type: ignore[union-attr]
+    if sink_failures:
+        raise sink_failures[0]
     return code, bytes(kept[0]), bytes(kept[1])
 
 

@@ -11,22 +11,25 @@ Record ids are content hashes, so importing anything twice stores it once.
 
 from __future__ import annotations
 
-import json
+import functools
 import logging
+import math
 import os
 import sqlite3
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TypeVar
 
 from kzbuild import yamlconf
-from kzbuild.errors import ConfigError, ResultsError
+from kzbuild.errors import BadRecord, Busy, ConfigError, ResultsDatabaseDamaged, ResultsError
 from kzbuild.filelock import locked
+from kzbuild.jsonfields import loads, number_or_none
 from kzbuild.model.bench import ENV_AXIS_PREFIX, OPTIONS_BY_NAME
-from kzbuild.model.result import BenchRecord, BuildInfo, DeviceInfo, ModelInfo, Summary, canonical_json, summarize
+from kzbuild.model.result import BenchRecord, BuildInfo, DeviceInfo, ModelInfo, Summary, canonical_json, content_id, summarize
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +39,10 @@ SEED_GLOB = "seed-*.yaml"
 LATEST = "latest"  # selector: the newest measured run
 ORDER_COLUMNS = ("host_time", "run_id", "seq", "record_id")  # runs in time order, tests as printed
 RECORD_ORDER = "ORDER BY " + ", ".join(ORDER_COLUMNS)
+DAMAGED_SUFFIX = ".damaged"  # a damaged database is kept next to its rebuilt one, for a look
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")  # belong to the database file they sit next to
+JSONL_HINT = "fix or delete that line (git diff shows what changed); results.jsonl is the source of truth"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -76,11 +83,8 @@ def migrate(conn: sqlite3.Connection, path: Path, migrations: Sequence[Migration
     )
     current = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
     newest = migrations[-1].version
-    if current > newest:
-        raise ResultsError(
-            f"{path} has schema version {current}, newer than this kzbuild knows ({newest})",
-            hint="use a newer kzbuild, or move the database away; results.jsonl rebuilds it",
-        )
+    if not isinstance(current, int) or current > newest:
+        raise ResultsDatabaseDamaged(f"{path} has schema version {current!r}, not one this kzbuild knows (1 to {newest})")
     applied = []
     for migration in migrations:
         if migration.version <= current:
@@ -99,6 +103,20 @@ def _sql_text(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+SCHEMA_QUERY = "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name"
+
+
+@functools.cache
+def expected_schema() -> tuple[tuple[object, ...], ...]:
+    """sqlite_master as the migrations leave it: a database that differs was not made by this kzbuild."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        migrate(conn, Path(":memory:"))
+        return tuple(conn.execute(SCHEMA_QUERY).fetchall())
+    finally:
+        conn.close()
+
+
 @dataclass(frozen=True)
 class RunSummary:
     run_id: str
@@ -112,22 +130,26 @@ class RunSummary:
 
 
 class ResultsStore:
-    """The database of one project's ``results/`` folder."""
+    """The database of one project's ``results/`` folder.
+
+    The database is an index of the files: when it is unreadable, not this kzbuild's schema, or
+    holds a row that does not match its content id, it is moved to ``results.sqlite3.damaged``
+    and rebuilt from results.jsonl and the seed files, with a warning.
+    """
+
+    conn: sqlite3.Connection
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"results folder {folder} cannot be made: {exc.strerror}", hint="--results-dir or KZ_RESULTS_DIR names it") from None
         self.db_path = folder / DB_FILE
         self.jsonl_path = folder / JSONL_FILE
-        self.conn = sqlite3.connect(self.db_path, isolation_level=None)
-        # WAL: a commit is one append, no fsync of the main file; a crash loses at most the
-        # last transaction, which results.jsonl (written after it) does not hold either
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self._lock_depth = 0
         with self._locked():
-            migrate(self.conn, self.db_path)
-            for source in [*sorted(folder.glob(SEED_GLOB)), self.jsonl_path]:
-                self._import_if_changed(source)
+            self._with_rebuild(self._open)
 
     def close(self) -> None:
         self.conn.close()
@@ -140,60 +162,130 @@ class ResultsStore:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
-        with locked(self.folder / ".results.lock", what=f"results database {self.db_path}"):
+        """The folder's lock; reentrant, since a read that finds damage rebuilds under it."""
+        if self._lock_depth:
             yield
+            return
+        with locked(self.folder / ".results.lock", what=f"results database {self.db_path}"):
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+
+    def _open(self) -> None:
+        """Connect, bring the schema up to date, check it, and read in the files that changed."""
+        self._disconnect()
+        if self.db_path.is_file() and not self.db_path.stat().st_size:  # SQLite would take it for a new database
+            raise ResultsDatabaseDamaged(f"{self.db_path} is empty (0 bytes)")
+        self.conn = sqlite3.connect(self.db_path, isolation_level=None)
+        # WAL: a commit is one append, no fsync of the main file; a crash loses at most the
+        # last transaction, and results.jsonl, written before each commit, brings it back
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        migrate(self.conn, self.db_path)
+        if tuple(self.conn.execute(SCHEMA_QUERY).fetchall()) != expected_schema():
+            raise ResultsDatabaseDamaged(f"{self.db_path}: its tables are not the ones schema version {MIGRATIONS[-1].version} has")
+        for source in [*sorted(self.folder.glob(SEED_GLOB)), self.jsonl_path]:
+            self._import_if_changed(source)
+
+    def _disconnect(self) -> None:
+        if hasattr(self, "conn"):  # not set when the first connect failed
+            self.conn.close()
+
+    def _with_rebuild(self, action: Callable[[], T]) -> T:
+        """Run ``action``; when it finds the database damaged, rebuild the database and run it once more."""
+        try:
+            return action()
+        except (sqlite3.DatabaseError, ResultsDatabaseDamaged) as exc:
+            reason = _damage(exc, self.db_path)
+        with self._locked():
+            damaged = self.db_path.with_name(self.db_path.name + DAMAGED_SUFFIX)
+            log.warning("results database %s cannot be used (%s); moved it to %s and rebuilt it from %s", self.db_path, reason, damaged.name, JSONL_FILE)
+            self._disconnect()
+            if self.db_path.exists():
+                os.replace(self.db_path, damaged)
+            for suffix in SQLITE_SIDE_FILES:
+                self.db_path.with_name(self.db_path.name + suffix).unlink(missing_ok=True)
+            try:
+                self._open()
+                return action()
+            except (sqlite3.DatabaseError, ResultsDatabaseDamaged) as exc:
+                raise ResultsError(
+                    f"results database {self.db_path} cannot be used even rebuilt: {_damage(exc, self.db_path)}",
+                    hint="check the disk and the folder's permissions",
+                ) from None
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.conn.rollback()
+            raise
+        self.conn.execute("COMMIT")
 
     # --- writing ---
     def add(self, records: Iterable[BenchRecord]) -> int:
-        """Store records (those already there are skipped) and bring the JSONL export up to date."""
+        """Store records (those already there are skipped) and bring the JSONL export up to date.
+
+        Every record is checked to read back as itself before anything is written (else BadRecord); results.jsonl
+        is written (and synced) before the database commits, so a crash leaves the file complete
+        or with a truncated last line, which the next open skips with a warning.
+        """
+        batch = list(records)  # read twice when a damaged database is rebuilt midway
         with self._locked():
-            return self._add(records)
+            return self._with_rebuild(lambda: self._add(batch))
 
     def import_file(self, path: Path) -> int:
         """Import a seed YAML or a JSONL export; returns the number of new records."""
+        batch = load_records_file(path)
         with self._locked():
-            return self._add(load_records_file(path))
+            return self._with_rebuild(lambda: self._add(batch))
 
-    def _add(self, records: Iterable[BenchRecord]) -> int:
+    def _add(self, records: Sequence[BenchRecord]) -> int:
+        self._import_if_changed(self.jsonl_path)  # another kzbuild or a git pull may have added lines: a rewrite must keep them
         last = self.conn.execute(
             f"SELECT {', '.join(ORDER_COLUMNS)} FROM records WHERE kind = 'bench' "
             f"ORDER BY {', '.join(c + ' DESC' for c in ORDER_COLUMNS)} LIMIT 1"
         ).fetchone()
-        new = self._insert(records)
-        measured = sorted((r for r in new if r.kind == "bench"), key=_order_key)
-        if not measured:
-            return len(new)
-        if last is not None and _order_key(measured[0]) > tuple(last) and self._export_is_ours():
-            # the usual case, a bench that just ran: its records sort after everything exported
-            with open(self.jsonl_path, "a", encoding="utf-8") as export:
-                export.writelines(canonical_json(r.to_dict()) + "\n" for r in measured)
-            self._stamp_export()
-        else:
-            self._export()
+        with self._transaction():  # a record that cannot be stored raises in _insert: nothing is written, the insert rolls back
+            new = self._insert(records)
+            measured = sorted((item for item in new if item[0].kind == "bench"), key=lambda item: _order_key(item[0]))
+            if measured:
+                if last is not None and _order_key(measured[0][0]) > tuple(last) and self._export_is_ours() and _ends_with_newline(self.jsonl_path):
+                    # the usual case, a bench that just ran: its records sort after everything exported
+                    _append(self.jsonl_path, "".join(stored + "\n" for _, stored in measured))
+                else:
+                    # also when the last line is unterminated (a killed writer): never glue a record onto it
+                    self._export()
+                self._stamp_export()
         return len(new)
 
-    def _insert(self, records: Iterable[BenchRecord]) -> list[BenchRecord]:
-        """Insert in one transaction; returns the records that were not there yet."""
+    def _insert(self, records: Iterable[BenchRecord]) -> list[tuple[BenchRecord, str]]:
+        """Insert (inside the caller's transaction); returns the records that were not there yet, with their stored form."""
         new = []
-        self.conn.execute("BEGIN")
         for r in records:
-            row = (r.record_id, r.run_id, r.kind, r.host_time, r.seq, r.build.build_id, r.device.name, r.test, canonical_json(r.to_dict()))
+            stored = stored_form(r)
+            row = (content_id(stored), r.run_id, r.kind, r.host_time, r.seq, r.build.build_id, r.device.name, r.test, stored)
             if self.conn.execute("INSERT OR IGNORE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row).rowcount:
-                new.append(r)
-        self.conn.execute("COMMIT")
+                new.append((r, stored))
         return new
 
     def _import_if_changed(self, path: Path) -> None:
         if not path.is_file():
             return
-        stamp = _stamp(path)
+        stamp = _stamp(path)  # before reading: a change while reading shows as a new stamp next time
         row = self.conn.execute("SELECT stamp FROM imported_files WHERE path = ?", (path.name,)).fetchone()
         if row and row[0] == stamp:
             return
-        added = self._insert(load_records_file(path))
+        records = load_records_file(path)
+        with self._transaction():
+            added = self._insert(records)
+            self.conn.execute("INSERT OR REPLACE INTO imported_files VALUES (?, ?)", (path.name, stamp))
         if added:
             log.info("imported %d records from %s", len(added), path)
-        self.conn.execute("INSERT OR REPLACE INTO imported_files VALUES (?, ?)", (path.name, stamp))
 
     def _export_is_ours(self) -> bool:
         """results.jsonl is as this database last wrote or read it."""
@@ -201,36 +293,53 @@ class ResultsStore:
         return self.jsonl_path.is_file() and row is not None and row[0] == _stamp(self.jsonl_path)
 
     def _export(self) -> None:
-        """Rewrite results.jsonl: measured records, one per line, stable order."""
+        """Rewrite results.jsonl: measured records, one per line, stable order; replaced in one step."""
         lines = [row[0] + "\n" for row in self.conn.execute(f"SELECT record FROM records WHERE kind = 'bench' {RECORD_ORDER}")]
         temp = self.jsonl_path.with_suffix(".jsonl.tmp")
-        temp.write_text("".join(lines), encoding="utf-8")
+        with open(temp, "w", encoding="utf-8") as out:
+            out.write("".join(lines))
+            out.flush()
+            os.fsync(out.fileno())
         os.replace(temp, self.jsonl_path)
-        self._stamp_export()
 
     def _stamp_export(self) -> None:
         self.conn.execute("INSERT OR REPLACE INTO imported_files VALUES (?, ?)", (self.jsonl_path.name, _stamp(self.jsonl_path)))
 
     # --- reading ---
     def records(self, selector: str | None = None) -> list[BenchRecord]:
-        """Records in (host time, run, position) order; ``selector`` is a run id or build id (prefix), or ``latest``."""
+        """Records in (host time, run, position) order; ``selector`` is a run id or build id (prefix), or ``latest``.
+
+        Every row is checked against its content id and parsed, and selection happens on the
+        parsed records, so a damaged row rebuilds the database rather than show a wrong number.
+        """
+        found = self._with_rebuild(self._all_records)
         if selector is None:
-            rows = self.conn.execute(f"SELECT record FROM records {RECORD_ORDER}")
-        else:
-            if selector == LATEST:
-                latest = self.conn.execute("SELECT run_id FROM records WHERE kind = 'bench' ORDER BY host_time DESC LIMIT 1").fetchone()
-                if latest is None:
-                    raise ResultsError("there are no measured results yet", hint="run kzbuild bench")
-                selector = latest[0]
-            pattern = selector.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-            rows = self.conn.execute(
-                f"SELECT record FROM records WHERE run_id LIKE ? ESCAPE '\\' OR build_id LIKE ? ESCAPE '\\' {RECORD_ORDER}",
-                (pattern, pattern),
-            )
-        found = [BenchRecord.from_dict(json.loads(row[0])) for row in rows]
-        if selector is not None and not found:
+            return found
+        if selector == LATEST:
+            measured = [r for r in found if r.kind == "bench"]
+            if not measured:
+                raise ResultsError("there are no measured results yet", hint="run kzbuild bench")
+            selector = max(measured, key=lambda r: r.host_time).run_id
+        chosen = [r for r in found if r.run_id.startswith(selector) or (r.build.build_id or "").startswith(selector)]
+        if not chosen:
             raise ResultsError(f"no results match '{selector}'", hint="kzbuild results list shows run ids and build ids")
-        return found
+        return chosen
+
+    def _all_records(self) -> list[BenchRecord]:
+        keyed = []
+        seen = set()
+        for record_id, stored in self.conn.execute("SELECT record_id, record FROM records"):
+            if not isinstance(stored, str) or content_id(stored) != record_id:
+                raise ResultsDatabaseDamaged(f"row {record_id!r} does not match its content")
+            if record_id in seen:  # a damaged b-tree can list one row twice
+                raise ResultsDatabaseDamaged(f"row {record_id!r} appears twice")
+            seen.add(record_id)
+            try:
+                record = BenchRecord.from_dict(loads(stored, where=f"{self.db_path} row {record_id}"))
+            except BadRecord as exc:
+                raise ResultsDatabaseDamaged(exc.message) from None
+            keyed.append(((record.host_time, record.run_id, record.seq, record_id), record))
+        return [record for _, record in sorted(keyed, key=lambda item: item[0])]
 
     def runs(self) -> list[RunSummary]:
         by_run: dict[str, list[BenchRecord]] = defaultdict(list)
@@ -256,6 +365,47 @@ class ResultsStore:
         return int(self.conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0])
 
 
+def stored_form(record: BenchRecord) -> str:
+    """The record's line in results.jsonl (and its database row), checked to read back as the same
+    record, so nothing is stored that results show, compare or plot cannot read."""
+    where = f"record {record.test!r} of run {record.run_id!r}"
+    data = record.to_dict()
+    BenchRecord.from_dict(data, where=where)  # names the key of a value of the wrong type or range
+    try:
+        stored = canonical_json(data)
+        stored.encode("utf-8")
+    except (ValueError, TypeError) as exc:  # NaN, a value JSON has no form for, a lone surrogate (UnicodeEncodeError)
+        raise BadRecord(f"{where} cannot be stored: {exc}") from None
+    if BenchRecord.from_dict(loads(stored, where=where), where=where) != record:
+        raise BadRecord(f"{where} does not read back as itself (a value of a type JSON does not keep)")
+    return stored
+
+
+def _damage(exc: Exception, db_path: Path) -> str:
+    """What is wrong with the database; a database merely locked by another process is Busy, not damage."""
+    if (getattr(exc, "sqlite_errorname", "") or "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        raise Busy(f"results database {db_path} is locked by another process: {exc}", hint="wait for it to finish") from None
+    return str(exc)
+
+
+def _append(path: Path, text: str) -> None:
+    """Append in one write with O_APPEND, then fsync: a crash leaves at most a truncated last line."""
+    data = memoryview(text.encode("utf-8"))
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as file:
+        size = file.seek(0, os.SEEK_END)
+        return size == 0 or os.pread(file.fileno(), 1, size - 1) == b"\n"
+
+
 def _order_key(record: BenchRecord) -> tuple[object, ...]:
     return tuple(getattr(record, column) for column in ORDER_COLUMNS)
 
@@ -279,14 +429,30 @@ def load_records_file(path: Path) -> list[BenchRecord]:
 
 
 def load_jsonl(path: Path) -> list[BenchRecord]:
+    """Every record of a JSONL export; a bad line is refused (BadRecord naming file:line), except a
+    last line that is not newline-terminated and not JSON: a writer killed mid-record left it, and
+    it is skipped with a warning."""
+    try:
+        lines = path.read_bytes().split(b"\n")  # the last item is what follows the last newline
+    except OSError as exc:
+        raise ConfigError(f"cannot read file: {exc.strerror}", path=path) from None
     records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        where = f"{path}:{number}"
         try:
-            records.append(BenchRecord.from_dict(json.loads(line)))
-        except (ValueError, TypeError, KeyError) as exc:
-            raise ConfigError(f"not a result record: {exc}", path=path, line=number) from exc
+            data = loads(line.decode("utf-8"), where=where)
+        except (UnicodeDecodeError, BadRecord) as exc:
+            if number == len(lines):
+                log.warning("%s: skipped the unterminated last line, not a whole record (a writer killed mid-line?)", where)
+                continue
+            message = f"{where}: not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
+            raise BadRecord(message, hint=JSONL_HINT) from None
+        try:
+            records.append(BenchRecord.from_dict(data, where=where))
+        except BadRecord as exc:
+            raise BadRecord(exc.message, hint=JSONL_HINT) from None
     return records
 
 
@@ -305,7 +471,7 @@ def load_seed(path: Path) -> list[BenchRecord]:
     date = doc.get_str("date") or ""
     run_id = f"seed-{path.stem.removeprefix('seed-')}"
     figures = doc.get_list("figures")
-    records = []
+    records: list[BenchRecord] = []
     for index, figure in enumerate(figures):
         if not isinstance(figure, yamlconf.Mapping):
             raise figures.error(index, "a figure is a mapping", key="figures")
@@ -315,24 +481,27 @@ def load_seed(path: Path) -> list[BenchRecord]:
             raise figure.error(None, "a figure needs a value, or low and high")
         config = figure.get_mapping("config")
         extra = {key: figure.get_str(key) for key in ("engine", "backend") if key in figure}
-        records.append(
-            BenchRecord(
-                run_id=run_id,
-                kind="manual",
-                host_time=date,
-                test=figure.get_str("test") or "",
-                seq=index,
-                build=BuildInfo(build_id=None, upstream=doc.get_str("upstream")),
-                device=DeviceInfo(name=device.get_str("name") or "", fingerprint=fingerprint),
-                model=ModelInfo(name=figure.get_str("model") or ""),
-                config={**dict(config), **extra},
-                avg_ts=value,
-                range_ts=(low, high) if low is not None and high is not None else None,
-                unit=figure.get_str("unit", "t/s") or "t/s",
-                source=f"{path.name}#{figure.get_str('id')}: {doc.get_str('source')}",
-                label=figure.get_str("label", "") or "",
-            )
+        figure_record = BenchRecord(
+            run_id=run_id,
+            kind="manual",
+            host_time=date,
+            test=figure.get_str("test") or "",
+            seq=index,
+            build=BuildInfo(build_id=None, upstream=doc.get_str("upstream")),
+            device=DeviceInfo(name=device.get_str("name") or "", fingerprint=fingerprint),
+            model=ModelInfo(name=figure.get_str("model") or ""),
+            config={**dict(config), **extra},
+            avg_ts=value,
+            range_ts=(low, high) if low is not None and high is not None else None,
+            unit=figure.get_str("unit", "t/s") or "t/s",
+            source=f"{path.name}#{figure.get_str('id')}: {doc.get_str('source')}",
+            label=figure.get_str("label", "") or "",
         )
+        try:
+            stored_form(figure_record)
+        except BadRecord as exc:  # a config value that is a list, a date, ...
+            raise figure.error(None, exc.message) from None
+        records.append(figure_record)
     return records
 
 
@@ -340,18 +509,20 @@ def _number(entry: yamlconf.Mapping, key: str) -> float | None:
     value = entry.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise entry.error(key, "must be a number")
+    if number_or_none(value) is None or value <= 0:
+        raise entry.error(key, "must be a number > 0")
     return float(value)
 
 
 # --- comparing ---
 def parse_threshold(text: str) -> float:
-    """``5%`` or ``5`` -> 5.0 (percent)."""
+    """``5%`` or ``5`` -> 5.0 (percent): a finite number >= 0. The one parser of --threshold."""
     try:
         value = float(text.strip().removesuffix("%"))
     except ValueError:
         raise ConfigError(f"threshold '{text}' is not a percentage", hint="use e.g. 5%") from None
+    if not math.isfinite(value):  # float() reads nan and inf; against nan every change would pass as "same"
+        raise ConfigError(f"threshold '{text}' is not a finite percentage", hint="use e.g. 5%")
     if value < 0:
         raise ConfigError(f"threshold '{text}' is negative", hint="use e.g. 5%")
     return value
@@ -572,9 +743,13 @@ def plot(records: Sequence[BenchRecord], out: Path, *, axis: str = "build", metr
     for axes in panel_of.values():
         if axes.get_legend_handles_labels()[0]:
             axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, format="png", dpi=100, bbox_inches="tight")
-    plt.close(figure)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(out, format="png", dpi=100, bbox_inches="tight")
+    except OSError as exc:
+        raise ConfigError(f"cannot write the plot to {out}: {exc.strerror}", hint="--out names a PNG file in a writable folder") from None
+    finally:
+        plt.close(figure)
     return out
 
 
@@ -598,6 +773,8 @@ def _series(
         grouped[key].append(record)
         xs[key][x].append(record)
     series = {}
+    # one kind of x per plot: matplotlib cannot put numbers and text (auto, unset) on one axis
+    numeric = all(_axis_number(x) is not None for by_x in xs.values() for x in by_x)
     shown_env = varying_env(records) - {axis.removeprefix(ENV_AXIS_PREFIX)}
     skip = OPTIONS_BY_NAME[axis].field if axis in OPTIONS_BY_NAME else ""
     for key, items in grouped.items():
@@ -614,7 +791,10 @@ def _series(
             )
             if part
         )
-        points = [(_numeric(x), Group(key, tuple(rs)).summary) for x, rs in xs[key].items()]
+        points: list[tuple[float | int | str, Summary]] = []
+        for x, rs in xs[key].items():
+            number = _axis_number(x)
+            points.append((number if numeric and number is not None else str(x), Group(key, tuple(rs)).summary))
         points.sort(key=lambda p: (isinstance(p[0], str), p[0] if not isinstance(p[0], str) else 0, str(p[0])))
         series[(first.test, label)] = points
     return series
@@ -633,11 +813,13 @@ def _without_axis(record: BenchRecord, axis: str) -> tuple[object, ...]:
     return (record.device.key, record.model.key, env_set, test, config_key, record.unit)
 
 
-def _numeric(value: object) -> float | int | str:
+def _axis_number(value: object) -> float | int | None:
+    """The value as a finite number when its text is one (``4``, ``1e3``); None for ``auto``, ``nan``, None."""
     text = str(value)
     for kind in (int, float):
         try:
-            return kind(text)
+            number = kind(text)
         except ValueError:
             continue
-    return text
+        return number if math.isfinite(number) else None
+    return None

@@ -116,7 +116,9 @@ def bench_command(
                 progress(f"run {point.index + 1}/{point.total} {shown}")
 
             def on_stderr(chunk: bytes) -> None:
-                progress(chunk.decode(errors="replace").strip().splitlines()[-1] if chunk.strip() else "")
+                # str.strip also drops what bytes.strip keeps (\x1c, NBSP): a chunk of those has no lines
+                lines = chunk.decode(errors="replace").strip().splitlines()
+                progress(lines[-1] if lines else "")
 
             run = bench.bench(settings, transport, target, spec, store, on_point=on_point, on_stderr=on_stderr)
     finally:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 ENV_AXIS_PREFIX = "env:"
 
@@ -71,3 +73,20 @@ class BenchPoint:
         chosen = dict(spec.env)
         chosen.update((name.removeprefix(ENV_AXIS_PREFIX), value) for name, value in self.values if name.startswith(ENV_AXIS_PREFIX))
         return chosen
+
+
+@dataclass(frozen=True)
+class LlamaBenchTest:
+    """One test of ``llama-bench -o json`` output, checked field by field (bench.parse_llama_bench_json)."""
+
+    n_prompt: int
+    n_gen: int
+    n_depth: int
+    avg_ts: float
+    stddev_ts: float
+    samples_ts: tuple[float, ...]
+    build_commit: str
+    model_type: str
+    model_size: int
+    config: Mapping[str, Any]  # every field that is not build, model, host or outcome: JSON scalars
+    raw: Mapping[str, Any]  # the test as printed

@@ -6,14 +6,18 @@ device (name and fingerprint), model (sha256), env set, test and llama-bench con
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast, get_args
+
+from kzbuild.jsonfields import Fields
 
 RecordKind = Literal["bench", "manual"]
+MAX_SAMPLES = 10_000  # repetitions of one test: more is junk, not a benchmark
 RELEASE_TOKEN = "{release}"  # stands for the release dir in env values, so builds compare
 
 # llama-bench JSON fields that describe the build, the model file, the host or the outcome
@@ -39,8 +43,14 @@ def bench_test_name(n_prompt: int, n_gen: int, n_depth: int = 0) -> str:
 
 
 def canonical_json(data: object) -> str:
-    """One line, sorted keys: equal data gives equal bytes (ids, JSONL export)."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """One line, sorted keys: equal data gives equal bytes (ids, JSONL export). Standard JSON
+    only: NaN and Infinity raise ValueError rather than write what other readers refuse."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def content_id(stored: str) -> str:
+    """The id of a record from its canonical JSON."""
+    return hashlib.sha256(stored.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -138,7 +148,7 @@ class BenchRecord:
     @property
     def record_id(self) -> str:
         """A content hash: importing the same record twice stores it once."""
-        return hashlib.sha256(canonical_json(self.to_dict()).encode()).hexdigest()[:16]
+        return content_id(canonical_json(self.to_dict()))
 
     @property
     def summary(self) -> Summary:
@@ -167,19 +177,61 @@ class BenchRecord:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> BenchRecord:
-        fields = dict(data)
-        fields.pop("record_id", None)
-        range_ts = fields.get("range_ts")
+    def from_dict(cls, data: object, where: str = "record") -> BenchRecord:
+        """A record from its JSON form with every field type-checked; raises BadRecord naming the key."""
+        fields = Fields(data, where)
+        fields.check_known(FIELD_NAMES[cls] | {"record_id"})
+        build = fields.object("build")
+        build.check_known(FIELD_NAMES[BuildInfo])
+        device = fields.object("device")
+        device.check_known(FIELD_NAMES[DeviceInfo])
+        model = fields.object("model")
+        model.check_known(FIELD_NAMES[ModelInfo])
+        sweep = fields.object("sweep", {})
+        sweep.check_known(FIELD_NAMES[SweepInfo])
         return cls(
-            **{
-                **fields,
-                "build": BuildInfo(**fields["build"]),
-                "device": DeviceInfo(**fields["device"]),
-                "model": ModelInfo(**fields["model"]),
-                "sweep": SweepInfo(**fields.get("sweep", {})),
-                "samples_ts": tuple(fields.get("samples_ts", ())),
-                "argv": tuple(fields.get("argv", ())),
-                "range_ts": (float(range_ts[0]), float(range_ts[1])) if range_ts else None,
-            }
-        )
+            run_id=fields.text("run_id"),
+            kind=cast(RecordKind, fields.choice("kind", get_args(RecordKind))),
+            host_time=fields.text("host_time"),
+            test=fields.text("test"),
+            seq=fields.count("seq"),
+            build=BuildInfo(**{name: build.optional_text(name) for name in FIELD_NAMES[BuildInfo]}),
+            device=DeviceInfo(name=device.text("name"), address=device.text("address", ""), fingerprint=device.text_map("fingerprint", {})),
+            model=ModelInfo(
+                path=model.text("path", ""), sha256=model.optional_text("sha256"), name=model.text("name", ""),
+                type=model.text("type", ""), size=model.optional_count("size"),
+            ),
+            config=fields.scalar_map("config", {}),
+            avg_ts=fields.optional_number("avg_ts"),
+            stddev_ts=fields.optional_number("stddev_ts", zero_ok=True),
+            samples_ts=fields.numbers("samples_ts", (), max_items=MAX_SAMPLES),
+            range_ts=_range(fields),
+            unit=fields.text("unit", "t/s"),
+            env=fields.text_map("env", {}),
+            argv=fields.texts("argv", ()),
+            cwd=fields.text("cwd", ""),
+            conditions=fields.json_map("conditions", {}),
+            sweep=SweepInfo(
+                point=sweep.text_map("point", {}), seed=sweep.optional_count("seed"),
+                index=sweep.count("index", 0), total=sweep.count("total", 1, minimum=1),
+            ),
+            source=fields.text("source", ""),
+            label=fields.text("label", ""),
+            raw=fields.json_map("raw", {}),
+        )  # fmt: skip
+
+
+def _range(fields: Fields) -> tuple[float, float] | None:
+    """A manual figure given as low-high: two numbers > 0, low first."""
+    if fields.data.get("range_ts") is None:
+        return None
+    low_high = fields.numbers("range_ts", max_items=2)
+    if len(low_high) != 2 or low_high[0] > low_high[1]:
+        raise fields.error("range_ts", "[low, high]")
+    return (low_high[0], low_high[1])
+
+
+# computed once: every record read checks its keys against them
+FIELD_NAMES: dict[type, frozenset[str]] = {
+    cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in (BenchRecord, BuildInfo, DeviceInfo, ModelInfo, SweepInfo)
+}

@@ -39,22 +39,22 @@ def test_real_llama_bench_json_becomes_one_record_per_test():
     ]  # fmt: skip
     assert [(r.test, r.seq) for r in records] == [("pp32", 0), ("tg8", 1)]
     prefill = records[0]
-    assert prefill.samples_ts == tuple(tests[0]["samples_ts"]) and len(prefill.samples_ts) == 3
-    assert prefill.summary.median == sorted(tests[0]["samples_ts"])[1]
+    assert prefill.samples_ts == tests[0].samples_ts and len(prefill.samples_ts) == 3
+    assert prefill.summary.median == sorted(tests[0].samples_ts)[1]
     assert prefill.build.build_commit == "0c1e570"
     assert prefill.build.recipe == "demo-host" and prefill.build.lock_sha256 == "f" * 64
     assert prefill.build.manifest_sha256 == "e" * 64 and prefill.build.build_id == "b1"
     assert prefill.config["n_threads"] == 1 and "avg_ts" not in prefill.config and "test_time" not in prefill.config
-    assert prefill.model.sha256 == "a" * 64 and prefill.model.type == tests[0]["model_type"]
+    assert prefill.model.sha256 == "a" * 64 and prefill.model.type == tests[0].model_type
     assert prefill.sweep.point == {"t": "1"} and prefill.sweep.seed == 9 and prefill.sweep.index == 1
     assert prefill.conditions["thermal_c"] == {"cpu-0": 41.0}
-    assert prefill.raw == tests[0]
+    assert prefill.raw == json.loads(CAPTURED_JSON.read_text())[0]
 
 
 def test_output_that_is_not_llama_bench_json_is_refused():
-    with pytest.raises(ResultsError, match="no valid JSON"):
+    with pytest.raises(ResultsError, match="not valid JSON"):
         bench.parse_llama_bench_json(b"| model | size |\n")
-    with pytest.raises(ResultsError, match="not a list of test records"):
+    with pytest.raises(ResultsError, match="expected a non-empty JSON list of tests, got {'avg_ts': 1}"):
         bench.parse_llama_bench_json(b'{"avg_ts": 1}')
 
 
@@ -307,6 +307,15 @@ def test_a_pushed_model_is_known_by_its_content_addressed_name(bench_root):
     elsewhere = bench_root.add_file(f"other/{named}.gguf", b"not in models/")
     assert bench.model_sha256(transport, device, str(elsewhere)) == hashlib.sha256(b"not in models/").hexdigest()
     assert bench.model_sha256(transport, device, "models/tiny.gguf") == hashlib.sha256(MODEL_BYTES).hexdigest()
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")  # the output pump must not die
+@pytest.mark.parametrize("log", ["\\x1c\\n", "\\xc2\\xa0", "\\xc2\\x85", "\\xff\\xfe"])  # bytes: FS, NBSP and NEL in UTF-8, not UTF-8
+def test_a_log_chunk_of_only_unusual_whitespace_or_bad_bytes_does_not_break_the_progress_display(kz, bench_root, log):
+    """bytes.strip keeps what str.strip drops: such a chunk has no line to show."""
+    bench_root.add_tool("llama-bench", REPLAY_LLAMA_BENCH.replace('sys.stderr.write("replay: loading model\\n")', f'sys.stderr.buffer.write("{log}".encode("latin-1")); sys.stderr.flush()'))
+    result = kz("bench", "--device", bench_root.spec, "-m", "models/tiny.gguf")
+    assert result.code == 0, result.err
 
 
 @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")  # the output pump must not die
