@@ -18,16 +18,19 @@ import logging
 import os
 import re
 import shutil
+import socket
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from kzbuild import __version__, proc
 from kzbuild.deploy import load_artifact, sha256_file
-from kzbuild.errors import BuildFailed, ConfigError, ToolchainMissing, WorktreeError
+from kzbuild.devices.registry import connect
+from kzbuild.errors import BuildFailed, ConfigError, DeviceError, ToolchainMissing, WorktreeError
 from kzbuild.filelock import locked
 from kzbuild.model.artifact import MANIFEST, Artifact
 from kzbuild.model.build import MANIFEST_FORMAT, BuildOptions, BuildPlan, Step, Target
@@ -583,15 +586,16 @@ class TargetCheck:
 
 @dataclass(frozen=True)
 class DeviceCheck:
-    """What reaching a device needs on this machine: adb for adb devices, the runner for local ones."""
+    """Whether the device answers from this machine (adb state, ssh login with the host-key check, the local runner)."""
 
     device: str
     transport: str
     ok: bool
     detail: str
+    hint: str | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {"device": self.device, "transport": self.transport, "ok": self.ok, "detail": self.detail}
+        return {"device": self.device, "transport": self.transport, "ok": self.ok, "detail": self.detail, "hint": self.hint}
 
 
 @dataclass(frozen=True)
@@ -607,17 +611,56 @@ class DoctorReport:
         return {"ok": self.ok, "targets": [t.to_dict() for t in self.targets], "device": self.device.to_dict() if self.device else None}
 
 
-def check_device(device: Device, environ: Mapping[str, str]) -> DeviceCheck:
-    if device.transport == "ssh":
-        # kzbuild speaks ssh itself (paramiko, a dependency): no ssh client program is needed.
-        return DeviceCheck(device.name, "ssh", True, f"{device.address} through paramiko")
-    program = "adb" if device.transport == "adb" else (device.runner_prefix[0] if device.runner_prefix else None)
-    if program is None:
-        return DeviceCheck(device.name, device.transport, True, f"runs tools in {device.root}")
-    path = shutil.which(program, path=environ.get("PATH", os.defpath))
-    if path is None:
-        return DeviceCheck(device.name, device.transport, False, f"'{program}' is not on PATH; device {device.name} needs it")
-    return DeviceCheck(device.name, device.transport, True, f"{device.address} through {path}")
+def check_device(device: Device, environ: Mapping[str, str], *, connect_timeout: float = 5.0) -> DeviceCheck:
+    """Reach the device the way deploy would; an adb server is only asked if it is already running."""
+    if device.transport == "local":
+        program = device.runner_prefix[0] if device.runner_prefix else None
+        if program is None:
+            return DeviceCheck(device.name, "local", True, f"runs tools in {device.root}")
+        path = shutil.which(program, path=environ.get("PATH", os.defpath))
+        if path is None:
+            return DeviceCheck(device.name, "local", False, f"'{program}' is not on PATH; device {device.name} needs it")
+        return DeviceCheck(device.name, "local", True, f"{device.address} through {path}")
+    if device.transport == "adb":
+        return check_adb_device(device, environ, connect_timeout)
+    try:
+        with closing(connect(device)) as transport:
+            address = transport.address
+    except DeviceError as exc:
+        return DeviceCheck(device.name, "ssh", False, exc.message, exc.hint)
+    return DeviceCheck(device.name, "ssh", True, f"{address}: logged in; its host key matches known_hosts")
+
+
+def check_adb_device(device: Device, environ: Mapping[str, str], connect_timeout: float) -> DeviceCheck:
+    if shutil.which("adb", path=environ.get("PATH", os.defpath)) is None:
+        return DeviceCheck(device.name, "adb", False, f"'adb' is not on PATH; device {device.name} needs it", hint="Debian package 'adb'")
+    port = adb_server_port(environ)
+    if not listening("localhost", port):
+        # any adb client command would start a server that outlives doctor: ask none
+        return DeviceCheck(
+            device.name, "adb", False, f"not checked: no adb server is running on port {port}, and doctor starts none",
+            hint="run 'adb start-server' (or 'adb devices'), then doctor again",
+        )
+    try:
+        with closing(connect(device, server_port=port, connect_timeout=connect_timeout)) as transport:
+            address = transport.address
+    except DeviceError as exc:
+        return DeviceCheck(device.name, "adb", False, exc.message, exc.hint)
+    return DeviceCheck(device.name, "adb", True, f"{address} online (adb server on port {port})")
+
+
+def adb_server_port(environ: Mapping[str, str]) -> int:
+    """The port adb clients use: ANDROID_ADB_SERVER_PORT, else adb's default 5037."""
+    value = environ.get("ANDROID_ADB_SERVER_PORT", "")
+    return int(value) if value.isdigit() else 5037
+
+
+def listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
 
 
 def doctor(

@@ -45,8 +45,7 @@ def run_command(
 ) -> int:
     """Run TOOL from the device's current release with the device env; exits with the tool's code.
 
-    Adds nothing: no threads, batch or env of its own. Everything after TOOL, options too,
-    goes to the tool unchanged: kzbuild run llama-cli -m models/x.gguf -p hi
+    Adds nothing: no threads, batch or env of its own. Everything after TOOL, options too, goes to the tool unchanged: kzbuild run llama-cli -m models/x.gguf -p hi
     """
     settings = context(ctx).settings
     target = resolve_device(settings, device)
@@ -91,8 +90,7 @@ def bench_command(
 ) -> None:
     """Run llama-bench -o json on the device and store one record per test with its provenance.
 
-    Only the given options reach llama-bench (plus -o json and -m). Results go to
-    results/results.sqlite3 and results/results.jsonl; logs to WORK/bench/RUN-ID/.
+    Only the given options reach llama-bench (plus -o json and -m). Results go to results/results.sqlite3 and results/results.jsonl; logs to WORK/bench/RUN-ID/.
     """
     settings = context(ctx).settings
     given = {"p": prompt, "n": gen, "ngl": ngl, "t": threads, "b": batch, "ub": ubatch, "dev": dev, "r": repetitions}
@@ -182,8 +180,7 @@ def results_compare(
 ) -> None:
     """Compare medians of B against A, test by test; exits 9 when B regresses past the threshold.
 
-    Only results of the same device, model, env set and configuration are paired;
-    when nothing pairs, it says what differs and compares nothing.
+    Only results of the same device, model, env set and configuration are paired; when nothing pairs, it says what differs and compares nothing.
     """
     limit = results.parse_threshold(threshold)
     with results.ResultsStore(context(ctx).settings.results) as store:

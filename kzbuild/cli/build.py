@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -136,9 +137,12 @@ class BuildDisplay:
             self.progress.update(self.task, description=f"{self.title}: {event.stage}", line=line)
 
 
+DoctorRecipeArg = Annotated[Optional[str], typer.Argument(help="Recipe whose targets and device to check. Default: no recipe: every target, no device.")]
+
+
 def doctor_command(
     ctx: typer.Context,
-    recipe: RecipeArg = None,
+    recipe: DoctorRecipeArg = None,
     target: TargetOpt = None,
     toolchain: ToolchainOpt = None,
     device: Annotated[Optional[str], typer.Option("--device", "-d", help="Also check what reaching this device needs (default: the recipe's device).")] = None,
@@ -146,9 +150,11 @@ def doctor_command(
 ) -> None:
     """Check the toolchains, cmake, ninja and ccache a target needs, naming the file that proved each version.
 
-    With a recipe, also checks what its device needs (adb for adb devices, the runner for
-    local ones). Exits with the missing-toolchain code (6) when a target that was asked for
-    (--target or a recipe) is not ready; with neither, it checks every target and only reports.
+    With no arguments it checks every target and no device, and only reports (exit 0).
+
+    With a recipe (or --device) it also checks that the device answers: an adb device must be online in an adb server that is already running (doctor starts none); an ssh device must accept a login whose host key matches known_hosts; a local device's runner must be on PATH.
+
+    Exits 6 when a target or device that was asked for (a recipe, --target or --device) is not ready.
     """
     settings = context(ctx).settings
     needed_by = None
@@ -168,11 +174,17 @@ def doctor_command(
         for check in report.targets:
             render_target_check(check)
         if report.device is not None:
-            state = "[green]ok[/green]" if report.device.ok else "[red]missing[/red]"
-            console.print(f"[bold]device[/bold] {report.device.device} ({report.device.transport}): {state} {report.device.detail}", highlight=False)
+            render_device_check(report.device)
     if not report.ok and (recipe or target or device):
         not_ready = ", ".join([t.target for t in report.targets if not t.ok] + ([f"device {report.device.device}"] if report.device and not report.device.ok else []))
         raise ToolchainMissing(f"not ready to build: {not_ready}", hint="install what is marked missing above, or point kzbuild at it (toolchains/README.md)")
+
+
+def render_device_check(check: builds.DeviceCheck) -> None:
+    state = "[green]ok[/green]" if check.ok else "[red]not ok[/red]"
+    console.print(f"[bold]device[/bold] {escape(check.device)} ({check.transport}): {state}: {escape(check.detail)}", highlight=False)
+    if check.hint:
+        console.print(f"  [yellow]hint:[/yellow] {escape(check.hint)}", highlight=False)
 
 
 def render_target_check(check: builds.TargetCheck) -> None:
@@ -214,9 +226,7 @@ def ci_command(
 ) -> int:
     """Sync, check the patches, build each target whose toolchain is here (others: skipped, with why); print a JSON summary.
 
-    Targets given with --target must build; targets from the recipe are skipped when their
-    toolchain is missing. Appends a markdown summary to $GITHUB_STEP_SUMMARY when it is set.
-    Exits non-zero (the failing step's code) on any failure.
+    Targets given with --target must build; targets from the recipe are skipped when their toolchain is missing. Appends a markdown summary to $GITHUB_STEP_SUMMARY when it is set. Exits non-zero (the failing step's code) on any failure.
     """
     settings = context(ctx).settings
     loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
