@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kzbuild import __version__, proc
-from kzbuild.deploy import load_artifact, sha256_file
+from kzbuild.deploy import load_artifact, recorded_manifests, sha256_file
 from kzbuild.devices.registry import connect
 from kzbuild.errors import BuildFailed, ConfigError, DeviceError, ToolchainMissing, WorktreeError
 from kzbuild.filelock import locked
@@ -402,6 +402,28 @@ def prepare(
     required, optional = detect_for(tgt, options.overrides, detector, f"recipe {recipe.name}")
     plan = plan_build(settings, recipe, synced, tgt, required, optional, options=options)
     return Prepared(plan, synced.changed, sync_seconds, Worktree(settings, recipe), synced.lock.head)
+
+
+@dataclass(frozen=True)
+class PreviousBuild:
+    """The last build recorded for a target: what to expect of the next one."""
+
+    build_id: str
+    started: str  # UTC, ISO 8601
+    seconds: float  # configure, ninja and collect: a build's time once its tree is synced
+
+
+def previous_build(root: Path, target_name: str) -> PreviousBuild | None:
+    """The most recently started build of ``target_name`` whose manifest is under ``root``."""
+    latest: PreviousBuild | None = None
+    for _, doc in recorded_manifests(root):
+        times = doc.get("times")
+        if doc.get("target") != target_name or not isinstance(times, dict) or not isinstance(times.get("started"), str):
+            continue
+        seconds = sum(value for key in ("configure_s", "build_s", "collect_s") if isinstance(value := times.get(key), (int, float)))
+        if latest is None or times["started"] > latest.started:
+            latest = PreviousBuild(str(doc.get("build_id")), times["started"], round(seconds, 1))
+    return latest
 
 
 def missing_toolchains_error(plan: BuildPlan) -> ToolchainMissing:

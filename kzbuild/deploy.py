@@ -19,9 +19,10 @@ import posixpath
 import secrets
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from kzbuild.devices.base import Transport
 from kzbuild.devices.devicelock import device_lock
@@ -325,6 +326,17 @@ def prune(remote: Remote, layout: Layout, keep: int) -> tuple[str, ...]:
 
 
 # --- artifacts on this machine ---
+def recorded_manifests(root: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Each readable ``manifest.json`` under an artifacts root, parsed; unreadable ones are skipped."""
+    for manifest in root.glob(f"*/{MANIFEST}"):
+        try:
+            doc = json.loads(manifest.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict):
+            yield manifest, doc
+
+
 def find_artifact(settings: Settings, ref: str | None, recipe: Recipe | None) -> Artifact:
     """``ref`` is a build id under the artifacts dir or a path; without it, the recipe's newest artifact."""
     if ref is not None:
@@ -338,12 +350,8 @@ def find_artifact(settings: Settings, ref: str | None, recipe: Recipe | None) ->
         )
     assert recipe is not None, "a recipe or an artifact reference is needed"
     newest: tuple[float, Path] | None = None
-    for manifest in settings.artifacts.glob(f"*/{MANIFEST}"):
-        try:
-            doc = json.loads(manifest.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(doc, dict) and doc.get("recipe") == recipe.name:
+    for manifest, doc in recorded_manifests(settings.artifacts):
+        if doc.get("recipe") == recipe.name:
             stamp = manifest.stat().st_mtime
             if newest is None or stamp > newest[0]:
                 newest = (stamp, manifest.parent)

@@ -15,9 +15,10 @@ from kzbuild import build as builds
 from kzbuild import ci as ci_run
 from kzbuild import proc, recipes
 from kzbuild.cli.sync import DEFAULT_RECIPE, JsonOpt, RecipeArg
-from kzbuild.cli.ui import console, context, err_console, print_json
+from kzbuild.cli.ui import ProgressLines, console, context, err_console, print_json
 from kzbuild.devices.registry import resolve_device
 from kzbuild.errors import ToolchainMissing
+from kzbuild.model.artifact import MANIFEST
 from kzbuild.model.build import BuildOptions, BuildPlan
 from kzbuild.model.toolchain import Found
 
@@ -58,12 +59,29 @@ def build_command(
             continue
         with BuildDisplay(f"{loaded.name} → {name}") as display:
             prepared = builds.prepare(settings, loaded, name, environ=os.environ, options=options, progress=display.update)
+            announce_expected_duration(prepared.plan)
             result = builds.build(prepared, progress=display.update)
         outputs.append(result_dict(result))
         if not json_out:
             render_result(result)
     if json_out:
         print_json(outputs[0] if len(outputs) == 1 else outputs)
+
+
+def announce_expected_duration(plan: BuildPlan) -> None:
+    """Before a build that will run (its artifact is not there): how long the last one of its target took."""
+    if (plan.artifact_dir / MANIFEST).is_file():
+        return
+    previous = builds.previous_build(plan.artifact_dir.parent, plan.target)
+    if previous is None:
+        err_console.print(f"building {plan.build_id}: no earlier {plan.target} build is recorded, so no expected duration", highlight=False, soft_wrap=True)
+    else:
+        err_console.print(
+            f"building {plan.build_id}: expect about {previous.seconds:.0f} s after the sync "
+            f"(the last {plan.target} build, {previous.build_id}, started {previous.started}, took that)",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def result_dict(result: builds.BuildResult) -> dict[str, object]:
@@ -112,10 +130,11 @@ def render_result(result: builds.BuildResult) -> None:
 
 
 class BuildDisplay:
-    """A live progress bar fed by ninja's [n/N] lines."""
+    """A live progress bar fed by ninja's [n/N] lines; in logs and pipes, ProgressLines."""
 
     def __init__(self, title: str) -> None:
         self.title = title
+        self.lines = None if err_console.is_terminal else ProgressLines(title)
         self.progress = Progress(
             SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("[dim]{task.fields[line]}"), console=err_console, transient=True,
@@ -123,13 +142,22 @@ class BuildDisplay:
         self.task = self.progress.add_task(f"{title}: sync", total=None, line="")
 
     def __enter__(self) -> BuildDisplay:
-        self.progress.start()
+        if self.lines:
+            self.lines.__enter__()
+        else:
+            self.progress.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
+        if self.lines:
+            self.lines.__exit__(*exc)
+        else:
+            self.progress.stop()
 
     def update(self, event: builds.BuildEvent) -> None:
+        if self.lines:
+            self.lines.update(event.stage, f"[{event.done}/{event.total}]" if event.total else "")
+            return
         line = event.line.strip()[-70:]
         if event.total:
             self.progress.update(self.task, description=f"{self.title}: {event.stage}", total=event.total, completed=event.done or 0, line=line)

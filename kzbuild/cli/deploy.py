@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from kzbuild import deploy, recipes
 from kzbuild.cli.sync import DEFAULT_RECIPE, JsonOpt, RecipeArg
-from kzbuild.cli.ui import console, context, err_console, print_json
+from kzbuild.cli.ui import ProgressLines, console, context, err_console, print_json
 from kzbuild.devices.base import Transport
 from kzbuild.devices.registry import connect, resolve_device
 from kzbuild.devices.store import TransferProgress
@@ -42,9 +42,13 @@ def open_device(settings: Settings, spec: str | None, default: str | None, trust
 
 @contextmanager
 def transfer_bars(enabled: bool) -> Iterator[Callable[[TransferProgress], None] | None]:
-    """A progress bar with bytes and rate for an upload; nothing when ``enabled`` is false or stderr is no terminal."""
-    if not enabled or not err_console.is_terminal:  # no bars in logs and pipes
+    """A progress bar with bytes and rate for an upload (in logs and pipes, ProgressLines); nothing when ``enabled`` is false."""
+    if not enabled:
         yield None
+        return
+    if not err_console.is_terminal:  # bars show nothing in logs and pipes
+        with ProgressLines("upload") as lines:
+            yield lambda event: lines.update("sending", f"{event.done * 100 // max(event.total, 1)}% ({event.done}/{event.total} bytes) {event.label}")
         return
     # imported here: rich.progress costs every kzbuild start-up ~60 ms otherwise
     from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn, TransferSpeedColumn

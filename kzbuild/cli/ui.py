@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import os
+import re
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 import typer
 from rich.console import Console
@@ -55,9 +61,78 @@ def print_json(data: object) -> None:
     console.print_json(json.dumps(data, default=str))
 
 
+PROGRESS_INTERVAL_ENV = "KZ_PROGRESS_INTERVAL"
+DEFAULT_PROGRESS_INTERVAL = 30.0
+GIT_PHASE = re.compile(r"^(?:remote: )?(?P<stage>[A-Za-z][A-Za-z ]*?):\s+(?P<fraction>\d+%.*)$")  # "Receiving objects:  57% (81/141)"
+
+
+def progress_interval() -> float:
+    """Seconds between progress lines in logs and pipes: KZ_PROGRESS_INTERVAL, else 30."""
+    try:
+        seconds = float(os.environ.get(PROGRESS_INTERVAL_ENV, ""))
+    except ValueError:
+        return DEFAULT_PROGRESS_INTERVAL
+    return seconds if 0 < seconds < math.inf else DEFAULT_PROGRESS_INTERVAL
+
+
+class ProgressLines:
+    """Progress for logs and pipes, where bars and spinners show nothing: a UTC-stamped line with
+    the stage and its fraction when it starts, when the stage changes, and at least every interval."""
+
+    def __init__(self, title: str, interval: float | None = None) -> None:
+        self.title = title
+        self.interval = interval or progress_interval()
+        self._stage = "started"
+        self._fraction = ""
+        self._started = time.monotonic()
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._heartbeat = threading.Thread(target=self._beat, daemon=True, name="kz-progress-lines")
+
+    def __enter__(self) -> ProgressLines:
+        self._print()
+        self._heartbeat.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._heartbeat.join()
+
+    def update(self, stage: str | None, fraction: str = "") -> None:
+        """Record the latest state (``stage`` None: the same stage); a new stage is printed at once."""
+        with self._lock:
+            changed = stage is not None and stage != self._stage
+            self._stage, self._fraction = stage or self._stage, fraction
+        if changed:
+            self._print()
+
+    def _beat(self) -> None:
+        while not self._done.wait(self.interval):
+            self._print()
+
+    def _print(self) -> None:
+        with self._lock:
+            stage, fraction = self._stage, self._fraction
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        elapsed = time.monotonic() - self._started
+        err_console.print(f"{stamp} {self.title}: {stage} {fraction}".rstrip() + f" ({elapsed:.0f} s)", markup=False, highlight=False, soft_wrap=True)
+
+
 @contextmanager
 def activity(message: str) -> Iterator[Callable[[str], None]]:
-    """A spinner whose text follows the latest progress line of a long operation."""
+    """A spinner whose text follows the latest progress line of a long operation; in logs and pipes, ProgressLines."""
+    if not err_console.is_terminal:
+        with ProgressLines(message) as lines:
+
+            def follow(line: str) -> None:
+                phase = GIT_PHASE.match(line.strip())
+                if phase:
+                    lines.update(phase["stage"], phase["fraction"])
+                elif line.strip():
+                    lines.update(None, line.strip()[-100:])
+
+            yield follow
+        return
     with err_console.status(message) as status:
 
         def update(line: str) -> None:
