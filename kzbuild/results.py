@@ -30,6 +30,7 @@ from kzbuild.filelock import locked
 from kzbuild.jsonfields import loads, number_or_none
 from kzbuild.model.bench import ENV_AXIS_PREFIX, OPTIONS_BY_NAME
 from kzbuild.model.result import BenchRecord, BuildInfo, DeviceInfo, ModelInfo, Summary, canonical_json, content_id, summarize
+from kzbuild.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -306,6 +307,9 @@ class ResultsStore:
         self.conn.execute("INSERT OR REPLACE INTO imported_files VALUES (?, ?)", (self.jsonl_path.name, _stamp(self.jsonl_path)))
 
     # --- reading ---
+    def has_measurements(self) -> bool:
+        return self.conn.execute("SELECT EXISTS (SELECT 1 FROM records WHERE kind = 'bench')").fetchone()[0] == 1
+
     def records(self, selector: str | None = None) -> list[BenchRecord]:
         """Records in (host time, run, position) order; ``selector`` is a run id or build id (prefix), or ``latest``.
 
@@ -823,3 +827,46 @@ def _axis_number(value: object) -> float | int | None:
             continue
         return number if math.isfinite(number) else None
     return None
+
+
+# --- noise -----------------------------------------------------------------------------
+
+NOISY_SPREAD_PCT = 5.0  # a spread above this hides differences of a few percent
+
+
+def is_noisy(summary: Summary) -> bool:
+    return summary.spread_pct is not None and summary.spread_pct > NOISY_SPREAD_PCT
+
+
+# --- other results dirs ------------------------------------------------------------------
+
+DEMO_RESULTS = "demo-results"  # scripts/demo keeps its results in WORK/demo-results
+
+
+def other_results_dirs(settings: Settings) -> list[tuple[Path, int]]:
+    """The results dirs kzbuild knows of besides the one in use (the project's results/ and
+    scripts/demo's), with how many measured records each holds; dirs with none are left out."""
+    known = [settings.project / "results", settings.work / DEMO_RESULTS]
+    seen = {settings.results.resolve()}
+    found = []
+    for folder in (path.resolve() for path in known):
+        if folder in seen:
+            continue
+        seen.add(folder)
+        try:
+            with open(folder / JSONL_FILE, "rb") as jsonl:
+                count = sum(1 for line in jsonl if line.strip())
+        except OSError:
+            continue
+        if count:
+            found.append((folder, count))
+    return found
+
+
+def elsewhere_hint(settings: Settings) -> str | None:
+    """Where measured results are when the results dir in use has none: for an error's hint."""
+    others = other_results_dirs(settings)
+    if not others:
+        return None
+    listed = "; ".join(f"{folder} ({count} records)" for folder, count in others)
+    return f"{settings.results} holds no measured results; they are in {listed}: pass --results-dir DIR or set KZ_RESULTS_DIR=DIR"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -14,10 +15,11 @@ from rich.table import Table
 from kzbuild import bench, results
 from kzbuild.cli.ui import activity, console, context, print_json
 from kzbuild.devices.registry import connect, resolve_device
-from kzbuild.errors import RegressionFound
+from kzbuild.errors import RegressionFound, ResultsError
 from kzbuild.model.bench import OPTIONS_BY_NAME, BenchPoint, BenchSpec
 from kzbuild.model.result import BenchRecord, Summary
 from kzbuild.run import parse_env_assignments, run_tool
+from kzbuild.settings import Settings
 
 DeviceOpt = Annotated[Optional[str], typer.Option("--device", "-d", help="Device name, or adb:SERIAL[:ROOT], ssh://user@host:port/ROOT, local:/path. Default: local.")]
 EnvOpt = Annotated[Optional[list[str]], typer.Option("--env", "-e", help="NAME=VALUE added to the device env (repeatable); passed exactly, never through a shell unquoted.")]
@@ -132,11 +134,15 @@ def bench_command(
 @results_app.command("list")
 def results_list(ctx: typer.Context, json_out: JsonOpt = False, markdown: MarkdownOpt = False) -> None:
     """List stored runs (measured and manual), oldest first."""
-    with results.ResultsStore(context(ctx).settings.results) as store:
+    settings = context(ctx).settings
+    with results.ResultsStore(settings.results) as store:
         runs = store.runs()
     if json_out:
         print_json([run.__dict__ for run in runs])
         return
+    elsewhere = results.elsewhere_hint(settings) if all(run.kind != "bench" for run in runs) else None
+    if elsewhere:
+        _say(f"hint: {elsewhere}")
     rows = [
         [run.run_id, run.kind, run.host_time, run.device, ", ".join(b[:12] for b in run.build_ids) or "-",
          ", ".join(run.models), " ".join(run.tests), str(run.records)]
@@ -153,7 +159,8 @@ def results_show(
     markdown: MarkdownOpt = False,
 ) -> None:
     """Show the records of a run or build: median and spread of the samples, with provenance."""
-    with results.ResultsStore(context(ctx).settings.results) as store:
+    settings = context(ctx).settings
+    with results.ResultsStore(settings.results) as store, _pointing_elsewhere(store, settings):
         records = store.records(selector)
     if json_out:
         print_json([_record_json(r) for r in records])
@@ -183,7 +190,8 @@ def results_compare(
     Only results of the same device, model, env set and configuration are paired; when nothing pairs, it says what differs and compares nothing.
     """
     limit = results.parse_threshold(threshold)
-    with results.ResultsStore(context(ctx).settings.results) as store:
+    settings = context(ctx).settings
+    with results.ResultsStore(settings.results) as store, _pointing_elsewhere(store, settings):
         comparison = results.compare(store.records(a), store.records(b), a_label=a, b_label=b, metric=metric, threshold_pct=limit)
     if json_out:
         print_json(_comparison_json(comparison))
@@ -204,10 +212,10 @@ def results_plot(
 ) -> None:
     """Write a PNG of prefill and decode throughput over builds, or along one sweep axis."""
     settings = context(ctx).settings
-    with results.ResultsStore(settings.results) as store:
+    with results.ResultsStore(settings.results) as store, _pointing_elsewhere(store, settings):
         # Manual reference rows are drawn only when selected by name: they come from other devices.
         records = [r for s in selectors for r in store.records(s)] if selectors else [r for r in store.records() if r.kind == "bench"]
-    written = results.plot(records, out or settings.results / "plot.png", axis=axis, metric=metric)
+        written = results.plot(records, out or settings.results / "plot.png", axis=axis, metric=metric)
     _say(f"wrote {written}")
 
 
@@ -225,6 +233,18 @@ def results_import_seed(
             _say(f"{item}: {added} new records")
 
 
+@contextmanager
+def _pointing_elsewhere(store: results.ResultsStore, settings: Settings) -> Iterator[None]:
+    """A selection that fails in a results dir without measured results names the dirs that hold some."""
+    try:
+        yield
+    except ResultsError as exc:
+        elsewhere = None if store.has_measurements() else results.elsewhere_hint(settings)
+        if elsewhere is None:
+            raise
+        raise ResultsError(exc.message, hint=elsewhere) from exc
+
+
 # --- rendering ---
 def _record_json(record: BenchRecord) -> dict[str, object]:
     return record.to_dict() | {"record_id": record.record_id}
@@ -235,13 +255,19 @@ def _say(text: str) -> None:
     console.print(text, markup=False, soft_wrap=True)
 
 
+ID_COLUMNS = ("run", "build")
+
+
 def _render(table_title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *, markdown: bool) -> None:
     if markdown:
         lines = [f"**{table_title}**", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
         lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
         _say("\n".join(lines))
         return
-    table = Table(*headers, title=escape(table_title))
+    table = Table(title=escape(table_title))
+    for header in headers:
+        # a narrow terminal wraps cells instead of cutting them; ids stay whole on one line, to be copied
+        table.add_column(header, overflow="fold", no_wrap=header in ID_COLUMNS)
     for row in rows:
         table.add_row(*(escape(cell) for cell in row), style="red" if "regression" in row else None)
     console.print(table)
@@ -260,7 +286,22 @@ def _median(record_or_group: BenchRecord | results.Group) -> str:
 
 
 def _spread(summary: Summary) -> str:
-    return "-" if summary.spread_pct is None else f"{summary.spread_pct:.1f}% (n={summary.n})"
+    if summary.spread_pct is None:
+        return "-"
+    return f"{summary.spread_pct:.1f}% (n={summary.n})" + (" !" if results.is_noisy(summary) else "")
+
+
+def _spread_footnote(summaries: Sequence[Summary]) -> None:
+    """What the spread column means, and what to do about the rows it flags."""
+    if all(summary.spread_pct is None for summary in summaries):
+        return
+    _say("spread: (max - min) of the samples as % of their median; n: samples")
+    noisy = sum(1 for summary in summaries if results.is_noisy(summary))
+    if noisy:
+        _say(
+            f"!: {noisy} spread(s) above {results.NOISY_SPREAD_PCT:g}%: too noisy to trust small differences; "
+            "raise -r (more repetitions) or add --cooldown SECONDS between runs"
+        )
 
 
 def _print_records(records: Sequence[BenchRecord], *, title: str, markdown: bool) -> None:
@@ -273,6 +314,7 @@ def _print_records(records: Sequence[BenchRecord], *, title: str, markdown: bool
         for r in records
     ]  # fmt: skip
     _render(title, ["test", "device", "model", "config", "env", "median", "unit", "spread"], rows, markdown=markdown)
+    _spread_footnote([r.summary for r in records])
 
 
 def _print_comparison(comparison: results.Comparison, *, markdown: bool) -> None:
@@ -291,6 +333,7 @@ def _print_comparison(comparison: results.Comparison, *, markdown: bool) -> None
         )  # fmt: skip
     title = f"{comparison.b_label} vs {comparison.a_label} (threshold {comparison.threshold_pct:g}%)"
     _render(title, ["test", "device", "config", "env", "A median", "A spread", "B median", "B spread", "change", "verdict"], rows, markdown=markdown)
+    _spread_footnote([group.summary for row in comparison.rows for group in (row.a, row.b)])
     for label, unpaired in (("only in A", comparison.only_a), ("only in B", comparison.only_b)):
         for group in unpaired:
             _say(f"not compared ({label}): {group.first.test} {group.first.device.name} {results.describe_config(group.first)}")

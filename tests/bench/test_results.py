@@ -226,7 +226,7 @@ def test_show_and_latest(kz, project):
     result = kz("results", "show", "latest", "--markdown")
     assert result.code == 0, result.err
     row = next(line for line in result.out.splitlines() if line.startswith("| pp512"))
-    assert "| 2.00 | t/s | 150.0% (n=3) |" in row  # median 2, spread (4-1)/2
+    assert "| 2.00 | t/s | 150.0% (n=3) ! |" in row  # median 2, spread (4-1)/2, flagged as noisy
     assert json.loads(kz("results", "show", "latest", "--json").out)[0]["run_id"] == "r2"
 
 
