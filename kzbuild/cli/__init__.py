@@ -32,7 +32,7 @@ app = typer.Typer(
     name="kzbuild",
     help="Sync, patch, build, deploy and benchmark llama.cpp for Snapdragon devices (Hexagon NPU).",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )

@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kzbuild import bench, results
+from kzbuild.cli.complete import complete_device, complete_run
 from kzbuild.cli.ui import activity, console, context, print_json
 from kzbuild.devices.registry import connect, resolve_device
 from kzbuild.errors import RegressionFound, ResultsError
@@ -21,7 +22,7 @@ from kzbuild.model.result import BenchRecord, Summary
 from kzbuild.run import parse_env_assignments, run_tool
 from kzbuild.settings import Settings
 
-DeviceOpt = Annotated[Optional[str], typer.Option("--device", "-d", help="Device name, or adb:SERIAL[:ROOT], ssh://user@host:port/ROOT, local:/path. Default: local.")]
+DeviceOpt = Annotated[Optional[str], typer.Option("--device", "-d", help="Device name, or adb:SERIAL[:ROOT], ssh://user@host:port/ROOT, local:/path. Default: local.", autocompletion=complete_device)]
 EnvOpt = Annotated[Optional[list[str]], typer.Option("--env", "-e", help="NAME=VALUE added to the device env (repeatable); passed exactly, never through a shell unquoted.")]
 TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Seconds before the tool is killed.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
@@ -154,7 +155,7 @@ def results_list(ctx: typer.Context, json_out: JsonOpt = False, markdown: Markdo
 @results_app.command("show")
 def results_show(
     ctx: typer.Context,
-    selector: Annotated[str, typer.Argument(help="Run id or build id (a prefix is enough), or 'latest'.")],
+    selector: Annotated[str, typer.Argument(help="Run id or build id (a prefix is enough), or 'latest'.", autocompletion=complete_run)],
     json_out: JsonOpt = False,
     markdown: MarkdownOpt = False,
 ) -> None:
@@ -178,8 +179,8 @@ def results_show(
 @results_app.command("compare")
 def results_compare(
     ctx: typer.Context,
-    a: Annotated[str, typer.Argument(help="Baseline: run id or build id (prefix), or 'latest'.")],
-    b: Annotated[str, typer.Argument(help="Candidate: run id or build id (prefix), or 'latest'.")],
+    a: Annotated[str, typer.Argument(help="Baseline: run id or build id (prefix), or 'latest'.", autocompletion=complete_run)],
+    b: Annotated[str, typer.Argument(help="Candidate: run id or build id (prefix), or 'latest'.", autocompletion=complete_run)],
     metric: Annotated[Optional[str], typer.Option("--metric", help="Only this test, e.g. pp512 or tg128.")] = None,
     threshold: Annotated[str, typer.Option("--threshold", help="A drop of B's median beyond this is a regression.")] = "5%",
     markdown: MarkdownOpt = False,

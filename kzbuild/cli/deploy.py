@@ -11,6 +11,7 @@ from rich.filesize import decimal
 from rich.markup import escape
 
 from kzbuild import deploy, recipes
+from kzbuild.cli.complete import complete_device
 from kzbuild.cli.sync import DEFAULT_RECIPE, JsonOpt, RecipeArg
 from kzbuild.cli.ui import ProgressLines, console, context, err_console, print_json
 from kzbuild.devices.base import Transport
@@ -21,7 +22,7 @@ from kzbuild.settings import Settings
 
 DeviceOpt = Annotated[
     Optional[str],
-    typer.Option("--device", "-d", help="A device name from recipes/devices.yaml, adb:SERIAL[:ROOT], ssh://user@host:port/ROOT or local:/path. Default: the recipe's device, else local."),
+    typer.Option("--device", "-d", help="A device name from recipes/devices.yaml, adb:SERIAL[:ROOT], ssh://user@host:port/ROOT or local:/path. Default: the recipe's device, else local.", autocompletion=complete_device),
 ]
 WaitOpt = Annotated[
     float,

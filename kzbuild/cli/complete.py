@@ -1,0 +1,49 @@
+"""Shell completion of recipe names, device names and run ids, from local files only: no
+network, no git. A failure offers nothing rather than printing into the user's shell."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+
+from kzbuild import recipes, results
+from kzbuild.devices.registry import load_devices
+from kzbuild.errors import KzError
+from kzbuild.settings import Settings
+
+
+def _settings(ctx: typer.Context) -> Settings:
+    """The settings the command would use; the root callback has not run while completing."""
+    given = ctx.find_root().params
+    return Settings.resolve(os.environ, cwd=Path.cwd(), project=given.get("project"), work=given.get("work_dir"), results=given.get("results_dir"))
+
+
+def complete_recipe(ctx: typer.Context, incomplete: str) -> list[str]:
+    try:
+        names = recipes.list_recipes(_settings(ctx).recipes)
+    except (KzError, OSError):
+        return []
+    return [name for name in names if name.startswith(incomplete)]
+
+
+def complete_device(ctx: typer.Context, incomplete: str) -> list[str]:
+    try:
+        names = list(load_devices(_settings(ctx)))
+    except (KzError, OSError):
+        return []
+    return [name for name in names if name.startswith(incomplete)]
+
+
+def complete_run(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Run ids (newest last) and 'latest'; a results dir that is not there is not created."""
+    try:
+        folder = _settings(ctx).results
+        if not folder.is_dir():
+            return []
+        with results.ResultsStore(folder) as store:
+            names = [run.run_id for run in store.runs()] + [results.LATEST]
+    except (KzError, OSError):
+        return []
+    return [name for name in names if name.startswith(incomplete)]
