@@ -84,7 +84,7 @@ def run(
     (settings every call of a kind shares, such as git's config isolation).
     """
     args = [os.fspath(a) for a in argv]
-    log.debug("$ %s", describe(args, cwd, env))
+    log.info("$ %s", describe(args, cwd, env))
     try:
         proc = subprocess.run(
             args,
@@ -123,7 +123,7 @@ def stream(
     Returns the exit code; raises CommandFailed (with the output tail) when ``check``.
     """
     args = [os.fspath(a) for a in argv]
-    log.debug("$ %s", describe(args, cwd, env))
+    log.info("$ %s", describe(args, cwd, env))
     tail: list[str] = []
     sink = open(log_file, "a", encoding="utf-8") if log_file else None
     try:
@@ -177,7 +177,7 @@ def run_split(
     CommandFailed.
     """
     args = [os.fspath(a) for a in argv]
-    log.debug("$ %s", describe(args, cwd, env))
+    log.info("$ %s", describe(args, cwd, env))
     try:
         child = subprocess.Popen(args, cwd=cwd, env=_environment(env, False), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except FileNotFoundError as exc:

@@ -1,4 +1,5 @@
 from kzbuild import __version__
+from tests.fixtures_build import tiny  # noqa: F401
 
 
 def test_version(kz):
@@ -63,3 +64,14 @@ def test_help_paragraphs_wrap_only_where_the_next_word_does_not_fit(kz, monkeypa
                 checked += 1
                 assert len(line) + 1 + len(following.split()[0]) > text_width, (command, line, following)
     assert checked > 10
+
+
+def test_v_logs_each_external_command_as_info_and_no_flag_logs_none(tiny, kz):
+    quiet = kz("sync", "tiny")
+    assert quiet.code == 0, quiet.err
+    assert "$ " not in quiet.err
+    verbose = kz("-v", "status", "tiny")
+    assert verbose.code == 0, verbose.err
+    commands = [line for line in verbose.err.splitlines() if "$ " in line and "git" in line]
+    assert commands and all(line.lstrip().startswith("INFO") for line in commands), verbose.err
+    assert "DEBUG" not in verbose.err

@@ -45,12 +45,11 @@ def context(ctx: typer.Context) -> Context:
 
 
 def setup_logging(verbose: int) -> None:
-    """Warnings always; -v adds every external command (kzbuild.proc) and progress notes; -vv debug."""
+    """Warnings always; -v adds every external command (INFO, from kzbuild.proc and the ssh transport) and progress notes; -vv debug."""
     root = logging.getLogger("kzbuild")
     root.handlers[:] = [RichHandler(console=err_console, show_time=False, show_path=False, markup=False)]
     root.propagate = False
     root.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG))
-    logging.getLogger("kzbuild.proc").setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 
 def tracebacks_wanted() -> bool:

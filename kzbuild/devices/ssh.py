@@ -152,7 +152,7 @@ class SshTransport:
         on_stderr: ByteSink | None = None,
     ) -> RemoteResult:
         command = remote_command(argv, cwd=cwd, env=env)
-        log.debug("%s $ %s", self.address, command)
+        log.info("%s $ %s", self.address, command)
         out, err = bytearray(), bytearray()
         stdout_sink = on_stdout or out.extend
         stderr_sink = on_stderr or err.extend

@@ -1,0 +1,43 @@
+"""scripts/setup is quiet unless a step fails; then it prints that step and its whole output."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+from tests.conftest import REPO_ROOT
+
+
+def stub(path: Path, script: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+def run_setup(tmp_path: Path, pip_script: str) -> subprocess.CompletedProcess[str]:
+    """scripts/setup in a copy of the repo's layout, with every apt package installed and a venv python that runs ``pip_script``."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(REPO_ROOT / "scripts" / "setup", tmp_path / "scripts" / "setup")
+    stub(tmp_path / "bin" / "dpkg-query", "printf 'install ok installed'\n")
+    stub(tmp_path / "venv" / "bin" / "python", pip_script)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", "KZ_VENV": str(tmp_path / "venv")}
+    return subprocess.run(["bash", str(tmp_path / "scripts" / "setup")], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_setup_prints_nothing_when_every_step_succeeds(tmp_path):
+    ran = run_setup(tmp_path, "echo 'Collecting typer'\necho 'WARNING: Location ignored' >&2\n")
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "", "")
+
+
+def test_setup_prints_the_failing_step_and_its_output(tmp_path):
+    ran = run_setup(tmp_path, "echo 'Collecting nosuchpkg'\necho 'ERROR: No matching distribution found for nosuchpkg' >&2\nexit 1\n")
+    assert ran.returncode == 1 and ran.stdout == ""
+    venv_python = tmp_path / "venv" / "bin" / "python"
+    assert ran.stderr.splitlines() == [
+        f"scripts/setup: this step failed: {venv_python} -m pip install -q --disable-pip-version-check -e .[test]",
+        "Collecting nosuchpkg",
+        "ERROR: No matching distribution found for nosuchpkg",
+    ]
