@@ -173,7 +173,7 @@ def doctor_command(
     recipe: DoctorRecipeArg = None,
     target: TargetOpt = None,
     toolchain: ToolchainOpt = None,
-    device: Annotated[Optional[str], typer.Option("--device", "-d", help="Also check what reaching this device needs (default: the recipe's device).")] = None,
+    device: Annotated[Optional[str], typer.Option("--device", "-d", help="Also check that this device answers (default: the recipe's device).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Check the toolchains, cmake, ninja and ccache a target needs, naming the file that proved each version.
@@ -205,7 +205,7 @@ def doctor_command(
             render_device_check(report.device)
     if not report.ok and (recipe or target or device):
         not_ready = ", ".join([t.target for t in report.targets if not t.ok] + ([f"device {report.device.device}"] if report.device and not report.device.ok else []))
-        raise ToolchainMissing(f"not ready to build: {not_ready}", hint="install what is marked missing above, or point kzbuild at it (toolchains/README.md)")
+        raise ToolchainMissing(f"not ready to build: {not_ready}", hint="install what is marked missing or not ok above, or point kzbuild at it (toolchains/README.md); a device's own hint is above")
 
 
 def render_device_check(check: builds.DeviceCheck) -> None:
