@@ -92,51 +92,101 @@ class Sequence(list[Any]):
         return ConfigError(message, path=self.path, line=self.item_lines[index], key=key)
 
 
-def load(path: Path) -> Mapping:
-    """Load a YAML file whose top level is a mapping."""
+# Far above any real config file, far below what an alias bomb expands to ("billion laughs").
+MAX_NODES = 100_000
+
+
+def read_text(path: Path) -> str:
+    """A config file's text. A file that cannot be read or is not UTF-8 is a ConfigError naming it (and the line)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read file: {exc.strerror}", path=path) from exc
-    return loads(text, path)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"not valid UTF-8 (byte 0x{data[exc.start]:02x}); save the file as UTF-8", path=path, line=line) from None
+
+
+def load(path: Path) -> Mapping:
+    """Load a YAML file whose top level is a mapping."""
+    return loads(read_text(path), path)
 
 
 def loads(text: str, path: Path) -> Mapping:
-    loader = yaml.SafeLoader(text)
     try:
-        node = loader.get_single_node()
+        loader = yaml.SafeLoader(text)  # checks the characters right away
+        try:
+            node = loader.get_single_node()
+            result = _Converter(path, loader).convert(node) if node is not None else None
+        finally:
+            loader.dispose()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
         raise ConfigError(f"invalid YAML: {exc.problem or exc}", path=path, line=line) from exc
-    finally:
-        loader.dispose()
-    if node is None:
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        raise ConfigError(f"invalid YAML: control character #x{exc.character:02x} is not allowed", path=path, line=line) from exc
+    except RecursionError:
+        raise ConfigError("invalid YAML: nested too deeply", path=path) from None
+    if result is None:
         raise ConfigError("file is empty", path=path, line=1)
-    result = _convert(node, path, loader)
     if not isinstance(result, Mapping):
         raise ConfigError("top level must be a mapping", path=path, line=node.start_mark.line + 1)
     return result
 
 
-def _convert(node: yaml.Node, path: Path, loader: yaml.SafeLoader) -> Any:
-    if isinstance(node, yaml.MappingNode):
+class _Converter:
+    """Turns composed YAML nodes into Mapping/Sequence/scalars, refusing alias loops and alias bombs."""
+
+    def __init__(self, path: Path, loader: yaml.SafeLoader) -> None:
+        self.path = path
+        self.loader = loader
+        self.open_nodes: set[int] = set()  # collections being converted: an alias to one of them is a loop
+        self.converted = 0
+
+    def error(self, node: yaml.Node, message: str, key: str | None = None) -> ConfigError:
+        return ConfigError(message, path=self.path, line=node.start_mark.line + 1, key=key)
+
+    def convert(self, node: yaml.Node) -> Any:
+        self.converted += 1
+        if self.converted > MAX_NODES:
+            raise self.error(node, f"more than {MAX_NODES} values: aliases (*name) expand to too much")
+        if not isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+            return self.scalar(node)
+        if id(node) in self.open_nodes:
+            raise self.error(node, "an alias (*name) refers to a value that contains it: an endless loop")
+        self.open_nodes.add(id(node))
+        try:
+            return self.mapping(node) if isinstance(node, yaml.MappingNode) else self.sequence(node)
+        finally:
+            self.open_nodes.discard(id(node))
+
+    def scalar(self, node: yaml.Node) -> Any:
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except ValueError as exc:  # e.g. an integer with more digits than Python converts
+            raise self.error(node, f"bad value: {exc}") from None
+
+    def mapping(self, node: yaml.MappingNode) -> Mapping:
         mapping = Mapping()
-        mapping.path, mapping.line, mapping.key_lines = path, node.start_mark.line + 1, {}
+        mapping.path, mapping.line, mapping.key_lines = self.path, node.start_mark.line + 1, {}
         for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
-            if not isinstance(key, (str, int, float, bool)):
-                raise ConfigError("keys must be scalars", path=path, line=key_node.start_mark.line + 1)
+            key = self.scalar(key_node) if isinstance(key_node, yaml.ScalarNode) else None
+            if key is None or not isinstance(key, (str, int, float, bool)):
+                raise self.error(key_node, "keys must be strings, numbers or booleans")
             key = str(key)
             if key in mapping:
-                raise ConfigError("duplicate key", path=path, line=key_node.start_mark.line + 1, key=key)
+                raise self.error(key_node, "duplicate key", key=key)
             mapping.key_lines[key] = key_node.start_mark.line + 1
-            mapping[key] = _convert(value_node, path, loader)
+            mapping[key] = self.convert(value_node)
         return mapping
-    if isinstance(node, yaml.SequenceNode):
+
+    def sequence(self, node: yaml.SequenceNode) -> Sequence:
         seq = Sequence()
-        seq.path, seq.line = path, node.start_mark.line + 1
+        seq.path, seq.line = self.path, node.start_mark.line + 1
         seq.item_lines = [item.start_mark.line + 1 for item in node.value]
-        seq.extend(_convert(item, path, loader) for item in node.value)
+        seq.extend(self.convert(item) for item in node.value)
         return seq
-    return loader.construct_object(node, deep=True)
