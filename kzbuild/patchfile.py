@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timezone
 from email.header import decode_header, make_header
 from pathlib import Path
@@ -90,8 +90,13 @@ class _PatchReader:
 
 
 def read_patch(path: Path, name: str | None = None) -> Patch:
-    """Parse a patch file; what makes it malformed is listed in ``Patch.problems``."""
-    return parse_patch(path.read_bytes().decode("utf-8", errors="replace"), path, name)
+    """Parse a patch file; what makes it malformed (bytes that are not UTF-8 too) is listed in ``Patch.problems``."""
+    data = yamlconf.read_bytes(path)
+    patch = parse_patch(data.decode("utf-8", errors="replace"), path, name)
+    not_utf8 = yamlconf.utf8_error(data, path)
+    if not_utf8 is None:
+        return patch
+    return replace(patch, problems=patch.problems + (problem_from(not_utf8, path),))
 
 
 def parse_patch(raw: str, path: Path, name: str | None = None) -> Patch:
@@ -135,6 +140,7 @@ def parse_patch(raw: str, path: Path, name: str | None = None) -> Patch:
 
 def _read_headers(reader: _PatchReader, number: int) -> tuple[dict[str, str], int]:
     headers: dict[str, str] = {}
+    header_lines: dict[str, int] = {}
     key = None
     while number <= len(reader.lines):
         line = reader.text(number)
@@ -145,8 +151,15 @@ def _read_headers(reader: _PatchReader, number: int) -> tuple[dict[str, str], in
             headers[key] += " " + line.strip()
         elif ":" in line:
             key, value = line.split(":", 1)
-            headers[key] = value.strip()
-    return {k: str(make_header(decode_header(v))) for k, v in headers.items()}, number
+            headers[key], header_lines[key] = value.strip(), number - 1
+    decoded = {}
+    for key, value in headers.items():
+        try:
+            decoded[key] = str(make_header(decode_header(value)))
+        except (LookupError, UnicodeError, ValueError) as exc:  # an unknown charset, a broken =?..?= word
+            reader.problem(header_lines[key], f"the '{key}:' header cannot be decoded ({exc}); it is shown as written")
+            decoded[key] = value
+    return decoded, number
 
 
 def _read_trailers(reader: _PatchReader, body: list[str], first_line: int) -> list[Trailer]:

@@ -96,17 +96,31 @@ class Sequence(list[Any]):
 MAX_NODES = 100_000
 
 
-def read_text(path: Path) -> str:
-    """A config file's text. A file that cannot be read or is not UTF-8 is a ConfigError naming it (and the line)."""
+def read_bytes(path: Path) -> bytes:
+    """A config file's bytes; one that cannot be read is a ConfigError naming it."""
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read file: {exc.strerror}", path=path) from exc
+
+
+def utf8_error(data: bytes, path: Path) -> ConfigError | None:
+    """None when ``data`` is UTF-8; else the error naming the file, the line and the first bad byte."""
     try:
-        return data.decode("utf-8")
+        data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(f"not valid UTF-8 (byte 0x{data[exc.start]:02x}); save the file as UTF-8", path=path, line=line) from None
+        return ConfigError(f"not valid UTF-8 (byte 0x{data[exc.start]:02x}); save the file as UTF-8", path=path, line=line)
+    return None
+
+
+def read_text(path: Path) -> str:
+    """A config file's text. A file that cannot be read or is not UTF-8 is a ConfigError naming it (and the line)."""
+    data = read_bytes(path)
+    error = utf8_error(data, path)
+    if error is not None:
+        raise error
+    return data.decode("utf-8")
 
 
 def load(path: Path) -> Mapping:
