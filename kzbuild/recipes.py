@@ -126,6 +126,6 @@ def _parse_overlays(entries: yamlconf.Sequence, project: Path) -> tuple[Overlay,
 def _parse_build(section: yamlconf.Mapping) -> BuildSection:
     section.check_keys(BUILD_KEYS, context="build")
     defaults = BuildSection()
-    targets = tuple(str(t) for t in section.get_list("targets")) or defaults.targets
-    tools = tuple(str(t) for t in section.get_list("tools")) or defaults.tools
+    targets = section.get_str_list("targets") or defaults.targets
+    tools = section.get_str_list("tools") or defaults.tools
     return BuildSection(targets=targets, tools=tools, cmake=section.get_options("cmake"))

@@ -17,6 +17,11 @@ import yaml
 from kzbuild.errors import ConfigError
 
 
+def is_scalar_text(value: object) -> bool:
+    """A value that stands for text: a string or a number (never a boolean, null or collection)."""
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+
+
 class Mapping(dict[str, Any]):
     """A YAML mapping that knows its file and the line of itself and of each key."""
 
@@ -47,6 +52,14 @@ class Mapping(dict[str, Any]):
         if value is not None and not isinstance(value, (str, int, float)):
             raise self.error(key, "must be a string")
         return None if value is None else str(value)
+
+    def get_str_list(self, key: str) -> tuple[str, ...]:
+        """A list of strings (numbers are taken as their text); nested lists, mappings, null and booleans are errors."""
+        items = self.get_list(key)
+        for index, item in enumerate(items):
+            if not is_scalar_text(item):
+                raise items.error(index, "must be a string", key=key)
+        return tuple(str(item) for item in items)
 
     def get_mapping(self, key: str) -> Mapping:
         value = self.get(key)
@@ -145,7 +158,7 @@ def loads(text: str, path: Path) -> Mapping:
         raise ConfigError(f"invalid YAML: control character #x{exc.character:02x} is not allowed", path=path, line=line) from exc
     except RecursionError:
         raise ConfigError("invalid YAML: nested too deeply", path=path) from None
-    if result is None:
+    if node is None:
         raise ConfigError("file is empty", path=path, line=1)
     if not isinstance(result, Mapping):
         raise ConfigError("top level must be a mapping", path=path, line=node.start_mark.line + 1)
