@@ -17,7 +17,7 @@ from kzbuild.devices.registry import connect, resolve_device
 from kzbuild.errors import RegressionFound
 from kzbuild.model.bench import OPTIONS_BY_NAME, BenchPoint, BenchSpec
 from kzbuild.model.result import BenchRecord, Summary
-from kzbuild.run import parse_env_assignments, run_tool
+from kzbuild.run import check_seconds, parse_env_assignments, run_tool
 
 DeviceOpt = Annotated[Optional[str], typer.Option("--device", "-d", help="Device name, or adb:SERIAL[:ROOT], ssh://user@host:port/ROOT, local:/path. Default: local.")]
 EnvOpt = Annotated[Optional[list[str]], typer.Option("--env", "-e", help="NAME=VALUE added to the device env (repeatable); passed exactly, never through a shell unquoted.")]
@@ -49,8 +49,9 @@ def run_command(
     goes to the tool unchanged: kzbuild run llama-cli -m models/x.gguf -p hi
     """
     settings = context(ctx).settings
-    target = resolve_device(settings, device)
+    check_seconds("--timeout", timeout)
     extra_env = parse_env_assignments(env or [])
+    target = resolve_device(settings, device)
     transport = connect(target)
     try:
         return run_tool(
@@ -106,6 +107,7 @@ def bench_command(
         cooldown=cooldown,
         timeout=timeout,
     )
+    bench.check_spec(spec)  # before connecting: a bad value is a usage error wherever the device is
     target = resolve_device(settings, device)
     transport = connect(target)
     try:
