@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from kzbuild import yamlconf
-from kzbuild.errors import ConfigError, PatchError
+from kzbuild.errors import ConfigError
 from kzbuild.model.patch import (
     DROP_WHEN,
     KZ_TRAILERS,
@@ -434,12 +434,12 @@ def drop_patch(series_path: Path, name: str, *, reason: str, upstream: str | Non
 def move_patch(series_path: Path, name: str, *, before: str | None = None, after: str | None = None) -> list[str]:
     """Move ``name`` before or after another entry. Returns the patches it now crosses that touch the same files."""
     if (before is None) == (after is None):
-        raise PatchError("say where to move it: --before OTHER or --after OTHER")
+        raise ConfigError("say where to move it: --before OTHER or --after OTHER")
     series = read_series(series_path)
     name = _require(series, name).name
     other = _require(series, before or after or "").name
     if other == name:
-        raise PatchError(f"cannot move {name} relative to itself")
+        raise ConfigError(f"cannot move {name} relative to itself")
     names = series.names()
     old_index = names.index(name)
     names.remove(name)
@@ -457,7 +457,7 @@ def _require(series: Series, name: str) -> SeriesEntry:
     if entry is None:
         close = difflib.get_close_matches(name, series.names(), n=1)
         hint = f"did you mean '{close[0]}'?" if close else f"the series lists: {', '.join(series.names()) or 'nothing'}"
-        raise PatchError(f"'{name}' is not in {series.path}", hint=hint)
+        raise ConfigError(f"'{name}' is not in {series.path}", hint=hint)
     return entry
 
 
