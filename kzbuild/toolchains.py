@@ -204,7 +204,13 @@ def load_configured_paths(path: Path, specs: Mapping[str, ToolchainSpec]) -> dic
         return {}
     doc = yamlconf.load(path)
     doc.check_keys(sorted(specs), context="configured toolchain paths")
-    return {name: Path(str(doc.get_str(name))).expanduser() for name in doc}
+    paths = {}
+    for name in doc:
+        value = doc.get_str(name)
+        if not value:
+            raise doc.error(name, "must be the path of the toolchain")
+        paths[name] = Path(value).expanduser()
+    return paths
 
 
 # --- detection -------------------------------------------------------------------------

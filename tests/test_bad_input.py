@@ -370,3 +370,21 @@ def test_an_ipv6_spec_parses_and_names_the_host_in_brackets(kz):
     outcome = kz("deploy", "--artifact", "x", "--device", "ssh://u@[::1]:2222/x")
     check(outcome, expect={8})
     assert "ssh://u@[::1]:2222: not contacted" in outcome.output
+
+
+def test_folders_that_are_not_folders_are_usage_errors(tmp_path, capsys, project):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for argv, said in (
+        (["--project", str(tmp_path / "nope"), "recipes"], "is not a folder"),
+        (["--project", str(a_file), "recipes"], "is not a folder"),
+        (["--project", str(project), "--work-dir", str(a_file), "deploy", "--artifact", "x"], "--work-dir / KZ_WORK_DIR"),
+        (["--project", str(project), "--results-dir", str(a_file), "results", "list"], "--results-dir / KZ_RESULTS_DIR"),
+        (["--project", str(project), "--cache-dir", str(a_file), "recipes"], "--cache-dir / KZ_CACHE_DIR"),
+        (["--project", str(project), "models", "tiny", "-o", str(tmp_path)], "is a folder; name the .gguf file"),
+    ):
+        capsys.readouterr()
+        code = main(argv)
+        captured = capsys.readouterr()
+        check(Outcome(code, captured.out + captured.err), expect={2})
+        assert said in unwrapped(captured.err), (argv, captured.err)

@@ -15,6 +15,7 @@ from kzbuild import deploy
 from kzbuild.cli.deploy import DeviceOpt, TrustOpt, WaitOpt, open_device, transfer_bars
 from kzbuild.cli.sync import JsonOpt
 from kzbuild.cli.ui import console, context, print_json
+from kzbuild.errors import ConfigError
 from kzbuild.model import tinymodel as tiny_spec
 
 models_app = typer.Typer(
@@ -44,6 +45,8 @@ def tiny_command(
     """Write a tiny random GGUF model (a few hundred KB) that llama.cpp loads and runs."""
     from kzbuild.tinymodel import write_tiny_model  # numpy and gguf load only when needed
 
+    if output.is_dir():
+        raise ConfigError(f"--output {output} is a folder; name the .gguf file to write")
     path = write_tiny_model(output, arch=arch.value, ftype=ftype.value, seed=seed)
     console.print(f"wrote {path} ({arch.value}, {ftype.value}, seed {seed}, {path.stat().st_size} bytes)", soft_wrap=True)
 
