@@ -14,7 +14,7 @@ from rich.filesize import decimal
 from kzbuild import deploy
 from kzbuild.cli.deploy import DeviceOpt, TrustOpt, WaitOpt, open_device, transfer_bars
 from kzbuild.cli.sync import JsonOpt
-from kzbuild.cli.ui import console, context, print_json
+from kzbuild.cli.ui import console, context, not_empty, print_json
 from kzbuild.errors import ConfigError
 from kzbuild.model import tinymodel as tiny_spec
 
@@ -55,7 +55,7 @@ def push_command(
     ctx: typer.Context,
     model: Annotated[Path, typer.Argument(help="The GGUF file to store on the device.")],
     device: DeviceOpt = None,
-    name: Annotated[Optional[str], typer.Option("--name", help="Readable name on the device (ROOT/models/NAME). Default: the file name.")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", callback=not_empty, help="Readable name on the device (ROOT/models/NAME). Default: the file name.")] = None,
     wait: WaitOpt = 0.0,
     trust_new_host: TrustOpt = False,
     json_out: JsonOpt = False,
