@@ -56,7 +56,7 @@ def parse_recipe(doc: yamlconf.Mapping, *, name: str, project: Path) -> Recipe:
     doc.check_keys(RECIPE_KEYS, required=("upstream",), context="recipe")
     upstream = _parse_upstream(doc.get_mapping("upstream"))
 
-    series_rel = doc.get_str("patches", DEFAULT_SERIES)
+    series_rel = doc.get_path("patches", DEFAULT_SERIES)
     assert series_rel is not None
     series_path = (project / series_rel).resolve()
     if not series_path.is_file():
@@ -109,7 +109,7 @@ def _parse_overlays(entries: yamlconf.Sequence, project: Path) -> tuple[Overlay,
         if not isinstance(entry, yamlconf.Mapping):
             raise entries.error(index, "an overlay is a mapping with src and dest", key="overlays")
         entry.check_keys(("src", "dest"), required=("src", "dest"), context="overlay")
-        src_rel, dest = entry.get_str("src") or "", entry.get_str("dest") or ""
+        src_rel, dest = entry.get_path("src") or "", entry.get_path("dest") or ""
         src = (project / src_rel).resolve()
         if not src.is_file():
             raise entry.error("src", f"overlay source '{src_rel}' does not exist")

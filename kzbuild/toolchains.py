@@ -130,7 +130,7 @@ def _check_template(where: yamlconf.Mapping, key: str, template: str, known: set
 
 def _parse_directory(section: yamlconf.Mapping) -> DirectorySpec:
     section.check_keys(("env", "search", "requires"), context="directory")
-    return DirectorySpec(env=section.get_str_list("env"), search=section.get_str_list("search"), requires=section.get_str_list("requires"))
+    return DirectorySpec(env=section.get_str_list("env"), search=section.get_path_list("search"), requires=section.get_path_list("requires"))
 
 
 def _parse_version(section: yamlconf.Mapping, *, default_source: str | None) -> VersionRule:
@@ -154,7 +154,7 @@ def _parse_version(section: yamlconf.Mapping, *, default_source: str | None) -> 
             raise section.error("regex", "the regex needs a group that captures the version")
     fields: dict[str, object] = {
         "source": source,
-        "file": section.get_str("file", "") or "",
+        "file": section.get_path("file", "") or "",
         "expect": section.get_str("expect"),
         "minimum": section.get_str("minimum"),
     }
@@ -183,9 +183,9 @@ def _parse_part(name: str, value: object, section: yamlconf.Mapping) -> PartSpec
     return PartSpec(
         name=name,
         label=value.get_str("label", name) or name,
-        default=value.get_str("default") or "",
+        default=value.get_path("default") or "",
         env=value.get_str("env"),
-        requires=value.get_str_list("requires"),
+        requires=value.get_path_list("requires"),
         version=version,
     )
 

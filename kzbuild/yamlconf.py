@@ -16,6 +16,17 @@ import yaml
 
 from kzbuild.errors import ConfigError
 
+NAME_MAX = 255  # bytes in one file name, on every Linux file system
+
+
+def path_problem(text: str) -> str | None:
+    """What makes ``text`` a path no file can have (the OS would raise instead of answering), or None."""
+    if "\0" in text:
+        return "a path cannot hold a NUL byte"
+    if any(len(part.encode("utf-8", "surrogatepass")) > NAME_MAX for part in text.split("/")):
+        return f"a name in the path is longer than {NAME_MAX} bytes"
+    return None
+
 
 def is_scalar_text(value: object) -> bool:
     """A value that stands for text: a string or a number (never a boolean, null or collection)."""
@@ -52,6 +63,22 @@ class Mapping(dict[str, Any]):
         if value is not None and not isinstance(value, (str, int, float)):
             raise self.error(key, "must be a string")
         return None if value is None else str(value)
+
+    def get_path(self, key: str, default: str | None = None) -> str | None:
+        """A string that names a file or folder (checked so that the OS can be asked about it)."""
+        value = self.get_str(key, default)
+        problem = path_problem(value) if value is not None else None
+        if problem:
+            raise self.error(key, problem)
+        return value
+
+    def get_path_list(self, key: str) -> tuple[str, ...]:
+        paths = self.get_str_list(key)
+        for index, value in enumerate(paths):
+            problem = path_problem(value)
+            if problem:
+                raise self.get_list(key).error(index, problem, key=key)
+        return paths
 
     def get_str_list(self, key: str) -> tuple[str, ...]:
         """A list of strings (numbers are taken as their text); nested lists, mappings, null and booleans are errors."""

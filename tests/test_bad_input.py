@@ -31,6 +31,7 @@ def runs(examples: int) -> settings:
     """``examples`` generated cases; fixtures are reset by hand in each (see ``damaged``)."""
     return settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
+DEMO_HOST = (REPO / "recipes/demo-host.yaml").read_bytes()
 ALIAS_LOOP = "loop: &a [*a]\n"
 ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{name}: &{name} [{', '.join([f'*{prev}'] * 10)}]\n" for prev, name in zip("abcdefghi", "bcdefghij", strict=True)
@@ -306,6 +307,9 @@ def test_threshold_values(kz, threshold):
         ("recipes/devices.yaml", b"devices: {t: {transport: local, runner: [[a]]}}\n", ["deploy", "--artifact", "x", "--device", "t"], "runner: must be a string"),
         ("recipes/devices.yaml", b"devices: {t: {transport: local, env: {A: [x]}}}\n", ["deploy", "--artifact", "x", "--device", "t"], "A: must be a string"),
         ("patches/series", b"\xfe\n", ["patches", "list"], "series:1: not valid UTF-8 (byte 0xfe)"),
+        ("recipes/demo-host.yaml", DEMO_HOST.replace(b"patches: patches/series", b'patches: "patches/a\\0b"'), ["status", "demo-host"], "demo-host.yaml:8: patches: a path cannot hold a NUL byte"),
+        ("recipes/demo-host.yaml", DEMO_HOST.replace(b"src: kernels/", b"src: " + b"k" * 300 + b"/"), ["recipes"], "src: a name in the path is longer than 255 bytes"),
+        ("toolchains/ndk-r27d.yaml", (REPO / "toolchains/ndk-r27d.yaml").read_bytes().replace(b"file: source.properties", b'file: "a\\0b"'), ["doctor", "demo-host"], "file: a path cannot hold a NUL byte"),
         ("patches/series", b"a\x00b\n", ["status", "demo-host"], "series:1: 'a\\x00b' is not a usable file name"),
         ("patches/series", b"x" * 300 + b"\n", ["recipes"], "is not a usable file name"),
     ],
