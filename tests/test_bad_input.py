@@ -39,6 +39,7 @@ ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
 INVALID_UTF8 = st.sampled_from([b"\xff", b"\xfe\xff", b"\xc3", b"\xed\xa0\x80", b"\x80abc", b"\xf8\x88\x80\x80\x80"])
 ODD_VALUES = st.one_of(
     st.none(), st.booleans(), st.integers(), st.just(10**30), st.floats(), st.text(max_size=12),
+    st.sampled_from(["", "\0", "a\0b", "x" * 300, "../../..", "/", "-x", "%ff", "{root", "{nope}", "\x1b[31m"]),
     st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
 )  # fmt: skip
 
@@ -88,12 +89,15 @@ def damaged(project: Path) -> Callable[[str, bytes], Iterator[None]]:
     @contextmanager
     def write(relpath: str, data: bytes) -> Iterator[None]:
         path = project / relpath
-        original = path.read_bytes()
+        original = path.read_bytes() if path.exists() else None
         path.write_bytes(data)
         try:
             yield
         finally:
-            path.write_bytes(original)
+            if original is None:
+                path.unlink()
+            else:
+                path.write_bytes(original)
 
     return write
 
@@ -226,6 +230,20 @@ def test_damaged_patch(kz, damaged, damage):
     with damaged("patches/common-fit-counts-CPU_REPACK-as-host-memory.patch", damage.data):
         check(kz("patches", "list"), damage, expect=DOCUMENTED_FAILURES | {0})  # list shows lint status, it does not fail
         check(kz("patches", "lint"), damage)
+
+
+DROPPED_LOG = b"dropped:\n  - patch: a.patch\n    subject: 'x: y'\n    date: '2026-05-01'\n    reason: upstreamed\n"
+
+
+@runs(25)
+@given(damage=st.one_of(text_mutations(DROPPED_LOG, yaml_file=True), tree_mutations(DROPPED_LOG), noise()))
+def test_damaged_dropped_log(kz, damaged, damage):
+    patch = "patches/common-fit-counts-CPU_REPACK-as-host-memory.patch"
+    # the series and the patch are written as they are, so that a drop that succeeds is undone too
+    with damaged("patches/series", (REPO / "patches/series").read_bytes()), damaged(patch, (REPO / patch).read_bytes()):
+        with damaged("patches/DROPPED.yaml", damage.data):
+            check(kz("patches", "lint"), damage)  # a damaged log is a lint problem (5); a good one leaves lint clean
+            check(kz("patches", "drop", Path(patch).name, "--reason", "x"), damage, expect=DOCUMENTED_FAILURES | {0})
 
 
 # --- device specs and option values ---

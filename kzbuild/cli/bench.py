@@ -85,7 +85,7 @@ def bench_command(
     repetitions: Annotated[Optional[str], typer.Option("-r", "--repetitions", callback=not_empty, help=OPTIONS_BY_NAME["r"].help)] = None,
     env: EnvOpt = None,
     sweep: Annotated[Optional[list[str]], typer.Option("--sweep", help="AXIS=V1,V2,... (p n ngl t b ub dev r, or env:NAME); several give their cartesian product.")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of the randomized sweep order (default: fresh, recorded).")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", min=0, help="Seed of the randomized sweep order (default: fresh, recorded).")] = None,
     cooldown: Annotated[float, typer.Option("--cooldown", help="Seconds to wait between runs of a sweep.")] = 0.0,
     timeout: TimeoutOpt = None,
     json_out: JsonOpt = False,
