@@ -322,6 +322,7 @@ def test_threshold_values(kz, threshold):
         ("toolchains/ninja.yaml", b"label: x\nprovides: [[compiler]]\n", ["doctor", "demo-host"], "ninja.yaml:2: provides: must be a string"),
         ("recipes/devices.yaml", b"devices: {t: {transport: ssh, host: h, port: 0}}\n", ["deploy", "--artifact", "x", "--device", "t"], "devices.yaml:1: port: '0' is not a port number"),
         ("recipes/devices.yaml", b"devices: {t: {transport: ssh, host: 'a b'}}\n", ["deploy", "--artifact", "x", "--device", "t"], "host: 'a b' is not a host name"),
+        ("recipes/devices.yaml", b"devices: {t: {transport: adb, serial: 'a b'}}\n", ["deploy", "--artifact", "x", "--device", "t"], "serial: 'a b' is not an adb serial"),
         ("recipes/devices.yaml", b"devices: {t: {transport: local, runner: [[a]]}}\n", ["deploy", "--artifact", "x", "--device", "t"], "runner: must be a string"),
         ("recipes/devices.yaml", b"devices: {t: {transport: local, env: {A: [x]}}}\n", ["deploy", "--artifact", "x", "--device", "t"], "A: must be a string"),
         ("patches/series", b"\xfe\n", ["patches", "list"], "series:1: not valid UTF-8 (byte 0xfe)"),

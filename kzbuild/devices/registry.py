@@ -21,6 +21,7 @@ from kzbuild.settings import Settings
 DEVICES_FILE = "devices.yaml"  # in recipes/
 DEVICE_KEYS = ("description", "transport", "serial", "host", "port", "user", "key", "root", "env", "runner")
 DEFAULT_ENV = (("LD_LIBRARY_PATH", "{current}/lib"), ("ADSP_LIBRARY_PATH", "{current}/lib"))
+ADB_SERIAL = re.compile(r"^[^\s:/]+(?::\d+)?$")  # a USB serial, or host:port for adb over TCP
 ADB_SPEC = re.compile(r"^adb:(?P<serial>[^\s:/]+(?::\d+)?)(?::(?P<root>/.*))?$")
 # ssh://[user@]host[:port][/root]; the parts are checked one by one so the error names the bad one
 SSH_SPEC = re.compile(r"^ssh://(?:(?P<user>[^@/]*)@)?(?P<host>\[[^\]/]*\]|[^:/\[\]]*)(?::(?P<port>[^/]*))?(?P<root>/.*)?$")
@@ -73,6 +74,7 @@ def parse_device(name: str, entry: yamlconf.Mapping) -> Device:
         ("host", ssh_host_problem(entry.get_str("host") or "") if transport == "ssh" else None),
         ("user", ssh_user_problem(entry.get_str("user") or "") if "user" in entry else None),
         ("root", root_problem(root)),
+        ("serial", adb_serial_problem(entry.get_str("serial") or "") if transport == "adb" else None),
     ):
         if problem is not None:
             raise entry.error(key, f"device {name}: {problem}")
@@ -84,7 +86,7 @@ def parse_device(name: str, entry: yamlconf.Mapping) -> Device:
         host=entry.get_str("host"),
         port=port,
         user=entry.get_str("user"),
-        key=entry.get_str("key"),
+        key=entry.get_path("key"),
         env=tuple(env) if "env" in entry else DEFAULT_ENV,
         runner_prefix=runner,
         description=entry.get_str("description", "") or "",
@@ -182,6 +184,12 @@ def _is_ipv6(host: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def adb_serial_problem(serial: str) -> str | None:
+    if not ADB_SERIAL.match(serial):
+        return f"{serial!r} is not an adb serial (no spaces; ':' only before a port, as in host:5555)"
+    return None
 
 
 def port_problem(port: object) -> str | None:
