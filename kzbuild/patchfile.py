@@ -51,6 +51,7 @@ DIFF_OPTIONS = (
     "--dst-prefix=b/",
 )
 DROP_KEYS = ("patch", "subject", "date", "reason", "upstream", "upstream_status")
+DROP_REQUIRED = ("patch", "date", "reason")
 
 # --- patch files ---
 
@@ -358,27 +359,36 @@ def lint_series(series_path: Path) -> tuple[list[Patch], list[Problem]]:
 
 
 def read_dropped(path: Path) -> list[DropRecord]:
+    """The records of the dropped-patch log; a damaged log is a ConfigError naming its line."""
     if not path.is_file():
         return []
-    problems = dropped_log_problems(path)
-    if problems:
-        raise ConfigError(problems[0].message, path=problems[0].path, line=problems[0].line)
-    doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    # dropped_log_problems() above checked the keys and that the required ones are set
-    return [DropRecord(**{str(k): (None if v is None else str(v)) for k, v in item.items()}) for item in doc.get("dropped") or []]  # type: ignore[arg-type]
+    doc = yamlconf.load(path)
+    doc.check_keys(("dropped",), context="dropped-patch log")
+    entries = doc.get_list("dropped")
+    records = []
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, yamlconf.Mapping):
+            raise entries.error(index, "each dropped patch is a mapping", key="dropped")
+        entry.check_keys(DROP_KEYS, required=DROP_REQUIRED, context="dropped patch")
+        for key in DROP_REQUIRED:
+            if not entry.get_str(key):
+                raise entry.error(key, "must not be empty")
+        records.append(
+            DropRecord(
+                patch=entry.get_str("patch") or "",
+                subject=entry.get_str("subject", "") or "",
+                date=entry.get_str("date") or "",
+                reason=entry.get_str("reason") or "",
+                upstream=entry.get_str("upstream"),
+                upstream_status=entry.get_str("upstream_status"),
+            )
+        )
+    return records
 
 
 def dropped_log_problems(path: Path) -> list[Problem]:
-    if not path.is_file():
-        return []
     try:
-        doc = yamlconf.load(path)
-        doc.check_keys(("dropped",), context="dropped-patch log")
-        entries = doc.get_list("dropped")
-        for index, entry in enumerate(entries):
-            if not isinstance(entry, yamlconf.Mapping):
-                raise entries.error(index, "each dropped patch is a mapping", key="dropped")
-            entry.check_keys(DROP_KEYS, required=("patch", "date", "reason"), context="dropped patch")
+        read_dropped(path)
     except ConfigError as exc:
         return [problem_from(exc, path)]
     return []
