@@ -59,7 +59,10 @@ class Mapping(dict[str, Any]):
                 raise self.error(None, f"missing required key '{key}'{' in ' + context if context else ''}")
 
     def get_str(self, key: str, default: str | None = None) -> str | None:
-        value = self.get(key, default)
+        """The value as text; a key set to null counts as absent (``default``)."""
+        value = self.get(key)
+        if value is None:
+            value = default
         if value is not None and not isinstance(value, (str, int, float)):
             raise self.error(key, "must be a string")
         return None if value is None else str(value)
