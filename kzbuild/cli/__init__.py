@@ -27,6 +27,7 @@ from kzbuild.errors import KzError
 from kzbuild.settings import Settings
 
 INTERNAL_ERROR = 70  # EX_SOFTWARE: an exception kzbuild has no class for is a bug
+INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 app = typer.Typer(
     name="kzbuild",
@@ -72,13 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     except KzError as exc:
         report_error(exc)
         code = exc.exit_code
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, typer.Abort):  # click turns Ctrl-C (and EOF at a prompt) into Abort
         err_console.print("[red]interrupted[/red]")
-        code = 130
+        code = INTERRUPTED
     except typer.Exit as exc:
         code = exc.exit_code
-    except typer.Abort:
-        code = 1
     except Exception as exc:
         if _is_click_error(exc):
             exc.show()  # type: ignore[attr-defined]

@@ -14,7 +14,7 @@ from kzbuild import build as builds
 from kzbuild import ci as ci_run
 from kzbuild import proc, recipes
 from kzbuild.cli.sync import DEFAULT_RECIPE, JsonOpt, RecipeArg
-from kzbuild.cli.ui import console, context, err_console, print_json
+from kzbuild.cli.ui import console, context, err_console, not_empty, print_json
 from kzbuild.devices.registry import resolve_device
 from kzbuild.errors import ToolchainMissing
 from kzbuild.model.build import BuildOptions, BuildPlan
@@ -141,7 +141,7 @@ def doctor_command(
     recipe: RecipeArg = None,
     target: TargetOpt = None,
     toolchain: ToolchainOpt = None,
-    device: Annotated[Optional[str], typer.Option("--device", "-d", help="Also check what reaching this device needs (default: the recipe's device).")] = None,
+    device: Annotated[Optional[str], typer.Option("--device", "-d", callback=not_empty, help="Also check what reaching this device needs (default: the recipe's device).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Check the toolchains, cmake, ninja and ccache a target needs, naming the file that proved each version.

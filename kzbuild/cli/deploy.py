@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from kzbuild import deploy, recipes
 from kzbuild.cli.sync import DEFAULT_RECIPE, JsonOpt, RecipeArg
-from kzbuild.cli.ui import console, context, err_console, print_json
+from kzbuild.cli.ui import console, context, err_console, not_empty, print_json
 from kzbuild.devices.base import Transport
 from kzbuild.devices.registry import connect, resolve_device
 from kzbuild.devices.store import TransferProgress
@@ -21,7 +21,7 @@ from kzbuild.settings import Settings
 
 DeviceOpt = Annotated[
     Optional[str],
-    typer.Option("--device", "-d", help="A device name from recipes/devices.yaml, adb:SERIAL[:ROOT], ssh://user@host:port/ROOT or local:/path. Default: the recipe's device, else local."),
+    typer.Option("--device", "-d", callback=not_empty, help="A device name from recipes/devices.yaml, adb:SERIAL[:ROOT], ssh://user@host:port/ROOT or local:/path. Default: the recipe's device, else local."),
 ]
 WaitOpt = Annotated[
     float,
@@ -66,7 +66,7 @@ def deploy_command(
     ctx: typer.Context,
     recipe: RecipeArg = None,
     device: DeviceOpt = None,
-    artifact: Annotated[Optional[str], typer.Option("--artifact", help="A build id under the artifacts dir, or an artifact directory. Default: the recipe's newest artifact.")] = None,
+    artifact: Annotated[Optional[str], typer.Option("--artifact", callback=not_empty, help="A build id under the artifacts dir, or an artifact directory. Default: the recipe's newest artifact.")] = None,
     rollback: Annotated[bool, typer.Option("--rollback", help="Switch current back to the release that was current before it.")] = False,
     keep: Annotated[Optional[int], typer.Option("--keep", min=1, help="Afterwards keep only the N most recently used releases (always the current one).")] = None,
     wait: WaitOpt = 0.0,

@@ -10,9 +10,9 @@ import typer
 from rich.table import Table
 
 from kzbuild import recipes, sync
-from kzbuild.cli.ui import activity, console, context, print_json
+from kzbuild.cli.ui import activity, console, context, not_empty, print_json
 
-RecipeArg = Annotated[Optional[str], typer.Argument(help="Recipe name (recipes/NAME.yaml) or path. Default: demo-host.")]
+RecipeArg = Annotated[Optional[str], typer.Argument(callback=not_empty, help="Recipe name (recipes/NAME.yaml) or path. Default: demo-host.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 DEFAULT_RECIPE = "demo-host"
 SHOWN = 20  # lines of each kind of discarded work
