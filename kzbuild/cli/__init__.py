@@ -73,9 +73,16 @@ def main(argv: list[str] | None = None) -> int:
     except KzError as exc:
         report_error(exc)
         code = exc.exit_code
-    except (KeyboardInterrupt, typer.Abort):  # click turns Ctrl-C (and EOF at a prompt) into Abort
-        err_console.print("[red]interrupted[/red]")
-        code = INTERRUPTED
+    except (KeyboardInterrupt, typer.Abort) as exc:
+        # click turns Ctrl-C, and any EOFError, into Abort; kzbuild never prompts, so an
+        # EOFError (a dropped connection a transport missed) is a bug to show, not a Ctrl-C
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, EOFError):
+            report_bug(cause)
+            code = INTERNAL_ERROR
+        else:
+            err_console.print("[red]interrupted[/red]")
+            code = INTERRUPTED
     except typer.Exit as exc:
         code = exc.exit_code
     except Exception as exc:
