@@ -273,6 +273,7 @@ def plan_build(
         target=tgt.name,
         build_id=build_id,
         build_commit=commit,
+        lock_sha256=hashlib.sha256(synced.lock.to_json().encode()).hexdigest(),  # the bytes sync wrote
         inputs=inputs,
         source=synced.worktree,
         build_dir=build_dir,
@@ -527,6 +528,7 @@ def _collect(plan: BuildPlan, ccache: CcacheStats | None, times: dict[str, float
             "recipe": plan.recipe,
             "target": plan.target,
             "build_commit": plan.build_commit,
+            "lock_sha256": plan.lock_sha256,
             "kzbuild_version": __version__,
             "inputs": dict(plan.inputs),
             "toolchains": dict(plan.toolchains),
