@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from kzbuild import deploy  # noqa: E402
+from kzbuild.artifacts import load_artifact, sha256_file  # noqa: E402
 from kzbuild.devices.integrity import verify_store  # noqa: E402
 from kzbuild.devices.local import LocalTransport  # noqa: E402
 from kzbuild.devices.store import Layout, Remote  # noqa: E402
@@ -112,7 +113,7 @@ def run_corruptions(rounds: int, seed: int, libs: int = 4, lib_mb: float = 1.0) 
         for lib in range(libs):
             (directory / "lib" / f"libbench{lib}.so").write_bytes(random.Random(lib).randbytes(int(lib_mb * 1e6)))
         write_manifest(directory, f"b{index}")
-        builds[f"b{index}"] = deploy.load_artifact(directory)
+        builds[f"b{index}"] = load_artifact(directory)
     root = work / "device"
     device = Device(name="bench", transport="local", root=str(root))
     transport = LocalTransport(str(root))
@@ -134,7 +135,7 @@ def run_corruptions(rounds: int, seed: int, libs: int = 4, lib_mb: float = 1.0) 
         tally.detected[kind] += not report.ok
         if kind == "flip model byte":
             # detected only (deploy does not send models): put it back by hand
-            (root / "models" / f"{deploy.sha256_file(model)}.gguf").write_bytes(model.read_bytes())
+            (root / "models" / f"{sha256_file(model)}.gguf").write_bytes(model.read_bytes())
             continue
         tally.repairable[kind] += 1
         for name in sorted(report.damaged_releases, key=lambda name: name == current):

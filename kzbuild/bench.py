@@ -23,9 +23,9 @@ from typing import Any
 
 from kzbuild.devices.base import ByteSink, Transport, check_env_name
 from kzbuild.errors import BadRecord, CommandFailed, ConfigError, DeviceError
-from kzbuild.jsonfields import Fields, check_scalar, loads, show
 from kzbuild.model.bench import BENCH_OPTIONS, ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchPoint, BenchSpec, LlamaBenchTest, SweepAxis
 from kzbuild.model.device import Device
+from kzbuild.model.jsonfields import Fields, check_scalar, loads, show
 from kzbuild.model.result import MAX_SAMPLES, NOT_CONFIG_FIELDS, BenchRecord, BuildInfo, DeviceInfo, ModelInfo, SweepInfo, bench_test_name
 from kzbuild.results import ResultsStore
 from kzbuild.run import Release, check_seconds, check_tool, current_release, env_warnings, invocation

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kzbuild import __version__, proc
-from kzbuild.deploy import load_artifact, sha256_file
+from kzbuild.artifacts import load_artifact, sha256_file
 from kzbuild.errors import BuildFailed, ConfigError, ToolchainMissing, WorktreeError
 from kzbuild.filelock import locked
 from kzbuild.model.artifact import MANIFEST, Artifact

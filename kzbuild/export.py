@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 from kzbuild import proc
+from kzbuild.artifacts import sha256_file
 from kzbuild.errors import ConfigError, PatchError, WorktreeError
 from kzbuild.gitcmd import KZ_EMAIL, Git
 from kzbuild.model.check import ExportResult
@@ -31,7 +32,7 @@ from kzbuild.patchapply import patch_id
 from kzbuild.patchfile import DIFF_OPTIONS, parse_patch, patch_file_name, read_patch, trailer_value_problem
 from kzbuild.settings import Settings
 from kzbuild.stack import read_series, reorder_series, write_atomic
-from kzbuild.sync import Lock, Worktree, WorktreeState, read_lock, sha256_file
+from kzbuild.sync import Lock, Worktree, WorktreeState, read_lock
 
 EXPORT_STATE = "kz-export.json"  # inside the worktree's .git: the series as this worktree last wrote it
 FORMAT_PATCH = (

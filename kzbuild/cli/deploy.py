@@ -11,6 +11,7 @@ from rich.filesize import decimal
 from rich.markup import escape
 
 from kzbuild import deploy, recipes
+from kzbuild.artifacts import find_artifact
 from kzbuild.cli.sync import DEFAULT_RECIPE, JsonOpt, RecipeArg
 from kzbuild.cli.ui import console, context, err_console, not_empty, print_json
 from kzbuild.devices.base import Transport
@@ -90,7 +91,7 @@ def deploy_command(
             console.print(f"[green]rolled back[/green] {back.device}: current -> releases/{back.release} (was {back.previous})")
             _print_pruned(back.pruned)
             return
-        build = deploy.find_artifact(settings, artifact, loaded)
+        build = find_artifact(settings, artifact, loaded)
         with transfer_bars(not json_out) as on_progress:
             result = deploy.deploy(transport, target, build, keep=keep, on_progress=on_progress, wait=wait)
     if json_out:
