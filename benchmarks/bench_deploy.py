@@ -37,6 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from kzbuild import deploy  # noqa: E402
+from kzbuild.artifacts import load_artifact  # noqa: E402
 from kzbuild.devices.registry import parse_device_spec  # noqa: E402
 from kzbuild.devices.ssh import SshTransport  # noqa: E402
 from tests.fixtures_deploy import ArtifactMaker, write_manifest  # noqa: E402
@@ -94,7 +95,7 @@ def measure(spec: str, artifact_dir: Path, changed_dir: Path, work: Path, runs: 
     """The four cases against one device address; returns table rows and the changed deploy's bytes."""
     device = parse_device_spec(spec)
     assert device is not None
-    artifact = deploy.load_artifact(artifact_dir)
+    artifact = load_artifact(artifact_dir)
 
     def timed_deploy(build: deploy.Artifact) -> tuple[deploy.DeployResult, float]:
         started = time.perf_counter()
@@ -117,7 +118,7 @@ def measure(spec: str, artifact_dir: Path, changed_dir: Path, work: Path, runs: 
         ).stdout
         cli.append(time.perf_counter() - started)
         assert json.loads(out)["bytes_sent"] == 0
-    changed, changed_s = timed_deploy(deploy.load_artifact(changed_dir))
+    changed, changed_s = timed_deploy(load_artifact(changed_dir))
     naive = [naive_copy(device, artifact_dir, posixpath.join(device.root, "naive")) for _ in range(min(runs, 3))]
     rows = [
         ("first deploy (empty device)", first.bytes_sent, first_s),
@@ -151,7 +152,7 @@ def main() -> None:
         os.environ.pop("SSH_AUTH_SOCK", None)
 
         artifact_dir = args.artifact.resolve() if args.artifact else synthetic_artifact(work, args.libs, args.lib_mb)
-        artifact = deploy.load_artifact(artifact_dir)
+        artifact = load_artifact(artifact_dir)
         changed_dir, changed_lib, changed_size = changed_copy(artifact_dir, work)
         print(f"artifact: {len(artifact.files)} files, {mb(artifact.total_size)} ({artifact_dir})")
         print(f"changed library: {changed_lib}, {changed_size:,} bytes")

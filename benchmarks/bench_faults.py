@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Fault figures for the device lock issue: deploys killed, raced and starved of space.
+"""Fault figures for the trust issue: deploys killed, raced, starved of space; stores corrupted.
 
-    python benchmarks/bench_faults.py [--rounds 2] [--no-ssh]
+    python benchmarks/bench_faults.py [--rounds 2] [--no-ssh] [--corruptions 40]
 
 Every case runs `kzbuild deploy` as a subprocess through ``tests/deploy/fault_driver.py`` on
 the local transport and over ssh to a real OpenSSH server on 127.0.0.1 (throwaway keys, as
@@ -13,11 +13,13 @@ in the tests), then checks the device store file by file (``assert_store_invaria
    ``--rollback``, deploy against ``--keep 1``, all with ``--wait``; and two deploys
    without ``--wait``, where the loser must exit 10;
 3. a full disk (a tmpfs device root, where mounting is permitted): exit 8 naming the full
-   device, current unchanged, and after the disk grows the deploy completes.
+   device, current unchanged, and after the disk grows the deploy completes;
+4. corruptions of a device store (bench_store.py): flipped, truncated, deleted or replaced
+   files, each checked by `device verify`'s store check, then repaired by deploy.
 
 Figures: cases tried, tracebacks (any "Traceback" in any output), data lost (current not a
-complete release, or a file not matching its hash) and concurrent deploys complete (%).
-Targets: 0 tracebacks, 0 lost, 100% complete.
+complete release, or a file not matching its hash), corruptions detected (and repaired) and
+concurrent deploys complete (%). Targets: 0 tracebacks, 0 lost, 100% detected, 100% complete.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks.bench_store import run_corruptions  # noqa: E402
 from tests.deploy import fault_driver  # noqa: E402
 from tests.fixtures_deploy import ArtifactMaker, assert_store_invariant  # noqa: E402
 from tests.fixtures_ssh import SshServer, free_port, keygen  # noqa: E402
@@ -202,6 +205,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=2, help="rounds of each concurrency case per transport")
     parser.add_argument("--no-ssh", action="store_true", help="the local transport only")
+    parser.add_argument("--corruptions", type=int, default=40, help="corruptions injected into a device store (see bench_store.py)")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="kz-bench-faults-"))
@@ -232,6 +236,7 @@ def main() -> None:
     finally:
         if server:
             server.stop()
+    corruptions = run_corruptions(args.corruptions, seed=1)
     seconds = time.perf_counter() - started
 
     complete = 100.0 * tally.concurrent_complete / tally.concurrent if tally.concurrent else 0.0
@@ -241,12 +246,15 @@ def main() -> None:
     print(f"cases tried                  {tally.cases}")
     print(f"tracebacks                   {tally.tracebacks}")
     print(f"data lost                    {tally.lost}")
+    injected, detected = sum(corruptions.injected.values()), sum(corruptions.detected.values())
+    print(f"corruptions detected         {100 * detected / max(injected, 1):.0f}% ({detected}/{injected}; "
+          f"repaired {sum(corruptions.repaired.values())}/{sum(corruptions.repairable.values())} of those deploy can repair)")
     print(f"concurrent deploys complete  {complete:.0f}% ({tally.concurrent_complete}/{tally.concurrent})")
     print(f"failed checks                {len(tally.failures)}")
     for failure in tally.failures:
         print(f"  {failure}")
-    passed = tally.tracebacks == 0 and tally.lost == 0 and complete == 100.0 and not tally.failures
-    print(f"targets (0 tracebacks, 0 lost, 100% complete, no failed case): {'PASS' if passed else 'FAIL'}")
+    passed = tally.tracebacks == 0 and tally.lost == 0 and complete == 100.0 and not tally.failures and corruptions.passed
+    print(f"targets (0 tracebacks, 0 lost, 100% detected and repaired, 100% complete, no failed case): {'PASS' if passed else 'FAIL'}")
     shutil.rmtree(work, ignore_errors=True)
     sys.exit(0 if passed else 1)
 

@@ -24,12 +24,14 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from kzbuild import deploy  # noqa: E402
+from kzbuild.artifacts import load_artifact, sha256_file  # noqa: E402
 from kzbuild.devices.integrity import verify_store  # noqa: E402
 from kzbuild.devices.local import LocalTransport  # noqa: E402
 from kzbuild.devices.store import Layout, Remote  # noqa: E402
@@ -86,25 +88,32 @@ KINDS: dict[str, Corruption] = {
 }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=40)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--libs", type=int, default=4)
-    parser.add_argument("--lib-mb", type=float, default=1.0)
-    args = parser.parse_args()
-    rng = random.Random(args.seed)
-    logging.getLogger("kzbuild").setLevel(logging.ERROR)  # each repair warns; the table says it all
+@dataclass
+class CorruptionTally:
+    injected: Counter[str] = field(default_factory=Counter)
+    detected: Counter[str] = field(default_factory=Counter)
+    repaired: Counter[str] = field(default_factory=Counter)
+    repairable: Counter[str] = field(default_factory=Counter)
+    verify_seconds: list[float] = field(default_factory=list)
 
+    @property
+    def passed(self) -> bool:
+        return sum(self.detected.values()) == sum(self.injected.values()) and sum(self.repaired.values()) == sum(self.repairable.values())
+
+
+def run_corruptions(rounds: int, seed: int, libs: int = 4, lib_mb: float = 1.0) -> CorruptionTally:
+    """Inject ``rounds`` random corruptions into a local device store; count what is detected and repaired."""
+    rng = random.Random(seed)
+    logging.getLogger("kzbuild").setLevel(logging.ERROR)  # each repair warns; the table says it all
     work = Path(tempfile.mkdtemp(prefix="kz-bench-store-"))
     maker = ArtifactMaker(work / "artifacts", work / "parts")
     builds = {}
     for index, greeting in enumerate(("hello from v1", "hello from v2"), start=1):
         directory = maker.make(f"b{index}", greeting=greeting)
-        for lib in range(args.libs):
-            (directory / "lib" / f"libbench{lib}.so").write_bytes(random.Random(lib).randbytes(int(args.lib_mb * 1e6)))
+        for lib in range(libs):
+            (directory / "lib" / f"libbench{lib}.so").write_bytes(random.Random(lib).randbytes(int(lib_mb * 1e6)))
         write_manifest(directory, f"b{index}")
-        builds[f"b{index}"] = deploy.load_artifact(directory)
+        builds[f"b{index}"] = load_artifact(directory)
     root = work / "device"
     device = Device(name="bench", transport="local", root=str(root))
     transport = LocalTransport(str(root))
@@ -115,40 +124,51 @@ def main() -> None:
         deploy.deploy(transport, device, build)
     current = "b2"
 
-    injected, detected, repaired, repairable = Counter[str](), Counter[str](), Counter[str](), Counter[str]()
-    verify_seconds: list[float] = []
-    for _ in range(args.rounds):
+    tally = CorruptionTally()
+    for _ in range(rounds):
         kind = rng.choice(sorted(KINDS))
         KINDS[kind](rng, root)
-        injected[kind] += 1
+        tally.injected[kind] += 1
         started = time.perf_counter()
         report = verify_store(Remote(transport), Layout(str(root)))
-        verify_seconds.append(time.perf_counter() - started)
-        detected[kind] += not report.ok
+        tally.verify_seconds.append(time.perf_counter() - started)
+        tally.detected[kind] += not report.ok
         if kind == "flip model byte":
             # detected only (deploy does not send models): put it back by hand
-            (root / "models" / f"{deploy.sha256_file(model)}.gguf").write_bytes(model.read_bytes())
+            (root / "models" / f"{sha256_file(model)}.gguf").write_bytes(model.read_bytes())
             continue
-        repairable[kind] += 1
+        tally.repairable[kind] += 1
         for name in sorted(report.damaged_releases, key=lambda name: name == current):
             deploy.deploy(transport, device, builds[name])
         deploy.deploy(transport, device, builds[current])
         try:
             assert_store_invariant(root)
-            repaired[kind] += verify_store(Remote(transport), Layout(str(root))).ok
+            tally.repaired[kind] += verify_store(Remote(transport), Layout(str(root))).ok
         except AssertionError as exc:
             print(f"not repaired after {kind}: {exc}")
     shutil.rmtree(work, ignore_errors=True)
+    return tally
 
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--libs", type=int, default=4)
+    parser.add_argument("--lib-mb", type=float, default=1.0)
+    args = parser.parse_args()
+    tally = run_corruptions(args.rounds, args.seed, args.libs, args.lib_mb)
+    injected, detected, repaired, repairable = tally.injected, tally.detected, tally.repaired, tally.repairable
     print(f"{'corruption':24} {'injected':>9} {'detected':>9} {'repaired':>9}")
     for kind in sorted(KINDS):
         fixed = f"{repaired[kind]}" if repairable[kind] else "n/a"
         print(f"{kind:24} {injected[kind]:>9} {detected[kind]:>9} {fixed:>9}")
     total, found, fixed, fixable = sum(injected.values()), sum(detected.values()), sum(repaired.values()), sum(repairable.values())
     print(f"{'total':24} {total:>9} {found:>9} {fixed:>9}")
+    seconds = sorted(tally.verify_seconds)
     print(f"\ndetected {found}/{total} ({100 * found / max(total, 1):.0f}%), repaired {fixed}/{fixable} of release and content damage "
-          f"({100 * fixed / max(fixable, 1):.0f}%); store check median {sorted(verify_seconds)[len(verify_seconds) // 2]:.3f} s")
-    print(f"targets (100% detected, 100% repaired): {'PASS' if found == total and fixed == fixable else 'FAIL'}")
+          f"({100 * fixed / max(fixable, 1):.0f}%); store check median {seconds[len(seconds) // 2]:.3f} s")
+    print(f"targets (100% detected, 100% repaired): {'PASS' if tally.passed else 'FAIL'}")
 
 
 if __name__ == "__main__":

@@ -23,12 +23,12 @@ from typing import Any
 
 from kzbuild.devices.base import ByteSink, Transport, check_env_name
 from kzbuild.errors import BadRecord, CommandFailed, ConfigError, DeviceError
-from kzbuild.jsonfields import Fields, check_scalar, loads, show
 from kzbuild.model.bench import BENCH_OPTIONS, ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchPoint, BenchSpec, LlamaBenchTest, SweepAxis
 from kzbuild.model.device import Device
+from kzbuild.model.jsonfields import Fields, check_scalar, loads, show
 from kzbuild.model.result import MAX_SAMPLES, NOT_CONFIG_FIELDS, BenchRecord, BuildInfo, DeviceInfo, ModelInfo, SweepInfo, bench_test_name
 from kzbuild.results import ResultsStore
-from kzbuild.run import Release, check_tool, current_release, env_warnings, invocation
+from kzbuild.run import Release, check_seconds, check_tool, current_release, env_warnings, invocation
 from kzbuild.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -144,11 +144,40 @@ def parse_sweep(text: str) -> SweepAxis:
     parsed = tuple(values.split(","))
     if "" in parsed or len(set(parsed)) != len(parsed):
         raise ConfigError(f"--sweep '{text}': values must be non-empty and distinct")
+    for value in parsed if name in OPTIONS_BY_NAME else ():
+        problem = option_value_problem(name, value)
+        if problem:
+            raise ConfigError(f"--sweep '{text}': {problem}")
     return SweepAxis(name, parsed)
+
+
+# llama-bench reads each number option as a list: 128,512 or ranges like 1-8, 1-8+2, 16-512*2
+BENCH_NUMBER = re.compile(r"^\d+(?:-\d+(?:[+*]\d+)?)?$")
+AT_LEAST_ONE = ("t", "b", "ub", "r")  # threads, batch sizes and repetitions of 0 make no run
+
+
+def option_value_problem(name: str, value: str) -> str | None:
+    """What llama-bench would misread in the value of option ``name`` (p n ngl t b ub dev r), or None."""
+    if name == "dev":
+        return None if value.strip() and not value.startswith("-") else f"-dev '{value}' is not a device list (e.g. HTP0 or none)"
+    for item in value.split(","):
+        if not BENCH_NUMBER.match(item):
+            return f"-{name} '{value}' is not a list of counts like 128,512 (no negative numbers)"
+        if name in AT_LEAST_ONE and int(re.split(r"[-+*]", item)[0]) == 0:
+            return f"-{name} '{value}' must be at least 1"
+    return None
 
 
 def check_spec(spec: BenchSpec) -> None:
     """Reject requests llama-bench or the sweep would misread."""
+    if not spec.model.strip() or spec.model.startswith("-"):
+        raise ConfigError(f"--model '{spec.model}' is not a model path", hint="e.g. -m models/tiny.gguf")
+    for name, value in spec.options:
+        problem = option_value_problem(name, value)
+        if problem:
+            raise ConfigError(problem)
+    check_seconds("--cooldown", spec.cooldown, zero_ok=True)
+    check_seconds("--timeout", spec.timeout)
     for arg in spec.extra_args:
         if arg in RESERVED_ARGS:
             raise ConfigError(f"'{arg}' is set by kzbuild bench itself (-o json, -m from --model)")

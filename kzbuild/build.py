@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kzbuild import __version__, proc
-from kzbuild.deploy import load_artifact, recorded_manifests, sha256_file
+from kzbuild.artifacts import load_artifact, recorded_manifests, sha256_file
 from kzbuild.devices.registry import connect
 from kzbuild.errors import BuildFailed, ConfigError, DeviceError, ToolchainMissing, WorktreeError
 from kzbuild.filelock import locked
@@ -276,6 +276,7 @@ def plan_build(
         target=tgt.name,
         build_id=build_id,
         build_commit=commit,
+        lock_sha256=hashlib.sha256(synced.lock.to_json().encode()).hexdigest(),  # the bytes sync wrote
         inputs=inputs,
         source=synced.worktree,
         build_dir=build_dir,
@@ -552,6 +553,7 @@ def _collect(plan: BuildPlan, ccache: CcacheStats | None, times: dict[str, float
             "recipe": plan.recipe,
             "target": plan.target,
             "build_commit": plan.build_commit,
+            "lock_sha256": plan.lock_sha256,
             "kzbuild_version": __version__,
             "inputs": dict(plan.inputs),
             "toolchains": dict(plan.toolchains),

@@ -21,7 +21,7 @@ from datetime import date as Date
 from pathlib import Path
 
 from kzbuild import recipes, yamlconf
-from kzbuild.errors import KzError, PatchError
+from kzbuild.errors import ConfigError, PatchError
 from kzbuild.model.check import BisectResult, StackCheck, UpstreamCommit
 from kzbuild.model.patch import Patch
 from kzbuild.model.recipe import Recipe, Source
@@ -113,7 +113,7 @@ def bisect_patch(settings: Settings, recipe: Recipe, patches: list[Patch], name:
         try:
             while not FIRST_BAD.search(output):
                 if checks > commits + 1:
-                    raise KzError(f"bisect of {name} did not converge:\n{output}")
+                    raise PatchError(f"bisect of {name} did not converge:\n{output}")
                 current = git("rev-parse", "BISECT_HEAD")
                 checks += 1
                 output = git("bisect", "good" if _applies_at(scratch, patches, index, current) else "bad")
@@ -201,7 +201,7 @@ def _write_pin(recipe: Recipe, target: Target) -> None:
                 edits.append((item.line_of("pypi-sdist"), old, target.sdist))
     for line, old, new in edits:
         if old not in lines[line - 1]:
-            raise KzError(f"{recipe.path}:{line}: expected '{old}' on this line; edit the recipe by hand")
+            raise ConfigError(f"expected '{old}' on this line; edit the recipe by hand", path=recipe.path, line=line)
         lines[line - 1] = lines[line - 1].replace(old, new, 1)
     recipe.path.write_text("".join(lines), encoding="utf-8")
 

@@ -11,19 +11,15 @@ root's lock (:mod:`kzbuild.devices.devicelock`) and refreshes it between its ste
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import os
 import posixpath
 import secrets
-import stat
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path, PurePosixPath
-from typing import Any
+from pathlib import Path
 
+from kzbuild.artifacts import sha256_file
 from kzbuild.devices.base import Transport
 from kzbuild.devices.devicelock import device_lock
 from kzbuild.devices.integrity import check, manifest_files, release_expectations, release_files, relink, update_markers
@@ -48,15 +44,12 @@ from kzbuild.devices.store import (
     switch_current,
 )
 from kzbuild.errors import ConfigError, DeviceError
-from kzbuild.model.artifact import BUILD_ID_RE, BUILD_ID_RULE, MANIFEST, SHA256_RE, Artifact, ArtifactFile, files_digest, parse_files
+from kzbuild.model.artifact import MANIFEST, SHA256_RE, Artifact, ArtifactFile, files_digest
 from kzbuild.model.device import Device
-from kzbuild.model.recipe import Recipe
-from kzbuild.settings import Settings
 
 log = logging.getLogger(__name__)
 
 GGUF_MAGIC = b"GGUF"
-HASH_CHUNK = 1 << 20
 
 Heartbeat = Callable[[], None]  # renews the device lock between the steps of an operation
 
@@ -325,109 +318,7 @@ def prune(remote: Remote, layout: Layout, keep: int) -> tuple[str, ...]:
     return tuple(doomed)
 
 
-# --- artifacts on this machine ---
-def recorded_manifests(root: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """Each readable ``manifest.json`` under an artifacts root, parsed; unreadable ones are skipped."""
-    for manifest in root.glob(f"*/{MANIFEST}"):
-        try:
-            doc = json.loads(manifest.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(doc, dict):
-            yield manifest, doc
-
-
-def find_artifact(settings: Settings, ref: str | None, recipe: Recipe | None) -> Artifact:
-    """``ref`` is a build id under the artifacts dir or a path; without it, the recipe's newest artifact."""
-    if ref is not None:
-        candidates = [Path(ref).expanduser(), settings.artifacts / ref]
-        for candidate in candidates:
-            if (candidate / MANIFEST).is_file():
-                return load_artifact(candidate)
-        raise ConfigError(
-            f"no artifact '{ref}': neither a directory with {MANIFEST} nor a build id in {settings.artifacts}",
-            hint="run kzbuild build, or pass --artifact with a build id or an artifact directory",
-        )
-    assert recipe is not None, "a recipe or an artifact reference is needed"
-    newest: tuple[float, Path] | None = None
-    for manifest, doc in recorded_manifests(settings.artifacts):
-        if doc.get("recipe") == recipe.name:
-            stamp = manifest.stat().st_mtime
-            if newest is None or stamp > newest[0]:
-                newest = (stamp, manifest.parent)
-    if newest is None:
-        raise ConfigError(
-            f"no artifact of recipe {recipe.name} in {settings.artifacts}",
-            hint=f"run kzbuild build {recipe.name}, or pass --artifact BUILD_ID|PATH",
-        )
-    return load_artifact(newest[1])
-
-
-def load_artifact(directory: Path) -> Artifact:
-    """Read and check an artifact's manifest; every listed file must be there with its size."""
-    directory = directory.resolve()
-    path = directory / MANIFEST
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read the manifest: {exc.strerror}", path=path) from exc
-    except ValueError as exc:
-        raise ConfigError(f"the manifest is not valid JSON: {exc}", path=path) from exc
-    if not isinstance(doc, dict):
-        raise ConfigError("the manifest must be a JSON object", path=path)
-    build_id = doc.get("build_id")
-    if not isinstance(build_id, str) or not BUILD_ID_RE.match(build_id):
-        raise ConfigError(f"{BUILD_ID_RULE}, not {build_id!r}", path=path, key="build_id")
-    try:
-        files = parse_files(doc.get("files"))
-    except ValueError as exc:
-        raise ConfigError(str(exc), path=path) from exc
-    for entry in files:
-        size = _regular_file(directory, entry.path, path).st_size
-        if size != entry.size:
-            raise ConfigError(
-                f"files: '{entry.path}' is {size} bytes on disk but {entry.size} in the manifest",
-                path=path,
-                hint="the artifact changed after it was built; rebuild it",
-            )
-    def text(key: str) -> str | None:
-        value = doc.get(key)
-        return value if isinstance(value, str) else None
-
-    return Artifact(
-        path=directory, build_id=build_id, files=files, recipe=text("recipe"), target=text("target"),
-        build_commit=text("build_commit"), manifest=doc,
-    )
-
-
-def _regular_file(directory: Path, relpath: str, manifest: Path) -> os.stat_result:
-    """lstat of an artifact file that is a regular file inside ``directory``, reached without a symlink.
-
-    A symlink (the file or a parent dir) could send a host file such as /etc/passwd to the device.
-    """
-    local = directory
-    for part in PurePosixPath(relpath).parts:
-        local = local / part
-        try:
-            info = local.lstat()
-        except OSError:
-            raise ConfigError(f"files: '{relpath}' is listed but missing from {directory}", path=manifest) from None
-        if stat.S_ISLNK(info.st_mode):
-            raise ConfigError(f"files: '{relpath}': {local} is a symlink; an artifact holds only regular files", path=manifest)
-    if not stat.S_ISREG(info.st_mode) or not local.resolve().is_relative_to(directory):
-        raise ConfigError(f"files: '{relpath}' is not a regular file inside {directory}", path=manifest)
-    return info
-
-
 # --- models ---
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def push_model(
     transport: Transport,
     device: Device,

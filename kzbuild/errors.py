@@ -25,7 +25,8 @@ class KzError(Exception):
 
 
 class ConfigError(KzError):
-    """Bad input in a recipe, series, device or toolchain file; names file, line and key."""
+    """Bad input in a recipe, series, patch, device or toolchain file (names file, line and key),
+    or a bad value on the command line (an option, a device spec): a usage error."""
 
     exit_code = 2
 

@@ -21,7 +21,8 @@ import re
 from dataclasses import dataclass
 
 from kzbuild import proc
-from kzbuild.errors import KzError, PatchError, WorktreeError
+from kzbuild.artifacts import sha256_file
+from kzbuild.errors import ConfigError, PatchError, WorktreeError
 from kzbuild.gitcmd import KZ_EMAIL, Git
 from kzbuild.model.check import ExportResult
 from kzbuild.model.patch import DROP_WHEN, KZ_TEST, UPSTREAM_PR, UPSTREAM_STATUS, Patch
@@ -31,7 +32,7 @@ from kzbuild.patchapply import patch_id
 from kzbuild.patchfile import DIFF_OPTIONS, parse_patch, patch_file_name, read_patch, trailer_value_problem
 from kzbuild.settings import Settings
 from kzbuild.stack import read_series, reorder_series, write_atomic
-from kzbuild.sync import Lock, Worktree, WorktreeState, read_lock, sha256_file
+from kzbuild.sync import Lock, Worktree, WorktreeState, read_lock
 
 EXPORT_STATE = "kz-export.json"  # inside the worktree's .git: the series as this worktree last wrote it
 FORMAT_PATCH = (
@@ -82,16 +83,16 @@ def new_patch(
     """Commit the worktree's uncommitted changes as a new patch ``name`` and export the stack."""
     name = name if name.endswith(".patch") else f"{name}.patch"
     if "/" in name or name.startswith("."):
-        raise PatchError(f"'{name}' is not a plain file name")
+        raise ConfigError(f"'{name}' is not a plain file name")
     series = read_series(recipe.series)
     if name in series.names() or (series.directory / name).exists():
-        raise PatchError(f"patches/{name} already exists", hint="pick another name, or edit that patch's commit in the worktree and export")
+        raise ConfigError(f"patches/{name} already exists", hint="pick another name, or edit that patch's commit in the worktree and export")
     trailers = [(UPSTREAM_STATUS, upstream_status), (KZ_TEST, test)]
     trailers += [(key, value) for key, value in ((UPSTREAM_PR, upstream_pr), (DROP_WHEN, drop_when)) if value]
     for key, value in trailers:
         problem = trailer_value_problem(key, value)
         if problem:
-            raise PatchError(problem)
+            raise ConfigError(problem)
     worktree = Worktree(settings, recipe)
     with worktree.lock():
         state = _exportable_state(worktree, recipe, allow_dirty=True)
@@ -119,7 +120,7 @@ def _author(worktree: Worktree, given: str | None) -> tuple[str, str]:
         given = result.stdout.strip() if result.ok else ""
     match = IDENT.match(given or "")
     if not match or not match.group(1).strip() or "@" not in match.group(2):
-        raise KzError(
+        raise ConfigError(
             "no author for the new patch",
             hint="pass --author 'Name <email>', or set your git user.name and user.email",
         )

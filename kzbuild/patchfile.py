@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timezone
 from email.header import decode_header, make_header
 from pathlib import Path
@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from kzbuild import yamlconf
-from kzbuild.errors import ConfigError, PatchError
+from kzbuild.errors import ConfigError
 from kzbuild.model.patch import (
     DROP_WHEN,
     KZ_TRAILERS,
@@ -51,6 +51,7 @@ DIFF_OPTIONS = (
     "--dst-prefix=b/",
 )
 DROP_KEYS = ("patch", "subject", "date", "reason", "upstream", "upstream_status")
+DROP_REQUIRED = ("patch", "date", "reason")
 
 # --- patch files ---
 
@@ -90,8 +91,13 @@ class _PatchReader:
 
 
 def read_patch(path: Path, name: str | None = None) -> Patch:
-    """Parse a patch file; what makes it malformed is listed in ``Patch.problems``."""
-    return parse_patch(path.read_bytes().decode("utf-8", errors="replace"), path, name)
+    """Parse a patch file; what makes it malformed (bytes that are not UTF-8 too) is listed in ``Patch.problems``."""
+    data = yamlconf.read_bytes(path)
+    patch = parse_patch(data.decode("utf-8", errors="replace"), path, name)
+    not_utf8 = yamlconf.utf8_error(data, path)
+    if not_utf8 is None:
+        return patch
+    return replace(patch, problems=patch.problems + (problem_from(not_utf8, path),))
 
 
 def parse_patch(raw: str, path: Path, name: str | None = None) -> Patch:
@@ -135,6 +141,7 @@ def parse_patch(raw: str, path: Path, name: str | None = None) -> Patch:
 
 def _read_headers(reader: _PatchReader, number: int) -> tuple[dict[str, str], int]:
     headers: dict[str, str] = {}
+    header_lines: dict[str, int] = {}
     key = None
     while number <= len(reader.lines):
         line = reader.text(number)
@@ -145,8 +152,15 @@ def _read_headers(reader: _PatchReader, number: int) -> tuple[dict[str, str], in
             headers[key] += " " + line.strip()
         elif ":" in line:
             key, value = line.split(":", 1)
-            headers[key] = value.strip()
-    return {k: str(make_header(decode_header(v))) for k, v in headers.items()}, number
+            headers[key], header_lines[key] = value.strip(), number - 1
+    decoded = {}
+    for key, value in headers.items():
+        try:
+            decoded[key] = str(make_header(decode_header(value)))
+        except (LookupError, UnicodeError, ValueError) as exc:  # an unknown charset, a broken =?..?= word
+            reader.problem(header_lines[key], f"the '{key}:' header cannot be decoded ({exc}); it is shown as written")
+            decoded[key] = value
+    return decoded, number
 
 
 def _read_trailers(reader: _PatchReader, body: list[str], first_line: int) -> list[Trailer]:
@@ -345,27 +359,36 @@ def lint_series(series_path: Path) -> tuple[list[Patch], list[Problem]]:
 
 
 def read_dropped(path: Path) -> list[DropRecord]:
+    """The records of the dropped-patch log; a damaged log is a ConfigError naming its line."""
     if not path.is_file():
         return []
-    problems = dropped_log_problems(path)
-    if problems:
-        raise ConfigError(problems[0].message, path=problems[0].path, line=problems[0].line)
-    doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    # dropped_log_problems() above checked the keys and that the required ones are set
-    return [DropRecord(**{str(k): (None if v is None else str(v)) for k, v in item.items()}) for item in doc.get("dropped") or []]  # type: ignore[arg-type]
+    doc = yamlconf.load(path)
+    doc.check_keys(("dropped",), context="dropped-patch log")
+    entries = doc.get_list("dropped")
+    records = []
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, yamlconf.Mapping):
+            raise entries.error(index, "each dropped patch is a mapping", key="dropped")
+        entry.check_keys(DROP_KEYS, required=DROP_REQUIRED, context="dropped patch")
+        for key in DROP_REQUIRED:
+            if not entry.get_str(key):
+                raise entry.error(key, "must not be empty")
+        records.append(
+            DropRecord(
+                patch=entry.get_str("patch") or "",
+                subject=entry.get_str("subject", "") or "",
+                date=entry.get_str("date") or "",
+                reason=entry.get_str("reason") or "",
+                upstream=entry.get_str("upstream"),
+                upstream_status=entry.get_str("upstream_status"),
+            )
+        )
+    return records
 
 
 def dropped_log_problems(path: Path) -> list[Problem]:
-    if not path.is_file():
-        return []
     try:
-        doc = yamlconf.load(path)
-        doc.check_keys(("dropped",), context="dropped-patch log")
-        entries = doc.get_list("dropped")
-        for index, entry in enumerate(entries):
-            if not isinstance(entry, yamlconf.Mapping):
-                raise entries.error(index, "each dropped patch is a mapping", key="dropped")
-            entry.check_keys(DROP_KEYS, required=("patch", "date", "reason"), context="dropped patch")
+        read_dropped(path)
     except ConfigError as exc:
         return [problem_from(exc, path)]
     return []
@@ -421,12 +444,12 @@ def drop_patch(series_path: Path, name: str, *, reason: str, upstream: str | Non
 def move_patch(series_path: Path, name: str, *, before: str | None = None, after: str | None = None) -> list[str]:
     """Move ``name`` before or after another entry. Returns the patches it now crosses that touch the same files."""
     if (before is None) == (after is None):
-        raise PatchError("say where to move it: --before OTHER or --after OTHER")
+        raise ConfigError("say where to move it: --before OTHER or --after OTHER")
     series = read_series(series_path)
     name = _require(series, name).name
     other = _require(series, before or after or "").name
     if other == name:
-        raise PatchError(f"cannot move {name} relative to itself")
+        raise ConfigError(f"cannot move {name} relative to itself")
     names = series.names()
     old_index = names.index(name)
     names.remove(name)
@@ -444,7 +467,7 @@ def _require(series: Series, name: str) -> SeriesEntry:
     if entry is None:
         close = difflib.get_close_matches(name, series.names(), n=1)
         hint = f"did you mean '{close[0]}'?" if close else f"the series lists: {', '.join(series.names()) or 'nothing'}"
-        raise PatchError(f"'{name}' is not in {series.path}", hint=hint)
+        raise ConfigError(f"'{name}' is not in {series.path}", hint=hint)
     return entry
 
 

@@ -56,7 +56,7 @@ def parse_recipe(doc: yamlconf.Mapping, *, name: str, project: Path) -> Recipe:
     doc.check_keys(RECIPE_KEYS, required=("upstream",), context="recipe")
     upstream = _parse_upstream(doc.get_mapping("upstream"))
 
-    series_rel = doc.get_str("patches", DEFAULT_SERIES)
+    series_rel = doc.get_path("patches", DEFAULT_SERIES)
     assert series_rel is not None
     series_path = (project / series_rel).resolve()
     if not series_path.is_file():
@@ -109,7 +109,7 @@ def _parse_overlays(entries: yamlconf.Sequence, project: Path) -> tuple[Overlay,
         if not isinstance(entry, yamlconf.Mapping):
             raise entries.error(index, "an overlay is a mapping with src and dest", key="overlays")
         entry.check_keys(("src", "dest"), required=("src", "dest"), context="overlay")
-        src_rel, dest = entry.get_str("src") or "", entry.get_str("dest") or ""
+        src_rel, dest = entry.get_path("src") or "", entry.get_path("dest") or ""
         src = (project / src_rel).resolve()
         if not src.is_file():
             raise entry.error("src", f"overlay source '{src_rel}' does not exist")
@@ -126,6 +126,6 @@ def _parse_overlays(entries: yamlconf.Sequence, project: Path) -> tuple[Overlay,
 def _parse_build(section: yamlconf.Mapping) -> BuildSection:
     section.check_keys(BUILD_KEYS, context="build")
     defaults = BuildSection()
-    targets = tuple(str(t) for t in section.get_list("targets")) or defaults.targets
-    tools = tuple(str(t) for t in section.get_list("tools")) or defaults.tools
+    targets = section.get_str_list("targets") or defaults.targets
+    tools = section.get_str_list("tools") or defaults.tools
     return BuildSection(targets=targets, tools=tools, cmake=section.get_options("cmake"))

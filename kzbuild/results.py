@@ -27,8 +27,8 @@ from typing import TypeVar
 from kzbuild import yamlconf
 from kzbuild.errors import BadRecord, Busy, ConfigError, ResultsDatabaseDamaged, ResultsError
 from kzbuild.filelock import locked
-from kzbuild.jsonfields import loads, number_or_none
 from kzbuild.model.bench import ENV_AXIS_PREFIX, OPTIONS_BY_NAME
+from kzbuild.model.jsonfields import loads, number_or_none
 from kzbuild.model.result import BenchRecord, BuildInfo, DeviceInfo, ModelInfo, Summary, canonical_json, content_id, summarize
 from kzbuild.settings import Settings
 

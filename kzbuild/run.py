@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -87,6 +88,15 @@ def current_release(transport: Transport, device: Device) -> Release:
     # deploy names a release after its build id (plus a digest when two artifacts share an id)
     build_id = manifest.get("build_id")
     return Release(build_id=build_id if isinstance(build_id, str) else path.name, dir=release_dir, manifest=manifest, manifest_sha256=digest)
+
+
+def check_seconds(option: str, value: float | None, *, zero_ok: bool = False) -> None:
+    """A duration given on the command line: a finite number of seconds, above zero (or zero, when allowed)."""
+    if value is None:
+        return
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        wanted = "zero or more" if zero_ok else "more than zero"
+        raise ConfigError(f"{option} {value:g}: give {wanted} seconds")
 
 
 def parse_env_assignments(items: Sequence[str]) -> dict[str, str]:

@@ -40,6 +40,11 @@ class Settings:
             cache = xdg / "kzbuild"
         work = work or _env_path(environ, "KZ_WORK_DIR") or project / ".kz"
         results = results or _env_path(environ, "KZ_RESULTS_DIR")
+        if not project.is_dir():
+            raise ConfigError(f"the project {project} is not a folder", hint="pass --project / set KZ_PROJECT to the folder that holds recipes/")
+        for option, folder in (("--cache-dir / KZ_CACHE_DIR", cache), ("--work-dir / KZ_WORK_DIR", work), ("--results-dir / KZ_RESULTS_DIR", results)):
+            if folder is not None and folder.exists() and not folder.is_dir():
+                raise ConfigError(f"{option}: {folder} is not a folder")
         return cls(project=project, cache=cache.resolve(), work=work.resolve(), results_dir=results.resolve() if results else None)
 
     # --- the shared cache (one per machine, shared by all projects) ---

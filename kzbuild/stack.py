@@ -14,14 +14,14 @@ from pathlib import Path
 
 from kzbuild.errors import ConfigError
 from kzbuild.model.stack import Problem, Series, SeriesEntry
+from kzbuild.yamlconf import read_text
 
 
 def parse_series(path: Path) -> tuple[Series, list[Problem]]:
     """The series and everything wrong with it; entries with problems are left out."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError as exc:
-        raise ConfigError("series file not found", path=path) from exc
+    if not path.exists():
+        raise ConfigError("series file not found", path=path)
+    lines = read_text(path).splitlines()
     entries: list[SeriesEntry] = []
     problems: list[Problem] = []
     seen: dict[str, int] = {}
@@ -30,12 +30,17 @@ def parse_series(path: Path) -> tuple[Series, list[Problem]]:
         name = raw.split("#", 1)[0].strip()
         if not name:
             continue
-        patch = (path.parent / name).resolve()
+        try:
+            patch = (path.parent / name).resolve()
+            exists = patch.is_file()
+        except (OSError, ValueError) as exc:  # a NUL byte, a name longer than the file system allows
+            problems.append(Problem(path, number, f"{name!r} is not a usable file name: {exc}"))
+            continue
         if name in seen:
             problems.append(Problem(path, number, f"'{name}' is listed twice (first on line {seen[name]})"))
         elif not patch.is_relative_to(folder):
             problems.append(Problem(path, number, f"'{name}' lies outside the series folder"))
-        elif not patch.is_file():
+        elif not exists:
             problems.append(Problem(path, number, f"patch file '{name}' does not exist"))
         else:
             seen[name] = number
@@ -102,7 +107,7 @@ def reorder_series(path: Path, names: list[str]) -> bool:
     An entry keeps the comments written above it; new names go after the last entry.
     Returns whether the file changed.
     """
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     blocks = _blocks(text)
     by_name = {b.name: b for b in blocks if b.name}
     slots = [i for i, b in enumerate(blocks) if b.name]

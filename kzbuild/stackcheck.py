@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kzbuild import proc
-from kzbuild.errors import KzError, SourceError
+from kzbuild.errors import ConfigError, SourceError
 from kzbuild.gitcmd import ISOLATED_ENV, Git
 from kzbuild.model.check import PatchCheck, StackCheck, Verdict
 from kzbuild.model.patch import Patch
@@ -104,7 +104,7 @@ def resolve_target(settings: Settings, recipe: Recipe, ref: str, progress: Progr
     if ref.startswith(PYPI_PREFIX):
         requirement = ref[len(PYPI_PREFIX) :]
         if "==" not in requirement:
-            raise KzError(f"'{ref}' must pin a version, like pypi:llama-cpp-python==0.3.36")
+            raise ConfigError(f"'{ref}' must pin a version, like pypi:llama-cpp-python==0.3.36")
         commit = sdist_commit(cache, requirement, progress)
         return Target(commit, (Source("pypi-sdist", requirement),), ref, sdist=requirement)
     if FULL_SHA.match(ref):

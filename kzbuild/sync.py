@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kzbuild import __version__
+from kzbuild.artifacts import sha256_file
 from kzbuild.errors import PatchError, WorktreeError
 from kzbuild.filelock import locked
 from kzbuild.gitcmd import KZ_AUTHOR, KZ_EMAIL, Git
@@ -221,9 +222,6 @@ class SyncResult:
 
 Progress = Callable[[str], None]
 
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 class Worktree:

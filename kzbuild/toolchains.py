@@ -86,9 +86,9 @@ def parse_toolchain(doc: yamlconf.Mapping, *, name: str) -> ToolchainSpec:
         program = entry.get_str("program") or ""
         if program not in program_keys:
             raise entry.error("program", f"'{program}' is not one of this toolchain's programs ({', '.join(sorted(program_keys)) or 'none'})")
-        probes.append(ProbeSpec(what=entry.get_str("what") or "", program=program, args=_str_list(entry, "args")))
+        probes.append(ProbeSpec(what=entry.get_str("what") or "", program=program, args=entry.get_str_list("args")))
     image = _parse_image(doc.get_mapping("image")) if "image" in doc else None
-    provides = _str_list(doc, "provides")
+    provides = doc.get_str_list("provides")
     if not provides:
         raise doc.error("provides", "name at least one role, e.g. [compiler]")
     spec = ToolchainSpec(
@@ -106,7 +106,7 @@ def parse_toolchain(doc: yamlconf.Mapping, *, name: str) -> ToolchainSpec:
         image=image,
         cmake=doc.get_options("cmake"),
         env=doc.get_options("env"),
-        runner=_str_list(doc, "runner"),
+        runner=doc.get_str_list("runner"),
     )
     known = spec.template_names()
     for key in ("cmake", "env"):
@@ -130,7 +130,7 @@ def _check_template(where: yamlconf.Mapping, key: str, template: str, known: set
 
 def _parse_directory(section: yamlconf.Mapping) -> DirectorySpec:
     section.check_keys(("env", "search", "requires"), context="directory")
-    return DirectorySpec(env=_str_list(section, "env"), search=_str_list(section, "search"), requires=_str_list(section, "requires"))
+    return DirectorySpec(env=section.get_str_list("env"), search=section.get_path_list("search"), requires=section.get_path_list("requires"))
 
 
 def _parse_version(section: yamlconf.Mapping, *, default_source: str | None) -> VersionRule:
@@ -154,14 +154,14 @@ def _parse_version(section: yamlconf.Mapping, *, default_source: str | None) -> 
             raise section.error("regex", "the regex needs a group that captures the version")
     fields: dict[str, object] = {
         "source": source,
-        "file": section.get_str("file", "") or "",
+        "file": section.get_path("file", "") or "",
         "expect": section.get_str("expect"),
         "minimum": section.get_str("minimum"),
     }
     if regex is not None:
         fields["regex"] = regex
     if "args" in section:
-        fields["args"] = _str_list(section, "args")
+        fields["args"] = section.get_str_list("args")
     return VersionRule(**fields)  # type: ignore[arg-type]
 
 
@@ -183,9 +183,9 @@ def _parse_part(name: str, value: object, section: yamlconf.Mapping) -> PartSpec
     return PartSpec(
         name=name,
         label=value.get_str("label", name) or name,
-        default=value.get_str("default") or "",
+        default=value.get_path("default") or "",
         env=value.get_str("env"),
-        requires=_str_list(value, "requires"),
+        requires=value.get_path_list("requires"),
         version=version,
     )
 
@@ -198,21 +198,19 @@ def _parse_image(section: yamlconf.Mapping) -> ImageSpec:
     return ImageSpec(repository=section.get_str("repository") or "", tag=section.get_str("tag") or "", digest=digest)
 
 
-def _str_list(section: yamlconf.Mapping, key: str) -> tuple[str, ...]:
-    items = section.get_list(key)
-    for index, item in enumerate(items):
-        if not isinstance(item, (str, int, float)) or isinstance(item, bool):
-            raise items.error(index, "must be a string", key=key)
-    return tuple(str(item) for item in items)
-
-
 def load_configured_paths(path: Path, specs: Mapping[str, ToolchainSpec]) -> dict[str, Path]:
     """``NAME: PATH`` lines of the local toolchains file; unknown names are errors."""
     if not path.is_file():
         return {}
     doc = yamlconf.load(path)
     doc.check_keys(sorted(specs), context="configured toolchain paths")
-    return {name: Path(str(doc.get_str(name))).expanduser() for name in doc}
+    paths = {}
+    for name in doc:
+        value = doc.get_str(name)
+        if not value:
+            raise doc.error(name, "must be the path of the toolchain")
+        paths[name] = Path(value).expanduser()
+    return paths
 
 
 # --- detection -------------------------------------------------------------------------

@@ -16,6 +16,22 @@ import yaml
 
 from kzbuild.errors import ConfigError
 
+NAME_MAX = 255  # bytes in one file name, on every Linux file system
+
+
+def path_problem(text: str) -> str | None:
+    """What makes ``text`` a path no file can have (the OS would raise instead of answering), or None."""
+    if "\0" in text:
+        return "a path cannot hold a NUL byte"
+    if any(len(part.encode("utf-8", "surrogatepass")) > NAME_MAX for part in text.split("/")):
+        return f"a name in the path is longer than {NAME_MAX} bytes"
+    return None
+
+
+def is_scalar_text(value: object) -> bool:
+    """A value that stands for text: a string or a number (never a boolean, null or collection)."""
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+
 
 class Mapping(dict[str, Any]):
     """A YAML mapping that knows its file and the line of itself and of each key."""
@@ -43,10 +59,37 @@ class Mapping(dict[str, Any]):
                 raise self.error(None, f"missing required key '{key}'{' in ' + context if context else ''}")
 
     def get_str(self, key: str, default: str | None = None) -> str | None:
-        value = self.get(key, default)
+        """The value as text; a key set to null counts as absent (``default``)."""
+        value = self.get(key)
+        if value is None:
+            value = default
         if value is not None and not isinstance(value, (str, int, float)):
             raise self.error(key, "must be a string")
         return None if value is None else str(value)
+
+    def get_path(self, key: str, default: str | None = None) -> str | None:
+        """A string that names a file or folder (checked so that the OS can be asked about it)."""
+        value = self.get_str(key, default)
+        problem = path_problem(value) if value is not None else None
+        if problem:
+            raise self.error(key, problem)
+        return value
+
+    def get_path_list(self, key: str) -> tuple[str, ...]:
+        paths = self.get_str_list(key)
+        for index, value in enumerate(paths):
+            problem = path_problem(value)
+            if problem:
+                raise self.get_list(key).error(index, problem, key=key)
+        return paths
+
+    def get_str_list(self, key: str) -> tuple[str, ...]:
+        """A list of strings (numbers are taken as their text); nested lists, mappings, null and booleans are errors."""
+        items = self.get_list(key)
+        for index, item in enumerate(items):
+            if not is_scalar_text(item):
+                raise items.error(index, "must be a string", key=key)
+        return tuple(str(item) for item in items)
 
     def get_mapping(self, key: str) -> Mapping:
         value = self.get(key)
@@ -92,51 +135,115 @@ class Sequence(list[Any]):
         return ConfigError(message, path=self.path, line=self.item_lines[index], key=key)
 
 
-def load(path: Path) -> Mapping:
-    """Load a YAML file whose top level is a mapping."""
+# Far above any real config file, far below what an alias bomb expands to ("billion laughs").
+MAX_NODES = 100_000
+
+
+def read_bytes(path: Path) -> bytes:
+    """A config file's bytes; one that cannot be read is a ConfigError naming it."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read file: {exc.strerror}", path=path) from exc
-    return loads(text, path)
+
+
+def utf8_error(data: bytes, path: Path) -> ConfigError | None:
+    """None when ``data`` is UTF-8; else the error naming the file, the line and the first bad byte."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        return ConfigError(f"not valid UTF-8 (byte 0x{data[exc.start]:02x}); save the file as UTF-8", path=path, line=line)
+    return None
+
+
+def read_text(path: Path) -> str:
+    """A config file's text. A file that cannot be read or is not UTF-8 is a ConfigError naming it (and the line)."""
+    data = read_bytes(path)
+    error = utf8_error(data, path)
+    if error is not None:
+        raise error
+    return data.decode("utf-8")
+
+
+def load(path: Path) -> Mapping:
+    """Load a YAML file whose top level is a mapping."""
+    return loads(read_text(path), path)
 
 
 def loads(text: str, path: Path) -> Mapping:
-    loader = yaml.SafeLoader(text)
     try:
-        node = loader.get_single_node()
+        loader = yaml.SafeLoader(text)  # checks the characters right away
+        try:
+            node = loader.get_single_node()
+            result = _Converter(path, loader).convert(node) if node is not None else None
+        finally:
+            loader.dispose()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
         raise ConfigError(f"invalid YAML: {exc.problem or exc}", path=path, line=line) from exc
-    finally:
-        loader.dispose()
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        raise ConfigError(f"invalid YAML: control character #x{exc.character:02x} is not allowed", path=path, line=line) from exc
+    except RecursionError:
+        raise ConfigError("invalid YAML: nested too deeply", path=path) from None
     if node is None:
         raise ConfigError("file is empty", path=path, line=1)
-    result = _convert(node, path, loader)
     if not isinstance(result, Mapping):
         raise ConfigError("top level must be a mapping", path=path, line=node.start_mark.line + 1)
     return result
 
 
-def _convert(node: yaml.Node, path: Path, loader: yaml.SafeLoader) -> Any:
-    if isinstance(node, yaml.MappingNode):
+class _Converter:
+    """Turns composed YAML nodes into Mapping/Sequence/scalars, refusing alias loops and alias bombs."""
+
+    def __init__(self, path: Path, loader: yaml.SafeLoader) -> None:
+        self.path = path
+        self.loader = loader
+        self.open_nodes: set[int] = set()  # collections being converted: an alias to one of them is a loop
+        self.converted = 0
+
+    def error(self, node: yaml.Node, message: str, key: str | None = None) -> ConfigError:
+        return ConfigError(message, path=self.path, line=node.start_mark.line + 1, key=key)
+
+    def convert(self, node: yaml.Node) -> Any:
+        self.converted += 1
+        if self.converted > MAX_NODES:
+            raise self.error(node, f"more than {MAX_NODES} values: aliases (*name) expand to too much")
+        if not isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+            return self.scalar(node)
+        if id(node) in self.open_nodes:
+            raise self.error(node, "an alias (*name) refers to a value that contains it: an endless loop")
+        self.open_nodes.add(id(node))
+        try:
+            return self.mapping(node) if isinstance(node, yaml.MappingNode) else self.sequence(node)
+        finally:
+            self.open_nodes.discard(id(node))
+
+    def scalar(self, node: yaml.Node) -> Any:
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except ValueError as exc:  # e.g. an integer with more digits than Python converts
+            raise self.error(node, f"bad value: {exc}") from None
+
+    def mapping(self, node: yaml.MappingNode) -> Mapping:
         mapping = Mapping()
-        mapping.path, mapping.line, mapping.key_lines = path, node.start_mark.line + 1, {}
+        mapping.path, mapping.line, mapping.key_lines = self.path, node.start_mark.line + 1, {}
         for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
-            if not isinstance(key, (str, int, float, bool)):
-                raise ConfigError("keys must be scalars", path=path, line=key_node.start_mark.line + 1)
+            key = self.scalar(key_node) if isinstance(key_node, yaml.ScalarNode) else None
+            if key is None or not isinstance(key, (str, int, float, bool)):
+                raise self.error(key_node, "keys must be strings, numbers or booleans")
             key = str(key)
             if key in mapping:
-                raise ConfigError("duplicate key", path=path, line=key_node.start_mark.line + 1, key=key)
+                raise self.error(key_node, "duplicate key", key=key)
             mapping.key_lines[key] = key_node.start_mark.line + 1
-            mapping[key] = _convert(value_node, path, loader)
+            mapping[key] = self.convert(value_node)
         return mapping
-    if isinstance(node, yaml.SequenceNode):
+
+    def sequence(self, node: yaml.SequenceNode) -> Sequence:
         seq = Sequence()
-        seq.path, seq.line = path, node.start_mark.line + 1
+        seq.path, seq.line = self.path, node.start_mark.line + 1
         seq.item_lines = [item.start_mark.line + 1 for item in node.value]
-        seq.extend(_convert(item, path, loader) for item in node.value)
+        seq.extend(self.convert(item) for item in node.value)
         return seq
-    return loader.construct_object(node, deep=True)

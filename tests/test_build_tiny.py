@@ -42,6 +42,8 @@ def test_build_makes_a_complete_artifact_with_a_manifest(tiny):
     for key in ("build_id", "recipe", "target", "inputs", "toolchains", "cmake", "times", "files"):
         assert key in manifest, key
     assert manifest["recipe"] == "tiny" and manifest["target"] == "host"
+    lock_file = tiny.project.root / "recipes" / "tiny.lock.json"
+    assert manifest["lock_sha256"] == hashlib.sha256(lock_file.read_bytes()).hexdigest()  # what bench records as provenance
     assert manifest["inputs"]["upstream"]["commit"] == tiny.commit
     assert manifest["toolchains"]["host-gcc"]["proof"].endswith("g++")
     assert manifest["cmake"]["configure"][0].endswith("cmake") and manifest["cmake"]["build"][0].endswith("ninja")

@@ -55,3 +55,16 @@ def test_a_usage_error_is_exit_2_without_a_traceback(capsys):
     assert main(["sync", "--no-such-option"]) == 2
     err = capsys.readouterr().err
     assert "No such option" in err and "Traceback" not in err
+
+
+def test_an_eof_error_escaping_a_command_is_reported_as_a_bug_not_as_ctrl_c(capsys, monkeypatch):
+    from kzbuild import recipes
+    from kzbuild.cli import INTERNAL_ERROR
+
+    def dropped(*args, **kwargs):
+        raise EOFError("connection closed")
+
+    monkeypatch.setattr(recipes, "list_recipes", dropped)
+    assert main(["recipes"]) == INTERNAL_ERROR
+    err = capsys.readouterr().err
+    assert "internal error" in err and "EOFError" in err and "interrupted" not in err

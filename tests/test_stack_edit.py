@@ -45,7 +45,7 @@ def test_drop_records_why(project, upstream, kz):
 def test_drop_unknown_patch(project, upstream, kz):
     three(project, upstream)
     result = kz("patches", "drop", "bb.patch", "--reason", "x")
-    assert result.code == 5
+    assert result.code == 2  # a name the series lacks is a usage error
     assert "'bb.patch' is not in" in flat(result.err) and "did you mean 'b.patch'?" in flat(result.err)
     assert not (project.root / "patches" / "DROPPED.yaml").exists()
 
@@ -92,10 +92,10 @@ def test_move_comments_travel_with_their_patch(project, upstream, kz):
 def test_move_errors(project, upstream, kz):
     three(project, upstream)
     neither = kz("patches", "move", "a.patch")
-    assert neither.code == 5 and "--before OTHER or --after OTHER" in flat(neither.err)
+    assert neither.code == 2 and "--before OTHER or --after OTHER" in flat(neither.err)
     both = kz("patches", "move", "a.patch", "--before", "b.patch", "--after", "c.patch")
-    assert both.code == 5
+    assert both.code == 2
     unknown = kz("patches", "move", "a.patch", "--before", "z.patch")
-    assert unknown.code == 5 and "'z.patch' is not in" in flat(unknown.err)
+    assert unknown.code == 2 and "'z.patch' is not in" in flat(unknown.err)
     itself = kz("patches", "move", "a.patch", "--before", "a.patch")
-    assert itself.code == 5 and "relative to itself" in itself.err
+    assert itself.code == 2 and "relative to itself" in itself.err

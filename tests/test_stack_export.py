@@ -177,6 +177,6 @@ def test_new_patch_errors(project, kz, synced):
     nothing = kz("patches", "new", "x", "r", "-m", "s", "--test", "t", "--author", "A <a@b>")
     assert nothing.code == 5 and "has no uncommitted changes" in flat(nothing.err)
     taken = kz("patches", "new", "ggml", "r", "-m", "s", "--test", "t")
-    assert taken.code == 5 and "patches/ggml.patch already exists" in flat(taken.err)
+    assert taken.code == 2 and "patches/ggml.patch already exists" in flat(taken.err)
     bad = kz("patches", "new", "x", "r", "-m", "s", "--test", "t", "--upstream-status", "Done")
-    assert bad.code == 5 and "Upstream-Status 'Done' is not one of" in flat(bad.err)
+    assert bad.code == 2 and "Upstream-Status 'Done' is not one of" in flat(bad.err)

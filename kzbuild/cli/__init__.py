@@ -27,6 +27,7 @@ from kzbuild.errors import KzError
 from kzbuild.settings import Settings
 
 INTERNAL_ERROR = 70  # EX_SOFTWARE: an exception kzbuild has no class for is a bug
+INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 app = typer.Typer(
     name="kzbuild",
@@ -72,13 +73,18 @@ def main(argv: list[str] | None = None) -> int:
     except KzError as exc:
         report_error(exc)
         code = exc.exit_code
-    except KeyboardInterrupt:
-        err_console.print("[red]interrupted[/red]")
-        code = 130
+    except (KeyboardInterrupt, typer.Abort) as exc:
+        # click turns Ctrl-C, and any EOFError, into Abort; kzbuild never prompts, so an
+        # EOFError (a dropped connection a transport missed) is a bug to show, not a Ctrl-C
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, EOFError):
+            report_bug(cause)
+            code = INTERNAL_ERROR
+        else:
+            err_console.print("[red]interrupted[/red]")
+            code = INTERRUPTED
     except typer.Exit as exc:
         code = exc.exit_code
-    except typer.Abort:
-        code = 1
     except Exception as exc:
         if _is_click_error(exc):
             exc.show()  # type: ignore[attr-defined]

@@ -14,15 +14,15 @@ from rich.table import Table
 
 from kzbuild import bench, results
 from kzbuild.cli.complete import complete_device, complete_run
-from kzbuild.cli.ui import activity, console, context, print_json
+from kzbuild.cli.ui import activity, console, context, not_empty, print_json
 from kzbuild.devices.registry import connect, resolve_device
 from kzbuild.errors import RegressionFound, ResultsError
 from kzbuild.model.bench import OPTIONS_BY_NAME, BenchPoint, BenchSpec
 from kzbuild.model.result import BenchRecord, Summary
-from kzbuild.run import parse_env_assignments, run_tool
+from kzbuild.run import check_seconds, parse_env_assignments, run_tool
 from kzbuild.settings import Settings
 
-DeviceOpt = Annotated[Optional[str], typer.Option("--device", "-d", help="Device name, or adb:SERIAL[:ROOT], ssh://user@host:port/ROOT, local:/path. Default: local.", autocompletion=complete_device)]
+DeviceOpt = Annotated[Optional[str], typer.Option("--device", "-d", callback=not_empty, help="Device name, or adb:SERIAL[:ROOT], ssh://user@host:port/ROOT, local:/path. Default: local.", autocompletion=complete_device)]
 EnvOpt = Annotated[Optional[list[str]], typer.Option("--env", "-e", help="NAME=VALUE added to the device env (repeatable); passed exactly, never through a shell unquoted.")]
 TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Seconds before the tool is killed.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
 
 def run_command(
     ctx: typer.Context,
-    tool: Annotated[str, typer.Argument(help="A program of the current release's bin/, e.g. llama-cli.")],
+    tool: Annotated[str, typer.Argument(callback=not_empty, help="A program of the current release's bin/, e.g. llama-cli.")],
     args: Annotated[Optional[list[str]], typer.Argument(help="Its arguments, passed exactly as given.")] = None,
     device: DeviceOpt = None,
     env: EnvOpt = None,
@@ -51,8 +51,9 @@ def run_command(
     Adds nothing: no threads, batch or env of its own. Everything after TOOL, options too, goes to the tool unchanged: kzbuild run llama-cli -m models/x.gguf -p hi
     """
     settings = context(ctx).settings
-    target = resolve_device(settings, device)
+    check_seconds("--timeout", timeout)
     extra_env = parse_env_assignments(env or [])
+    target = resolve_device(settings, device)
     transport = connect(target)
     try:
         return run_tool(
@@ -73,20 +74,20 @@ def _writer(stream):  # type: ignore[no-untyped-def]
 
 def bench_command(
     ctx: typer.Context,
-    model: Annotated[str, typer.Option("--model", "-m", help="Model path on the device; relative paths start at the device root (models/...).")],
+    model: Annotated[str, typer.Option("--model", "-m", callback=not_empty, help="Model path on the device; relative paths start at the device root (models/...).")],
     extra: Annotated[Optional[list[str]], typer.Argument(help="More llama-bench arguments after --, passed as given.")] = None,
     device: DeviceOpt = None,
-    prompt: Annotated[Optional[str], typer.Option("-p", "--prompt", help=OPTIONS_BY_NAME["p"].help)] = None,
-    gen: Annotated[Optional[str], typer.Option("-n", "--gen", help=OPTIONS_BY_NAME["n"].help)] = None,
-    ngl: Annotated[Optional[str], typer.Option("--ngl", help=OPTIONS_BY_NAME["ngl"].help)] = None,
-    threads: Annotated[Optional[str], typer.Option("-t", "--threads", help=OPTIONS_BY_NAME["t"].help)] = None,
-    batch: Annotated[Optional[str], typer.Option("-b", "--batch", help=OPTIONS_BY_NAME["b"].help)] = None,
-    ubatch: Annotated[Optional[str], typer.Option("--ub", "--ubatch", help=OPTIONS_BY_NAME["ub"].help)] = None,
-    dev: Annotated[Optional[str], typer.Option("--dev", help=OPTIONS_BY_NAME["dev"].help)] = None,
-    repetitions: Annotated[Optional[str], typer.Option("-r", "--repetitions", help=OPTIONS_BY_NAME["r"].help)] = None,
+    prompt: Annotated[Optional[str], typer.Option("-p", "--prompt", callback=not_empty, help=OPTIONS_BY_NAME["p"].help)] = None,
+    gen: Annotated[Optional[str], typer.Option("-n", "--gen", callback=not_empty, help=OPTIONS_BY_NAME["n"].help)] = None,
+    ngl: Annotated[Optional[str], typer.Option("--ngl", callback=not_empty, help=OPTIONS_BY_NAME["ngl"].help)] = None,
+    threads: Annotated[Optional[str], typer.Option("-t", "--threads", callback=not_empty, help=OPTIONS_BY_NAME["t"].help)] = None,
+    batch: Annotated[Optional[str], typer.Option("-b", "--batch", callback=not_empty, help=OPTIONS_BY_NAME["b"].help)] = None,
+    ubatch: Annotated[Optional[str], typer.Option("--ub", "--ubatch", callback=not_empty, help=OPTIONS_BY_NAME["ub"].help)] = None,
+    dev: Annotated[Optional[str], typer.Option("--dev", callback=not_empty, help=OPTIONS_BY_NAME["dev"].help)] = None,
+    repetitions: Annotated[Optional[str], typer.Option("-r", "--repetitions", callback=not_empty, help=OPTIONS_BY_NAME["r"].help)] = None,
     env: EnvOpt = None,
     sweep: Annotated[Optional[list[str]], typer.Option("--sweep", help="AXIS=V1,V2,... (p n ngl t b ub dev r, or env:NAME); several give their cartesian product.")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of the randomized sweep order (default: fresh, recorded).")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", min=0, help="Seed of the randomized sweep order (default: fresh, recorded).")] = None,
     cooldown: Annotated[float, typer.Option("--cooldown", help="Seconds to wait between runs of a sweep.")] = 0.0,
     timeout: TimeoutOpt = None,
     json_out: JsonOpt = False,
@@ -107,6 +108,7 @@ def bench_command(
         cooldown=cooldown,
         timeout=timeout,
     )
+    bench.check_spec(spec)  # before connecting: a bad value is a usage error wherever the device is
     target = resolve_device(settings, device)
     transport = connect(target)
     try:
@@ -155,7 +157,7 @@ def results_list(ctx: typer.Context, json_out: JsonOpt = False, markdown: Markdo
 @results_app.command("show")
 def results_show(
     ctx: typer.Context,
-    selector: Annotated[str, typer.Argument(help="Run id or build id (a prefix is enough), or 'latest'.", autocompletion=complete_run)],
+    selector: Annotated[str, typer.Argument(callback=not_empty, help="Run id or build id (a prefix is enough), or 'latest'.", autocompletion=complete_run)],
     json_out: JsonOpt = False,
     markdown: MarkdownOpt = False,
 ) -> None:
@@ -179,10 +181,10 @@ def results_show(
 @results_app.command("compare")
 def results_compare(
     ctx: typer.Context,
-    a: Annotated[str, typer.Argument(help="Baseline: run id or build id (prefix), or 'latest'.", autocompletion=complete_run)],
-    b: Annotated[str, typer.Argument(help="Candidate: run id or build id (prefix), or 'latest'.", autocompletion=complete_run)],
-    metric: Annotated[Optional[str], typer.Option("--metric", help="Only this test, e.g. pp512 or tg128.")] = None,
-    threshold: Annotated[str, typer.Option("--threshold", help="A drop of B's median beyond this is a regression.")] = "5%",
+    a: Annotated[str, typer.Argument(callback=not_empty, help="Baseline: run id or build id (prefix), or 'latest'.", autocompletion=complete_run)],
+    b: Annotated[str, typer.Argument(callback=not_empty, help="Candidate: run id or build id (prefix), or 'latest'.", autocompletion=complete_run)],
+    metric: Annotated[Optional[str], typer.Option("--metric", callback=not_empty, help="Only this test, e.g. pp512 or tg128.")] = None,
+    threshold: Annotated[str, typer.Option("--threshold", callback=not_empty, help="A drop of B's median beyond this is a regression.")] = "5%",
     markdown: MarkdownOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -207,8 +209,8 @@ def results_compare(
 def results_plot(
     ctx: typer.Context,
     selectors: Annotated[Optional[list[str]], typer.Argument(help="Runs or builds to plot (default: every measured result).")] = None,
-    axis: Annotated[str, typer.Option("--axis", help="build, or a sweep axis: p n ngl t b ub dev, env:NAME.")] = "build",
-    metric: Annotated[Optional[str], typer.Option("--metric", help="Only this test, e.g. pp512.")] = None,
+    axis: Annotated[str, typer.Option("--axis", callback=not_empty, help="build, or a sweep axis: p n ngl t b ub dev, env:NAME.")] = "build",
+    metric: Annotated[Optional[str], typer.Option("--metric", callback=not_empty, help="Only this test, e.g. pp512.")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="PNG file to write (default: results/plot.png).")] = None,
 ) -> None:
     """Write a PNG of prefill and decode throughput over builds, or along one sweep axis."""

@@ -14,8 +14,9 @@ from rich.table import Table
 from kzbuild import build as builds
 from kzbuild import ci as ci_run
 from kzbuild import proc, recipes
+from kzbuild.cli.complete import complete_device, complete_recipe
 from kzbuild.cli.sync import DEFAULT_RECIPE, JsonOpt, RecipeArg
-from kzbuild.cli.ui import ProgressLines, console, context, err_console, print_json
+from kzbuild.cli.ui import ProgressLines, console, context, err_console, not_empty, print_json
 from kzbuild.devices.registry import resolve_device
 from kzbuild.errors import ToolchainMissing
 from kzbuild.model.artifact import MANIFEST
@@ -165,7 +166,7 @@ class BuildDisplay:
             self.progress.update(self.task, description=f"{self.title}: {event.stage}", line=line)
 
 
-DoctorRecipeArg = Annotated[Optional[str], typer.Argument(help="Recipe whose targets and device to check. Default: no recipe: every target, no device.")]
+DoctorRecipeArg = Annotated[Optional[str], typer.Argument(callback=not_empty, help="Recipe whose targets and device to check. Default: no recipe: every target, no device.", autocompletion=complete_recipe)]
 
 
 def doctor_command(
@@ -173,7 +174,7 @@ def doctor_command(
     recipe: DoctorRecipeArg = None,
     target: TargetOpt = None,
     toolchain: ToolchainOpt = None,
-    device: Annotated[Optional[str], typer.Option("--device", "-d", help="Also check that this device answers (default: the recipe's device).")] = None,
+    device: Annotated[Optional[str], typer.Option("--device", "-d", callback=not_empty, help="Also check that this device answers (default: the recipe's device).", autocompletion=complete_device)] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Check the toolchains, cmake, ninja and ccache a target needs, naming the file that proved each version.

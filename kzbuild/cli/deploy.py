@@ -11,9 +11,10 @@ from rich.filesize import decimal
 from rich.markup import escape
 
 from kzbuild import deploy, recipes
+from kzbuild.artifacts import find_artifact
 from kzbuild.cli.complete import complete_device
 from kzbuild.cli.sync import DEFAULT_RECIPE, JsonOpt, RecipeArg
-from kzbuild.cli.ui import ProgressLines, console, context, err_console, print_json
+from kzbuild.cli.ui import ProgressLines, console, context, err_console, not_empty, print_json
 from kzbuild.devices.base import Transport
 from kzbuild.devices.registry import connect, resolve_device
 from kzbuild.devices.store import TransferProgress
@@ -22,7 +23,7 @@ from kzbuild.settings import Settings
 
 DeviceOpt = Annotated[
     Optional[str],
-    typer.Option("--device", "-d", help="A device name from recipes/devices.yaml, adb:SERIAL[:ROOT], ssh://user@host:port/ROOT or local:/path. Default: the recipe's device, else local.", autocompletion=complete_device),
+    typer.Option("--device", "-d", callback=not_empty, help="A device name from recipes/devices.yaml, adb:SERIAL[:ROOT], ssh://user@host:port/ROOT or local:/path. Default: the recipe's device, else local.", autocompletion=complete_device),
 ]
 WaitOpt = Annotated[
     float,
@@ -71,7 +72,7 @@ def deploy_command(
     ctx: typer.Context,
     recipe: RecipeArg = None,
     device: DeviceOpt = None,
-    artifact: Annotated[Optional[str], typer.Option("--artifact", help="A build id under the artifacts dir, or an artifact directory. Default: the recipe's newest artifact.")] = None,
+    artifact: Annotated[Optional[str], typer.Option("--artifact", callback=not_empty, help="A build id under the artifacts dir, or an artifact directory. Default: the recipe's newest artifact.")] = None,
     rollback: Annotated[bool, typer.Option("--rollback", help="Switch current back to the release that was current before it.")] = False,
     keep: Annotated[Optional[int], typer.Option("--keep", min=1, help="Afterwards keep only the N most recently used releases (always the current one).")] = None,
     wait: WaitOpt = 0.0,
@@ -95,7 +96,7 @@ def deploy_command(
             console.print(f"[green]rolled back[/green] {back.device}: current -> releases/{back.release} (was {back.previous})")
             _print_pruned(back.pruned)
             return
-        build = deploy.find_artifact(settings, artifact, loaded)
+        build = find_artifact(settings, artifact, loaded)
         with transfer_bars(not json_out) as on_progress:
             result = deploy.deploy(transport, target, build, keep=keep, on_progress=on_progress, wait=wait)
     if json_out:

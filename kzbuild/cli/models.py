@@ -14,7 +14,8 @@ from rich.filesize import decimal
 from kzbuild import deploy
 from kzbuild.cli.deploy import DeviceOpt, TrustOpt, WaitOpt, open_device, transfer_bars
 from kzbuild.cli.sync import JsonOpt
-from kzbuild.cli.ui import console, context, print_json
+from kzbuild.cli.ui import console, context, not_empty, print_json
+from kzbuild.errors import ConfigError
 from kzbuild.model import tinymodel as tiny_spec
 
 models_app = typer.Typer(
@@ -44,6 +45,8 @@ def tiny_command(
     """Write a tiny random GGUF model (a few hundred KB) that llama.cpp loads and runs."""
     from kzbuild.tinymodel import write_tiny_model  # numpy and gguf load only when needed
 
+    if output.is_dir():
+        raise ConfigError(f"--output {output} is a folder; name the .gguf file to write")
     path = write_tiny_model(output, arch=arch.value, ftype=ftype.value, seed=seed)
     console.print(f"wrote {path} ({arch.value}, {ftype.value}, seed {seed}, {path.stat().st_size} bytes)", soft_wrap=True)
 
@@ -52,7 +55,7 @@ def push_command(
     ctx: typer.Context,
     model: Annotated[Path, typer.Argument(help="The GGUF file to store on the device.")],
     device: DeviceOpt = None,
-    name: Annotated[Optional[str], typer.Option("--name", help="Readable name on the device (ROOT/models/NAME). Default: the file name.")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", callback=not_empty, help="Readable name on the device (ROOT/models/NAME). Default: the file name.")] = None,
     wait: WaitOpt = 0.0,
     trust_new_host: TrustOpt = False,
     json_out: JsonOpt = False,

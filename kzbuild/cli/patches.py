@@ -15,7 +15,7 @@ from rich.table import Table
 
 from kzbuild import recipes
 from kzbuild.cli.sync import DEFAULT_RECIPE, JsonOpt, RecipeArg
-from kzbuild.cli.ui import activity, console, context, print_json
+from kzbuild.cli.ui import activity, console, context, not_empty, print_json
 from kzbuild.errors import PatchError
 from kzbuild.settings import Settings
 
@@ -64,7 +64,7 @@ def _shown(settings: Settings, path: Path) -> str:
 def list_command(
     ctx: typer.Context,
     series: SeriesOpt = None,
-    recipe: Annotated[Optional[str], typer.Option(help="List this recipe's series, and how its last sync used each patch.")] = None,
+    recipe: Annotated[Optional[str], typer.Option(callback=not_empty, help="List this recipe's series, and how its last sync used each patch.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """The series in apply order: lint status, upstream status, files touched, lines added and removed."""
@@ -113,7 +113,7 @@ def list_command(
 def lint_command(
     ctx: typer.Context,
     series: SeriesOpt = None,
-    recipe: Annotated[Optional[str], typer.Option(help="Lint this recipe's series, and check that every patch applies exactly (no fuzz, no 3-way merge) at its pin.")] = None,
+    recipe: Annotated[Optional[str], typer.Option(callback=not_empty, help="Lint this recipe's series, and check that every patch applies exactly (no fuzz, no 3-way merge) at its pin.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Check the series and every patch: trailers, series <-> files, CRLF damage, index lines, fuzz."""
@@ -143,7 +143,7 @@ def _print_problems(settings: Settings, problems: list[Problem], json_out: bool,
 def check_command(
     ctx: typer.Context,
     recipe: RecipeArg = None,
-    against: Annotated[Optional[str], typer.Option("--against", help="Upstream commit to check against: sha, branch of the remote, or pypi:llama-cpp-python==X. Default: the pin.")] = None,
+    against: Annotated[Optional[str], typer.Option("--against", callback=not_empty, help="Upstream commit to check against: sha, branch of the remote, or pypi:llama-cpp-python==X. Default: the pin.")] = None,
     fetch_history: HistoryOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -210,14 +210,14 @@ def _print_export(result: ExportResult) -> None:
 @patches_app.command("new")
 def new_command(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="File name for the patch (.patch is added).")],
+    name: Annotated[str, typer.Argument(callback=not_empty, help="File name for the patch (.patch is added).")],
     recipe: RecipeArg = None,
-    subject: Annotated[str, typer.Option("--subject", "-m", help="The commit subject, like 'common: fix ...'.")] = ...,  # type: ignore[assignment]
-    test: Annotated[str, typer.Option("--test", help="Kz-Test: the test that proves the patch.")] = ...,  # type: ignore[assignment]
-    upstream_status: Annotated[str, typer.Option(help="Upstream-Status: Pending, Submitted <url>, Backport <sha|url>, Inappropriate <why>, Merged <sha>.")] = "Pending",
-    upstream_pr: Annotated[Optional[str], typer.Option(help="Upstream-PR: URL.")] = None,
-    drop_when: Annotated[Optional[str], typer.Option(help="Drop-When: upstream sha that makes the patch obsolete.")] = None,
-    author: Annotated[Optional[str], typer.Option(help="'Name <email>' (default: your git identity).")] = None,
+    subject: Annotated[str, typer.Option("--subject", "-m", callback=not_empty, help="The commit subject, like 'common: fix ...'.")] = ...,  # type: ignore[assignment]
+    test: Annotated[str, typer.Option("--test", callback=not_empty, help="Kz-Test: the test that proves the patch.")] = ...,  # type: ignore[assignment]
+    upstream_status: Annotated[str, typer.Option(callback=not_empty, help="Upstream-Status: Pending, Submitted <url>, Backport <sha|url>, Inappropriate <why>, Merged <sha>.")] = "Pending",
+    upstream_pr: Annotated[Optional[str], typer.Option(callback=not_empty, help="Upstream-PR: URL.")] = None,
+    drop_when: Annotated[Optional[str], typer.Option(callback=not_empty, help="Drop-When: upstream sha that makes the patch obsolete.")] = None,
+    author: Annotated[Optional[str], typer.Option(callback=not_empty, help="'Name <email>' (default: your git identity).")] = None,
 ) -> None:
     """Make the worktree's uncommitted changes a new patch at the top of the stack, and export."""
     from kzbuild.export import new_patch
@@ -235,9 +235,9 @@ def new_command(
 @patches_app.command("drop")
 def drop_command(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Patch file name as in the series.")],
-    reason: Annotated[str, typer.Option("--reason", help="Why it goes (kept in patches/DROPPED.yaml).")] = ...,  # type: ignore[assignment]
-    upstream: Annotated[Optional[str], typer.Option(help="Upstream commit that made it obsolete.")] = None,
+    name: Annotated[str, typer.Argument(callback=not_empty, help="Patch file name as in the series.")],
+    reason: Annotated[str, typer.Option("--reason", callback=not_empty, help="Why it goes (kept in patches/DROPPED.yaml).")] = ...,  # type: ignore[assignment]
+    upstream: Annotated[Optional[str], typer.Option(callback=not_empty, help="Upstream commit that made it obsolete.")] = None,
     series: SeriesOpt = None,
 ) -> None:
     """Remove a patch from the series and delete its file, recording why in patches/DROPPED.yaml."""
@@ -252,9 +252,9 @@ def drop_command(
 @patches_app.command("move")
 def move_command(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Patch file name as in the series.")],
-    before: Annotated[Optional[str], typer.Option("--before", help="Put it just before this patch.")] = None,
-    after: Annotated[Optional[str], typer.Option("--after", help="Put it just after this patch.")] = None,
+    name: Annotated[str, typer.Argument(callback=not_empty, help="Patch file name as in the series.")],
+    before: Annotated[Optional[str], typer.Option("--before", callback=not_empty, help="Put it just before this patch.")] = None,
+    after: Annotated[Optional[str], typer.Option("--after", callback=not_empty, help="Put it just after this patch.")] = None,
     series: SeriesOpt = None,
 ) -> None:
     """Move a patch in the series, keeping its comments; warns when it crosses a patch touching the same files."""
@@ -273,7 +273,7 @@ def move_command(
 def bump_command(
     ctx: typer.Context,
     recipe: RecipeArg = None,
-    to: Annotated[str, typer.Option("--to", help="New upstream: sha, branch of the remote, or pypi:llama-cpp-python==X.")] = ...,  # type: ignore[assignment]
+    to: Annotated[str, typer.Option("--to", callback=not_empty, help="New upstream: sha, branch of the remote, or pypi:llama-cpp-python==X.")] = ...,  # type: ignore[assignment]
     write: Annotated[bool, typer.Option("--write", help="Update the recipe's pin and lock (only when no patch conflicts); drop upstreamed patches with a record.")] = False,
     bisect: Annotated[bool, typer.Option("--bisect", help="For each conflicting patch, find the upstream commit that broke it (implies --fetch-history).")] = False,
     fetch_history: HistoryOpt = False,

@@ -11,9 +11,9 @@ from rich.table import Table
 
 from kzbuild import recipes, sync
 from kzbuild.cli.complete import complete_recipe
-from kzbuild.cli.ui import activity, console, context, print_json
+from kzbuild.cli.ui import activity, console, context, not_empty, print_json
 
-RecipeArg = Annotated[Optional[str], typer.Argument(help="Recipe name (recipes/NAME.yaml) or path. Default: demo-host.", autocompletion=complete_recipe)]
+RecipeArg = Annotated[Optional[str], typer.Argument(callback=not_empty, help="Recipe name (recipes/NAME.yaml) or path. Default: demo-host.", autocompletion=complete_recipe)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 DEFAULT_RECIPE = "demo-host"
 SHOWN = 20  # lines of each kind of discarded work

@@ -44,6 +44,13 @@ def context(ctx: typer.Context) -> Context:
     return obj
 
 
+def not_empty(value: str | None) -> str | None:
+    """typer callback: an option or argument given as '' is a usage error, never taken for its default."""
+    if value is not None and not value.strip():
+        raise typer.BadParameter("must not be empty")
+    return value
+
+
 def setup_logging(verbose: int) -> None:
     """Warnings always; -v adds every external command (INFO, from kzbuild.proc and the ssh transport) and progress notes; -vv debug."""
     root = logging.getLogger("kzbuild")

@@ -7,9 +7,10 @@ dir under the work dir).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 from kzbuild import yamlconf
 from kzbuild.devices.base import Transport, check_env_name
@@ -20,7 +21,12 @@ from kzbuild.settings import Settings
 DEVICES_FILE = "devices.yaml"  # in recipes/
 DEVICE_KEYS = ("description", "transport", "serial", "host", "port", "user", "key", "root", "env", "runner")
 DEFAULT_ENV = (("LD_LIBRARY_PATH", "{current}/lib"), ("ADSP_LIBRARY_PATH", "{current}/lib"))
-ADB_SPEC = re.compile(r"^adb:(?P<serial>[^:/]+(?::\d+)?)(?::(?P<root>/.*))?$")
+ADB_SERIAL = re.compile(r"^[^\s:/]+(?::\d+)?$")  # a USB serial, or host:port for adb over TCP
+ADB_SPEC = re.compile(r"^adb:(?P<serial>[^\s:/]+(?::\d+)?)(?::(?P<root>/.*))?$")
+# ssh://[user@]host[:port][/root]; the parts are checked one by one so the error names the bad one
+SSH_SPEC = re.compile(r"^ssh://(?:(?P<user>[^@/]*)@)?(?P<host>\[[^\]/]*\]|[^:/\[\]]*)(?::(?P<port>[^/]*))?(?P<root>/.*)?$")
+SSH_USER = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]*$")
+HOST_LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
 
 
 def devices_file(settings: Settings) -> Path:
@@ -57,14 +63,21 @@ def parse_device(name: str, entry: yamlconf.Mapping) -> Device:
             check_env_name(key)
         except ValueError as exc:
             raise env_section.error(key, str(exc)) from exc
+        if not yamlconf.is_scalar_text(value):
+            raise env_section.error(key, "must be a string")
         env.append((key, str(value)))
-    runner = entry.get_list("runner")
+    runner = entry.get_str_list("runner")
     port = entry.get("port", 22)
-    if not isinstance(port, int):
-        raise entry.error("port", "must be a number")
     root = entry.get_str("root", DEFAULT_ROOT) or DEFAULT_ROOT
-    if not root.startswith("/"):
-        raise entry.error("root", f"device {name}: '{root}' is not an absolute path (the store's paths would depend on the directory a command starts in)")
+    for key, problem in (
+        ("port", port_problem(port)),
+        ("host", ssh_host_problem(entry.get_str("host") or "") if transport == "ssh" else None),
+        ("user", ssh_user_problem(entry.get_str("user") or "") if "user" in entry else None),
+        ("root", root_problem(root)),
+        ("serial", adb_serial_problem(entry.get_str("serial") or "") if transport == "adb" else None),
+    ):
+        if problem is not None:
+            raise entry.error(key, f"device {name}: {problem}")
     return Device(
         name=name,
         transport=transport,  # type: ignore[arg-type]
@@ -73,9 +86,9 @@ def parse_device(name: str, entry: yamlconf.Mapping) -> Device:
         host=entry.get_str("host"),
         port=port,
         user=entry.get_str("user"),
-        key=entry.get_str("key"),
+        key=entry.get_path("key"),
         env=tuple(env) if "env" in entry else DEFAULT_ENV,
-        runner_prefix=tuple(str(arg) for arg in runner),
+        runner_prefix=runner,
         description=entry.get_str("description", "") or "",
     )
 
@@ -96,25 +109,104 @@ def parse_device_spec(spec: str) -> Device | None:
         match = ADB_SPEC.match(spec)
         if not match:
             raise ConfigError(f"bad adb device spec '{spec}'", hint="use adb:SERIAL or adb:SERIAL:/root/path")
-        return Device(name=spec, transport="adb", serial=match["serial"], root=match["root"] or DEFAULT_ROOT, env=DEFAULT_ENV)
+        root = match["root"] or DEFAULT_ROOT
+        _check_spec_part(spec, "root", root_problem(root))
+        return Device(name=spec, transport="adb", serial=match["serial"], root=root, env=DEFAULT_ENV)
     if spec.startswith("ssh://"):
-        parts = urlsplit(spec)
-        if not parts.hostname:
-            raise ConfigError(f"bad ssh device spec '{spec}'", hint="use ssh://user@host:port/root/path")
-        return Device(
-            name=spec,
-            transport="ssh",
-            host=parts.hostname,
-            port=parts.port or 22,
-            user=unquote(parts.username) if parts.username else None,
-            root=unquote(parts.path) if parts.path not in ("", "/") else DEFAULT_ROOT,
-            env=DEFAULT_ENV,
-        )
+        return _parse_ssh_spec(spec)
     if spec.startswith("local:"):
         root = spec.removeprefix("local:")
         if not root.startswith("/"):
             raise ConfigError(f"bad local device spec '{spec}'", hint="use local:/absolute/path")
+        _check_spec_part(spec, "root", root_problem(root))
         return Device(name=spec, transport="local", root=root, env=DEFAULT_ENV)
+    return None
+
+
+def _parse_ssh_spec(spec: str) -> Device:
+    match = SSH_SPEC.match(spec)
+    if not match:
+        raise ConfigError(f"bad ssh device spec {spec!r}", hint=SSH_SPEC_HINT)
+    user, host, port_text, root_text = match["user"], match["host"], match["port"], match["root"]
+    if user is not None:
+        _check_spec_part(spec, "user", ssh_user_problem(user))
+    if host.startswith("["):  # an IPv6 address is written in brackets in a URL, because of the port
+        host = host[1:-1]
+        _check_spec_part(spec, "host", None if _is_ipv6(host) else f"[{host}] is not an IPv6 address")
+    else:
+        _check_spec_part(spec, "host", ssh_host_problem(host))
+    port = 22
+    if port_text is not None:
+        _check_spec_part(spec, "port", port_problem(port_text))
+        port = int(port_text)
+    root = DEFAULT_ROOT
+    if root_text not in (None, "", "/"):
+        try:
+            root = unquote(root_text, errors="strict")
+        except UnicodeDecodeError:
+            _check_spec_part(spec, "root", f"{root_text!r} has percent-escapes that are not UTF-8")
+        _check_spec_part(spec, "root", root_problem(root))
+    return Device(name=spec, transport="ssh", host=host, port=port, user=user, root=root, env=DEFAULT_ENV)
+
+
+SSH_SPEC_HINT = "use ssh://user@host:port/root/path (port 1-65535, an IPv6 host in brackets: ssh://user@[::1]:22/root)"
+
+
+def _check_spec_part(spec: str, part: str, problem: str | None) -> None:
+    if problem is not None:
+        raise ConfigError(f"bad {part} in device spec {spec!r}: {problem}", hint=SSH_SPEC_HINT if spec.startswith("ssh:") else None)
+
+
+def ssh_user_problem(user: str) -> str | None:
+    """What is wrong with an ssh user name, or None (a password in the URL is refused: keys only)."""
+    if ":" in user:
+        return "a password does not belong in the spec; kzbuild uses keys or the agent, never passwords"
+    if not SSH_USER.match(user):
+        return f"{user!r} is not a user name (letters, digits, '.', '_', '-')"
+    return None
+
+
+def ssh_host_problem(host: str) -> str | None:
+    """What is wrong with a host name or address, or None."""
+    if not host:
+        return "the host is empty"
+    if _is_ipv6(host):
+        return None
+    labels = host.removesuffix(".").split(".")
+    if len(host) > 253 or not all(HOST_LABEL.match(label) for label in labels):
+        return f"{host!r} is not a host name or IP address"
+    return None
+
+
+def _is_ipv6(host: str) -> bool:
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def adb_serial_problem(serial: str) -> str | None:
+    if not ADB_SERIAL.match(serial):
+        return f"{serial!r} is not an adb serial (no spaces; ':' only before a port, as in host:5555)"
+    return None
+
+
+def port_problem(port: object) -> str | None:
+    """What is wrong with a TCP port (an int, or the digits of one), or None."""
+    if isinstance(port, str) and port.isascii() and port.isdigit():
+        port = int(port)
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        return f"{str(port)[:20]!r} is not a port number (1 to 65535)"
+    return None
+
+
+def root_problem(root: str) -> str | None:
+    """What is wrong with a device root, or None: an absolute path without control characters."""
+    if not root.startswith("/"):  # the store's paths would depend on the directory a command starts in
+        return f"{root!r} is not an absolute path"
+    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in root):
+        return f"{root!r} holds control characters"
     return None
 
 

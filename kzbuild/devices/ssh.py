@@ -7,14 +7,18 @@ fingerprint. ``trust_new_host`` stores an unknown key on first use, never a chan
 
 from __future__ import annotations
 
+import base64
 import getpass
+import hashlib
 import logging
 import os
 import posixpath
 import select
 import socket
+import struct
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import paramiko
@@ -62,12 +66,11 @@ class SshTransport:
 
     # --- connection ---
     def _connect(self, trust_new_host: bool) -> None:
-        if self.known_hosts.is_file():
-            try:
-                self._client.load_host_keys(str(self.known_hosts))
-            except (OSError, paramiko.SSHException) as exc:
-                raise DeviceError(f"cannot read known_hosts file {self.known_hosts}: {exc}") from exc
-        self._client.set_missing_host_key_policy(_UnknownHostKey(self, trust_new_host))
+        known = read_known_hosts(self.known_hosts)
+        for entry in known.entries:
+            for name in entry.hostnames:
+                self._client.get_host_keys().add(name, entry.key.get_name(), entry.key)
+        self._client.set_missing_host_key_policy(_UnknownHostKey(self, trust_new_host, known.revoked))
         key = os.path.expanduser(self.device.key) if self.device.key else None
         if key and not os.path.isfile(key):
             raise DeviceError(f"{self.address}: ssh key {key} does not exist")
@@ -245,6 +248,77 @@ class SshTransport:
         self._client.close()
 
 
+@dataclass(frozen=True)
+class KnownHosts:
+    """The usable lines of a known_hosts file, and the keys it marks @revoked (by line)."""
+
+    entries: tuple[paramiko.hostkeys.HostKeyEntry, ...] = ()
+    revoked: tuple[tuple[int, paramiko.PKey], ...] = ()
+
+
+def read_known_hosts(path: Path) -> KnownHosts:
+    """Parse an OpenSSH known_hosts file; a missing file knows no host.
+
+    Lines kzbuild cannot use (@cert-authority, key types paramiko lacks, garbage) are skipped
+    with a warning naming the line; hashed host names work. A key marked @revoked is refused
+    for every host, even where another line lists it.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return KnownHosts()
+    except OSError as exc:
+        raise DeviceError(f"cannot read known_hosts file {path}: {exc.strerror}") from exc
+    entries: list[paramiko.hostkeys.HostKeyEntry] = []
+    revoked: list[tuple[int, paramiko.PKey]] = []
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        line = raw.strip()
+        if not line or line.startswith(b"#"):
+            continue
+        try:
+            text = line.decode("ascii")
+        except UnicodeDecodeError:
+            log.warning("%s:%d: skipped: not a known_hosts line (bytes that are not ASCII)", path, number)
+            continue
+        marker = text.split(None, 1)[0] if text.startswith("@") else None
+        if marker == "@cert-authority":
+            log.warning("%s:%d: skipped: @cert-authority lines are not supported; list the host's own key", path, number)
+            continue
+        if marker not in (None, "@revoked"):
+            log.warning("%s:%d: skipped: unknown marker %s", path, number, marker)
+            continue
+        entry_text = " ".join(text.split()[1:] if marker else text.split())  # paramiko splits on single spaces only
+        try:
+            entry = paramiko.hostkeys.HostKeyEntry.from_line(entry_text, number)
+        except (paramiko.hostkeys.InvalidHostKey, paramiko.SSHException, ValueError, IndexError, struct.error) as exc:
+            log.warning("%s:%d: skipped: unreadable key: %s", path, number, exc)
+            continue
+        if entry is None or entry.key is None:
+            log.warning("%s:%d: skipped: not 'HOSTS KEY-TYPE BASE64-KEY', or a key type kzbuild cannot use", path, number)
+            continue
+        if not all(_valid_host_pattern(name) for name in entry.hostnames):
+            log.warning("%s:%d: skipped: a hashed host name (|1|salt|hash) that is not two base64 SHA-1 values", path, number)
+            continue
+        if marker == "@revoked":
+            revoked.append((number, entry.key))
+        else:
+            entries.append(entry)
+    revoked_keys = {(key.get_name(), key.asbytes()) for _, key in revoked}
+    usable = tuple(e for e in entries if (e.key.get_name(), e.key.asbytes()) not in revoked_keys)
+    return KnownHosts(entries=usable, revoked=tuple(revoked))
+
+
+def _valid_host_pattern(name: str) -> bool:
+    """A plain name, or a hashed one paramiko can check (it asserts on a salt of the wrong size)."""
+    if not name.startswith("|1|"):
+        return bool(name)
+    salt, _, digest = name[3:].partition("|")
+    try:
+        return len(base64.b64decode(salt, validate=True)) == len(base64.b64decode(digest, validate=True)) == hashlib.sha1().digest_size
+    except ValueError:  # binascii.Error
+        return False
+
+
 def _known_hosts_name(device: Device) -> str:
     return device.host if device.port == 22 else f"[{device.host}]:{device.port}"  # type: ignore[return-value]
 
@@ -252,12 +326,20 @@ def _known_hosts_name(device: Device) -> str:
 class _UnknownHostKey(paramiko.MissingHostKeyPolicy):
     """Refuse a host key that known_hosts lacks, or (trust_new_host) append it there."""
 
-    def __init__(self, transport: SshTransport, trust_new_host: bool) -> None:
+    def __init__(self, transport: SshTransport, trust_new_host: bool, revoked: tuple[tuple[int, paramiko.PKey], ...]) -> None:
         self.transport = transport
         self.trust_new_host = trust_new_host
+        self.revoked = revoked
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
         known_hosts = self.transport.known_hosts
+        for line, revoked_key in self.revoked:
+            if revoked_key.get_name() == key.get_name() and revoked_key.asbytes() == key.asbytes():
+                raise DeviceError(
+                    f"{self.transport.address}: the host key of {hostname} ({key.get_name()} {key.fingerprint}) "
+                    f"is marked @revoked in {known_hosts}:{line}; refusing to connect",
+                    hint="a revoked key is never accepted, not even with --trust-new-host",
+                )
         if not self.trust_new_host:
             raise DeviceError(
                 f"{self.transport.address}: unknown host key for {hostname}: {key.get_name()} {key.fingerprint} "

@@ -58,6 +58,7 @@ class BuildPlan:
     target: str
     build_id: str
     build_commit: str  # what the binaries report (LLAMA_BUILD_COMMIT)
+    lock_sha256: str  # sha256 of the recipe's lock (recipes/<recipe>.lock.json) the tree was synced to
     inputs: Mapping[str, Any]  # everything hashed into the build id
     source: Path
     build_dir: Path
@@ -80,6 +81,7 @@ class BuildPlan:
             "target": self.target,
             "build_id": self.build_id,
             "build_commit": self.build_commit,
+            "lock_sha256": self.lock_sha256,
             "source": str(self.source),
             "build_dir": str(self.build_dir),
             "artifact": str(self.artifact_dir),

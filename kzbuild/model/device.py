@@ -29,5 +29,6 @@ class Device:
             return f"adb:{self.serial}"
         if self.transport == "ssh":
             user = f"{self.user}@" if self.user else ""
-            return f"ssh://{user}{self.host}:{self.port}"
+            host = f"[{self.host}]" if ":" in (self.host or "") else self.host  # IPv6, as in the spec
+            return f"ssh://{user}{host}:{self.port}"
         return f"local:{self.root}"

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, cast, get_args
 
-from kzbuild.jsonfields import Fields
+from kzbuild.model.jsonfields import Fields
 
 RecordKind = Literal["bench", "manual"]
 MAX_SAMPLES = 10_000  # repetitions of one test: more is junk, not a benchmark

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kzbuild import deploy
+from kzbuild.artifacts import load_artifact
 from kzbuild.errors import ConfigError
 from kzbuild.model.artifact import ArtifactFile, files_digest, parse_mode
 
@@ -48,7 +48,7 @@ def test_bad_manifests_are_explained(artifacts, change, message):
     build = artifacts.make("b1")
     rewrite(build, change)
     with pytest.raises(ConfigError) as caught:
-        deploy.load_artifact(build)
+        load_artifact(build)
     assert message in caught.value.message
     assert str(build / "manifest.json") in caught.value.message
 
@@ -57,7 +57,7 @@ def test_size_mismatch_hints_at_a_rebuild(artifacts):
     build = artifacts.make("b1")
     rewrite(build, lambda d: d["files"]["lib/libgreet.so"].update(size=1))
     with pytest.raises(ConfigError) as caught:
-        deploy.load_artifact(build)
+        load_artifact(build)
     assert "bytes on disk but 1 in the manifest" in caught.value.message
     assert caught.value.hint == "the artifact changed after it was built; rebuild it"
 
@@ -66,12 +66,12 @@ def test_invalid_json_and_missing_manifest(artifacts, tmp_path):
     build = artifacts.make("b1")
     (build / "manifest.json").write_text("{not json")
     with pytest.raises(ConfigError, match="the manifest is not valid JSON"):
-        deploy.load_artifact(build)
+        load_artifact(build)
     (build / "manifest.json").write_text("[1]")
     with pytest.raises(ConfigError, match="the manifest must be a JSON object"):
-        deploy.load_artifact(build)
+        load_artifact(build)
     with pytest.raises(ConfigError, match="cannot read the manifest"):
-        deploy.load_artifact(tmp_path)
+        load_artifact(tmp_path)
 
 
 def test_unknown_artifact_reference(kz, tmp_path):

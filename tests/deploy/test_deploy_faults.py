@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from kzbuild.artifacts import load_artifact
 from kzbuild.devices import devicelock
 from kzbuild.errors import Busy, DeviceError
 from tests.deploy import fault_driver
@@ -286,7 +287,7 @@ def test_push_failing_with_enospc_keeps_current_over_every_transport(kz, target,
     from kzbuild.devices.registry import connect, parse_device_spec
 
     deployed(kz, target, artifacts.make("b1"))
-    build2 = deploy.load_artifact(artifacts.make("b2", greeting="v2", blob_seed=2, blob_size=300_000))
+    build2 = load_artifact(artifacts.make("b2", greeting="v2", blob_seed=2, blob_size=300_000))
     device = parse_device_spec(target.spec)
     transport = NoSpaceTransport(connect(device), budget=100_000)
     try:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kzbuild import deploy
+from kzbuild.artifacts import load_artifact
 from kzbuild.devices.local import LocalTransport
 from kzbuild.errors import DeviceError
 from kzbuild.model.device import Device
@@ -82,8 +83,8 @@ def test_human_summary_names_counts_bytes_and_time(kz, artifacts, tmp_path):
 def test_cut_deploy_keeps_current_and_the_next_one_resumes(artifacts, tmp_path):
     root = tmp_path / "device"
     device = Device(name="t", transport="local", root=str(root))
-    deploy.deploy(LocalTransport(str(root)), device, deploy.load_artifact(artifacts.make("b1")))
-    build2 = deploy.load_artifact(artifacts.make("b2", blob_seed=2, blob_size=512 * 1024))
+    deploy.deploy(LocalTransport(str(root)), device, load_artifact(artifacts.make("b1")))
+    build2 = load_artifact(artifacts.make("b2", blob_seed=2, blob_size=512 * 1024))
     blob = next(entry for entry in build2.files if entry.path == "lib/libblob.so")
     with pytest.raises(DeviceError, match="connection lost"):
         deploy.deploy(CuttingTransport(str(root), budget=200 * 1024), device, build2)
@@ -101,7 +102,7 @@ def test_cut_deploy_keeps_current_and_the_next_one_resumes(artifacts, tmp_path):
 
 def test_a_corrupt_upload_is_caught_on_the_device_and_removed(artifacts, tmp_path):
     build = artifacts.make("b1")
-    loaded = deploy.load_artifact(build)
+    loaded = load_artifact(build)
     (build / "lib" / "libgreet.so").write_bytes(b"X" * (build / "lib" / "libgreet.so").stat().st_size)  # same size, other bytes
     root = tmp_path / "device"
     with pytest.raises(DeviceError) as caught:
@@ -227,12 +228,12 @@ def test_the_recipes_newest_artifact_is_the_default(kz, project, artifacts, tmp_
 def test_write_manifest_matches_the_loader(artifacts):
     build = artifacts.make("b1")
     write_manifest(build, "b1")
-    assert deploy.load_artifact(build).build_id == "b1"
+    assert load_artifact(build).build_id == "b1"
 
 
 def test_progress_reports_bytes_per_file_up_to_the_total(artifacts, tmp_path):
     root = tmp_path / "device"
-    build = deploy.load_artifact(artifacts.make("b1", blob_size=3 << 20))
+    build = load_artifact(artifacts.make("b1", blob_size=3 << 20))
     events = []
     result = deploy.deploy(LocalTransport(str(root)), Device(name="t", transport="local", root=str(root)), build, on_progress=events.append)
     assert {event.total for event in events} == {result.bytes_sent}

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kzbuild import deploy
+from kzbuild.artifacts import load_artifact
 from kzbuild.devices.local import LocalTransport
 from kzbuild.errors import ConfigError, DeviceError
 from kzbuild.model.device import Device
@@ -178,9 +179,9 @@ def test_a_failed_repair_marks_the_release_and_a_good_deploy_clears_it(kz, artif
 def test_a_partial_upload_with_other_links_is_never_appended_to(artifacts, tmp_path):
     root = tmp_path / "device"
     device = Device(name="t", transport="local", root=str(root))
-    build1 = deploy.load_artifact(artifacts.make("b1", extra={"share/small.txt": b"x"}))
+    build1 = load_artifact(artifacts.make("b1", extra={"share/small.txt": b"x"}))
     deploy.deploy(LocalTransport(str(root)), device, build1)
-    build2 = deploy.load_artifact(artifacts.make("b2", greeting="hello from v2"))
+    build2 = load_artifact(artifacts.make("b2", greeting="hello from v2"))
     new = build2.file("lib/libgreet.so")
     # a hard link in incoming/ under the name of the next upload, shorter than it: a resume would append through it
     os.link(root / "objects" / build1.file("share/small.txt").sha256, root / "incoming" / new.sha256)
@@ -348,7 +349,7 @@ class CountingTransport(LocalTransport):
 def test_a_no_op_redeploy_verifies_in_one_extra_round_trip(artifacts, tmp_path):
     root = tmp_path / "device"
     device = Device(name="t", transport="local", root=str(root))
-    build = deploy.load_artifact(artifacts.make("b1"))
+    build = load_artifact(artifacts.make("b1"))
     deploy.deploy(LocalTransport(str(root)), device, build)
     counting = CountingTransport(str(root))
     assert deploy.deploy(counting, device, build).repaired == ()
