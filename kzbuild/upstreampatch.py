@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from pathlib import Path
 
 from kzbuild import build as builds
 from kzbuild.errors import BuildFailed
@@ -72,12 +71,12 @@ def _applies_alone(settings: Settings, recipe: Recipe, patch: Patch, text: str, 
 def _builds_alone(settings: Settings, recipe: Recipe, name: str, text: str, environ: Mapping[str, str]) -> UpstreamStep:
     """Build the pin plus this patch alone, with a one-patch series in a scratch work dir of its own
     (its worktree, lock and artifacts stay out of the project; ccache is shared, so it stays cheap)."""
-    root = settings.scratch / "upstream" / recipe.name.replace("/", "--")
+    root = settings.work / "alone" / recipe.name.replace("/", "--")  # not under scratch/, which holds one repo per recipe name
     series = root / "patches" / "series"
     series.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(series.parent / name, text.encode("utf-8"))
     write_atomic(series, f"{name}\n".encode())
-    alone = replace(recipe, path=root / Path(recipe.path).name, series=series)
+    alone = replace(recipe, path=root / recipe.path.name, series=series)
     scratch_settings = replace(settings, work=root / "work")
     label = f"builds for {HOST_TARGET} (the pin plus this patch alone)"
     try:

@@ -98,6 +98,9 @@ def test_builds_alone_for_the_host(tiny, kz):  # noqa: F811
     result = kz("patches", "upstream", "answer.patch", "--recipe", "tiny", "--json")
     assert result.code == 0, result.err
     assert steps(result) == [("apply", "pass"), ("build", "pass")]
+    artifacts = tiny.project.work / "alone" / "tiny" / "work" / "artifacts"
+    built = next(a for a in artifacts.glob("host-*") if a.is_dir())
+    assert (built / "lib" / "libggml.so").is_file()
     assert not (tiny.project.work / "src").exists()  # the user's worktree is not touched
     assert not (tiny.project.root / "recipes" / "tiny.lock.json").exists()
 
