@@ -45,9 +45,9 @@ def check_upstream(
     targets += [resolve_target(settings, recipe, ref, progress) for ref in against]
     steps = [_applies_alone(settings, recipe, patch, text, target, progress) for target in targets]
     if not build:
-        steps.append(UpstreamStep("build", f"builds for {HOST_TARGET}", StepStatus.SKIPPED, detail="skipped (--no-build)"))
+        steps.append(UpstreamStep("build", f"build for {HOST_TARGET}", StepStatus.SKIPPED, detail="--no-build"))
     elif steps[0].status is StepStatus.FAILED:
-        steps.append(UpstreamStep("build", f"builds for {HOST_TARGET}", StepStatus.SKIPPED, detail="skipped: it does not apply at the pin"))
+        steps.append(UpstreamStep("build", f"build for {HOST_TARGET}", StepStatus.SKIPPED, detail="it does not apply at the pin"))
     else:
         steps.append(_builds_alone(settings, recipe, patch.name, text, environ))
     return UpstreamCheck(patch.name, text, tuple(steps))
@@ -61,7 +61,7 @@ def _applies_alone(settings: Settings, recipe: Recipe, patch: Patch, text: str, 
         scratch.prepare()
         scratch.load(target.commit)
         result = apply(scratch.git, patch, text=text)
-    label = f"applies alone at {target.label}" if target.commit == recipe.upstream.commit else f"applies alone at {target.label} ({target.commit[:12]})"
+    label = f"apply alone at {target.label}" if target.commit == recipe.upstream.commit else f"apply alone at {target.label} ({target.commit[:12]})"
     if result.ok:
         return UpstreamStep("apply", label, StepStatus.PASSED)
     files = tuple(dict.fromkeys(failure[0] for failure in failed_hunks(patch, result.stderr)))
@@ -78,9 +78,9 @@ def _builds_alone(settings: Settings, recipe: Recipe, name: str, text: str, envi
     write_atomic(series, f"{name}\n".encode())
     alone = replace(recipe, path=root / recipe.path.name, series=series)
     scratch_settings = replace(settings, work=root / "work")
-    label = f"builds for {HOST_TARGET} (the pin plus this patch alone)"
+    label = f"build for {HOST_TARGET}, the pin plus this patch alone"
     try:
         builds.build(builds.prepare(scratch_settings, alone, HOST_TARGET, environ=environ))
     except BuildFailed as exc:
-        return UpstreamStep("build", label, StepStatus.FAILED, detail=exc.message)
+        return UpstreamStep("build", label, StepStatus.FAILED, detail="\n".join(filter(None, (exc.message, exc.hint))))
     return UpstreamStep("build", label, StepStatus.PASSED)

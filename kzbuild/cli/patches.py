@@ -216,8 +216,8 @@ def upstream_command(
     if failed is None:
         return
     if failed.kind == "build":
-        raise BuildFailed(f"{report.patch} {failed.label}: no\n  {failed.detail}")
-    raise PatchError(f"{report.patch} does not apply alone at {failed.label.removeprefix('applies alone at ')}: {', '.join(failed.files) or failed.detail}")
+        raise BuildFailed(f"{report.patch}: cannot {failed.label} (its check shows the compiler's last lines)")
+    raise PatchError(f"{report.patch}: cannot {failed.label}: {', '.join(failed.files) or failed.detail}")
 
 
 @patches_app.command("export")

@@ -152,10 +152,10 @@ class UpstreamStep:
     """One check of ``kzbuild patches upstream``: the patch applied alone at a commit, or built for the host."""
 
     kind: str  # "apply" or "build"
-    label: str  # what was checked, for people
+    label: str  # what was checked, as a verb phrase: "apply alone at the pin 0c1e57098..."
     status: StepStatus
     files: tuple[str, ...] = ()  # apply: the files that do not apply
-    detail: str = ""  # apply: git's errors; build: the compiler's last lines; skipped: why
+    detail: str = ""  # apply: git's errors; build: the compiler's last lines and the log; skipped: why
 
     def to_dict(self) -> dict[str, object]:
         return {"kind": self.kind, "label": self.label, "status": self.status.value, "files": list(self.files), "detail": self.detail}
