@@ -284,6 +284,29 @@ def hunk_text(patch: Patch, change: FileChange, hunk: Hunk) -> str:
     return "\n".join(header + lines[hunk.line - 1 : hunk.end]) + "\n"
 
 
+def without_kz_trailers(patch: Patch) -> str:
+    """The patch file as upstream would receive it: kzbuild's trailers removed, everything else
+    (headers, message, other trailers such as Signed-off-by, the diff) byte for byte."""
+    lines = patch.path.read_bytes().decode("utf-8", errors="replace").split("\n")
+    drop = set()
+    for trailer in patch.trailers:
+        if trailer.key in KZ_TRAILERS:
+            number = trailer.line
+            drop.add(number)
+            while number < len(lines) and lines[number][:1] in (" ", "\t"):  # its continuation lines
+                number += 1
+                drop.add(number)
+    kept = [line for number, line in enumerate(lines, 1) if number not in drop]
+    # A trailer block left empty would leave blank lines before the "---" that ends the message;
+    # the blank line that ends the mail headers stays.
+    headers_end = next((i for i, line in enumerate(kept) if not line.strip()), len(kept))
+    end = next((i for i, line in enumerate(kept) if i > headers_end and is_patch_start(line.rstrip("\r"))), len(kept))
+    message_end = end
+    while message_end > headers_end + 1 and not kept[message_end - 1].strip():
+        message_end -= 1
+    return "\n".join(kept[:message_end] + kept[end:])
+
+
 # --- trailers and lint ---
 
 
@@ -424,7 +447,7 @@ def record_drop(path: Path, record: DropRecord) -> None:
 def drop_patch(series_path: Path, name: str, *, reason: str, upstream: str | None = None, today: date | None = None) -> DropRecord:
     """Remove ``name`` from the series, delete its file and log why (with its subject and upstream status)."""
     series = read_series(series_path)
-    entry = _require(series, name)
+    entry = require_entry(series, name)
     name = entry.name
     patch = read_patch(entry.path, name)
     record = DropRecord(
@@ -446,8 +469,8 @@ def move_patch(series_path: Path, name: str, *, before: str | None = None, after
     if (before is None) == (after is None):
         raise ConfigError("say where to move it: --before OTHER or --after OTHER")
     series = read_series(series_path)
-    name = _require(series, name).name
-    other = _require(series, before or after or "").name
+    name = require_entry(series, name).name
+    other = require_entry(series, before or after or "").name
     if other == name:
         raise ConfigError(f"cannot move {name} relative to itself")
     names = series.names()
@@ -462,7 +485,7 @@ def move_patch(series_path: Path, name: str, *, before: str | None = None, after
     return [n for n in crossed if mine & {f.path for f in read_patch(series.directory / n).files}]
 
 
-def _require(series: Series, name: str) -> SeriesEntry:
+def require_entry(series: Series, name: str) -> SeriesEntry:
     entry = series.entry(name) or series.entry(f"{name}.patch")
     if entry is None:
         close = difflib.get_close_matches(name, series.names(), n=1)

@@ -6,6 +6,7 @@ included) would otherwise pay for loading them.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -15,8 +16,8 @@ from rich.table import Table
 
 from kzbuild import recipes
 from kzbuild.cli.sync import DEFAULT_RECIPE, JsonOpt, RecipeArg
-from kzbuild.cli.ui import activity, console, context, not_empty, print_json
-from kzbuild.errors import PatchError
+from kzbuild.cli.ui import activity, console, context, err_console, not_empty, print_json
+from kzbuild.errors import BuildFailed, PatchError
 from kzbuild.settings import Settings
 
 if TYPE_CHECKING:
@@ -174,6 +175,49 @@ def _print_check(report: StackCheck) -> None:
     console.print(table)
     for note in report.notes:
         console.print(f"[dim]{escape(note)}[/dim]")
+
+
+@patches_app.command("upstream")
+def upstream_command(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(callback=not_empty, help="Patch file name as in the series.")],
+    recipe: Annotated[str, typer.Option("--recipe", callback=not_empty, help="Recipe whose series and pin to use.")] = DEFAULT_RECIPE,
+    against: Annotated[Optional[str], typer.Option("--against", callback=not_empty, help="Also apply it alone at this upstream commit: sha, branch of the remote, or pypi:llama-cpp-python==X.")] = None,
+    no_build: Annotated[bool, typer.Option("--no-build", help="Skip building the pin plus this patch for the host.")] = False,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the patch as upstream receives it here (default: stdout, unless --json).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """The patch as upstream would receive it (kzbuild's trailers stripped), applied alone at the pin (and --against), built for the host."""
+    from kzbuild.upstreampatch import check_upstream
+
+    settings = context(ctx).settings
+    loaded = recipes.load_recipe(settings.project, recipe)
+    with activity(f"checking {name} alone") as progress:
+        report = check_upstream(
+            settings, loaded, name, against=(against,) if against else (), build=not no_build, environ=os.environ, progress=progress,
+        )
+    if output is not None:
+        output.write_text(report.text, encoding="utf-8")
+    if json_out:
+        print_json({"recipe": loaded.name, **report.to_dict()})
+    elif output is None:
+        typer.echo(report.text, nl=False)
+    if not json_out:
+        shown = console if output is not None else err_console  # stdout holds the mbox
+        style = {"pass": "green", "fail": "bold red", "skipped": "yellow"}
+        for step in report.steps:
+            mark = style[step.status.value]
+            shown.print(f"[{mark}]{step.status.value}[/{mark}] {escape(step.label)}")
+            if step.files:
+                shown.print(f"  does not apply: {escape(', '.join(step.files))}")
+            if step.detail:
+                shown.print(escape("\n".join(f"  {line}" for line in step.detail.splitlines())))
+    failed = report.first_failure
+    if failed is None:
+        return
+    if failed.kind == "build":
+        raise BuildFailed(f"{report.patch}: cannot {failed.label} (its check shows the compiler's last lines)")
+    raise PatchError(f"{report.patch}: cannot {failed.label}: {', '.join(failed.files) or failed.detail}")
 
 
 @patches_app.command("export")

@@ -139,3 +139,39 @@ class ExportResult:
     @property
     def changed(self) -> bool:
         return bool(self.written or self.added or self.removed or self.series_changed)
+
+
+class StepStatus(str, Enum):
+    PASSED = "pass"
+    FAILED = "fail"
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class UpstreamStep:
+    """One check of ``kzbuild patches upstream``: the patch applied alone at a commit, or built for the host."""
+
+    kind: str  # "apply" or "build"
+    label: str  # what was checked, as a verb phrase: "apply alone at the pin 0c1e57098..."
+    status: StepStatus
+    files: tuple[str, ...] = ()  # apply: the files that do not apply
+    detail: str = ""  # apply: git's errors; build: the compiler's last lines and the log; skipped: why
+
+    def to_dict(self) -> dict[str, object]:
+        return {"kind": self.kind, "label": self.label, "status": self.status.value, "files": list(self.files), "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class UpstreamCheck:
+    """A patch as upstream would receive it (kzbuild's trailers stripped), and whether it stands alone."""
+
+    patch: str
+    text: str  # the stripped mbox
+    steps: tuple[UpstreamStep, ...]
+
+    @property
+    def first_failure(self) -> UpstreamStep | None:
+        return next((s for s in self.steps if s.status is StepStatus.FAILED), None)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"patch": self.patch, "text": self.text, "steps": [s.to_dict() for s in self.steps], "ok": self.first_failure is None}
