@@ -340,6 +340,22 @@ def test_config_errors_name_the_file_line_and_problem(kz, damaged, relpath, data
     assert said in unwrapped(outcome.output), outcome.output
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_a_wait_that_is_not_a_finite_count_of_seconds_is_a_usage_error(kz, value):
+    outcome = kz("deploy", "--artifact", "x", "--device", "local", f"--wait={value}")
+    check(outcome, expect={2})
+    assert "--wait" in unwrapped(outcome.output), outcome.output
+
+
+def test_a_quoted_port_in_devices_yaml_is_a_number(project):
+    from kzbuild.devices.registry import load_devices
+    from kzbuild.settings import Settings
+
+    (project / "recipes" / "devices.yaml").write_text('devices: {t: {transport: ssh, host: h, port: "2222"}}\n')
+    device = load_devices(Settings(project=project, cache=project / "cache", work=project / "work"))["t"]
+    assert device.port == 2222 and isinstance(device.port, int)  # known_hosts names [h]:2222 by an int compare
+
+
 def test_a_patch_that_is_not_utf8_or_has_undecodable_headers_is_a_lint_problem(kz, damaged):
     relpath = "patches/common-fit-counts-CPU_REPACK-as-host-memory.patch"
     original = (REPO / relpath).read_bytes()

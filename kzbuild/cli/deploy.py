@@ -19,15 +19,22 @@ from kzbuild.devices.base import Transport
 from kzbuild.devices.registry import connect, resolve_device
 from kzbuild.devices.store import TransferProgress
 from kzbuild.model.device import Device
+from kzbuild.run import check_seconds
 from kzbuild.settings import Settings
 
 DeviceOpt = Annotated[
     Optional[str],
     typer.Option("--device", "-d", callback=not_empty, help="A device name from recipes/devices.yaml, adb:SERIAL[:ROOT], ssh://user@host:port/ROOT or local:/path. Default: the recipe's device, else local.", autocompletion=complete_device),
 ]
+def finite_wait(value: float) -> float:
+    """typer callback: click's range check lets nan and inf through, and a nan wait never ends."""
+    check_seconds("--wait", value, zero_ok=True)
+    return value
+
+
 WaitOpt = Annotated[
     float,
-    typer.Option("--wait", min=0, help="Seconds to wait while another kzbuild writes to the device root (it holds ROOT/.lock), then exit 10. Default 0: exit 10 at once."),
+    typer.Option("--wait", min=0, callback=finite_wait, help="Seconds to wait while another kzbuild writes to the device root (it holds ROOT/.lock), then exit 10. Default 0: exit 10 at once."),
 ]
 TrustOpt = Annotated[bool, typer.Option("--trust-new-host", help="ssh: accept and store an unknown host key on first use (a changed key is always refused).")]
 

@@ -84,7 +84,7 @@ def parse_device(name: str, entry: yamlconf.Mapping) -> Device:
         root=root,
         serial=entry.get_str("serial"),
         host=entry.get_str("host"),
-        port=port,
+        port=int(port),  # port_problem() admitted an int or a string of digits ("2222" quoted in YAML)
         user=entry.get_str("user"),
         key=entry.get_path("key"),
         env=tuple(env) if "env" in entry else DEFAULT_ENV,
