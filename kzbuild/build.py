@@ -187,6 +187,11 @@ def effective_tools(recipe: Recipe, extra: Sequence[str]) -> tuple[str, ...]:
     return tuple(tools)
 
 
+def target_cmake(tgt: Target) -> dict[str, str]:
+    """The cmake definitions every build of ``tgt`` starts from (hashed into its build id)."""
+    return dict((*COMMON_CMAKE, *tgt.cmake))
+
+
 def build_inputs(recipe: Recipe, lock: Lock, tgt: Target, tools: Sequence[str], toolchains: Sequence[Found]) -> dict[str, object]:
     """Everything hashed into the build id. Paths never enter: the same inputs anywhere give the same id."""
     return {
@@ -196,7 +201,7 @@ def build_inputs(recipe: Recipe, lock: Lock, tgt: Target, tools: Sequence[str], 
         "patches": [[p.file, p.sha256] for p in lock.patches],
         "overlays": lock.overlay_digest,
         # the target's own definitions too: a change to them is a different binary under any version
-        "build": {"tools": list(tools), "cmake": dict(recipe.build.cmake), "target_cmake": dict((*COMMON_CMAKE, *tgt.cmake))},
+        "build": {"tools": list(tools), "cmake": dict(recipe.build.cmake), "target_cmake": target_cmake(tgt)},
         "toolchains": [found.identity() for found in sorted(toolchains, key=lambda f: f.name)],
     }
 
@@ -237,8 +242,7 @@ def plan_build(
                 return value
         return f"<{key}>"
 
-    cmake_defs: dict[str, str] = dict(COMMON_CMAKE)
-    cmake_defs.update(tgt.cmake)
+    cmake_defs = target_cmake(tgt)
     for found in used:
         cmake_defs.update(found.cmake_options())
     cmake_defs["LLAMA_BUILD_SERVER"] = "ON" if set(tools) & set(SERVER_TOOLS) else "OFF"
