@@ -65,3 +65,11 @@ def test_bash_completes_commands_recipes_devices_and_run_ids(project):
 
 def test_outside_a_project_completion_offers_nothing_and_prints_no_error(tmp_path):
     assert bash_complete(tmp_path, "sync", "") == []
+
+
+def test_completion_reads_the_project_and_dirs_given_on_the_command_line(project, tmp_path):
+    project.recipe("demo-host", commit="a" * 40, sources=["path: /nowhere"])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    words = ("--project", str(project.root), "--cache-dir", str(tmp_path / "cache"), "--work-dir", str(tmp_path / "work"), "sync", "demo")
+    assert bash_complete(elsewhere, *words) == ["demo-host"]

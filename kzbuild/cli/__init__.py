@@ -6,7 +6,6 @@ into its message and exit code; a traceback shows only with ``-vv``.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -22,9 +21,8 @@ from kzbuild.cli import device as device_commands
 from kzbuild.cli import models as models_commands
 from kzbuild.cli import patches as patches_commands
 from kzbuild.cli import sync as sync_commands
-from kzbuild.cli.ui import Context, console, err_console, setup_logging, tracebacks_wanted
+from kzbuild.cli.ui import Context, console, err_console, resolve_settings, setup_logging, tracebacks_wanted
 from kzbuild.errors import KzError
-from kzbuild.settings import Settings
 
 INTERNAL_ERROR = 70  # EX_SOFTWARE: an exception kzbuild has no class for is a bug
 INTERRUPTED = 130  # 128 + SIGINT, as shells report it
@@ -61,7 +59,7 @@ def root(
     setup_logging(verbose)
     ctx.obj = Context(
         verbose=verbose,
-        settings_factory=lambda: Settings.resolve(os.environ, cwd=Path.cwd(), project=project, cache=cache_dir, work=work_dir, results=results_dir),
+        settings_factory=lambda: resolve_settings(ctx.params),
     )
 
 

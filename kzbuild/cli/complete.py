@@ -3,12 +3,10 @@ network, no git. A failure offers nothing rather than printing into the user's s
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import typer
 
 from kzbuild import recipes, results
+from kzbuild.cli.ui import resolve_settings
 from kzbuild.devices.registry import load_devices
 from kzbuild.errors import KzError
 from kzbuild.settings import Settings
@@ -16,8 +14,7 @@ from kzbuild.settings import Settings
 
 def _settings(ctx: typer.Context) -> Settings:
     """The settings the command would use; the root callback has not run while completing."""
-    given = ctx.find_root().params
-    return Settings.resolve(os.environ, cwd=Path.cwd(), project=given.get("project"), work=given.get("work_dir"), results=given.get("results_dir"))
+    return resolve_settings(ctx.find_root().params)
 
 
 def complete_recipe(ctx: typer.Context, incomplete: str) -> list[str]:

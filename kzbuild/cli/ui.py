@@ -9,10 +9,12 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -42,6 +44,19 @@ def context(ctx: typer.Context) -> Context:
     obj = ctx.find_root().obj
     assert isinstance(obj, Context)
     return obj
+
+
+def resolve_settings(root_params: Mapping[str, Any]) -> Settings:
+    """Settings from the root options (--project, --cache-dir, --work-dir, --results-dir) and the
+    env: one place for the commands and for shell completion, which runs before the root callback."""
+
+    def path(name: str) -> Path | None:
+        value = root_params.get(name)  # click keeps a path option as the string given
+        return None if value is None else Path(value)
+
+    return Settings.resolve(
+        os.environ, cwd=Path.cwd(), project=path("project"), cache=path("cache_dir"), work=path("work_dir"), results=path("results_dir"),
+    )
 
 
 def not_empty(value: str | None) -> str | None:
