@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from kzbuild import proc
 from kzbuild.artifacts import sha256_file
 from kzbuild.errors import ConfigError, PatchError, WorktreeError
+from kzbuild.files import write_atomic
 from kzbuild.gitcmd import KZ_EMAIL, Git
 from kzbuild.model.check import ExportResult
 from kzbuild.model.patch import DROP_WHEN, KZ_TEST, UPSTREAM_PR, UPSTREAM_STATUS, Patch
@@ -31,7 +32,7 @@ from kzbuild.model.stack import SeriesEntry
 from kzbuild.patchapply import patch_id
 from kzbuild.patchfile import DIFF_OPTIONS, parse_patch, patch_file_name, read_patch, trailer_value_problem
 from kzbuild.settings import Settings
-from kzbuild.stack import read_series, reorder_series, write_atomic
+from kzbuild.stack import read_series, reorder_series
 from kzbuild.sync import Lock, Worktree, WorktreeState, read_lock
 
 EXPORT_STATE = "kz-export.json"  # inside the worktree's .git: the series as this worktree last wrote it

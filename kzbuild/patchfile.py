@@ -18,6 +18,7 @@ import yaml
 
 from kzbuild import yamlconf
 from kzbuild.errors import ConfigError
+from kzbuild.files import write_atomic
 from kzbuild.model.patch import (
     DROP_WHEN,
     KZ_TRAILERS,
@@ -32,7 +33,7 @@ from kzbuild.model.patch import (
     Trailer,
 )
 from kzbuild.model.stack import Problem, Series, SeriesEntry
-from kzbuild.stack import parse_series, read_series, reorder_series, series_files, unlisted_patches, write_atomic
+from kzbuild.stack import parse_series, read_series, reorder_series, series_files, unlisted_patches
 
 DROPPED_LOG = "DROPPED.yaml"
 # Every diff kzbuild writes or compares is made with these, whatever the local git config says,

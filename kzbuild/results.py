@@ -27,6 +27,7 @@ from typing import TypeVar
 from kzbuild import yamlconf
 from kzbuild.errors import BadRecord, Busy, ConfigError, ResultsDatabaseDamaged, ResultsError
 from kzbuild.filelock import locked
+from kzbuild.files import write_atomic
 from kzbuild.model.bench import ENV_AXIS_PREFIX, OPTIONS_BY_NAME
 from kzbuild.model.jsonfields import loads, number_or_none
 from kzbuild.model.result import BenchRecord, BuildInfo, DeviceInfo, ModelInfo, Summary, canonical_json, content_id, summarize
@@ -296,12 +297,7 @@ class ResultsStore:
     def _export(self) -> None:
         """Rewrite results.jsonl: measured records, one per line, stable order; replaced in one step."""
         lines = [row[0] + "\n" for row in self.conn.execute(f"SELECT record FROM records WHERE kind = 'bench' {RECORD_ORDER}")]
-        temp = self.jsonl_path.with_suffix(".jsonl.tmp")
-        with open(temp, "w", encoding="utf-8") as out:
-            out.write("".join(lines))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp, self.jsonl_path)
+        write_atomic(self.jsonl_path, "".join(lines).encode("utf-8"))
 
     def _stamp_export(self) -> None:
         self.conn.execute("INSERT OR REPLACE INTO imported_files VALUES (?, ?)", (self.jsonl_path.name, _stamp(self.jsonl_path)))

@@ -7,12 +7,11 @@ sync import it on every kzbuild start.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from kzbuild.errors import ConfigError
+from kzbuild.files import write_atomic
 from kzbuild.model.stack import Problem, Series, SeriesEntry
 from kzbuild.yamlconf import read_text
 
@@ -130,14 +129,3 @@ def reorder_series(path: Path, names: list[str]) -> bool:
     write_atomic(path, new_text.encode("utf-8"))
     return True
 
-
-def write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -30,11 +30,12 @@ from kzbuild import __version__
 from kzbuild.artifacts import sha256_file
 from kzbuild.errors import PatchError, WorktreeError
 from kzbuild.filelock import locked
+from kzbuild.files import write_atomic
 from kzbuild.gitcmd import KZ_AUTHOR, KZ_EMAIL, Git
 from kzbuild.model.recipe import Recipe
 from kzbuild.settings import Settings
 from kzbuild.sources import ObjectCache
-from kzbuild.stack import read_series, write_atomic
+from kzbuild.stack import read_series
 
 log = logging.getLogger(__name__)
 

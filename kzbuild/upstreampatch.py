@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from kzbuild import build as builds
 from kzbuild.errors import BuildFailed
+from kzbuild.files import write_atomic
 from kzbuild.model.check import StepStatus, UpstreamCheck, UpstreamStep
 from kzbuild.model.patch import Patch
 from kzbuild.model.recipe import Recipe
@@ -19,7 +20,7 @@ from kzbuild.patchapply import apply, failed_hunks
 from kzbuild.patchfile import read_patch, require_entry, without_kz_trailers
 from kzbuild.settings import Settings
 from kzbuild.sources import Progress
-from kzbuild.stack import read_series, write_atomic
+from kzbuild.stack import read_series
 from kzbuild.stackcheck import Scratch, Target, fetch_target, resolve_target
 
 HOST_TARGET = "host"
