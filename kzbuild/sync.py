@@ -151,18 +151,12 @@ class Inputs:
             "kzbuild": __version__,
         }
 
-    def series_digest(self) -> str:
-        """One digest of the patches and overlays, for the record of a sync in progress."""
-        text = "".join(f"{name}\0{digest}\n" for name, _, digest in self.patches) + self.overlay_digest
-        return hashlib.sha256(text.encode()).hexdigest()
-
 
 @dataclass(frozen=True)
 class SyncInProgress:
     """Written before sync touches the tree, removed when it finishes: a sync killed halfway leaves it."""
 
     pin: str
-    series: str  # Inputs.series_digest()
 
 
 @dataclass(frozen=True)
@@ -189,9 +183,19 @@ class WorktreeState:
         return self.exists and not self.dirty and not self.unexported and not self.interrupted and not self.am_in_progress
 
     @property
+    def user_changes(self) -> tuple[str, ...]:
+        """Uncommitted changes that are the user's: an interrupted sync's leftovers are its own."""
+        return () if self.interrupted else self.dirty
+
+    @property
+    def user_am(self) -> bool:
+        """A git am the user stopped halfway (not the one an interrupted sync left)."""
+        return self.am_in_progress and not self.interrupted
+
+    @property
     def at_risk(self) -> bool:
         """Whether replacing the tree would lose work that is not sync's own."""
-        return bool(self.unexported or ((self.dirty or self.am_in_progress) and not self.interrupted))
+        return bool(self.unexported or self.user_changes or self.user_am)
 
 
 @dataclass(frozen=True)
@@ -247,7 +251,7 @@ class Worktree:
         try:
             data = json.loads(self.state_file.read_text())
             progress = data.get("in_progress")
-            return SyncRecord(frozenset(data["commits"]), SyncInProgress(**progress) if progress else None)
+            return SyncRecord(frozenset(data["commits"]), SyncInProgress(progress["pin"]) if progress else None)
         except (FileNotFoundError, ValueError, KeyError, TypeError):
             return SyncRecord()
 
@@ -319,7 +323,7 @@ class Worktree:
     def discard(self, state: WorktreeState, in_the_way: tuple[str, ...]) -> Discarded | None:
         """Keep what a forced sync replaces under a refs/kz/discarded/ ref: the old HEAD, and the
         uncommitted files as a commit on top of it (made with a temporary index)."""
-        changes = () if state.interrupted else state.dirty
+        changes = state.user_changes
         if not (state.unexported or changes or in_the_way):
             return None
         tip = state.head
@@ -376,13 +380,13 @@ def check_no_lost_work(state: WorktreeState, *, what: str, recipe: str) -> None:
     if not state.exists or not state.at_risk:
         return
     lines = []
-    if state.dirty and not state.interrupted:
+    if state.user_changes:
         lines.append("uncommitted changes:")
-        lines += [f"  {line}" for line in state.dirty[:20]]
+        lines += [f"  {line}" for line in state.user_changes[:20]]
     if state.unexported:
         lines.append("commits that are not in patches/:")
         lines += [f"  {line}" for line in state.unexported[:20]]
-    if state.am_in_progress and not state.interrupted:
+    if state.user_am:
         lines.append(f"a git am in progress (.git/rebase-apply): finish it (git -C {state.path} am --continue) or abort it")
     raise WorktreeError(
         f"{what} would lose work in {state.path}:\n" + "\n".join(lines),
@@ -426,7 +430,7 @@ def sync(settings: Settings, recipe: Recipe, *, force: bool = False, progress: P
         discarded = worktree.discard(state, in_the_way) if force else None
 
         git = worktree.git
-        in_progress = SyncInProgress(pin, inputs.series_digest())
+        in_progress = SyncInProgress(pin)
         worktree.save_state(worktree.made_by_sync(), in_progress)
         if state.am_in_progress:
             git("am", "--quit")  # left by a killed sync (or forced); the checkout below replaces what it did
