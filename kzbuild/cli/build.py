@@ -19,7 +19,6 @@ from kzbuild.cli.sync import DEFAULT_RECIPE, JsonOpt, RecipeArg
 from kzbuild.cli.ui import ProgressLines, console, context, err_console, not_empty, print_json
 from kzbuild.devices.registry import resolve_device
 from kzbuild.errors import ToolchainMissing
-from kzbuild.model.artifact import MANIFEST
 from kzbuild.model.build import BuildOptions, BuildPlan
 from kzbuild.model.toolchain import Found
 
@@ -71,8 +70,8 @@ def build_command(
 
 def announce_expected_duration(plan: BuildPlan) -> None:
     """Before a build that will run (its artifact is not there): how long the last one of its target took."""
-    if (plan.artifact_dir / MANIFEST).is_file():
-        return
+    if builds.existing_artifact(plan.artifact_dir.parent, plan.build_id) is not None:
+        return  # build() will reuse it
     previous = builds.previous_build(plan.artifact_dir.parent, plan.target)
     if previous is None:
         err_console.print(f"building {plan.build_id}: no earlier {plan.target} build is recorded, so no expected duration", highlight=False, soft_wrap=True)

@@ -21,8 +21,9 @@ from kzbuild.settings import Settings
 DEVICES_FILE = "devices.yaml"  # in recipes/
 DEVICE_KEYS = ("description", "transport", "serial", "host", "port", "user", "key", "root", "env", "runner")
 DEFAULT_ENV = (("LD_LIBRARY_PATH", "{current}/lib"), ("ADSP_LIBRARY_PATH", "{current}/lib"))
-ADB_SERIAL = re.compile(r"^[^\s:/]+(?::\d+)?$")  # a USB serial, or host:port for adb over TCP
-ADB_SPEC = re.compile(r"^adb:(?P<serial>[^\s:/]+(?::\d+)?)(?::(?P<root>/.*))?$")
+ADB_SERIAL_TEXT = r"[^\s:/]+(?::\d+)?"  # a USB serial, or host:port for adb over TCP
+ADB_SERIAL = re.compile(f"^{ADB_SERIAL_TEXT}$")
+ADB_SPEC = re.compile(f"^adb:(?P<serial>{ADB_SERIAL_TEXT})(?::(?P<root>/.*))?$")
 # ssh://[user@]host[:port][/root]; the parts are checked one by one so the error names the bad one
 SSH_SPEC = re.compile(r"^ssh://(?:(?P<user>[^@/]*)@)?(?P<host>\[[^\]/]*\]|[^:/\[\]]*)(?::(?P<port>[^/]*))?(?P<root>/.*)?$")
 SSH_USER = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]*$")
