@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kzbuild import __version__, proc
+from kzbuild import __version__, kztools, proc
 from kzbuild.artifacts import load_artifact, recorded_manifests, sha256_file
 from kzbuild.devices.registry import connect
 from kzbuild.errors import BuildFailed, ConfigError, DeviceError, ToolchainMissing, WorktreeError
@@ -192,9 +192,11 @@ def target_cmake(tgt: Target) -> dict[str, str]:
     return dict((*COMMON_CMAKE, *tgt.cmake))
 
 
-def build_inputs(recipe: Recipe, lock: Lock, tgt: Target, tools: Sequence[str], toolchains: Sequence[Found]) -> dict[str, object]:
+def build_inputs(
+    recipe: Recipe, lock: Lock, tgt: Target, tools: Sequence[str], toolchains: Sequence[Found], kz_tools: Mapping[str, str] | None = None
+) -> dict[str, object]:
     """Everything hashed into the build id. Paths never enter: the same inputs anywhere give the same id."""
-    return {
+    inputs: dict[str, object] = {
         "kzbuild": __version__,
         "target": tgt.name,
         "upstream": {"commit": lock.upstream_commit, "tree": lock.upstream_tree},
@@ -204,6 +206,9 @@ def build_inputs(recipe: Recipe, lock: Lock, tgt: Target, tools: Sequence[str], 
         "build": {"tools": list(tools), "cmake": dict(recipe.build.cmake), "target_cmake": target_cmake(tgt)},
         "toolchains": [found.identity() for found in sorted(toolchains, key=lambda f: f.name)],
     }
+    if kz_tools:  # kzbuild's own tools (kztools.py) and the digests of their sources
+        inputs["kz_tools"] = dict(kz_tools)
+    return inputs
 
 
 def build_id_of(target_name: str, inputs: Mapping[str, object]) -> str:
@@ -221,11 +226,13 @@ def plan_build(
     *,
     options: BuildOptions = BuildOptions(),
 ) -> BuildPlan:
-    """The exact commands of a build. Pure: reads nothing and runs nothing."""
+    """The exact commands of a build. Runs nothing; reads only the sources of kzbuild's own tools (for their digest)."""
     present = [f for f in optional if f.ok]
     used = [*toolchains, *present]
     tools = effective_tools(recipe, options.extra_tools)
-    inputs = build_inputs(recipe, synced.lock, tgt, tools, used)
+    llama_tools, own_tools = kztools.split_tools(tools)
+    kernels = settings.project / "kernels"
+    inputs = build_inputs(recipe, synced.lock, tgt, tools, used, kztools.inputs(kernels, own_tools))
     build_id = build_id_of(tgt.name, inputs)
     commit = build_commit(synced.lock)
     root = artifacts_root(settings, options.artifacts)
@@ -269,10 +276,13 @@ def plan_build(
 
     configure = [program("cmake"), "-S", str(synced.worktree), "-B", str(build_dir), "-G", "Ninja"]
     configure += [f"-D{key}={value}" for key, value in cmake_defs.items()]
-    ninja = [program("ninja"), "-C", str(build_dir), "-j", str(jobs), *tools]
+    ninja = [program("ninja"), "-C", str(build_dir), "-j", str(jobs), *llama_tools]
     steps = [Step("configure", tuple(configure), tuple(env.items())), Step("build", tuple(ninja), tuple(env.items()))]
+    steps += kztools.steps(kernels, own_tools, cmake=program("cmake"), ninja=program("ninja"), cmake_defs=cmake_defs,
+                           source=synced.worktree, build_dir=build_dir, env=tuple(env.items()))  # fmt: skip
     if container is not None:
-        steps = [_in_container(step, container, [synced.worktree, build_dir, ccache_dir]) for step in steps]
+        mounts = [synced.worktree, build_dir, ccache_dir, *([kernels] if own_tools else [])]
+        steps = [_in_container(step, container, mounts) for step in steps]
 
     runner = next((tuple(f.runner()) for f in toolchains if f.spec.runner), ())
     return BuildPlan(
@@ -487,6 +497,8 @@ def _execute_locked(plan: BuildPlan, progress: Progress | None, synced: bool, sy
     stats_log = Path(dict(ninja.env).get("CCACHE_STATSLOG", plan.build_dir / "ccache-stats.log"))
     stats_log.unlink(missing_ok=True)
     times["build_s"] = _run_step(plan, ninja, progress)
+    for step in plan.steps[2:]:  # kzbuild's own tools, against the libraries just built
+        times[f"{step.name}_s"] = _run_step(plan, step, progress)
 
     collect_started = time.monotonic()
     if progress:
@@ -510,7 +522,7 @@ def _run_step(plan: BuildPlan, step: Step, progress: Progress | None) -> float:
     started = time.monotonic()
     code = proc.stream(list(step.argv), cwd=step.cwd, env=dict(step.env), on_line=watcher, log_file=plan.log, check=False)
     if code != 0:
-        what = "cmake configure" if step.name == "configure" else "ninja"
+        what = "cmake configure" if step.name.endswith("configure") else "ninja"
         raise BuildFailed(
             f"{what} failed (exit {code}) building {plan.recipe} for {plan.target}:\n  " + "\n  ".join(watcher.errors()),
             hint=f"full log: {plan.log}",

@@ -258,7 +258,7 @@ class ResultsStore:
             if measured:
                 if last is not None and _order_key(measured[0][0]) > tuple(last) and self._export_is_ours() and _ends_with_newline(self.jsonl_path):
                     # the usual case, a bench that just ran: its records sort after everything exported
-                    _append(self.jsonl_path, "".join(stored + "\n" for _, stored in measured))
+                    append_line(self.jsonl_path, "".join(stored + "\n" for _, stored in measured))
                 else:
                     # also when the last line is unterminated (a killed writer): never glue a record onto it
                     self._export()
@@ -388,7 +388,7 @@ def _damage(exc: Exception, db_path: Path) -> str:
     return str(exc)
 
 
-def _append(path: Path, text: str) -> None:
+def append_line(path: Path, text: str) -> None:
     """Append in one write with O_APPEND, then fsync: a crash leaves at most a truncated last line."""
     data = memoryview(text.encode("utf-8"))
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

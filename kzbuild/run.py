@@ -161,15 +161,20 @@ def hexagon_env_names(settings: Settings, recipe: str) -> frozenset[str] | None:
     Scans the committed tree (``git grep`` at the lock's head), so local edits don't count.
     None when the recipe is not synced on this machine.
     """
+    head = synced_head(settings, recipe)
+    if head is None:
+        return None
+    found = Git(settings.worktree(recipe)).run("grep", "-h", "-o", "-E", r'getenv\("GGML_HEXAGON_[A-Z0-9_]+"\)', head, "--", HEXAGON_SOURCES, check=False)
+    return frozenset(GETENV_RE.findall(found.stdout))
+
+
+def synced_head(settings: Settings, recipe: str) -> str | None:
+    """The commit the recipe's worktree was synced to (its lock's head), when it is there; else None."""
     lock = read_lock(settings.recipes / f"{recipe}.lock.json")
     worktree = settings.worktree(recipe)
-    if lock is None or not (worktree / ".git").exists():
+    if lock is None or not (worktree / ".git").exists() or not Git(worktree).has_commit(lock.head):
         return None
-    git = Git(worktree)
-    if not git.has_commit(lock.head):
-        return None
-    found = git.run("grep", "-h", "-o", "-E", r'getenv\("GGML_HEXAGON_[A-Z0-9_]+"\)', lock.head, "--", HEXAGON_SOURCES, check=False)
-    return frozenset(GETENV_RE.findall(found.stdout))
+    return lock.head
 
 
 def unknown_env(env: Mapping[str, str], known: frozenset[str] | None) -> list[str]:

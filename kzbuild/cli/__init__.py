@@ -20,6 +20,7 @@ from kzbuild.cli import deploy as deploy_commands
 from kzbuild.cli import device as device_commands
 from kzbuild.cli import models as models_commands
 from kzbuild.cli import patches as patches_commands
+from kzbuild.cli import profile as profile_commands
 from kzbuild.cli import sync as sync_commands
 from kzbuild.cli.ui import Context, console, err_console, resolve_settings, setup_logging, tracebacks_wanted
 from kzbuild.errors import KzError
@@ -36,7 +37,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for module in (sync_commands, patches_commands, build_commands, deploy_commands, device_commands, models_commands, bench_commands):
+for module in (sync_commands, patches_commands, build_commands, deploy_commands, device_commands, models_commands, bench_commands, profile_commands):
     module.register(app)
 
 
