@@ -162,13 +162,13 @@ def profile(
     check_spec(spec)
     release = current_release(transport, device)
     check_tool(transport, device, release, KZ_PROFILE)
-    env = dict(spec.env)
-    npu = _has_hexagon(release) and spec.dev != "none"
-    if npu:
+    npu, env = run_env(release, spec)
+    if npu:  # before the run: a tree whose profiler prints another format is refused, not misread
         recipe = release.manifest.get("recipe")
         if isinstance(recipe, str):
             check_recipe_formats(settings, recipe)
-        env.setdefault(PROFILE_ENV, "1")
+        else:
+            log.warning("cannot check ggml-hexagon's profile-op format: release %s names no recipe", release.build_id)
     for warning in env_warnings(settings, release, env):
         log.warning("%s", warning)
     model_hash = model_sha256(transport, device, spec.model)
@@ -226,9 +226,15 @@ def profile(
     return ProfileRun(record, logs)
 
 
-def _has_hexagon(release: Release) -> bool:
+def run_env(release: Release, spec: ProfileSpec) -> tuple[bool, dict[str, str]]:
+    """Whether ggml-hexagon's profiler runs (a Hexagon build, and not --dev none), and the env
+    kz-profile gets on top of the device's: --env, plus GGML_HEXAGON_PROFILE=1 unless --env set it."""
+    env = dict(spec.env)
     files = release.manifest.get("files")
-    return isinstance(files, Mapping) and HEXAGON_LIB in files
+    npu = isinstance(files, Mapping) and HEXAGON_LIB in files and spec.dev != "none"
+    if npu:
+        env.setdefault(PROFILE_ENV, "1")
+    return npu, env
 
 
 # --- storage ---

@@ -17,6 +17,7 @@ from kzbuild.errors import BadRecord, ProfileFormatChanged
 from kzbuild.htpprofile import BATCH_FORMAT, OP_FORMAT, check_tree_formats, parse_htp_log
 from kzbuild.model.profile import OpTime, PhaseProfile, ProfileRecord
 from kzbuild.model.result import BuildInfo, DeviceInfo, ModelInfo
+from kzbuild.run import Release
 from tests.bench.benchkit import flat
 from tests.conftest import REPO_ROOT
 from tests.fixtures_build import tiny  # noqa: F401 (fixture)
@@ -268,6 +269,23 @@ def test_a_bad_stored_line_is_named_and_a_cut_last_line_skipped(project, caplog)
 def test_plot_writes_a_png(project, tmp_path):
     out = profiles.plot(record("20261203-100000-aaaa", gdn_us=400.0), tmp_path / "p.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("files", "dev", "env", "npu", "profile_env"),
+    [
+        ({profiles.HEXAGON_LIB: {}}, None, (), True, "1"),
+        ({profiles.HEXAGON_LIB: {}}, "HTP0", (("GGML_HEXAGON_PROFILE", "2"),), True, "2"),  # --env wins
+        ({profiles.HEXAGON_LIB: {}}, "none", (), False, None),
+        ({"lib/libggml-cpu.so": {}}, None, (), False, None),
+    ],
+)
+def test_the_npu_profiler_runs_on_hexagon_builds_unless_dev_none(files, dev, env, npu, profile_env):
+    release = Release(build_id="b", dir="/r", manifest={"files": files}, manifest_sha256=None)
+    spec = profiles.ProfileSpec(model="m.gguf", dev=dev, env=env)
+    got_npu, got_env = profiles.run_env(release, spec)
+    assert (got_npu, got_env.get("GGML_HEXAGON_PROFILE")) == (npu, profile_env)
+    assert ("-v" in profiles.tool_args(spec, verbose=got_npu)) == npu  # debug logging carries the profile-op lines
 
 
 def test_options_are_checked_before_any_device_is_reached(kz):

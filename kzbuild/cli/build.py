@@ -41,7 +41,7 @@ def build_command(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Sync if needed, then print the exact commands and environment; run neither cmake nor ninja.")] = False,
     jobs: JobsOpt = None,
     toolchain: ToolchainOpt = None,
-    tool: Annotated[Optional[list[str]], typer.Option("--tool", help="Build this tool too, e.g. llama-cli or llama-server (repeatable).")] = None,
+    tool: Annotated[Optional[list[str]], typer.Option("--tool", help="Build this tool too, e.g. llama-cli or llama-server, or kzbuild's kz-profile (repeatable).")] = None,
     artifacts: ArtifactsOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
