@@ -394,6 +394,7 @@ def _short(sha: str | None) -> str:
 
 # --- plotting ---
 TOP_OPS = 15
+SOURCE_NAMES = {"graph": "kz-profile timer", "npu": "ggml-hexagon profiler"}
 
 
 def plot(record: ProfileRecord, out: Path, *, source: str = "graph") -> Path:
@@ -406,7 +407,7 @@ def plot(record: ProfileRecord, out: Path, *, source: str = "graph") -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, panels = plt.subplots(len(phases), 1, figsize=(10, 4.5 * len(phases)), squeeze=False)
+    figure, panels = plt.subplots(len(phases), 1, figsize=(10, 5 * len(phases)), squeeze=False, layout="constrained")
     reps = reps_of(record)
     for axes, phase in zip((row[0] for row in panels), phases, strict=True):
         ops = [s.op for s in summarize(phase, reps=reps)][:TOP_OPS]
@@ -421,7 +422,7 @@ def plot(record: ProfileRecord, out: Path, *, source: str = "graph") -> Path:
             bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
         axes.set_xticks(range(len(ops)), ops, rotation=40, ha="right", fontsize=8)
         axes.set_ylabel("ms per run")
-        axes.set_title(f"{phase.phase} ({phase.tokens} tokens): {source} time per op type, by backend")
+        axes.set_title(f"{phase.phase} ({phase.tokens} tokens): {SOURCE_NAMES[source]} time per op type, by backend")
         axes.grid(True, axis="y", alpha=0.3)
         axes.legend(fontsize=8)
     figure.suptitle(f"profile {record.run_id}: {record.device.name}, build {(record.build.build_id or '?')[:24]}", fontsize=9)
