@@ -48,10 +48,8 @@ def profile_command(
 ) -> None:
     """Where prefill and decode time goes: per op type its count, time, share of the graph time and the backend it ran on.
 
-    Runs the release's kz-profile (built with the artifact from kernels/profile/) on the device: every graph node is timed
-    through ggml-backend's eval callback, and wall time with and without that timer is shown side by side. On a Hexagon
-    build (unless --dev none) ggml-hexagon's own profiler (GGML_HEXAGON_PROFILE=1) runs too; its format is checked against
-    the pinned tree first. The run is stored with its provenance in results/profiles.jsonl; logs go to WORK/profile/RUN-ID/.
+    Runs the release's kz-profile (built with the artifact from kernels/profile/) on the device: every graph node is timed through ggml-backend's eval callback, and wall time with and without that timer is shown side by side. On a Hexagon build (unless --dev none) ggml-hexagon's own profiler (GGML_HEXAGON_PROFILE=1) runs too; its format is checked against the pinned tree first. The run is stored with its provenance in results/profiles.jsonl; logs go to WORK/profile/RUN-ID/.
+
     --from-log FILE reads profile-op lines of a saved log instead; --show and --compare read stored runs.
     """
     settings = context(ctx).settings
