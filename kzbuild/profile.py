@@ -30,7 +30,7 @@ from kzbuild.model.device import Device
 from kzbuild.model.jsonfields import Fields, loads
 from kzbuild.model.profile import MAX_ROWS, NO_LAYER, OpTime, PhaseProfile, ProfileRecord
 from kzbuild.model.result import BuildInfo, DeviceInfo, ModelInfo, canonical_json
-from kzbuild.results import LATEST, append_line
+from kzbuild.results import LATEST, append_line, ends_with_newline
 from kzbuild.run import Release, check_seconds, check_tool, current_release, env_warnings, invocation, synced_head
 from kzbuild.settings import Settings
 
@@ -42,6 +42,7 @@ PROFILES_FILE = "profiles.jsonl"
 PROFILE_ENV = "GGML_HEXAGON_PROFILE"
 HEXAGON_LIB = "lib/libggml-hexagon.so"  # in a release's manifest: a build with the NPU backend
 PHASES = ("prefill", "decode")
+SOURCE_NAMES = {"graph": "kz-profile timer", "npu": "ggml-hexagon profiler"}
 MAX_TOKENS = 2**31 - 1
 
 
@@ -258,7 +259,7 @@ class ProfileStore:
         except OSError as exc:
             raise ConfigError(f"results folder {self.folder} cannot be made: {exc.strerror}") from None
         with locked(self.folder / ".profiles.lock", what=f"profiles {self.path}"):
-            if self.path.is_file() and self.path.stat().st_size and not self.path.read_bytes().endswith(b"\n"):
+            if self.path.is_file() and not ends_with_newline(self.path):
                 append_line(self.path, "\n")  # never glue a record onto a line a killed writer left
             append_line(self.path, stored + "\n")
 
@@ -380,12 +381,21 @@ def compare(a: ProfileRecord, b: ProfileRecord, *, source: str = "graph") -> lis
             rows.append(ComparedOp(name, op, sa[op].usec if op in sa else None, sb[op].usec if op in sb else None,
                                    sa[op].backends if op in sa else (), sb[op].backends if op in sb else ()))  # fmt: skip
     if not rows:
-        raise ResultsError(f"profile runs {a.run_id} and {b.run_id} share no phase with {source} times")
+        raise ResultsError(f"profile runs {a.run_id} and {b.run_id} share no phase with {SOURCE_NAMES[source]} times")
     return rows
 
 
+def phases_of(record: ProfileRecord, source: str) -> tuple[PhaseProfile, ...]:
+    """The run's kz-profile timer phases (``graph``) or its NPU profiler phases (``npu``); ResultsError when it has none."""
+    phases = record.npu if source == "npu" else record.graph
+    if not phases:
+        hint = "the NPU profiler runs on Hexagon builds unless --dev none" if source == "npu" else None
+        raise ResultsError(f"profile run {record.run_id} has no {SOURCE_NAMES[source]} times", hint=hint)
+    return phases
+
+
 def _phases_of(record: ProfileRecord, source: str) -> dict[str, PhaseProfile]:
-    return {p.phase: p for p in (record.npu if source == "npu" else record.graph)}
+    return {p.phase: p for p in phases_of(record, source)}
 
 
 def _short(sha: str | None) -> str:
@@ -394,14 +404,11 @@ def _short(sha: str | None) -> str:
 
 # --- plotting ---
 TOP_OPS = 15
-SOURCE_NAMES = {"graph": "kz-profile timer", "npu": "ggml-hexagon profiler"}
 
 
 def plot(record: ProfileRecord, out: Path, *, source: str = "graph") -> Path:
     """A PNG: per phase, one bar per op type (the most expensive ones), stacked by the backend it ran on."""
-    phases = list(_phases_of(record, source).values())
-    if not phases:
-        raise ResultsError(f"profile run {record.run_id} has no {source} times to plot")
+    phases = phases_of(record, source)
     import matplotlib
 
     matplotlib.use("Agg")

@@ -256,7 +256,7 @@ class ResultsStore:
             new = self._insert(records)
             measured = sorted((item for item in new if item[0].kind == "bench"), key=lambda item: _order_key(item[0]))
             if measured:
-                if last is not None and _order_key(measured[0][0]) > tuple(last) and self._export_is_ours() and _ends_with_newline(self.jsonl_path):
+                if last is not None and _order_key(measured[0][0]) > tuple(last) and self._export_is_ours() and ends_with_newline(self.jsonl_path):
                     # the usual case, a bench that just ran: its records sort after everything exported
                     append_line(self.jsonl_path, "".join(stored + "\n" for _, stored in measured))
                 else:
@@ -400,7 +400,7 @@ def append_line(path: Path, text: str) -> None:
         os.close(fd)
 
 
-def _ends_with_newline(path: Path) -> bool:
+def ends_with_newline(path: Path) -> bool:
     with open(path, "rb") as file:
         size = file.seek(0, os.SEEK_END)
         return size == 0 or os.pread(file.fileno(), 1, size - 1) == b"\n"

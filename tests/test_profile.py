@@ -243,6 +243,8 @@ def test_stored_runs_read_back_and_compare(kz, project):
     assert shown.code == 0 and "-75.0%" in shown.out
     single = kz("profile", "--show", "latest", "--by", "layer", "--json")
     assert single.code == 0 and json.loads(single.out)["summary"]["graph"][0]["ops"][0]["layer"] == 0
+    no_npu = kz("profile", "--show", "latest", "--npu")
+    assert no_npu.code == 13 and "has no ggml-hexagon profiler times" in flat(no_npu.err)
 
 
 def test_compare_refuses_different_models_and_unknown_runs(kz, project):

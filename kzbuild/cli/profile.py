@@ -136,10 +136,8 @@ def _print_record(record: ProfileRecord, *, by: str, source: str) -> None:
     reps = profiles.reps_of(record)
     _say(f"profile {record.run_id}: {record.device.name}, build {record.build.build_id}, model {record.model.path} "
          f"(sha256 {(record.model.sha256 or '?')[:12]}), {reps} repetition(s); times per repetition")  # fmt: skip
-    phases = record.npu if source == "npu" else record.graph
-    what = "ggml-hexagon profiler" if source == "npu" else "kz-profile timer"
-    for phase in phases:
-        _print_phase(phase, reps=reps, by=by, title=f"{phase.phase}, {phase.tokens} tokens ({what})")
+    for phase in profiles.phases_of(record, source):
+        _print_phase(phase, reps=reps, by=by, title=f"{phase.phase}, {phase.tokens} tokens ({profiles.SOURCE_NAMES[source]})")
     if source == "graph" and record.npu:
         _say("ggml-hexagon's own profiler times are stored too: --show RUN --npu")
 
