@@ -112,7 +112,7 @@ def run_ci(
 def check_patches(settings: Settings, recipe: Recipe) -> CiStep:
     """``kzbuild patches check`` against the pin: a conflict fails; 3-way merges and upstreamed patches are named."""
     from kzbuild.errors import PatchError
-    from kzbuild.stackcheck import check_stack  # loaded only when needed (start-up time)
+    from kzbuild.stack.check import check_stack  # loaded only when needed (start-up time)
 
     started = time.monotonic()
     try:

@@ -35,7 +35,7 @@ from kzbuild.gitcmd import KZ_AUTHOR, KZ_EMAIL, Git
 from kzbuild.model.recipe import Recipe
 from kzbuild.settings import Settings
 from kzbuild.sources import ObjectCache
-from kzbuild.stack import read_series
+from kzbuild.stack.series import read_series
 
 log = logging.getLogger(__name__)
 
@@ -309,7 +309,7 @@ class Worktree:
         ignored = [path for path in ignored if path]
         if not ignored:
             return ()
-        from kzbuild.patchfile import read_patch  # see apply_series
+        from kzbuild.stack.patchfile import read_patch  # see apply_series
 
         needed = set(self.git("ls-tree", "-r", "-z", "--name-only", pin).split("\0"))
         needed |= {change.path for name, path, _ in inputs.patches for change in read_patch(path, name).files}
@@ -465,8 +465,8 @@ def apply_series(worktree: Worktree, inputs: Inputs, in_progress: SyncInProgress
     """Apply each patch as one commit, skipping the ones the pin already holds; on failure abort and report.
     Each commit is recorded as made, so a sync killed halfway owns the commits it left."""
     # Imported here: patch parsing and classification cost every kzbuild start (and the no-op sync) ~40 ms.
-    from kzbuild.patchapply import find_upstreamed
-    from kzbuild.patchfile import read_patch
+    from kzbuild.stack.apply import find_upstreamed
+    from kzbuild.stack.patchfile import read_patch
 
     applied: list[AppliedPatch] = []
     pin = inputs.recipe.upstream.commit

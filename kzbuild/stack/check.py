@@ -23,11 +23,11 @@ from kzbuild.model.check import PatchCheck, StackCheck, Verdict
 from kzbuild.model.patch import Patch
 from kzbuild.model.recipe import Recipe, Source
 from kzbuild.model.stack import Problem
-from kzbuild.patchapply import ancestry_known, apply_any, classify, history_truncated, is_ancestor, missing_preimages, named_commits
-from kzbuild.patchfile import read_patch
 from kzbuild.settings import Settings
 from kzbuild.sources import ObjectCache, Progress, extract_vendored_gitdirs
-from kzbuild.stack import read_series
+from kzbuild.stack.apply import ancestry_known, apply_any, classify, history_truncated, is_ancestor, missing_preimages, named_commits
+from kzbuild.stack.patchfile import read_patch
+from kzbuild.stack.series import read_series
 from kzbuild.sync import Worktree
 
 log = logging.getLogger(__name__)

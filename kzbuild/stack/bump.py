@@ -25,11 +25,11 @@ from kzbuild.errors import ConfigError, PatchError
 from kzbuild.model.check import BisectResult, StackCheck, UpstreamCommit
 from kzbuild.model.patch import Patch
 from kzbuild.model.recipe import Recipe, Source
-from kzbuild.patchapply import apply_any, history_truncated, is_ancestor
-from kzbuild.patchfile import DROPPED_LOG, drop_patch
 from kzbuild.settings import Settings
 from kzbuild.sources import Progress
-from kzbuild.stackcheck import Scratch, Target, check_patches, load_patches, resolve_target
+from kzbuild.stack.apply import apply_any, history_truncated, is_ancestor
+from kzbuild.stack.check import Scratch, Target, check_patches, load_patches, resolve_target
+from kzbuild.stack.patchfile import DROPPED_LOG, drop_patch
 from kzbuild.sync import Inputs, SyncResult, Worktree, check_no_lost_work, read_lock, sync
 
 log = logging.getLogger(__name__)
