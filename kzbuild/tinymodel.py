@@ -20,7 +20,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from kzbuild.model.tinymodel import ARCHS, FTYPES
+from kzbuild.model.tinyspec import ARCHS, FTYPES
 
 _FILE_TYPES = {
     "f32": gguf.LlamaFileType.ALL_F32,

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from kzbuild import build as builds
-from kzbuild.build import BuildResult
 from kzbuild.model.artifact import Artifact
+from kzbuild.model.build import BuildResult
 from kzbuild.recipes import load_recipe
 from kzbuild.settings import Settings
 from tests.conftest import REPO_ROOT, Project, UpstreamRepo, git, persistent_test_cache

@@ -16,7 +16,7 @@ from kzbuild.cli.deploy import DeviceOpt, TrustOpt, WaitOpt, open_device, transf
 from kzbuild.cli.sync import JsonOpt
 from kzbuild.cli.ui import console, context, not_empty, print_json
 from kzbuild.errors import ConfigError
-from kzbuild.model import tinymodel as tiny_spec
+from kzbuild.model import tinyspec as tiny_spec
 
 models_app = typer.Typer(
     name="models",

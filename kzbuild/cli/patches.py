@@ -21,10 +21,9 @@ from kzbuild.errors import BuildFailed, PatchError
 from kzbuild.settings import Settings
 
 if TYPE_CHECKING:
-    from kzbuild.model.check import BisectResult, ExportResult, StackCheck
     from kzbuild.model.patch import Patch
     from kzbuild.model.recipe import Recipe
-    from kzbuild.model.stack import Problem
+    from kzbuild.model.stack import BisectResult, ExportResult, Problem, StackCheck
 
 patches_app = typer.Typer(
     name="patches",

@@ -13,16 +13,14 @@ from __future__ import annotations
 import logging
 import re
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from kzbuild import proc
 from kzbuild.errors import ConfigError, SourceError
 from kzbuild.gitcmd import ISOLATED_ENV, Git
-from kzbuild.model.check import PatchCheck, StackCheck, Verdict
 from kzbuild.model.patch import Patch
 from kzbuild.model.recipe import Recipe, Source
-from kzbuild.model.stack import Problem
+from kzbuild.model.stack import PatchCheck, Problem, StackCheck, Target, Verdict
 from kzbuild.settings import Settings
 from kzbuild.sources import ObjectCache, Progress, extract_vendored_gitdirs
 from kzbuild.stack.apply import ancestry_known, apply_any, classify, history_truncated, is_ancestor, missing_preimages, named_commits
@@ -37,16 +35,6 @@ SHORT_SHA = re.compile(r"^[0-9a-f]{7,39}$")
 PYPI_PREFIX = "pypi:"
 DEEPEN_STEPS = (512, 4096, 32768)  # depths tried after --shallow-since, when dates mislead
 SHALLOW_SINCE_MARGIN = 86400  # seconds: upstream committer dates are nearly, not strictly, in order
-
-
-@dataclass(frozen=True)
-class Target:
-    """An upstream commit to check or bump to, and where to fetch it from."""
-
-    commit: str
-    sources: tuple[Source, ...]
-    label: str  # what the user asked for
-    sdist: str | None = None  # "package==version" when the target came from an sdist
 
 
 class Scratch:

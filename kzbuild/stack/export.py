@@ -25,15 +25,15 @@ from kzbuild.artifacts import sha256_file
 from kzbuild.errors import ConfigError, PatchError, WorktreeError
 from kzbuild.files import write_atomic
 from kzbuild.gitcmd import KZ_EMAIL, Git
-from kzbuild.model.check import ExportResult
 from kzbuild.model.patch import DROP_WHEN, KZ_TEST, UPSTREAM_PR, UPSTREAM_STATUS, Patch
 from kzbuild.model.recipe import Recipe
-from kzbuild.model.stack import SeriesEntry
+from kzbuild.model.stack import ExportResult, SeriesEntry
+from kzbuild.model.sync import Lock, WorktreeState
 from kzbuild.settings import Settings
 from kzbuild.stack.apply import patch_id
 from kzbuild.stack.patchfile import DIFF_OPTIONS, parse_patch, patch_file_name, read_patch, trailer_value_problem
 from kzbuild.stack.series import read_series, reorder_series
-from kzbuild.sync import Lock, Worktree, WorktreeState, read_lock
+from kzbuild.sync import Worktree, read_lock
 
 EXPORT_STATE = "kz-export.json"  # inside the worktree's .git: the series as this worktree last wrote it
 FORMAT_PATCH = (

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild.build import BuildResult
 from kzbuild.cli import main
 from kzbuild.devices.registry import parse_device_spec
+from kzbuild.model.build import BuildResult
 from kzbuild.results import ResultsStore
 from kzbuild.run import hexagon_env_names
 from kzbuild.settings import Settings
