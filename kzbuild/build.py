@@ -28,10 +28,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kzbuild import __version__, proc
-from kzbuild.artifacts import load_artifact, recorded_manifests, sha256_file
+from kzbuild.artifacts import load_artifact, recorded_manifests
 from kzbuild.devices.registry import connect
 from kzbuild.errors import BuildFailed, ConfigError, DeviceError, ToolchainMissing, WorktreeError
 from kzbuild.filelock import locked
+from kzbuild.files import sha256_file
 from kzbuild.model.artifact import MANIFEST, Artifact
 from kzbuild.model.build import MANIFEST_FORMAT, BuildEvent, BuildOptions, BuildPlan, BuildResult, CcacheStats, DeviceCheck, DoctorReport, Step, Target, TargetCheck
 from kzbuild.model.device import Device

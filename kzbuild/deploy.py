@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from kzbuild.artifacts import sha256_file
 from kzbuild.devices.base import Transport
 from kzbuild.devices.devicelock import device_lock
 from kzbuild.devices.integrity import check, manifest_files, release_expectations, release_files, relink, update_markers
@@ -44,6 +43,7 @@ from kzbuild.devices.store import (
     switch_current,
 )
 from kzbuild.errors import ConfigError, DeviceError
+from kzbuild.files import sha256_file
 from kzbuild.model.artifact import MANIFEST, SHA256_RE, Artifact, ArtifactFile, files_digest
 from kzbuild.model.deploy import DeployResult, ModelPushResult, RollbackResult
 from kzbuild.model.device import Device

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, cast
 
 from kzbuild.errors import CommandFailed, NotAvailableHere
 
@@ -185,9 +186,9 @@ def run_split(
     kept = (bytearray(), bytearray())
     sink_failures: list[Exception] = []
 
-    def pump(handle, sink: Callable[[bytes], None] | None, store: bytearray) -> None:  # type: ignore[no-untyped-def]
+    def pump(handle: IO[bytes], sink: Callable[[bytes], None] | None, store: bytearray) -> None:
         try:
-            for chunk in iter(lambda: handle.read1(65536), b""):
+            for chunk in iter(lambda: os.read(handle.fileno(), 65536), b""):
                 if sink:
                     sink(chunk)
                 else:
@@ -198,9 +199,10 @@ def run_split(
             sink_failures.append(exc)
             handle.close()
 
+    pipes = (cast(IO[bytes], child.stdout), cast(IO[bytes], child.stderr))  # both PIPE, so never None
     pumps = [
-        threading.Thread(target=pump, args=(child.stdout, on_stdout, kept[0]), daemon=True),
-        threading.Thread(target=pump, args=(child.stderr, on_stderr, kept[1]), daemon=True),
+        threading.Thread(target=pump, args=(pipes[0], on_stdout, kept[0]), daemon=True),
+        threading.Thread(target=pump, args=(pipes[1], on_stderr, kept[1]), daemon=True),
     ]
     for thread in pumps:
         thread.start()
@@ -213,8 +215,8 @@ def run_split(
     finally:
         for thread in pumps:
             thread.join()
-        for pipe in (child.stdout, child.stderr):
-            pipe.close()  # type: ignore[union-attr]
+        for pipe in pipes:
+            pipe.close()
     if sink_failures:
         raise sink_failures[0]
     return code, bytes(kept[0]), bytes(kept[1])

@@ -17,7 +17,7 @@ import math
 import os
 import sqlite3
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -284,7 +284,7 @@ class ResultsStore:
 
     # --- reading ---
     def has_measurements(self) -> bool:
-        return self.conn.execute("SELECT EXISTS (SELECT 1 FROM records WHERE kind = 'bench')").fetchone()[0] == 1
+        return bool(self.conn.execute("SELECT EXISTS (SELECT 1 FROM records WHERE kind = 'bench')").fetchone()[0] == 1)
 
     def records(self, selector: str | None = None) -> list[BenchRecord]:
         """Records in (host time, run, position) order; ``selector`` is a run id or build id (prefix), or ``latest``.
@@ -567,7 +567,7 @@ def _compare_pair(a: Group, b: Group, threshold_pct: float) -> ComparedRow:
 
 def explain_mismatch(a: Sequence[BenchRecord], b: Sequence[BenchRecord]) -> str:
     """Name the first dimension on which A and B share nothing."""
-    dimensions = (
+    dimensions: tuple[tuple[str, Callable[[BenchRecord], Hashable], Callable[[BenchRecord], str]], ...] = (
         ("device", lambda r: r.device.key, describe_device),
         ("model", lambda r: r.model.key, lambda r: r.model.sha256 and r.model.sha256[:12] or r.model.name),
         ("env set", lambda r: r.env_set, lambda r: describe_env(r.env_set) or "no env"),

@@ -23,6 +23,7 @@ import sys
 import tarfile
 import tempfile
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,7 +55,7 @@ class ObjectCache:
         self.path = settings.mirror
         self.git = Git(self.path)
 
-    def lock(self):  # type: ignore[no-untyped-def]
+    def lock(self) -> AbstractContextManager[None]:
         return locked(self.settings.locks / "upstream.git.lock", what=f"the object cache {self.path}")
 
     def init(self) -> None:

@@ -22,15 +22,15 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from kzbuild import __version__
-from kzbuild.artifacts import sha256_file
 from kzbuild.errors import PatchError, WorktreeError
 from kzbuild.filelock import locked
-from kzbuild.files import write_atomic
+from kzbuild.files import sha256_file, write_atomic
 from kzbuild.gitcmd import KZ_AUTHOR, KZ_EMAIL, Git
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.sync import AppliedPatch, Discarded, Lock, Status, SyncInProgress, SyncRecord, SyncResult, WorktreeState
@@ -96,7 +96,7 @@ class Worktree:
         self.path = path or settings.worktree(recipe.name)  # another path: a scratch repo for checks
         self.git = Git(self.path)
 
-    def lock(self, *, shared: bool = False, wait: float = 10.0):  # type: ignore[no-untyped-def]
+    def lock(self, *, shared: bool = False, wait: float = 10.0) -> AbstractContextManager[None]:
         """Exclusive for sync; shared for readers (builds) that need the tree to hold still."""
         key = hashlib.sha256(str(self.path).encode()).hexdigest()[:16]
         return locked(self.settings.locks / f"worktree-{key}.lock", what=f"the worktree {self.path}", shared=shared, wait=wait)

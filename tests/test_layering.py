@@ -5,6 +5,7 @@ A producer never imports its consumer, and nothing imports a layer above its own
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from tests.conftest import REPO_ROOT
@@ -106,3 +107,11 @@ def test_dataclasses_that_cross_modules_live_in_the_model():
             if isinstance(node, ast.ImportFrom) and node.module:
                 crossing += [(module, alias.name) for alias in node.names if defined.get(alias.name) == node.module]
     assert not crossing, crossing
+
+
+def test_the_readme_layout_names_every_module():
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme.split("## Layout\n", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"[`/]([a-z_]+)\.py`", table))
+    unnamed = [module for module in GRAPH if module.rsplit(".", 1)[-1] not in named | {"kzbuild", "cli", "model", "stack", "devices", "__main__"}]
+    assert not unnamed, unnamed

@@ -15,21 +15,18 @@ from rich.markup import escape
 from rich.table import Table
 
 from kzbuild import recipes
-from kzbuild.cli.sync import DEFAULT_RECIPE, JsonOpt, RecipeArg
-from kzbuild.cli.ui import activity, console, context, err_console, not_empty, print_json
+from kzbuild.cli.options import DEFAULT_RECIPE, JsonOpt, RecipeArg, load_recipe
+from kzbuild.cli.ui import activity, command_group, console, context, err_console, not_empty, print_json
 from kzbuild.errors import BuildFailed, PatchError
 from kzbuild.settings import Settings
 
 if TYPE_CHECKING:
     from kzbuild.model.patch import Patch
     from kzbuild.model.recipe import Recipe
-    from kzbuild.model.stack import BisectResult, ExportResult, Problem, StackCheck
+    from kzbuild.model.stack import Problem
+    from kzbuild.model.stackcheck import BisectResult, ExportResult, StackCheck
 
-patches_app = typer.Typer(
-    name="patches",
-    help="The patch stack (patches/series): list, lint, check against upstream, export from the worktree, edit.",
-    no_args_is_help=True,
-)
+patches_app = command_group("patches", "The patch stack (patches/series): list, lint, check against upstream, export from the worktree, edit.")
 
 HistoryOpt = Annotated[bool, typer.Option("--fetch-history", help="Fetch the upstream history between the pin and the target from a git source, so patch-ids and commit counts can be used.")]
 SeriesOpt = Annotated[Optional[Path], typer.Option("--series", help="Series file (default: the --recipe's series, else patches/series).")]
@@ -151,7 +148,7 @@ def check_command(
     from kzbuild.stack.check import check_stack
 
     settings = context(ctx).settings
-    loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
+    loaded = load_recipe(settings, recipe)
     with activity(f"checking {loaded.name}") as progress:
         report = check_stack(settings, loaded, against=against, fetch_history=fetch_history, progress=progress)
     if json_out:
@@ -229,7 +226,7 @@ def export_command(
     from kzbuild.stack.export import export
 
     settings = context(ctx).settings
-    loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
+    loaded = load_recipe(settings, recipe)
     result = export(settings, loaded, force=force)
     _print_export(result)
 
@@ -266,7 +263,7 @@ def new_command(
     from kzbuild.stack.export import new_patch
 
     settings = context(ctx).settings
-    loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
+    loaded = load_recipe(settings, recipe)
     made, result = new_patch(
         settings, loaded, name, subject=subject, test=test, upstream_status=upstream_status,
         upstream_pr=upstream_pr, drop_when=drop_when, author=author,
@@ -327,7 +324,7 @@ def bump_command(
     from kzbuild.stack.patchfile import DROPPED_LOG
 
     settings = context(ctx).settings
-    loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
+    loaded = load_recipe(settings, recipe)
     with activity(f"checking {loaded.name} against {to}") as progress:
         planned = bump.plan(settings, loaded, to, bisect=bisect, fetch_history=fetch_history, progress=progress)
     if json_out:

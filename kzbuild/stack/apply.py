@@ -24,7 +24,7 @@ from pathlib import Path
 from kzbuild import proc
 from kzbuild.gitcmd import Git
 from kzbuild.model.patch import Patch
-from kzbuild.model.stack import PatchCheck, Proof, Verdict
+from kzbuild.model.stackcheck import PatchCheck, Proof, Verdict
 from kzbuild.stack.patchfile import DIFF_OPTIONS, SHA, hunk_text
 
 PATCH_FAILED = re.compile(r"^error: patch failed: (.+):(\d+)$")

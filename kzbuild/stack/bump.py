@@ -22,7 +22,7 @@ from kzbuild import recipes, yamlconf
 from kzbuild.errors import ConfigError, PatchError
 from kzbuild.model.patch import Patch
 from kzbuild.model.recipe import Recipe, Source
-from kzbuild.model.stack import BisectResult, BumpPlan, BumpWritten, Target, UpstreamCommit
+from kzbuild.model.stackcheck import BisectResult, BumpPlan, BumpWritten, Target, UpstreamCommit
 from kzbuild.settings import Settings
 from kzbuild.sources import Progress
 from kzbuild.stack.apply import apply_any, history_truncated, is_ancestor

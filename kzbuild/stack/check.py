@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import re
 import tempfile
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from kzbuild import proc
@@ -20,7 +21,8 @@ from kzbuild.errors import ConfigError, SourceError
 from kzbuild.gitcmd import ISOLATED_ENV, Git
 from kzbuild.model.patch import Patch
 from kzbuild.model.recipe import Recipe, Source
-from kzbuild.model.stack import PatchCheck, Problem, StackCheck, Target, Verdict
+from kzbuild.model.stack import Problem
+from kzbuild.model.stackcheck import PatchCheck, StackCheck, Target, Verdict
 from kzbuild.settings import Settings
 from kzbuild.sources import ObjectCache, Progress, extract_vendored_gitdirs
 from kzbuild.stack.apply import ancestry_known, apply_any, classify, history_truncated, is_ancestor, missing_preimages, named_commits
@@ -46,7 +48,7 @@ class Scratch:
         self.git = self.repo.git
         self.cache = ObjectCache(settings)
 
-    def lock(self):  # type: ignore[no-untyped-def]
+    def lock(self) -> AbstractContextManager[None]:
         return self.repo.lock()
 
     def prepare(self) -> None:

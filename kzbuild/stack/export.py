@@ -21,13 +21,13 @@ import re
 from dataclasses import dataclass
 
 from kzbuild import proc
-from kzbuild.artifacts import sha256_file
 from kzbuild.errors import ConfigError, PatchError, WorktreeError
-from kzbuild.files import write_atomic
+from kzbuild.files import sha256_file, write_atomic
 from kzbuild.gitcmd import KZ_EMAIL, Git
 from kzbuild.model.patch import DROP_WHEN, KZ_TEST, UPSTREAM_PR, UPSTREAM_STATUS, Patch
 from kzbuild.model.recipe import Recipe
-from kzbuild.model.stack import ExportResult, SeriesEntry
+from kzbuild.model.stack import SeriesEntry
+from kzbuild.model.stackcheck import ExportResult
 from kzbuild.model.sync import Lock, WorktreeState
 from kzbuild.settings import Settings
 from kzbuild.stack.apply import patch_id

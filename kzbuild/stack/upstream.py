@@ -15,7 +15,7 @@ from kzbuild.errors import BuildFailed
 from kzbuild.files import write_atomic
 from kzbuild.model.patch import Patch
 from kzbuild.model.recipe import Recipe
-from kzbuild.model.stack import StepStatus, Target, UpstreamCheck, UpstreamStep
+from kzbuild.model.stackcheck import StepStatus, Target, UpstreamCheck, UpstreamStep
 from kzbuild.settings import Settings
 from kzbuild.sources import Progress
 from kzbuild.stack.apply import apply, failed_hunks
