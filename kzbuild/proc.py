@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, cast
+from typing import IO, Any, cast
 
 from kzbuild.errors import CommandFailed, NotAvailableHere
 
@@ -27,7 +27,21 @@ log = logging.getLogger("kzbuild.proc")
 class Result:
     argv: list[str]
     returncode: int
-    stdout: str  # bytes when run(text=False)
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+@dataclass(frozen=True)
+class BytesResult:
+    """What run_bytes() captured: stdout as the command wrote it (a blob, a binary's output)."""
+
+    argv: list[str]
+    returncode: int
+    stdout: bytes
     stderr: str
 
     @property
@@ -75,19 +89,49 @@ def run(
     quiet_env: Mapping[str, str] | None = None,
     replace_env: bool = False,
     check: bool = True,
-    input: str | bytes | None = None,
+    input: str | None = None,
     timeout: float | None = None,
-    text: bool = True,
 ) -> Result:
-    """Run ``argv`` to completion, capturing output. Raises CommandFailed when ``check``.
+    """Run ``argv`` to completion, capturing its output as text. Raises CommandFailed when ``check``.
 
     ``quiet_env`` is added to the environment like ``env`` but left out of the log line
     (settings every call of a kind shares, such as git's config isolation).
     """
+    args, completed = _completed(argv, cwd, env, quiet_env, replace_env, check, input, timeout, text=True)
+    return Result(args, completed.returncode, completed.stdout, completed.stderr)
+
+
+def run_bytes(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+    quiet_env: Mapping[str, str] | None = None,
+    check: bool = True,
+    input: bytes | None = None,
+    timeout: float | None = None,
+) -> BytesResult:
+    """run(), with stdin and stdout as bytes (stderr still text, for messages)."""
+    args, completed = _completed(argv, cwd, env, quiet_env, False, check, input, timeout, text=False)
+    return BytesResult(args, completed.returncode, completed.stdout, completed.stderr.decode(errors="replace"))
+
+
+def _completed(
+    argv: Sequence[str | os.PathLike[str]],
+    cwd: Path | str | None,
+    env: Mapping[str, str] | None,
+    quiet_env: Mapping[str, str] | None,
+    replace_env: bool,
+    check: bool,
+    input: str | bytes | None,
+    timeout: float | None,
+    *,
+    text: bool,
+) -> tuple[list[str], subprocess.CompletedProcess[Any]]:
     args = [os.fspath(a) for a in argv]
     log.info("$ %s", describe(args, cwd, env))
     try:
-        proc = subprocess.run(
+        completed = subprocess.run(
             args,
             cwd=cwd,
             env=_environment({**(quiet_env or {}), **(env or {})} if env or quiet_env else None, replace_env),
@@ -101,10 +145,10 @@ def run(
         raise NotAvailableHere(f"'{args[0]}' is not installed or not on PATH") from exc
     except subprocess.TimeoutExpired as exc:
         raise CommandFailed(args, -1, f"timed out after {timeout} s") from exc
-    stderr = proc.stderr if text else proc.stderr.decode(errors="replace")
-    if check and proc.returncode != 0:
-        raise CommandFailed(args, proc.returncode, stderr)
-    return Result(args, proc.returncode, proc.stdout, stderr)
+    if check and completed.returncode != 0:
+        stderr = completed.stderr if text else completed.stderr.decode(errors="replace")
+        raise CommandFailed(args, completed.returncode, stderr)
+    return args, completed
 
 
 def stream(

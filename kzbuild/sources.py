@@ -30,7 +30,7 @@ from pathlib import Path
 from kzbuild import proc
 from kzbuild.errors import CommandFailed, KzError, NotAvailableHere, SourceError
 from kzbuild.filelock import locked
-from kzbuild.gitcmd import Git
+from kzbuild.gitcmd import Git, unset_in_config_file
 from kzbuild.model.recipe import Source
 from kzbuild.settings import Settings
 
@@ -62,7 +62,7 @@ class ObjectCache:
         if (self.path / "HEAD").is_file():
             return
         self.path.mkdir(parents=True, exist_ok=True)
-        proc.run(["git", "init", "-q", "--bare", str(self.path)])
+        self.git.init_bare()
         self.git("config", "gc.auto", "0")  # pins are kept by refs; never repack behind a worktree's back
 
     def pin_ref(self, sha: str) -> str:
@@ -196,7 +196,7 @@ def extract_vendored_gitdirs(sdist: Path, into: Path) -> list[Path]:
     gitdirs = sorted(head.parent for head in into.glob("*/.git/modules/**/HEAD") if (head.parent / "objects").is_dir())
     for gitdir in gitdirs:
         # Its core.worktree names the submodule folder, which we did not extract; git would chdir there.
-        proc.run(["git", "config", "--file", str(gitdir / "config"), "--unset-all", "core.worktree"], check=False)
+        unset_in_config_file(gitdir / "config", "core.worktree")
     return gitdirs
 
 

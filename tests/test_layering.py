@@ -115,3 +115,17 @@ def test_the_readme_layout_names_every_module():
     named = set(re.findall(r"[`/]([a-z_]+)\.py`", table))
     unnamed = [module for module in GRAPH if module.rsplit(".", 1)[-1] not in named | {"kzbuild", "cli", "model", "stack", "devices", "__main__"}]
     assert not unnamed, unnamed
+
+
+def test_all_git_goes_through_gitcmd():
+    """gitcmd isolates git from the user's config; a call around it would not be."""
+    direct = [
+        path.name for path in PACKAGE.rglob("*.py")
+        if path.name != "gitcmd.py" and re.search(r"\(\[\s*\"git\"", path.read_text(encoding="utf-8"))  # run(["git", ...
+    ]
+    assert not direct, direct
+
+
+def test_one_sha256_helper():
+    defined = [path.name for path in PACKAGE.rglob("*.py") if "def sha256_file(" in path.read_text(encoding="utf-8")]
+    assert defined == ["files.py"], defined

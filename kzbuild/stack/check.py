@@ -16,9 +16,8 @@ import tempfile
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from kzbuild import proc
 from kzbuild.errors import ConfigError, SourceError
-from kzbuild.gitcmd import ISOLATED_ENV, Git
+from kzbuild.gitcmd import Git, ls_remote
 from kzbuild.model.patch import Patch
 from kzbuild.model.recipe import Recipe, Source
 from kzbuild.model.stack import Problem
@@ -74,8 +73,8 @@ class Scratch:
         made = missing - missing_preimages(self.git, patches)
         with self.cache.lock():
             for blob in sorted(made):
-                data = proc.run(["git", "-C", str(self.repo.path), "cat-file", "blob", blob], quiet_env=ISOLATED_ENV, text=False).stdout
-                proc.run(["git", "-C", str(self.cache.path), "hash-object", "-w", "--stdin"], input=data, quiet_env=ISOLATED_ENV, text=False)
+                data = self.git.run_bytes("cat-file", "blob", blob).stdout
+                self.cache.git.run_bytes("hash-object", "-w", "--stdin", input=data)
 
     def load(self, commit: str) -> None:
         """Make the index (and a detached HEAD) the tree of ``commit``."""
@@ -106,7 +105,7 @@ def resolve_target(settings: Settings, recipe: Recipe, ref: str, progress: Progr
     tried = []
     for source in git_sources:
         url = source.location
-        result = proc.run(["git", "ls-remote", url, f"refs/heads/{ref}", f"refs/tags/{ref}", f"refs/tags/{ref}^{{}}"], quiet_env=ISOLATED_ENV, check=False)
+        result = ls_remote(url, f"refs/heads/{ref}", f"refs/tags/{ref}", f"refs/tags/{ref}^{{}}")
         tried.append(source.label)
         refs: dict[str, str] = {}
         for line in result.stdout.splitlines():

@@ -20,7 +20,6 @@ import json
 import re
 from dataclasses import dataclass
 
-from kzbuild import proc
 from kzbuild.errors import ConfigError, PatchError, WorktreeError
 from kzbuild.files import sha256_file, write_atomic
 from kzbuild.gitcmd import KZ_EMAIL, Git
@@ -117,8 +116,7 @@ def new_patch(
 def _author(worktree: Worktree, given: str | None) -> tuple[str, str]:
     """``Name <email>`` as given, else the user's own git identity (their config, not kzbuild's)."""
     if given is None:
-        result = proc.run(["git", "-C", str(worktree.path), "var", "GIT_AUTHOR_IDENT"], check=False)
-        given = result.stdout.strip() if result.ok else ""
+        given = worktree.git.user_ident() or ""
     match = IDENT.match(given or "")
     if not match or not match.group(1).strip() or "@" not in match.group(2):
         raise ConfigError(
