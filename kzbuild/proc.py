@@ -71,6 +71,16 @@ def require(program: str, *, why: str = "") -> str:
     return found
 
 
+def _described_replacing(args: list[str], cwd: Path | str | None, env: Mapping[str, str] | None) -> str:
+    """describe() for a command given a whole environment: only what it changes from ours is shown
+    (``env -u`` for what it drops); the rest is the user's own environment, long, maybe secret."""
+    if env is None:
+        return describe(args, cwd)
+    changed = {key: value for key, value in env.items() if os.environ.get(key) != value}
+    dropped = [part for key in sorted(os.environ) if key not in env for part in ("-u", key)]
+    return describe(["env", *dropped, *args] if dropped else args, cwd, changed)
+
+
 def _environment(env: Mapping[str, str] | None, replace_env: bool) -> dict[str, str] | None:
     if env is None:
         return None
@@ -129,7 +139,7 @@ def _completed(
     text: bool,
 ) -> tuple[list[str], subprocess.CompletedProcess[Any]]:
     args = [os.fspath(a) for a in argv]
-    log.info("$ %s", describe(args, cwd, env))
+    log.info("$ %s", _described_replacing(args, cwd, env) if replace_env else describe(args, cwd, env))
     try:
         completed = subprocess.run(
             args,
