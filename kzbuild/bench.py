@@ -16,19 +16,19 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
 from kzbuild.devices.base import ByteSink, Transport, check_env_name
 from kzbuild.errors import BadRecord, CommandFailed, ConfigError, DeviceError
-from kzbuild.model.bench import BENCH_OPTIONS, ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchPoint, BenchSpec, LlamaBenchTest, SweepAxis
+from kzbuild.model.bench import BENCH_OPTIONS, ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchPoint, BenchRun, BenchSpec, DeviceState, LlamaBenchTest, SweepAxis
 from kzbuild.model.device import Device
 from kzbuild.model.jsonfields import Fields, check_scalar, loads, show
 from kzbuild.model.result import MAX_SAMPLES, NOT_CONFIG_FIELDS, BenchRecord, BuildInfo, DeviceInfo, ModelInfo, SweepInfo, bench_test_name
+from kzbuild.model.run import Release
 from kzbuild.results import ResultsStore
-from kzbuild.run import Release, check_seconds, check_tool, current_release, env_warnings, invocation
+from kzbuild.run import check_seconds, check_tool, current_release, env_warnings, invocation
 from kzbuild.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -64,12 +64,6 @@ for supply in "$sys"/class/power_supply/*; do
   done
 done
 """
-
-
-@dataclass(frozen=True)
-class DeviceState:
-    fingerprint: Mapping[str, str]  # android.fingerprint + android.soc_model, else uname
-    conditions: Mapping[str, Any]  # thermal (deg C by zone type), power, battery
 
 
 def probe(transport: Transport, sysfs: str = "/sys") -> DeviceState:
@@ -280,14 +274,6 @@ def model_sha256(transport: Transport, device: Device, model: str) -> str:
     if digest is None:  # an odd sha256sum (or none) must not put junk in the model's identity
         raise DeviceError(f"{device.name}: sha256sum {model} printed no sha256: {show(result.text())}", hint="check the device's sha256sum (toybox or busybox)")
     return digest[1]
-
-
-@dataclass(frozen=True)
-class BenchRun:
-    run_id: str
-    seed: int
-    records: tuple[BenchRecord, ...]
-    logs: Path
 
 
 def new_run_id(now: datetime) -> str:

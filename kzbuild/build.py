@@ -23,22 +23,24 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from kzbuild import __version__, kztools, proc
-from kzbuild.artifacts import load_artifact, recorded_manifests, sha256_file
+from kzbuild.artifacts import load_artifact, recorded_manifests
 from kzbuild.devices.registry import connect
 from kzbuild.errors import BuildFailed, ConfigError, DeviceError, ToolchainMissing, WorktreeError
 from kzbuild.filelock import locked
+from kzbuild.files import sha256_file
 from kzbuild.model.artifact import MANIFEST, Artifact
-from kzbuild.model.build import MANIFEST_FORMAT, BuildOptions, BuildPlan, Step, Target
+from kzbuild.model.build import MANIFEST_FORMAT, BuildEvent, BuildOptions, BuildPlan, BuildResult, CcacheStats, DeviceCheck, DoctorReport, Step, Target, TargetCheck
 from kzbuild.model.device import Device
 from kzbuild.model.recipe import Recipe
+from kzbuild.model.sync import Lock, SyncResult
 from kzbuild.model.toolchain import Found
 from kzbuild.settings import Settings
-from kzbuild.sync import Lock, SyncResult, Worktree, sync
+from kzbuild.sync import Worktree, sync
 from kzbuild.toolchains import Detector
 
 __all__ = ["Artifact", "BuildOptions", "TARGETS", "build", "doctor", "load_manifest", "plan_build", "prepare"]
@@ -320,39 +322,8 @@ def _in_container(step: Step, container: Found, mounts: Sequence[Path]) -> Step:
 
 # --- running ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class BuildEvent:
-    stage: str  # sync | configure | build | collect
-    line: str = ""
-    done: int | None = None
-    total: int | None = None
-
 
 Progress = Callable[[BuildEvent], None]
-
-
-@dataclass(frozen=True)
-class CcacheStats:
-    hits: int
-    misses: int
-
-    @property
-    def hit_rate(self) -> float | None:
-        calls = self.hits + self.misses
-        return self.hits / calls if calls else None
-
-    def to_dict(self) -> dict[str, object]:
-        return {"hits": self.hits, "misses": self.misses, "hit_rate": self.hit_rate}
-
-
-@dataclass(frozen=True)
-class BuildResult:
-    plan: BuildPlan
-    artifact: Artifact
-    reused: bool
-    synced: bool  # the sync before the build changed the tree
-    ccache: CcacheStats | None = None
-    times: Mapping[str, float] = field(default_factory=dict)
 
 
 NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\] (.*)$")
@@ -604,51 +575,6 @@ def describe_file(path: Path) -> dict[str, object]:
 
 
 # --- doctor ----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class TargetCheck:
-    target: str
-    required: tuple[Found, ...]
-    optional: tuple[Found, ...]
-
-    @property
-    def ok(self) -> bool:
-        return all(f.ok for f in self.required)
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "target": self.target,
-            "ok": self.ok,
-            "toolchains": [f.to_dict() for f in self.required],
-            "optional": [f.to_dict() for f in self.optional],
-        }
-
-
-@dataclass(frozen=True)
-class DeviceCheck:
-    """Whether the device answers from this machine (adb state, ssh login with the host-key check, the local runner)."""
-
-    device: str
-    transport: str
-    ok: bool
-    detail: str
-    hint: str | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        return {"device": self.device, "transport": self.transport, "ok": self.ok, "detail": self.detail, "hint": self.hint}
-
-
-@dataclass(frozen=True)
-class DoctorReport:
-    targets: tuple[TargetCheck, ...]
-    device: DeviceCheck | None = None
-
-    @property
-    def ok(self) -> bool:
-        return all(t.ok for t in self.targets) and (self.device is None or self.device.ok)
-
-    def to_dict(self) -> dict[str, object]:
-        return {"ok": self.ok, "targets": [t.to_dict() for t in self.targets], "device": self.device.to_dict() if self.device else None}
 
 
 def check_device(device: Device, environ: Mapping[str, str], *, connect_timeout: float = 5.0) -> DeviceCheck:

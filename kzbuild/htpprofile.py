@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass
 
 from kzbuild.errors import BadRecord, ProfileFormatChanged
-from kzbuild.model.profile import NO_LAYER, OpTime, PhaseProfile
+from kzbuild.model.profile import NO_LAYER, BatchTotals, HtpProfile, OpTime, PhaseProfile
 
 HEXAGON_CPP = "ggml/src/ggml-hexagon/ggml-hexagon.cpp"
 # The format strings of ggml_hexagon_dump_op_prof and ggml_hexagon_dump_batch_prof, as written in
@@ -43,22 +42,6 @@ MARKER_RE = re.compile(r"kz-profile: phase (?P<phase>\w+) (?P<mode>\w+) rep (?P<
 LAYER_RE = re.compile(r"-(\d+)$")  # llama.cpp names a layer's tensors NAME-IL
 ALL = "all"
 MAX_USEC = 2**32 - 1  # printed with %u
-
-
-@dataclass(frozen=True)
-class BatchTotals:
-    """The OPBATCH lines of one phase: the NPU's time per batch, ops included."""
-
-    batches: int
-    ops: int
-    usec: int
-
-
-@dataclass(frozen=True)
-class HtpProfile:
-    phases: tuple[PhaseProfile, ...]
-    batches: dict[str, BatchTotals]  # phase -> its OPBATCH totals
-    lines: int  # profile-op lines read
 
 
 def check_tree_formats(source: str, where: str) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -28,10 +27,11 @@ from kzbuild.gitcmd import Git
 from kzbuild.htpprofile import HEXAGON_CPP, check_tree_formats, parse_htp_log
 from kzbuild.model.device import Device
 from kzbuild.model.jsonfields import Fields, loads
-from kzbuild.model.profile import MAX_ROWS, NO_LAYER, OpTime, PhaseProfile, ProfileRecord
+from kzbuild.model.profile import MAX_ROWS, NO_LAYER, ComparedOp, OpSummary, OpTime, PhaseProfile, ProfileRecord, ProfileRun, ProfileSpec
 from kzbuild.model.result import BuildInfo, DeviceInfo, ModelInfo, canonical_json
+from kzbuild.model.run import Release
 from kzbuild.results import LATEST, append_line, ends_with_newline
-from kzbuild.run import Release, check_seconds, check_tool, current_release, env_warnings, invocation, synced_head
+from kzbuild.run import check_seconds, check_tool, current_release, env_warnings, invocation, synced_head
 from kzbuild.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -44,20 +44,6 @@ HEXAGON_LIB = "lib/libggml-hexagon.so"  # in a release's manifest: a build with 
 PHASES = ("prefill", "decode")
 SOURCE_NAMES = {"graph": "kz-profile timer", "npu": "ggml-hexagon profiler"}
 MAX_TOKENS = 2**31 - 1
-
-
-@dataclass(frozen=True)
-class ProfileSpec:
-    model: str  # device path; relative paths start at the device root
-    n_prompt: int = 512
-    n_gen: int = 16
-    n_ubatch: int | None = None
-    threads: int | None = None
-    ngl: int | None = None
-    dev: str | None = None  # HTP0, none, ...; None: llama.cpp's default placement
-    reps: int = 1
-    env: tuple[tuple[str, str], ...] = ()
-    timeout: float | None = None
 
 
 def check_spec(spec: ProfileSpec) -> None:
@@ -144,12 +130,6 @@ def check_recipe_formats(settings: Settings, recipe: str) -> bool:
 
 
 # --- a run on a device ---
-@dataclass(frozen=True)
-class ProfileRun:
-    record: ProfileRecord
-    logs: Path
-
-
 def profile(
     settings: Settings,
     transport: Transport,
@@ -301,18 +281,6 @@ class ProfileStore:
 
 
 # --- reading a profile ---
-@dataclass(frozen=True)
-class OpSummary:
-    """One row of a report: an op type (or a layer's op type) with its count, time per repetition and share."""
-
-    layer: int | None  # None when grouped by op only
-    op: str
-    backends: tuple[str, ...]
-    count: int
-    usec: float
-    share: float  # of the phase's graph time (the sum over its ops)
-
-
 def summarize(phase: PhaseProfile, *, reps: int = 1, by: str = "op") -> list[OpSummary]:
     """Per op type (``by="op"``) or per layer and op type (``by="layer"``), most time first; times per repetition."""
     if by not in ("op", "layer"):
@@ -346,24 +314,6 @@ def median(values: Sequence[float]) -> float | None:
 
 
 # --- comparing two runs ---
-@dataclass(frozen=True)
-class ComparedOp:
-    phase: str
-    op: str
-    a_usec: float | None  # per repetition; None when the op did not run in A
-    b_usec: float | None
-    a_backends: tuple[str, ...]
-    b_backends: tuple[str, ...]
-
-    @property
-    def delta_usec(self) -> float:
-        return (self.b_usec or 0.0) - (self.a_usec or 0.0)
-
-    @property
-    def change_pct(self) -> float | None:
-        return None if not self.a_usec or self.b_usec is None else self.delta_usec / self.a_usec * 100.0
-
-
 def compare(a: ProfileRecord, b: ProfileRecord, *, source: str = "graph") -> list[ComparedOp]:
     """Per phase and op type, B's time against A's (per repetition). Runs of different models or
     token counts are refused: their op times say nothing about each other."""

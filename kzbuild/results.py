@@ -17,9 +17,8 @@ import math
 import os
 import sqlite3
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TypeVar
@@ -30,7 +29,7 @@ from kzbuild.filelock import locked
 from kzbuild.files import write_atomic
 from kzbuild.model.bench import ENV_AXIS_PREFIX, OPTIONS_BY_NAME
 from kzbuild.model.jsonfields import loads, number_or_none
-from kzbuild.model.result import BenchRecord, BuildInfo, DeviceInfo, ModelInfo, Summary, canonical_json, content_id, summarize
+from kzbuild.model.result import BenchRecord, BuildInfo, ComparedRow, Comparison, DeviceInfo, Group, Migration, ModelInfo, RunSummary, Summary, canonical_json, content_id
 from kzbuild.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -45,13 +44,6 @@ DAMAGED_SUFFIX = ".damaged"  # a damaged database is kept next to its rebuilt on
 SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")  # belong to the database file they sit next to
 JSONL_HINT = "fix or delete that line (git diff shows what changed); results.jsonl is the source of truth"
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Migration:
-    version: int
-    description: str
-    sql: str
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -117,18 +109,6 @@ def expected_schema() -> tuple[tuple[object, ...], ...]:
         return tuple(conn.execute(SCHEMA_QUERY).fetchall())
     finally:
         conn.close()
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    run_id: str
-    kind: str
-    host_time: str
-    device: str
-    build_ids: tuple[str, ...]
-    models: tuple[str, ...]
-    tests: tuple[str, ...]
-    records: int
 
 
 class ResultsStore:
@@ -304,7 +284,7 @@ class ResultsStore:
 
     # --- reading ---
     def has_measurements(self) -> bool:
-        return self.conn.execute("SELECT EXISTS (SELECT 1 FROM records WHERE kind = 'bench')").fetchone()[0] == 1
+        return bool(self.conn.execute("SELECT EXISTS (SELECT 1 FROM records WHERE kind = 'bench')").fetchone()[0] == 1)
 
     def records(self, selector: str | None = None) -> list[BenchRecord]:
         """Records in (host time, run, position) order; ``selector`` is a run id or build id (prefix), or ``latest``.
@@ -528,52 +508,11 @@ def parse_threshold(text: str) -> float:
     return value
 
 
-@dataclass(frozen=True)
-class Group:
-    """The records of one selection that may be compared with each other."""
-
-    key: tuple[object, ...]
-    records: tuple[BenchRecord, ...]
-
-    @property
-    def first(self) -> BenchRecord:
-        return self.records[0]
-
-    @property
-    def summary(self) -> Summary:
-        """Pooled samples of all records; records without samples (manual) count their value."""
-        samples = [s for r in self.records for s in r.samples_ts]
-        return summarize(samples or [r.avg_ts for r in self.records if r.avg_ts is not None])
-
-
 def group(records: Iterable[BenchRecord]) -> list[Group]:
     by_key: dict[tuple[object, ...], list[BenchRecord]] = defaultdict(list)
     for record in records:
         by_key[record.group_key].append(record)
     return [Group(key, tuple(items)) for key, items in by_key.items()]
-
-
-@dataclass(frozen=True)
-class ComparedRow:
-    a: Group
-    b: Group
-    change_pct: float | None
-    verdict: str  # regression, improvement, same, n/a
-
-
-@dataclass(frozen=True)
-class Comparison:
-    a_label: str
-    b_label: str
-    metric: str | None
-    threshold_pct: float
-    rows: tuple[ComparedRow, ...]
-    only_a: tuple[Group, ...]
-    only_b: tuple[Group, ...]
-
-    @property
-    def regressions(self) -> tuple[ComparedRow, ...]:
-        return tuple(row for row in self.rows if row.verdict == "regression")
 
 
 def compare(
@@ -628,7 +567,7 @@ def _compare_pair(a: Group, b: Group, threshold_pct: float) -> ComparedRow:
 
 def explain_mismatch(a: Sequence[BenchRecord], b: Sequence[BenchRecord]) -> str:
     """Name the first dimension on which A and B share nothing."""
-    dimensions = (
+    dimensions: tuple[tuple[str, Callable[[BenchRecord], Hashable], Callable[[BenchRecord], str]], ...] = (
         ("device", lambda r: r.device.key, describe_device),
         ("model", lambda r: r.model.key, lambda r: r.model.sha256 and r.model.sha256[:12] or r.model.name),
         ("env set", lambda r: r.env_set, lambda r: describe_env(r.env_set) or "no env"),

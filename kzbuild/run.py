@@ -14,7 +14,6 @@ import logging
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -25,6 +24,7 @@ from kzbuild.errors import ConfigError, DeviceError
 from kzbuild.gitcmd import Git
 from kzbuild.model.artifact import MANIFEST
 from kzbuild.model.device import Device
+from kzbuild.model.run import Invocation, Release
 from kzbuild.settings import Settings
 from kzbuild.sync import read_lock
 
@@ -33,25 +33,6 @@ log = logging.getLogger(__name__)
 HEXAGON_ENV_PREFIX = "GGML_HEXAGON_"
 HEXAGON_SOURCES = "ggml/src/ggml-hexagon"
 GETENV_RE = re.compile(r'getenv\("(GGML_HEXAGON_[A-Z0-9_]+)"\)')
-
-
-@dataclass(frozen=True)
-class Release:
-    """The release ``current`` pointed at when it was resolved."""
-
-    build_id: str
-    dir: str  # absolute device path
-    manifest: Mapping[str, Any]  # the deployed manifest.json; empty when the release has none
-    manifest_sha256: str | None
-
-
-@dataclass(frozen=True)
-class Invocation:
-    """A tool run exactly as it happens on the device."""
-
-    argv: tuple[str, ...]
-    env: Mapping[str, str]
-    cwd: str
 
 
 def current_release(transport: Transport, device: Device) -> Release:

@@ -23,13 +23,14 @@ import sys
 import tarfile
 import tempfile
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 from kzbuild import proc
 from kzbuild.errors import CommandFailed, KzError, NotAvailableHere, SourceError
 from kzbuild.filelock import locked
-from kzbuild.gitcmd import Git
+from kzbuild.gitcmd import Git, unset_in_config_file
 from kzbuild.model.recipe import Source
 from kzbuild.settings import Settings
 
@@ -54,14 +55,14 @@ class ObjectCache:
         self.path = settings.mirror
         self.git = Git(self.path)
 
-    def lock(self):  # type: ignore[no-untyped-def]
+    def lock(self) -> AbstractContextManager[None]:
         return locked(self.settings.locks / "upstream.git.lock", what=f"the object cache {self.path}")
 
     def init(self) -> None:
         if (self.path / "HEAD").is_file():
             return
         self.path.mkdir(parents=True, exist_ok=True)
-        proc.run(["git", "init", "-q", "--bare", str(self.path)])
+        self.git.init_bare()
         self.git("config", "gc.auto", "0")  # pins are kept by refs; never repack behind a worktree's back
 
     def pin_ref(self, sha: str) -> str:
@@ -195,7 +196,7 @@ def extract_vendored_gitdirs(sdist: Path, into: Path) -> list[Path]:
     gitdirs = sorted(head.parent for head in into.glob("*/.git/modules/**/HEAD") if (head.parent / "objects").is_dir())
     for gitdir in gitdirs:
         # Its core.worktree names the submodule folder, which we did not extract; git would chdir there.
-        proc.run(["git", "config", "--file", str(gitdir / "config"), "--unset-all", "core.worktree"], check=False)
+        unset_in_config_file(gitdir / "config", "core.worktree")
     return gitdirs
 
 

@@ -15,12 +15,11 @@ from kzbuild import htpprofile
 from kzbuild import profile as profiles
 from kzbuild.errors import BadRecord, ProfileFormatChanged
 from kzbuild.htpprofile import BATCH_FORMAT, OP_FORMAT, check_tree_formats, parse_htp_log
-from kzbuild.model.profile import OpTime, PhaseProfile, ProfileRecord
+from kzbuild.model.profile import BatchTotals, OpTime, PhaseProfile, ProfileRecord, ProfileSpec
 from kzbuild.model.result import BuildInfo, DeviceInfo, ModelInfo
-from kzbuild.run import Release
+from kzbuild.model.run import Release
 from tests.bench.benchkit import flat
 from tests.conftest import REPO_ROOT
-from tests.fixtures_build import tiny  # noqa: F401 (fixture)
 
 
 def c_printf(fmt: str, *args: object) -> str:
@@ -77,7 +76,7 @@ def test_phase_markers_split_prefill_and_decode_and_timed_runs_do_not_count(tmp_
     assert set(by_phase) == {"prefill", "decode"}
     assert sorted((r.layer, r.usec) for r in by_phase["prefill"].ops) == [(0, 100.0), (1, 200.0)]
     assert [(r.op, r.layer, r.usec) for r in by_phase["decode"].ops] == [("RMS_NORM", -1, 7.0)]
-    assert parsed.batches["prefill"] == htpprofile.BatchTotals(batches=1, ops=2, usec=300)
+    assert parsed.batches["prefill"] == BatchTotals(batches=1, ops=2, usec=300)
     by_layer = profiles.summarize(by_phase["prefill"], by="layer")
     assert [(s.layer, s.op, s.usec) for s in by_layer] == [(0, "MUL_MAT", 100.0), (1, "MUL_MAT", 200.0)]
 
@@ -284,7 +283,7 @@ def test_plot_writes_a_png(project, tmp_path):
 )
 def test_the_npu_profiler_runs_on_hexagon_builds_unless_dev_none(files, dev, env, npu, profile_env):
     release = Release(build_id="b", dir="/r", manifest={"files": files}, manifest_sha256=None)
-    spec = profiles.ProfileSpec(model="m.gguf", dev=dev, env=env)
+    spec = ProfileSpec(model="m.gguf", dev=dev, env=env)
     got_npu, got_env = profiles.run_env(release, spec)
     assert (got_npu, got_env.get("GGML_HEXAGON_PROFILE")) == (npu, profile_env)
     assert ("-v" in profiles.tool_args(spec, verbose=got_npu)) == npu  # debug logging carries the profile-op lines

@@ -10,17 +10,16 @@ from pathlib import Path
 import pytest
 
 from kzbuild import profile as profiles
-from kzbuild.build import BuildResult
 from kzbuild.cli import main
 from kzbuild.errors import ProfileFormatChanged
 from kzbuild.htpprofile import FORMAT_LITERAL_RE, HEXAGON_CPP, check_tree_formats, parse_htp_log
+from kzbuild.model.build import BuildResult
 from kzbuild.settings import Settings
 from kzbuild.tinymodel import write_tiny_model
 from tests.bench.benchkit import flat
 from tests.conftest import have
-from tests.fixtures_build import build_real
+from tests.fixtures_build import build_real, real_project
 from tests.test_profile import c_printf
-from tests.test_sync_real_upstream import real_project  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -64,8 +63,9 @@ def test_kz_profile_times_the_real_graph_on_the_host_cpu(kz, project, real_host_
     assert {row["phase"] for row in rows} == {"prefill"} and any(row["op"] == "GATED_DELTA_NET" for row in rows)
 
 
-def test_lines_from_the_pinned_trees_own_format_strings_and_a_tree_that_differs(real_project, tmp_path):  # noqa: F811
-    root, cache, work = real_project
+def test_lines_from_the_pinned_trees_own_format_strings_and_a_tree_that_differs(tmp_path):
+    project = real_project(tmp_path)
+    root, cache, work = project.root, project.cache, project.work
     assert main(["--project", str(root), "--cache-dir", str(cache), "--work-dir", str(work), "sync", "demo-host"]) == 0
     settings = Settings(project=root, cache=cache, work=work)
     source = profiles.hexagon_source(settings, "demo-host")

@@ -15,11 +15,12 @@ from kzbuild import build as builds
 from kzbuild import ci as ci_run
 from kzbuild import proc, recipes
 from kzbuild.cli.complete import complete_device, complete_recipe
-from kzbuild.cli.sync import DEFAULT_RECIPE, JsonOpt, RecipeArg
+from kzbuild.cli.options import JsonOpt, RecipeArg, load_recipe
 from kzbuild.cli.ui import ProgressLines, console, context, err_console, not_empty, print_json
 from kzbuild.devices.registry import resolve_device
 from kzbuild.errors import ToolchainMissing
-from kzbuild.model.build import BuildOptions, BuildPlan
+from kzbuild.model.build import BuildEvent, BuildOptions, BuildPlan, BuildResult, DeviceCheck, TargetCheck
+from kzbuild.model.ci import CiStep
 from kzbuild.model.toolchain import Found
 
 TargetOpt = Annotated[Optional[list[str]], typer.Option("--target", "-t", help=f"Target: {', '.join(builds.TARGETS)} (repeatable). Default: the recipe's targets.")]
@@ -47,7 +48,7 @@ def build_command(
 ) -> None:
     """Build llama.cpp for a target into .kz/artifacts/<build-id>/ (bin/, lib/, manifest.json); reuse it when the id exists."""
     settings = context(ctx).settings
-    loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
+    loaded = load_recipe(settings, recipe)
     outputs = []
     options = BuildOptions(jobs=jobs, overrides=tuple(toolchain or ()), extra_tools=tuple(tool or ()), artifacts=artifacts)
     for name in target or list(loaded.build.targets):
@@ -84,7 +85,7 @@ def announce_expected_duration(plan: BuildPlan) -> None:
         )
 
 
-def result_dict(result: builds.BuildResult) -> dict[str, object]:
+def result_dict(result: BuildResult) -> dict[str, object]:
     return {
         "build_id": result.artifact.build_id,
         "artifact": str(result.artifact.path),
@@ -112,7 +113,7 @@ def render_plan(plan: BuildPlan) -> None:
         console.print(proc.describe(list(step.argv), step.cwd, dict(step.env) or None), highlight=False, soft_wrap=True, markup=False)
 
 
-def render_result(result: builds.BuildResult) -> None:
+def render_result(result: BuildResult) -> None:
     artifact = result.artifact
     if result.reused:
         console.print(f"[green]up to date[/green] {artifact.build_id} (artifact exists; cmake not run) → {artifact.path}")
@@ -154,7 +155,7 @@ class BuildDisplay:
         else:
             self.progress.stop()
 
-    def update(self, event: builds.BuildEvent) -> None:
+    def update(self, event: BuildEvent) -> None:
         if self.lines:
             self.lines.update(event.stage, f"[{event.done}/{event.total}]" if event.total else "")
             return
@@ -208,14 +209,14 @@ def doctor_command(
         raise ToolchainMissing(f"not ready to build: {not_ready}", hint="install what is marked missing or not ok above, or point kzbuild at it (toolchains/README.md); a device's own hint is above")
 
 
-def render_device_check(check: builds.DeviceCheck) -> None:
+def render_device_check(check: DeviceCheck) -> None:
     state = "[green]ok[/green]" if check.ok else "[red]not ok[/red]"
     console.print(f"[bold]device[/bold] {escape(check.device)} ({check.transport}): {state}: {escape(check.detail)}", highlight=False)
     if check.hint:
         console.print(f"  [yellow]hint:[/yellow] {escape(check.hint)}", highlight=False)
 
 
-def render_target_check(check: builds.TargetCheck) -> None:
+def render_target_check(check: TargetCheck) -> None:
     state = "[green]ready[/green]" if check.ok else "[red]not ready[/red]"
     console.print(f"[bold]{check.target}[/bold] ({builds.TARGETS[check.target].description}): {state}")
     table = Table(box=None, show_header=True, padding=(0, 2))
@@ -257,9 +258,9 @@ def ci_command(
     Targets given with --target must build; targets from the recipe are skipped when their toolchain is missing. Appends a markdown summary to $GITHUB_STEP_SUMMARY when it is set. Exits non-zero (the failing step's code) on any failure.
     """
     settings = context(ctx).settings
-    loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
+    loaded = load_recipe(settings, recipe)
 
-    def announce(step: ci_run.CiStep) -> None:
+    def announce(step: CiStep) -> None:
         colour = {"ok": "green", "failed": "red", "skipped": "yellow"}.get(step.status, "white")
         err_console.print(f"[{colour}]{step.status:7}[/{colour}] {step.name}: {step.detail}", highlight=False)
 

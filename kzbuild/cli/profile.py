@@ -11,12 +11,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from kzbuild import profile as profiles
-from kzbuild.cli.bench import DeviceOpt, EnvOpt, JsonOpt, TimeoutOpt
 from kzbuild.cli.complete import complete_recipe
+from kzbuild.cli.connect import open_device
+from kzbuild.cli.options import DeviceOpt, EnvOpt, JsonOpt, TimeoutOpt
+from kzbuild.cli.results import say
 from kzbuild.cli.ui import activity, console, context, not_empty, print_json
-from kzbuild.devices.registry import connect, resolve_device
 from kzbuild.errors import ConfigError
-from kzbuild.model.profile import NO_LAYER, PhaseProfile, ProfileRecord
+from kzbuild.model.profile import NO_LAYER, ComparedOp, PhaseProfile, ProfileRecord, ProfileSpec
 from kzbuild.run import parse_env_assignments
 
 
@@ -83,13 +84,12 @@ def profile_command(
     else:
         if model is None:
             raise ConfigError("--model is required to profile on a device", hint="or --from-log FILE, --show RUN, --compare RUN_A RUN_B")
-        spec = profiles.ProfileSpec(
+        spec = ProfileSpec(
             model=model, n_prompt=prompt, n_gen=gen, n_ubatch=ubatch, threads=threads, ngl=ngl, dev=dev, reps=repetitions,
             env=tuple(parse_env_assignments(env or []).items()), timeout=timeout,
         )  # fmt: skip
         profiles.check_spec(spec)  # before connecting: a bad value is a usage error wherever the device is
-        target = resolve_device(settings, device)
-        transport = connect(target)
+        target, transport = open_device(settings, device, None, trust_new_host=False)
         try:
             with activity(f"kz-profile on {target.name}") as progress:
 
@@ -102,20 +102,16 @@ def profile_command(
             transport.close()
         record = run.record
         if not json_out:
-            _say(f"stored profile run {record.run_id} in {store.path}; logs in {run.logs}")
+            say(f"stored profile run {record.run_id} in {store.path}; logs in {run.logs}")
     if plot is not None:
         written = profiles.plot(record, plot, source=source)
         if not json_out:
-            _say(f"wrote {written}")
+            say(f"wrote {written}")
     if json_out:
         reps = profiles.reps_of(record)
         print_json(record.to_dict() | {"summary": {key: [_phase_json(p, reps, by) for p in getattr(record, key)] for key in ("graph", "npu")}})
         return
     _print_record(record, by=by, source=source)
-
-
-def _say(text: str) -> None:
-    console.print(text, markup=False, soft_wrap=True)
 
 
 def _phase_json(phase: PhaseProfile, reps: int, by: str) -> dict[str, object]:
@@ -134,12 +130,12 @@ def _phase_json(phase: PhaseProfile, reps: int, by: str) -> dict[str, object]:
 
 def _print_record(record: ProfileRecord, *, by: str, source: str) -> None:
     reps = profiles.reps_of(record)
-    _say(f"profile {record.run_id}: {record.device.name}, build {record.build.build_id}, model {record.model.path} "
+    say(f"profile {record.run_id}: {record.device.name}, build {record.build.build_id}, model {record.model.path} "
          f"(sha256 {(record.model.sha256 or '?')[:12]}), {reps} repetition(s); times per repetition")  # fmt: skip
     for phase in profiles.phases_of(record, source):
         _print_phase(phase, reps=reps, by=by, title=f"{phase.phase}, {phase.tokens} tokens ({profiles.SOURCE_NAMES[source]})")
     if source == "graph" and record.npu:
-        _say("ggml-hexagon's own profiler times are stored too: --show RUN --npu")
+        say("ggml-hexagon's own profiler times are stored too: --show RUN --npu")
 
 
 def _print_phase(phase: PhaseProfile, *, reps: int, by: str, title: str) -> None:
@@ -161,10 +157,10 @@ def _print_phase(phase: PhaseProfile, *, reps: int, by: str, title: str) -> None
         line += f"; wall time {plain / 1000:.3f} ms without the per-node timer, {timed / 1000:.3f} ms with it ({overhead:+.1f}%)"
     elif plain is not None:
         line += f"; wall time {plain / 1000:.3f} ms"
-    _say(line)
+    say(line)
 
 
-def _print_comparison(a: ProfileRecord, b: ProfileRecord, rows: Sequence[profiles.ComparedOp]) -> None:
+def _print_comparison(a: ProfileRecord, b: ProfileRecord, rows: Sequence[ComparedOp]) -> None:
     table = Table(title=escape(f"{b.run_id} vs {a.run_id} (per repetition)"))
     for header in ("phase", "op", "A ms", "A backend", "B ms", "B backend", "delta ms", "change"):
         table.add_column(header, justify="right" if header in ("A ms", "B ms", "delta ms", "change") else "left")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kzbuild.model.jsonfields import Fields
@@ -143,3 +144,70 @@ def _phases(fields: Fields, key: str) -> tuple[PhaseProfile, ...]:
 FIELD_NAMES: dict[type, frozenset[str]] = {
     cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in (OpTime, PhaseProfile, ProfileRecord, BuildInfo, DeviceInfo, ModelInfo)
 }
+
+
+# --- what kzbuild profile is asked, and what it reports ---
+@dataclass(frozen=True)
+class ProfileSpec:
+    model: str  # device path; relative paths start at the device root
+    n_prompt: int = 512
+    n_gen: int = 16
+    n_ubatch: int | None = None
+    threads: int | None = None
+    ngl: int | None = None
+    dev: str | None = None  # HTP0, none, ...; None: llama.cpp's default placement
+    reps: int = 1
+    env: tuple[tuple[str, str], ...] = ()
+    timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class ProfileRun:
+    record: ProfileRecord
+    logs: Path
+
+
+@dataclass(frozen=True)
+class OpSummary:
+    """One row of a report: an op type (or a layer's op type) with its count, time per repetition and share."""
+
+    layer: int | None  # None when grouped by op only
+    op: str
+    backends: tuple[str, ...]
+    count: int
+    usec: float
+    share: float  # of the phase's graph time (the sum over its ops)
+
+
+@dataclass(frozen=True)
+class ComparedOp:
+    phase: str
+    op: str
+    a_usec: float | None  # per repetition; None when the op did not run in A
+    b_usec: float | None
+    a_backends: tuple[str, ...]
+    b_backends: tuple[str, ...]
+
+    @property
+    def delta_usec(self) -> float:
+        return (self.b_usec or 0.0) - (self.a_usec or 0.0)
+
+    @property
+    def change_pct(self) -> float | None:
+        return None if not self.a_usec or self.b_usec is None else self.delta_usec / self.a_usec * 100.0
+
+
+@dataclass(frozen=True)
+class BatchTotals:
+    """The OPBATCH lines of one phase: the NPU's time per batch, ops included."""
+
+    batches: int
+    ops: int
+    usec: int
+
+
+@dataclass(frozen=True)
+class HtpProfile:
+    phases: tuple[PhaseProfile, ...]
+    batches: dict[str, BatchTotals]  # phase -> its OPBATCH totals
+    lines: int  # profile-op lines read
