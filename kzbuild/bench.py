@@ -21,14 +21,14 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from kzbuild.devices.base import ByteSink, Transport, check_env_name
-from kzbuild.errors import BadRecord, CommandFailed, ConfigError, DeviceError
+from kzbuild.errors import BadRecord, ConfigError, DeviceError
 from kzbuild.model.bench import BENCH_OPTIONS, ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchPoint, BenchRun, BenchSpec, DeviceState, LlamaBenchTest, SweepAxis
 from kzbuild.model.device import Device
 from kzbuild.model.jsonfields import Fields, check_scalar, loads, show
 from kzbuild.model.result import MAX_SAMPLES, NOT_CONFIG_FIELDS, BenchRecord, BuildInfo, DeviceInfo, ModelInfo, SweepInfo, bench_test_name
 from kzbuild.model.run import Release
 from kzbuild.results import ResultsStore
-from kzbuild.run import check_seconds, check_tool, current_release, env_warnings, invocation
+from kzbuild.run import check_seconds, check_tool, current_release, env_warnings, invocation, run_logged
 from kzbuild.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -312,23 +312,11 @@ def bench(
         state = probe(transport)
         call = invocation(device, release, LLAMA_BENCH, llama_bench_args(spec, point), point.env(spec))
         host_time = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        stderr_log = logs / f"{point.index:03d}.stderr.log"
-        with open(stderr_log, "wb") as sink:
-
-            def tee(chunk: bytes) -> None:
-                sink.write(chunk)
-                if on_stderr:
-                    on_stderr(chunk)
-
-            result = transport.run(call.argv, cwd=call.cwd, env=call.env, timeout=spec.timeout, on_stderr=tee)
-        json_log = logs / f"{point.index:03d}.json"
-        json_log.write_bytes(result.stdout)
-        if not result.ok:
-            raise CommandFailed(call.argv, result.returncode, stderr_log.read_text(errors="replace"), hint=f"full log: {stderr_log}")
+        stdout = run_logged(transport, call, logs, f"{point.index:03d}", timeout=spec.timeout, on_stderr=on_stderr)
         made = [
             make_record(test, run_id=run_id, host_time=host_time, seq=len(records) + position, release=release, device=device,
                         state=state, spec=spec, model_hash=model_hash, argv=call.argv, env=call.env, cwd=call.cwd, point=point, seed=seed)
-            for position, test in enumerate(parse_llama_bench_json(result.stdout, source=str(json_log)))
+            for position, test in enumerate(parse_llama_bench_json(stdout, source=str(logs / f"{point.index:03d}.json")))
         ]  # fmt: skip
         store.add(made)
         records += made

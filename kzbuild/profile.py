@@ -21,7 +21,7 @@ from pathlib import Path
 
 from kzbuild.bench import model_sha256, new_run_id, probe
 from kzbuild.devices.base import ByteSink, Transport
-from kzbuild.errors import BadRecord, CommandFailed, ConfigError, ResultsError
+from kzbuild.errors import BadRecord, ConfigError, ResultsError
 from kzbuild.filelock import locked
 from kzbuild.gitcmd import Git
 from kzbuild.htpprofile import HEXAGON_CPP, check_tree_formats, parse_htp_log
@@ -30,8 +30,8 @@ from kzbuild.model.jsonfields import Fields, loads
 from kzbuild.model.profile import MAX_ROWS, NO_LAYER, ComparedOp, OpSummary, OpTime, PhaseProfile, ProfileRecord, ProfileRun, ProfileSpec
 from kzbuild.model.result import BuildInfo, DeviceInfo, ModelInfo, canonical_json
 from kzbuild.model.run import Release
-from kzbuild.results import LATEST, append_line, ends_with_newline
-from kzbuild.run import check_seconds, check_tool, current_release, env_warnings, invocation, synced_head
+from kzbuild.results import LATEST, append_line, ends_with_newline, jsonl_objects
+from kzbuild.run import check_seconds, check_tool, current_release, env_warnings, invocation, run_logged, synced_head
 from kzbuild.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -159,20 +159,9 @@ def profile(
     host_time = datetime.now(timezone.utc).isoformat(timespec="seconds")
     logs = settings.work / "profile" / run_id
     logs.mkdir(parents=True, exist_ok=True)
+    stdout = run_logged(transport, call, logs, KZ_PROFILE, timeout=spec.timeout, on_stderr=on_stderr)
     stderr_log = logs / f"{KZ_PROFILE}.stderr.log"
-    with open(stderr_log, "wb") as sink:
-
-        def tee(chunk: bytes) -> None:
-            sink.write(chunk)
-            if on_stderr:
-                on_stderr(chunk)
-
-        result = transport.run(call.argv, cwd=call.cwd, env=call.env, timeout=spec.timeout, on_stderr=tee)
-    json_log = logs / f"{KZ_PROFILE}.json"
-    json_log.write_bytes(result.stdout)
-    if not result.ok:
-        raise CommandFailed(call.argv, result.returncode, stderr_log.read_text(errors="replace")[-4000:], hint=f"full log: {stderr_log}")
-    config, graph = parse_tool_output(result.stdout, source=str(json_log))
+    config, graph = parse_tool_output(stdout, source=str(logs / f"{KZ_PROFILE}.json"))
     npu_phases: tuple[PhaseProfile, ...] = ()
     if npu and env.get(PROFILE_ENV, "0") not in ("", "0"):
         tokens = {phase.phase: phase.tokens for phase in graph}
@@ -244,26 +233,9 @@ class ProfileStore:
             append_line(self.path, stored + "\n")
 
     def records(self) -> list[ProfileRecord]:
-        try:
-            lines = self.path.read_bytes().split(b"\n")
-        except FileNotFoundError:
+        if not self.path.exists():
             return []
-        except OSError as exc:
-            raise ConfigError(f"cannot read file: {exc.strerror}", path=self.path) from None
-        found = []
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            where = f"{self.path}:{number}"
-            try:
-                data = loads(line.decode("utf-8"), where=where)
-            except (UnicodeDecodeError, BadRecord) as exc:
-                if number == len(lines):
-                    log.warning("%s: skipped the unterminated last line, not a whole record (a writer killed mid-line?)", where)
-                    continue
-                raise BadRecord(f"{where}: not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)) from None
-            found.append(ProfileRecord.from_dict(data, where=where))
-        return found
+        return [ProfileRecord.from_dict(data, where=where) for where, data in jsonl_objects(self.path)]
 
     def select(self, selector: str) -> ProfileRecord:
         """The run whose id is or starts with ``selector``, or the newest for ``latest``."""

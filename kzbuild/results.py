@@ -21,7 +21,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from kzbuild import yamlconf
 from kzbuild.errors import BadRecord, Busy, ConfigError, ResultsDatabaseDamaged, ResultsError
@@ -409,31 +409,38 @@ def load_records_file(path: Path) -> list[BenchRecord]:
 
 
 def load_jsonl(path: Path) -> list[BenchRecord]:
-    """Every record of a JSONL export; a bad line is refused (BadRecord naming file:line), except a
-    last line that is not newline-terminated and not JSON: a writer killed mid-record left it, and
-    it is skipped with a warning."""
-    try:
-        lines = path.read_bytes().split(b"\n")  # the last item is what follows the last newline
-    except OSError as exc:
-        raise ConfigError(f"cannot read file: {exc.strerror}", path=path) from None
+    """Every record of a JSONL export (see jsonl_objects for what a bad line does)."""
     records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            data = loads(line.decode("utf-8"), where=where)
-        except (UnicodeDecodeError, BadRecord) as exc:
-            if number == len(lines):
-                log.warning("%s: skipped the unterminated last line, not a whole record (a writer killed mid-line?)", where)
-                continue
-            message = f"{where}: not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
-            raise BadRecord(message, hint=JSONL_HINT) from None
+    for where, data in jsonl_objects(path, hint=JSONL_HINT):
         try:
             records.append(BenchRecord.from_dict(data, where=where))
         except BadRecord as exc:
             raise BadRecord(exc.message, hint=JSONL_HINT) from None
     return records
+
+
+def jsonl_objects(path: Path, *, hint: str | None = None) -> list[tuple[str, Any]]:
+    """Each line's JSON value with its ``file:line``. A bad line is refused (BadRecord naming
+    file:line), except a last line that is not newline-terminated and not JSON: a writer killed
+    mid-record left it, and it is skipped with a warning."""
+    try:
+        lines = path.read_bytes().split(b"\n")  # the last item is what follows the last newline
+    except OSError as exc:
+        raise ConfigError(f"cannot read file: {exc.strerror}", path=path) from None
+    found = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            found.append((where, loads(line.decode("utf-8"), where=where)))
+        except (UnicodeDecodeError, BadRecord) as exc:
+            if number == len(lines):
+                log.warning("%s: skipped the unterminated last line, not a whole record (a writer killed mid-line?)", where)
+                continue
+            message = f"{where}: not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
+            raise BadRecord(message, hint=hint) from None
+    return found
 
 
 SEED_KEYS = ("source", "date", "device", "upstream", "figures")

@@ -14,13 +14,13 @@ import logging
 import math
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kzbuild.devices.base import ByteSink, Transport, check_env_name
 from kzbuild.devices.registry import device_env
 from kzbuild.devices.store import CURRENT_SCRIPT, DAMAGED
-from kzbuild.errors import ConfigError, DeviceError
+from kzbuild.errors import CommandFailed, ConfigError, DeviceError
 from kzbuild.gitcmd import Git
 from kzbuild.model.artifact import MANIFEST
 from kzbuild.model.device import Device
@@ -103,6 +103,24 @@ def invocation(device: Device, release: Release, tool: str, args: Sequence[str],
         env={**device_env(device, release.dir), **env},
         cwd=device.root,
     )
+
+
+def run_logged(transport: Transport, call: Invocation, logs: Path, stem: str, *, timeout: float | None, on_stderr: ByteSink | None = None) -> bytes:
+    """Run ``call``, keeping its stderr in ``logs/STEM.stderr.log`` (as it comes) and its stdout in
+    ``logs/STEM.json``; returns stdout. A failure is CommandFailed naming the log."""
+    stderr_log = logs / f"{stem}.stderr.log"
+    with open(stderr_log, "wb") as sink:
+
+        def tee(chunk: bytes) -> None:
+            sink.write(chunk)
+            if on_stderr:
+                on_stderr(chunk)
+
+        result = transport.run(call.argv, cwd=call.cwd, env=call.env, timeout=timeout, on_stderr=tee)
+    (logs / f"{stem}.json").write_bytes(result.stdout)
+    if not result.ok:
+        raise CommandFailed(call.argv, result.returncode, stderr_log.read_text(errors="replace")[-4000:], hint=f"full log: {stderr_log}")
+    return result.stdout
 
 
 def check_tool(transport: Transport, device: Device, release: Release, tool: str) -> None:
