@@ -24,7 +24,7 @@ from kzbuild.devices.base import ByteSink, Transport, check_env_name
 from kzbuild.errors import BadRecord, ConfigError, DeviceError
 from kzbuild.model.bench import BENCH_OPTIONS, ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchPoint, BenchRun, BenchSpec, DeviceState, LlamaBenchTest, SweepAxis
 from kzbuild.model.device import Device
-from kzbuild.model.jsonfields import Fields, check_scalar, loads, show
+from kzbuild.model.jsonfields import Fields, check_scalar, show, tool_json
 from kzbuild.model.result import MAX_SAMPLES, NOT_CONFIG_FIELDS, BenchRecord, BuildInfo, DeviceInfo, ModelInfo, SweepInfo, bench_test_name
 from kzbuild.model.run import Release
 from kzbuild.results import ResultsStore
@@ -205,13 +205,7 @@ def llama_bench_args(spec: BenchSpec, point: BenchPoint) -> list[str]:
 def parse_llama_bench_json(stdout: bytes, *, source: str = "llama-bench output") -> list[LlamaBenchTest]:
     """The tests of ``llama-bench -o json`` output, every field checked before anything is stored;
     raises BadRecord naming the test, the key and the value."""
-    try:
-        text = stdout.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadRecord(f"{source}: not UTF-8 text (byte {exc.start} is {stdout[exc.start]:#04x})") from None
-    if not text.strip():
-        raise BadRecord(f"{source}: llama-bench printed nothing on stdout")
-    tests = loads(text, where=source, item="test")
+    tests = tool_json(stdout, source=source, tool="llama-bench", item="test")
     if not isinstance(tests, list) or not tests:
         raise BadRecord(f"{source}: expected a non-empty JSON list of tests, got {show(tests)}")
     if len(tests) > MAX_TESTS:

@@ -26,11 +26,11 @@ from kzbuild.filelock import locked
 from kzbuild.gitcmd import Git
 from kzbuild.htpprofile import HEXAGON_CPP, check_tree_formats, parse_htp_log
 from kzbuild.model.device import Device
-from kzbuild.model.jsonfields import Fields, loads
+from kzbuild.model.jsonfields import Fields, loads, tool_json
 from kzbuild.model.profile import MAX_ROWS, NO_LAYER, ComparedOp, OpSummary, OpTime, PhaseProfile, ProfileRecord, ProfileRun, ProfileSpec
 from kzbuild.model.result import BuildInfo, DeviceInfo, ModelInfo, canonical_json
 from kzbuild.model.run import Release
-from kzbuild.results import LATEST, append_line, ends_with_newline, jsonl_objects
+from kzbuild.results import LATEST, append_line, ends_with_newline, jsonl_objects, save_png
 from kzbuild.run import check_seconds, check_tool, current_release, env_warnings, invocation, run_logged, synced_head
 from kzbuild.settings import Settings
 
@@ -69,13 +69,7 @@ def tool_args(spec: ProfileSpec, *, verbose: bool) -> list[str]:
 # --- kz-profile's output ---
 def parse_tool_output(stdout: bytes, *, source: str) -> tuple[dict[str, int], tuple[PhaseProfile, ...]]:
     """kz-profile's JSON: its configuration and one phase per prefill/decode, every field checked."""
-    try:
-        text = stdout.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadRecord(f"{source}: not UTF-8 text (byte {exc.start})") from None
-    if not text.strip():
-        raise BadRecord(f"{source}: kz-profile printed nothing on stdout")
-    fields = Fields(loads(text, where=source), source)
+    fields = Fields(tool_json(stdout, source=source, tool=KZ_PROFILE), source)
     if fields.text("tool") != KZ_PROFILE or fields.count("format") != TOOL_FORMAT:
         raise BadRecord(f"{source}: not kz-profile output of format {TOOL_FORMAT}")
     config = {key: fields.count(key) for key in ("n_prompt", "n_gen", "n_ubatch", "n_threads", "reps")}
@@ -355,14 +349,7 @@ def plot(record: ProfileRecord, out: Path, *, source: str = "graph") -> Path:
         axes.grid(True, axis="y", alpha=0.3)
         axes.legend(fontsize=8)
     figure.suptitle(f"profile {record.run_id}: {record.device.name}, build {(record.build.build_id or '?')[:24]}", fontsize=9)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        figure.savefig(out, format="png", dpi=100, bbox_inches="tight")
-    except OSError as exc:
-        raise ConfigError(f"cannot write the plot to {out}: {exc.strerror}", hint="--plot names a PNG file in a writable folder") from None
-    finally:
-        plt.close(figure)
-    return out
+    return save_png(figure, out, option="--plot")
 
 
 def from_log(settings: Settings, path: Path, *, recipe: str | None) -> tuple[PhaseProfile, ...]:

@@ -689,11 +689,18 @@ def plot(records: Sequence[BenchRecord], out: Path, *, axis: str = "build", metr
     for axes in panel_of.values():
         if axes.get_legend_handles_labels()[0]:
             axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return save_png(figure, out, option="--out")
+
+
+def save_png(figure: Any, out: Path, *, option: str) -> Path:
+    """Write a matplotlib figure to ``out`` (named by ``option``) and free it."""
+    import matplotlib.pyplot as plt
+
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         figure.savefig(out, format="png", dpi=100, bbox_inches="tight")
     except OSError as exc:
-        raise ConfigError(f"cannot write the plot to {out}: {exc.strerror}", hint="--out names a PNG file in a writable folder") from None
+        raise ConfigError(f"cannot write the plot to {out}: {exc.strerror}", hint=f"{option} names a PNG file in a writable folder") from None
     finally:
         plt.close(figure)
     return out
