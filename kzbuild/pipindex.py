@@ -361,6 +361,8 @@ def find_sdist(client: Client, package: str, version: str) -> Link:
             return link
         tried.append(f"{kind} {redact(location)}: no sdist of {version} among {len(links)} files")
     raise SourceError(
-        f"no configured index offers the sdist of {package}=={version}:\n  " + "\n  ".join(tried or ["no index configured (pip's no-index without find-links)"]),
+        # one line: the sync's summary of failed sources keeps the first line of each
+        f"no configured index offers the sdist of {package}=={version} ("
+        + "; ".join(tried or ["no index configured: pip's no-index without find-links"]) + ")",
         hint="check pip's configuration (pip config list) and the version in the recipe",
     )

@@ -127,10 +127,11 @@ def test_http_index_html_and_bad_credentials_give_a_clean_error(pip_env, publish
     pip_env.setenv("PIP_INDEX_URL", f"http://kzuser:wrong-pw@{host}/simple")
     upstream_sha = "a" * 40
     project.recipe("r", commit=upstream_sha, sources=[f"pypi-sdist: {REQ}"])
-    result = kz("-v", "sync", "r")
-    assert result.code == 3
-    assert f"index http://kzuser:****@{host}/simple: HTTP 401" in " ".join(result.err.split())
-    assert "wrong-pw" not in result.out + result.err
+    for verbosity in ((), ("-vv",)):
+        result = kz(*verbosity, "sync", "r")
+        assert result.code == 3
+        assert f"index http://kzuser:****@{host}/simple: HTTP 401" in " ".join(result.err.split())
+        assert "wrong-pw" not in result.out + result.err
     pip_env.setenv("PIP_INDEX_URL", f"http://kzuser:right-pw@{host}/simple")
     assert ObjectCache(project.settings).download_sdist(REQ).name == SDIST
     assert served.requests()[-2:] == ["/simple/llama-cpp-python/ yes", f"/files/{SDIST} yes"]
