@@ -82,7 +82,8 @@ def parse_config_list(text: str) -> PipConfig:
             value = ast.literal_eval(raw.strip())
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             value = raw.strip()
-        merged.setdefault(section, {})[name.strip().lower().replace("_", "-")] = str(value)
+        name = name.strip().lower().replace("_", "-")
+        merged.setdefault(section, {})["default-timeout" if name == "timeout" else name] = str(value)  # one option, two names
     values: dict[str, str] = {}
     for section in ("global", "download", ":env:"):  # pip's precedence, lowest first
         values.update(merged.get(section, {}))
@@ -92,7 +93,7 @@ def parse_config_list(text: str) -> PipConfig:
 
     def timeout() -> float:
         try:
-            seconds = float(values.get("default-timeout", values.get("timeout", "15")))
+            seconds = float(values.get("default-timeout", "15"))
         except ValueError:
             return 15.0
         return seconds if 0 < seconds < 1e6 else 15.0
@@ -236,9 +237,11 @@ class Client:
                     context.load_cert_chain(self.config.client_cert)
         except (OSError, ssl.SSLError) as exc:
             raise SourceError(f"pip's certificate settings cannot be used (cert={self.config.cert}, client-cert={self.config.client_cert}): {exc}") from exc
-        proxies = urllib.request.ProxyHandler({"http": self.config.proxy, "https": self.config.proxy} if self.config.proxy else None)
+        proxies = {"http": self.config.proxy, "https": self.config.proxy} if self.config.proxy else None  # None: the environment's
         self._openers = {
-            trusted: urllib.request.build_opener(proxies, urllib.request.HTTPSHandler(context=unverified if trusted else verified))
+            trusted: urllib.request.build_opener(
+                urllib.request.ProxyHandler(proxies), urllib.request.HTTPSHandler(context=unverified if trusted else verified)
+            )
             for trusted in (False, True)
         }
 

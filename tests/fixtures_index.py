@@ -25,7 +25,7 @@ from tests.conftest import REPO_ROOT
 @pytest.fixture
 def pip_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     for name in list(os.environ):
-        if name.startswith("PIP_"):
+        if name.startswith("PIP_") or name.lower() in ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "netrc"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     return monkeypatch
@@ -80,7 +80,7 @@ def make_index(tmp_path: Path) -> Callable[[str], Index]:
 
 @dataclass
 class Served:
-    base: str  # http://127.0.0.1:PORT
+    base: str  # http(s)://127.0.0.1:PORT
     log: Path
 
     def requests(self) -> list[str]:
@@ -88,18 +88,28 @@ class Served:
 
 
 @pytest.fixture
+def self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate (and key) for 127.0.0.1, made by openssl."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    return cert, key
+
+
+@pytest.fixture
 def index_server(tmp_path: Path) -> Iterator[Callable[..., Served]]:
     """Serve an Index's root over HTTP on 127.0.0.1 (tests/indexserver.py), optionally behind basic auth."""
     started: list[subprocess.Popen[str]] = []
 
-    def start(index: Index, user: str | None = None, password: str | None = None) -> Served:
+    def start(index: Index, user: str | None = None, password: str | None = None, *, tls: tuple[Path, Path] | None = None) -> Served:
         log = tmp_path / f"http-{len(started)}.log"
         argv = [sys.executable, "-m", "tests.indexserver", str(index.root), *([user, password] if user and password else [])]
-        server = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=log.open("w"), text=True)
+        env = {**os.environ, **({"INDEX_TLS_CERT": str(tls[0]), "INDEX_TLS_KEY": str(tls[1])} if tls else {})}
+        server = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=log.open("w"), text=True)
         started.append(server)
         assert server.stdout is not None
         port = int(server.stdout.readline())
-        return Served(f"http://127.0.0.1:{port}", log)
+        return Served(f"{'https' if tls else 'http'}://127.0.0.1:{port}", log)
 
     yield start
     for server in started:

@@ -4,14 +4,20 @@ Serves the files under ROOT on 127.0.0.1 (a random port, printed on the first li
 A project page ``/simple/NAME/`` is ROOT/simple/NAME/index.json as PEP 691 JSON when the client
 accepts it and the file exists, else index.html. With USER and PASSWORD every request needs
 that basic auth (401 otherwise). Each request is logged to stderr as ``PATH AUTH`` (AUTH: yes/no).
+It also answers as an HTTP forward proxy: ``GET http://ANY-HOST/PATH`` serves ROOT's PATH
+(logged with the full URL), so a test can tell that a client went through its proxy.
+With INDEX_TLS_CERT and INDEX_TLS_KEY in the environment it speaks HTTPS with that certificate.
 """
 
 from __future__ import annotations
 
 import base64
+import os
+import ssl
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlsplit
 
 ROOT = Path(sys.argv[1]).resolve()
 AUTH = base64.b64encode(f"{sys.argv[2]}:{sys.argv[3]}".encode()).decode() if len(sys.argv) > 3 else None
@@ -27,7 +33,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("WWW-Authenticate", 'Basic realm="index"')
             self.end_headers()
             return
-        path = (ROOT / self.path.split("?")[0].lstrip("/")).resolve()
+        local = urlsplit(self.path).path  # a proxy request's absolute URL, or a plain path
+        path = (ROOT / local.lstrip("/")).resolve()
         content_type = "application/octet-stream"
         if path.is_dir():
             wants_json = "application/vnd.pypi.simple.v1+json" in self.headers.get("Accept", "")
@@ -52,5 +59,9 @@ class Handler(BaseHTTPRequestHandler):
 
 if __name__ == "__main__":
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if os.environ.get("INDEX_TLS_CERT"):
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(os.environ["INDEX_TLS_CERT"], os.environ["INDEX_TLS_KEY"])
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     print(server.server_address[1], flush=True)
     server.serve_forever()

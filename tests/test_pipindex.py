@@ -210,3 +210,27 @@ def test_netrc_credentials_are_used_for_an_index_without_any(pip_env, published,
     pip_env.setenv("PIP_INDEX_URL", f"{served.base}/simple")
     assert ObjectCache(project.settings).download_sdist(REQ).read_bytes() == wanted
     assert served.requests() == ["/simple/llama-cpp-python/ yes", f"/files/{SDIST} yes"]
+
+
+def test_pip_proxy_setting_carries_every_request(pip_env, published, index_server, project):
+    index, wanted = published
+    proxy = index_server(index)
+    pip_env.setenv("PIP_PROXY", proxy.base)
+    pip_env.setenv("PIP_INDEX_URL", "http://index.invalid/simple")  # resolvable only through the proxy
+    assert ObjectCache(project.settings).download_sdist(REQ).read_bytes() == wanted
+    assert proxy.requests() == ["http://index.invalid/simple/llama-cpp-python/ no", f"http://index.invalid/files/{SDIST} no"]
+
+
+def test_https_index_uses_pip_cert_or_trusted_host(pip_env, published, index_server, self_signed, project):
+    index, wanted = published
+    served = index_server(index, tls=self_signed)
+    pip_env.setenv("PIP_INDEX_URL", f"{served.base}/simple")
+    with pytest.raises(SourceError, match=r"index https://127\.0\.0\.1:\d+/simple: cannot read .*CERTIFICATE_VERIFY_FAILED"):
+        ObjectCache(project.settings).download_sdist(REQ)
+    pip_env.setenv("PIP_CERT", str(self_signed[0]))
+    assert ObjectCache(project.settings).download_sdist(REQ).read_bytes() == wanted
+    for cached in project.settings.sdists.iterdir():
+        cached.unlink()
+    pip_env.delenv("PIP_CERT")
+    pip_env.setenv("PIP_TRUSTED_HOST", f"localhost 127.0.0.1:{served.base.rsplit(':', 1)[1]}")
+    assert ObjectCache(project.settings).download_sdist(REQ).read_bytes() == wanted
