@@ -28,7 +28,9 @@ import urllib.response
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
+from http.client import HTTPMessage
 from pathlib import Path
+from typing import IO
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from kzbuild import proc
@@ -215,6 +217,19 @@ def pick_sdist(links: Iterable[Link], package: str, version: str) -> Link | None
 
 
 # --- the client ---
+class _SameHostAuthRedirects(urllib.request.HTTPRedirectHandler):
+    """Follow redirects; an index's credentials go along only while the host stays the same."""
+
+    def redirect_request(
+        self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str, headers: HTTPMessage, newurl: str
+    ) -> urllib.request.Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        auth = req.unredirected_hdrs.get("Authorization")
+        if new is not None and auth and urlsplit(new.full_url).netloc == urlsplit(req.full_url).netloc:
+            new.add_unredirected_header("Authorization", auth)
+        return new
+
+
 @dataclass
 class Client:
     """urllib with pip's cert, client cert, proxy, trusted hosts, timeout and index credentials."""
@@ -240,7 +255,9 @@ class Client:
         proxies = {"http": self.config.proxy, "https": self.config.proxy} if self.config.proxy else None  # None: the environment's
         self._openers = {
             trusted: urllib.request.build_opener(
-                urllib.request.ProxyHandler(proxies), urllib.request.HTTPSHandler(context=unverified if trusted else verified)
+                urllib.request.ProxyHandler(proxies),
+                urllib.request.HTTPSHandler(context=unverified if trusted else verified),
+                _SameHostAuthRedirects(),
             )
             for trusted in (False, True)
         }
@@ -267,7 +284,7 @@ class Client:
         user_password = creds or self.credentials.get(urlsplit(clean).netloc) or self._netrc(urlsplit(clean).hostname)
         if user_password:
             token = base64.b64encode(":".join(user_password).encode()).decode()
-            request.add_unredirected_header("Authorization", f"Basic {token}")  # never sent on to a redirect's host
+            request.add_unredirected_header("Authorization", f"Basic {token}")  # a redirect to another host drops it
         response: urllib.response.addinfourl = self._openers[self._trusted(clean)].open(request, timeout=self.config.timeout)
         return response
 

@@ -6,12 +6,14 @@ accepts it and the file exists, else index.html. With USER and PASSWORD every re
 that basic auth (401 otherwise). Each request is logged to stderr as ``PATH AUTH`` (AUTH: yes/no).
 It also answers as an HTTP forward proxy: ``GET http://ANY-HOST/PATH`` serves ROOT's PATH
 (logged with the full URL), so a test can tell that a client went through its proxy.
+A path listed in ROOT/redirects.json (``{"/path": "http://elsewhere/x"}``) answers 302 there.
 With INDEX_TLS_CERT and INDEX_TLS_KEY in the environment it speaks HTTPS with that certificate.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import ssl
 import sys
@@ -24,7 +26,7 @@ AUTH = base64.b64encode(f"{sys.argv[2]}:{sys.argv[3]}".encode()).decode() if len
 
 
 class Handler(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         sent = self.headers.get("Authorization")
         sys.stderr.write(f"{self.path} {'yes' if sent else 'no'}\n")
         sys.stderr.flush()
@@ -34,6 +36,12 @@ class Handler(BaseHTTPRequestHandler):
             self.end_headers()
             return
         local = urlsplit(self.path).path  # a proxy request's absolute URL, or a plain path
+        redirects = ROOT / "redirects.json"
+        if redirects.is_file() and local in (moved := json.loads(redirects.read_text())):
+            self.send_response(302)
+            self.send_header("Location", moved[local])
+            self.end_headers()
+            return
         path = (ROOT / local.lstrip("/")).resolve()
         content_type = "application/octet-stream"
         if path.is_dir():
@@ -53,7 +61,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's name)
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 

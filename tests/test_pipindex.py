@@ -219,6 +219,30 @@ def test_pip_proxy_setting_carries_every_request(pip_env, published, index_serve
     pip_env.setenv("PIP_INDEX_URL", "http://index.invalid/simple")  # resolvable only through the proxy
     assert ObjectCache(project.settings).download_sdist(REQ).read_bytes() == wanted
     assert proxy.requests() == ["http://index.invalid/simple/llama-cpp-python/ no", f"http://index.invalid/files/{SDIST} no"]
+    for cached in project.settings.sdists.iterdir():
+        cached.unlink()
+    pip_env.delenv("PIP_PROXY")
+    pip_env.setenv("http_proxy", proxy.base)  # no proxy in pip's configuration: the environment's
+    assert ObjectCache(project.settings).download_sdist(REQ).read_bytes() == wanted
+    assert len(proxy.requests()) == 4
+
+
+def test_credentials_are_not_sent_on_to_a_redirects_host(pip_env, published, make_index, index_server, project):
+    index, wanted = published
+    mirror = make_index("mirror")
+    mirror.add("llama-cpp-python", {SDIST: wanted})
+    elsewhere = index_server(mirror)
+    served = index_server(index, "kzuser", "s3cr3t-pw")
+    (index.root / "redirects.json").write_text(json.dumps({  # the same host keeps them, another host does not get them
+        "/simple/llama-cpp-python/": f"{served.base}/simple/llama_cpp_python/",
+        "/simple/llama_cpp_python/": f"{served.base}/simple/llama-cpp-python/index.html",
+        f"/files/{SDIST}": f"{elsewhere.base}/files/{SDIST}",
+    }))
+    pip_env.setenv("PIP_INDEX_URL", f"http://kzuser:s3cr3t-pw@{served.base[7:]}/simple")
+    assert ObjectCache(project.settings).download_sdist(REQ).read_bytes() == wanted
+    assert served.requests() == [
+        "/simple/llama-cpp-python/ yes", "/simple/llama_cpp_python/ yes", "/simple/llama-cpp-python/index.html yes", f"/files/{SDIST} yes"]
+    assert elsewhere.requests() == [f"/files/{SDIST} no"]
 
 
 def test_https_index_uses_pip_cert_or_trusted_host(pip_env, published, index_server, self_signed, project):
