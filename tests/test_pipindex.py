@@ -7,7 +7,6 @@ real git repo."""
 from __future__ import annotations
 
 import json
-import logging
 import subprocess
 
 import pytest
@@ -107,16 +106,17 @@ def test_missing_version_names_every_index_tried(pip_env, published, make_index,
     assert f"index {make_index('gone').url}: no such project" in message
 
 
-def test_http_index_pep691_json_with_credentials_never_shown(pip_env, published, index_server, project, caplog):
+def test_http_index_pep691_json_with_credentials_never_shown(pip_env, published, index_server, project, kz):
     index, wanted = published
     served = index_server(index, "kzuser", "s3cr3t-pw")
     pip_env.setenv("PIP_INDEX_URL", f"http://kzuser:s3cr3t-pw@{served.base[7:]}/simple")
-    with caplog.at_level(logging.DEBUG):
-        path = ObjectCache(project.settings).download_sdist(REQ)
-    assert path.read_bytes() == wanted
+    project.recipe("r", commit="a" * 40, sources=[f"pypi-sdist: {REQ}"])
+    result = kz("-vv", "sync", "r")  # downloads the sdist, then finds no git data in it: exit 3
+    assert result.code == 3 and "vendors no git data" in result.err
+    assert (project.settings.sdists / SDIST).read_bytes() == wanted
     assert served.requests() == ["/simple/llama-cpp-python/ yes", f"/files/{SDIST} yes"]
-    assert "s3cr3t-pw" not in caplog.text
-    assert "kzuser:****@" in caplog.text
+    assert "s3cr3t-pw" not in result.out + result.err
+    assert "kzuser:****@" in result.err
 
 
 def test_http_index_html_and_bad_credentials_give_a_clean_error(pip_env, published, index_server, project, kz):
