@@ -20,6 +20,7 @@ from kzbuild.settings import Settings
 pytest_plugins = (
     "tests.fixtures_build",
     "tests.fixtures_gdn",
+    "tests.fixtures_index",
     "tests.fixtures_ssh",
     "tests.fixtures_trees",
     "tests.adbdevice.fixtures",
