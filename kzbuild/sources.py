@@ -26,7 +26,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
-from kzbuild import pipindex, proc
+from kzbuild import pipindex
 from kzbuild.errors import CommandFailed, KzError, SourceError
 from kzbuild.filelock import locked
 from kzbuild.gitcmd import Git, unset_in_config_file
