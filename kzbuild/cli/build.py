@@ -13,16 +13,18 @@ from rich.table import Table
 
 from kzbuild import build as builds
 from kzbuild import ci as ci_run
-from kzbuild import proc, recipes
+from kzbuild import proc, recipes, v79check
 from kzbuild.cli.complete import complete_device, complete_recipe
 from kzbuild.cli.sync import DEFAULT_RECIPE, JsonOpt, RecipeArg
 from kzbuild.cli.ui import ProgressLines, console, context, err_console, not_empty, print_json
 from kzbuild.devices.registry import resolve_device
 from kzbuild.errors import ToolchainMissing
 from kzbuild.model.build import BuildOptions, BuildPlan
+from kzbuild.model.recipe import Recipe
 from kzbuild.model.toolchain import Found
+from kzbuild.settings import Settings
 
-TargetOpt = Annotated[Optional[list[str]], typer.Option("--target", "-t", help=f"Target: {', '.join(builds.TARGETS)} (repeatable). Default: the recipe's targets.")]
+TargetOpt = Annotated[Optional[list[str]], typer.Option("--target", "-t", help=f"Target: {', '.join([*builds.TARGETS, v79check.TARGET])} (repeatable). Default: the recipe's targets. {v79check.TARGET}: {v79check.DESCRIPTION} (no SDK needed).")]
 ToolchainOpt = Annotated[Optional[list[str]], typer.Option("--toolchain", help="Use this toolchain instead of the target's one for the same role, e.g. host-clang or snapdragon-docker (repeatable).")]
 JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Parallel compile jobs (default: number of CPUs).")]
 ArtifactsOpt = Annotated[Optional[Path], typer.Option("--artifacts", help="Artifacts folder (default: WORK/artifacts).")]
@@ -51,6 +53,9 @@ def build_command(
     outputs = []
     options = BuildOptions(jobs=jobs, overrides=tuple(toolchain or ()), extra_tools=tuple(tool or ()), artifacts=artifacts)
     for name in target or list(loaded.build.targets):
+        if name == v79check.TARGET:
+            outputs.append(v79_check(settings, loaded, options, dry_run=dry_run, json_out=json_out))
+            continue
         if dry_run:
             plan = builds.prepare(settings, loaded, name, environ=os.environ, options=options).plan
             outputs.append(plan.to_dict())
@@ -66,6 +71,42 @@ def build_command(
             render_result(result)
     if json_out:
         print_json(outputs[0] if len(outputs) == 1 else outputs)
+
+
+def v79_check(settings: Settings, recipe: Recipe, options: BuildOptions, *, dry_run: bool, json_out: bool) -> dict[str, object]:
+    """--target v79-check: compile every Hexagon source without the SDK (kzbuild.v79check)."""
+    if dry_run:
+        plan = v79check.prepare_check(settings, recipe, options=options)
+        if not json_out:
+            console.print(f"[bold]plan[/bold] {recipe.name} → {v79check.TARGET}: build id [cyan]{plan.check_id}[/cyan] ({plan.build_commit})")
+            console.print(f"  proves    {v79check.PROVES}", highlight=False)
+            console.print(f"  source    {plan.source}\n  scratch   {plan.scratch}\n  artifact  {plan.artifact_dir}", highlight=False)
+            console.print(f"  dsp flags  {' '.join(v79check.DSP_FLAGS)}\n  host flags {' '.join(v79check.HOST_FLAGS)}", highlight=False, markup=False)
+        return plan.to_dict()
+    with BuildDisplay(f"{recipe.name} → {v79check.TARGET}") as display:
+        result = v79check.run_check(v79check.prepare_check(settings, recipe, options=options, progress=display.update), progress=display.update)
+    if not json_out:
+        render_check(result)
+    return check_dict(result)
+
+
+def check_dict(result: v79check.CheckResult) -> dict[str, object]:
+    return {
+        "build_id": result.artifact.build_id, "artifact": str(result.artifact.path), "target": v79check.TARGET,
+        "proves": v79check.PROVES, "reused": result.reused, "compiled": result.compiled, "cached": result.cached,
+        "host_warnings": result.warnings, "times": dict(result.times), "files": len(result.artifact.files),
+    }
+
+
+def render_check(result: v79check.CheckResult) -> None:
+    artifact = result.artifact
+    verb = "up to date" if result.reused else "checked"
+    detail = "artifact exists; nothing compiled" if result.reused else (
+        f"{result.compiled + result.cached} sources, {result.cached} from ccache, in {result.times.get('total_s', 0):.1f} s")
+    console.print(f"[green]{verb}[/green] {artifact.build_id} ({detail}) → {artifact.path}", highlight=False)
+    console.print(f"  proves {v79check.PROVES}", highlight=False)
+    if result.warnings:
+        console.print(f"  host side: {result.warnings} compiler warning(s) (the DSP side has -Werror)", highlight=False)
 
 
 def announce_expected_duration(plan: BuildPlan) -> None:
