@@ -24,7 +24,7 @@ from kzbuild.model.recipe import Recipe
 from kzbuild.model.toolchain import Found
 from kzbuild.settings import Settings
 
-TargetOpt = Annotated[Optional[list[str]], typer.Option("--target", "-t", help=f"Target: {', '.join([*builds.TARGETS, v79check.TARGET])} (repeatable). Default: the recipe's targets. {v79check.TARGET}: {v79check.DESCRIPTION} (no SDK needed).")]
+TargetOpt = Annotated[Optional[list[str]], typer.Option("--target", "-t", help=f"Target: {', '.join([*builds.TARGETS, v79check.TARGET])} (repeatable). Default: the recipe's targets. {v79check.TARGET}: {v79check.DESCRIPTION}.")]
 ToolchainOpt = Annotated[Optional[list[str]], typer.Option("--toolchain", help="Use this toolchain instead of the target's one for the same role, e.g. host-clang or snapdragon-docker (repeatable).")]
 JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Parallel compile jobs (default: number of CPUs).")]
 ArtifactsOpt = Annotated[Optional[Path], typer.Option("--artifacts", help="Artifacts folder (default: WORK/artifacts).")]
@@ -47,7 +47,10 @@ def build_command(
     artifacts: ArtifactsOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Build llama.cpp for a target into .kz/artifacts/<build-id>/ (bin/, lib/, manifest.json); reuse it when the id exists."""
+    """Build llama.cpp for a target into .kz/artifacts/<build-id>/ (bin/, lib/, manifest.json); reuse it when the id exists.
+
+    --target v79-check needs no SDK: it compiles every HTP source of the synced tree for hexagonv79 (HVX 128B, -Wall -Werror) and the host backend for aarch64, with zig's clang against the stand-ins in kernels/hexagon-sdk/, into .kz/artifacts/v79-check-<id>/ (objects, manifest.json). It proves compilation only: no link, no run. A source that does not compile exits 7 naming the patches that change the files involved; an SDK name the stand-ins lack exits 6.
+    """
     settings = context(ctx).settings
     loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
     outputs = []
@@ -295,7 +298,7 @@ def ci_command(
 ) -> int:
     """Sync, check the patches, build each target whose toolchain is here (others: skipped, with why); print a JSON summary.
 
-    Targets given with --target must build; targets from the recipe are skipped when their toolchain is missing. Appends a markdown summary to $GITHUB_STEP_SUMMARY when it is set. Exits non-zero (the failing step's code) on any failure.
+    Targets given with --target must build; targets from the recipe are skipped when their toolchain is missing. v79-check (compilation only, no SDK) runs wherever it is asked for. Appends a markdown summary to $GITHUB_STEP_SUMMARY when it is set. Exits non-zero (the failing step's code) on any failure.
     """
     settings = context(ctx).settings
     loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)

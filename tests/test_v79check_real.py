@@ -1,0 +1,140 @@
+"""``kzbuild build demo-host --target v79-check`` on the real pinned tree (slow: it syncs 0c1e57098
+with the stack and compiles every Hexagon source; ccache makes later runs seconds).
+
+Breakage is made the way a contributor would: edit the synced worktree, ``kzbuild patches new``,
+then check. Each test has its own project and work dir (tests.fixtures_trees.private_project);
+the object cache and ccache are the shared test caches.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kzbuild.cli import main
+from kzbuild.v79check import HOST_SOURCES, HTP, PROVES, load_stand_ins
+from tests.conftest import CliResult, Project
+from tests.fixtures_trees import private_project
+
+pytestmark = pytest.mark.slow
+
+EM_HEXAGON, EM_AARCH64 = 164, 183
+
+
+@pytest.fixture
+def real(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Project, Callable[..., CliResult]]:
+    pytest.importorskip("ziglang", reason="the v79 check needs the 'ziglang' package")
+    project = private_project(tmp_path)
+
+    def run(*args: str) -> CliResult:
+        capsys.readouterr()
+        code = main(["--project", str(project.root), "--cache-dir", str(project.cache), "--work-dir", str(project.work), *args])
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return project, run
+
+
+def e_machine(path: Path) -> int:
+    data = path.read_bytes()
+    assert data[:4] == b"\x7fELF", path
+    return int.from_bytes(data[18:20], "little")
+
+
+def break_file(project: Project, run: Callable[..., CliResult], relpath: str, code: str, name: str) -> None:
+    """Append ``code`` to ``relpath`` of the synced demo-host tree and make that the patch ``name``."""
+    assert run("sync", "demo-host").code == 0
+    path = project.work / "src" / "demo-host" / relpath
+    path.write_text(path.read_text() + "\n" + code + "\n")
+    result = run("patches", "new", name, "demo-host", "-m", f"test: break {Path(relpath).name}", "--test", "tests/test_v79check_real.py")
+    assert result.code == 0, result.err
+
+
+def test_the_pinned_tree_with_the_stack_compiles(real):
+    project, run = real
+    result = run("build", "demo-host", "--target", "v79-check", "--json")
+    assert result.code == 0, result.err
+    out = json.loads(result.out)
+    assert out["proves"] == PROVES and "nothing linked, nothing run" in PROVES
+    artifact = Path(out["artifact"])
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    assert manifest["target"] == "v79-check" and manifest["build_id"] == out["build_id"].strip()
+    assert re.fullmatch(r"v79-check-[0-9a-f]{16}", manifest["build_id"])
+    tree = project.work / "src" / "demo-host"
+    sources = sorted(p.name for p in (tree / HTP).glob("*.c"))
+    assert len(sources) > 25
+    compiled = {c["source"]: c for c in manifest["compiles"]}
+    assert set(compiled) == {f"{HTP}/{s}" for s in sources} | {f"ggml/src/ggml-hexagon/{s}" for s in HOST_SOURCES}
+    for source in sources:
+        assert e_machine(artifact / "objects" / "htp" / source.replace(".c", ".o")) == EM_HEXAGON
+    for source in HOST_SOURCES:
+        assert e_machine(artifact / "objects" / "host" / source.replace(".cpp", ".o")) == EM_AARCH64
+    assert {"-Wall", "-Werror"} <= set(compiled[f"{HTP}/main.c"]["argv"])
+    # HMX asm became nop in the scratch copy only: the worktree is untouched
+    assert "ggml/src/ggml-hexagon/htp/hmx-utils.h" in manifest["asm_no_ops"]
+    assert "mxmem" in (tree / HTP / "hmx-utils.h").read_text()
+    assert subprocess.run(["git", "-C", str(tree), "status", "--porcelain"], capture_output=True, text=True, check=True).stdout == ""
+
+    again = run("build", "demo-host", "--target", "v79-check", "--json")
+    assert again.code == 0 and json.loads(again.out)["reused"] is True
+    text = run("build", "demo-host", "--target", "v79-check")
+    assert "compilation only" in text.out and "nothing linked" in text.out
+
+
+def test_a_patch_breaking_one_hvx_file_fails_naming_the_file_and_the_patch(real):
+    project, run = real
+    break_file(project, run, f"{HTP}/binary-ops.c", "int kz_broken(void) { HVX_Vector v = Q6_V_vzero(); return v; }", "break-binary-ops")
+    result = run("build", "demo-host", "--target", "v79-check")
+    assert result.code == 7, result.err
+    assert f"{HTP}/binary-ops.c (dsp side) does not compile" in result.err
+    assert "error:" in result.err and "binary-ops.c:" in result.err  # the compiler's diagnostic
+    assert "patches of the stack that change these files: break-binary-ops.patch" in result.err
+    assert "ggml-hexagon-accept" not in result.err.split("patches of the stack")[1].splitlines()[0]
+
+
+def test_a_patch_breaking_ggml_hexagon_cpp_fails_the_host_side(real):
+    project, run = real
+    break_file(project, run, "ggml/src/ggml-hexagon/ggml-hexagon.cpp", "static int kz_broken() { return not_declared_anywhere; }", "break-host")
+    result = run("build", "demo-host", "--target", "v79-check")
+    assert result.code == 7, result.err
+    assert "failed on the host side (1 file(s))" in result.err
+    assert "ggml/src/ggml-hexagon/ggml-hexagon.cpp (host side) does not compile" in result.err
+    assert "not_declared_anywhere" in result.err
+    # the GDN patch changes ggml-hexagon.cpp too: both are named
+    named = result.err.split("patches of the stack that change these files: ")[1].splitlines()[0]
+    assert "break-host.patch" in named and "ggml-hexagon-accept-gated_delta_net-when-its-hvx-kernel-fits.patch" in named
+
+
+def test_a_new_sdk_header_or_name_the_stand_ins_lack_is_named(real):
+    project, run = real
+    assert run("sync", "demo-host").code == 0
+    tree = project.work / "src" / "demo-host"
+    pad = tree / HTP / "pad-ops.c"
+    pad.write_text("#include <HAP_vtcm_mgr.h>\n" + pad.read_text())
+    fill = tree / HTP / "fill-ops.c"
+    fill.write_text(fill.read_text() + "\nint kz_new(void) { return qurt_new_sdk_call(1); }\n")
+    assert run("patches", "new", "new-sdk-use", "demo-host", "-m", "test: new SDK use", "--test", "x").code == 0
+    result = run("build", "demo-host", "--target", "v79-check")
+    assert result.code == 6, result.err
+    assert "the Hexagon SDK stand-ins lack header <HAP_vtcm_mgr.h>" in result.err
+    assert "name 'qurt_new_sdk_call' (used at ggml/src/ggml-hexagon/htp/fill-ops.c:" in result.err
+
+
+def test_the_stand_ins_are_minimal_every_declared_name_is_used_by_the_tree(real):
+    project, run = real
+    assert run("sync", "demo-host").code == 0
+    hexagon = project.work / "src" / "demo-host" / "ggml/src/ggml-hexagon"
+    used = "\n".join(p.read_text() for p in hexagon.rglob("*") if p.suffix in (".c", ".h", ".cpp", ".idl"))
+    stand_ins = load_stand_ins(project.root)
+    for header, names in stand_ins.headers.items():
+        text = (stand_ins.include / header).read_text()
+        for name in names:
+            assert re.search(rf"\b{re.escape(name)}\b", text), f"{header} does not declare {name}"
+            assert re.search(rf"\b{re.escape(name)}\b", used), f"{header}: {name} is declared but the tree never uses it"
+        if header not in ("qurt-libc.h", "htp_iface.h", "AEEStdDef.h"):
+            assert re.search(rf"#\s*include\s*[<\"]{re.escape(header)}[>\"]", used), f"the tree never includes {header}"
