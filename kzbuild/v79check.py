@@ -28,6 +28,7 @@ import os
 import re
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -302,11 +303,17 @@ def stand_in_gaps(outcomes: Iterable[Outcome], stand_ins: StandIns) -> list[str]
     for outcome in outcomes:
         for line in outcome.diagnostics.splitlines():
             where = line.split(": ", 1)[0]
-            if (found := NOT_FOUND.search(line)) and found.group(1) not in gaps:
+            if (found := NOT_FOUND.search(line)) and found.group(1) not in gaps and _system_include(found.group(1), outcome.diagnostics):
                 gaps[found.group(1)] = f"header <{found.group(1)}> (included at {where})"
             elif (found := UNDECLARED.search(line)) and stand_ins.is_sdk_name(found.group(1)) and found.group(1) not in gaps:
                 gaps[found.group(1)] = f"name '{found.group(1)}' (used at {where})"
     return list(gaps.values())
+
+
+def _system_include(header: str, diagnostics: str) -> bool:
+    """Whether the diagnostic shows ``header`` included with <>, as SDK headers are (a missing
+    "header" of the tree is the patch's fault, not the stand-ins')."""
+    return re.search(rf"#\s*include\s*<{re.escape(header)}>", diagnostics) is not None
 
 
 def involved_patches(patches: Mapping[str, frozenset[str]], outcomes: Iterable[Outcome]) -> list[str]:
@@ -399,6 +406,8 @@ def prepare_check(settings: Settings, recipe: Recipe, *, options: BuildOptions =
                   progress: Progress | None = None) -> CheckPlan:
     """Sync when needed and compute the check id (what ``--dry-run`` shows)."""
     stand_ins = load_stand_ins(settings.project)
+    if shutil.which("ccache") is None:
+        raise ToolchainMissing("the v79 compile check needs ccache, which is not on PATH", hint="Debian package 'ccache' (scripts/setup installs it)")
     identity = zig_version()
     started = time.monotonic()
     synced = sync(settings, recipe, progress=(lambda line: progress(BuildEvent("sync", line))) if progress else None)
@@ -464,14 +473,15 @@ def run_check(plan: CheckPlan, *, progress: Progress | None = None, use_artifact
 
 
 def _compile_all(compiles: Sequence[Compile], plan: CheckPlan, out: Path, progress: Progress | None) -> list[Outcome]:
-    done = 0
+    finished: list[Outcome] = []
+    guard = threading.Lock()
 
     def one(item: Compile) -> Outcome:
-        nonlocal done
         outcome = run_compile(item, plan.scratch, out, plan.ccache_env)
-        done += 1
-        if progress:
-            progress(BuildEvent("build", f"{item.source}{' (cached)' if outcome.cached else ''}", done, len(compiles)))
+        with guard:
+            finished.append(outcome)
+            if progress:
+                progress(BuildEvent("build", f"{item.source}{' (cached)' if outcome.cached else ''}", len(finished), len(compiles)))
         return outcome
 
     # host sources are the largest: start them first
