@@ -67,6 +67,7 @@ HEXAGON = "ggml/src/ggml-hexagon"
 HTP = f"{HEXAGON}/htp"
 HOST_SOURCES = ("ggml-hexagon.cpp", "htp-drv.cpp")  # ggml_add_backend_library(ggml-hexagon ...) in the CMakeLists
 STAND_INS = Path("kernels/hexagon-sdk")
+SCRATCH_STAND_INS = "hexagon-sdk-stand-ins"  # their copy in the scratch dir
 
 # htp/cmake-toolchain.cmake: ARCH_FLAGS and COMMON_FLAGS with CMAKE_C_FLAGS_RELEASE, and
 # htp/CMakeLists.txt's NDEBUG=1 (HEXAGON_HTP_DEBUG off). Not -flto: the objects are real code.
@@ -185,7 +186,7 @@ def neutralise_asm(text: str, patterns: Sequence[str]) -> tuple[str, int]:
 
 
 def make_scratch(tree: Path, scratch: Path, stand_ins: StandIns) -> dict[str, int]:
-    """Copy what the compiles read (ggml/include, ggml/src's own headers, ggml-hexagon) into ``scratch``
+    """Copy what the compiles read (ggml/include, ggml/src's own headers, ggml-hexagon, the stand-ins) into ``scratch``
     and neutralise the assembly LLVM lacks there. Returns {relative path: lines changed}."""
     if scratch.exists():
         shutil.rmtree(scratch)
@@ -194,6 +195,7 @@ def make_scratch(tree: Path, scratch: Path, stand_ins: StandIns) -> dict[str, in
     for header in (tree / "ggml/src").glob("*.h"):
         shutil.copy2(header, scratch / "ggml/src" / header.name)
     shutil.copytree(tree / HEXAGON, scratch / HEXAGON)
+    shutil.copytree(stand_ins.include, scratch / SCRATCH_STAND_INS)  # every -I under the work dir: ccache hits from any project
     patterns = [p for p, _ in stand_ins.asm_no_ops]
     changed: dict[str, int] = {}
     for path in sorted((scratch / HTP).iterdir()):
@@ -249,10 +251,9 @@ def plan_compiles(scratch: Path, stand_ins: StandIns) -> list[Compile]:
         raise ConfigError(f"the synced tree has no {HTP}/: nothing for the v79 check to compile")
     # htp/CMakeLists.txt's include_directories, with the stand-ins for ${HEXAGON_SDK_ROOT}/incs
     # and for the qaic output in ${CMAKE_CURRENT_BINARY_DIR}
-    dsp_includes = [scratch / "ggml/include", src, scratch / HEXAGON, htp, stand_ins.include]
-    host_includes = [scratch / "ggml/include", src, scratch / HEXAGON, htp, stand_ins.include]
-    dsp = [*zig(), "cc", *DSP_FLAGS, *(f"-I{p}" for p in dsp_includes), "-include", "qurt-libc.h"]
-    host = [*zig(), "c++", *HOST_FLAGS, *(f"-I{p}" for p in host_includes)]
+    includes = [scratch / "ggml/include", src, scratch / HEXAGON, htp, scratch / SCRATCH_STAND_INS]
+    dsp = [*zig(), "cc", *DSP_FLAGS, *(f"-I{p}" for p in includes), "-include", "qurt-libc.h"]
+    host = [*zig(), "c++", *HOST_FLAGS, *(f"-I{p}" for p in includes)]
     compiles = [Compile("dsp", f"{HTP}/{p.name}", tuple(dsp), f"objects/htp/{p.stem}.o") for p in sorted(htp.glob("*.c"))]
     for name in HOST_SOURCES:
         if (scratch / HEXAGON / name).is_file():

@@ -20,6 +20,7 @@ from kzbuild.cli import main
 from kzbuild.v79check import HOST_SOURCES, HTP, PROVES, load_stand_ins
 from tests.conftest import CliResult, Project
 from tests.fixtures_trees import private_project
+from tests.test_build_plan import unwrapped
 
 pytestmark = pytest.mark.slow
 
@@ -44,6 +45,11 @@ def e_machine(path: Path) -> int:
     data = path.read_bytes()
     assert data[:4] == b"\x7fELF", path
     return int.from_bytes(data[18:20], "little")
+
+
+def named_patches(err: str) -> str:
+    """The patches a failed check names (``err`` unwrapped)."""
+    return err.split("patches of the stack that change these files: ")[1].split("  ")[0]
 
 
 def break_file(project: Project, run: Callable[..., CliResult], relpath: str, code: str, name: str) -> None:
@@ -91,10 +97,10 @@ def test_a_patch_breaking_one_hvx_file_fails_naming_the_file_and_the_patch(real)
     break_file(project, run, f"{HTP}/binary-ops.c", "int kz_broken(void) { HVX_Vector v = Q6_V_vzero(); return v; }", "break-binary-ops")
     result = run("build", "demo-host", "--target", "v79-check")
     assert result.code == 7, result.err
-    assert f"{HTP}/binary-ops.c (dsp side) does not compile" in result.err
-    assert "error:" in result.err and "binary-ops.c:" in result.err  # the compiler's diagnostic
-    assert "patches of the stack that change these files: break-binary-ops.patch" in result.err
-    assert "ggml-hexagon-accept" not in result.err.split("patches of the stack")[1].splitlines()[0]
+    err = unwrapped(result.err)
+    assert f"{HTP}/binary-ops.c (dsp side) does not compile" in err
+    assert "binary-ops.c:" in err and "error: returning 'HVX_Vector'" in err  # the compiler's diagnostic
+    assert named_patches(err) == "break-binary-ops.patch"
 
 
 def test_a_patch_breaking_ggml_hexagon_cpp_fails_the_host_side(real):
@@ -102,12 +108,12 @@ def test_a_patch_breaking_ggml_hexagon_cpp_fails_the_host_side(real):
     break_file(project, run, "ggml/src/ggml-hexagon/ggml-hexagon.cpp", "static int kz_broken() { return not_declared_anywhere; }", "break-host")
     result = run("build", "demo-host", "--target", "v79-check")
     assert result.code == 7, result.err
-    assert "failed on the host side (1 file(s))" in result.err
-    assert "ggml/src/ggml-hexagon/ggml-hexagon.cpp (host side) does not compile" in result.err
-    assert "not_declared_anywhere" in result.err
-    # the GDN patch changes ggml-hexagon.cpp too: both are named
-    named = result.err.split("patches of the stack that change these files: ")[1].splitlines()[0]
-    assert "break-host.patch" in named and "ggml-hexagon-accept-gated_delta_net-when-its-hvx-kernel-fits.patch" in named
+    err = unwrapped(result.err)
+    assert "failed on the host side (1 file(s))" in err
+    assert "ggml/src/ggml-hexagon/ggml-hexagon.cpp (host side) does not compile" in err
+    assert "use of undeclared identifier 'not_declared_anywhere'" in err
+    # the GDN patch changes ggml-hexagon.cpp too: both are named, in series order
+    assert named_patches(err) == "ggml-hexagon-accept-gated_delta_net-when-its-hvx-kernel-fits.patch, break-host.patch"
 
 
 def test_a_new_sdk_header_or_name_the_stand_ins_lack_is_named(real):
@@ -121,8 +127,9 @@ def test_a_new_sdk_header_or_name_the_stand_ins_lack_is_named(real):
     assert run("patches", "new", "new-sdk-use", "demo-host", "-m", "test: new SDK use", "--test", "x").code == 0
     result = run("build", "demo-host", "--target", "v79-check")
     assert result.code == 6, result.err
-    assert "the Hexagon SDK stand-ins lack header <HAP_vtcm_mgr.h>" in result.err
-    assert "name 'qurt_new_sdk_call' (used at ggml/src/ggml-hexagon/htp/fill-ops.c:" in result.err
+    err = unwrapped(result.err)
+    assert "the Hexagon SDK stand-ins lack header <HAP_vtcm_mgr.h> (included at ggml/src/ggml-hexagon/htp/pad-ops.c:1:10)" in err
+    assert "name 'qurt_new_sdk_call' (used at ggml/src/ggml-hexagon/htp/fill-ops.c:" in err
 
 
 def test_the_stand_ins_are_minimal_every_declared_name_is_used_by_the_tree(real):
