@@ -17,7 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kzbuild.artifacts import find_artifact
 from kzbuild.errors import BuildFailed, ConfigError, ToolchainMissing
+from kzbuild.recipes import load_recipe
 from kzbuild.settings import Settings
 from kzbuild.v79check import (
     HEXAGON,
@@ -236,6 +238,8 @@ def test_build_and_ci_run_the_check_and_record_it_like_a_build(hexagon_recipe, k
     assert ci.code == 0, ci.err
     (step,) = [s for s in json.loads(ci.out)["steps"] if s["step"] == "build:v79-check"]
     assert step["status"] == "ok" and step["build_id"] == out["build_id"] and "compilation only" in step["detail"]
+    with pytest.raises(ConfigError, match="no artifact of recipe hx"):  # nothing of it to deploy
+        find_artifact(hexagon_recipe.settings, None, load_recipe(hexagon_recipe.root, "hx"))
     plan = json.loads(kz("build", "hx", "--target", "v79-check", "--dry-run", "--json").out)
     assert plan["build_id"] == out["build_id"] and "-Werror" in plan["dsp_flags"]
 
