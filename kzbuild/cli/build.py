@@ -25,6 +25,7 @@ from kzbuild.model.toolchain import Found
 from kzbuild.settings import Settings
 
 TargetOpt = Annotated[Optional[list[str]], typer.Option("--target", "-t", help=f"Target: {', '.join([*builds.TARGETS, v79check.TARGET])} (repeatable). Default: the recipe's targets. {v79check.TARGET}: {v79check.DESCRIPTION}.")]
+DoctorTargetOpt = Annotated[Optional[list[str]], typer.Option("--target", "-t", help=f"Target: {', '.join(builds.TARGETS)} (repeatable). Default: the recipe's targets. ({v79check.TARGET} needs only the ziglang package and ccache.)")]
 ToolchainOpt = Annotated[Optional[list[str]], typer.Option("--toolchain", help="Use this toolchain instead of the target's one for the same role, e.g. host-clang or snapdragon-docker (repeatable).")]
 JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Parallel compile jobs (default: number of CPUs).")]
 ArtifactsOpt = Annotated[Optional[Path], typer.Option("--artifacts", help="Artifacts folder (default: WORK/artifacts).")]
@@ -215,7 +216,7 @@ DoctorRecipeArg = Annotated[Optional[str], typer.Argument(callback=not_empty, he
 def doctor_command(
     ctx: typer.Context,
     recipe: DoctorRecipeArg = None,
-    target: TargetOpt = None,
+    target: DoctorTargetOpt = None,
     toolchain: ToolchainOpt = None,
     device: Annotated[Optional[str], typer.Option("--device", "-d", callback=not_empty, help="Also check that this device answers (default: the recipe's device).", autocompletion=complete_device)] = None,
     json_out: JsonOpt = False,
