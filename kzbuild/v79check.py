@@ -4,7 +4,7 @@ It proves compilation only: nothing is linked and nothing runs. Two sides, as up
 CMake builds them (ggml/src/ggml-hexagon/CMakeLists.txt, htp/CMakeLists.txt and
 htp/cmake-toolchain.cmake):
 
-- the DSP side: every ``htp/*.c`` for hexagonv79 with HVX 128B (and its IEEE-float and qfloat
+- the DSP side: every ``htp/*.c`` (not qaic's htp_iface_skel.c, which only a real build generates) for hexagonv79 with HVX 128B (and its IEEE-float and qfloat
   instructions), ``-O2 -Wall -Werror -DNDEBUG=1`` and the include dirs of htp/CMakeLists.txt, to
   objects, with the clang of the ``ziglang`` PyPI package (its musl headers stand in for QuRT's
   C library);
@@ -436,12 +436,12 @@ def prepare_check(settings: Settings, recipe: Recipe, *, options: BuildOptions =
     )
 
 
-def run_check(plan: CheckPlan, *, progress: Progress | None = None, use_artifact: bool = True) -> CheckResult:
-    """Reuse the artifact of the check id, or compile every source (cached by preprocessed input).
+def run_check(plan: CheckPlan, *, progress: Progress | None = None) -> CheckResult:
+    """Reuse the artifact of the check id, or compile every source (through ccache).
 
     Raises BuildFailed (exit 7) naming the files and the patches that change them, or
     ToolchainMissing (exit 6) naming an SDK header or name the stand-ins lack."""
-    if use_artifact and (existing := existing_artifact(plan.artifact_dir.parent, plan.check_id)) is not None:
+    if (existing := existing_artifact(plan.artifact_dir.parent, plan.check_id)) is not None:
         return CheckResult(plan, existing, reused=True, times={"sync_s": plan.sync_seconds})
     plan.scratch.parent.mkdir(parents=True, exist_ok=True)
     with locked(plan.scratch.with_name("src.lock"), what=f"the v79 check dir {plan.scratch.parent}", wait=600):
