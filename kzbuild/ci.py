@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from kzbuild import build as builds
+from kzbuild import v79check
 from kzbuild.errors import KzError
 from kzbuild.model.build import BuildOptions
 from kzbuild.model.ci import CiReport, CiStep
@@ -45,7 +46,8 @@ def run_ci(
     explicit = bool(targets)
     wanted = list(targets) or list(recipe.build.targets)
     for name in wanted:
-        builds.target(name)  # an unknown target is a usage error, before any work
+        if name != v79check.TARGET:
+            builds.target(name)  # an unknown target is a usage error, before any work
 
     started = time.monotonic()
     try:
@@ -62,7 +64,10 @@ def run_ci(
 
     detector = Detector.for_settings(settings, environ)
     for name in wanted:
-        record(_build_target(settings, recipe, name, detector, explicit, environ, options, progress))
+        if name == v79check.TARGET:
+            record(_check_v79(settings, recipe, options, progress))
+        else:
+            record(_build_target(settings, recipe, name, detector, explicit, environ, options, progress))
     return CiReport(recipe.name, tuple(steps))
 
 
@@ -115,4 +120,19 @@ def _build_target(
         step, "ok", detail, time.monotonic() - started,
         data={"build_id": result.artifact.build_id, "artifact": str(result.artifact.path), "reused": result.reused,
               "ccache": result.ccache.to_dict() if result.ccache else None},
+    )
+
+
+def _check_v79(settings: Settings, recipe: Recipe, options: BuildOptions, progress: builds.Progress | None) -> CiStep:
+    """The v79 compile check: needs no SDK, so it runs (and must pass) wherever it is asked for."""
+    step = f"build:{v79check.TARGET}"
+    started = time.monotonic()
+    try:
+        result = v79check.run_check(v79check.prepare_check(settings, recipe, options=options, progress=progress), progress=progress)
+    except KzError as exc:
+        return CiStep(step, "failed", exc.message + (f" ({exc.hint})" if exc.hint else ""), time.monotonic() - started, exc.exit_code)
+    detail = f"{result.artifact.build_id}" + (" (reused)" if result.reused else f", {result.cached} of {result.compiled + result.cached} from ccache")
+    return CiStep(
+        step, "ok", f"{detail}; proves {v79check.PROVES}", time.monotonic() - started,
+        data={"build_id": result.artifact.build_id, "artifact": str(result.artifact.path), "reused": result.reused},
     )

@@ -3,7 +3,7 @@
 ggml-hexagon.cpp is the CPU side of the Hexagon backend; on Pad3 it is built for aarch64
 Android. The test compiles it, at the pin and patched, to an aarch64 object with the clang that
 the ``ziglang`` PyPI package bundles. The Hexagon SDK is not available here:
-kernels/gdn/sdk-stand-ins/ declares the SDK names it uses (AEEStdErr.h, rpcmem.h, remote.h,
+kernels/hexagon-sdk/stand-ins/ declares the SDK names it uses (AEEStdErr.h, rpcmem.h, remote.h,
 dspqueue.h) and the functions of htp_iface.h, which the real build generates from
 htp/htp_iface.idl. Nothing is linked or run. The patched file must compile, and with no warning
 the pin's file does not have.
@@ -23,7 +23,7 @@ from tests.fixtures_gdn import HEXAGON_CPP
 
 pytestmark = pytest.mark.slow
 
-STAND_INS = REPO_ROOT / "kernels" / "gdn" / "sdk-stand-ins"
+STAND_INS = REPO_ROOT / "kernels" / "hexagon-sdk" / "stand-ins"
 
 
 def zig_cxx() -> list[str]:

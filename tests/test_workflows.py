@@ -13,6 +13,7 @@ import typer
 import yaml
 
 from kzbuild import build as builds
+from kzbuild import v79check
 from kzbuild.cli import app
 from tests.conftest import REPO_ROOT
 
@@ -55,7 +56,7 @@ def check_kzbuild_command(args: list[str]) -> None:
     if recipe:
         assert (REPO_ROOT / "recipes" / f"{recipe}.yaml").is_file(), f"no recipe {recipe}"
     for target in sub.params.get("target") or ():
-        assert target in builds.TARGETS, f"unknown target {target}"
+        assert target in builds.TARGETS or target == v79check.TARGET, f"unknown target {target}"
 
 
 def test_there_are_two_workflows():
@@ -77,6 +78,7 @@ def test_the_checker_rejects_what_kzbuild_would_reject():
         check_kzbuild_command(["build", "--targett", "v79"])
     with pytest.raises(AssertionError, match="unknown target"):
         check_kzbuild_command(["ci", "pad3-v79", "--target", "v80"])
+    check_kzbuild_command(["ci", "pad3-v79", "--target", "v79-check"])
     with pytest.raises(AssertionError, match="no recipe"):
         check_kzbuild_command(["ci", "pad4-v79"])
 
@@ -87,10 +89,20 @@ def test_tests_workflow_runs_both_tiers():
     assert ".venv/bin/python -m pytest -m slow -q" in lines
 
 
-def test_v79_workflow_builds_in_the_snapdragon_container_and_uploads_the_artifact():
+def test_v79_workflow_checks_every_push_and_builds_with_the_sdk_only_where_the_image_is_set():
     doc = load(REPO_ROOT / ".github" / "workflows" / "snapdragon-v79.yml")
-    (job,) = doc["jobs"].values()
-    assert "ghcr.io/snapdragon-toolchain/arm64-android" in job["container"]["image"]
-    assert "kzbuild ci pad3-v79 --target v79" in run_lines(doc)
+    triggers = doc.get("on", doc.get(True))
+    assert "push" in triggers and not triggers["push"], "the check must run on every push (no branch or path filter)"
+    check, full = doc["jobs"]["v79-check"], doc["jobs"]["v79"]
+    # the compile check: a plain runner, no container, no condition
+    assert "container" not in check and "if" not in check
+    assert run_lines({"jobs": {"c": check}})[-1] == "kzbuild ci pad3-v79 --target v79-check"
+    assert "sudo apt-get install -y ccache" in run_lines({"jobs": {"c": check}})
+    # the SDK build: only where KZ_SNAPDRAGON_IMAGE is set, inside that image, after the check
+    assert full["if"].replace(" ", "") == "${{vars.KZ_SNAPDRAGON_IMAGE!=''}}"
+    assert full["container"]["image"] == "${{ vars.KZ_SNAPDRAGON_IMAGE }}"
+    assert full["needs"] == "v79-check"
+    assert "kzbuild ci pad3-v79 --target v79" in run_lines({"jobs": {"f": full}})
+    job = full
     upload = next(step for step in job["steps"] if str(step.get("uses", "")).startswith("actions/upload-artifact"))
     assert upload["with"]["path"] == ".kz/artifacts/"

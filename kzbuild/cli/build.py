@@ -13,7 +13,7 @@ from rich.table import Table
 
 from kzbuild import build as builds
 from kzbuild import ci as ci_run
-from kzbuild import proc, recipes
+from kzbuild import proc, recipes, v79check
 from kzbuild.cli.complete import complete_device, complete_recipe
 from kzbuild.cli.options import JsonOpt, RecipeArg, load_recipe
 from kzbuild.cli.ui import ProgressLines, console, context, err_console, not_empty, print_json
@@ -21,9 +21,12 @@ from kzbuild.devices.registry import resolve_device
 from kzbuild.errors import ToolchainMissing
 from kzbuild.model.build import BuildEvent, BuildOptions, BuildPlan, BuildResult, DeviceCheck, TargetCheck
 from kzbuild.model.ci import CiStep
+from kzbuild.model.recipe import Recipe
 from kzbuild.model.toolchain import Found
+from kzbuild.settings import Settings
 
-TargetOpt = Annotated[Optional[list[str]], typer.Option("--target", "-t", help=f"Target: {', '.join(builds.TARGETS)} (repeatable). Default: the recipe's targets.")]
+TargetOpt = Annotated[Optional[list[str]], typer.Option("--target", "-t", help=f"Target: {', '.join([*builds.TARGETS, v79check.TARGET])} (repeatable). Default: the recipe's targets. {v79check.TARGET}: {v79check.DESCRIPTION}.")]
+DoctorTargetOpt = Annotated[Optional[list[str]], typer.Option("--target", "-t", help=f"Target: {', '.join(builds.TARGETS)} (repeatable). Default: the recipe's targets. ({v79check.TARGET} needs only the ziglang package and ccache.)")]
 ToolchainOpt = Annotated[Optional[list[str]], typer.Option("--toolchain", help="Use this toolchain instead of the target's one for the same role, e.g. host-clang or snapdragon-docker (repeatable).")]
 JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Parallel compile jobs (default: number of CPUs).")]
 ArtifactsOpt = Annotated[Optional[Path], typer.Option("--artifacts", help="Artifacts folder (default: WORK/artifacts).")]
@@ -46,12 +49,18 @@ def build_command(
     artifacts: ArtifactsOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Build llama.cpp for a target into .kz/artifacts/<build-id>/ (bin/, lib/, manifest.json); reuse it when the id exists."""
+    """Build llama.cpp for a target into .kz/artifacts/<build-id>/ (bin/, lib/, manifest.json); reuse it when the id exists.
+
+    --target v79-check needs no SDK: it compiles every HTP source of the synced tree for hexagonv79 (HVX 128B, -Wall -Werror) and the host backend for aarch64, with zig's clang against the stand-ins in kernels/hexagon-sdk/, into .kz/artifacts/v79-check-<id>/ (objects, manifest.json). It proves compilation only: no link, no run. A source that does not compile exits 7 naming the patches that change the files involved; an SDK name the stand-ins lack exits 6.
+    """
     settings = context(ctx).settings
     loaded = load_recipe(settings, recipe)
     outputs = []
     options = BuildOptions(jobs=jobs, overrides=tuple(toolchain or ()), extra_tools=tuple(tool or ()), artifacts=artifacts)
     for name in target or list(loaded.build.targets):
+        if name == v79check.TARGET:
+            outputs.append(v79_check(settings, loaded, options, dry_run=dry_run, json_out=json_out))
+            continue
         if dry_run:
             plan = builds.prepare(settings, loaded, name, environ=os.environ, options=options).plan
             outputs.append(plan.to_dict())
@@ -67,6 +76,42 @@ def build_command(
             render_result(result)
     if json_out:
         print_json(outputs[0] if len(outputs) == 1 else outputs)
+
+
+def v79_check(settings: Settings, recipe: Recipe, options: BuildOptions, *, dry_run: bool, json_out: bool) -> dict[str, object]:
+    """--target v79-check: compile every Hexagon source without the SDK (kzbuild.v79check)."""
+    if dry_run:
+        plan = v79check.prepare_check(settings, recipe, options=options)
+        if not json_out:
+            console.print(f"[bold]plan[/bold] {recipe.name} → {v79check.TARGET}: build id [cyan]{plan.check_id}[/cyan] ({plan.build_commit})")
+            console.print(f"  proves    {v79check.PROVES}", highlight=False)
+            console.print(f"  source    {plan.source}\n  scratch   {plan.scratch}\n  artifact  {plan.artifact_dir}", highlight=False)
+            console.print(f"  dsp flags  {' '.join(v79check.DSP_FLAGS)}\n  host flags {' '.join(v79check.HOST_FLAGS)}", highlight=False, markup=False)
+        return plan.to_dict()
+    with BuildDisplay(f"{recipe.name} → {v79check.TARGET}") as display:
+        result = v79check.run_check(v79check.prepare_check(settings, recipe, options=options, progress=display.update), progress=display.update)
+    if not json_out:
+        render_check(result)
+    return check_dict(result)
+
+
+def check_dict(result: v79check.CheckResult) -> dict[str, object]:
+    return {
+        "build_id": result.artifact.build_id, "artifact": str(result.artifact.path), "target": v79check.TARGET,
+        "proves": v79check.PROVES, "reused": result.reused, "compiled": result.compiled, "cached": result.cached,
+        "host_warnings": result.warnings, "times": dict(result.times), "files": len(result.artifact.files),
+    }
+
+
+def render_check(result: v79check.CheckResult) -> None:
+    artifact = result.artifact
+    verb = "up to date" if result.reused else "checked"
+    detail = "artifact exists; nothing compiled" if result.reused else (
+        f"{result.compiled + result.cached} sources, {result.cached} from ccache, in {result.times.get('total_s', 0):.1f} s")
+    console.print(f"[green]{verb}[/green] {artifact.build_id} ({detail}) → {artifact.path}", highlight=False)
+    console.print(f"  proves {v79check.PROVES}", highlight=False)
+    if result.warnings:
+        console.print(f"  host side: {result.warnings} compiler warning(s) (the DSP side has -Werror)", highlight=False)
 
 
 def announce_expected_duration(plan: BuildPlan) -> None:
@@ -172,7 +217,7 @@ DoctorRecipeArg = Annotated[Optional[str], typer.Argument(callback=not_empty, he
 def doctor_command(
     ctx: typer.Context,
     recipe: DoctorRecipeArg = None,
-    target: TargetOpt = None,
+    target: DoctorTargetOpt = None,
     toolchain: ToolchainOpt = None,
     device: Annotated[Optional[str], typer.Option("--device", "-d", callback=not_empty, help="Also check that this device answers (default: the recipe's device).", autocompletion=complete_device)] = None,
     json_out: JsonOpt = False,
@@ -255,7 +300,7 @@ def ci_command(
 ) -> int:
     """Sync, check the patches, build each target whose toolchain is here (others: skipped, with why); print a JSON summary.
 
-    Targets given with --target must build; targets from the recipe are skipped when their toolchain is missing. Appends a markdown summary to $GITHUB_STEP_SUMMARY when it is set. Exits non-zero (the failing step's code) on any failure.
+    Targets given with --target must build; targets from the recipe are skipped when their toolchain is missing. v79-check (compilation only, no SDK) runs wherever it is asked for. Appends a markdown summary to $GITHUB_STEP_SUMMARY when it is set. Exits non-zero (the failing step's code) on any failure.
     """
     settings = context(ctx).settings
     loaded = load_recipe(settings, recipe)

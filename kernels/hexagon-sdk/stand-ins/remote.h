@@ -1,14 +1,19 @@
-// Syntax-check stand-in for the Hexagon SDK header of the same name (see AEEStdErr.h).
+// Syntax-check stand-in for the Hexagon SDK header of the same name (see AEEStdErr.h): the FastRPC API of the host side.
 // Struct members are those ggml-hexagon.cpp sets or reads.
 #pragma once
+#include <stddef.h>
 #include <stdint.h>
 
+typedef uint32_t remote_handle;
 typedef uint64_t remote_handle64;
+
+typedef struct { void * pv; size_t nLen; } remote_buf;
+typedef union { remote_buf buf; remote_handle h; remote_handle64 h64; } remote_arg;
 
 #define CDSP_DOMAIN_ID   3
 #define CDSP_DOMAIN_NAME "cdsp"
 
-typedef enum { FASTRPC_MAP_FD, FASTRPC_MAP_FD_DELAYED, FASTRPC_MAP_FD_DELAYED_EXTENDED } fastrpc_map_flags;
+typedef enum fastrpc_map_flags { FASTRPC_MAP_FD, FASTRPC_MAP_FD_DELAYED, FASTRPC_MAP_FD_DELAYED_EXTENDED } fastrpc_map_flags;
 
 enum {
     DSPRPC_CONTROL_LATENCY,
@@ -17,7 +22,11 @@ enum {
     FASTRPC_GET_EFFECTIVE_DOMAIN_ID,
     FASTRPC_GET_URI,
     FASTRPC_GET_DOMAINS,
+    DSPRPC_GET_DSP_INFO,
 };
+
+enum { ARCH_VER = 1 };
+struct remote_dsp_capability { uint32_t domain; uint32_t attribute_ID; uint32_t capability; };
 
 enum { FASTRPC_NSP = 1 };
 #define DOMAINS_LIST_FLAGS_SET_TYPE(flags, type) ((flags) | (type))
@@ -49,7 +58,11 @@ extern "C" {
 int remote_session_control(uint32_t req, void * data, uint32_t datalen);
 int remote_handle_control(uint32_t req, void * data, uint32_t datalen);
 int remote_handle64_control(remote_handle64 h, uint32_t req, void * data, uint32_t datalen);
-int fastrpc_mmap(int domain, int fd, void * addr, int offset, size_t length, fastrpc_map_flags flags);
+int remote_handle64_open(const char * name, remote_handle64 * ph);
+int remote_handle64_invoke(remote_handle64 h, uint32_t dwScalars, remote_arg * pra);
+int remote_handle64_close(remote_handle64 h);
+int remote_system_request(system_req_payload * req);
+int fastrpc_mmap(int domain, int fd, void * addr, int offset, size_t length, enum fastrpc_map_flags flags);
 int fastrpc_munmap(int domain, int fd, void * addr, size_t length);
 #ifdef __cplusplus
 }
