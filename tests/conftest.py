@@ -16,7 +16,7 @@ from kzbuild.settings import Settings
 
 # fixtures_build's session fixtures (real_host_build) serve several folders: registered once
 # here they run once per session, where imported into each module they would run once per module.
-pytest_plugins = ("tests.fixtures_build",)
+pytest_plugins = ("tests.fixtures_build", "tests.fixtures_cache")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PIN_0_3_36 = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"

@@ -16,6 +16,7 @@ from rich.markup import escape
 from kzbuild import __version__
 from kzbuild.cli import bench as bench_commands
 from kzbuild.cli import build as build_commands
+from kzbuild.cli import cache as cache_commands
 from kzbuild.cli import deploy as deploy_commands
 from kzbuild.cli import device as device_commands
 from kzbuild.cli import models as models_commands
@@ -23,6 +24,7 @@ from kzbuild.cli import patches as patches_commands
 from kzbuild.cli import sync as sync_commands
 from kzbuild.cli.ui import Context, console, err_console, resolve_settings, setup_logging, tracebacks_wanted
 from kzbuild.errors import KzError
+from kzbuild.proc import redact
 
 INTERNAL_ERROR = 70  # EX_SOFTWARE: an exception kzbuild has no class for is a bug
 INTERRUPTED = 130  # 128 + SIGINT, as shells report it
@@ -36,7 +38,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for module in (sync_commands, patches_commands, build_commands, deploy_commands, device_commands, models_commands, bench_commands):
+for module in (sync_commands, patches_commands, build_commands, cache_commands, deploy_commands, device_commands, models_commands, bench_commands):
     module.register(app)
 
 
@@ -113,8 +115,8 @@ def report_bug(exc: Exception) -> None:
 
 def report_error(exc: KzError) -> None:
     # messages carry paths, argv and env values: brackets in them are text, not markup
-    err_console.print(f"[bold red]error:[/bold red] {escape(exc.message)}", highlight=False, markup=True)
+    err_console.print(f"[bold red]error:[/bold red] {escape(redact(exc.message))}", highlight=False, markup=True)
     if exc.hint:
-        err_console.print(f"[yellow]hint:[/yellow] {escape(exc.hint)}", highlight=False)
+        err_console.print(f"[yellow]hint:[/yellow] {escape(redact(exc.hint))}", highlight=False)
     if tracebacks_wanted():
         err_console.print_exception()

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
 
+from kzbuild import proc
 from kzbuild.settings import Settings
 
 console = Console(highlight=False)
@@ -69,7 +70,9 @@ def not_empty(value: str | None) -> str | None:
 def setup_logging(verbose: int) -> None:
     """Warnings always; -v adds every external command (INFO, from kzbuild.proc and the ssh transport) and progress notes; -vv debug."""
     root = logging.getLogger("kzbuild")
-    root.handlers[:] = [RichHandler(console=err_console, show_time=False, show_path=False, markup=False)]
+    handler = RichHandler(console=err_console, show_time=False, show_path=False, markup=False)
+    handler.addFilter(proc.RedactCredentials())  # warnings name remote caches by URL
+    root.handlers[:] = [handler]
     root.propagate = False
     root.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG))
 
