@@ -162,8 +162,8 @@ class RedisStore:
         self.timeout = timeout
         try:
             self.sock = socket.create_connection((parts.hostname or "", parts.port or 6379), timeout=timeout)
-        except OSError as exc:
-            raise StoreError(f"cannot connect: {exc.strerror or exc}") from None
+        except (OSError, ValueError) as exc:  # refused, unreachable, no such host (a host name IDNA cannot encode: ValueError)
+            raise StoreError(f"cannot connect: {getattr(exc, 'strerror', None) or exc}") from None
         self.reader = self.sock.makefile("rb")
         try:
             if parts.password is not None or parts.username:
@@ -215,10 +215,9 @@ class RedisStore:
             raise StoreError("PING was not answered with PONG")
 
     def get(self, key: str, limit: int) -> bytes | None:
-        if limit < MAX_MANIFEST:  # the size a stored value must have; a bigger one is not read
-            length = self.call("STRLEN", self.PREFIX + key)
-            if isinstance(length, int) and length > limit:
-                raise StoreError(f"{key} is {length} bytes, more than the {limit} expected")
+        length = self.call("STRLEN", self.PREFIX + key)  # a value bigger than expected is never read
+        if isinstance(length, int) and length > limit:
+            raise StoreError(f"{key} is {length} bytes, more than the {limit} expected")
         value = self.call("GET", self.PREFIX + key)
         if value is not None and not isinstance(value, bytes):
             raise StoreError(f"GET {key} did not answer a string")
@@ -355,6 +354,11 @@ class RemoteCache:
         """ccache's remote storage for the compile step (nothing when the store is down or ccache is off)."""
         if self.store is None or not self.config.ccache:
             return {}
+        if self.config.url.startswith("https://"):
+            message = f"remote cache {self.config.shown}: ccache's HTTP storage speaks no https; compiles use the local ccache only"
+            log.warning("%s", message)
+            self.problems.append(message)
+            return {}
         return {"CCACHE_REMOTE_STORAGE": ccache_url(self.config)}
 
     def pull(self, plan: BuildPlan) -> Artifact | None:
@@ -366,7 +370,7 @@ class RemoteCache:
             return self._pull(self.store, plan)
         except StoreError as exc:
             self._down(exc)
-        except ArtifactRefused as exc:
+        except (ArtifactRefused, ConfigError, OSError) as exc:  # OSError: files the manifest lays out impossibly (or a full disk)
             self.refused = str(exc)
             log.error("refusing the artifact %s from the remote cache %s: %s; building locally", plan.build_id, self.config.shown, exc)
         finally:
@@ -397,6 +401,7 @@ class RemoteCache:
                 target.chmod(entry.mode)
             (staging / MANIFEST).write_bytes(raw)
             self.downloaded += len(raw)
+            load_artifact(staging)  # the checks every local artifact passes, before it is in place
             try:
                 staging.rename(plan.artifact_dir)
             except OSError:

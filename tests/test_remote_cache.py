@@ -135,6 +135,16 @@ def test_machine_b_gets_remote_ccache_hits_with_the_artifact_store_off(machines,
     assert stats["local"]["ccache"]["remote_hits"] == ccache["remote_hits"] and stats["artifact_lookups"]["built"] == 1
 
 
+def test_ci_on_machine_b_pulls_what_a_built(machines, redis_cache):
+    a, b = machines
+    assert a.build(remote=redis_cache.url()).code == 0
+    result = b.kz("ci", "tiny", "--target", "host", remote=redis_cache.url())
+    assert result.code == 0, result.err
+    step = next(s for s in json.loads(result.out)["steps"] if s["step"] == "build:host")
+    assert "(pulled from the remote cache)" in step["detail"] and step["remote"]["pulled"] is True
+    assert b.kz("ci", "tiny", "--target", "host", "--no-remote-cache", remote=redis_cache.url()).code == 0
+
+
 def test_cache_stats_shows_local_and_remote_sizes_and_hit_rates(machines, redis_cache):
     a, b = machines
     url = redis_cache.url()
@@ -174,6 +184,30 @@ def test_a_cache_that_is_down_or_silent_warns_and_the_build_is_local_and_correct
     out = subprocess.run([Path(str(data["artifact"])) / "bin" / "llama-bench"], capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith("answer=42")
     assert elapsed < 60
+
+
+def test_failed_remote_compiles_are_counted_and_warned_about(machines, redis_cache):
+    """A redis user that may only touch kzbuild's keys: the probe and the artifacts work, ccache's own lookups fail."""
+    a, _ = machines
+    redis_cache.call("ACL", "SETUSER", "kzonly", "on", ">kz-only-pw", "~kz:*", "+@all")
+    result = a.build(remote=f"redis://kzonly:kz-only-pw@127.0.0.1:{redis_cache.port}")
+    assert result.code == 0, result.err
+    data = result.data
+    assert data["remote"]["pushed"] is True  # the artifact layer works ...
+    assert data["ccache"]["remote_errors"] >= 2 and data["ccache"]["misses"] >= 2  # ... ccache's lookups failed and it compiled
+    err = " ".join(result.err.split())
+    assert f"ccache's remote storage failed for {data['ccache']['remote_errors']} of" in err and "kz-only-pw" not in err
+
+
+def test_turning_the_cache_on_or_off_does_not_rerun_cmake(machines, redis_cache):
+    a, _ = machines
+    first = a.build(remote=redis_cache.url()).data
+    assert first["times"]["configure_s"] > 0
+    shutil.rmtree(Path(str(first["artifact"])))
+    again = a.build("--no-remote-cache").data
+    assert again["reused"] is False and again["times"]["configure_s"] == 0 and again["remote"] is None
+    manifest = json.loads((Path(str(again["artifact"])) / "manifest.json").read_text())
+    assert "CCACHE_REMOTE_STORAGE" not in manifest["env"]
 
 
 # --- never trust the store ---------------------------------------------------------------
