@@ -28,13 +28,19 @@ URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/@?#\s]*)@")
 REDACTED = "***"
 
 
+BARE_SECRET_SCHEMES = ("redis://", "http://", "https://")  # ccache reads redis://PASSWORD@host; https://TOKEN@host
+
+
 def redact(text: str) -> str:
-    """``text`` with the password of every URL in it replaced by ``***`` (a user name stays;
-    userinfo without a colon may be a bare password, as ccache reads ``redis://PASSWORD@host``)."""
+    """``text`` with the password of every URL in it replaced by ``***``. A user name stays; userinfo
+    without a colon is hidden too where it is a bare password or token (redis, http, https), not in
+    ``ssh://user@host``."""
 
     def hide(match: re.Match[str]) -> str:
         user, colon, _ = match.group(2).partition(":")
-        return f"{match.group(1)}{user + ':' if colon else ''}{REDACTED}@"
+        if colon:
+            return f"{match.group(1)}{user}:{REDACTED}@"
+        return f"{match.group(1)}{REDACTED}@" if match.group(1).lower() in BARE_SECRET_SCHEMES else match.group(0)
 
     return URL_USERINFO.sub(hide, text)
 

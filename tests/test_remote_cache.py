@@ -352,6 +352,7 @@ def test_redact_hides_every_url_password():
     assert "pw1" not in shown and "pw2" not in shown and "tok3" not in shown
     assert "redis://:***@h:1" in shown and "http://user:***@h/x" in shown and "https://***@h" in shown
     assert "redis://h:6379" in shown and "user@host" in shown  # no credentials: unchanged
+    assert proc.redact("device ssh://root@127.0.0.1:22/x, git+ssh://git@h/r") == "device ssh://root@127.0.0.1:22/x, git+ssh://git@h/r"
 
 
 def test_ccache_gets_the_store_with_kzbuild_timeouts():
