@@ -26,6 +26,7 @@ from tests.fixtures_ssh import free_port
 REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 REDIS_PASSWORD = "pw-Zq81-never-logged"
+DAV_USER, DAV_PASSWORD = "kz", "dav-pw-4k9-never-logged"
 
 
 def wait_listening(process: subprocess.Popen[bytes], port: int, log: Path, what: str) -> None:
@@ -120,6 +121,12 @@ http {{
             create_full_put_path on;
             dav_access user:rw group:r all:r;
         }}
+        location /private/ {{
+            auth_basic "kz cache";
+            auth_basic_user_file {dir}/htpasswd;
+            dav_methods PUT DELETE MKCOL;
+            create_full_put_path on;
+        }}
     }}
 }}
 """
@@ -140,7 +147,8 @@ class DavServer:
         return self.workdir / "access.log"
 
     def url(self, userinfo: str = "") -> str:
-        return f"http://{userinfo + '@' if userinfo else ''}127.0.0.1:{self.port}/cache"
+        """The open store; with ``userinfo`` (``USER:PASSWORD``) the one behind basic auth (DAV_USER, DAV_PASSWORD)."""
+        return f"http://{userinfo}@127.0.0.1:{self.port}/private/cache" if userinfo else f"http://127.0.0.1:{self.port}/cache"
 
     def stored(self) -> list[str]:
         return sorted(p.relative_to(self.data).as_posix() for p in self.data.rglob("*") if p.is_file())
@@ -157,6 +165,7 @@ def dav_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DavServer]
     # as root, nginx's workers would run as nobody, who cannot write the temp dirs
     user = "user root root;" if os.geteuid() == 0 else ""
     (workdir / "nginx.conf").write_text(NGINX_CONF.format(dir=workdir, port=port, user=user))
+    (workdir / "htpasswd").write_text(f"{DAV_USER}:{{PLAIN}}{DAV_PASSWORD}\n")  # nginx reads {PLAIN} passwords
     log = workdir / "error.log"
     process = subprocess.Popen([NGINX, "-p", str(workdir), "-c", str(workdir / "nginx.conf"), "-e", str(log)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -24,6 +24,7 @@ from kzbuild.cli import main
 from kzbuild.errors import ConfigError
 from tests.conftest import Project, have
 from tests.fixtures_build import Tiny, tiny  # noqa: F401
+from tests.fixtures_cache import DAV_PASSWORD, DAV_USER
 
 pytestmark = pytest.mark.skipif(not (have("cmake") and have("ninja") and have("ccache") and have("gcc")), reason="needs cmake, ninja, ccache, gcc")
 
@@ -282,11 +283,27 @@ def test_a_password_in_the_url_never_reaches_logs_errors_or_files(machines, redi
         assert run.code in (0, 2), run.err
         assert password not in run.out + run.err
     assert "redis://:***@127.0.0.1" in outputs[0].err  # -v shows the compile's CCACHE_REMOTE_STORAGE, redacted
+    assert f"remote redis://:***@127.0.0.1:{redis_cache.port} (artifacts and ccache" in " ".join(outputs[2].out.split())  # the dry-run plan
     files = [p for m in (a, b) for p in (m.project.work / "artifacts").rglob("*") if p.is_file()]
     files += [p for m in (a, b) for p in (m.project.work / "build").rglob("*.log") if p.is_file()]
     assert any(p.suffix == ".log" for p in files) and any(p.name == "manifest.json" for p in files)
     for path in files:
         assert password.encode() not in path.read_bytes(), path
+
+
+def test_webdav_behind_basic_auth(machines, dav_cache):
+    a, b = machines
+    url = dav_cache.url(f"{DAV_USER}:{DAV_PASSWORD}")
+    assert a.build(remote=url).code == 0
+    assert any(p.startswith("private/cache/kz/artifacts/") for p in dav_cache.stored())
+    assert any(p.startswith("private/cache/ccache/") for p in dav_cache.stored())  # ccache sent the same credentials
+    pulled = b.build(remote=url)
+    assert pulled.code == 0 and pulled.data["remote"]["pulled"] is True
+    shutil.rmtree(b.project.work / "artifacts")
+    wrong = b.kz("-v", "build", "tiny", "--json", remote=dav_cache.url(f"{DAV_USER}:wrong-{DAV_PASSWORD}"))
+    assert wrong.code == 0 and wrong.data["remote"]["available"] is False
+    assert "HTTP 401" in " ".join(wrong.err.split()) and DAV_PASSWORD not in wrong.err + wrong.out
+    assert f"http://{DAV_USER}:***@127.0.0.1:{dav_cache.port}/private/cache" in wrong.out
 
 
 # --- configuration -----------------------------------------------------------------------
@@ -364,3 +381,13 @@ def test_ccache_gets_the_store_with_kzbuild_timeouts():
     assert url("redis://u:pw@h") == "redis://u:pw@h|connect-timeout=1500|operation-timeout=1500"
     assert url("http://u:pw@h:8080/c/") == "http://u:pw@h:8080/c/ccache|connect-timeout=1500|operation-timeout=1500"
 
+
+
+def test_an_https_store_keeps_ccache_local_with_a_warning(caplog):
+    url = "https://u:pw@cache.example:8443/c"
+    config = remotecache.RemoteConfig(url=url, shown=proc.redact(url), source="test")
+    cache = remotecache.RemoteCache(config, remotecache.HttpStore(url, 1.0), [])  # constructed, never contacted
+    assert cache.ccache_env() == {}
+    assert "ccache's HTTP storage speaks no https" in caplog.text and "pw@" not in caplog.text
+    http = remotecache.RemoteCache(remotecache.RemoteConfig(url="http://h/c", shown="http://h/c", source="test"), remotecache.HttpStore("http://h/c", 1.0), [])
+    assert http.ccache_env() == {"CCACHE_REMOTE_STORAGE": "http://h/c/ccache|connect-timeout=2000|operation-timeout=2000"}
