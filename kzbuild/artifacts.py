@@ -6,7 +6,6 @@ neither imports the other.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
@@ -18,8 +17,6 @@ from kzbuild.errors import ConfigError
 from kzbuild.model.artifact import BUILD_ID_RE, BUILD_ID_RULE, MANIFEST, Artifact, parse_files
 from kzbuild.model.recipe import Recipe
 from kzbuild.settings import Settings
-
-HASH_CHUNK = 1 << 20
 
 
 def recorded_manifests(root: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
@@ -113,11 +110,3 @@ def _regular_file(directory: Path, relpath: str, manifest: Path) -> os.stat_resu
     if not stat.S_ISREG(info.st_mode) or not local.resolve().is_relative_to(directory):
         raise ConfigError(f"files: '{relpath}' is not a regular file inside {directory}", path=manifest)
     return info
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()

@@ -16,19 +16,19 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
 from kzbuild.devices.base import ByteSink, Transport, check_env_name
-from kzbuild.errors import BadRecord, CommandFailed, ConfigError, DeviceError
-from kzbuild.model.bench import BENCH_OPTIONS, ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchPoint, BenchSpec, LlamaBenchTest, SweepAxis
+from kzbuild.errors import BadRecord, ConfigError, DeviceError
+from kzbuild.model.bench import BENCH_OPTIONS, ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchPoint, BenchRun, BenchSpec, DeviceState, LlamaBenchTest, SweepAxis
 from kzbuild.model.device import Device
-from kzbuild.model.jsonfields import Fields, check_scalar, loads, show
+from kzbuild.model.jsonfields import Fields, check_scalar, show, tool_json
 from kzbuild.model.result import MAX_SAMPLES, NOT_CONFIG_FIELDS, BenchRecord, BuildInfo, DeviceInfo, ModelInfo, SweepInfo, bench_test_name
+from kzbuild.model.run import Release
 from kzbuild.results import ResultsStore
-from kzbuild.run import Release, check_seconds, check_tool, current_release, env_warnings, invocation
+from kzbuild.run import check_seconds, check_tool, current_release, env_warnings, invocation, run_logged
 from kzbuild.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -64,12 +64,6 @@ for supply in "$sys"/class/power_supply/*; do
   done
 done
 """
-
-
-@dataclass(frozen=True)
-class DeviceState:
-    fingerprint: Mapping[str, str]  # android.fingerprint + android.soc_model, else uname
-    conditions: Mapping[str, Any]  # thermal (deg C by zone type), power, battery
 
 
 def probe(transport: Transport, sysfs: str = "/sys") -> DeviceState:
@@ -211,13 +205,7 @@ def llama_bench_args(spec: BenchSpec, point: BenchPoint) -> list[str]:
 def parse_llama_bench_json(stdout: bytes, *, source: str = "llama-bench output") -> list[LlamaBenchTest]:
     """The tests of ``llama-bench -o json`` output, every field checked before anything is stored;
     raises BadRecord naming the test, the key and the value."""
-    try:
-        text = stdout.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadRecord(f"{source}: not UTF-8 text (byte {exc.start} is {stdout[exc.start]:#04x})") from None
-    if not text.strip():
-        raise BadRecord(f"{source}: llama-bench printed nothing on stdout")
-    tests = loads(text, where=source, item="test")
+    tests = tool_json(stdout, source=source, tool="llama-bench", item="test")
     if not isinstance(tests, list) or not tests:
         raise BadRecord(f"{source}: expected a non-empty JSON list of tests, got {show(tests)}")
     if len(tests) > MAX_TESTS:
@@ -282,14 +270,6 @@ def model_sha256(transport: Transport, device: Device, model: str) -> str:
     return digest[1]
 
 
-@dataclass(frozen=True)
-class BenchRun:
-    run_id: str
-    seed: int
-    records: tuple[BenchRecord, ...]
-    logs: Path
-
-
 def new_run_id(now: datetime) -> str:
     return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
@@ -326,23 +306,11 @@ def bench(
         state = probe(transport)
         call = invocation(device, release, LLAMA_BENCH, llama_bench_args(spec, point), point.env(spec))
         host_time = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        stderr_log = logs / f"{point.index:03d}.stderr.log"
-        with open(stderr_log, "wb") as sink:
-
-            def tee(chunk: bytes) -> None:
-                sink.write(chunk)
-                if on_stderr:
-                    on_stderr(chunk)
-
-            result = transport.run(call.argv, cwd=call.cwd, env=call.env, timeout=spec.timeout, on_stderr=tee)
-        json_log = logs / f"{point.index:03d}.json"
-        json_log.write_bytes(result.stdout)
-        if not result.ok:
-            raise CommandFailed(call.argv, result.returncode, stderr_log.read_text(errors="replace"), hint=f"full log: {stderr_log}")
+        stdout = run_logged(transport, call, logs, f"{point.index:03d}", timeout=spec.timeout, on_stderr=on_stderr)
         made = [
             make_record(test, run_id=run_id, host_time=host_time, seq=len(records) + position, release=release, device=device,
                         state=state, spec=spec, model_hash=model_hash, argv=call.argv, env=call.env, cwd=call.cwd, point=point, seed=seed)
-            for position, test in enumerate(parse_llama_bench_json(result.stdout, source=str(json_log)))
+            for position, test in enumerate(parse_llama_bench_json(stdout, source=str(logs / f"{point.index:03d}.json")))
         ]  # fmt: skip
         store.add(made)
         records += made

@@ -23,23 +23,25 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import closing
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kzbuild import __version__, proc, remotecache
-from kzbuild.artifacts import load_artifact, recorded_manifests, sha256_file
+from kzbuild import __version__, kztools, proc, remotecache
+from kzbuild.artifacts import load_artifact, recorded_manifests
 from kzbuild.devices.registry import connect
 from kzbuild.errors import BuildFailed, ConfigError, DeviceError, ToolchainMissing, WorktreeError
 from kzbuild.filelock import locked
+from kzbuild.files import sha256_file
 from kzbuild.model.artifact import MANIFEST, Artifact
-from kzbuild.model.build import MANIFEST_FORMAT, BuildOptions, BuildPlan, Step, Target
+from kzbuild.model.build import MANIFEST_FORMAT, BuildEvent, BuildOptions, BuildPlan, BuildResult, CcacheStats, DeviceCheck, DoctorReport, Step, Target, TargetCheck
 from kzbuild.model.device import Device
 from kzbuild.model.recipe import Recipe
-from kzbuild.model.remotecache import RemoteConfig, RemoteOutcome
+from kzbuild.model.remotecache import RemoteConfig
+from kzbuild.model.sync import Lock, SyncResult
 from kzbuild.model.toolchain import Found
 from kzbuild.settings import Settings
-from kzbuild.sync import Lock, SyncResult, Worktree, sync
+from kzbuild.sync import Worktree, sync
 from kzbuild.toolchains import Detector
 
 __all__ = ["Artifact", "BuildOptions", "TARGETS", "build", "doctor", "load_manifest", "plan_build", "prepare"]
@@ -193,9 +195,11 @@ def target_cmake(tgt: Target) -> dict[str, str]:
     return dict((*COMMON_CMAKE, *tgt.cmake))
 
 
-def build_inputs(recipe: Recipe, lock: Lock, tgt: Target, tools: Sequence[str], toolchains: Sequence[Found]) -> dict[str, object]:
+def build_inputs(
+    recipe: Recipe, lock: Lock, tgt: Target, tools: Sequence[str], toolchains: Sequence[Found], kz_tools: Mapping[str, str] | None = None
+) -> dict[str, object]:
     """Everything hashed into the build id. Paths never enter: the same inputs anywhere give the same id."""
-    return {
+    inputs: dict[str, object] = {
         "kzbuild": __version__,
         "target": tgt.name,
         "upstream": {"commit": lock.upstream_commit, "tree": lock.upstream_tree},
@@ -205,6 +209,9 @@ def build_inputs(recipe: Recipe, lock: Lock, tgt: Target, tools: Sequence[str], 
         "build": {"tools": list(tools), "cmake": dict(recipe.build.cmake), "target_cmake": target_cmake(tgt)},
         "toolchains": [found.identity() for found in sorted(toolchains, key=lambda f: f.name)],
     }
+    if kz_tools:  # kzbuild's own tools (kztools.py) and the digests of their sources
+        inputs["kz_tools"] = dict(kz_tools)
+    return inputs
 
 
 def build_id_of(target_name: str, inputs: Mapping[str, object]) -> str:
@@ -222,11 +229,13 @@ def plan_build(
     *,
     options: BuildOptions = BuildOptions(),
 ) -> BuildPlan:
-    """The exact commands of a build. Pure: reads nothing and runs nothing."""
+    """The exact commands of a build. Runs nothing; reads only the sources of kzbuild's own tools (for their digest)."""
     present = [f for f in optional if f.ok]
     used = [*toolchains, *present]
     tools = effective_tools(recipe, options.extra_tools)
-    inputs = build_inputs(recipe, synced.lock, tgt, tools, used)
+    llama_tools, own_tools = kztools.split_tools(tools)
+    kernels = settings.project / "kernels"
+    inputs = build_inputs(recipe, synced.lock, tgt, tools, used, kztools.inputs(kernels, own_tools))
     build_id = build_id_of(tgt.name, inputs)
     commit = build_commit(synced.lock)
     root = artifacts_root(settings, options.artifacts)
@@ -270,10 +279,13 @@ def plan_build(
 
     configure = [program("cmake"), "-S", str(synced.worktree), "-B", str(build_dir), "-G", "Ninja"]
     configure += [f"-D{key}={value}" for key, value in cmake_defs.items()]
-    ninja = [program("ninja"), "-C", str(build_dir), "-j", str(jobs), *tools]
+    ninja = [program("ninja"), "-C", str(build_dir), "-j", str(jobs), *llama_tools]
     steps = [Step("configure", tuple(configure), tuple(env.items())), Step("build", tuple(ninja), tuple(env.items()))]
+    steps += kztools.steps(kernels, own_tools, cmake=program("cmake"), ninja=program("ninja"), cmake_defs=cmake_defs,
+                           source=synced.worktree, build_dir=build_dir, env=tuple(env.items()))  # fmt: skip
     if container is not None:
-        steps = [_in_container(step, container, [synced.worktree, build_dir, ccache_dir]) for step in steps]
+        mounts = [synced.worktree, build_dir, ccache_dir, *([kernels] if own_tools else [])]
+        steps = [_in_container(step, container, mounts) for step in steps]
 
     runner = next((tuple(f.runner()) for f in toolchains if f.spec.runner), ())
     return BuildPlan(
@@ -311,43 +323,8 @@ def _in_container(step: Step, container: Found, mounts: Sequence[Path]) -> Step:
 
 # --- running ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class BuildEvent:
-    stage: str  # sync | configure | build | collect
-    line: str = ""
-    done: int | None = None
-    total: int | None = None
-
 
 Progress = Callable[[BuildEvent], None]
-
-
-@dataclass(frozen=True)
-class CcacheStats:
-    hits: int
-    misses: int
-    remote_hits: int = 0  # of the hits, those ccache's remote storage served
-    remote_errors: int = 0  # compiles whose remote lookup failed or timed out (they went on locally)
-
-    @property
-    def hit_rate(self) -> float | None:
-        calls = self.hits + self.misses
-        return self.hits / calls if calls else None
-
-    def to_dict(self) -> dict[str, object]:
-        return {"hits": self.hits, "misses": self.misses, "hit_rate": self.hit_rate, "local_hits": self.hits - self.remote_hits,
-                "remote_hits": self.remote_hits, "remote_errors": self.remote_errors}
-
-
-@dataclass(frozen=True)
-class BuildResult:
-    plan: BuildPlan
-    artifact: Artifact
-    reused: bool
-    synced: bool  # the sync before the build changed the tree
-    ccache: CcacheStats | None = None
-    times: Mapping[str, float] = field(default_factory=dict)
-    remote: RemoteOutcome | None = None  # what the remote cache did (None: none configured)
 
 
 NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\] (.*)$")
@@ -516,6 +493,8 @@ def _execute_locked(plan: BuildPlan, progress: Progress | None, synced: bool, sy
     stats_log = Path(dict(ninja.env).get("CCACHE_STATSLOG", plan.build_dir / "ccache-stats.log"))
     stats_log.unlink(missing_ok=True)
     times["build_s"] = _run_step(plan, ninja, progress, run_env)
+    for step in plan.steps[2:]:  # kzbuild's own tools, against the libraries just built
+        times[f"{step.name}_s"] = _run_step(plan, step, progress, run_env)
 
     collect_started = time.monotonic()
     if progress:
@@ -541,7 +520,7 @@ def _run_step(plan: BuildPlan, step: Step, progress: Progress | None, run_env: M
     started = time.monotonic()
     code = proc.stream(list(step.argv), cwd=step.cwd, env={**dict(step.env), **(run_env or {})}, on_line=watcher, log_file=plan.log, check=False)
     if code != 0:
-        what = "cmake configure" if step.name == "configure" else "ninja"
+        what = "cmake configure" if step.name.endswith("configure") else "ninja"
         raise BuildFailed(
             f"{what} failed (exit {code}) building {plan.recipe} for {plan.target}:\n  " + "\n  ".join(watcher.errors()),
             hint=f"full log: {plan.log}",
@@ -625,51 +604,6 @@ def describe_file(path: Path) -> dict[str, object]:
 
 
 # --- doctor ----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class TargetCheck:
-    target: str
-    required: tuple[Found, ...]
-    optional: tuple[Found, ...]
-
-    @property
-    def ok(self) -> bool:
-        return all(f.ok for f in self.required)
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "target": self.target,
-            "ok": self.ok,
-            "toolchains": [f.to_dict() for f in self.required],
-            "optional": [f.to_dict() for f in self.optional],
-        }
-
-
-@dataclass(frozen=True)
-class DeviceCheck:
-    """Whether the device answers from this machine (adb state, ssh login with the host-key check, the local runner)."""
-
-    device: str
-    transport: str
-    ok: bool
-    detail: str
-    hint: str | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        return {"device": self.device, "transport": self.transport, "ok": self.ok, "detail": self.detail, "hint": self.hint}
-
-
-@dataclass(frozen=True)
-class DoctorReport:
-    targets: tuple[TargetCheck, ...]
-    device: DeviceCheck | None = None
-
-    @property
-    def ok(self) -> bool:
-        return all(t.ok for t in self.targets) and (self.device is None or self.device.ok)
-
-    def to_dict(self) -> dict[str, object]:
-        return {"ok": self.ok, "targets": [t.to_dict() for t in self.targets], "device": self.device.to_dict() if self.device else None}
 
 
 def check_device(device: Device, environ: Mapping[str, str], *, connect_timeout: float = 5.0) -> DeviceCheck:

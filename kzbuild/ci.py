@@ -11,59 +11,16 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from kzbuild import build as builds
 from kzbuild.errors import KzError
 from kzbuild.model.build import BuildOptions
+from kzbuild.model.ci import CiReport, CiStep
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.remotecache import RemoteConfig
 from kzbuild.settings import Settings
 from kzbuild.sync import sync
 from kzbuild.toolchains import Detector
-
-Status = str  # ok | failed | skipped
-
-
-@dataclass(frozen=True)
-class CiStep:
-    name: str  # sync | patches | build:<target>
-    status: Status
-    detail: str
-    seconds: float = 0.0
-    exit_code: int = 0
-    data: Mapping[str, object] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, object]:
-        return {"step": self.name, "status": self.status, "detail": self.detail, "seconds": round(self.seconds, 2),
-                "exit_code": self.exit_code, **self.data}
-
-
-@dataclass(frozen=True)
-class CiReport:
-    recipe: str
-    steps: tuple[CiStep, ...]
-
-    @property
-    def ok(self) -> bool:
-        return all(s.status != "failed" for s in self.steps)
-
-    @property
-    def exit_code(self) -> int:
-        """0, or the exit code of the first failed step (so scripts can tell a build failure from a missing SDK)."""
-        return next((s.exit_code for s in self.steps if s.status == "failed"), 0)
-
-    def to_dict(self) -> dict[str, object]:
-        return {"recipe": self.recipe, "ok": self.ok, "exit_code": self.exit_code, "steps": [s.to_dict() for s in self.steps]}
-
-    def to_markdown(self) -> str:
-        icon = {"ok": "✅", "failed": "❌", "skipped": "⏭️"}
-        lines = [f"### kzbuild ci: {self.recipe} {'passed' if self.ok else 'FAILED'}", "", "| step | status | detail | seconds |", "|---|---|---|---|"]
-        for step in self.steps:
-            detail = step.detail.replace("|", "\\|").replace("\n", "<br>")
-            lines.append(f"| {step.name} | {icon.get(step.status, '')} {step.status} | {detail} | {step.seconds:.1f} |")
-        return "\n".join(lines) + "\n"
-
 
 Report = Callable[[CiStep], None]
 
@@ -114,7 +71,7 @@ def run_ci(
 def check_patches(settings: Settings, recipe: Recipe) -> CiStep:
     """``kzbuild patches check`` against the pin: a conflict fails; 3-way merges and upstreamed patches are named."""
     from kzbuild.errors import PatchError
-    from kzbuild.stackcheck import check_stack  # loaded only when needed (start-up time)
+    from kzbuild.stack.check import check_stack  # loaded only when needed (start-up time)
 
     started = time.monotonic()
     try:

@@ -16,10 +16,9 @@ import posixpath
 import secrets
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
-from kzbuild.artifacts import sha256_file
 from kzbuild.devices.base import Transport
 from kzbuild.devices.devicelock import device_lock
 from kzbuild.devices.integrity import check, manifest_files, release_expectations, release_files, relink, update_markers
@@ -44,7 +43,9 @@ from kzbuild.devices.store import (
     switch_current,
 )
 from kzbuild.errors import ConfigError, DeviceError
+from kzbuild.files import sha256_file
 from kzbuild.model.artifact import MANIFEST, SHA256_RE, Artifact, ArtifactFile, files_digest
+from kzbuild.model.deploy import DeployResult, ModelPushResult, RollbackResult
 from kzbuild.model.device import Device
 
 log = logging.getLogger(__name__)
@@ -52,53 +53,6 @@ log = logging.getLogger(__name__)
 GGUF_MAGIC = b"GGUF"
 
 Heartbeat = Callable[[], None]  # renews the device lock between the steps of an operation
-
-
-@dataclass(frozen=True)
-class DeployResult:
-    device: str
-    build_id: str
-    release: str
-    previous: str | None  # the release `current` pointed at before
-    switched: bool
-    files_sent: int
-    files_skipped: int
-    bytes_sent: int  # file contents sent
-    bytes_skipped: int  # file contents the device already held
-    bytes_resumed: int  # contents an earlier, cut deploy had already delivered
-    metadata_bytes: int  # the release's manifest.json
-    seconds: float
-    pruned: tuple[str, ...] = ()
-    repaired: tuple[str, ...] = ()  # files (relative to the root) re-linked to a re-sent content: they had not matched
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class RollbackResult:
-    device: str
-    release: str
-    previous: str
-    pruned: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class ModelPushResult:
-    device: str
-    sha256: str
-    path: str  # content-addressed file on the device
-    link: str  # readable name pointing at it
-    bytes_sent: int
-    bytes_resumed: int
-    already_there: bool
-    seconds: float
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 # --- deploy, rollback, prune ---

@@ -119,6 +119,10 @@ class BadRecord(ResultsError):
     names where it is, the key and the value. Raised before anything of it is stored."""
 
 
+class ProfileFormatChanged(ResultsError):
+    """The tree's ggml-hexagon prints its profiler lines in a format kzbuild's parser was not written for."""
+
+
 class ResultsDatabaseDamaged(ResultsError):
     """results.sqlite3 is unreadable, or not the schema this kzbuild writes. The results store
     rebuilds it from results.jsonl (the source of truth); it reaches the user only when that fails too."""

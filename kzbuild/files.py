@@ -1,10 +1,13 @@
-"""File writes that a crash cannot leave half done."""
+"""Files: writes that a crash cannot leave half done, and content digests."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
+
+HASH_CHUNK = 1 << 20
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -21,3 +24,11 @@ def write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()

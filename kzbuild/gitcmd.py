@@ -51,6 +51,10 @@ class Git:
             timeout=timeout,
         )
 
+    def run_bytes(self, *args: str, input: bytes | None = None) -> proc.BytesResult:
+        """run() for blobs: stdin and stdout as bytes."""
+        return proc.run_bytes(["git", "-C", str(self.repo), *args], quiet_env=ISOLATED_ENV, input=input)
+
     def __call__(self, *args: str, env: Mapping[str, str] | None = None, input: str | None = None) -> str:
         """Run and return stdout without the trailing newline."""
         return self.run(*args, env=env, input=input).stdout.rstrip("\n")
@@ -58,6 +62,15 @@ class Git:
     def fetch(self, *args: str, progress: Callable[[str], None] | None = None) -> None:
         """``git fetch --no-tags --progress ARGS``, handing each progress line to ``progress``."""
         proc.stream(["git", "-C", str(self.repo), "fetch", "--no-tags", "--progress", *args], quiet_env=ISOLATED_ENV, on_line=progress)
+
+    def init_bare(self) -> None:
+        proc.run(["git", "init", "-q", "--bare", str(self.repo)], quiet_env=ISOLATED_ENV)
+
+    def user_ident(self) -> str | None:
+        """The user's own ``Name <email> time zone`` for this repository: read with their git
+        config on purpose (a patch the user writes carries their name), unlike every other call."""
+        result = proc.run(["git", "-C", str(self.repo), "var", "GIT_AUTHOR_IDENT"], check=False)
+        return result.stdout.strip() if result.ok else None
 
     def resolve(self, rev: str) -> str | None:
         """Full sha of ``rev`` as a commit, or None when it does not exist here."""
@@ -73,3 +86,13 @@ class Git:
     def commit_date(self, rev: str) -> str:
         """Committer date in git's raw format (``epoch +zone``), for reproducible commits."""
         return self("log", "-1", "--format=%cd", "--date=raw", rev)
+
+
+def ls_remote(url: str, *refs: str) -> proc.Result:
+    """``git ls-remote URL REFS`` (no repository needed); check the result's ``ok``."""
+    return proc.run(["git", "ls-remote", url, *refs], quiet_env=ISOLATED_ENV, check=False)
+
+
+def unset_in_config_file(config: Path, key: str) -> None:
+    """Remove every ``key`` from one git config file (a gitdir outside any worktree)."""
+    proc.run(["git", "config", "--file", str(config), "--unset-all", key], quiet_env=ISOLATED_ENV, check=False)

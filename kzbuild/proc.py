@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any, cast
 
 from kzbuild.errors import CommandFailed, NotAvailableHere
 
@@ -62,7 +63,21 @@ def _failed(argv: Sequence[str], returncode: int, stderr: str) -> CommandFailed:
 class Result:
     argv: list[str]
     returncode: int
-    stdout: str  # bytes when run(text=False)
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+@dataclass(frozen=True)
+class BytesResult:
+    """What run_bytes() captured: stdout as the command wrote it (a blob, a binary's output)."""
+
+    argv: list[str]
+    returncode: int
+    stdout: bytes
     stderr: str
 
     @property
@@ -92,6 +107,16 @@ def require(program: str, *, why: str = "") -> str:
     return found
 
 
+def _described_replacing(args: list[str], cwd: Path | str | None, env: Mapping[str, str] | None) -> str:
+    """describe() for a command given a whole environment: only what it changes from ours is shown
+    (``env -u`` for what it drops); the rest is the user's own environment, long, maybe secret."""
+    if env is None:
+        return describe(args, cwd)
+    changed = {key: value for key, value in env.items() if os.environ.get(key) != value}
+    dropped = [part for key in sorted(os.environ) if key not in env for part in ("-u", key)]
+    return describe(["env", *dropped, *args] if dropped else args, cwd, changed)
+
+
 def _environment(env: Mapping[str, str] | None, replace_env: bool) -> dict[str, str] | None:
     if env is None:
         return None
@@ -110,19 +135,49 @@ def run(
     quiet_env: Mapping[str, str] | None = None,
     replace_env: bool = False,
     check: bool = True,
-    input: str | bytes | None = None,
+    input: str | None = None,
     timeout: float | None = None,
-    text: bool = True,
 ) -> Result:
-    """Run ``argv`` to completion, capturing output. Raises CommandFailed when ``check``.
+    """Run ``argv`` to completion, capturing its output as text. Raises CommandFailed when ``check``.
 
     ``quiet_env`` is added to the environment like ``env`` but left out of the log line
     (settings every call of a kind shares, such as git's config isolation).
     """
+    args, completed = _completed(argv, cwd, env, quiet_env, replace_env, check, input, timeout, text=True)
+    return Result(args, completed.returncode, completed.stdout, completed.stderr)
+
+
+def run_bytes(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+    quiet_env: Mapping[str, str] | None = None,
+    check: bool = True,
+    input: bytes | None = None,
+    timeout: float | None = None,
+) -> BytesResult:
+    """run(), with stdin and stdout as bytes (stderr still text, for messages)."""
+    args, completed = _completed(argv, cwd, env, quiet_env, False, check, input, timeout, text=False)
+    return BytesResult(args, completed.returncode, completed.stdout, completed.stderr.decode(errors="replace"))
+
+
+def _completed(
+    argv: Sequence[str | os.PathLike[str]],
+    cwd: Path | str | None,
+    env: Mapping[str, str] | None,
+    quiet_env: Mapping[str, str] | None,
+    replace_env: bool,
+    check: bool,
+    input: str | bytes | None,
+    timeout: float | None,
+    *,
+    text: bool,
+) -> tuple[list[str], subprocess.CompletedProcess[Any]]:
     args = [os.fspath(a) for a in argv]
-    log.info("$ %s", describe(args, cwd, env))
+    log.info("$ %s", _described_replacing(args, cwd, env) if replace_env else describe(args, cwd, env))
     try:
-        proc = subprocess.run(
+        completed = subprocess.run(
             args,
             cwd=cwd,
             env=_environment({**(quiet_env or {}), **(env or {})} if env or quiet_env else None, replace_env),
@@ -136,10 +191,10 @@ def run(
         raise NotAvailableHere(f"'{args[0]}' is not installed or not on PATH") from exc
     except subprocess.TimeoutExpired as exc:
         raise _failed(args, -1, f"timed out after {timeout} s") from exc
-    stderr = proc.stderr if text else proc.stderr.decode(errors="replace")
-    if check and proc.returncode != 0:
-        raise _failed(args, proc.returncode, stderr)
-    return Result(args, proc.returncode, proc.stdout, stderr)
+    if check and completed.returncode != 0:
+        stderr = completed.stderr if text else completed.stderr.decode(errors="replace")
+        raise _failed(args, completed.returncode, stderr)
+    return args, completed
 
 
 def stream(
@@ -221,9 +276,9 @@ def run_split(
     kept = (bytearray(), bytearray())
     sink_failures: list[Exception] = []
 
-    def pump(handle, sink: Callable[[bytes], None] | None, store: bytearray) -> None:  # type: ignore[no-untyped-def]
+    def pump(handle: IO[bytes], sink: Callable[[bytes], None] | None, store: bytearray) -> None:
         try:
-            for chunk in iter(lambda: handle.read1(65536), b""):
+            for chunk in iter(lambda: os.read(handle.fileno(), 65536), b""):
                 if sink:
                     sink(chunk)
                 else:
@@ -234,9 +289,10 @@ def run_split(
             sink_failures.append(exc)
             handle.close()
 
+    pipes = (cast(IO[bytes], child.stdout), cast(IO[bytes], child.stderr))  # both PIPE, so never None
     pumps = [
-        threading.Thread(target=pump, args=(child.stdout, on_stdout, kept[0]), daemon=True),
-        threading.Thread(target=pump, args=(child.stderr, on_stderr, kept[1]), daemon=True),
+        threading.Thread(target=pump, args=(pipes[0], on_stdout, kept[0]), daemon=True),
+        threading.Thread(target=pump, args=(pipes[1], on_stderr, kept[1]), daemon=True),
     ]
     for thread in pumps:
         thread.start()
@@ -249,8 +305,8 @@ def run_split(
     finally:
         for thread in pumps:
             thread.join()
-        for pipe in (child.stdout, child.stderr):
-            pipe.close()  # type: ignore[union-attr]
+        for pipe in pipes:
+            pipe.close()
     if sink_failures:
         raise sink_failures[0]
     return code, bytes(kept[0]), bytes(kept[1])

@@ -13,7 +13,7 @@ from typing import cast
 from kzbuild import yamlconf
 from kzbuild.errors import ConfigError
 from kzbuild.model.recipe import SOURCE_KINDS, BuildSection, Overlay, Recipe, Source, SourceKind, Upstream
-from kzbuild.stack import read_series
+from kzbuild.stack.series import read_series
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 RECIPE_KEYS = ("description", "upstream", "patches", "overlays", "build", "device")

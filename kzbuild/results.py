@@ -17,12 +17,11 @@ import math
 import os
 import sqlite3
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from kzbuild import yamlconf
 from kzbuild.errors import BadRecord, Busy, ConfigError, ResultsDatabaseDamaged, ResultsError
@@ -30,7 +29,7 @@ from kzbuild.filelock import locked
 from kzbuild.files import write_atomic
 from kzbuild.model.bench import ENV_AXIS_PREFIX, OPTIONS_BY_NAME
 from kzbuild.model.jsonfields import loads, number_or_none
-from kzbuild.model.result import BenchRecord, BuildInfo, DeviceInfo, ModelInfo, Summary, canonical_json, content_id, summarize
+from kzbuild.model.result import BenchRecord, BuildInfo, ComparedRow, Comparison, DeviceInfo, Group, Migration, ModelInfo, RunSummary, Summary, canonical_json, content_id
 from kzbuild.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -45,13 +44,6 @@ DAMAGED_SUFFIX = ".damaged"  # a damaged database is kept next to its rebuilt on
 SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")  # belong to the database file they sit next to
 JSONL_HINT = "fix or delete that line (git diff shows what changed); results.jsonl is the source of truth"
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Migration:
-    version: int
-    description: str
-    sql: str
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -117,18 +109,6 @@ def expected_schema() -> tuple[tuple[object, ...], ...]:
         return tuple(conn.execute(SCHEMA_QUERY).fetchall())
     finally:
         conn.close()
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    run_id: str
-    kind: str
-    host_time: str
-    device: str
-    build_ids: tuple[str, ...]
-    models: tuple[str, ...]
-    tests: tuple[str, ...]
-    records: int
 
 
 class ResultsStore:
@@ -256,9 +236,9 @@ class ResultsStore:
             new = self._insert(records)
             measured = sorted((item for item in new if item[0].kind == "bench"), key=lambda item: _order_key(item[0]))
             if measured:
-                if last is not None and _order_key(measured[0][0]) > tuple(last) and self._export_is_ours() and _ends_with_newline(self.jsonl_path):
+                if last is not None and _order_key(measured[0][0]) > tuple(last) and self._export_is_ours() and ends_with_newline(self.jsonl_path):
                     # the usual case, a bench that just ran: its records sort after everything exported
-                    _append(self.jsonl_path, "".join(stored + "\n" for _, stored in measured))
+                    append_line(self.jsonl_path, "".join(stored + "\n" for _, stored in measured))
                 else:
                     # also when the last line is unterminated (a killed writer): never glue a record onto it
                     self._export()
@@ -304,7 +284,7 @@ class ResultsStore:
 
     # --- reading ---
     def has_measurements(self) -> bool:
-        return self.conn.execute("SELECT EXISTS (SELECT 1 FROM records WHERE kind = 'bench')").fetchone()[0] == 1
+        return bool(self.conn.execute("SELECT EXISTS (SELECT 1 FROM records WHERE kind = 'bench')").fetchone()[0] == 1)
 
     def records(self, selector: str | None = None) -> list[BenchRecord]:
         """Records in (host time, run, position) order; ``selector`` is a run id or build id (prefix), or ``latest``.
@@ -388,7 +368,7 @@ def _damage(exc: Exception, db_path: Path) -> str:
     return str(exc)
 
 
-def _append(path: Path, text: str) -> None:
+def append_line(path: Path, text: str) -> None:
     """Append in one write with O_APPEND, then fsync: a crash leaves at most a truncated last line."""
     data = memoryview(text.encode("utf-8"))
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -400,7 +380,7 @@ def _append(path: Path, text: str) -> None:
         os.close(fd)
 
 
-def _ends_with_newline(path: Path) -> bool:
+def ends_with_newline(path: Path) -> bool:
     with open(path, "rb") as file:
         size = file.seek(0, os.SEEK_END)
         return size == 0 or os.pread(file.fileno(), 1, size - 1) == b"\n"
@@ -429,31 +409,38 @@ def load_records_file(path: Path) -> list[BenchRecord]:
 
 
 def load_jsonl(path: Path) -> list[BenchRecord]:
-    """Every record of a JSONL export; a bad line is refused (BadRecord naming file:line), except a
-    last line that is not newline-terminated and not JSON: a writer killed mid-record left it, and
-    it is skipped with a warning."""
-    try:
-        lines = path.read_bytes().split(b"\n")  # the last item is what follows the last newline
-    except OSError as exc:
-        raise ConfigError(f"cannot read file: {exc.strerror}", path=path) from None
+    """Every record of a JSONL export (see jsonl_objects for what a bad line does)."""
     records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            data = loads(line.decode("utf-8"), where=where)
-        except (UnicodeDecodeError, BadRecord) as exc:
-            if number == len(lines):
-                log.warning("%s: skipped the unterminated last line, not a whole record (a writer killed mid-line?)", where)
-                continue
-            message = f"{where}: not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
-            raise BadRecord(message, hint=JSONL_HINT) from None
+    for where, data in jsonl_objects(path, hint=JSONL_HINT):
         try:
             records.append(BenchRecord.from_dict(data, where=where))
         except BadRecord as exc:
             raise BadRecord(exc.message, hint=JSONL_HINT) from None
     return records
+
+
+def jsonl_objects(path: Path, *, hint: str | None = None) -> list[tuple[str, Any]]:
+    """Each line's JSON value with its ``file:line``. A bad line is refused (BadRecord naming
+    file:line), except a last line that is not newline-terminated and not JSON: a writer killed
+    mid-record left it, and it is skipped with a warning."""
+    try:
+        lines = path.read_bytes().split(b"\n")  # the last item is what follows the last newline
+    except OSError as exc:
+        raise ConfigError(f"cannot read file: {exc.strerror}", path=path) from None
+    found = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            found.append((where, loads(line.decode("utf-8"), where=where)))
+        except (UnicodeDecodeError, BadRecord) as exc:
+            if number == len(lines):
+                log.warning("%s: skipped the unterminated last line, not a whole record (a writer killed mid-line?)", where)
+                continue
+            message = f"{where}: not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
+            raise BadRecord(message, hint=hint) from None
+    return found
 
 
 SEED_KEYS = ("source", "date", "device", "upstream", "figures")
@@ -528,52 +515,11 @@ def parse_threshold(text: str) -> float:
     return value
 
 
-@dataclass(frozen=True)
-class Group:
-    """The records of one selection that may be compared with each other."""
-
-    key: tuple[object, ...]
-    records: tuple[BenchRecord, ...]
-
-    @property
-    def first(self) -> BenchRecord:
-        return self.records[0]
-
-    @property
-    def summary(self) -> Summary:
-        """Pooled samples of all records; records without samples (manual) count their value."""
-        samples = [s for r in self.records for s in r.samples_ts]
-        return summarize(samples or [r.avg_ts for r in self.records if r.avg_ts is not None])
-
-
 def group(records: Iterable[BenchRecord]) -> list[Group]:
     by_key: dict[tuple[object, ...], list[BenchRecord]] = defaultdict(list)
     for record in records:
         by_key[record.group_key].append(record)
     return [Group(key, tuple(items)) for key, items in by_key.items()]
-
-
-@dataclass(frozen=True)
-class ComparedRow:
-    a: Group
-    b: Group
-    change_pct: float | None
-    verdict: str  # regression, improvement, same, n/a
-
-
-@dataclass(frozen=True)
-class Comparison:
-    a_label: str
-    b_label: str
-    metric: str | None
-    threshold_pct: float
-    rows: tuple[ComparedRow, ...]
-    only_a: tuple[Group, ...]
-    only_b: tuple[Group, ...]
-
-    @property
-    def regressions(self) -> tuple[ComparedRow, ...]:
-        return tuple(row for row in self.rows if row.verdict == "regression")
 
 
 def compare(
@@ -628,7 +574,7 @@ def _compare_pair(a: Group, b: Group, threshold_pct: float) -> ComparedRow:
 
 def explain_mismatch(a: Sequence[BenchRecord], b: Sequence[BenchRecord]) -> str:
     """Name the first dimension on which A and B share nothing."""
-    dimensions = (
+    dimensions: tuple[tuple[str, Callable[[BenchRecord], Hashable], Callable[[BenchRecord], str]], ...] = (
         ("device", lambda r: r.device.key, describe_device),
         ("model", lambda r: r.model.key, lambda r: r.model.sha256 and r.model.sha256[:12] or r.model.name),
         ("env set", lambda r: r.env_set, lambda r: describe_env(r.env_set) or "no env"),
@@ -743,11 +689,18 @@ def plot(records: Sequence[BenchRecord], out: Path, *, axis: str = "build", metr
     for axes in panel_of.values():
         if axes.get_legend_handles_labels()[0]:
             axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return save_png(figure, out, option="--out")
+
+
+def save_png(figure: Any, out: Path, *, option: str) -> Path:
+    """Write a matplotlib figure to ``out`` (named by ``option``) and free it."""
+    import matplotlib.pyplot as plt
+
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         figure.savefig(out, format="png", dpi=100, bbox_inches="tight")
     except OSError as exc:
-        raise ConfigError(f"cannot write the plot to {out}: {exc.strerror}", hint="--out names a PNG file in a writable folder") from None
+        raise ConfigError(f"cannot write the plot to {out}: {exc.strerror}", hint=f"{option} names a PNG file in a writable folder") from None
     finally:
         plt.close(figure)
     return out

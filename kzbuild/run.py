@@ -14,17 +14,17 @@ import logging
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kzbuild.devices.base import ByteSink, Transport, check_env_name
 from kzbuild.devices.registry import device_env
 from kzbuild.devices.store import CURRENT_SCRIPT, DAMAGED
-from kzbuild.errors import ConfigError, DeviceError
+from kzbuild.errors import CommandFailed, ConfigError, DeviceError
 from kzbuild.gitcmd import Git
 from kzbuild.model.artifact import MANIFEST
 from kzbuild.model.device import Device
+from kzbuild.model.run import Invocation, Release
 from kzbuild.settings import Settings
 from kzbuild.sync import read_lock
 
@@ -33,25 +33,6 @@ log = logging.getLogger(__name__)
 HEXAGON_ENV_PREFIX = "GGML_HEXAGON_"
 HEXAGON_SOURCES = "ggml/src/ggml-hexagon"
 GETENV_RE = re.compile(r'getenv\("(GGML_HEXAGON_[A-Z0-9_]+)"\)')
-
-
-@dataclass(frozen=True)
-class Release:
-    """The release ``current`` pointed at when it was resolved."""
-
-    build_id: str
-    dir: str  # absolute device path
-    manifest: Mapping[str, Any]  # the deployed manifest.json; empty when the release has none
-    manifest_sha256: str | None
-
-
-@dataclass(frozen=True)
-class Invocation:
-    """A tool run exactly as it happens on the device."""
-
-    argv: tuple[str, ...]
-    env: Mapping[str, str]
-    cwd: str
 
 
 def current_release(transport: Transport, device: Device) -> Release:
@@ -124,6 +105,24 @@ def invocation(device: Device, release: Release, tool: str, args: Sequence[str],
     )
 
 
+def run_logged(transport: Transport, call: Invocation, logs: Path, stem: str, *, timeout: float | None, on_stderr: ByteSink | None = None) -> bytes:
+    """Run ``call``, keeping its stderr in ``logs/STEM.stderr.log`` (as it comes) and its stdout in
+    ``logs/STEM.json``; returns stdout. A failure is CommandFailed naming the log."""
+    stderr_log = logs / f"{stem}.stderr.log"
+    with open(stderr_log, "wb") as sink:
+
+        def tee(chunk: bytes) -> None:
+            sink.write(chunk)
+            if on_stderr:
+                on_stderr(chunk)
+
+        result = transport.run(call.argv, cwd=call.cwd, env=call.env, timeout=timeout, on_stderr=tee)
+    (logs / f"{stem}.json").write_bytes(result.stdout)
+    if not result.ok:
+        raise CommandFailed(call.argv, result.returncode, stderr_log.read_text(errors="replace")[-4000:], hint=f"full log: {stderr_log}")
+    return result.stdout
+
+
 def check_tool(transport: Transport, device: Device, release: Release, tool: str) -> None:
     if transport.run(["test", "-x", f"{release.dir}/bin/{tool}"]).ok:
         return
@@ -161,15 +160,20 @@ def hexagon_env_names(settings: Settings, recipe: str) -> frozenset[str] | None:
     Scans the committed tree (``git grep`` at the lock's head), so local edits don't count.
     None when the recipe is not synced on this machine.
     """
+    head = synced_head(settings, recipe)
+    if head is None:
+        return None
+    found = Git(settings.worktree(recipe)).run("grep", "-h", "-o", "-E", r'getenv\("GGML_HEXAGON_[A-Z0-9_]+"\)', head, "--", HEXAGON_SOURCES, check=False)
+    return frozenset(GETENV_RE.findall(found.stdout))
+
+
+def synced_head(settings: Settings, recipe: str) -> str | None:
+    """The commit the recipe's worktree was synced to (its lock's head), when it is there; else None."""
     lock = read_lock(settings.recipes / f"{recipe}.lock.json")
     worktree = settings.worktree(recipe)
-    if lock is None or not (worktree / ".git").exists():
+    if lock is None or not (worktree / ".git").exists() or not Git(worktree).has_commit(lock.head):
         return None
-    git = Git(worktree)
-    if not git.has_commit(lock.head):
-        return None
-    found = git.run("grep", "-h", "-o", "-E", r'getenv\("GGML_HEXAGON_[A-Z0-9_]+"\)', lock.head, "--", HEXAGON_SOURCES, check=False)
-    return frozenset(GETENV_RE.findall(found.stdout))
+    return lock.head
 
 
 def unknown_env(env: Mapping[str, str], known: frozenset[str] | None) -> list[str]:

@@ -9,8 +9,9 @@ Source kinds:
   refuses a want for an unadvertised sha, fall back to a partial fetch (``--filter=blob:none``)
   of its branches to find which one holds the commit and how deep, then a shallow fetch of
   that branch down to exactly the commit.
-- ``pypi-sdist``: ``pip download`` of ``llama-cpp-python==X`` (pip's own configuration
-  applies), then fetch from the shallow git data the sdist vendors under ``.git/modules/``.
+- ``pypi-sdist``: the sdist of ``llama-cpp-python==X`` from the indexes pip is configured with
+  (``pipindex``: pip's configuration applies, nothing is built), then fetch from the shallow
+  git data the sdist vendors under ``.git/modules/``.
 - ``path``: a local repo or ``file://`` URL, fetched like ``git``.
 """
 
@@ -18,18 +19,17 @@ from __future__ import annotations
 
 import logging
 import re
-import shutil
-import sys
 import tarfile
 import tempfile
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
-from kzbuild import proc
-from kzbuild.errors import CommandFailed, KzError, NotAvailableHere, SourceError
+from kzbuild import pipindex
+from kzbuild.errors import CommandFailed, KzError, SourceError
 from kzbuild.filelock import locked
-from kzbuild.gitcmd import Git
+from kzbuild.gitcmd import Git, unset_in_config_file
 from kzbuild.model.recipe import Source
 from kzbuild.settings import Settings
 
@@ -54,14 +54,14 @@ class ObjectCache:
         self.path = settings.mirror
         self.git = Git(self.path)
 
-    def lock(self):  # type: ignore[no-untyped-def]
+    def lock(self) -> AbstractContextManager[None]:
         return locked(self.settings.locks / "upstream.git.lock", what=f"the object cache {self.path}")
 
     def init(self) -> None:
         if (self.path / "HEAD").is_file():
             return
         self.path.mkdir(parents=True, exist_ok=True)
-        proc.run(["git", "init", "-q", "--bare", str(self.path)])
+        self.git.init_bare()
         self.git("config", "gc.auto", "0")  # pins are kept by refs; never repack behind a worktree's back
 
     def pin_ref(self, sha: str) -> str:
@@ -160,7 +160,7 @@ class ObjectCache:
             raise SourceError(f"{sdist.name} vendors commit {heads}, not {sha}")
 
     def download_sdist(self, requirement: str, progress: Progress | None = None) -> Path:
-        """The cached sdist for ``package==version``, downloading it with pip when missing."""
+        """The cached sdist for ``package==version``; when missing, fetched from pip's indexes (pipindex)."""
         package, version = requirement.split("==", 1)
         stem = f"{re.sub(r'[-_.]+', '_', package).lower()}-{version}"
         self.settings.sdists.mkdir(parents=True, exist_ok=True)
@@ -168,23 +168,14 @@ class ObjectCache:
             cached = self.settings.sdists / f"{stem}{suffix}"
             if cached.is_file():
                 return cached
-        with tempfile.TemporaryDirectory(prefix="kz-pip-", dir=self.settings.cache) as tmp:
-            # --no-binary for this package only: ':all:' would also build every build backend
-            # pip installs to read the sdist's metadata from source (x8 the download time)
-            argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", package,
-                    "--progress-bar", "off", requirement, "-d", tmp]
-            try:
-                proc.stream(argv, on_line=progress)
-            except CommandFailed as exc:
-                raise SourceError(f"pip could not download {requirement}: {_first_line(exc.message.split(chr(10), 1)[-1])}") from exc
-            except NotAvailableHere as exc:
-                raise SourceError(f"pip is not available: {exc}") from exc
-            found = [p for p in Path(tmp).iterdir() if p.name.lower().startswith(stem)]
-            if not found:
-                raise SourceError(f"pip downloaded no sdist for {requirement}")
-            target = self.settings.sdists / found[0].name
-            shutil.move(found[0], target)
-            return target
+        client = pipindex.Client(pipindex.read_pip_config())
+        link = pipindex.find_sdist(client, package, version)
+        target = self.settings.sdists / f"{stem}{'.zip' if link.filename.endswith('.zip') else '.tar.gz'}"
+        with tempfile.TemporaryDirectory(prefix=".kz-download-", dir=self.settings.sdists) as tmp:  # same file system: an atomic rename
+            partial = Path(tmp) / target.name
+            client.download(link, partial, progress)
+            partial.replace(target)  # only a complete, verified file enters the cache
+        return target
 
 
 def extract_vendored_gitdirs(sdist: Path, into: Path) -> list[Path]:
@@ -195,7 +186,7 @@ def extract_vendored_gitdirs(sdist: Path, into: Path) -> list[Path]:
     gitdirs = sorted(head.parent for head in into.glob("*/.git/modules/**/HEAD") if (head.parent / "objects").is_dir())
     for gitdir in gitdirs:
         # Its core.worktree names the submodule folder, which we did not extract; git would chdir there.
-        proc.run(["git", "config", "--file", str(gitdir / "config"), "--unset-all", "core.worktree"], check=False)
+        unset_in_config_file(gitdir / "config", "core.worktree")
     return gitdirs
 
 

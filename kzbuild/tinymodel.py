@@ -20,7 +20,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from kzbuild.model.tinymodel import ARCHS, FTYPES
+from kzbuild.model.tinyspec import ARCHS, FTYPES
 
 _FILE_TYPES = {
     "f32": gguf.LlamaFileType.ALL_F32,
@@ -220,7 +220,8 @@ def _values(tensor: _Tensor, rng: np.random.Generator) -> np.ndarray:
     if tensor.kind == "bias":
         return rng.uniform(-0.5, 0.5, numpy_shape).astype(np.float32)
     fan_in = tensor.shape[0]
-    return (rng.standard_normal(numpy_shape) / np.sqrt(fan_in)).astype(np.float32)
+    scaled: np.ndarray = rng.standard_normal(numpy_shape) / np.sqrt(fan_in)
+    return scaled.astype(np.float32)
 
 
 def _add_tensor(writer: gguf.GGUFWriter, tensor: _Tensor, ftype: str, rng: np.random.Generator) -> None:

@@ -14,9 +14,18 @@ import pytest
 from kzbuild.cli import main
 from kzbuild.settings import Settings
 
-# fixtures_build's session fixtures (real_host_build) serve several folders: registered once
-# here they run once per session, where imported into each module they would run once per module.
-pytest_plugins = ("tests.fixtures_build", "tests.fixtures_cache")
+# Fixture modules are plugins, registered once here: a session fixture (real_host_build, sshd,
+# adb_server, pin_tree) then starts once per session, where importing it into each test module
+# would start it once per module. Test modules import only helpers from them, never fixtures.
+pytest_plugins = (
+    "tests.fixtures_build",
+    "tests.fixtures_gdn",
+    "tests.fixtures_index",
+    "tests.fixtures_ssh",
+    "tests.fixtures_cache",
+    "tests.fixtures_trees",
+    "tests.adbdevice.fixtures",
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PIN_0_3_36 = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"

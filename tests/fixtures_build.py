@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from kzbuild import build as builds
-from kzbuild.build import BuildResult
 from kzbuild.model.artifact import Artifact
+from kzbuild.model.build import BuildResult
 from kzbuild.recipes import load_recipe
 from kzbuild.settings import Settings
 from tests.conftest import REPO_ROOT, Project, UpstreamRepo, git, persistent_test_cache
@@ -127,12 +127,13 @@ def program(folder: Path, name: str, script: str) -> Path:
 
 # --- the real pinned tree (slow tier) --------------------------------------------------
 
-def real_project(tmp_path: Path) -> Project:
-    """The repo's recipes, patches, kernels and toolchains in a temp project, with caches that persist.
+def real_project(tmp_path: Path, *, fresh_cache: bool = False) -> Project:
+    """The repo's recipes, patches, kernels and toolchains in a temp project (locks removed).
 
-    The object cache, ccache, build dirs and artifacts live under the persistent test cache
-    (sdists in its shared ``sdists/``), so a second run on the same machine downloads nothing
-    and rebuilds nothing.
+    By default the object cache, ccache, build dirs and artifacts live under the persistent test
+    cache, so a second run on the same machine downloads nothing and rebuilds nothing. With
+    ``fresh_cache`` the object cache and work dir are new (only the downloaded sdists are shared),
+    for tests of what a first sync does.
     """
     root = tmp_path / "project"
     for folder in ("recipes", "patches", "kernels", "toolchains"):
@@ -140,12 +141,12 @@ def real_project(tmp_path: Path) -> Project:
     for lock in (root / "recipes").glob("*.lock.json"):
         lock.unlink()
     base = persistent_test_cache()
-    cache = base / "kz-cache"
-    cache.mkdir(exist_ok=True)
     (base / "sdists").mkdir(exist_ok=True)
+    cache = tmp_path / "cache" if fresh_cache else base / "kz-cache"
+    cache.mkdir(exist_ok=True)
     if not (cache / "sdists").exists():
-        (cache / "sdists").symlink_to(base / "sdists")
-    return Project(root=root, cache=cache, work=base / "kz-work")
+        (cache / "sdists").symlink_to(base / "sdists")  # downloaded once per machine
+    return Project(root=root, cache=cache, work=tmp_path / "work" if fresh_cache else base / "kz-work")
 
 
 def build_real(tmp_path: Path, target: str, recipe: str = "demo-host") -> BuildResult:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.conftest import have
-from tests.fixtures_build import NDK_REVISION, hexagon_layout, ndk_layout, tiny  # noqa: F401
+from tests.fixtures_build import NDK_REVISION, hexagon_layout, ndk_layout
 from tests.test_build_plan import clear_toolchain_env, unwrapped
 
 needs_host_tools = pytest.mark.skipif(not (have("cmake") and have("ninja") and have("ccache") and have("gcc")), reason="needs cmake, ninja, ccache, gcc")

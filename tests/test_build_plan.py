@@ -15,7 +15,7 @@ from kzbuild.settings import Settings
 from kzbuild.sync import sync
 from kzbuild.toolchains import Detector
 from tests.conftest import git
-from tests.fixtures_build import NDK_REVISION, hexagon_layout, ndk_layout, tiny  # noqa: F401
+from tests.fixtures_build import NDK_REVISION, hexagon_layout, ndk_layout
 
 
 def clear_toolchain_env(monkeypatch):

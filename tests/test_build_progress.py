@@ -7,7 +7,7 @@ import re
 import pytest
 
 from tests.conftest import have
-from tests.fixtures_build import TINY_CMAKE, tiny  # noqa: F401
+from tests.fixtures_build import TINY_CMAKE
 
 pytestmark = pytest.mark.skipif(not (have("cmake") and have("ninja") and have("ccache") and have("gcc")), reason="needs cmake, ninja, ccache, gcc")
 

@@ -13,7 +13,6 @@ from kzbuild import build as builds
 from kzbuild.errors import BuildFailed, ConfigError, WorktreeError
 from kzbuild.recipes import load_recipe
 from tests.conftest import have
-from tests.fixtures_build import tiny  # noqa: F401
 
 pytestmark = pytest.mark.skipif(not (have("cmake") and have("ninja") and have("ccache") and have("gcc")), reason="needs cmake, ninja, ccache, gcc")
 

@@ -6,11 +6,8 @@ import json
 
 import pytest
 
-from tests.adbdevice.fixtures import adb_device, adb_env, adb_server, make_adb_device  # noqa: F401
 from tests.adbdevice.server import free_port, port_open
 from tests.conftest import have
-from tests.fixtures_build import tiny  # noqa: F401
-from tests.fixtures_ssh import ssh_home, sshd  # noqa: F401
 
 needs_adb = pytest.mark.skipif(not have("adb"), reason="needs the adb client")
 

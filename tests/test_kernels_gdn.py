@@ -24,10 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild.build import BuildResult
+from kzbuild.model.build import BuildResult
 from tests.conftest import REPO_ROOT
-from tests.fixtures_gdn import HEXAGON_CPP, function_definition, gdn_trees  # noqa: F401
-from tests.fixtures_trees import pin_tree  # noqa: F401
+from tests.fixtures_gdn import HEXAGON_CPP, function_definition
 
 pytestmark = pytest.mark.slow
 

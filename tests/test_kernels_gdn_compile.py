@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.fixtures_gdn import HEXAGON_CPP, gdn_trees  # noqa: F401
-from tests.fixtures_trees import pin_tree  # noqa: F401
+from tests.fixtures_gdn import HEXAGON_CPP
 
 pytestmark = pytest.mark.slow
 

@@ -1,8 +1,11 @@
-"""Imports run one way: model <- adapters and capabilities <- cli. A producer never imports its consumer."""
+"""Imports run one way: model <- adapters (processes, git, files, devices) <- capabilities <- cli.
+
+A producer never imports its consumer, and nothing imports a layer above its own."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from tests.conftest import REPO_ROOT
@@ -46,3 +49,83 @@ def test_only_the_cli_imports_the_cli():
 def test_build_does_not_import_what_consumes_its_artifacts():
     consumers = {"kzbuild.deploy", "kzbuild.bench", "kzbuild.run", "kzbuild.results"}
     assert not GRAPH["kzbuild.build"] & consumers
+
+
+# Every module is in exactly one layer; a new module must be placed here (the test below says so).
+MODEL = "model"
+ADAPTERS = "adapters"
+CAPABILITIES = "capabilities"
+CLI = "cli"
+RANK = {MODEL: 0, ADAPTERS: 1, CAPABILITIES: 2, CLI: 3}
+ADAPTER_MODULES = {"proc", "gitcmd", "files", "filelock", "yamlconf", "settings", "artifacts"}
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    if module in ("kzbuild", "kzbuild.errors") or parts[1] == "model":
+        return MODEL
+    if parts[1] == "devices" or parts[1] in ADAPTER_MODULES:
+        return ADAPTERS
+    if parts[1] in ("cli", "__main__"):
+        return CLI
+    return CAPABILITIES
+
+
+def test_imports_never_reach_a_higher_layer():
+    upward = [
+        (module, name)
+        for module, imports in GRAPH.items()
+        for name in imports
+        if name in GRAPH and RANK[layer(name)] > RANK[layer(module)]
+    ]
+    assert not upward, upward
+
+
+def test_the_patch_stack_is_one_package():
+    stack_modules = {m for m in GRAPH if m.startswith("kzbuild.stack.")}
+    assert {"kzbuild.stack.series", "kzbuild.stack.patchfile", "kzbuild.stack.apply", "kzbuild.stack.check",
+            "kzbuild.stack.export", "kzbuild.stack.bump", "kzbuild.stack.upstream"} <= stack_modules
+
+
+def test_dataclasses_that_cross_modules_live_in_the_model():
+    """A dataclass defined outside model/ is used only where it is defined (adapters' own types excepted)."""
+    crossing = []
+    defined = {}
+    for path in PACKAGE.rglob("*.py"):
+        module = module_name(path)
+        if layer(module) != CAPABILITIES:
+            continue
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef) and any(
+                (isinstance(d, ast.Name) and d.id == "dataclass") or (isinstance(d, ast.Call) and getattr(d.func, "id", "") == "dataclass")
+                for d in node.decorator_list
+            ):
+                defined[node.name] = module
+    for path in PACKAGE.rglob("*.py"):
+        module = module_name(path)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                crossing += [(module, alias.name) for alias in node.names if defined.get(alias.name) == node.module]
+    assert not crossing, crossing
+
+
+def test_the_readme_layout_names_every_module():
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme.split("## Layout\n", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"[`/]([a-z_]+)\.py`", table))
+    unnamed = [module for module in GRAPH if module.rsplit(".", 1)[-1] not in named | {"kzbuild", "cli", "model", "stack", "devices", "__main__"}]
+    assert not unnamed, unnamed
+
+
+def test_all_git_goes_through_gitcmd():
+    """gitcmd isolates git from the user's config; a call around it would not be."""
+    direct = [
+        path.name for path in PACKAGE.rglob("*.py")
+        if path.name != "gitcmd.py" and re.search(r"\(\[\s*\"git\"", path.read_text(encoding="utf-8"))  # run(["git", ...
+    ]
+    assert not direct, direct
+
+
+def test_one_sha256_helper():
+    defined = [path.name for path in PACKAGE.rglob("*.py") if "def sha256_file(" in path.read_text(encoding="utf-8")]
+    assert defined == ["files.py"], defined

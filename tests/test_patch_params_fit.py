@@ -21,7 +21,7 @@ import pytest
 
 from kzbuild import build as builds
 from kzbuild.recipes import load_recipe
-from kzbuild.stack import read_series
+from kzbuild.stack.series import read_series
 from tests.fixtures_fit import weight_bytes, write_wide_q4_0_llama
 from tests.fixtures_trees import private_project
 

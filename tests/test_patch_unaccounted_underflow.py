@@ -18,7 +18,6 @@ import pytest
 
 from kzbuild.sync import BASE_REF
 from tests.conftest import git
-from tests.fixtures_trees import archive_tree, pin_tree  # noqa: F401
 
 pytestmark = pytest.mark.slow
 

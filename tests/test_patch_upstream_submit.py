@@ -7,7 +7,6 @@ import json
 import pytest
 
 from tests.conftest import git, have
-from tests.fixtures_build import tiny  # noqa: F401
 from tests.fixtures_stack import add_patch, file_source, fit, flat, make_patch
 
 KZ_AND_SIGNED = (

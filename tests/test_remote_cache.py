@@ -23,7 +23,7 @@ from kzbuild import proc, remotecache
 from kzbuild.cli import main
 from kzbuild.errors import ConfigError
 from tests.conftest import Project, have
-from tests.fixtures_build import Tiny, tiny  # noqa: F401
+from tests.fixtures_build import Tiny
 from tests.fixtures_cache import DAV_PASSWORD, DAV_USER
 
 pytestmark = pytest.mark.skipif(not (have("cmake") and have("ninja") and have("ccache") and have("gcc")), reason="needs cmake, ninja, ccache, gcc")
@@ -65,7 +65,7 @@ class Machine:
 
 
 @pytest.fixture
-def machines(tiny: Tiny, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> tuple[Machine, Machine]:  # noqa: F811
+def machines(tiny: Tiny, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> tuple[Machine, Machine]:
     """Machine A is the tiny project; machine B a clone of it with its own cache and work dirs."""
     root_b = tmp_path / "machine-b" / "project"
     shutil.copytree(tiny.project.root, root_b)
@@ -282,7 +282,8 @@ def test_a_password_in_the_url_never_reaches_logs_errors_or_files(machines, redi
     for run in outputs:
         assert run.code in (0, 2), run.err
         assert password not in run.out + run.err
-    assert "redis://:***@127.0.0.1" in outputs[0].err  # -v shows the compile's CCACHE_REMOTE_STORAGE, redacted
+    # -v shows the compile's CCACHE_REMOTE_STORAGE (ccache's form of the URL), redacted
+    assert f"CCACHE_REMOTE_STORAGE='redis://***@127.0.0.1:{redis_cache.port}|connect-timeout=2000" in "".join(outputs[0].err.split())
     assert f"remote redis://:***@127.0.0.1:{redis_cache.port} (artifacts and ccache" in " ".join(outputs[2].out.split())  # the dry-run plan
     files = [p for m in (a, b) for p in (m.project.work / "artifacts").rglob("*") if p.is_file()]
     files += [p for m in (a, b) for p in (m.project.work / "build").rglob("*.log") if p.is_file()]

@@ -3,34 +3,26 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
 from kzbuild.cli import main
-from tests.conftest import PIN_0_3_36, REPO_ROOT, git, persistent_test_cache
+from tests.conftest import PIN_0_3_36, REPO_ROOT, git
+from tests.fixtures_build import real_project
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def real_project(tmp_path):
-    """A copy of this repo's recipes, patches and kernels, a fresh object cache, and the cached sdists."""
-    root = tmp_path / "project"
-    for folder in ("recipes", "patches", "kernels"):
-        shutil.copytree(REPO_ROOT / folder, root / folder)
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    sdists = persistent_test_cache() / "sdists"
-    sdists.mkdir(exist_ok=True)
-    (cache / "sdists").symlink_to(sdists)  # downloaded once per machine, fetched from every run
-    return root, cache, tmp_path / "work"
+def fresh_project(tmp_path):
+    """A first sync's situation: a new object cache and work dir (sdists still downloaded once per machine)."""
+    project = real_project(tmp_path, fresh_cache=True)
+    return project.root, project.cache, project.work
 
 
-def test_sync_pad3_v79_from_pypi_sdist(real_project, capsys):
-    root, cache, work = real_project
-    committed_lock = (root / "recipes/pad3-v79.lock.json").read_bytes()
-    (root / "recipes/pad3-v79.lock.json").unlink()
+def test_sync_pad3_v79_from_pypi_sdist(fresh_project, capsys):
+    root, cache, work = fresh_project
+    committed_lock = (REPO_ROOT / "recipes/pad3-v79.lock.json").read_bytes()
     args = ["--project", str(root), "--cache-dir", str(cache), "--work-dir", str(work)]
     assert main([*args, "sync", "pad3-v79"]) == 0
     out = capsys.readouterr()

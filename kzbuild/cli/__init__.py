@@ -6,45 +6,86 @@ into its message and exit code; a traceback shows only with ``-vv``.
 
 from __future__ import annotations
 
+import importlib
 import sys
+from functools import cache
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.markup import escape
+from typer.core import TyperGroup
 
 from kzbuild import __version__
-from kzbuild.cli import bench as bench_commands
-from kzbuild.cli import build as build_commands
-from kzbuild.cli import cache as cache_commands
-from kzbuild.cli import deploy as deploy_commands
-from kzbuild.cli import device as device_commands
-from kzbuild.cli import models as models_commands
-from kzbuild.cli import patches as patches_commands
-from kzbuild.cli import sync as sync_commands
-from kzbuild.cli.ui import Context, console, err_console, resolve_settings, setup_logging, tracebacks_wanted
 from kzbuild.errors import KzError
-from kzbuild.proc import redact
+
+if TYPE_CHECKING:  # typer's vendored click, for the types only
+    from typer._click import Command, HelpFormatter
+    from typer._click import Context as ClickContext
 
 INTERNAL_ERROR = 70  # EX_SOFTWARE: an exception kzbuild has no class for is a bug
 INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
+# Each command: the cli module that registers it, and its line in `kzbuild --help`. A command's
+# module (and what it imports) loads only when that command runs, so start-up pays for one command;
+# tests/test_cli_basics.py checks each line against the command's own help.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "sync": ("kzbuild.cli.sync", "Fetch the pinned upstream commit, apply the patch series as commits, overlay kernels/, write the lock."),
+    "status": ("kzbuild.cli.sync", "Show the pin, the source used, applied patches and the worktree state of a recipe."),
+    "recipes": ("kzbuild.cli.sync", "List the recipes of this project."),
+    "patches": ("kzbuild.cli.patches", "The patch stack (patches/series): list, lint, check against upstream, export from the worktree, edit."),
+    "bump": ("kzbuild.cli.patches", "Check the patch stack against a newer upstream commit, and move the recipe's pin there."),
+    "build": ("kzbuild.cli.build", "Build llama.cpp for a target into .kz/artifacts/<build-id>/ (bin/, lib/, manifest.json); reuse it when the id exists."),
+    "cache": ("kzbuild.cli.cache", "The build caches: this machine's ccache and artifacts, and the remote cache shared between machines."),
+    "doctor": ("kzbuild.cli.build", "Check the toolchains, cmake, ninja and ccache a target needs, naming the file that proved each version."),
+    "ci": ("kzbuild.cli.build", "Sync, check the patches, build each target whose toolchain is here (others: skipped, with why); print a JSON summary."),
+    "deploy": ("kzbuild.cli.deploy", "Deploy a build to a device: only contents it lacks are sent, then `current` switches in one rename."),
+    "device": ("kzbuild.cli.device", "Check what is stored on a device."),
+    "models": ("kzbuild.cli.models", "Model files: generate tiny test models, store models on devices."),
+    "run": ("kzbuild.cli.run", "Run TOOL from the device's current release with the device env; exits with the tool's code."),
+    "bench": ("kzbuild.cli.bench", "Run llama-bench -o json on the device and store one record per test with its provenance."),
+    "results": ("kzbuild.cli.results", "Stored benchmark results: list, show, compare, plot, import the seed figures."),
+    "profile": ("kzbuild.cli.profile", "Where prefill and decode time goes: per op type its count, time, share of the graph time and the backend it ran on."),
+}
+
+
+@cache
+def commands_of(module_name: str) -> dict[str, Command]:
+    """The commands a cli module registers, imported on first use."""
+    sub = typer.Typer(rich_markup_mode=None)
+    importlib.import_module(module_name).register(sub)
+    return dict(typer.main.get_group(sub).commands)
+
+
+class LazyCommands(TyperGroup):
+    """The top-level group: lists COMMANDS from the table, loads a command's module only to run it."""
+
+    def list_commands(self, ctx: ClickContext) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: ClickContext, cmd_name: str) -> Command | None:
+        entry = COMMANDS.get(cmd_name)
+        return commands_of(entry[0]).get(cmd_name) if entry else None
+
+    def format_commands(self, ctx: ClickContext, formatter: HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, line) for name, (_, line) in COMMANDS.items()])
+
+
 app = typer.Typer(
     name="kzbuild",
+    cls=LazyCommands,
     help="Sync, patch, build, deploy and benchmark llama.cpp for Snapdragon devices (Hexagon NPU).",
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain help: typer's rich help costs every `--help` ~80 ms of imports
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-for module in (sync_commands, patches_commands, build_commands, cache_commands, deploy_commands, device_commands, models_commands, bench_commands):
-    module.register(app)
 
 
 def _version(value: bool) -> None:
     if value:
-        console.print(f"kzbuild {__version__}")
+        print(f"kzbuild {__version__}")
         raise typer.Exit()
 
 
@@ -58,6 +99,9 @@ def root(
     results_dir: Annotated[Optional[Path], typer.Option(help="Results database and JSONL (env KZ_RESULTS_DIR; default PROJECT/results).")] = None,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:
+    # imported here, as every module below: `kzbuild --help` needs none of them
+    from kzbuild.cli.ui import Context, resolve_settings, setup_logging
+
     setup_logging(verbose)
     ctx.obj = Context(
         verbose=verbose,
@@ -81,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             report_bug(cause)
             code = INTERNAL_ERROR
         else:
-            err_console.print("[red]interrupted[/red]")
+            report_interrupted()
             code = INTERRUPTED
     except typer.Exit as exc:
         code = exc.exit_code
@@ -104,19 +148,20 @@ def _is_click_error(exc: Exception) -> bool:
     return any(cls.__name__ == "ClickException" for cls in type(exc).__mro__) and hasattr(exc, "show")
 
 
-def report_bug(exc: Exception) -> None:
-    """An exception kzbuild did not expect: one line and where to look, the traceback only with -vv."""
-    err_console.print(f"[bold red]internal error (a kzbuild bug):[/bold red] {escape(type(exc).__name__)}: {escape(str(exc))}", highlight=False)
-    if tracebacks_wanted():
-        err_console.print_exception()
-    else:
-        err_console.print("[yellow]hint:[/yellow] rerun with -vv for the traceback and report it", highlight=False)
-
-
+# the terminal helpers load only when there is something to report (start-up time)
 def report_error(exc: KzError) -> None:
-    # messages carry paths, argv and env values: brackets in them are text, not markup
-    err_console.print(f"[bold red]error:[/bold red] {escape(redact(exc.message))}", highlight=False, markup=True)
-    if exc.hint:
-        err_console.print(f"[yellow]hint:[/yellow] {escape(redact(exc.hint))}", highlight=False)
-    if tracebacks_wanted():
-        err_console.print_exception()
+    from kzbuild.cli import ui
+
+    ui.report_error(exc)
+
+
+def report_bug(exc: BaseException) -> None:
+    from kzbuild.cli import ui
+
+    ui.report_bug(exc)
+
+
+def report_interrupted() -> None:
+    from kzbuild.cli import ui
+
+    ui.err_console.print("[red]interrupted[/red]")

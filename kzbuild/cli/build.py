@@ -15,11 +15,12 @@ from kzbuild import build as builds
 from kzbuild import ci as ci_run
 from kzbuild import proc, recipes, remotecache
 from kzbuild.cli.complete import complete_device, complete_recipe
-from kzbuild.cli.sync import DEFAULT_RECIPE, JsonOpt, RecipeArg
+from kzbuild.cli.options import JsonOpt, NoRemoteOpt, RecipeArg, load_recipe
 from kzbuild.cli.ui import ProgressLines, console, context, err_console, not_empty, print_json
 from kzbuild.devices.registry import resolve_device
 from kzbuild.errors import ToolchainMissing
-from kzbuild.model.build import BuildOptions, BuildPlan
+from kzbuild.model.build import BuildEvent, BuildOptions, BuildPlan, BuildResult, DeviceCheck, TargetCheck
+from kzbuild.model.ci import CiStep
 from kzbuild.model.remotecache import RemoteConfig
 from kzbuild.model.toolchain import Found
 
@@ -27,7 +28,6 @@ TargetOpt = Annotated[Optional[list[str]], typer.Option("--target", "-t", help=f
 ToolchainOpt = Annotated[Optional[list[str]], typer.Option("--toolchain", help="Use this toolchain instead of the target's one for the same role, e.g. host-clang or snapdragon-docker (repeatable).")]
 JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Parallel compile jobs (default: number of CPUs).")]
 ArtifactsOpt = Annotated[Optional[Path], typer.Option("--artifacts", help="Artifacts folder (default: WORK/artifacts).")]
-NoRemoteOpt = Annotated[bool, typer.Option("--no-remote-cache", help="Use only this machine's caches, whatever KZ_REMOTE_CACHE or .kz/config.yaml say.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -43,7 +43,7 @@ def build_command(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Sync if needed, then print the exact commands and environment; run neither cmake nor ninja.")] = False,
     jobs: JobsOpt = None,
     toolchain: ToolchainOpt = None,
-    tool: Annotated[Optional[list[str]], typer.Option("--tool", help="Build this tool too, e.g. llama-cli or llama-server (repeatable).")] = None,
+    tool: Annotated[Optional[list[str]], typer.Option("--tool", help="Build this tool too, e.g. llama-cli or llama-server, or kzbuild's kz-profile (repeatable).")] = None,
     artifacts: ArtifactsOpt = None,
     no_remote_cache: NoRemoteOpt = False,
     json_out: JsonOpt = False,
@@ -53,7 +53,7 @@ def build_command(
     With a remote cache (KZ_REMOTE_CACHE or .kz/config.yaml: redis:// or a WebDAV http:// URL) it first pulls the artifact of the build id from there, verified file by file against its manifest's sha256; else it compiles with ccache's remote storage and pushes the artifact after. A cache that is down or slow is a warning: the build goes on locally.
     """
     settings = context(ctx).settings
-    loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
+    loaded = load_recipe(settings, recipe)
     remote = remotecache.load_config(settings, os.environ, disabled=no_remote_cache)
     outputs = []
     options = BuildOptions(jobs=jobs, overrides=tuple(toolchain or ()), extra_tools=tuple(tool or ()), artifacts=artifacts)
@@ -91,7 +91,7 @@ def announce_expected_duration(plan: BuildPlan) -> None:
         )
 
 
-def result_dict(result: builds.BuildResult) -> dict[str, object]:
+def result_dict(result: BuildResult) -> dict[str, object]:
     return {
         "build_id": result.artifact.build_id,
         "artifact": str(result.artifact.path),
@@ -123,7 +123,7 @@ def render_plan(plan: BuildPlan, remote: RemoteConfig | None = None) -> None:
         console.print(proc.describe(list(step.argv), step.cwd, dict(step.env) or None), highlight=False, soft_wrap=True, markup=False)
 
 
-def render_result(result: builds.BuildResult) -> None:
+def render_result(result: BuildResult) -> None:
     artifact = result.artifact
     remote = result.remote
     if remote is not None and remote.pulled:
@@ -174,7 +174,7 @@ class BuildDisplay:
         else:
             self.progress.stop()
 
-    def update(self, event: builds.BuildEvent) -> None:
+    def update(self, event: BuildEvent) -> None:
         if self.lines:
             self.lines.update(event.stage, f"[{event.done}/{event.total}]" if event.total else "")
             return
@@ -228,14 +228,14 @@ def doctor_command(
         raise ToolchainMissing(f"not ready to build: {not_ready}", hint="install what is marked missing or not ok above, or point kzbuild at it (toolchains/README.md); a device's own hint is above")
 
 
-def render_device_check(check: builds.DeviceCheck) -> None:
+def render_device_check(check: DeviceCheck) -> None:
     state = "[green]ok[/green]" if check.ok else "[red]not ok[/red]"
     console.print(f"[bold]device[/bold] {escape(check.device)} ({check.transport}): {state}: {escape(check.detail)}", highlight=False)
     if check.hint:
         console.print(f"  [yellow]hint:[/yellow] {escape(check.hint)}", highlight=False)
 
 
-def render_target_check(check: builds.TargetCheck) -> None:
+def render_target_check(check: TargetCheck) -> None:
     state = "[green]ready[/green]" if check.ok else "[red]not ready[/red]"
     console.print(f"[bold]{check.target}[/bold] ({builds.TARGETS[check.target].description}): {state}")
     table = Table(box=None, show_header=True, padding=(0, 2))
@@ -278,9 +278,9 @@ def ci_command(
     Targets given with --target must build; targets from the recipe are skipped when their toolchain is missing. Appends a markdown summary to $GITHUB_STEP_SUMMARY when it is set. Exits non-zero (the failing step's code) on any failure.
     """
     settings = context(ctx).settings
-    loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
+    loaded = load_recipe(settings, recipe)
 
-    def announce(step: ci_run.CiStep) -> None:
+    def announce(step: CiStep) -> None:
         colour = {"ok": "green", "failed": "red", "skipped": "yellow"}.get(step.status, "white")
         err_console.print(f"[{colour}]{step.status:7}[/{colour}] {step.name}: {step.detail}", highlight=False)
 

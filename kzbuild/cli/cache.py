@@ -8,19 +8,18 @@ import typer
 from rich.markup import escape
 
 from kzbuild import remotecache
-from kzbuild.cli.build import NoRemoteOpt
-from kzbuild.cli.sync import JsonOpt
-from kzbuild.cli.ui import console, context, print_json
+from kzbuild.cli.options import JsonOpt, NoRemoteOpt
+from kzbuild.cli.ui import command_group, console, context, print_json
 from kzbuild.model.remotecache import CacheStats
 
-app = typer.Typer(help="The build caches: this machine's ccache and artifacts, and the remote cache shared between machines.", no_args_is_help=True)
+cache_app = command_group("cache", "The build caches: this machine's ccache and artifacts, and the remote cache shared between machines.")
 
 
-def register(root: typer.Typer) -> None:
-    root.add_typer(app, name="cache")
+def register(app: typer.Typer) -> None:
+    app.add_typer(cache_app, name="cache")
+    cache_app.command("stats")(stats_command)
 
 
-@app.command("stats")
 def stats_command(ctx: typer.Context, no_remote_cache: NoRemoteOpt = False, json_out: JsonOpt = False) -> None:
     """Local and remote cache sizes and hit rates: ccache's own counters (local and remote hits), the artifacts
     folder, how builds got their artifact (local, pulled, built), and what the remote store says of itself."""

@@ -1,13 +1,14 @@
 """Shell completion of recipe names, device names and run ids, from local files only: no
-network, no git. A failure offers nothing rather than printing into the user's shell."""
+network, no git. A failure offers nothing rather than printing into the user's shell.
+
+Each completer imports what it reads when it runs: every command that declares an option with
+completion imports this module, and should not pay for the results store or the device registry."""
 
 from __future__ import annotations
 
 import typer
 
-from kzbuild import recipes, results
 from kzbuild.cli.ui import resolve_settings
-from kzbuild.devices.registry import load_devices
 from kzbuild.errors import KzError
 from kzbuild.settings import Settings
 
@@ -18,6 +19,8 @@ def _settings(ctx: typer.Context) -> Settings:
 
 
 def complete_recipe(ctx: typer.Context, incomplete: str) -> list[str]:
+    from kzbuild import recipes
+
     try:
         names = recipes.list_recipes(_settings(ctx).recipes)
     except (KzError, OSError):
@@ -26,6 +29,8 @@ def complete_recipe(ctx: typer.Context, incomplete: str) -> list[str]:
 
 
 def complete_device(ctx: typer.Context, incomplete: str) -> list[str]:
+    from kzbuild.devices.registry import load_devices
+
     try:
         names = list(load_devices(_settings(ctx)))
     except (KzError, OSError):
@@ -35,6 +40,8 @@ def complete_device(ctx: typer.Context, incomplete: str) -> list[str]:
 
 def complete_run(ctx: typer.Context, incomplete: str) -> list[str]:
     """Run ids (newest last) and 'latest'; a results dir that is not there is not created."""
+    from kzbuild import results
+
     try:
         folder = _settings(ctx).results
         if not folder.is_dir():

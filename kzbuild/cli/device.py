@@ -7,20 +7,15 @@ from contextlib import closing
 import typer
 from rich.markup import escape
 
-from kzbuild.cli.deploy import DeviceOpt, TrustOpt, WaitOpt, open_device
-from kzbuild.cli.sync import JsonOpt
-from kzbuild.cli.ui import console, context, print_json
+from kzbuild.cli.connect import open_device
+from kzbuild.cli.options import DeviceOpt, JsonOpt, TrustOpt, WaitOpt
+from kzbuild.cli.ui import command_group, console, context, print_json
 from kzbuild.devices.devicelock import device_lock
 from kzbuild.devices.integrity import verify_store
 from kzbuild.devices.store import Layout, Remote
 from kzbuild.errors import DeviceError
 
-device_app = typer.Typer(
-    name="device",
-    help="Check what is stored on a device.",
-    no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+device_app = command_group("device", "Check what is stored on a device.")
 
 
 def register(app: typer.Typer) -> None:

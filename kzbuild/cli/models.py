@@ -12,18 +12,13 @@ import typer
 from rich.filesize import decimal
 
 from kzbuild import deploy
-from kzbuild.cli.deploy import DeviceOpt, TrustOpt, WaitOpt, open_device, transfer_bars
-from kzbuild.cli.sync import JsonOpt
-from kzbuild.cli.ui import console, context, not_empty, print_json
+from kzbuild.cli.connect import open_device, transfer_bars
+from kzbuild.cli.options import DeviceOpt, JsonOpt, TrustOpt, WaitOpt
+from kzbuild.cli.ui import command_group, console, context, not_empty, print_json
 from kzbuild.errors import ConfigError
-from kzbuild.model import tinymodel as tiny_spec
+from kzbuild.model import tinyspec as tiny_spec
 
-models_app = typer.Typer(
-    name="models",
-    help="Model files: generate tiny test models, store models on devices.",
-    no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+models_app = command_group("models", "Model files: generate tiny test models, store models on devices.")
 
 # built from the generator's own lists, so a new arch or type shows up in --help by itself
 TinyArch = Enum("TinyArch", {name: name for name in tiny_spec.ARCHS}, type=str)  # type: ignore[misc]

@@ -15,22 +15,18 @@ from rich.markup import escape
 from rich.table import Table
 
 from kzbuild import recipes
-from kzbuild.cli.sync import DEFAULT_RECIPE, JsonOpt, RecipeArg
-from kzbuild.cli.ui import activity, console, context, err_console, not_empty, print_json
+from kzbuild.cli.options import DEFAULT_RECIPE, JsonOpt, RecipeArg, load_recipe
+from kzbuild.cli.ui import activity, command_group, console, context, err_console, not_empty, print_json
 from kzbuild.errors import BuildFailed, PatchError
 from kzbuild.settings import Settings
 
 if TYPE_CHECKING:
-    from kzbuild.model.check import BisectResult, ExportResult, StackCheck
     from kzbuild.model.patch import Patch
     from kzbuild.model.recipe import Recipe
     from kzbuild.model.stack import Problem
+    from kzbuild.model.stackcheck import BisectResult, ExportResult, StackCheck
 
-patches_app = typer.Typer(
-    name="patches",
-    help="The patch stack (patches/series): list, lint, check against upstream, export from the worktree, edit.",
-    no_args_is_help=True,
-)
+patches_app = command_group("patches", "The patch stack (patches/series): list, lint, check against upstream, export from the worktree, edit.")
 
 HistoryOpt = Annotated[bool, typer.Option("--fetch-history", help="Fetch the upstream history between the pin and the target from a git source, so patch-ids and commit counts can be used.")]
 SeriesOpt = Annotated[Optional[Path], typer.Option("--series", help="Series file (default: the --recipe's series, else patches/series).")]
@@ -50,7 +46,7 @@ def _series_path(settings: Settings, series: Path | None, recipe: Recipe | None 
 
 def _lint_files(settings: Settings, series: Path | None, recipe: str | None) -> tuple[Recipe | None, list[Patch], list[Problem]]:
     """The recipe (when named), the series' patches, and what lint finds in the files alone."""
-    from kzbuild.patchfile import lint_series
+    from kzbuild.stack.patchfile import lint_series
 
     loaded = recipes.load_recipe(settings.project, recipe) if recipe else None
     patches, problems = lint_series(_series_path(settings, series, loaded))
@@ -118,7 +114,7 @@ def lint_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Check the series and every patch: trailers, series <-> files, CRLF damage, index lines, fuzz."""
-    from kzbuild.stackcheck import tree_problems
+    from kzbuild.stack.check import tree_problems
 
     settings = context(ctx).settings
     loaded, patches, problems = _lint_files(settings, series, recipe)
@@ -149,10 +145,10 @@ def check_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Apply the stack in a scratch repo and classify each patch: clean, 3way, conflict, upstreamed, empty."""
-    from kzbuild.stackcheck import check_stack
+    from kzbuild.stack.check import check_stack
 
     settings = context(ctx).settings
-    loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
+    loaded = load_recipe(settings, recipe)
     with activity(f"checking {loaded.name}") as progress:
         report = check_stack(settings, loaded, against=against, fetch_history=fetch_history, progress=progress)
     if json_out:
@@ -188,7 +184,7 @@ def upstream_command(
     json_out: JsonOpt = False,
 ) -> None:
     """The patch as upstream would receive it (kzbuild's trailers stripped), applied alone at the pin (and --against), built for the host."""
-    from kzbuild.upstreampatch import check_upstream
+    from kzbuild.stack.upstream import check_upstream
 
     settings = context(ctx).settings
     loaded = recipes.load_recipe(settings.project, recipe)
@@ -227,10 +223,10 @@ def export_command(
     force: Annotated[bool, typer.Option("--force", help="Overwrite (or remove) patch files that changed since this worktree was synced or exported.")] = False,
 ) -> None:
     """Write the worktree's commits above the base back to patches/ and the series (byte-identical when unchanged)."""
-    from kzbuild.export import export
+    from kzbuild.stack.export import export
 
     settings = context(ctx).settings
-    loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
+    loaded = load_recipe(settings, recipe)
     result = export(settings, loaded, force=force)
     _print_export(result)
 
@@ -264,10 +260,10 @@ def new_command(
     author: Annotated[Optional[str], typer.Option(callback=not_empty, help="'Name <email>' (default: your git identity).")] = None,
 ) -> None:
     """Make the worktree's uncommitted changes a new patch at the top of the stack, and export."""
-    from kzbuild.export import new_patch
+    from kzbuild.stack.export import new_patch
 
     settings = context(ctx).settings
-    loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
+    loaded = load_recipe(settings, recipe)
     made, result = new_patch(
         settings, loaded, name, subject=subject, test=test, upstream_status=upstream_status,
         upstream_pr=upstream_pr, drop_when=drop_when, author=author,
@@ -285,7 +281,7 @@ def drop_command(
     series: SeriesOpt = None,
 ) -> None:
     """Remove a patch from the series and delete its file, recording why in patches/DROPPED.yaml."""
-    from kzbuild.patchfile import DROPPED_LOG, drop_patch
+    from kzbuild.stack.patchfile import DROPPED_LOG, drop_patch
 
     settings = context(ctx).settings
     path = _series_path(settings, series)
@@ -302,7 +298,7 @@ def move_command(
     series: SeriesOpt = None,
 ) -> None:
     """Move a patch in the series, keeping its comments; warns when it crosses a patch touching the same files."""
-    from kzbuild.patchfile import move_patch
+    from kzbuild.stack.patchfile import move_patch
 
     settings = context(ctx).settings
     overlapping = move_patch(_series_path(settings, series), name, before=before, after=after)
@@ -324,11 +320,11 @@ def bump_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Check the patch stack against a newer upstream commit, and move the recipe's pin there."""
-    from kzbuild import bump
-    from kzbuild.patchfile import DROPPED_LOG
+    from kzbuild.stack import bump
+    from kzbuild.stack.patchfile import DROPPED_LOG
 
     settings = context(ctx).settings
-    loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
+    loaded = load_recipe(settings, recipe)
     with activity(f"checking {loaded.name} against {to}") as progress:
         planned = bump.plan(settings, loaded, to, bisect=bisect, fetch_history=fetch_history, progress=progress)
     if json_out:

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from kzbuild import recipes, sync
-from kzbuild.cli.complete import complete_recipe
-from kzbuild.cli.ui import activity, console, context, not_empty, print_json
+from kzbuild.cli.options import JsonOpt, RecipeArg, load_recipe
+from kzbuild.cli.ui import activity, console, context, print_json
+from kzbuild.model.sync import Discarded
 
-RecipeArg = Annotated[Optional[str], typer.Argument(callback=not_empty, help="Recipe name (recipes/NAME.yaml) or path. Default: demo-host.", autocompletion=complete_recipe)]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
-DEFAULT_RECIPE = "demo-host"
 SHOWN = 20  # lines of each kind of discarded work
 
 
@@ -33,7 +30,7 @@ def sync_command(
 ) -> None:
     """Fetch the pinned upstream commit, apply the patch series as commits, overlay kernels/, write the lock."""
     settings = context(ctx).settings
-    loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
+    loaded = load_recipe(settings, recipe)
     with activity(f"syncing {loaded.name}") as progress:
         result = sync.sync(settings, loaded, force=force, progress=progress)
     discarded = result.discarded
@@ -60,7 +57,7 @@ def sync_command(
     console.print(f"  head {lock.head[:12]}; lock {loaded.lock_path.relative_to(settings.project)}")
 
 
-def print_discarded(discarded: sync.Discarded, worktree: Path) -> None:
+def print_discarded(discarded: Discarded, worktree: Path) -> None:
     """What --force took out of the worktree, and how to get it back."""
     git = f"git -C {worktree}"
     console.print(f"[yellow]discarded[/yellow] (kept under {discarded.ref}):")
@@ -78,27 +75,26 @@ def print_discarded(discarded: sync.Discarded, worktree: Path) -> None:
 def status_command(ctx: typer.Context, recipe: RecipeArg = None, json_out: JsonOpt = False) -> None:
     """Show the pin, the source used, applied patches and the worktree state of a recipe."""
     settings = context(ctx).settings
-    loaded = recipes.load_recipe(settings.project, recipe or DEFAULT_RECIPE)
-    status = sync.status(settings, loaded).to_dict()
+    loaded = load_recipe(settings, recipe)
+    status = sync.status(settings, loaded)
     if json_out:
-        print_json(status)
+        print_json(status.to_dict())
         return
+    from rich.table import Table  # ~15 ms: only this rendering needs it
+
     table = Table(show_header=False, box=None)
-    worktree = status["worktree"]
-    assert isinstance(worktree, dict)
-    table.add_row("recipe", str(status["recipe"]))
-    table.add_row("pin", str(status["pin"]))
-    table.add_row("source", str(status["source"] or "not synced"))
-    table.add_row("worktree", f"{worktree['path']} ({worktree['state']})")
-    table.add_row("matches lock", "yes" if status["matches_lock"] else "[yellow]no[/yellow] (run kzbuild sync)")
-    patches = status["patches"]
-    assert isinstance(patches, list)
-    for patch in patches:
-        applied = patch["commit"][:12] if patch["commit"] else f"skipped, upstreamed ({patch['upstreamed']})"
-        table.add_row("patch", f"{patch['file']}  {applied}")
-    if worktree["interrupted"]:
+    worktree = status.worktree
+    table.add_row("recipe", status.recipe.name)
+    table.add_row("pin", status.recipe.upstream.commit)
+    table.add_row("source", status.lock.fetched_from if status.lock else "not synced")
+    table.add_row("worktree", f"{worktree.path} ({worktree.word})")
+    table.add_row("matches lock", "yes" if status.matches_lock else "[yellow]no[/yellow] (run kzbuild sync)")
+    for patch in status.lock.patches if status.lock else ():
+        applied = patch.commit[:12] if patch.commit else f"skipped, upstreamed ({patch.upstreamed})"
+        table.add_row("patch", f"{patch.file}  {applied}")
+    if worktree.interrupted:
         table.add_row("[yellow]interrupted[/yellow]", "a sync was killed halfway; 'kzbuild sync' finishes it (its leftovers are its own)")
-    for line in ([] if worktree["interrupted"] else worktree["dirty"]) + worktree["unexported"]:
+    for line in worktree.user_changes + worktree.unexported:
         table.add_row("[yellow]unsaved[/yellow]", line)
     console.print(table)
 

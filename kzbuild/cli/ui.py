@@ -18,10 +18,10 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.logging import RichHandler
 from rich.markup import escape
 
 from kzbuild import proc
+from kzbuild.errors import KzError
 from kzbuild.settings import Settings
 
 console = Console(highlight=False)
@@ -69,6 +69,8 @@ def not_empty(value: str | None) -> str | None:
 
 def setup_logging(verbose: int) -> None:
     """Warnings always; -v adds every external command (INFO, from kzbuild.proc and the ssh transport) and progress notes; -vv debug."""
+    from rich.logging import RichHandler  # ~10 ms, and only logs need it
+
     root = logging.getLogger("kzbuild")
     handler = RichHandler(console=err_console, show_time=False, show_path=False, markup=False)
     handler.addFilter(proc.RedactCredentials())  # warnings name remote caches by URL
@@ -165,3 +167,26 @@ def activity(message: str) -> Iterator[Callable[[str], None]]:
                 status.update(f"{message}  [dim]{escape(line[-100:])}[/dim]")  # tool output is text, not markup
 
         yield update
+
+
+def command_group(name: str, help_text: str) -> typer.Typer:
+    """A group of subcommands (``kzbuild patches ...``), with the same help style as the top level."""
+    return typer.Typer(name=name, help=help_text, no_args_is_help=True, rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]})
+
+
+def report_bug(exc: BaseException) -> None:
+    """An exception kzbuild did not expect: one line and where to look, the traceback only with -vv."""
+    err_console.print(f"[bold red]internal error (a kzbuild bug):[/bold red] {escape(type(exc).__name__)}: {escape(str(exc))}", highlight=False)
+    if tracebacks_wanted():
+        err_console.print_exception()
+    else:
+        err_console.print("[yellow]hint:[/yellow] rerun with -vv for the traceback and report it", highlight=False)
+
+
+def report_error(exc: KzError) -> None:
+    # messages carry paths, argv and env values: brackets in them are text, not markup
+    err_console.print(f"[bold red]error:[/bold red] {escape(proc.redact(exc.message))}", highlight=False, markup=True)
+    if exc.hint:
+        err_console.print(f"[yellow]hint:[/yellow] {escape(proc.redact(exc.hint))}", highlight=False)
+    if tracebacks_wanted():
+        err_console.print_exception()

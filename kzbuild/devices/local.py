@@ -35,12 +35,10 @@ class LocalTransport:
     ) -> RemoteResult:
         if on_stdout is None and on_stderr is None:
             try:
-                result = proc.run(argv, cwd=cwd, env=env, check=False, timeout=timeout, text=False)
+                result = proc.run_bytes(argv, cwd=cwd, env=env, check=False, timeout=timeout)
             except CommandFailed as exc:  # only raised for a timeout when check=False
                 raise DeviceError(f"{self.address}: {exc.message}") from exc
-            stdout = result.stdout
-            assert isinstance(stdout, bytes)  # run(text=False) keeps stdout as bytes
-            return RemoteResult(result.returncode, stdout, result.stderr.encode())
+            return RemoteResult(result.returncode, result.stdout, result.stderr.encode())
         try:
             code, out, err = proc.run_split(argv, cwd=cwd, env=env, timeout=timeout, on_stdout=on_stdout, on_stderr=on_stderr)
         except CommandFailed as exc:

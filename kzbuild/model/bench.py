@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from kzbuild.model.result import BenchRecord
 
 ENV_AXIS_PREFIX = "env:"
 
@@ -90,3 +93,17 @@ class LlamaBenchTest:
     model_size: int
     config: Mapping[str, Any]  # every field that is not build, model, host or outcome: JSON scalars
     raw: Mapping[str, Any]  # the test as printed
+
+
+@dataclass(frozen=True)
+class DeviceState:
+    fingerprint: Mapping[str, str]  # android.fingerprint + android.soc_model, else uname
+    conditions: Mapping[str, Any]  # thermal (deg C by zone type), power, battery
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    run_id: str
+    seed: int
+    records: tuple[BenchRecord, ...]
+    logs: Path

@@ -7,9 +7,13 @@ A build leaves an artifact, ``<artifacts>/<build-id>/`` with ``bin/``, ``lib/`` 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from kzbuild.model.artifact import Artifact
+from kzbuild.model.remotecache import RemoteOutcome
+from kzbuild.model.toolchain import Found
 
 MANIFEST_FORMAT = 1
 
@@ -93,3 +97,85 @@ class BuildPlan:
             "runner": list(self.runner),
             "inputs": dict(self.inputs),
         }
+
+
+@dataclass(frozen=True)
+class BuildEvent:
+    stage: str  # sync | configure | build | collect
+    line: str = ""
+    done: int | None = None
+    total: int | None = None
+
+
+@dataclass(frozen=True)
+class CcacheStats:
+    hits: int
+    misses: int
+    remote_hits: int = 0  # of the hits, those ccache's remote storage served
+    remote_errors: int = 0  # compiles whose remote lookup failed or timed out (they went on locally)
+
+    @property
+    def hit_rate(self) -> float | None:
+        calls = self.hits + self.misses
+        return self.hits / calls if calls else None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"hits": self.hits, "misses": self.misses, "hit_rate": self.hit_rate, "local_hits": self.hits - self.remote_hits,
+                "remote_hits": self.remote_hits, "remote_errors": self.remote_errors}
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    plan: BuildPlan
+    artifact: Artifact
+    reused: bool
+    synced: bool  # the sync before the build changed the tree
+    ccache: CcacheStats | None = None
+    times: Mapping[str, float] = field(default_factory=dict)
+    remote: RemoteOutcome | None = None  # what the remote cache did (None: none configured)
+
+
+@dataclass(frozen=True)
+class TargetCheck:
+    target: str
+    required: tuple[Found, ...]
+    optional: tuple[Found, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(f.ok for f in self.required)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "target": self.target,
+            "ok": self.ok,
+            "toolchains": [f.to_dict() for f in self.required],
+            "optional": [f.to_dict() for f in self.optional],
+        }
+
+
+@dataclass(frozen=True)
+class DeviceCheck:
+    """Whether the device answers from this machine (adb state, ssh login with the host-key check, the local runner)."""
+
+    device: str
+    transport: str
+    ok: bool
+    detail: str
+    hint: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"device": self.device, "transport": self.transport, "ok": self.ok, "detail": self.detail, "hint": self.hint}
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    targets: tuple[TargetCheck, ...]
+    device: DeviceCheck | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(t.ok for t in self.targets) and (self.device is None or self.device.ok)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"ok": self.ok, "targets": [t.to_dict() for t in self.targets], "device": self.device.to_dict() if self.device else None}

@@ -27,6 +27,17 @@ def show(value: object) -> str:
     return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
 
 
+def tool_json(stdout: bytes, *, source: str, tool: str, item: str = "") -> Any:
+    """A device tool's JSON output, read strictly (see loads); empty or non-UTF-8 output is a BadRecord naming ``source``."""
+    try:
+        text = stdout.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRecord(f"{source}: not UTF-8 text (byte {exc.start} is {stdout[exc.start]:#04x})") from None
+    if not text.strip():
+        raise BadRecord(f"{source}: {tool} printed nothing on stdout")
+    return loads(text, where=source, item=item)
+
+
 def loads(text: str, *, where: str, item: str = "") -> Any:
     """Strict JSON: no NaN or Infinity (Python's json reads them, the standard has none), no lone
     surrogates (they cannot be written back as UTF-8), no nesting deep enough to overflow. A bad

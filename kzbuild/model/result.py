@@ -235,3 +235,63 @@ def _range(fields: Fields) -> tuple[float, float] | None:
 FIELD_NAMES: dict[type, frozenset[str]] = {
     cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in (BenchRecord, BuildInfo, DeviceInfo, ModelInfo, SweepInfo)
 }
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    sql: str
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    kind: str
+    host_time: str
+    device: str
+    build_ids: tuple[str, ...]
+    models: tuple[str, ...]
+    tests: tuple[str, ...]
+    records: int
+
+
+@dataclass(frozen=True)
+class Group:
+    """The records of one selection that may be compared with each other."""
+
+    key: tuple[object, ...]
+    records: tuple[BenchRecord, ...]
+
+    @property
+    def first(self) -> BenchRecord:
+        return self.records[0]
+
+    @property
+    def summary(self) -> Summary:
+        """Pooled samples of all records; records without samples (manual) count their value."""
+        samples = [s for r in self.records for s in r.samples_ts]
+        return summarize(samples or [r.avg_ts for r in self.records if r.avg_ts is not None])
+
+
+@dataclass(frozen=True)
+class ComparedRow:
+    a: Group
+    b: Group
+    change_pct: float | None
+    verdict: str  # regression, improvement, same, n/a
+
+
+@dataclass(frozen=True)
+class Comparison:
+    a_label: str
+    b_label: str
+    metric: str | None
+    threshold_pct: float
+    rows: tuple[ComparedRow, ...]
+    only_a: tuple[Group, ...]
+    only_b: tuple[Group, ...]
+
+    @property
+    def regressions(self) -> tuple[ComparedRow, ...]:
+        return tuple(row for row in self.rows if row.verdict == "regression")

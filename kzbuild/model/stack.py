@@ -1,4 +1,6 @@
-"""The patch stack: the series file and the patches it names, in apply order; lint findings."""
+"""The patch stack: the series file and the patches it names, in apply order; lint findings.
+
+What checking, exporting and bumping the stack find is in :mod:`kzbuild.model.stackcheck`."""
 
 from __future__ import annotations
 

@@ -6,7 +6,6 @@ import pytest
 
 from kzbuild.devices.adb import AdbTransport
 from tests.adbdevice import AdbTestDevice
-from tests.adbdevice.fixtures import adb_device, adb_env, adb_server, make_adb_device  # noqa: F401
 
 DEVICE_ROOT = "/data/local/tmp/kz-engine"
 

@@ -6,9 +6,7 @@ old-style ``shell:``/``exec:``, and ``sync:`` (STAT/STA2/LST2, LIST/LIS2, SEND, 
 push, pull and stat. Its shell runs ``sh -c`` with the host's coreutils and a ``getprop``,
 so it runs this machine's binaries: deploy a host build to it.
 
-Fixtures (import them into your conftest from ``tests.adbdevice.fixtures``)::
-
-    from tests.adbdevice.fixtures import adb_device, adb_env, adb_server, make_adb_device  # noqa: F401
+Fixtures (``tests.adbdevice.fixtures``, registered as a plugin by tests/conftest.py)::
 
     def test_deploy(adb_device):
         device = adb_device.device()  # kzbuild Device: transport adb, serial 127.0.0.1:PORT,

@@ -1,8 +1,7 @@
 """pytest fixtures: a private adb server (one per session) and test devices connected to it.
 
-Use them from a conftest (or a test module) by importing them::
-
-    from tests.adbdevice.fixtures import adb_device, adb_env, adb_server, make_adb_device  # noqa: F401
+tests/conftest.py registers this module as a plugin (``pytest_plugins``), so every test can
+name them as parameters and the session's adb server starts once; never import them.
 
 See the package docstring (``tests/adbdevice/__init__.py``) for what a test gets.
 """

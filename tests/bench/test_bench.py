@@ -15,9 +15,9 @@ from kzbuild.devices.local import LocalTransport
 from kzbuild.errors import ConfigError, ResultsError
 from kzbuild.model.bench import BenchPoint, BenchSpec, SweepAxis
 from kzbuild.model.device import Device
+from kzbuild.model.run import Release
+from kzbuild.model.sync import Lock
 from kzbuild.results import ResultsStore
-from kzbuild.run import Release
-from kzbuild.sync import Lock
 from tests.bench.benchkit import CAPTURED_JSON, REPLAY_LLAMA_BENCH, flat
 from tests.conftest import GIT_ENV, git
 

@@ -11,7 +11,6 @@ import json
 import pytest
 
 from tests.adbdevice import AdbTestDevice
-from tests.adbdevice.fixtures import adb_device, adb_env, adb_server, make_adb_device  # noqa: F401
 from tests.adbdevice.fs import DEFAULT_PROPS
 from tests.bench.benchkit import REPLAY_LLAMA_BENCH, SHOW_ARGS, TRICKY, DeviceRoot, env_options, make_device_root
 

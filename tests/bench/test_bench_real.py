@@ -12,19 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild.build import BuildResult
 from kzbuild.cli import main
 from kzbuild.devices.registry import parse_device_spec
+from kzbuild.model.build import BuildResult
 from kzbuild.results import ResultsStore
 from kzbuild.run import hexagon_env_names
 from kzbuild.settings import Settings
 from kzbuild.tinymodel import write_tiny_model
 from tests.adbdevice import AdbTestDevice
-from tests.adbdevice.fixtures import adb_device, adb_env, adb_server, make_adb_device  # noqa: F401
 from tests.bench.benchkit import flat
+from tests.fixtures_build import real_project
 from tests.fixtures_deploy import sha256
-from tests.fixtures_ssh import ssh_home, sshd  # noqa: F401 (fixtures)
-from tests.test_sync_real_upstream import real_project  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -118,8 +116,9 @@ HEXAGON_ENV_AT_PIN = {
 }
 
 
-def test_env_names_come_from_the_real_pinned_tree(real_project):
+def test_env_names_come_from_the_real_pinned_tree(tmp_path):
     """Sync demo-host from the PyPI sdist (cached per machine), then scan its ggml-hexagon."""
-    root, cache, work = real_project
+    project = real_project(tmp_path)
+    root, cache, work = project.root, project.cache, project.work
     assert main(["--project", str(root), "--cache-dir", str(cache), "--work-dir", str(work), "sync", "demo-host"]) == 0
     assert hexagon_env_names(Settings(project=root, cache=cache, work=work), "demo-host") == HEXAGON_ENV_AT_PIN

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from tests.bench.benchkit import REPLAY_LLAMA_BENCH, SHOW_ARGS, TRICKY, env_options, make_device_root
-from tests.fixtures_ssh import ssh_home, sshd  # noqa: F401 (fixtures)
 
 
 def test_run_over_ssh_delivers_every_argument_and_env_value_unchanged(kz, sshd, ssh_home, tmp_path):

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from kzbuild.devices.base import remote_command
 from kzbuild.model.device import Device
-from kzbuild.run import Release, invocation
+from kzbuild.model.run import Release
+from kzbuild.run import invocation
 from tests.bench.benchkit import SHOW_ARGS, TRICKY, flat, make_device_root
 
 # Anything a process can receive: no NUL (execve cannot carry it), no lone surrogates.

@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.adbdevice.fixtures import adb_device, adb_env, adb_server, make_adb_device  # noqa: F401 (fixtures)
 from tests.fixtures_deploy import ArtifactMaker
-from tests.fixtures_ssh import relay, ssh_home, sshd  # noqa: F401 (fixtures used by the tests here)
 
 
 @pytest.fixture(scope="session")

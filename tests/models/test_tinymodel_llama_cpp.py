@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from kzbuild.build import BuildResult
+from kzbuild.model.build import BuildResult
 from kzbuild.tinymodel import ARCHS, FTYPES
 from tests.fixtures_build import run_from_artifact
 

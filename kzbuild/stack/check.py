@@ -13,21 +13,20 @@ from __future__ import annotations
 import logging
 import re
 import tempfile
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
 from pathlib import Path
 
-from kzbuild import proc
 from kzbuild.errors import ConfigError, SourceError
-from kzbuild.gitcmd import ISOLATED_ENV, Git
-from kzbuild.model.check import PatchCheck, StackCheck, Verdict
+from kzbuild.gitcmd import Git, ls_remote
 from kzbuild.model.patch import Patch
 from kzbuild.model.recipe import Recipe, Source
 from kzbuild.model.stack import Problem
-from kzbuild.patchapply import ancestry_known, apply_any, classify, history_truncated, is_ancestor, missing_preimages, named_commits
-from kzbuild.patchfile import read_patch
+from kzbuild.model.stackcheck import PatchCheck, StackCheck, Target, Verdict
 from kzbuild.settings import Settings
 from kzbuild.sources import ObjectCache, Progress, extract_vendored_gitdirs
-from kzbuild.stack import read_series
+from kzbuild.stack.apply import ancestry_known, apply_any, classify, history_truncated, is_ancestor, missing_preimages, named_commits
+from kzbuild.stack.patchfile import read_patch
+from kzbuild.stack.series import read_series
 from kzbuild.sync import Worktree
 
 log = logging.getLogger(__name__)
@@ -39,16 +38,6 @@ DEEPEN_STEPS = (512, 4096, 32768)  # depths tried after --shallow-since, when da
 SHALLOW_SINCE_MARGIN = 86400  # seconds: upstream committer dates are nearly, not strictly, in order
 
 
-@dataclass(frozen=True)
-class Target:
-    """An upstream commit to check or bump to, and where to fetch it from."""
-
-    commit: str
-    sources: tuple[Source, ...]
-    label: str  # what the user asked for
-    sdist: str | None = None  # "package==version" when the target came from an sdist
-
-
 class Scratch:
     """A recipe's scratch repo for checks and bisects: index only, objects from the cache."""
 
@@ -58,7 +47,7 @@ class Scratch:
         self.git = self.repo.git
         self.cache = ObjectCache(settings)
 
-    def lock(self):  # type: ignore[no-untyped-def]
+    def lock(self) -> AbstractContextManager[None]:
         return self.repo.lock()
 
     def prepare(self) -> None:
@@ -84,8 +73,8 @@ class Scratch:
         made = missing - missing_preimages(self.git, patches)
         with self.cache.lock():
             for blob in sorted(made):
-                data = proc.run(["git", "-C", str(self.repo.path), "cat-file", "blob", blob], quiet_env=ISOLATED_ENV, text=False).stdout
-                proc.run(["git", "-C", str(self.cache.path), "hash-object", "-w", "--stdin"], input=data, quiet_env=ISOLATED_ENV, text=False)
+                data = self.git.run_bytes("cat-file", "blob", blob).stdout
+                self.cache.git.run_bytes("hash-object", "-w", "--stdin", input=data)
 
     def load(self, commit: str) -> None:
         """Make the index (and a detached HEAD) the tree of ``commit``."""
@@ -116,7 +105,7 @@ def resolve_target(settings: Settings, recipe: Recipe, ref: str, progress: Progr
     tried = []
     for source in git_sources:
         url = source.location
-        result = proc.run(["git", "ls-remote", url, f"refs/heads/{ref}", f"refs/tags/{ref}", f"refs/tags/{ref}^{{}}"], quiet_env=ISOLATED_ENV, check=False)
+        result = ls_remote(url, f"refs/heads/{ref}", f"refs/tags/{ref}", f"refs/tags/{ref}^{{}}")
         tried.append(source.label)
         refs: dict[str, str] = {}
         for line in result.stdout.splitlines():

@@ -13,15 +13,15 @@ from dataclasses import replace
 from kzbuild import build as builds
 from kzbuild.errors import BuildFailed
 from kzbuild.files import write_atomic
-from kzbuild.model.check import StepStatus, UpstreamCheck, UpstreamStep
 from kzbuild.model.patch import Patch
 from kzbuild.model.recipe import Recipe
-from kzbuild.patchapply import apply, failed_hunks
-from kzbuild.patchfile import read_patch, require_entry, without_kz_trailers
+from kzbuild.model.stackcheck import StepStatus, Target, UpstreamCheck, UpstreamStep
 from kzbuild.settings import Settings
 from kzbuild.sources import Progress
-from kzbuild.stack import read_series
-from kzbuild.stackcheck import Scratch, Target, fetch_target, resolve_target
+from kzbuild.stack.apply import apply, failed_hunks
+from kzbuild.stack.check import Scratch, fetch_target, resolve_target
+from kzbuild.stack.patchfile import read_patch, require_entry, without_kz_trailers
+from kzbuild.stack.series import read_series
 
 HOST_TARGET = "host"
 

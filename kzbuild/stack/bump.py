@@ -16,57 +16,23 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass, field
 from datetime import date as Date
-from pathlib import Path
 
 from kzbuild import recipes, yamlconf
 from kzbuild.errors import ConfigError, PatchError
-from kzbuild.model.check import BisectResult, StackCheck, UpstreamCommit
 from kzbuild.model.patch import Patch
 from kzbuild.model.recipe import Recipe, Source
-from kzbuild.patchapply import apply_any, history_truncated, is_ancestor
-from kzbuild.patchfile import DROPPED_LOG, drop_patch
+from kzbuild.model.stackcheck import BisectResult, BumpPlan, BumpWritten, Target, UpstreamCommit
 from kzbuild.settings import Settings
 from kzbuild.sources import Progress
-from kzbuild.stackcheck import Scratch, Target, check_patches, load_patches, resolve_target
-from kzbuild.sync import Inputs, SyncResult, Worktree, check_no_lost_work, read_lock, sync
+from kzbuild.stack.apply import apply_any, history_truncated, is_ancestor
+from kzbuild.stack.check import Scratch, check_patches, load_patches, resolve_target
+from kzbuild.stack.patchfile import DROPPED_LOG, drop_patch
+from kzbuild.sync import Worktree, check_no_lost_work, inputs_match, read_lock, sync
 
 log = logging.getLogger(__name__)
 
 FIRST_BAD = re.compile(r"^([0-9a-f]{40}) is the first bad commit", re.M)
-
-
-@dataclass(frozen=True)
-class BumpPlan:
-    recipe: Recipe
-    target: Target
-    check: StackCheck
-    bisects: tuple[BisectResult, ...] = ()
-    notes: tuple[str, ...] = ()
-
-    @property
-    def old(self) -> str:
-        return self.recipe.upstream.commit
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "recipe": self.recipe.name,
-            "old": self.old,
-            "new": self.target.commit,
-            "to": self.target.label,
-            **self.check.to_dict(),
-            "bisect": [b.to_dict() for b in self.bisects],
-            "notes": list(self.notes),
-        }
-
-
-@dataclass(frozen=True)
-class BumpWritten:
-    recipe: Path
-    dropped: tuple[str, ...]
-    sync: SyncResult
-    notes: tuple[str, ...] = field(default=())
 
 
 def plan(
@@ -135,7 +101,7 @@ def _applies_at(scratch: Scratch, patches: list[Patch], index: int, commit: str)
 def _lock_shows_applied(recipe: Recipe, name: str) -> bool:
     """The recipe's lock proves the patch applied at the old pin (so bisect need not check it)."""
     lock = read_lock(recipe.lock_path)
-    if lock is None or not Inputs.of(recipe).matches(lock):
+    if lock is None or not inputs_match(recipe, lock):
         return False
     return any(p.file == name and p.commit for p in lock.patches)
 

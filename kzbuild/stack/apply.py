@@ -23,9 +23,9 @@ from pathlib import Path
 
 from kzbuild import proc
 from kzbuild.gitcmd import Git
-from kzbuild.model.check import PatchCheck, Proof, Verdict
 from kzbuild.model.patch import Patch
-from kzbuild.patchfile import DIFF_OPTIONS, SHA, hunk_text
+from kzbuild.model.stackcheck import PatchCheck, Proof, Verdict
+from kzbuild.stack.patchfile import DIFF_OPTIONS, SHA, hunk_text
 
 PATCH_FAILED = re.compile(r"^error: patch failed: (.+):(\d+)$")
 FILE_ERROR = re.compile(r"^error: (.+?): (does not exist in index|already exists in index|patch does not apply|does not match index)$")

@@ -1,9 +1,56 @@
-"""What checking the stack against upstream found: per patch, per stack, per bisect; export results."""
+"""What checking the stack against upstream finds (per patch, per stack, per bisect), and the
+results of exporting, bumping and upstream-checking it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
+
+from kzbuild.model.recipe import Recipe, Source
+from kzbuild.model.sync import SyncResult
+
+
+@dataclass(frozen=True)
+class BumpPlan:
+    recipe: Recipe
+    target: Target
+    check: StackCheck
+    bisects: tuple[BisectResult, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def old(self) -> str:
+        return self.recipe.upstream.commit
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "recipe": self.recipe.name,
+            "old": self.old,
+            "new": self.target.commit,
+            "to": self.target.label,
+            **self.check.to_dict(),
+            "bisect": [b.to_dict() for b in self.bisects],
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class BumpWritten:
+    recipe: Path
+    dropped: tuple[str, ...]
+    sync: SyncResult
+    notes: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Target:
+    """An upstream commit to check or bump to, and where to fetch it from."""
+
+    commit: str
+    sources: tuple[Source, ...]
+    label: str  # what the user asked for
+    sdist: str | None = None  # "package==version" when the target came from an sdist
 
 
 class Verdict(str, Enum):

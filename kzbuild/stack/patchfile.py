@@ -33,7 +33,7 @@ from kzbuild.model.patch import (
     Trailer,
 )
 from kzbuild.model.stack import Problem, Series, SeriesEntry
-from kzbuild.stack import parse_series, read_series, reorder_series, series_files, unlisted_patches
+from kzbuild.stack.series import parse_series, read_series, reorder_series, series_files, unlisted_patches
 
 DROPPED_LOG = "DROPPED.yaml"
 # Every diff kzbuild writes or compares is made with these, whatever the local git config says,

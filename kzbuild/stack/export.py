@@ -20,20 +20,19 @@ import json
 import re
 from dataclasses import dataclass
 
-from kzbuild import proc
-from kzbuild.artifacts import sha256_file
 from kzbuild.errors import ConfigError, PatchError, WorktreeError
-from kzbuild.files import write_atomic
+from kzbuild.files import sha256_file, write_atomic
 from kzbuild.gitcmd import KZ_EMAIL, Git
-from kzbuild.model.check import ExportResult
 from kzbuild.model.patch import DROP_WHEN, KZ_TEST, UPSTREAM_PR, UPSTREAM_STATUS, Patch
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.stack import SeriesEntry
-from kzbuild.patchapply import patch_id
-from kzbuild.patchfile import DIFF_OPTIONS, parse_patch, patch_file_name, read_patch, trailer_value_problem
+from kzbuild.model.stackcheck import ExportResult
+from kzbuild.model.sync import Lock, WorktreeState
 from kzbuild.settings import Settings
-from kzbuild.stack import read_series, reorder_series
-from kzbuild.sync import Lock, Worktree, WorktreeState, read_lock
+from kzbuild.stack.apply import patch_id
+from kzbuild.stack.patchfile import DIFF_OPTIONS, parse_patch, patch_file_name, read_patch, trailer_value_problem
+from kzbuild.stack.series import read_series, reorder_series
+from kzbuild.sync import Worktree, read_lock
 
 EXPORT_STATE = "kz-export.json"  # inside the worktree's .git: the series as this worktree last wrote it
 FORMAT_PATCH = (
@@ -117,8 +116,7 @@ def new_patch(
 def _author(worktree: Worktree, given: str | None) -> tuple[str, str]:
     """``Name <email>`` as given, else the user's own git identity (their config, not kzbuild's)."""
     if given is None:
-        result = proc.run(["git", "-C", str(worktree.path), "var", "GIT_AUTHOR_IDENT"], check=False)
-        given = result.stdout.strip() if result.ok else ""
+        given = worktree.git.user_ident() or ""
     match = IDENT.match(given or "")
     if not match or not match.group(1).strip() or "@" not in match.group(2):
         raise ConfigError(

@@ -1,7 +1,7 @@
 """The patch stack's series file: read it, validate it, and edit it keeping its comments.
 
 The series lists one patch file per line in apply order; ``#`` starts a comment. The patch
-files themselves are read by ``kzbuild.patchfile``. This module stays small: recipes and
+files themselves are read by ``kzbuild.stack.patchfile``. This module stays small: recipes and
 sync import it on every kzbuild start.
 """
 

@@ -1,0 +1,56 @@
+"""``kzbuild run``: run a tool of the device's current release with the device env."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Annotated, Optional, TextIO
+
+import typer
+
+from kzbuild.cli.connect import open_device
+from kzbuild.cli.options import DeviceOpt, EnvOpt, TimeoutOpt
+from kzbuild.cli.ui import context, not_empty
+from kzbuild.run import check_seconds, parse_env_assignments, run_tool
+
+# everything after TOOL (options too) belongs to the tool
+PASSTHROUGH = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run", context_settings=PASSTHROUGH)(run_command)
+
+
+def run_command(
+    ctx: typer.Context,
+    tool: Annotated[str, typer.Argument(callback=not_empty, help="A program of the current release's bin/, e.g. llama-cli.")],
+    args: Annotated[Optional[list[str]], typer.Argument(help="Its arguments, passed exactly as given.")] = None,
+    device: DeviceOpt = None,
+    env: EnvOpt = None,
+    timeout: TimeoutOpt = None,
+) -> int:
+    """Run TOOL from the device's current release with the device env; exits with the tool's code.
+
+    Adds nothing: no threads, batch or env of its own. Everything after TOOL, options too, goes to the tool unchanged: kzbuild run llama-cli -m models/x.gguf -p hi
+    """
+    settings = context(ctx).settings
+    check_seconds("--timeout", timeout)
+    extra_env = parse_env_assignments(env or [])
+    target, transport = open_device(settings, device, None, trust_new_host=False)
+    try:
+        return run_tool(
+            settings, transport, target, tool, args or [], env=extra_env, timeout=timeout,
+            on_stdout=_writer(sys.stdout), on_stderr=_writer(sys.stderr),
+        )  # fmt: skip
+    finally:
+        transport.close()
+
+
+def _writer(stream: TextIO) -> Callable[[bytes], None]:
+    def write(chunk: bytes) -> None:
+        stream.buffer.write(chunk)
+        stream.buffer.flush()
+
+    return write
+
+

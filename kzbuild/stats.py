@@ -1,0 +1,86 @@
+"""Statistics for A/B measurements on a device whose speed drifts (heat, clocks, background).
+
+Shared by `kzbuild ab` (what each patch buys) and `kzbuild roll` (the pin against a candidate):
+- run order: interleaved blocks, each running every variant once in a seeded random order, so
+  that drift spreads over all variants instead of landing on whichever ran last;
+- effect: the relative difference of medians, B against A, with a percentile bootstrap interval;
+  an interval that spans 0 is "no detectable effect".
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+Variant = TypeVar("Variant")
+
+CONFIDENCE = 0.95
+RESAMPLES = 2000
+
+
+def interleaved_order(variants: Sequence[Variant], blocks: int, seed: int) -> list[list[Variant]]:
+    """``blocks`` blocks, each holding every variant once, each shuffled with one seeded generator."""
+    if blocks < 1:
+        raise ValueError("blocks must be at least 1")
+    rng = random.Random(seed)
+    order = []
+    for _ in range(blocks):
+        block = list(variants)
+        rng.shuffle(block)
+        order.append(block)
+    return order
+
+
+@dataclass(frozen=True)
+class Effect:
+    """B's median against A's, in percent of A's, with a bootstrap interval."""
+
+    delta_pct: float
+    low_pct: float
+    high_pct: float
+    samples_a: int
+    samples_b: int
+    confidence: float = CONFIDENCE
+
+    @property
+    def detectable(self) -> bool:
+        return self.low_pct > 0 or self.high_pct < 0
+
+    def describe(self) -> str:
+        interval = f"[{self.low_pct:+.1f}%, {self.high_pct:+.1f}%]"
+        if not self.detectable:
+            return f"no detectable effect ({self.delta_pct:+.1f}%, {self.confidence:.0%} interval {interval})"
+        return f"{self.delta_pct:+.1f}% ({self.confidence:.0%} interval {interval})"
+
+    def contradicts(self, expected_pct: float) -> bool:
+        """The interval lies wholly on the other side of zero from an expected effect."""
+        return (expected_pct > 0 and self.high_pct < 0) or (expected_pct < 0 and self.low_pct > 0)
+
+
+def median_effect(a: Sequence[float], b: Sequence[float], *, seed: int = 0, resamples: int = RESAMPLES, confidence: float = CONFIDENCE) -> Effect:
+    """Relative difference of medians (B - A) / A in percent, with a percentile bootstrap interval.
+
+    Samples must be finite and positive (throughputs); each side needs at least one."""
+    for name, values in (("A", a), ("B", b)):
+        if not values:
+            raise ValueError(f"no samples for {name}")
+        if not all(math.isfinite(v) and v > 0 for v in values):
+            raise ValueError(f"samples for {name} must be finite and above zero")
+    rng = random.Random(seed)
+    point = _relative(statistics.median(a), statistics.median(b))
+    deltas = sorted(
+        _relative(statistics.median(rng.choices(a, k=len(a))), statistics.median(rng.choices(b, k=len(b))))
+        for _ in range(resamples)
+    )
+    tail = (1 - confidence) / 2
+    low = deltas[int(tail * (resamples - 1))]
+    high = deltas[int(math.ceil((1 - tail) * (resamples - 1)))]
+    return Effect(point, low, high, len(a), len(b), confidence)
+
+
+def _relative(median_a: float, median_b: float) -> float:
+    return (median_b - median_a) / median_a * 100.0
