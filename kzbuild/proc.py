@@ -24,16 +24,16 @@ from kzbuild.errors import CommandFailed, NotAvailableHere
 
 log = logging.getLogger("kzbuild.proc")
 
-# scheme://USERINFO@ : the userinfo of a URL (RFC 3986: no '/', '@', '?', '#' or space in it)
-URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/@?#\s]*)@")
-REDACTED = "***"
+# scheme://USERINFO@ : the userinfo of a URL, up to the authority's last '@' (a password may hold an unencoded '@')
+URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/?#\s]*)@")
+REDACTED = "****"
 
 
 BARE_SECRET_SCHEMES = ("redis://", "http://", "https://")  # ccache reads redis://PASSWORD@host; https://TOKEN@host
 
 
 def redact(text: str) -> str:
-    """``text`` with the password of every URL in it replaced by ``***``. A user name stays; userinfo
+    """``text`` with the password of every URL in it replaced by ``****`` (as pip shows them). A user name stays; userinfo
     without a colon is hidden too where it is a bare password or token (redis, http, https), not in
     ``ssh://user@host``."""
 

@@ -156,7 +156,7 @@ def test_cache_stats_shows_local_and_remote_sizes_and_hit_rates(machines, redis_
     assert stats["artifact_lookups"] == {"local": 1, "pulled": 1, "built": 0, "local_hit_rate": 0.5, "remote_hit_rate": 0.5}
     assert stats["local"]["artifacts"]["count"] == 1 and stats["local"]["artifacts"]["size_bytes"] > 0
     remote = stats["remote"]
-    assert remote["url"] == f"redis://:***@127.0.0.1:{redis_cache.port}" and remote["size_bytes"] > 0 and remote["entries"] >= 5
+    assert remote["url"] == f"redis://:****@127.0.0.1:{redis_cache.port}" and remote["size_bytes"] > 0 and remote["entries"] >= 5
     assert 0 < remote["server_hit_rate"] <= 1
     text = b.kz("cache", "stats", remote=url)
     assert "1 pulled (50%)" in text.out and "server hit rate" in text.out and redis_cache.password not in text.out
@@ -283,8 +283,8 @@ def test_a_password_in_the_url_never_reaches_logs_errors_or_files(machines, redi
         assert run.code in (0, 2), run.err
         assert password not in run.out + run.err
     # -v shows the compile's CCACHE_REMOTE_STORAGE (ccache's form of the URL), redacted
-    assert f"CCACHE_REMOTE_STORAGE='redis://***@127.0.0.1:{redis_cache.port}|connect-timeout=2000" in "".join(outputs[0].err.split())
-    assert f"remote redis://:***@127.0.0.1:{redis_cache.port} (artifacts and ccache" in " ".join(outputs[2].out.split())  # the dry-run plan
+    assert f"CCACHE_REMOTE_STORAGE='redis://****@127.0.0.1:{redis_cache.port}|connect-timeout=2000" in "".join(outputs[0].err.split())
+    assert f"remote redis://:****@127.0.0.1:{redis_cache.port} (artifacts and ccache" in " ".join(outputs[2].out.split())  # the dry-run plan
     files = [p for m in (a, b) for p in (m.project.work / "artifacts").rglob("*") if p.is_file()]
     files += [p for m in (a, b) for p in (m.project.work / "build").rglob("*.log") if p.is_file()]
     assert any(p.suffix == ".log" for p in files) and any(p.name == "manifest.json" for p in files)
@@ -304,7 +304,7 @@ def test_webdav_behind_basic_auth(machines, dav_cache):
     wrong = b.kz("-v", "build", "tiny", "--json", remote=dav_cache.url(f"{DAV_USER}:wrong-{DAV_PASSWORD}"))
     assert wrong.code == 0 and wrong.data["remote"]["available"] is False
     assert "HTTP 401" in " ".join(wrong.err.split()) and DAV_PASSWORD not in wrong.err + wrong.out
-    assert f"http://{DAV_USER}:***@127.0.0.1:{dav_cache.port}/private/cache" in wrong.out
+    assert f"http://{DAV_USER}:****@127.0.0.1:{dav_cache.port}/private/cache" in wrong.out
 
 
 # --- configuration -----------------------------------------------------------------------
@@ -314,7 +314,7 @@ def test_config_file_env_and_opt_out(project):
     path = project.write(".kz/config.yaml", "remote-cache:\n  url: http://u:pw@cache.lan:8080/kz\n  ccache: false\n  timeout: 0.5\n")
     config = remotecache.load_config(project.settings, {})
     assert config is not None and (config.kind, config.artifacts, config.ccache, config.timeout) == ("http", True, False, 0.5)
-    assert config.shown == "http://u:***@cache.lan:8080/kz" and config.source == f"{path}:2"
+    assert config.shown == "http://u:****@cache.lan:8080/kz" and config.source == f"{path}:2"
     from_env = remotecache.load_config(project.settings, {remotecache.ENV: "redis://cache.lan:6379/2"})
     assert from_env is not None and from_env.url == "redis://cache.lan:6379/2" and from_env.source == remotecache.ENV and not from_env.ccache
     assert remotecache.load_config(project.settings, {remotecache.ENV: "redis://cache.lan"}, disabled=True) is None
@@ -344,7 +344,7 @@ def test_config_errors_name_the_file_line_and_key(project, text, line, message):
 def test_a_bad_url_in_the_environment_names_the_variable(kz, monkeypatch):
     monkeypatch.setenv(remotecache.ENV, "redis://:pw-bad@")
     result = kz("cache", "stats")
-    assert result.code == 2 and "KZ_REMOTE_CACHE: 'redis://:***@' names no host" in result.err and "pw-bad" not in result.err
+    assert result.code == 2 and "KZ_REMOTE_CACHE: 'redis://:****@' names no host" in result.err and "pw-bad" not in result.err
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -368,9 +368,10 @@ def test_redact_hides_every_url_password():
     text = "CCACHE_REMOTE_STORAGE='redis://:pw1@h:1|x=1' http://user:pw2@h/x https://tok3@h redis://h:6379 user@host"
     shown = proc.redact(text)
     assert "pw1" not in shown and "pw2" not in shown and "tok3" not in shown
-    assert "redis://:***@h:1" in shown and "http://user:***@h/x" in shown and "https://***@h" in shown
+    assert "redis://:****@h:1" in shown and "http://user:****@h/x" in shown and "https://****@h" in shown
     assert "redis://h:6379" in shown and "user@host" in shown  # no credentials: unchanged
     assert proc.redact("device ssh://root@127.0.0.1:22/x, git+ssh://git@h/r") == "device ssh://root@127.0.0.1:22/x, git+ssh://git@h/r"
+    assert proc.redact("https://u:p@ss@h.example/s and more") == "https://u:****@h.example/s and more"  # an unencoded '@' in the password
 
 
 def test_ccache_gets_the_store_with_kzbuild_timeouts():
