@@ -23,11 +23,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kzbuild import __version__, kztools, proc
+from kzbuild import __version__, kztools, proc, remotecache
 from kzbuild.artifacts import load_artifact, recorded_manifests
 from kzbuild.devices.registry import connect
 from kzbuild.errors import BuildFailed, ConfigError, DeviceError, ToolchainMissing, WorktreeError
@@ -37,6 +37,7 @@ from kzbuild.model.artifact import MANIFEST, Artifact
 from kzbuild.model.build import MANIFEST_FORMAT, BuildEvent, BuildOptions, BuildPlan, BuildResult, CcacheStats, DeviceCheck, DoctorReport, Step, Target, TargetCheck
 from kzbuild.model.device import Device
 from kzbuild.model.recipe import Recipe
+from kzbuild.model.remotecache import RemoteConfig
 from kzbuild.model.sync import Lock, SyncResult
 from kzbuild.model.toolchain import Found
 from kzbuild.settings import Settings
@@ -263,7 +264,7 @@ def plan_build(
     cmake_defs.update(recipe.build.cmake)
     cmake_defs["LLAMA_BUILD_COMMIT"] = commit  # last: the binaries always say what they are
 
-    ccache_dir = settings.cache / "ccache"
+    ccache_dir = settings.ccache
     env: dict[str, str] = {
         "CCACHE_DIR": str(ccache_dir),
         # Paths under the work dir hash as relative ones, so two work dirs share cache entries.
@@ -419,15 +420,39 @@ def missing_toolchains_error(plan: BuildPlan) -> ToolchainMissing:
     )
 
 
-def build(prepared: Prepared, *, progress: Progress | None = None) -> BuildResult:
-    """Reuse the artifact of the plan's build id, or run the plan: configure (when its command
-    changed), ninja, then copy the outputs into the artifact."""
+def build(prepared: Prepared, *, progress: Progress | None = None, remote: RemoteConfig | None = None) -> BuildResult:
+    """Reuse the artifact of the plan's build id, or pull it from the remote cache, or run the plan:
+    configure (when its command changed), ninja (with ccache's remote storage), then copy the
+    outputs into the artifact and push it to the remote cache."""
     plan = prepared.plan
+    cache_dir = prepared.worktree.settings.cache
     existing = existing_artifact(plan.artifact_dir.parent, plan.build_id)
     if existing is not None:
+        remotecache.count_lookup(cache_dir, "local")
         return BuildResult(plan, existing, reused=True, synced=prepared.synced, times={"sync_s": prepared.sync_seconds})
     if plan.missing:
         raise missing_toolchains_error(plan)
+    shared = remotecache.RemoteCache.open(remote) if remote is not None else None
+    try:
+        pulled = shared.pull(plan) if shared is not None else None
+        if pulled is not None and shared is not None:
+            remotecache.count_lookup(cache_dir, "pulled")
+            return BuildResult(plan, pulled, reused=True, synced=prepared.synced, times={"sync_s": prepared.sync_seconds}, remote=shared.outcome())
+        result = _build_locked(prepared, progress, shared.ccache_env() if shared is not None else {})
+        if shared is not None and not result.reused:
+            shared.push(result.artifact)
+    finally:
+        if shared is not None:
+            shared.close()
+    if result.ccache is not None and result.ccache.remote_errors:
+        log.warning("ccache's remote storage failed for %d of %d compiles (an error or no answer in time); they used the local cache",
+                    result.ccache.remote_errors, result.ccache.hits + result.ccache.misses)
+    remotecache.count_lookup(cache_dir, "local" if result.reused else "built")
+    return replace(result, remote=shared.outcome()) if shared is not None else result
+
+
+def _build_locked(prepared: Prepared, progress: Progress | None, run_env: Mapping[str, str]) -> BuildResult:
+    plan = prepared.plan
     plan.build_dir.mkdir(parents=True, exist_ok=True)
     with locked(plan.build_dir.with_name(plan.build_dir.name + ".lock"), what=f"the build dir {plan.build_dir}", wait=600):
         existing = existing_artifact(plan.artifact_dir.parent, plan.build_id)
@@ -444,10 +469,10 @@ def build(prepared: Prepared, *, progress: Progress | None = None) -> BuildResul
                     + (", with uncommitted changes" if state.dirty else "") + ")",
                     hint=f"run 'kzbuild sync {plan.recipe}' (or commit and export your changes), then build again",
                 )
-            return _execute_locked(plan, progress, prepared.synced, prepared.sync_seconds)
+            return _execute_locked(plan, progress, prepared.synced, prepared.sync_seconds, run_env)
 
 
-def _execute_locked(plan: BuildPlan, progress: Progress | None, synced: bool, sync_seconds: float) -> BuildResult:
+def _execute_locked(plan: BuildPlan, progress: Progress | None, synced: bool, sync_seconds: float, run_env: Mapping[str, str]) -> BuildResult:
     started_at = datetime.now(timezone.utc)
     times: dict[str, float] = {"sync_s": sync_seconds}
     plan.log.parent.mkdir(parents=True, exist_ok=True)
@@ -467,9 +492,9 @@ def _execute_locked(plan: BuildPlan, progress: Progress | None, synced: bool, sy
 
     stats_log = Path(dict(ninja.env).get("CCACHE_STATSLOG", plan.build_dir / "ccache-stats.log"))
     stats_log.unlink(missing_ok=True)
-    times["build_s"] = _run_step(plan, ninja, progress)
+    times["build_s"] = _run_step(plan, ninja, progress, run_env)
     for step in plan.steps[2:]:  # kzbuild's own tools, against the libraries just built
-        times[f"{step.name}_s"] = _run_step(plan, step, progress)
+        times[f"{step.name}_s"] = _run_step(plan, step, progress, run_env)
 
     collect_started = time.monotonic()
     if progress:
@@ -488,10 +513,12 @@ def _needs_configure(build_dir: Path, stamp: Path, wanted: str) -> bool:
         return True
 
 
-def _run_step(plan: BuildPlan, step: Step, progress: Progress | None) -> float:
+def _run_step(plan: BuildPlan, step: Step, progress: Progress | None, run_env: Mapping[str, str] | None = None) -> float:
+    """Run one step; ``run_env`` is added outside the plan (the remote cache: it changes no output,
+    and may hold a password, so it never enters the manifest or the configure stamp)."""
     watcher = _NinjaProgress(progress, step.name)
     started = time.monotonic()
-    code = proc.stream(list(step.argv), cwd=step.cwd, env=dict(step.env), on_line=watcher, log_file=plan.log, check=False)
+    code = proc.stream(list(step.argv), cwd=step.cwd, env={**dict(step.env), **(run_env or {})}, on_line=watcher, log_file=plan.log, check=False)
     if code != 0:
         what = "cmake configure" if step.name.endswith("configure") else "ninja"
         raise BuildFailed(
@@ -509,7 +536,9 @@ def read_ccache_log(path: Path) -> CcacheStats | None:
         return None
     hits = sum(1 for line in lines if line in ("direct_cache_hit", "preprocessed_cache_hit"))
     misses = sum(1 for line in lines if line == "cache_miss")
-    return CcacheStats(hits, misses)
+    remote_hits = sum(1 for line in lines if line == "remote_storage_hit")
+    remote_errors = sum(1 for line in lines if line in ("remote_storage_error", "remote_storage_timeout"))
+    return CcacheStats(hits, misses, remote_hits, remote_errors)
 
 
 def _collect(plan: BuildPlan, ccache: CcacheStats | None, times: dict[str, float], started_at: datetime, collect_started: float) -> Artifact:

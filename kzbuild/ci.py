@@ -18,6 +18,7 @@ from kzbuild.errors import KzError
 from kzbuild.model.build import BuildOptions
 from kzbuild.model.ci import CiReport, CiStep
 from kzbuild.model.recipe import Recipe
+from kzbuild.model.remotecache import RemoteConfig
 from kzbuild.settings import Settings
 from kzbuild.sync import sync
 from kzbuild.toolchains import Detector
@@ -34,6 +35,7 @@ def run_ci(
     options: BuildOptions = BuildOptions(),
     on_step: Report | None = None,
     progress: builds.Progress | None = None,
+    remote: RemoteConfig | None = None,
 ) -> CiReport:
     steps: list[CiStep] = []
 
@@ -67,7 +69,7 @@ def run_ci(
         if name == v79check.TARGET:
             record(_check_v79(settings, recipe, options, progress))
         else:
-            record(_build_target(settings, recipe, name, detector, explicit, environ, options, progress))
+            record(_build_target(settings, recipe, name, detector, explicit, environ, options, progress, remote))
     return CiReport(recipe.name, tuple(steps))
 
 
@@ -101,6 +103,7 @@ def _build_target(
     environ: Mapping[str, str],
     options: BuildOptions,
     progress: builds.Progress | None,
+    remote: RemoteConfig | None,
 ) -> CiStep:
     step = f"build:{name}"
     required, _ = builds.detect_for(builds.target(name), options.overrides, detector, f"recipe {recipe.name}")
@@ -109,17 +112,17 @@ def _build_target(
         return CiStep(step, "skipped", "toolchain not here: " + "; ".join(missing))
     started = time.monotonic()
     try:
-        result = builds.build(builds.prepare(settings, recipe, name, environ=environ, options=options, progress=progress), progress=progress)
+        result = builds.build(builds.prepare(settings, recipe, name, environ=environ, options=options, progress=progress), progress=progress, remote=remote)
     except KzError as exc:
         return CiStep(step, "failed", exc.message + (f" ({exc.hint})" if exc.hint else ""), time.monotonic() - started, exc.exit_code)
     rate = result.ccache.hit_rate if result.ccache else None
-    detail = f"{result.artifact.build_id}" + (" (reused)" if result.reused else "")
+    detail = f"{result.artifact.build_id}" + (" (pulled from the remote cache)" if result.remote and result.remote.pulled else " (reused)" if result.reused else "")
     if rate is not None:
         detail += f", ccache {rate:.0%} hits"
     return CiStep(
         step, "ok", detail, time.monotonic() - started,
         data={"build_id": result.artifact.build_id, "artifact": str(result.artifact.path), "reused": result.reused,
-              "ccache": result.ccache.to_dict() if result.ccache else None},
+              "ccache": result.ccache.to_dict() if result.ccache else None, "remote": result.remote.to_dict() if result.remote else None},
     )
 
 

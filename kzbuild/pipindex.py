@@ -35,6 +35,7 @@ from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from kzbuild import proc
 from kzbuild.errors import CommandFailed, NotAvailableHere, SourceError
+from kzbuild.proc import redact  # one redaction for every URL kzbuild shows
 
 log = logging.getLogger(__name__)
 
@@ -133,17 +134,6 @@ def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
     userinfo, _, hostport = parts.netloc.rpartition("@")
     user, _, password = userinfo.partition(":")
     return urlunsplit(parts._replace(netloc=hostport)), (unquote(user), unquote(password))
-
-
-def redact(url: str) -> str:
-    """``url`` as it may be shown: a password (or a lone token) replaced by ``****``, like pip."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    userinfo, _, hostport = parts.netloc.rpartition("@")
-    user, colon, _ = userinfo.partition(":")
-    shown = f"{user}:****" if colon else "****"
-    return urlunsplit(parts._replace(netloc=f"{shown}@{hostport}"))
 
 
 # --- simple pages ---

@@ -2,13 +2,15 @@
 
 Every external command kzbuild runs (git, pip, cmake, ninja, adb, ...) goes through
 :func:`run` or :func:`stream`, so ``kzbuild -v`` shows all of them and nothing is ever
-pasted into a shell string.
+pasted into a shell string. Credentials in URLs (``redis://:PASSWORD@host``) are redacted
+from every command line it logs or puts in an error (:func:`redact`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -21,6 +23,40 @@ from typing import IO, Any, cast
 from kzbuild.errors import CommandFailed, NotAvailableHere
 
 log = logging.getLogger("kzbuild.proc")
+
+# scheme://USERINFO@ : the userinfo of a URL, up to the authority's last '@' (a password may hold an unencoded '@')
+URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/?#\s]*)@")
+REDACTED = "****"
+
+
+BARE_SECRET_SCHEMES = ("redis://", "http://", "https://")  # ccache reads redis://PASSWORD@host; https://TOKEN@host
+
+
+def redact(text: str) -> str:
+    """``text`` with the password of every URL in it replaced by ``****`` (as pip shows them). A user name stays; userinfo
+    without a colon is hidden too where it is a bare password or token (redis, http, https), not in
+    ``ssh://user@host``."""
+
+    def hide(match: re.Match[str]) -> str:
+        user, colon, _ = match.group(2).partition(":")
+        if colon:
+            return f"{match.group(1)}{user}:{REDACTED}@"
+        return f"{match.group(1)}{REDACTED}@" if match.group(1).lower() in BARE_SECRET_SCHEMES else match.group(0)
+
+    return URL_USERINFO.sub(hide, text)
+
+
+class RedactCredentials(logging.Filter):
+    """A logging filter that redacts URL credentials from every record (warnings name caches by URL)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "://" in (message := record.getMessage()):
+            record.msg, record.args = redact(message), None
+        return True
+
+
+def _failed(argv: Sequence[str], returncode: int, stderr: str) -> CommandFailed:
+    return CommandFailed([redact(arg) for arg in argv], returncode, redact(stderr))
 
 
 @dataclass(frozen=True)
@@ -57,7 +93,7 @@ def describe(argv: Sequence[str], cwd: Path | str | None = None, env: Mapping[st
     if env:
         parts.append(" ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()))
     parts.append(shlex.join(argv))
-    text = " ".join(parts)
+    text = redact(" ".join(parts))
     return text + ")" if cwd is not None else text
 
 
@@ -154,10 +190,10 @@ def _completed(
     except FileNotFoundError as exc:
         raise NotAvailableHere(f"'{args[0]}' is not installed or not on PATH") from exc
     except subprocess.TimeoutExpired as exc:
-        raise CommandFailed(args, -1, f"timed out after {timeout} s") from exc
+        raise _failed(args, -1, f"timed out after {timeout} s") from exc
     if check and completed.returncode != 0:
         stderr = completed.stderr if text else completed.stderr.decode(errors="replace")
-        raise CommandFailed(args, completed.returncode, stderr)
+        raise _failed(args, completed.returncode, stderr)
     return args, completed
 
 
@@ -199,7 +235,7 @@ def stream(
         assert proc.stdout is not None
         for line in _lines(proc.stdout):
             if sink:
-                sink.write(line + "\n")
+                sink.write(redact(line) + "\n")
             tail.append(line)
             del tail[:-40]
             if on_line:
@@ -213,7 +249,7 @@ def stream(
         if sink:
             sink.close()
     if check and code != 0:
-        raise CommandFailed(args, code, "\n".join(tail))
+        raise _failed(args, code, "\n".join(tail))
     return code
 
 
@@ -265,7 +301,7 @@ def run_split(
     except subprocess.TimeoutExpired as exc:
         child.kill()
         child.wait()
-        raise CommandFailed(args, -1, f"timed out after {timeout} s") from exc
+        raise _failed(args, -1, f"timed out after {timeout} s") from exc
     finally:
         for thread in pumps:
             thread.join()

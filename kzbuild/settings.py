@@ -58,6 +58,11 @@ class Settings:
         return self.cache / "sdists"
 
     @property
+    def ccache(self) -> Path:
+        """ccache's local cache (CCACHE_DIR of every build)."""
+        return self.cache / "ccache"
+
+    @property
     def locks(self) -> Path:
         return self.cache / "locks"
 

@@ -22,6 +22,7 @@ pytest_plugins = (
     "tests.fixtures_gdn",
     "tests.fixtures_index",
     "tests.fixtures_ssh",
+    "tests.fixtures_cache",
     "tests.fixtures_trees",
     "tests.adbdevice.fixtures",
 )

@@ -16,12 +16,12 @@ def test_help_lists_commands(kz):
     result = kz("--help")
     assert result.code == 0
     for command in ("sync", "status", "recipes", "bump", "build", "doctor", "ci", "deploy", "run", "bench",
-                    "patches", "models", "results"):
+                    "patches", "models", "results", "cache"):
         assert f" {command} " in result.out
 
 
 def test_every_command_has_help(kz):
-    for command in (["sync"], ["patches", "check"], ["build"], ["deploy"], ["bench"], ["results", "compare"], ["models", "tiny"]):
+    for command in (["sync"], ["patches", "check"], ["build"], ["deploy"], ["bench"], ["results", "compare"], ["models", "tiny"], ["cache", "stats"]):
         result = kz(*command, "--help")
         assert result.code == 0, command
         assert "Usage:" in result.out

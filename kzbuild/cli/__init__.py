@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "patches": ("kzbuild.cli.patches", "The patch stack (patches/series): list, lint, check against upstream, export from the worktree, edit."),
     "bump": ("kzbuild.cli.patches", "Check the patch stack against a newer upstream commit, and move the recipe's pin there."),
     "build": ("kzbuild.cli.build", "Build llama.cpp for a target into .kz/artifacts/<build-id>/ (bin/, lib/, manifest.json); reuse it when the id exists."),
+    "cache": ("kzbuild.cli.cache", "The build caches: this machine's ccache and artifacts, and the remote cache shared between machines."),
     "doctor": ("kzbuild.cli.build", "Check the toolchains, cmake, ninja and ccache a target needs, naming the file that proved each version."),
     "ci": ("kzbuild.cli.build", "Sync, check the patches, build each target whose toolchain is here (others: skipped, with why); print a JSON summary."),
     "deploy": ("kzbuild.cli.deploy", "Deploy a build to a device: only contents it lacks are sent, then `current` switches in one rename."),

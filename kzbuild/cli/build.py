@@ -13,15 +13,16 @@ from rich.table import Table
 
 from kzbuild import build as builds
 from kzbuild import ci as ci_run
-from kzbuild import proc, recipes, v79check
+from kzbuild import proc, recipes, remotecache, v79check
 from kzbuild.cli.complete import complete_device, complete_recipe
-from kzbuild.cli.options import JsonOpt, RecipeArg, load_recipe
+from kzbuild.cli.options import JsonOpt, NoRemoteOpt, RecipeArg, load_recipe
 from kzbuild.cli.ui import ProgressLines, console, context, err_console, not_empty, print_json
 from kzbuild.devices.registry import resolve_device
 from kzbuild.errors import ToolchainMissing
 from kzbuild.model.build import BuildEvent, BuildOptions, BuildPlan, BuildResult, DeviceCheck, TargetCheck
 from kzbuild.model.ci import CiStep
 from kzbuild.model.recipe import Recipe
+from kzbuild.model.remotecache import RemoteConfig
 from kzbuild.model.toolchain import Found
 from kzbuild.settings import Settings
 
@@ -47,14 +48,18 @@ def build_command(
     toolchain: ToolchainOpt = None,
     tool: Annotated[Optional[list[str]], typer.Option("--tool", help="Build this tool too, e.g. llama-cli or llama-server, or kzbuild's kz-profile (repeatable).")] = None,
     artifacts: ArtifactsOpt = None,
+    no_remote_cache: NoRemoteOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Build llama.cpp for a target into .kz/artifacts/<build-id>/ (bin/, lib/, manifest.json); reuse it when the id exists.
 
     --target v79-check needs no SDK: it compiles every HTP source of the synced tree for hexagonv79 (HVX 128B, -Wall -Werror) and the host backend for aarch64, with zig's clang against the stand-ins in kernels/hexagon-sdk/, into .kz/artifacts/v79-check-<id>/ (objects, manifest.json). It proves compilation only: no link, no run. A source that does not compile exits 7 naming the patches that change the files involved; an SDK name the stand-ins lack exits 6.
+
+    With a remote cache (KZ_REMOTE_CACHE or .kz/config.yaml: redis:// or a WebDAV http:// URL) it first pulls the artifact of the build id from there, verified file by file against its manifest's sha256; else it compiles with ccache's remote storage and pushes the artifact after. A cache that is down or slow is a warning: the build goes on locally.
     """
     settings = context(ctx).settings
     loaded = load_recipe(settings, recipe)
+    remote = remotecache.load_config(settings, os.environ, disabled=no_remote_cache)
     outputs = []
     options = BuildOptions(jobs=jobs, overrides=tuple(toolchain or ()), extra_tools=tuple(tool or ()), artifacts=artifacts)
     for name in target or list(loaded.build.targets):
@@ -63,14 +68,14 @@ def build_command(
             continue
         if dry_run:
             plan = builds.prepare(settings, loaded, name, environ=os.environ, options=options).plan
-            outputs.append(plan.to_dict())
+            outputs.append({**plan.to_dict(), "remote_cache": remote.to_dict() if remote else None})
             if not json_out:
-                render_plan(plan)
+                render_plan(plan, remote)
             continue
         with BuildDisplay(f"{loaded.name} → {name}") as display:
             prepared = builds.prepare(settings, loaded, name, environ=os.environ, options=options, progress=display.update)
             announce_expected_duration(prepared.plan)
-            result = builds.build(prepared, progress=display.update)
+            result = builds.build(prepared, progress=display.update, remote=remote)
         outputs.append(result_dict(result))
         if not json_out:
             render_result(result)
@@ -138,12 +143,13 @@ def result_dict(result: BuildResult) -> dict[str, object]:
         "reused": result.reused,
         "ccache": result.ccache.to_dict() if result.ccache else None,
         "times": dict(result.times),
+        "remote": result.remote.to_dict() if result.remote else None,
         "files": len(result.artifact.files),
         "log": str(result.plan.log),
     }
 
 
-def render_plan(plan: BuildPlan) -> None:
+def render_plan(plan: BuildPlan, remote: RemoteConfig | None = None) -> None:
     console.print(f"[bold]plan[/bold] {plan.recipe} → {plan.target}: build id [cyan]{plan.build_id}[/cyan] ({plan.build_commit})")
     console.print(f"  source    {plan.source}")
     console.print(f"  build dir {plan.build_dir}")
@@ -153,6 +159,9 @@ def render_plan(plan: BuildPlan) -> None:
         console.print(f"  toolchain {name} {info.get('version') or ''}".rstrip())
     for problem in plan.missing:
         console.print(f"  [yellow]missing:[/yellow] {problem}", highlight=False)
+    if remote is not None:
+        layers = " and ".join(name for name, on in (("artifacts", remote.artifacts), ("ccache", remote.ccache)) if on) or "nothing"
+        console.print(f"  remote    {escape(remote.shown)} ({layers}; set by {escape(remote.source)}); ccache gets it as CCACHE_REMOTE_STORAGE", highlight=False)
     for step in plan.steps:
         console.print(f"\n# {step.name}", style="bold", highlight=False)
         console.print(proc.describe(list(step.argv), step.cwd, dict(step.env) or None), highlight=False, soft_wrap=True, markup=False)
@@ -160,6 +169,11 @@ def render_plan(plan: BuildPlan) -> None:
 
 def render_result(result: BuildResult) -> None:
     artifact = result.artifact
+    remote = result.remote
+    if remote is not None and remote.pulled:
+        console.print(f"[green]pulled[/green] {artifact.build_id} from {escape(remote.store)} in {remote.seconds:.1f} s "
+                      f"({remote.downloaded_bytes / 1e6:.1f} MB, every file checked against its sha256; nothing compiled) → {artifact.path}", highlight=False)
+        return
     if result.reused:
         console.print(f"[green]up to date[/green] {artifact.build_id} (artifact exists; cmake not run) → {artifact.path}")
         return
@@ -169,10 +183,14 @@ def render_result(result: BuildResult) -> None:
         f"(sync {times.get('sync_s', 0):.1f}, configure {times.get('configure_s', 0):.1f}, ninja {times.get('build_s', 0):.1f}) → {artifact.path}"
     )
     if result.ccache is not None and result.ccache.hit_rate is not None:
-        console.print(f"  ccache {result.ccache.hit_rate:.0%} hits ({result.ccache.hits}/{result.ccache.hits + result.ccache.misses} compiles)")
+        stats = result.ccache
+        console.print(f"  ccache {stats.hit_rate:.0%} hits ({stats.hits}/{stats.hits + stats.misses} compiles: "
+                      f"{stats.hits - stats.remote_hits} local, {stats.remote_hits} remote)")
     else:
         console.print("  ccache: no compiles logged (nothing needed compiling)")
     console.print(f"  {len(artifact.tools)} tools, {len(artifact.libs)} libraries; build commit {artifact.build_commit}; log {result.plan.log}")
+    if remote is not None and remote.pushed:
+        console.print(f"  pushed to {escape(remote.store)} ({remote.uploaded_bytes / 1e6:.1f} MB sent)", highlight=False)
 
 
 class BuildDisplay:
@@ -297,6 +315,7 @@ def ci_command(
     toolchain: ToolchainOpt = None,
     jobs: JobsOpt = None,
     artifacts: ArtifactsOpt = None,
+    no_remote_cache: NoRemoteOpt = False,
 ) -> int:
     """Sync, check the patches, build each target whose toolchain is here (others: skipped, with why); print a JSON summary.
 
@@ -313,7 +332,7 @@ def ci_command(
         report = ci_run.run_ci(
             settings, loaded, environ=os.environ, targets=target or (),
             options=BuildOptions(jobs=jobs, overrides=tuple(toolchain or ()), artifacts=artifacts),
-            on_step=announce, progress=display.update,
+            on_step=announce, progress=display.update, remote=remotecache.load_config(settings, os.environ, disabled=no_remote_cache),
         )
     print_json(report.to_dict())
     summary = os.environ.get("GITHUB_STEP_SUMMARY")

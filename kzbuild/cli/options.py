@@ -45,3 +45,4 @@ WaitOpt = Annotated[
 TrustOpt = Annotated[bool, typer.Option("--trust-new-host", help="ssh: accept and store an unknown host key on first use (a changed key is always refused).")]
 EnvOpt = Annotated[Optional[list[str]], typer.Option("--env", "-e", help="NAME=VALUE added to the device env (repeatable); passed exactly, never through a shell unquoted.")]
 TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Seconds before the tool is killed.")]
+NoRemoteOpt = Annotated[bool, typer.Option("--no-remote-cache", help="Use only this machine's caches, whatever KZ_REMOTE_CACHE or .kz/config.yaml say.")]

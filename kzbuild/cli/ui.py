@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from kzbuild import proc
 from kzbuild.errors import KzError
 from kzbuild.settings import Settings
 
@@ -71,7 +72,9 @@ def setup_logging(verbose: int) -> None:
     from rich.logging import RichHandler  # ~10 ms, and only logs need it
 
     root = logging.getLogger("kzbuild")
-    root.handlers[:] = [RichHandler(console=err_console, show_time=False, show_path=False, markup=False)]
+    handler = RichHandler(console=err_console, show_time=False, show_path=False, markup=False)
+    handler.addFilter(proc.RedactCredentials())  # warnings name remote caches by URL
+    root.handlers[:] = [handler]
     root.propagate = False
     root.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG))
 
@@ -182,8 +185,8 @@ def report_bug(exc: BaseException) -> None:
 
 def report_error(exc: KzError) -> None:
     # messages carry paths, argv and env values: brackets in them are text, not markup
-    err_console.print(f"[bold red]error:[/bold red] {escape(exc.message)}", highlight=False, markup=True)
+    err_console.print(f"[bold red]error:[/bold red] {escape(proc.redact(exc.message))}", highlight=False, markup=True)
     if exc.hint:
-        err_console.print(f"[yellow]hint:[/yellow] {escape(exc.hint)}", highlight=False)
+        err_console.print(f"[yellow]hint:[/yellow] {escape(proc.redact(exc.hint))}", highlight=False)
     if tracebacks_wanted():
         err_console.print_exception()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kzbuild.model.artifact import Artifact
+from kzbuild.model.remotecache import RemoteOutcome
 from kzbuild.model.toolchain import Found
 
 MANIFEST_FORMAT = 1
@@ -110,6 +111,8 @@ class BuildEvent:
 class CcacheStats:
     hits: int
     misses: int
+    remote_hits: int = 0  # of the hits, those ccache's remote storage served
+    remote_errors: int = 0  # compiles whose remote lookup failed or timed out (they went on locally)
 
     @property
     def hit_rate(self) -> float | None:
@@ -117,7 +120,8 @@ class CcacheStats:
         return self.hits / calls if calls else None
 
     def to_dict(self) -> dict[str, object]:
-        return {"hits": self.hits, "misses": self.misses, "hit_rate": self.hit_rate}
+        return {"hits": self.hits, "misses": self.misses, "hit_rate": self.hit_rate, "local_hits": self.hits - self.remote_hits,
+                "remote_hits": self.remote_hits, "remote_errors": self.remote_errors}
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,7 @@ class BuildResult:
     synced: bool  # the sync before the build changed the tree
     ccache: CcacheStats | None = None
     times: Mapping[str, float] = field(default_factory=dict)
+    remote: RemoteOutcome | None = None  # what the remote cache did (None: none configured)
 
 
 @dataclass(frozen=True)
