@@ -35,7 +35,7 @@ from kzbuild.deploy import deploy
 from kzbuild.devices.base import ByteSink, Transport
 from kzbuild.devices.store import ProgressCallback
 from kzbuild.errors import ConfigError, PatchError
-from kzbuild.interleave import run_interleaved
+from kzbuild.interleave import check_cooling, run_interleaved, thermal_zones
 from kzbuild.model.ab import ALL_MINUS, FULL, MINUS, UPSTREAM, AbResult, AbRun, ExpectCheck, PatchEffect, VariantBuild, VariantSpec
 from kzbuild.model.artifact import Artifact
 from kzbuild.model.bench import BenchSpec
@@ -328,6 +328,9 @@ def run_ab(
     spec, all with one seed), and report what each patch buys and which Kz-Expect it contradicts."""
     for _, spec in specs:
         check_spec(spec)
+    if cooling is not None:
+        check_cooling(cooling)
+        thermal_zones(transport, device, cooling)  # a device without them fails before any build
     built = build_variants(settings, recipe, target, environ=environ, selection=selection, options=options, progress=on_build)
     variants = deploy_variants(transport, device, built, wait=wait, on_progress=on_deploy)
     arms = [Arm(v.spec.name, v.release) for v in variants if v.release is not None]

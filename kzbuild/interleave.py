@@ -56,6 +56,21 @@ def check_cooling(cooling: Cooling) -> None:
         raise ConfigError("--cool-zones: give one or more zone type patterns, e.g. 'cpu*'")
 
 
+def thermal_zones(transport: Transport, device: Device, cooling: Cooling) -> dict[str, float]:
+    """The temperatures (deg C) of the zones ``cooling`` watches, read through the transport;
+    a device without readable zones, or none that match, is an error (kzbuild ab checks before building)."""
+    zones = probe(transport, cooling.sysfs).conditions.get("thermal_c", {})
+    if not zones:
+        raise DeviceError(
+            f"{device.name}: no thermal zones to read ({cooling.sysfs}/class/thermal/thermal_zone*/temp: none readable), so --cool-to cannot tell when it is cool",
+            hint="drop --cool-to (or use --cooldown SECONDS between runs) on a device without thermal zones",
+        )
+    chosen = {name: value for name, value in zones.items() if any(fnmatch.fnmatchcase(name, p) for p in cooling.zones)}
+    if not chosen:
+        raise ConfigError(f"{device.name}: no thermal zone matches --cool-zones {' '.join(cooling.zones)}", hint=f"its zones: {', '.join(sorted(zones))}")
+    return chosen
+
+
 def wait_cool(
     transport: Transport,
     device: Device,
@@ -69,18 +84,7 @@ def wait_cool(
     wait runs out (then the block starts anyway, marked as not cooled, with a warning)."""
     started = clock()
     while True:
-        zones = probe(transport, cooling.sysfs).conditions.get("thermal_c", {})
-        if not zones:
-            raise DeviceError(
-                f"{device.name}: no thermal zones to read ({cooling.sysfs}/class/thermal/thermal_zone*/temp: none readable), so --cool-to cannot tell when it is cool",
-                hint="drop --cool-to (or use --cooldown SECONDS between runs) on a device without thermal zones",
-            )
-        chosen = {name: value for name, value in zones.items() if any(fnmatch.fnmatchcase(name, p) for p in cooling.zones)}
-        if not chosen:
-            raise ConfigError(
-                f"{device.name}: no thermal zone matches --cool-zones {' '.join(cooling.zones)}",
-                hint=f"its zones: {', '.join(sorted(zones))}",
-            )
+        chosen = thermal_zones(transport, device, cooling)
         hottest = max(chosen.values())
         waited = round(clock() - started, 1)
         if hottest < cooling.limit_c or waited >= cooling.max_wait_s:

@@ -73,7 +73,7 @@ def _model(doc: yamlconf.Mapping) -> PlanModel:
     section.check_keys(MODEL_KEYS, required=("sha256",), context="model")
     path, name = section.get_path("path"), section.get_path("name")
     if (path is None) == (name is None):
-        raise section.error(None, "give the model's path on the device or the name it was pushed under (kzbuild models push), one of them")
+        raise doc.error("model", "give the model's path on the device or the name it was pushed under (kzbuild models push), one of them")
     if name is not None and "/" in name:
         raise section.error("name", f"'{name}' is a path: a name is a file name under models/ (use path: for other places)")
     location = path if path is not None else f"models/{name}"
