@@ -63,6 +63,7 @@ def load_plan(path: Path) -> Plan:
         device=_device(doc),
         runs=tuple(runs),
         ab=_ab(doc),
+        seed=seed,
     )
 
 

@@ -75,7 +75,7 @@ def ab_command(
     target: Annotated[Optional[str], typer.Option("--target", callback=not_empty, help="Build target (default: the recipe's first).")] = None,
     variant: Annotated[Optional[list[str]], typer.Option("--variant", help="Only these variants besides the full stack: upstream, minus:PATCH, or minus for all (repeatable; default: every one).")] = None,
     blocks: Annotated[Optional[int], typer.Option("--blocks", min=1, max=1000, help=f"Interleaved blocks; each runs every variant once (default: the plan's, else {DEFAULT_BLOCKS}).")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", min=0, help="Seed of the interleaved order and the sweep order (default: fresh, recorded).")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", min=0, help="Seed of the interleaved order and the sweep order (default: the plan's, else fresh; recorded).")] = None,
     cool_to: Annotated[Optional[str], typer.Option("--cool-to", callback=not_empty, help="Before each block wait until the device's thermal zones read below this, e.g. 45C.")] = None,
     cool_wait: Annotated[Optional[float], typer.Option("--cool-wait", help=f"Longest wait for --cool-to, seconds (default {DEFAULT_COOL_WAIT:g}); then the block starts, marked not cooled.")] = None,
     cool_zones: Annotated[Optional[list[str]], typer.Option("--cool-zones", help="Thermal zone types (fnmatch patterns, e.g. 'cpu*') that --cool-to watches (repeatable; default all).")] = None,
@@ -122,7 +122,8 @@ def ab_command(
 
             result = ab.run_ab(
                 settings, loaded_recipe, transport, found, specs, store, target=target_name, environ=os.environ,
-                blocks=blocks or (plan.ab.blocks if plan and plan.ab.blocks else DEFAULT_BLOCKS), selection=selection, seed=seed,
+                blocks=blocks or (plan.ab.blocks if plan and plan.ab.blocks else DEFAULT_BLOCKS), selection=selection,
+                seed=seed if seed is not None else plan.seed if plan else None,
                 cooling=cooling, options=BuildOptions(), wait=wait, on_build=on_build, on_turn=on_turn, on_stderr=last_line_to(progress),
             )  # fmt: skip
     if plot is not None:

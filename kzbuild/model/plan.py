@@ -41,3 +41,4 @@ class Plan:
     device: str | None
     runs: tuple[PlanRun, ...]
     ab: PlanAb
+    seed: int | None = None  # the sweep order of every run, and ab's interleaved order

@@ -61,3 +61,24 @@ def test_markdown_and_plot(kz, bench_tiny, tmp_path):
     text = kz("ab", "tiny", "--device", f"local:{root}", "-m", "models/q.gguf", "--blocks", "1", "--variant", "upstream")
     assert text.code == 0, text.err
     assert "what each patch buys" in text.out and "faster.patch" not in text.out.split("what each patch buys")[1]
+
+
+def test_ab_runs_a_plan_whose_ab_section_the_command_line_overrides(kz, bench_tiny, tmp_path):
+    root = local_device(bench_tiny, tmp_path)
+    import hashlib
+
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "model: {path: models/q.gguf, sha256: " + hashlib.sha256(b"GGUF stand-in").hexdigest() + "}\n"
+        f"device: local:{root}\nrepetitions: 2\nseed: 11\n"
+        "runs:\n  - {name: one-thread, options: {t: 1}}\n  - {name: two-threads, options: {t: 2}}\n"
+        "ab: {variants: [upstream], blocks: 3}\n"
+    )
+    result = kz("ab", "tiny", "--plan", str(plan), "--blocks", "2", "--json")
+    assert result.code == 0, result.err
+    report = json.loads(result.out)
+    assert [v["spec"]["name"] for v in report["variants"]] == ["full", "upstream"]
+    assert [(r["name"], r["seed"], len(r["order"])) for r in report["runs"]] == [("one-thread", 11, 2), ("two-threads", 11, 2)]
+    assert report["seed"] == 11 and len(report["effects"]) == 1  # the tiny llama-bench reports t=1 whatever -t says
+    refused = kz("ab", "tiny", "--plan", str(plan), "-m", "models/q.gguf")
+    assert refused.code == 2 and "-m cannot be given with it" in refused.err
