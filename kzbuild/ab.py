@@ -2,11 +2,11 @@
 
 Variants of a recipe: the full stack, the stack without each live patch (one at a time; a patch
 the pin already holds is skipped by sync, so leaving it out changes nothing), and bare upstream
-at the pin. Each is a real sync of its own series (a derived recipe whose series is a subset,
-in ``WORK/ab/<recipe>/<variant>/``, with the recipe's name, so the layout ccache sees is the
-recipe's own and compiles hit the shared cache), a content-addressed build (shared artifacts:
-the full stack is the same build as ``kzbuild build RECIPE``), and a deploy (only contents the
-device lacks move). A later patch that does not apply without the one left out makes that
+at the pin. Each is a real sync of its own series (a derived recipe with the recipe's name whose
+series is a subset, synced in turn into one scratch worktree ``WORK/ab/<recipe>/src`` and built
+in one build dir, so a variant recompiles only what its patches change), a content-addressed
+build (shared artifacts: the full stack is the same build as ``kzbuild build RECIPE``), and a
+deploy (only contents the device lacks move). A later patch that does not apply without the one left out makes that
 variant unbuildable: reported, never skipped in silence.
 
 The variants are benched in interleaved blocks (:mod:`kzbuild.interleave`), and for each patch,
@@ -35,6 +35,7 @@ from kzbuild.deploy import deploy
 from kzbuild.devices.base import ByteSink, Transport
 from kzbuild.devices.store import ProgressCallback
 from kzbuild.errors import ConfigError, PatchError
+from kzbuild.filelock import locked
 from kzbuild.interleave import check_cooling, run_interleaved, thermal_zones
 from kzbuild.model.ab import ALL_MINUS, FULL, MINUS, UPSTREAM, AbResult, AbRun, ExpectCheck, PatchEffect, VariantBuild, VariantSpec
 from kzbuild.model.artifact import Artifact
@@ -87,15 +88,19 @@ def check_selection(selection: Sequence[str]) -> None:
             raise ConfigError(f"there is no variant '{name}'", hint=f"variants: {FULL}, {UPSTREAM}, {MINUS}PATCH, or '{ALL_MINUS}' for every stack without one live patch")
 
 
-def variant_work(settings: Settings, recipe: Recipe, spec: VariantSpec) -> Path:
-    return settings.work / AB_DIR / recipe.name.replace("/", "--") / spec.slug
+def ab_work(settings: Settings, recipe: Recipe) -> Path:
+    """WORK/ab/<recipe>: the one scratch worktree (src/) and build dir (build/) every variant of the
+    recipe is synced into and built in, in turn; and each variant's derived recipe (<variant>/)."""
+    return settings.work / AB_DIR / recipe.name.replace("/", "--")
 
 
 def derive(settings: Settings, recipe: Recipe, spec: VariantSpec) -> tuple[Settings, Recipe]:
-    """The variant as a recipe of its own: the recipe with a series of the variant's patches
-    (copied byte for byte, so their digests are the recipe's), in its own work dir."""
-    work = variant_work(settings, recipe, spec)
-    folder = work / "recipe"
+    """The variant as a recipe of its own: the recipe (same name) with a series of the variant's
+    patches, copied byte for byte so their digests are the recipe's, and its own lock. All variants
+    share one scratch worktree and build dir: a variant after another recompiles only the files
+    their patches change (the same paths also keep ccache's hits)."""
+    work = ab_work(settings, recipe)
+    folder = work / spec.slug
     patches = folder / "patches"
     if patches.exists():
         shutil.rmtree(patches)
@@ -109,7 +114,6 @@ def derive(settings: Settings, recipe: Recipe, spec: VariantSpec) -> tuple[Setti
     series.write_text(f"# kzbuild ab: {recipe.name}, variant {spec.name}\n" + "".join(f"{name}\n" for name in spec.patches), encoding="utf-8")
     toolchains = configured_paths_file(settings)
     if toolchains.is_file():  # the toolchain paths configured for this project hold for its variants too
-        work.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(toolchains, configured_paths_file(replace(settings, work=work)))
     return replace(settings, work=work), replace(recipe, path=folder / recipe.path.name, series=series)
 
@@ -149,22 +153,24 @@ def build_variants(
     options: BuildOptions = BuildOptions(),
     progress: Callable[[VariantSpec, BuildEvent], None] | None = None,
 ) -> list[tuple[VariantBuild, Artifact | None]]:
-    """The full stack first (its sync says which patches are live), then the other variants."""
+    """The full stack first (its sync says which patches are live), then the other variants; one
+    ab of a recipe at a time (they share the scratch worktree)."""
     series = [entry.name for entry in read_series(recipe.series).entries]
 
     def report(spec: VariantSpec) -> Callable[[BuildEvent], None] | None:
         return (lambda event: progress(spec, event)) if progress else None
 
-    full_spec = VariantSpec(FULL, tuple(series))
-    full, artifact, live = build_variant(settings, recipe, full_spec, target, environ=environ, options=options, progress=report(full_spec))
-    if full.problem:
-        raise PatchError(f"the full stack of {recipe.name} does not apply: {full.problem}", hint=f"kzbuild sync {recipe.name} shows it in the recipe's worktree")
-    built = [(full, artifact)]
-    for spec in variant_specs(series, live, selection)[1:]:
-        variant, artifact, _ = build_variant(settings, recipe, spec, target, environ=environ, options=options, progress=report(spec))
-        if variant.problem:
-            log.warning("variant %s cannot be built: %s", spec.name, variant.problem)
-        built.append((variant, artifact))
+    with locked(ab_work(settings, recipe) / ".lock", what=f"the ab worktree of {recipe.name}", wait=0):
+        full_spec = VariantSpec(FULL, tuple(series))
+        full, artifact, live = build_variant(settings, recipe, full_spec, target, environ=environ, options=options, progress=report(full_spec))
+        if full.problem:
+            raise PatchError(f"the full stack of {recipe.name} does not apply: {full.problem}", hint=f"kzbuild sync {recipe.name} shows it in the recipe's worktree")
+        built = [(full, artifact)]
+        for spec in variant_specs(series, live, selection)[1:]:
+            variant, artifact, _ = build_variant(settings, recipe, spec, target, environ=environ, options=options, progress=report(spec))
+            if variant.problem:
+                log.warning("variant %s cannot be built: %s", spec.name, variant.problem)
+            built.append((variant, artifact))
     return built
 
 
