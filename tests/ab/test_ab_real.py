@@ -66,10 +66,11 @@ def test_every_variant_of_the_real_stack_builds_deploys_and_benches(tmp_path: Pa
     compiled = {}
     for name, variant in variants.items():
         if not variant["reused"]:
-            stats = json.loads((project.work / "artifacts" / ids[name] / "manifest.json").read_text())["ccache"]
-            compiled[name] = stats["hits"] + stats["misses"]
+            stats = json.loads((project.work / "artifacts" / ids[name] / "manifest.json").read_text())["ccache"] or {}
+            compiled[name] = stats.get("hits", 0) + stats.get("misses", 0)
     print("compiled per variant:", compiled)
-    assert sorted(compiled.values())[:-1] == [n for n in sorted(compiled.values())[:-1] if n <= 10], compiled
+    first, *later = sorted(compiled.values(), reverse=True)
+    assert all(n <= 10 for n in later), compiled
 
     # over ssh: the same builds, deployed to another device
     remote = sshd.spec(tmp_path / "remote")
