@@ -82,3 +82,13 @@ def test_ab_runs_a_plan_whose_ab_section_the_command_line_overrides(kz, bench_ti
     assert report["seed"] == 11 and len(report["effects"]) == 1  # the tiny llama-bench reports t=1 whatever -t says
     refused = kz("ab", "tiny", "--plan", str(plan), "-m", "models/q.gguf")
     assert refused.code == 2 and "-m cannot be given with it" in refused.err
+
+
+def test_a_second_ab_of_the_same_recipe_is_busy(kz, bench_tiny, tmp_path):
+    from kzbuild.filelock import locked
+
+    root = local_device(bench_tiny, tmp_path)
+    with locked(bench_tiny.project.work / "ab" / "tiny" / ".lock", what="another ab"):
+        result = kz("ab", "tiny", "--device", f"local:{root}", "-m", "models/q.gguf", "--blocks", "1")
+    assert result.code == 10, result.err
+    assert "the ab worktree of tiny" in " ".join(result.err.split())
