@@ -34,7 +34,7 @@ from kzbuild.stats import interleaved_order
 
 log = logging.getLogger(__name__)
 
-TEMPERATURE_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(?:°?C)?\s*$", re.IGNORECASE)
+TEMPERATURE_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(?:°?C)?\s*$", re.IGNORECASE | re.ASCII)
 MAX_BLOCKS = 1000
 
 

@@ -372,7 +372,7 @@ def trailer_value_problem(key: str, value: str) -> str | None:
     return None
 
 
-EXPECT = re.compile(r"^((?:pp\d+|tg\d+|pp\d+\+tg\d+)(?:@d\d+)?)\s+([+-]\d+(?:\.\d+)?)%\s+on\s+([A-Za-z0-9][A-Za-z0-9._-]*)$")
+EXPECT = re.compile(r"^((?:pp\d+|tg\d+|pp\d+\+tg\d+)(?:@d\d+)?)\s+([+-]\d+(?:\.\d+)?)%\s+on\s+([A-Za-z0-9][A-Za-z0-9._-]*)$", re.ASCII)
 
 
 def expect_problem(value: str) -> str | None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kzbuild.model.patch import Expectation
 from kzbuild.stack.patchfile import expectations, parse_patch, trailer_problems, trailer_value_problem, without_kz_trailers
@@ -37,6 +39,7 @@ def test_good_values(value):
         ("prefill +10% on pad3", "is not METRIC +N% on DEVICE"),
         ("pp512 +10% on pad3 please", "is not METRIC +N% on DEVICE"),
         ("pp512 +0% on pad3", "can never be contradicted"),
+        ("pp\u0665\u0661\u0662 +10% on pad3", "is not METRIC +N% on DEVICE"),
         ("", "Kz-Expect is empty"),
     ],
 )
@@ -50,3 +53,17 @@ def test_lint_names_the_line_of_a_bad_kz_expect(project, kz):
     assert code != 0
     assert any(p.startswith("fast.patch:10: Kz-Expect 'pp512 faster on pad3' is not METRIC +N% on DEVICE") for p in problems), problems
     assert expectations(parse_patch((project.root / "patches" / "fast.patch").read_text(), project.root / "patches" / "fast.patch")) == ()
+
+
+@given(st.text(max_size=40))
+def test_any_value_is_either_a_lint_problem_or_an_expectation(value):
+    from pathlib import Path
+
+    from kzbuild.model.patch import Patch, Trailer
+
+    patch = Patch(name="p.patch", path=Path("p.patch"), author="a", date="d", subject="s", body="", trailers=(Trailer("Kz-Expect", value, 7),), files=())
+    problem = trailer_value_problem("Kz-Expect", value)
+    found = expectations(patch)
+    assert (problem is None) == (len(found) == 1), (value, problem, found)
+    for expectation in found:
+        assert expectation.pct != 0 and expectation.describe().split()[0] == expectation.metric

@@ -117,7 +117,7 @@ def test_temperatures_parse(text, value):
     assert interleave.parse_temperature(text) == value
 
 
-@pytest.mark.parametrize("text", ["hot", "45F", "", "1e3", "400C"])
+@pytest.mark.parametrize("text", ["hot", "45F", "", "1e3", "400C", "\u0664\u0665C"])
 def test_bad_temperatures_are_refused(text):
     with pytest.raises(ConfigError, match="--cool-to"):
         interleave.parse_temperature(text)
