@@ -193,6 +193,11 @@ def plan(spec: BenchSpec) -> tuple[int, list[BenchPoint]]:
     return seed, [BenchPoint(index=i, total=len(combos), values=tuple(c)) for i, c in enumerate(combos)]
 
 
+def spec_env_names(spec: BenchSpec) -> dict[str, str]:
+    """Every env name a bench sets, fixed or swept (for the GGML_HEXAGON_* name check)."""
+    return dict(spec.env) | {axis.env_name: "" for axis in spec.sweep if axis.env_name}
+
+
 def llama_bench_args(spec: BenchSpec, point: BenchPoint) -> list[str]:
     chosen = point.options(spec)
     args = ["-o", "json", "-m", spec.model]
@@ -297,13 +302,13 @@ def bench(
 
     ``release``: bench that release instead of the one ``current`` points at. ``part``: the run
     is a turn of an interleaved experiment (kzbuild.interleave), whose run id, log folder, record
-    positions, model hash and variant it takes."""
+    positions, model hash and variant it takes (and warns about env names itself)."""
     check_spec(spec)
     release = release or current_release(transport, device)
     check_tool(transport, device, release, LLAMA_BENCH)
-    all_env = dict(spec.env) | {axis.env_name: "" for axis in spec.sweep if axis.env_name}
-    for warning in env_warnings(settings, release, all_env):
-        log.warning("%s", warning)
+    if part is None:  # an experiment warns once for all its turns
+        for warning in env_warnings(settings, release, spec_env_names(spec)):
+            log.warning("%s", warning)
     model_hash = part.model_sha256 if part else model_sha256(transport, device, spec.model)
     seed, points = plan(spec)
     run_id = part.run_id if part else new_run_id(datetime.now(timezone.utc))

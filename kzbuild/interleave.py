@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
 
-from kzbuild.bench import bench, check_spec, model_sha256, new_run_id, probe
+from kzbuild.bench import bench, check_spec, model_sha256, new_run_id, probe, spec_env_names
 from kzbuild.devices.base import ByteSink, Transport
 from kzbuild.errors import ConfigError, DeviceError
 from kzbuild.model.bench import BenchPart, BenchSpec
@@ -28,7 +28,7 @@ from kzbuild.model.device import Device
 from kzbuild.model.interleave import Arm, BlockStart, Cooling, InterleavedRun, Turn
 from kzbuild.model.result import BenchRecord, VariantInfo
 from kzbuild.results import ResultsStore
-from kzbuild.run import check_seconds, release_named
+from kzbuild.run import check_seconds, env_warnings, release_named
 from kzbuild.settings import Settings
 from kzbuild.stats import interleaved_order
 
@@ -126,6 +126,8 @@ def run_interleaved(
     if cooling is not None:
         check_cooling(cooling)
     releases = {arm.name: release_named(transport, device, arm.release) for arm in arms}
+    for warning in dict.fromkeys(w for release in releases.values() for w in env_warnings(settings, release, spec_env_names(spec))):
+        log.warning("%s", warning)
     model_hash = model_sha256(transport, device, spec.model)
     seed = seed if seed is not None else secrets.randbelow(2**32)
     order = interleaved_order(names, blocks, seed)

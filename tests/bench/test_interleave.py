@@ -12,7 +12,7 @@ from kzbuild import interleave
 from kzbuild.devices.local import LocalTransport
 from kzbuild.devices.registry import resolve_device
 from kzbuild.errors import ConfigError, DeviceError
-from kzbuild.model.bench import BenchSpec
+from kzbuild.model.bench import BenchSpec, SweepAxis
 from kzbuild.model.device import Device
 from kzbuild.model.interleave import Arm, Cooling
 from kzbuild.results import ResultsStore
@@ -154,3 +154,12 @@ def test_interleaved_over_ssh_with_cooling_read_through_the_transport(project, s
     assert [s.temperatures for s in run.starts] == [{"cpu-0-0": 41.0}] * 2
     assert {r.build.build_id for r in run.records["b"]} == {"build-b"}
     assert len(run.records["a"]) == len(run.records["b"]) == 4
+
+
+def test_env_names_are_checked_once_for_the_whole_experiment(project, tmp_path, caplog):
+    device_root = two_releases(tmp_path)
+    device = Device(name="dev", transport="local", root=str(device_root.root))
+    spec = BenchSpec(model="models/q.gguf", sweep=(SweepAxis("env:GGML_HEXAGON_GDN_SELECT", ("1", "2")),))
+    with ResultsStore(project.root / "results") as store:
+        interleave.run_interleaved(project.settings, LocalTransport(str(device_root.root)), device, [Arm("a", "build-a"), Arm("b", "build-b")], spec, store, blocks=3, seed=2)
+    assert caplog.text.count("cannot check GGML_HEXAGON_* names: recipe demo-host is not synced here") == 1
