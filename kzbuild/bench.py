@@ -22,10 +22,10 @@ from typing import Any
 
 from kzbuild.devices.base import ByteSink, Transport, check_env_name
 from kzbuild.errors import BadRecord, ConfigError, DeviceError
-from kzbuild.model.bench import BENCH_OPTIONS, ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchPoint, BenchRun, BenchSpec, DeviceState, LlamaBenchTest, SweepAxis
+from kzbuild.model.bench import BENCH_OPTIONS, ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchPart, BenchPoint, BenchRun, BenchSpec, DeviceState, LlamaBenchTest, SweepAxis
 from kzbuild.model.device import Device
 from kzbuild.model.jsonfields import Fields, check_scalar, show, tool_json
-from kzbuild.model.result import MAX_SAMPLES, NOT_CONFIG_FIELDS, BenchRecord, BuildInfo, DeviceInfo, ModelInfo, SweepInfo, bench_test_name
+from kzbuild.model.result import MAX_SAMPLES, NOT_CONFIG_FIELDS, BenchRecord, BuildInfo, DeviceInfo, ModelInfo, SweepInfo, VariantInfo, bench_test_name
 from kzbuild.model.run import Release
 from kzbuild.results import ResultsStore
 from kzbuild.run import check_seconds, check_tool, current_release, env_warnings, invocation, run_logged
@@ -193,6 +193,11 @@ def plan(spec: BenchSpec) -> tuple[int, list[BenchPoint]]:
     return seed, [BenchPoint(index=i, total=len(combos), values=tuple(c)) for i, c in enumerate(combos)]
 
 
+def spec_env_names(spec: BenchSpec) -> dict[str, str]:
+    """Every env name a bench sets, fixed or swept (for the GGML_HEXAGON_* name check)."""
+    return dict(spec.env) | {axis.env_name: "" for axis in spec.sweep if axis.env_name}
+
+
 def llama_bench_args(spec: BenchSpec, point: BenchPoint) -> list[str]:
     chosen = point.options(spec)
     args = ["-o", "json", "-m", spec.model]
@@ -284,19 +289,26 @@ def bench(
     on_point: Callable[[BenchPoint], None] | None = None,
     on_stderr: ByteSink | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    release: Release | None = None,
+    part: BenchPart | None = None,
 ) -> BenchRun:
-    """Run every sweep point and store its records as soon as it finishes."""
+    """Run every sweep point and store its records as soon as it finishes.
+
+    ``release``: bench that release instead of the one ``current`` points at. ``part``: the run
+    is a turn of an interleaved experiment (kzbuild.interleave), whose run id, log folder, record
+    positions, model hash and variant it takes (and warns about env names itself)."""
     check_spec(spec)
-    release = current_release(transport, device)
+    release = release or current_release(transport, device)
     check_tool(transport, device, release, LLAMA_BENCH)
-    all_env = dict(spec.env) | {axis.env_name: "" for axis in spec.sweep if axis.env_name}
-    for warning in env_warnings(settings, release, all_env):
-        log.warning("%s", warning)
-    model_hash = model_sha256(transport, device, spec.model)
+    if part is None:  # an experiment warns once for all its turns
+        for warning in env_warnings(settings, release, spec_env_names(spec)):
+            log.warning("%s", warning)
+    model_hash = part.model_sha256 if part else model_sha256(transport, device, spec.model)
     seed, points = plan(spec)
-    run_id = new_run_id(datetime.now(timezone.utc))
-    logs = settings.work / "bench" / run_id
+    run_id = part.run_id if part else new_run_id(datetime.now(timezone.utc))
+    logs = part.logs if part else settings.work / "bench" / run_id
     logs.mkdir(parents=True, exist_ok=True)
+    first_seq = part.first_seq if part else 0
     records: list[BenchRecord] = []
     for point in points:
         if point.index and spec.cooldown:
@@ -308,8 +320,9 @@ def bench(
         host_time = datetime.now(timezone.utc).isoformat(timespec="seconds")
         stdout = run_logged(transport, call, logs, f"{point.index:03d}", timeout=spec.timeout, on_stderr=on_stderr)
         made = [
-            make_record(test, run_id=run_id, host_time=host_time, seq=len(records) + position, release=release, device=device,
-                        state=state, spec=spec, model_hash=model_hash, argv=call.argv, env=call.env, cwd=call.cwd, point=point, seed=seed)
+            make_record(test, run_id=run_id, host_time=host_time, seq=first_seq + len(records) + position, release=release, device=device,
+                        state=state, spec=spec, model_hash=model_hash, argv=call.argv, env=call.env, cwd=call.cwd, point=point, seed=seed,
+                        variant=part.variant if part else None)
             for position, test in enumerate(parse_llama_bench_json(stdout, source=str(logs / f"{point.index:03d}.json")))
         ]  # fmt: skip
         store.add(made)
@@ -333,6 +346,7 @@ def make_record(
     cwd: str,
     point: BenchPoint,
     seed: int,
+    variant: VariantInfo | None = None,
 ) -> BenchRecord:
     manifest = release.manifest
     return BenchRecord(
@@ -361,4 +375,5 @@ def make_record(
         conditions=dict(state.conditions),
         sweep=SweepInfo(point=dict(point.values), seed=seed, index=point.index, total=point.total),
         raw=dict(test.raw),
+        variant=variant,
     )

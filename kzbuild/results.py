@@ -38,6 +38,7 @@ DB_FILE = "results.sqlite3"
 JSONL_FILE = "results.jsonl"
 SEED_GLOB = "seed-*.yaml"
 LATEST = "latest"  # selector: the newest measured run
+RECORD_COLUMNS = ("record_id", "run_id", "kind", "host_time", "seq", "build_id", "device", "test", "record", "variant")
 ORDER_COLUMNS = ("host_time", "run_id", "seq", "record_id")  # runs in time order, tests as printed
 RECORD_ORDER = "ORDER BY " + ", ".join(ORDER_COLUMNS)
 DAMAGED_SUFFIX = ".damaged"  # a damaged database is kept next to its rebuilt one, for a look
@@ -65,6 +66,15 @@ MIGRATIONS: tuple[Migration, ...] = (
         CREATE INDEX records_run ON records (run_id);
         CREATE INDEX records_build ON records (build_id);
         CREATE TABLE imported_files (path TEXT PRIMARY KEY, stamp TEXT NOT NULL);
+        """,
+    ),
+    Migration(
+        2,
+        "the variant of an interleaved experiment (kzbuild ab, kzbuild roll) a record measured",
+        """
+        ALTER TABLE records ADD COLUMN variant TEXT;
+        UPDATE records SET variant = json_extract(record, '$.variant.name');
+        CREATE INDEX records_variant ON records (run_id, variant);
         """,
     ),
 )
@@ -250,8 +260,8 @@ class ResultsStore:
         new = []
         for r in records:
             stored = stored_form(r)
-            row = (content_id(stored), r.run_id, r.kind, r.host_time, r.seq, r.build.build_id, r.device.name, r.test, stored)
-            if self.conn.execute("INSERT OR IGNORE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row).rowcount:
+            row = (content_id(stored), r.run_id, r.kind, r.host_time, r.seq, r.build.build_id, r.device.name, r.test, stored, r.variant and r.variant.name)
+            if self.conn.execute(f"INSERT OR IGNORE INTO records ({', '.join(RECORD_COLUMNS)}) VALUES ({', '.join('?' * len(RECORD_COLUMNS))})", row).rowcount:
                 new.append((r, stored))
         return new
 

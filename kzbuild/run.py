@@ -51,6 +51,29 @@ def current_release(transport: Transport, device: Device) -> Release:
             hint=f"kzbuild deploy --device {device.name} of that build repairs it; kzbuild device verify shows what is damaged",
         )
     release_dir = str(path if path.is_absolute() else PurePosixPath(device.root) / path)
+    return load_release(transport, device, release_dir)
+
+
+# $1 = the device root, $2 = a release name: fails when the release is not there, says "damaged" when marked
+NAMED_RELEASE_SCRIPT = '[ -d "$1/releases/$2" ] || exit 1; if [ -e "$1/damaged/$2" ]; then echo damaged; fi; true'
+
+
+def release_named(transport: Transport, device: Device, name: str) -> Release:
+    """A deployed release by its name (``DeployResult.release``), whether or not ``current`` points at it:
+    kzbuild ab and roll bench several releases without switching ``current`` between runs."""
+    found = None if "/" in name or name in ("", ".", "..") else transport.run(["sh", "-c", NAMED_RELEASE_SCRIPT, "kz", device.root, name])
+    if found is None or not found.ok:
+        raise DeviceError(f"{device.name}: no release {name!r} is deployed (under {device.root}/releases)", hint=f"deploy it first: kzbuild deploy --device {device.name}")
+    if DAMAGED in found.text().split():
+        raise DeviceError(
+            f"{device.name}: the release {name} is damaged: files of it do not match its manifest",
+            hint=f"kzbuild deploy --device {device.name} of that build repairs it; kzbuild device verify shows what is damaged",
+        )
+    return load_release(transport, device, f"{device.root}/releases/{name}")
+
+
+def load_release(transport: Transport, device: Device, release_dir: str) -> Release:
+    """The release in ``release_dir`` (an absolute device path) with its manifest, when it has one."""
     manifest: Mapping[str, Any] = {}
     digest = None
     text = transport.run(["cat", f"{release_dir}/{MANIFEST}"])
@@ -68,7 +91,7 @@ def current_release(transport: Transport, device: Device) -> Release:
         log.warning("%s: release %s has no %s; provenance will lack build inputs", device.name, release_dir, MANIFEST)
     # deploy names a release after its build id (plus a digest when two artifacts share an id)
     build_id = manifest.get("build_id")
-    return Release(build_id=build_id if isinstance(build_id, str) else path.name, dir=release_dir, manifest=manifest, manifest_sha256=digest)
+    return Release(build_id=build_id if isinstance(build_id, str) else PurePosixPath(release_dir).name, dir=release_dir, manifest=manifest, manifest_sha256=digest)
 
 
 def check_seconds(option: str, value: float | None, *, zero_ok: bool = False) -> None:

@@ -13,12 +13,13 @@ import math
 import random
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TypeVar
+
+from kzbuild.model.effect import CONFIDENCE as CONFIDENCE
+from kzbuild.model.effect import Effect as Effect  # defined in the model: ab's and roll's results hold it
 
 Variant = TypeVar("Variant")
 
-CONFIDENCE = 0.95
 RESAMPLES = 2000
 
 
@@ -33,32 +34,6 @@ def interleaved_order(variants: Sequence[Variant], blocks: int, seed: int) -> li
         rng.shuffle(block)
         order.append(block)
     return order
-
-
-@dataclass(frozen=True)
-class Effect:
-    """B's median against A's, in percent of A's, with a bootstrap interval."""
-
-    delta_pct: float
-    low_pct: float
-    high_pct: float
-    samples_a: int
-    samples_b: int
-    confidence: float = CONFIDENCE
-
-    @property
-    def detectable(self) -> bool:
-        return self.low_pct > 0 or self.high_pct < 0
-
-    def describe(self) -> str:
-        interval = f"[{self.low_pct:+.1f}%, {self.high_pct:+.1f}%]"
-        if not self.detectable:
-            return f"no detectable effect ({self.delta_pct:+.1f}%, {self.confidence:.0%} interval {interval})"
-        return f"{self.delta_pct:+.1f}% ({self.confidence:.0%} interval {interval})"
-
-    def contradicts(self, expected_pct: float) -> bool:
-        """The interval lies wholly on the other side of zero from an expected effect."""
-        return (expected_pct > 0 and self.high_pct < 0) or (expected_pct < 0 and self.low_pct > 0)
 
 
 def median_effect(a: Sequence[float], b: Sequence[float], *, seed: int = 0, resamples: int = RESAMPLES, confidence: float = CONFIDENCE) -> Effect:

@@ -59,7 +59,7 @@ class Outcome:
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     root = tmp_path / "project"
-    for folder in ("recipes", "patches", "toolchains", "kernels"):
+    for folder in ("recipes", "patches", "toolchains", "kernels", "plans"):
         shutil.copytree(REPO / folder, root / folder)
     return root
 
@@ -191,6 +191,14 @@ def test_damaged_recipe(kz, damaged, damage):
     with damaged("recipes/demo-host.yaml", damage.data):
         check(kz("recipes"), damage)
         check(kz("status", "demo-host"), damage)
+
+
+@runs(50)
+@given(damage=damage_of("plans/gdn-prefill-pad3.yaml"))
+def test_damaged_plan(kz, damaged, project, damage):
+    with damaged("plans/gdn-prefill-pad3.yaml", damage.data):
+        check(kz("bench", "--plan", str(project / "plans/gdn-prefill-pad3.yaml")), damage)
+        check(kz("ab", "demo-host", "--plan", str(project / "plans/gdn-prefill-pad3.yaml"), "--device", "local:/nowhere"), damage)
 
 
 @runs(40)

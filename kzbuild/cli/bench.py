@@ -2,17 +2,39 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Annotated, Optional
 
 import typer
 
-from kzbuild import bench, results
+from kzbuild import bench, plans, results
 from kzbuild.cli.connect import open_device
-from kzbuild.cli.options import DeviceOpt, EnvOpt, JsonOpt, TimeoutOpt
+from kzbuild.cli.options import (
+    BatchOpt,
+    CooldownOpt,
+    DeviceOpt,
+    DevOpt,
+    EnvOpt,
+    GenOpt,
+    JsonOpt,
+    ModelOpt,
+    NglOpt,
+    PlanOpt,
+    PromptOpt,
+    RepetitionsOpt,
+    SeedOpt,
+    SweepOpt,
+    ThreadsOpt,
+    TimeoutOpt,
+    UbatchOpt,
+)
 from kzbuild.cli.results import print_records, record_json, say
 from kzbuild.cli.run import PASSTHROUGH
-from kzbuild.cli.ui import activity, context, not_empty, print_json
-from kzbuild.model.bench import OPTIONS_BY_NAME, BenchPoint, BenchSpec
+from kzbuild.cli.ui import activity, context, print_json
+from kzbuild.errors import ConfigError
+from kzbuild.model.bench import BenchPoint, BenchRun, BenchSpec
+from kzbuild.model.plan import Plan
 from kzbuild.run import parse_env_assignments
 
 
@@ -22,30 +44,72 @@ def register(app: typer.Typer) -> None:
 
 def bench_command(
     ctx: typer.Context,
-    model: Annotated[str, typer.Option("--model", "-m", callback=not_empty, help="Model path on the device; relative paths start at the device root (models/...).")],
     extra: Annotated[Optional[list[str]], typer.Argument(help="More llama-bench arguments after --, passed as given.")] = None,
+    model: ModelOpt = None,
     device: DeviceOpt = None,
-    prompt: Annotated[Optional[str], typer.Option("-p", "--prompt", callback=not_empty, help=OPTIONS_BY_NAME["p"].help)] = None,
-    gen: Annotated[Optional[str], typer.Option("-n", "--gen", callback=not_empty, help=OPTIONS_BY_NAME["n"].help)] = None,
-    ngl: Annotated[Optional[str], typer.Option("--ngl", callback=not_empty, help=OPTIONS_BY_NAME["ngl"].help)] = None,
-    threads: Annotated[Optional[str], typer.Option("-t", "--threads", callback=not_empty, help=OPTIONS_BY_NAME["t"].help)] = None,
-    batch: Annotated[Optional[str], typer.Option("-b", "--batch", callback=not_empty, help=OPTIONS_BY_NAME["b"].help)] = None,
-    ubatch: Annotated[Optional[str], typer.Option("--ub", "--ubatch", callback=not_empty, help=OPTIONS_BY_NAME["ub"].help)] = None,
-    dev: Annotated[Optional[str], typer.Option("--dev", callback=not_empty, help=OPTIONS_BY_NAME["dev"].help)] = None,
-    repetitions: Annotated[Optional[str], typer.Option("-r", "--repetitions", callback=not_empty, help=OPTIONS_BY_NAME["r"].help)] = None,
+    prompt: PromptOpt = None,
+    gen: GenOpt = None,
+    ngl: NglOpt = None,
+    threads: ThreadsOpt = None,
+    batch: BatchOpt = None,
+    ubatch: UbatchOpt = None,
+    dev: DevOpt = None,
+    repetitions: RepetitionsOpt = None,
     env: EnvOpt = None,
-    sweep: Annotated[Optional[list[str]], typer.Option("--sweep", help="AXIS=V1,V2,... (p n ngl t b ub dev r, or env:NAME); several give their cartesian product.")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", min=0, help="Seed of the randomized sweep order (default: fresh, recorded).")] = None,
-    cooldown: Annotated[float, typer.Option("--cooldown", help="Seconds to wait between runs of a sweep.")] = 0.0,
+    sweep: SweepOpt = None,
+    seed: SeedOpt = None,
+    cooldown: CooldownOpt = 0.0,
     timeout: TimeoutOpt = None,
+    plan_file: PlanOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Run llama-bench -o json on the device and store one record per test with its provenance.
 
-    Only the given options reach llama-bench (plus -o json and -m). Results go to results/results.sqlite3 and results/results.jsonl; logs to WORK/bench/RUN-ID/.
+    Only the given options reach llama-bench (plus -o json and -m). With --plan, each run of the plan in turn (its model's sha256 checked first). Results go to results/results.sqlite3 and results/results.jsonl; logs to WORK/bench/RUN-ID/.
     """
     settings = context(ctx).settings
     given = {"p": prompt, "n": gen, "ngl": ngl, "t": threads, "b": batch, "ub": ubatch, "dev": dev, "r": repetitions}
+    loaded: Plan | None = None
+    if plan_file is not None:
+        loaded = plans.load_plan(plan_file)
+        refuse_with_plan(model=model, options=given, env=env, sweep=sweep, seed=seed, cooldown=cooldown, timeout=timeout, extra=extra)
+        specs = [(run.name, run.spec) for run in loaded.runs]
+    else:
+        specs = [("", spec_from_options(model, given, env=env, sweep=sweep, seed=seed, cooldown=cooldown, timeout=timeout, extra=extra))]
+    target, transport = open_device(settings, device or (loaded.device if loaded else None), None, trust_new_host=False)
+    runs: list[BenchRun] = []
+    try:
+        if loaded is not None:
+            plans.check_model(loaded, transport, target)
+        with results.ResultsStore(settings.results) as store:
+            for name, spec in specs:
+                with bench_progress(f"llama-bench on {target.name}" + (f": {name}" if name else "")) as (on_point, on_stderr):
+                    runs.append(bench.bench(settings, transport, target, spec, store, on_point=on_point, on_stderr=on_stderr))
+    finally:
+        transport.close()
+    if json_out:
+        shown = [{"run_id": run.run_id, "seed": run.seed, "logs": str(run.logs), "records": [record_json(r) for r in run.records]} for run in runs]
+        print_json(shown[0] if loaded is None else {"plan": str(loaded.path), "runs": [{"name": n} | s for (n, _), s in zip(specs, shown, strict=True)]})
+        return
+    for (name, _), run in zip(specs, runs, strict=True):
+        print_records(run.records, title=f"run {run.run_id} on {target.name}" + (f" ({name})" if name else ""), markdown=False)
+        say(f"stored {len(run.records)} records as run {run.run_id} (sweep seed {run.seed}); logs in {run.logs}")
+
+
+def spec_from_options(
+    model: str | None,
+    given: dict[str, str | None],
+    *,
+    env: Sequence[str] | None,
+    sweep: Sequence[str] | None,
+    seed: int | None,
+    cooldown: float,
+    timeout: float | None,
+    extra: Sequence[str] | None,
+) -> BenchSpec:
+    """The bench request the command line makes, checked before any device is contacted."""
+    if model is None:
+        raise ConfigError("give the model (-m PATH on the device) or a plan (--plan FILE)")
     spec = BenchSpec(
         model=model,
         options=tuple((name, value) for name, value in given.items() if value is not None),
@@ -56,27 +120,38 @@ def bench_command(
         cooldown=cooldown,
         timeout=timeout,
     )
-    bench.check_spec(spec)  # before connecting: a bad value is a usage error wherever the device is
-    target, transport = open_device(settings, device, None, trust_new_host=False)
-    try:
-        with results.ResultsStore(settings.results) as store, activity(f"llama-bench on {target.name}") as progress:
-
-            def on_point(point: BenchPoint) -> None:
-                shown = " ".join(f"{k}={v}" for k, v in point.values)
-                progress(f"run {point.index + 1}/{point.total} {shown}")
-
-            def on_stderr(chunk: bytes) -> None:
-                # str.strip also drops what bytes.strip keeps (\x1c, NBSP): a chunk of those has no lines
-                lines = chunk.decode(errors="replace").strip().splitlines()
-                progress(lines[-1] if lines else "")
-
-            run = bench.bench(settings, transport, target, spec, store, on_point=on_point, on_stderr=on_stderr)
-    finally:
-        transport.close()
-    if json_out:
-        print_json({"run_id": run.run_id, "seed": run.seed, "logs": str(run.logs), "records": [record_json(r) for r in run.records]})
-        return
-    print_records(run.records, title=f"run {run.run_id} on {target.name}", markdown=False)
-    say(f"stored {len(run.records)} records as run {run.run_id} (sweep seed {run.seed}); logs in {run.logs}")
+    bench.check_spec(spec)  # a bad value is a usage error wherever the device is
+    return spec
 
 
+def refuse_with_plan(*, model: str | None, options: dict[str, str | None], env: Sequence[str] | None, sweep: Sequence[str] | None,
+                     seed: int | None, cooldown: float, timeout: float | None, extra: Sequence[str] | None) -> None:
+    """A plan declares the whole request: bench options beside it would be silently ignored."""
+    given = [f"-{name}" for name, value in options.items() if value is not None]
+    given += [flag for flag, value in (("-m", model), ("--env", env), ("--sweep", sweep), ("--seed", seed), ("--timeout", timeout), ("--", extra)) if value]
+    given += ["--cooldown"] if cooldown else []
+    if given:
+        raise ConfigError(f"--plan declares the model and the runs; {', '.join(given)} cannot be given with it", hint="edit the plan instead")  # fmt: skip
+
+
+@contextmanager
+def bench_progress(message: str) -> Iterator[tuple[Callable[[BenchPoint], None], Callable[[bytes], None]]]:
+    """A spinner following the sweep point and llama-bench's latest log line."""
+    with activity(message) as progress:
+
+        def on_point(point: BenchPoint) -> None:
+            shown = " ".join(f"{k}={v}" for k, v in point.values)
+            progress(f"run {point.index + 1}/{point.total} {shown}")
+
+        yield on_point, last_line_to(progress)
+
+
+def last_line_to(progress: Callable[[str], None]) -> Callable[[bytes], None]:
+    """An output sink that shows the latest line of a chunk as progress."""
+
+    def on_output(chunk: bytes) -> None:
+        # str.strip also drops what bytes.strip keeps (\x1c, NBSP): a chunk of those has no lines
+        lines = chunk.decode(errors="replace").strip().splitlines()
+        progress(lines[-1] if lines else "")
+
+    return on_output

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kzbuild.model.result import BenchRecord
+from kzbuild.model.result import BenchRecord, VariantInfo
 
 ENV_AXIS_PREFIX = "env:"
 
@@ -99,6 +99,17 @@ class LlamaBenchTest:
 class DeviceState:
     fingerprint: Mapping[str, str]  # android.fingerprint + android.soc_model, else uname
     conditions: Mapping[str, Any]  # thermal (deg C by zone type), power, battery
+
+
+@dataclass(frozen=True)
+class BenchPart:
+    """A bench run that is one turn of an interleaved experiment: its records join the experiment's run."""
+
+    run_id: str
+    logs: Path  # this turn's own folder
+    first_seq: int  # records continue the run's positions
+    model_sha256: str  # computed once for the experiment
+    variant: VariantInfo
 
 
 @dataclass(frozen=True)

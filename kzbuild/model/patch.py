@@ -12,8 +12,10 @@ UPSTREAM_STATUS = "Upstream-Status"
 UPSTREAM_PR = "Upstream-PR"
 DROP_WHEN = "Drop-When"
 KZ_TEST = "Kz-Test"
-KZ_TRAILERS = (UPSTREAM_STATUS, UPSTREAM_PR, DROP_WHEN, KZ_TEST)
+KZ_EXPECT = "Kz-Expect"  # an effect kzbuild ab checks: "pp512 +10% on pad3"
+KZ_TRAILERS = (UPSTREAM_STATUS, UPSTREAM_PR, DROP_WHEN, KZ_TEST, KZ_EXPECT)
 REQUIRED_TRAILERS = (UPSTREAM_STATUS, KZ_TEST)
+REPEATABLE_TRAILERS = (KZ_EXPECT,)  # one per metric and device
 # Upstream-Status kinds and what follows the kind word.
 STATUS_KINDS = {
     "Pending": "nothing",
@@ -22,6 +24,20 @@ STATUS_KINDS = {
     "Inappropriate": "text",
     "Merged": "sha",
 }
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """A patch's declared effect (``Kz-Expect: pp512 +10% on pad3``): the full stack against the stack without it."""
+
+    patch: str  # series name
+    metric: str  # a llama-bench test name: pp512, tg64, pp512+tg128, pp512@d4096
+    pct: float  # expected change in percent, never 0
+    device: str  # the device name it holds on
+    line: int  # of the trailer in the patch file
+
+    def describe(self) -> str:
+        return f"{self.metric} {self.pct:+g}% on {self.device}"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, cast, get_args
 
-from kzbuild.model.jsonfields import Fields
+from kzbuild.model.jsonfields import Fields, number_or_none
 
 RecordKind = Literal["bench", "manual"]
 MAX_SAMPLES = 10_000  # repetitions of one test: more is junk, not a benchmark
@@ -121,6 +121,18 @@ class SweepInfo:
 
 
 @dataclass(frozen=True)
+class VariantInfo:
+    """Which variant of an interleaved experiment (kzbuild ab, kzbuild roll) a record measured."""
+
+    name: str  # e.g. "full", "minus:<patch>", "upstream"
+    block: int  # the block of the interleaved order it ran in, from 0
+    blocks: int
+    seed: int  # of the interleaved order
+    start_c: float | None = None  # hottest thermal zone when its block started (after --cool-to), deg C
+    waited_s: float | None = None  # how long the block waited to cool down
+
+
+@dataclass(frozen=True)
 class BenchRecord:
     run_id: str
     kind: RecordKind
@@ -144,6 +156,7 @@ class BenchRecord:
     source: str = ""  # manual rows: where the figure comes from
     label: str = ""
     raw: Mapping[str, Any] = field(default_factory=dict)  # llama-bench's record as printed
+    variant: VariantInfo | None = None  # set by interleaved experiments; absent from the stored form when None
 
     @property
     def record_id(self) -> str:
@@ -174,6 +187,8 @@ class BenchRecord:
         data["samples_ts"] = list(self.samples_ts)
         data["argv"] = list(self.argv)
         data["range_ts"] = list(self.range_ts) if self.range_ts else None
+        if self.variant is None:  # records from before variants existed keep their stored form and id
+            del data["variant"]
         return data
 
     @classmethod
@@ -218,7 +233,30 @@ class BenchRecord:
             source=fields.text("source", ""),
             label=fields.text("label", ""),
             raw=fields.json_map("raw", {}),
+            variant=_variant(fields),
         )  # fmt: skip
+
+
+def _variant(fields: Fields) -> VariantInfo | None:
+    if fields.data.get("variant") is None:
+        return None
+    variant = fields.object("variant")
+    variant.check_known(FIELD_NAMES[VariantInfo])
+    return VariantInfo(
+        name=variant.text("name"), block=variant.count("block"), blocks=variant.count("blocks", minimum=1), seed=variant.count("seed"),
+        start_c=_temperature(variant, "start_c"), waited_s=variant.optional_number("waited_s", zero_ok=True),
+    )
+
+
+def _temperature(fields: Fields, key: str) -> float | None:
+    """Degrees C: any finite number (a sensor may read below zero)."""
+    value = fields.data.get(key)
+    if value is None:
+        return None
+    number = number_or_none(value)
+    if number is None:
+        raise fields.error(key, "a finite number")
+    return float(number)
 
 
 def _range(fields: Fields) -> tuple[float, float] | None:
@@ -233,7 +271,7 @@ def _range(fields: Fields) -> tuple[float, float] | None:
 
 # computed once: every record read checks its keys against them
 FIELD_NAMES: dict[type, frozenset[str]] = {
-    cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in (BenchRecord, BuildInfo, DeviceInfo, ModelInfo, SweepInfo)
+    cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in (BenchRecord, BuildInfo, DeviceInfo, ModelInfo, SweepInfo, VariantInfo)
 }
 
 

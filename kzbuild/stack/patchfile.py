@@ -21,12 +21,15 @@ from kzbuild.errors import ConfigError
 from kzbuild.files import write_atomic
 from kzbuild.model.patch import (
     DROP_WHEN,
+    KZ_EXPECT,
     KZ_TRAILERS,
+    REPEATABLE_TRAILERS,
     REQUIRED_TRAILERS,
     STATUS_KINDS,
     UPSTREAM_PR,
     UPSTREAM_STATUS,
     DropRecord,
+    Expectation,
     FileChange,
     Hunk,
     Patch,
@@ -318,7 +321,7 @@ def trailer_problems(patch: Patch) -> list[Problem]:
     last_line = max((t.line for t in patch.trailers), default=None)
     for trailer in patch.trailers:
         if trailer.key in KZ_TRAILERS:
-            if trailer.key in seen:
+            if trailer.key in seen and trailer.key not in REPEATABLE_TRAILERS:
                 problems.append(Problem(patch.path, trailer.line, f"{trailer.key} is given twice (first on line {seen[trailer.key].line})"))
                 continue
             seen[trailer.key] = trailer
@@ -364,7 +367,31 @@ def trailer_value_problem(key: str, value: str) -> str | None:
         return f"Upstream-PR needs a URL (got '{value}')"
     elif key == DROP_WHEN and not SHA.match(value):
         return f"Drop-When needs an upstream commit sha (7 to 40 hex; got '{value}')"
+    elif key == KZ_EXPECT:
+        return expect_problem(value)
     return None
+
+
+EXPECT = re.compile(r"^((?:pp\d+|tg\d+|pp\d+\+tg\d+)(?:@d\d+)?)\s+([+-]\d+(?:\.\d+)?)%\s+on\s+([A-Za-z0-9][A-Za-z0-9._-]*)$", re.ASCII)
+
+
+def expect_problem(value: str) -> str | None:
+    match = EXPECT.match(value.strip())
+    if match is None:
+        return f"Kz-Expect '{value}' is not METRIC +N% on DEVICE (e.g. 'pp512 +10% on pad3', 'tg64 -2.5% on pad3')"
+    if float(match[2]) == 0:
+        return f"Kz-Expect '{value}': an expected change of 0% can never be contradicted; give the effect the patch is for"
+    return None
+
+
+def expectations(patch: Patch) -> tuple[Expectation, ...]:
+    """The patch's well-formed Kz-Expect trailers (lint reports the others)."""
+    found = []
+    for trailer in patch.trailers:
+        match = EXPECT.match(trailer.value.strip()) if trailer.key == KZ_EXPECT else None
+        if match and float(match[2]):
+            found.append(Expectation(patch=patch.name, metric=match[1], pct=float(match[2]), device=match[3], line=trailer.line))
+    return tuple(found)
 
 
 def lint_series(series_path: Path) -> tuple[list[Patch], list[Problem]]:

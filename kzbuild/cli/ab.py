@@ -1,0 +1,175 @@
+"""``kzbuild ab``: what each patch buys: the full stack against the stack without each live patch, and bare upstream."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from contextlib import closing
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from kzbuild import ab, plans, results
+from kzbuild.cli.bench import last_line_to, refuse_with_plan, spec_from_options
+from kzbuild.cli.connect import open_device
+from kzbuild.cli.options import (
+    BatchOpt,
+    CooldownOpt,
+    DeviceOpt,
+    DevOpt,
+    EnvOpt,
+    GenOpt,
+    JsonOpt,
+    MarkdownOpt,
+    ModelOpt,
+    NglOpt,
+    PlanOpt,
+    PromptOpt,
+    RecipeArg,
+    RepetitionsOpt,
+    SweepOpt,
+    ThreadsOpt,
+    TimeoutOpt,
+    TrustOpt,
+    UbatchOpt,
+    WaitOpt,
+    load_recipe,
+)
+from kzbuild.cli.results import say
+from kzbuild.cli.ui import activity, console, context, not_empty, print_json
+from kzbuild.errors import RegressionFound
+from kzbuild.interleave import parse_temperature
+from kzbuild.model.ab import AbResult, VariantSpec
+from kzbuild.model.build import BuildEvent, BuildOptions
+from kzbuild.model.interleave import DEFAULT_COOL_WAIT, Cooling, Turn
+
+DEFAULT_BLOCKS = 5
+
+
+def register(app: typer.Typer) -> None:
+    app.command("ab")(ab_command)
+
+
+def ab_command(
+    ctx: typer.Context,
+    recipe: RecipeArg = None,
+    extra: Annotated[Optional[list[str]], typer.Argument(help="More llama-bench arguments after -- (give RECIPE first), passed as given.")] = None,
+    device: DeviceOpt = None,
+    model: ModelOpt = None,
+    prompt: PromptOpt = None,
+    gen: GenOpt = None,
+    ngl: NglOpt = None,
+    threads: ThreadsOpt = None,
+    batch: BatchOpt = None,
+    ubatch: UbatchOpt = None,
+    dev: DevOpt = None,
+    repetitions: RepetitionsOpt = None,
+    env: EnvOpt = None,
+    sweep: SweepOpt = None,
+    cooldown: CooldownOpt = 0.0,
+    timeout: TimeoutOpt = None,
+    plan_file: PlanOpt = None,
+    target: Annotated[Optional[str], typer.Option("--target", callback=not_empty, help="Build target (default: the recipe's first).")] = None,
+    variant: Annotated[Optional[list[str]], typer.Option("--variant", help="Only these variants besides the full stack: upstream, minus:PATCH, or minus for all (repeatable; default: every one).")] = None,
+    blocks: Annotated[Optional[int], typer.Option("--blocks", min=1, max=1000, help=f"Interleaved blocks; each runs every variant once (default: the plan's, else {DEFAULT_BLOCKS}).")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", min=0, help="Seed of the interleaved order and the sweep order (default: the plan's, else fresh; recorded).")] = None,
+    cool_to: Annotated[Optional[str], typer.Option("--cool-to", callback=not_empty, help="Before each block wait until the device's thermal zones read below this, e.g. 45C.")] = None,
+    cool_wait: Annotated[Optional[float], typer.Option("--cool-wait", help=f"Longest wait for --cool-to, seconds (default {DEFAULT_COOL_WAIT:g}); then the block starts, marked not cooled.")] = None,
+    cool_zones: Annotated[Optional[list[str]], typer.Option("--cool-zones", help="Thermal zone types (fnmatch patterns, e.g. 'cpu*') that --cool-to watches (repeatable; default all).")] = None,
+    wait: WaitOpt = 0.0,
+    trust_new_host: TrustOpt = False,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG of each patch's effect with its interval.")] = None,
+    markdown: MarkdownOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Measure what each patch buys: the full stack against the stack without each live patch, and bare upstream.
+
+    Each variant is synced into WORK/ab/RECIPE/VARIANT, built (content-addressed, ccache) and deployed; then all are benched in interleaved blocks in a seeded random order. For each patch, test and configuration: the full stack's median against the variant's with a 95% bootstrap interval. Exits 9 when a patch's Kz-Expect trailer is contradicted.
+    """
+    settings = context(ctx).settings
+    loaded_recipe = load_recipe(settings, recipe)
+    given = {"p": prompt, "n": gen, "ngl": ngl, "t": threads, "b": batch, "ub": ubatch, "dev": dev, "r": repetitions}
+    plan = plans.load_plan(plan_file) if plan_file is not None else None
+    if plan is not None:
+        refuse_with_plan(model=model, options=given, env=env, sweep=sweep, seed=None, cooldown=cooldown, timeout=timeout, extra=extra)
+        specs = [(run.name, run.spec) for run in plan.runs]
+    else:
+        specs = [("", spec_from_options(model, given, env=env, sweep=sweep, seed=None, cooldown=cooldown, timeout=timeout, extra=extra))]
+    limit = parse_temperature(cool_to) if cool_to is not None else plan.ab.cool_to if plan else None
+    cooling = None
+    if limit is not None:
+        plan_wait = plan.ab.cool_wait if plan else None
+        zones = tuple(cool_zones or ()) or (plan.ab.cool_zones if plan else ()) or ("*",)
+        cooling = Cooling(limit_c=limit, max_wait_s=cool_wait if cool_wait is not None else plan_wait if plan_wait is not None else DEFAULT_COOL_WAIT, zones=zones)
+    target_name = target or loaded_recipe.build.targets[0]
+    selection = tuple(variant or (plan.ab.variants if plan else ()))
+    ab.check_selection(selection)  # before any work; a minus:PATCH that is not live fails after the full stack's sync
+    chosen_device = device or (plan.device if plan else None)
+    found, transport = open_device(settings, chosen_device, loaded_recipe.device, trust_new_host)
+    with closing(transport), results.ResultsStore(settings.results) as store:
+        if plan is not None:
+            plans.check_model(plan, transport, found)
+        with activity(f"ab of {loaded_recipe.name} on {found.name}") as progress:
+
+            def on_build(spec: VariantSpec, event: BuildEvent) -> None:
+                progress(f"building {spec.name}: {event.stage} {event.line}".strip())
+
+            def on_turn(name: str, turn: Turn) -> None:
+                progress(f"{name + ': ' if name else ''}block {turn.block + 1}/{turn.blocks}, {turn.variant}")
+
+            result = ab.run_ab(
+                settings, loaded_recipe, transport, found, specs, store, target=target_name, environ=os.environ,
+                blocks=blocks or (plan.ab.blocks if plan and plan.ab.blocks else DEFAULT_BLOCKS), selection=selection,
+                seed=seed if seed is not None else plan.seed if plan else None,
+                cooling=cooling, options=BuildOptions(), wait=wait, on_build=on_build, on_turn=on_turn, on_stderr=last_line_to(progress),
+            )  # fmt: skip
+    if plot is not None:
+        ab.plot_effects(result.effects, plot)
+    if json_out:
+        print_json(result_json(result) | ({"plot": str(plot)} if plot else {}))
+    elif markdown:
+        print(ab.markdown(result.effects, result.variants, result.checks), end="")
+    else:
+        print_report(result)
+        if plot is not None:
+            say(f"plot: {plot}")
+    if result.contradicted:
+        raise RegressionFound("; ".join(check.describe for check in result.contradicted))
+
+
+def result_json(result: AbResult) -> dict[str, object]:
+    data = dataclasses.asdict(result)
+    data["runs"] = [
+        {"name": r.name, "run_id": r.run.run_id, "seed": r.run.seed, "order": r.run.order, "logs": str(r.run.logs),
+         "starts": [dataclasses.asdict(s) for s in r.run.starts], "records": {k: len(v) for k, v in r.run.records.items()}}
+        for r in result.runs
+    ]  # fmt: skip
+    data["checks"] = [{"expectation": dataclasses.asdict(c.expectation), "verdict": c.verdict, "effects": [dataclasses.asdict(e) for e in c.effects]} for c in result.checks]
+    return data
+
+
+def print_report(result: AbResult) -> None:
+    built = ", ".join(f"{v.spec.name} ({v.build_id}{', reused' if v.reused else ''})" for v in result.variants if v.build_id)
+    say(f"{result.recipe} on {result.device}, target {result.target}; variants: {built}")
+    for v in result.variants:
+        if v.problem:
+            console.print(f"[red]{escape(v.spec.name)} could not be built:[/red] {escape(v.problem)}")
+    for r in result.runs:
+        say(f"run {r.run.run_id}{' (' + r.name + ')' if r.name else ''}: {len(r.run.order)} blocks, seed {r.run.seed}, logs in {r.run.logs}")
+        for start in r.run.starts:
+            state = "cooled" if start.cooled else "NOT cooled"
+            say(f"  block {start.block + 1}: {state}, hottest {start.hottest_c:.1f} C after {start.waited_s:.0f} s")
+    table = Table(title="what each patch buys: full stack vs the stack without it (median of turns, 95% bootstrap interval)")
+    for column in ("patch", "test", "configuration", "full t/s", "without t/s", "effect"):
+        table.add_column(column, overflow="fold", justify="right" if column.endswith("t/s") else "left")
+    for e in result.effects:
+        text = escape(e.effect.describe())
+        shown = f"[green]{text}[/green]" if e.effect.low_pct > 0 else f"[red]{text}[/red]" if e.effect.high_pct < 0 else text
+        table.add_row(escape(e.patch or "whole stack (vs upstream)"), e.test, escape(e.config), f"{e.full_median:.2f}", f"{e.variant_median:.2f}", shown)
+    console.print(table)
+    for check in result.checks:
+        colour = {"contradicted": "red", "confirmed": "green"}.get(check.verdict, "yellow")
+        console.print(f"[{colour}]{escape(check.describe)}[/{colour}]")

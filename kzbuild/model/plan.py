@@ -1,0 +1,44 @@
+"""An experiment plan (``plans/NAME.yaml``): the model, the device, the llama-bench runs, and for ``kzbuild ab`` the variants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kzbuild.model.bench import BenchSpec
+
+
+@dataclass(frozen=True)
+class PlanModel:
+    path: str  # on the device; relative paths start at the device root (a name becomes models/<name>)
+    sha256: str | None  # None: not pinned yet (the run warns with the hash it measured)
+    line: int  # of its sha256 key, for errors
+
+
+@dataclass(frozen=True)
+class PlanRun:
+    """One llama-bench configuration (with its sweep) of the plan."""
+
+    name: str
+    spec: BenchSpec
+
+
+@dataclass(frozen=True)
+class PlanAb:
+    variants: tuple[str, ...] = ()  # empty: every variant
+    blocks: int | None = None
+    cool_to: float | None = None  # deg C
+    cool_wait: float | None = None  # seconds
+    cool_zones: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    path: Path
+    name: str
+    description: str
+    model: PlanModel
+    device: str | None
+    runs: tuple[PlanRun, ...]
+    ab: PlanAb
+    seed: int | None = None  # the sweep order of every run, and ab's interleaved order
