@@ -26,7 +26,6 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
-from kzbuild import pipindex
 from kzbuild.errors import CommandFailed, KzError, SourceError
 from kzbuild.filelock import locked
 from kzbuild.gitcmd import Git, unset_in_config_file
@@ -168,6 +167,8 @@ class ObjectCache:
             cached = self.settings.sdists / f"{stem}{suffix}"
             if cached.is_file():
                 return cached
+        from kzbuild import pipindex  # only a download needs it (start-up time)
+
         client = pipindex.Client(pipindex.read_pip_config())
         link = pipindex.find_sdist(client, package, version)
         target = self.settings.sdists / f"{stem}{'.zip' if link.filename.endswith('.zip') else '.tar.gz'}"

@@ -14,27 +14,29 @@ from rich.table import Table
 
 from kzbuild import ab, plans, results
 from kzbuild.cli.bench import last_line_to, refuse_with_plan, spec_from_options
-from kzbuild.cli.connect import open_device
-from kzbuild.cli.options import (
+from kzbuild.cli.benchoptions import (
     BatchOpt,
     CooldownOpt,
-    DeviceOpt,
     DevOpt,
-    EnvOpt,
     GenOpt,
-    JsonOpt,
-    MarkdownOpt,
     ModelOpt,
     NglOpt,
     PlanOpt,
     PromptOpt,
-    RecipeArg,
     RepetitionsOpt,
     SweepOpt,
     ThreadsOpt,
+    UbatchOpt,
+)
+from kzbuild.cli.connect import open_device
+from kzbuild.cli.options import (
+    DeviceOpt,
+    EnvOpt,
+    JsonOpt,
+    MarkdownOpt,
+    RecipeArg,
     TimeoutOpt,
     TrustOpt,
-    UbatchOpt,
     WaitOpt,
     load_recipe,
 )

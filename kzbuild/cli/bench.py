@@ -9,15 +9,11 @@ from typing import Annotated, Optional
 import typer
 
 from kzbuild import bench, plans, results
-from kzbuild.cli.connect import open_device
-from kzbuild.cli.options import (
+from kzbuild.cli.benchoptions import (
     BatchOpt,
     CooldownOpt,
-    DeviceOpt,
     DevOpt,
-    EnvOpt,
     GenOpt,
-    JsonOpt,
     ModelOpt,
     NglOpt,
     PlanOpt,
@@ -26,8 +22,14 @@ from kzbuild.cli.options import (
     SeedOpt,
     SweepOpt,
     ThreadsOpt,
-    TimeoutOpt,
     UbatchOpt,
+)
+from kzbuild.cli.connect import open_device
+from kzbuild.cli.options import (
+    DeviceOpt,
+    EnvOpt,
+    JsonOpt,
+    TimeoutOpt,
 )
 from kzbuild.cli.results import print_records, record_json, say
 from kzbuild.cli.run import PASSTHROUGH
