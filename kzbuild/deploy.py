@@ -21,9 +21,11 @@ from pathlib import Path
 
 from kzbuild.artifacts import sha256_file
 from kzbuild.devices.base import Transport
+from kzbuild.devices.chunkstore import deliver
 from kzbuild.devices.devicelock import device_lock
 from kzbuild.devices.integrity import check, manifest_files, release_expectations, release_files, relink, update_markers
 from kzbuild.devices.store import (
+    CHUNK_GC_SCRIPT,
     COMPLETE_SCRIPT,
     LINK_SCRIPT,
     PREPARE_SCRIPT,
@@ -139,11 +141,13 @@ def _deploy(
     if not complete:
         have = inventory(remote, layout, layout.objects)
         uploads = _plan_uploads(artifact, have.stored)
-        stats = send(remote, layout, layout.objects, uploads, have.partial, on_progress)
+        stats = deliver(remote, layout, uploads, have.partial, on_progress)
         heartbeat()
         metadata = _assemble(remote, layout, artifact, release)
         heartbeat()
-    repaired = _verify_release(remote, layout, state, artifact, release, on_progress)
+    # what this deploy just sent was hashed on the device as it entered the store: not again
+    verified = frozenset(up.sha256 for up in uploads)
+    repaired = _verify_release(remote, layout, state, artifact, release, on_progress, verified)
     switched = state.current != release
     if switched:
         switch_current(remote, layout, release, "deploy")
@@ -161,7 +165,7 @@ def _deploy(
         files_sent=len(sent_files),
         files_skipped=len(artifact.files) - len(sent_files),
         bytes_sent=stats.bytes_sent,
-        bytes_skipped=artifact.total_size - sum(entry.size for entry in sent_files),
+        bytes_skipped=max(artifact.total_size - stats.bytes_sent - stats.bytes_resumed, 0),
         bytes_resumed=stats.bytes_resumed,
         metadata_bytes=metadata,
         seconds=time.monotonic() - started,
@@ -221,13 +225,15 @@ def _content_modes(entries: Iterable[ArtifactFile]) -> dict[str, int]:
 
 def _verify_release(
     remote: Remote, layout: Layout, state: DeviceState, artifact: Artifact, release: str, on_progress: ProgressCallback | None,
+    verified: frozenset[str],
 ) -> tuple[str, ...]:
-    """Hash every file of ``release`` on the device; repair what does not match the artifact.
+    """Hash every file of ``release`` on the device, except the contents in ``verified`` (checked as
+    they entered the store, moments ago); repair what does not match the artifact.
 
     Returns the repaired files. A failed repair marks the release damaged (run and bench
     refuse it); a verified release loses its mark.
     """
-    damage = check(remote, layout, release_expectations(release, artifact.files))
+    damage = check(remote, layout, release_expectations(release, [entry for entry in artifact.files if entry.sha256 not in verified]))
     repaired: tuple[str, ...] = ()
     if damage:
         log.warning("%s: %d file(s) of release %s do not match, e.g. %s; repairing", remote.address, len(damage), release, damage[0].path)
@@ -248,7 +254,7 @@ def _repair(
     held = {name: [entry for entry in files if entry.sha256 in contents] for name, files in holders.items() if files}
     modes = _content_modes(entry for entries in held.values() for entry in entries)
     uploads = [replace(up, mode=modes[up.sha256]) for up in _plan_uploads(artifact, frozenset()) if up.sha256 in contents]
-    send(remote, layout, layout.objects, uploads, {}, on_progress)
+    deliver(remote, layout, uploads, {}, on_progress)
     repaired = relink(remote, layout, held)
     still = check(remote, layout, release_expectations(release, [entry for entry in artifact.files if entry.sha256 in contents]))
     if still:
@@ -315,6 +321,7 @@ def prune(remote: Remote, layout: Layout, keep: int) -> tuple[str, ...]:
         remote.script(PRUNE_SCRIPT, [layout.root, *batch], what="removing old releases")
     unused = remote.lines(["find", layout.objects, "-type", "f", "-links", "1"], what="finding unused contents") or []
     remote.batched(["rm", "-f"], unused, what="removing unused contents")
+    remote.script(CHUNK_GC_SCRIPT, [layout.root], what="removing unused chunks")
     return tuple(doomed)
 
 

@@ -8,7 +8,7 @@ the tool unchanged.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -36,6 +36,7 @@ class RemoteResult:
 
 
 ByteSink = Callable[[bytes], None]
+ByteSource = Iterable[bytes]  # data fed to a device command's stdin, in pieces
 ProgressFn = Callable[[int], None]  # bytes sent so far for the current file
 
 
@@ -59,6 +60,13 @@ class Transport(Protocol):
 
         With ``on_stdout``/``on_stderr`` the output is streamed to them as it arrives
         (and is not kept in the result).
+        """
+        ...
+
+    def run_input(self, argv: Sequence[str], data: ByteSource, *, timeout: float | None = None) -> RemoteResult:
+        """Run argv on the device with ``data`` as its stdin (closed at the end); returns its real exit code.
+
+        One round trip however much ``data`` holds: deploy streams a whole tar archive this way.
         """
         ...
 

@@ -4,6 +4,7 @@ and symlinks switched with one rename.
 Layout under the device root (ROOT)::
 
     objects/<sha256>              content store; a file enters only after sha256sum on the device matched
+    chunks/, chunklists/          the chunks deploy builds objects from (kzbuild.devices.chunkstore)
     incoming/<name>               uploads in progress: a cut upload resumes from what arrived
     releases/<release>/           one per build: hard links into objects/, plus manifest.json
     releases/.staging-<release>-<random>/  a release being assembled; renamed into place once complete
@@ -52,14 +53,14 @@ VERIFY_TIMEOUT = 1800.0  # sha256sum of a multi-GB model on a phone takes a whil
 # $1 = ROOT. Prints the current link's target on the first line, then the release names, a "/"
 # line, then the releases marked damaged.
 STATE_SCRIPT = (
-    'mkdir -p "$1/objects" "$1/incoming" "$1/releases" "$1/.switch" "$1/damaged" && cd "$1" || exit 1; '
+    'mkdir -p "$1/objects" "$1/chunks" "$1/chunklists" "$1/incoming" "$1/releases" "$1/.switch" "$1/damaged" && cd "$1" || exit 1; '
     'printf "%s\\n" "$(readlink current)"; ls -1 releases && echo / && ls -1 damaged'
 )
 # $1 = a store dir, $2 = incoming. Prints the store's names, a "/" line, then "size name" per partial
-# upload. A partial upload with other hard links is removed: appending to it would write through them.
+# upload (from one ls -ln). A partial upload with other hard links is removed: appending to it would write through them.
 INVENTORY_SCRIPT = (
-    'ls -1 "$1" || exit 1; echo /; cd "$2" || exit 1; for f in *; do [ -f "$f" ] || continue; '
-    'if [ "$(stat -c %h "$f")" -gt 1 ]; then rm -f "$f"; else stat -c "%s %n" "$f"; fi; done; true'
+    'ls -1 "$1" || exit 1; echo /; cd "$2" || exit 1; ls -ln | while read -r p l u g s rest; do '
+    'case $p in -*) ;; *) continue ;; esac; n=${rest##* }; if [ "$l" -gt 1 ]; then rm -f "$n"; else echo "$s $n"; fi; done; true'
 )
 # $1 = mode, $2 = store dir, then verified uploads: set their mode, rename them into the store.
 STORE_SCRIPT = 'mode=$1 dest=$2; shift 2; chmod "$mode" "$@" && mv -f "$@" "$dest"'
@@ -74,7 +75,13 @@ COMPLETE_SCRIPT = (
 # $1 = ROOT, then releases to remove (with their damage markers); what cut deploys left behind goes too.
 PRUNE_SCRIPT = (
     'cd "$1" || exit 1; shift; for r in "$@"; do rm -rf "releases/$r" "damaged/$r" || exit 1; done; '
-    "rm -rf releases/.staging-* incoming/manifest.json-*"
+    "rm -rf releases/.staging-* incoming/manifest.json-* incoming/.lists-* incoming/.plan-* incoming/.store-*"
+)
+# $1 = ROOT. Drops the chunk lists of objects that are gone, then the chunks no list names.
+CHUNK_GC_SCRIPT = (
+    'cd "$1" || exit 1; for l in chunklists/*; do [ -f "$l" ] && [ ! -e "objects/${l##*/}" ] && rm -f "$l"; done; '
+    "cat chunklists/* 2>/dev/null | cut -d ' ' -f 1 | LC_ALL=C sort -u > incoming/.keep && ls -1 chunks | LC_ALL=C sort > incoming/.have "
+    "&& comm -23 incoming/.have incoming/.keep | (cd chunks && xargs rm -f) && rm -f incoming/.keep incoming/.have"
 )
 # $1 = ROOT. Prints where current points, then "damaged" when that release carries a damage marker.
 CURRENT_SCRIPT = 't=$(readlink "$1/current") || exit 1; printf "%s\\n" "$t"; if [ -e "$1/damaged/${t##*/}" ]; then echo damaged; fi; true'
@@ -330,13 +337,17 @@ def send(remote: Remote, layout: Layout, store_dir: str, uploads: Sequence[Uploa
     _store(remote, layout, store_dir, [up for up in uploads if up not in bad])
     if bad:
         remote.batched(["rm", "-f"], [posixpath.join(layout.incoming, up.name) for up in bad], what="removing corrupt uploads")
-        raise DeviceError(
-            f"{remote.address}: sha256 mismatch on the device for {len(bad)} file(s), e.g. {bad[0].label}: "
-            f"expected {bad[0].sha256}, got {found.get(posixpath.join(layout.incoming, bad[0].name), 'no checksum (is sha256sum installed?)')}; "
-            "the corrupt uploads were removed",
-            hint=f"if {bad[0].local} changed after the manifest was written, rebuild; otherwise rerun",
-        )
+        raise mismatch_error(remote, len(bad), bad[0], found.get(posixpath.join(layout.incoming, bad[0].name), "no checksum (is sha256sum installed?)"))
     return SendStats(bytes_sent=done, bytes_resumed=sum(offsets.values()))
+
+
+def mismatch_error(remote: Remote, count: int, example: Upload, found: str) -> DeviceError:
+    """The error for uploads whose sha256 on the device did not match (they were removed)."""
+    return DeviceError(
+        f"{remote.address}: sha256 mismatch on the device for {count} file(s), e.g. {example.label}: "
+        f"expected {example.sha256}, got {found}; the corrupt uploads were removed",
+        hint=f"if {example.local} changed after the manifest was written, rebuild; otherwise rerun",
+    )
 
 
 def device_sha256(remote: Remote, paths: Sequence[str]) -> dict[str, str]:

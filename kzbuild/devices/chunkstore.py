@@ -1,0 +1,326 @@
+"""Deploy's transfer of file contents: content-defined chunks, one tar stream per deploy, each
+file assembled on the device from its chunks and verified before it enters the store.
+
+Layout added under the device root (see :mod:`kzbuild.devices.store` for the rest)::
+
+    chunks/<name>                 a chunk of some object; <name> is the first 32 hex digits of its sha256
+    chunklists/<sha256>           the chunks of objects/<sha256> in order, one "name size" line each
+    incoming/.lists-<token>/      the chunk lists of one deploy, until their objects are verified
+
+A file is cut with FastCDC (:mod:`pyfastcdc`), so an edit moves only the chunks around it: the
+device receives the chunks it lacks, and ``cat`` puts each file together from ``chunks/`` and
+``incoming/``. A file that is one chunk travels whole, as before. Three device commands move a
+deploy's contents, however many files it has: the chunk lists go up and the device answers which
+chunks it lacks; one tar stream (``tar -x``, which toybox has) brings every missing chunk and
+whole file; one script assembles the files and runs ``sha256sum`` on them. A fourth moves what
+checked out into the store.
+
+Trust: a file enters ``objects/`` only when its sha256 on the device matched. A chunk that
+arrived enters ``chunks/`` only when a file built from it matched and the chunk has the size its
+list says: the concatenation matched, every part had its length, so every part is the right
+content. No chunk is hashed on its own, and no content is hashed twice. A stored chunk that rotted
+makes its file fail the check; that file is then rebuilt from freshly sent chunks only, and the
+fresh chunks replace the stored ones (a rename). A cut transfer resumes: chunks (at most
+:data:`MAX_CHUNK` bytes) and whole files that had arrived complete in ``incoming/`` are not sent
+again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import posixpath
+import secrets
+import tarfile
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyfastcdc import FastCDC
+
+from kzbuild.devices.store import (
+    COMMAND_TIMEOUT,
+    VERIFY_TIMEOUT,
+    Layout,
+    ProgressCallback,
+    Remote,
+    SendStats,
+    TransferProgress,
+    Upload,
+    mismatch_error,
+)
+from kzbuild.errors import DeviceError
+
+log = logging.getLogger(__name__)
+
+# FastCDC parameters: chunks of 1-32 KiB, about 5 KiB on average (pyfastcdc's mean is avg + min).
+# Smaller chunks resend less around an edit but make longer chunk lists; measured on real patch
+# rebuilds of llama.cpp (benchmarks/bench_deploy.py), 4 KiB sends the fewest bytes in all.
+MIN_CHUNK = 1024
+AVG_CHUNK = 4096
+MAX_CHUNK = 32 * 1024
+NAME_HEX = 32  # a chunk's name: 128 bits of its sha256 (a collision only makes a file fail its check)
+STREAM_PIECE = 256 * 1024  # bytes handed to the transport at a time
+TAR_BLOCK = 512
+
+# $1 = ROOT, $2 = token; stdin: a tar of chunk lists (one file per object). Unpacks them into
+# incoming/.lists-<token>/ and prints the name of every listed chunk chunks/ lacks.
+PROBE_SCRIPT = (
+    'd="$1/incoming/.lists-$2"; rm -rf "$d" && mkdir -p "$d" && cd "$d" && tar -x -f - || exit 1; '
+    'cat * | while read -r c s; do [ -f "../../chunks/$c" ] || echo "$c"; done; true'
+)
+# $1 = incoming/; stdin: a tar of chunks and whole files
+RECEIVE_SCRIPT = 'cd "$1" && tar -x -f -'
+# $1 = ROOT, $2 = token, $3 = 1 to use only chunks sent now; stdin: "a SHA" (assemble from the
+# chunk list) or "h SHA" (arrived whole) lines. Prints sha256sum of each file in incoming/, a "/"
+# line, then "size name" of each listed chunk in incoming/.
+ASSEMBLE_SCRIPT = (
+    'cd "$1/incoming" || exit 1; plan=".plan-$2"; lists=".lists-$2"; fresh=$3; cat > "$plan" || exit 1; '
+    'while read -r op o; do if [ "$op" = a ]; then rm -f "$o"; '
+    'while read -r c s; do if [ "$fresh" = 0 ] && [ -f "../chunks/$c" ]; then echo "../chunks/$c"; else echo "$c"; fi; done < "$lists/$o" '
+    '| xargs cat > "$o"; fi; echo "$o"; done < "$plan" | xargs sha256sum; echo /; '
+    'if [ -d "$lists" ]; then cat "$lists"/* | while read -r c s; do [ -f "$c" ] && echo "$c"; done | xargs stat -c "%s %n"; fi; '
+    'rm -f "$plan"; true'
+)
+# $1 = ROOT, $2 = token; stdin: a tar of name lists: "chunks" (move into chunks/), "chunklists"
+# (lists to keep, from incoming/.lists-<token>/), "objects-MODE" (chmod MODE, move into objects/).
+STORE_SCRIPT = (
+    'cd "$1/incoming" || exit 1; s=".store-$2"; rm -rf "$s" && mkdir "$s" && (cd "$s" && tar -x -f -) || exit 1; '
+    'if [ -f "$s/chunks" ]; then xargs sh -c \'mv -f "$@" ../chunks/\' kz < "$s/chunks" || exit 1; fi; '
+    'if [ -f "$s/chunklists" ]; then (cd ".lists-$2" && xargs sh -c \'mv -f "$@" ../../chunklists/\' kz < "../$s/chunklists") || exit 1; fi; '
+    'for f in "$s"/objects-*; do [ -f "$f" ] || continue; '
+    'xargs sh -c \'chmod "$0" "$@" && mv -f "$@" ../objects/\' "${f##*-}" < "$f" || exit 1; done; '
+    'rm -rf "$s" ".lists-$2"'
+)
+
+_CHUNKER = FastCDC(AVG_CHUNK, min_size=MIN_CHUNK, max_size=MAX_CHUNK)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One chunk of a file."""
+
+    name: str
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Content:
+    """A file content the device lacks, with its chunks (none: it is one chunk and travels whole)."""
+
+    upload: Upload
+    pieces: tuple[Piece, ...]
+
+    @property
+    def sha256(self) -> str:
+        return self.upload.sha256
+
+    def chunk_list(self) -> bytes:
+        return "".join(f"{piece.name} {piece.size}\n" for piece in self.pieces).encode()
+
+
+@dataclass(frozen=True)
+class Member:
+    """One file of a tar stream: ``read`` yields its bytes."""
+
+    name: str
+    size: int
+    read: Callable[[], Iterator[bytes]]
+    label: str = ""  # for progress; empty: not file contents (a list)
+
+
+def chunk_name(data: bytes | memoryview) -> str:
+    return hashlib.sha256(data).hexdigest()[:NAME_HEX]
+
+
+def split(path: Path, size: int) -> tuple[Piece, ...]:
+    """The chunks of a file; () when it is a single chunk."""
+    if size <= MIN_CHUNK:
+        return ()
+    pieces = tuple(Piece(chunk_name(chunk.data), chunk.offset, chunk.length) for chunk in _CHUNKER.cut_file(path))
+    return pieces if len(pieces) > 1 else ()
+
+
+def plan(uploads: Sequence[Upload]) -> list[Content]:
+    return [Content(upload, split(upload.local, upload.size)) for upload in uploads]
+
+
+def tar_stream(members: Iterable[Member], on_bytes: Callable[[Member, int], None] | None = None) -> Iterator[bytes]:
+    """A ustar archive of ``members`` (mode 0644), in pieces of about STREAM_PIECE bytes.
+
+    ``on_bytes(member, n)`` is told of every n content bytes as they go out.
+    """
+    buffer = bytearray()
+    now = int(time.time())
+    for member in members:
+        info = tarfile.TarInfo(member.name)
+        info.size, info.mode, info.mtime = member.size, 0o644, now
+        buffer += info.tobuf(format=tarfile.USTAR_FORMAT)
+        written = 0
+        for data in member.read():
+            buffer += data
+            written += len(data)
+            if on_bytes:
+                on_bytes(member, len(data))
+            if len(buffer) >= STREAM_PIECE:
+                yield bytes(buffer)
+                buffer.clear()
+        if written != member.size:
+            raise DeviceError(f"{member.label or member.name} changed while it was being sent ({written} bytes instead of {member.size})")
+        buffer += bytes(-member.size % TAR_BLOCK)
+    buffer += bytes(2 * TAR_BLOCK)
+    yield bytes(buffer)
+
+
+def file_range(path: Path, offset: int, size: int) -> Callable[[], Iterator[bytes]]:
+    def read() -> Iterator[bytes]:
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(offset)
+                left = size
+                while left > 0 and (data := handle.read(min(left, STREAM_PIECE))):
+                    left -= len(data)
+                    yield data
+        except OSError as exc:
+            raise DeviceError(f"cannot read {path}: {exc.strerror}") from exc
+
+    return read
+
+
+def constant(data: bytes) -> Callable[[], Iterator[bytes]]:
+    return lambda: iter((data,))
+
+
+def deliver(
+    remote: Remote,
+    layout: Layout,
+    uploads: Sequence[Upload],
+    partial: dict[str, int],
+    on_progress: ProgressCallback | None,
+) -> SendStats:
+    """Put every upload into ``objects/`` verified, sending only the chunks the device lacks.
+
+    ``partial`` maps names in incoming/ to the bytes there (what a cut deploy left). A file
+    that fails its check is rebuilt once from chunks all sent anew; if it fails again, the
+    DeviceError names it.
+    """
+    if not uploads:
+        return SendStats()
+    contents = plan(uploads)
+    stats, bad = _deliver(remote, layout, contents, partial, on_progress, fresh=False)
+    if bad:
+        log.warning("%s: %d file(s) did not match after assembly, e.g. %s; sending all their chunks again", remote.address, len(bad), bad[0][0].upload.label)
+        again, bad = _deliver(remote, layout, [content for content, _ in bad], {}, on_progress, fresh=True)
+        stats = SendStats(stats.bytes_sent + again.bytes_sent, stats.bytes_resumed)
+    if bad:
+        content, found = bad[0]
+        names = [up for content, _ in bad for up in (content.sha256, *(piece.name for piece in content.pieces))]
+        remote.batched(["rm", "-f"], [posixpath.join(layout.incoming, name) for name in names], what="removing corrupt uploads")
+        raise mismatch_error(remote, len(bad), content.upload, found)
+    return stats
+
+
+def _deliver(
+    remote: Remote,
+    layout: Layout,
+    contents: Sequence[Content],
+    partial: dict[str, int],
+    on_progress: ProgressCallback | None,
+    *,
+    fresh: bool,
+) -> tuple[SendStats, list[tuple[Content, str]]]:
+    """One pass: lists up, missing chunks and whole files in one stream, assemble, check, store.
+
+    Returns what was sent and the contents that did not match (with the sha256 found).
+    """
+    token = secrets.token_hex(4)
+    chunked = [content for content in contents if content.pieces]
+    missing: set[str] = set()
+    if chunked:
+        lists = [Member(content.sha256, len(data), constant(data)) for content in chunked for data in [content.chunk_list()]]
+        probe = remote.transport.run_input(["sh", "-c", PROBE_SCRIPT, "kz", layout.root, token], tar_stream(lists), timeout=COMMAND_TIMEOUT)
+        if not probe.ok:
+            raise remote.error(["sh", "-c", PROBE_SCRIPT, "kz", layout.root, token], probe, what="sending the chunk lists")
+        missing = {piece.name for content in chunked for piece in content.pieces} if fresh else set(probe.text().split())
+
+    members: dict[str, Member] = {}
+    resumed = 0
+    for content in contents:
+        up = content.upload
+        wanted = [(piece.name, piece.offset, piece.size) for piece in content.pieces if piece.name in missing] if content.pieces else [(up.name, 0, up.size)]
+        for name, offset, size in wanted:
+            if name in members:
+                continue
+            if size and partial.get(name) == size:
+                resumed += size  # arrived whole before a cut; checked below with the rest
+                continue
+            members[name] = Member(name, size, file_range(up.local, offset, size), up.label)
+    sent = _stream(remote, layout, list(members.values()), on_progress)
+
+    found, sizes = _assemble(remote, layout, token, contents, fresh)
+    good = [content for content in contents if found.get(content.sha256) == content.sha256]
+    bad = [(content, found.get(content.sha256, "no checksum (is sha256sum installed?)")) for content in contents if content not in good]
+    arrived = {piece.name for content in good for piece in content.pieces if piece.name in missing and sizes.get(piece.name) == piece.size}
+    _store(remote, layout, token, good, sorted(arrived))
+    return SendStats(bytes_sent=sent, bytes_resumed=resumed), bad
+
+
+def _stream(remote: Remote, layout: Layout, members: Sequence[Member], on_progress: ProgressCallback | None) -> int:
+    """Send ``members`` into incoming/ as one tar stream; returns the content bytes sent."""
+    total = sum(member.size for member in members)
+    done = 0
+
+    def report(member: Member, count: int) -> None:
+        nonlocal done
+        done += count
+        if on_progress:
+            on_progress(TransferProgress(member.label, done, total))
+
+    if members:
+        argv = ["sh", "-c", RECEIVE_SCRIPT, "kz", layout.incoming + "/"]
+        result = remote.transport.run_input(argv, tar_stream(members, report), timeout=None)
+        if not result.ok:
+            raise remote.error(argv, result, what=f"receiving {len(members)} file(s) and chunk(s)")
+    if on_progress:
+        on_progress(TransferProgress("verifying sha256 on the device", done, total))
+    return total
+
+
+def _assemble(remote: Remote, layout: Layout, token: str, contents: Sequence[Content], fresh: bool) -> tuple[dict[str, str], dict[str, int]]:
+    """Put the chunked contents together in incoming/ and hash every content there.
+
+    Returns sha256 by content name and the size of each listed chunk present in incoming/.
+    """
+    steps = "".join(f"{'a' if content.pieces else 'h'} {content.sha256}\n" for content in contents).encode()
+    argv = ["sh", "-c", ASSEMBLE_SCRIPT, "kz", layout.root, token, "1" if fresh else "0"]
+    result = remote.transport.run_input(argv, iter((steps,)), timeout=VERIFY_TIMEOUT)
+    if not result.ok:
+        raise remote.error(argv, result, what="assembling and checking the files")
+    lines = result.text().split("\n")
+    cut = lines.index("/") if "/" in lines else len(lines)
+    found: dict[str, str] = {}
+    for line in lines[:cut]:
+        digest, _, name = line.partition("  ")
+        if name:
+            found[name] = digest
+    sizes: dict[str, int] = {}
+    for line in lines[cut + 1 :]:
+        size, _, name = line.partition(" ")
+        if size.isdigit():
+            sizes[name] = int(size)
+    return found, sizes
+
+
+def _store(remote: Remote, layout: Layout, token: str, good: Sequence[Content], chunks: Sequence[str]) -> None:
+    """Move verified contents into objects/, the chunks they proved into chunks/, and keep their chunk lists."""
+    plans: dict[str, list[str]] = {"chunks": list(chunks), "chunklists": [content.sha256 for content in good if content.pieces]}
+    for content in good:
+        plans.setdefault(f"objects-{content.upload.mode:o}", []).append(content.sha256)
+    members = [Member(name, len(data), constant(data)) for name, names in plans.items() if names for data in ["".join(f"{n}\n" for n in names).encode()]]
+    argv = ["sh", "-c", STORE_SCRIPT, "kz", layout.root, token]
+    result = remote.transport.run_input(argv, tar_stream(members), timeout=COMMAND_TIMEOUT)
+    if not result.ok:
+        raise remote.error(argv, result, what="moving verified files into the store")
+
