@@ -63,7 +63,8 @@ def assert_store_invariant(root: Path) -> str | None:
     """The device store under ``root`` (a local path: every test device stores on this disk) is
     sound; returns the release ``current`` points at (None before the first deploy).
 
-    Every ``objects/<sha256>`` hashes to its name; every release holds exactly what its
+    Every ``objects/<sha256>`` hashes to its name, every ``chunks/<name>`` to a sha256 that starts
+    with its name; every release holds exactly what its
     manifest.json lists, as regular files with those contents (executable where listed so); no manifest shares an inode with
     anything (a write through it would reach the store); nothing is setuid, setgid or sticky;
     ``current`` (if any) points at a complete release.
@@ -71,6 +72,9 @@ def assert_store_invariant(root: Path) -> str | None:
     objects = root / "objects"
     for obj in objects.iterdir() if objects.is_dir() else ():
         assert sha256(obj) == obj.name, f"objects/{obj.name} hashes to {sha256(obj)}"
+    chunks = root / "chunks"
+    for chunk in chunks.iterdir() if chunks.is_dir() else ():
+        assert sha256(chunk).startswith(chunk.name), f"chunks/{chunk.name} hashes to {sha256(chunk)}"
     for path in root.rglob("*"):
         info = path.lstat()
         assert not info.st_mode & 0o7000, f"{path} has mode {info.st_mode & 0o7777:o}"
