@@ -17,19 +17,19 @@ import secrets
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
+from itertools import chain
 from pathlib import Path
 
 from kzbuild.artifacts import sha256_file
 from kzbuild.devices.base import Transport
-from kzbuild.devices.chunkstore import deliver
+from kzbuild.devices.chunkstore import DIRECTORY, HARDLINK, TAR_BLOCK, Member, constant, deliver, tar_header, tar_stream
 from kzbuild.devices.devicelock import device_lock
 from kzbuild.devices.integrity import check, manifest_files, release_expectations, release_files, relink, update_markers
 from kzbuild.devices.store import (
     CHUNK_GC_SCRIPT,
-    COMPLETE_SCRIPT,
-    LINK_SCRIPT,
-    PREPARE_SCRIPT,
+    COMMAND_TIMEOUT,
     PRUNE_SCRIPT,
+    RELEASE_SCRIPT,
     DeviceState,
     Layout,
     ProgressCallback,
@@ -139,9 +139,9 @@ def _deploy(
     stats = SendStats()
     metadata = 0
     if not complete:
-        have = inventory(remote, layout, layout.objects)
+        have = inventory(remote, layout, layout.objects, layout.chunks)
         uploads = _plan_uploads(artifact, have.stored)
-        stats = deliver(remote, layout, uploads, have.partial, on_progress)
+        stats = deliver(remote, layout, uploads, have.partial, on_progress, chunks_empty=have.other_empty)
         heartbeat()
         metadata = _assemble(remote, layout, artifact, release)
         heartbeat()
@@ -268,22 +268,25 @@ def _repair(
 def _assemble(remote: Remote, layout: Layout, artifact: Artifact, release: str) -> int:
     """Build a staging dir of hard links into the store, add the manifest, and rename it into place.
 
-    The staging dir's name is unique, and the manifest arrives under a name of its own in
-    incoming/ before it is renamed in: nothing is written through a hard link.
+    One command: a tar stream of the manifest (under a name of its own in incoming/), the list of
+    executables and the release's dirs and hard links (which tar makes without a process per
+    file). The staging dir's name is unique: nothing is written through a hard link.
     """
     token = secrets.token_hex(4)
-    staging = layout.release(f".staging-{release}-{token}")
-    dirs = sorted({posixpath.dirname(posixpath.join(staging, entry.path)) for entry in artifact.files} - {staging})
-    remote.script(PREPARE_SCRIPT, [staging, *dirs], what="preparing the release directory")
-    pairs: list[str] = []
-    for entry in artifact.files:
-        pairs += [posixpath.join(layout.objects, entry.sha256), posixpath.join(staging, entry.path)]
-    remote.batched(["sh", "-c", LINK_SCRIPT, "kz-link"], pairs, group=2, what="linking the release")
-    manifest = posixpath.join(layout.incoming, f"{MANIFEST}-{token}")
-    remote.transport.push(artifact.manifest_path, manifest)
-    executables = [posixpath.join(staging, entry.path) for entry in artifact.files if entry.mode & 0o111]
-    remote.script(COMPLETE_SCRIPT, [manifest, posixpath.join(staging, MANIFEST), staging, layout.release(release), *executables], what="completing the release")
-    return artifact.manifest_path.stat().st_size
+    staging = f"releases/.staging-{release}-{token}"
+    manifest = f"incoming/{MANIFEST}-{token}"
+    manifest_bytes = artifact.manifest_path.read_bytes()
+    executables = "".join(f"{staging}/{entry.path}\n" for entry in artifact.files if entry.mode & 0o111).encode()
+    dirs = sorted({posixpath.dirname(f"{staging}/{entry.path}") for entry in artifact.files} | {staging})
+    members = [Member(manifest, len(manifest_bytes), constant(manifest_bytes)), Member(f"{manifest}.exec", len(executables), constant(executables))]
+    headers = [tar_header(name, 0, kind=DIRECTORY, mode=0o755) for name in dirs]
+    headers += [tar_header(f"{staging}/{entry.path}", 0, kind=HARDLINK, linkname=f"objects/{entry.sha256}") for entry in artifact.files]
+    stream = chain(tar_stream(members, end=False), (b"".join(headers), bytes(2 * TAR_BLOCK)))
+    argv = ["sh", "-c", RELEASE_SCRIPT, "kz", layout.root, staging, manifest, f"releases/{release}"]
+    result = remote.transport.run_input(argv, stream, timeout=COMMAND_TIMEOUT)
+    if not result.ok:
+        raise remote.error(argv, result, what="completing the release")
+    return len(manifest_bytes)
 
 
 def rollback(transport: Transport, device: Device, *, keep: int | None = None, wait: float = 0.0) -> RollbackResult:

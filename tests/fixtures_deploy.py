@@ -217,7 +217,8 @@ class NoSpaceTransport:
         if not spent[1]:
             return result
         written, self.budget = spent[0], 0
-        raise device_full(self.inner.address, f"writing {argv[-1]} failed after {written} bytes: {NO_SPACE}")
+        where = next(arg for arg in reversed(argv) if arg.startswith("/"))  # the dir the command writes to
+        raise device_full(self.inner.address, f"writing {where} failed after {written} bytes: {NO_SPACE}")
 
     def push(self, local: Path, remote: str, *, progress: Any = None) -> None:
         size = local.stat().st_size
