@@ -9,20 +9,21 @@ Layout added under the device root (see :mod:`kzbuild.devices.store` for the res
 
 A file is cut with FastCDC (:mod:`pyfastcdc`), so an edit moves only the chunks around it: the
 device receives the chunks it lacks, and ``cat`` puts each file together from ``chunks/`` and
-``incoming/``. A file that is one chunk travels whole, as before. Three device commands move a
-deploy's contents, however many files it has: the chunk lists go up and the device answers which
-chunks it lacks; one tar stream (``tar -x``, which toybox has) brings every missing chunk and
-whole file; one script assembles the files and runs ``sha256sum`` on them. A fourth moves what
-checked out into the store.
+``incoming/``. A file under :data:`WHOLE_BELOW` travels whole, as before. At most three device
+commands move a deploy's contents, however many files it has: the chunk lists go up and the
+device answers which chunks it lacks (skipped while ``chunks/`` is empty: then it lacks all);
+one tar stream (``tar -x``, which toybox has) brings every missing chunk and whole file, and the
+same command assembles the files and runs ``sha256sum`` on them; the last moves what checked out
+into the store.
 
 Trust: a file enters ``objects/`` only when its sha256 on the device matched. A chunk that
 arrived enters ``chunks/`` only when a file built from it matched and the chunk has the size its
 list says: the concatenation matched, every part had its length, so every part is the right
 content. No chunk is hashed on its own, and no content is hashed twice. A stored chunk that rotted
 makes its file fail the check; that file is then rebuilt from freshly sent chunks only, and the
-fresh chunks replace the stored ones (a rename). A cut transfer resumes: chunks (at most
-:data:`MAX_CHUNK` bytes) and whole files that had arrived complete in ``incoming/`` are not sent
-again.
+fresh chunks replace the stored ones (a rename). A cut transfer resumes: chunks and whole files
+that had arrived complete in ``incoming/`` are not sent again (so at most one piece, under
+:data:`WHOLE_BELOW` bytes, is).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ log = logging.getLogger(__name__)
 MIN_CHUNK = 1024
 AVG_CHUNK = 4096
 MAX_CHUNK = 32 * 1024
+WHOLE_BELOW = 64 * 1024  # smaller files travel whole: assembling one costs a process or two on the device
 NAME_HEX = 32  # a chunk's name: 128 bits of its sha256 (a collision only makes a file fail its check)
 STREAM_PIECE = 256 * 1024  # bytes handed to the transport at a time
 TAR_BLOCK = 512
@@ -137,8 +139,8 @@ def chunk_name(data: bytes | memoryview) -> str:
 
 
 def split(path: Path, size: int) -> tuple[Piece, ...]:
-    """The chunks of a file; () when it is a single chunk."""
-    if size <= MIN_CHUNK:
+    """The chunks of a file; () when it travels whole (small, or a single chunk)."""
+    if size < WHOLE_BELOW:
         return ()
     pieces = tuple(Piece(chunk_name(chunk.data), chunk.offset, chunk.length) for chunk in _CHUNKER.cut_file(path))
     return pieces if len(pieces) > 1 else ()
@@ -323,7 +325,7 @@ def _deliver(
     sent, found, sizes = _stream(remote, layout, token, members, fresh, on_progress)
 
     good = [content for content in contents if found.get(content.sha256) == content.sha256]
-    bad = [(content, found.get(content.sha256, "no checksum (is sha256sum installed?)")) for content in contents if content not in good]
+    bad = [(content, found.get(content.sha256, "no checksum (is sha256sum installed?)")) for content in contents if found.get(content.sha256) != content.sha256]
     arrived = {piece.name for content in good for piece in content.pieces if piece.name in missing and sizes.get(piece.name) == piece.size}
     _store(remote, layout, token, good, sorted(arrived))
     return SendStats(bytes_sent=sent, bytes_resumed=resumed), bad

@@ -11,7 +11,7 @@ import pytest
 
 from kzbuild import deploy
 from kzbuild.artifacts import load_artifact
-from kzbuild.devices.chunkstore import MAX_CHUNK
+from kzbuild.devices.chunkstore import WHOLE_BELOW
 from kzbuild.devices.local import LocalTransport
 from kzbuild.errors import DeviceError
 from kzbuild.model.device import Device
@@ -96,7 +96,7 @@ def test_cut_deploy_keeps_current_and_the_next_one_resumes(artifacts, tmp_path):
     assert 100 * 1024 < arrived < 200 * 1024
     assert not (root / "releases" / "b2").exists()
     resumed = deploy.deploy(LocalTransport(str(root)), device, build2)
-    assert arrived - MAX_CHUNK < resumed.bytes_resumed <= arrived  # only the chunk that was cut is sent again
+    assert arrived - WHOLE_BELOW < resumed.bytes_resumed <= arrived  # only the chunk that was cut is sent again
     assert resumed.bytes_sent == blob.size - resumed.bytes_resumed
     assert current_release(root) == "releases/b2"
     assert run_hello(root) == "hello from v1\nblob 524288\n"
