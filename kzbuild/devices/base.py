@@ -98,6 +98,19 @@ def device_full(address: str, detail: str) -> DeviceError:
     return DeviceError(f"device {address} is full: {detail}", hint=FULL_HINT)
 
 
+def lacks_space(transport: Transport, directory: str, needed: int) -> bool:
+    """Whether the filesystem of ``directory`` on the device has less than ``needed`` bytes free
+    (for tools that report a full disk without saying so: SFTP's bare 'Failure', tar's 'Wrote only')."""
+    try:
+        result = transport.run(["df", "-k", directory])
+    except DeviceError:
+        return False  # the connection is gone: the caller reports the drop, not a full disk
+    lines = result.text().splitlines() if result.ok else []
+    fields = lines[-1].split() if lines else []
+    # the last three columns are Available, Use% and the mount point (the name may wrap)
+    return len(fields) >= 3 and fields[-3].isdigit() and int(fields[-3]) * 1024 < needed
+
+
 def check_env_name(name: str) -> str:
     if not name or name[0].isdigit() or not set(name) <= ENV_NAME_CHARS:
         raise ValueError(f"invalid environment variable name: {name!r}")

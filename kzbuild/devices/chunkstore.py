@@ -40,6 +40,7 @@ from pathlib import Path
 
 from pyfastcdc import FastCDC
 
+from kzbuild.devices.base import NO_SPACE, device_full, lacks_space
 from kzbuild.devices.store import (
     COMMAND_TIMEOUT,
     VERIFY_TIMEOUT,
@@ -353,8 +354,14 @@ def _stream(
 
     argv = ["sh", "-c", RECEIVE_SCRIPT, "kz", layout.incoming + "/", token, "1" if fresh else "0"]
     result = remote.transport.run_input(argv, tar_stream(members, report, verifying), timeout=VERIFY_TIMEOUT)
-    if not result.ok:
-        raise remote.error(argv, result, what=f"receiving {len(members)} file(s) and chunk(s)")
+    # a full disk while assembling leaves files short: that is no corruption to retry, but this error
+    stderr = result.stderr.decode(errors="replace")
+    if not result.ok or NO_SPACE in stderr:
+        what = f"receiving {len(members)} file(s) and chunk(s)"
+        if NO_SPACE not in stderr and lacks_space(remote.transport, layout.incoming, TAR_BLOCK * 16):
+            lines = stderr.strip().splitlines()
+            raise device_full(remote.address, f"{what} into {layout.incoming}/ failed" + (f": {lines[0]}" if lines else ""))
+        raise remote.error(argv, result, what=what)
     lines = result.text().split("\n")
     cut = lines.index("/") if "/" in lines else len(lines)
     found: dict[str, str] = {}

@@ -1,4 +1,4 @@
-"""The ssh transport: paramiko, SFTP for files, exec for commands, strict host keys.
+"""The ssh transport: paramiko, exec for commands (with stdin for deploy's tar streams), SFTP for single files, strict host keys.
 
 Authentication is by key or agent only (never a password). The server's host key must be in
 the known_hosts file already; an unknown or changed key is refused with its SHA256
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import paramiko
 
-from kzbuild.devices.base import PUSH_MODE_BITS, ByteSink, ByteSource, ProgressFn, RemoteResult, device_full, remote_command
+from kzbuild.devices.base import PUSH_MODE_BITS, ByteSink, ByteSource, ProgressFn, RemoteResult, device_full, lacks_space, remote_command
 from kzbuild.errors import DeviceError
 from kzbuild.model.device import Device
 
@@ -240,14 +240,7 @@ class SshTransport:
 
     def _full(self, remote: str, needed: int) -> bool:
         """Whether the filesystem of ``remote`` lacks ``needed`` bytes: SFTP reports ENOSPC as a bare 'Failure'."""
-        try:
-            result = self.run(["df", "-k", posixpath.dirname(remote)])
-        except DeviceError:
-            return False  # the connection is gone: the caller reports the drop, not a full disk
-        lines = result.text().splitlines() if result.ok else []
-        fields = lines[-1].split() if lines else []
-        # the last three columns are Available, Use% and the mount point (the name may wrap)
-        return len(fields) >= 3 and fields[-3].isdigit() and int(fields[-3]) * 1024 < needed
+        return lacks_space(self, posixpath.dirname(remote), needed)
 
     def pull(self, remote: str, local: Path) -> None:
         try:

@@ -269,11 +269,13 @@ def grow(disk: Path) -> None:
     subprocess.run(["mount", "-o", "remount,size=8m", str(disk)], check=True)
 
 
-@pytest.mark.parametrize("target", ["local", "ssh"], indirect=True)
-def test_a_full_disk_is_exit_8_naming_device_and_path_then_the_deploy_completes(kz, small_disk, target, artifacts, clean_lock_env):
+@pytest.mark.parametrize(("target", "blob_size"), [("local", 1 << 20), ("ssh", 1 << 20), ("local", 110 << 10)], indirect=["target"])
+def test_a_full_disk_is_exit_8_naming_device_and_path_then_the_deploy_completes(kz, small_disk, target, artifacts, blob_size, clean_lock_env):
+    """1 MiB: the disk fills up while the stream arrives; 110 KiB: the chunks arrive, then the disk
+    fills up while the file is put together from them (no corruption: a full disk)."""
     assert target.root == small_disk
     deployed(kz, target, artifacts.make("b1"))
-    build2 = artifacts.make("b2", greeting="v2", blob_seed=2, blob_size=1 << 20)
+    build2 = artifacts.make("b2", greeting="v2", blob_seed=2, blob_size=blob_size)
     full = kz(*deploy_args(target, build2))
     assert full.code == DeviceError.exit_code, full.err
     message = " ".join(full.err.split())
