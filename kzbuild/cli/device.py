@@ -31,8 +31,7 @@ def register(app: typer.Typer) -> None:
 def verify_command(ctx: typer.Context, device: DeviceOpt = None, trust_new_host: TrustOpt = False, wait: WaitOpt = 0.0, json_out: JsonOpt = False) -> None:
     """Hash the device's whole store: every content, chunk, release's files and model; exit 8 if anything is damaged.
 
-    Damaged releases are marked, so run and bench refuse them until kzbuild deploy repairs them;
-    damaged chunks are removed (a deploy sends them again when it needs them).
+    Damaged releases are marked, so run and bench refuse them until kzbuild deploy repairs them; damaged chunks are removed (a deploy sends them again when it needs them).
     """
     target, transport = open_device(context(ctx).settings, device, None, trust_new_host)
     # under the device lock: a deploy in flight would race it on the damage markers
