@@ -234,7 +234,8 @@ def report(rows: list[Row], base: Path, rebuilt: Path) -> None:
         passed &= goal is None or ratio <= goal
         value = f"{mine:.3f}" if unit == "s" else f"{int(mine):,}"
         anchor_value = f"{theirs:.3f}" if unit == "s" else f"{int(theirs):,}"
-        print(f"{label:26} {unit:5} {value:>12} {anchor:>7} {anchor_value:>13} {ratio:>7.2f} {('' if goal is None else f'<={goal:g}'):>6}{mark}")
+        shown = f"{ratio:.2f}" if theirs else "-"
+        print(f"{label:26} {unit:5} {value:>12} {anchor:>7} {anchor_value if theirs else '-':>13} {shown:>7} {('' if goal is None else f'<={goal:g}'):>6}{mark}")
     print(f"\ngoals (issue 13): {'PASS' if passed else 'FAIL'}")
 
 
