@@ -1,36 +1,40 @@
 #!/usr/bin/env python3
-"""Deploy figures for issue 6: incremental deploys over ssh next to a naive full copy.
+"""Deploy figures for issue 13: kzbuild deploy next to rsync and scp, in the same run, over the same sshd.
 
-    python benchmarks/bench_deploy.py [--artifact DIR] [--libs 8] [--lib-mb 4] [--runs 5] [--link-mbs 40]
+    python benchmarks/bench_deploy.py [--from DIR --to DIR] [--small-files 3000] [--runs 3]
 
-A real OpenSSH server on 127.0.0.1 (throwaway keys, as in the tests) is the device. The
-artifact is DIR (e.g. a `kzbuild build` output) or a synthetic one: real ELF bin/hello with its
-libraries plus ``--libs`` random libraries of ``--lib-mb`` MB.
+A real OpenSSH server on 127.0.0.1 (throwaway keys, as in the tests) is the device for
+kzbuild (paramiko), scp and rsync (OpenSSH's client) alike. Bytes are counted by a loopback
+TCP relay in front of it, both directions, ssh handshake included, for every tool; times are
+taken on the direct port (median of ``--runs``; kzbuild's time is connect + deploy through the
+library: Python's start-up is issue 13's start-up part, measured by the start-up benchmark).
 
-1. first deploy (empty device): bytes and seconds;
-2. no-op redeploy of the same build: bytes (must be 0) and seconds, median of ``--runs``;
-   once through the library (connect + deploy) and once as a `kzbuild deploy` subprocess
-   (what a user waits, Python start-up included);
-3. one changed library: bytes (must equal that library's size) and seconds;
-4. naive full copy of the same artifact over ssh, the way upstream's build.py does it:
-   `rm -rf` the target, then push every file (connection included, like the deploys).
+The artifacts are real builds: ``--from`` and ``--to`` are two `kzbuild build` outputs of one
+target whose patch stacks differ (default: the first such pair of host artifacts in the test
+cache, ``$KZ_TEST_CACHE/kz-work/artifacts``, which the slow test tier builds).
 
-Loopback moves ~100 MB/s, so bytes barely cost time there; the same cases run again
-through a relay limited to ``--link-mbs`` MB/s (a USB/Wi-Fi-like link), where they do.
+cases, each with its anchor:
+1. first deploy of FROM to an empty device: seconds, against ``scp -r`` (goal <= 1.3x) and rsync;
+2. ``--small-files`` files of 0.5-4 KB, first deploy: seconds, against rsync (goal <= 2x);
+3. one changed library: FROM deployed, then FROM with its largest library taken from TO (a
+   real rebuild of it): bytes, against rsync of the same change (goal <= 3x);
+4. a real patch rebuild: FROM deployed, then TO: bytes, against rsync (goal <= 3x);
+5. no-op redeploy: bytes and seconds (no anchor: 0 content bytes).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import posixpath
+import random
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,138 +47,196 @@ from kzbuild.devices.ssh import SshTransport  # noqa: E402
 from tests.fixtures_deploy import ArtifactMaker, write_manifest  # noqa: E402
 from tests.fixtures_ssh import Relay, SshServer, free_port, keygen  # noqa: E402
 
-
-def mb(nbytes: int) -> str:
-    return f"{nbytes / 1e6:.2f} MB"
+GOALS = {"first deploy / scp": 1.3, "3,000 small files / rsync": 2.0, "one changed library / rsync": 3.0, "patch rebuild / rsync": 3.0}
 
 
-def synthetic_artifact(work: Path, libs: int, lib_mb: float) -> Path:
-    directory = ArtifactMaker(work / "artifacts", work / "parts").make("bench-1")
-    for index in range(libs):
-        (directory / "lib" / f"libbench{index}.so").write_bytes(os.urandom(int(lib_mb * 1e6)))
-    write_manifest(directory, "bench-1")
-    return directory
+@dataclass
+class Link:
+    server: SshServer
+    relay: Relay
+    home: Path
+
+    def ssh_options(self, port: int) -> list[str]:
+        return [
+            "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={self.home / '.ssh' / 'known_hosts'}",
+            "-i", str(self.server.client_key), "-o", f"Port={port}",
+        ]  # fmt: skip
+
+    def remote(self, root: Path) -> str:
+        return f"{self.server.user}@{self.server.host}:{root}"
 
 
-def changed_copy(artifact: Path, work: Path) -> tuple[Path, str, int]:
-    """The artifact with one library rebuilt (new bytes, same size) under a new build id."""
-    copy = work / "artifacts" / "bench-2"
-    shutil.copytree(artifact, copy, symlinks=True)
-    libs = sorted((copy / "lib").glob("*.so*"), key=lambda p: p.stat().st_size)
-    victim = libs[len(libs) // 2]
-    size = victim.stat().st_size
-    victim.unlink()  # hard links or not, never touch the original
-    victim.write_bytes(os.urandom(size))
-    write_manifest(copy, "bench-2")
-    return copy, victim.relative_to(copy).as_posix(), size
+def test_cache_artifacts() -> Path:
+    return Path(os.environ.get("KZ_TEST_CACHE", Path.home() / ".cache" / "kzbuild-test")) / "kz-work" / "artifacts"
 
 
-def naive_copy(device, artifact: Path, target: str) -> tuple[int, float]:  # type: ignore[no-untyped-def]
-    """Connect, ``rm -rf`` the target, push every file (timed like a deploy: connection included)."""
-    files = [p for p in sorted(artifact.rglob("*")) if p.is_file()]
+def differing(a: Path, b: Path) -> list[str]:
+    files_a = {p.relative_to(a).as_posix(): p for p in a.rglob("*") if p.is_file() and p.name != "manifest.json"}
+    files_b = {p.relative_to(b).as_posix(): p for p in b.rglob("*") if p.is_file() and p.name != "manifest.json"}
+    if set(files_a) != set(files_b):
+        return []
+    return [rel for rel in sorted(files_b) if files_a[rel].read_bytes() != files_b[rel].read_bytes()]
+
+
+def find_rebuild_pair() -> tuple[Path, Path]:
+    """Two host artifacts in the test cache with the same files, some of them different."""
+    candidates = sorted(p for p in test_cache_artifacts().glob("host-*") if (p / "manifest.json").is_file())
+    for index, first in enumerate(candidates):
+        for second in candidates[index + 1 :]:
+            if differing(first, second):
+                return first, second
+    raise SystemExit(f"no two differing host artifacts under {test_cache_artifacts()}: run the slow tier (pytest -m slow) or pass --from/--to")
+
+
+def one_library_changed(base: Path, rebuilt: Path, work: Path) -> tuple[Path, str]:
+    """``base`` with its largest library that ``rebuilt`` changed taken from ``rebuilt``."""
+    changed = max(differing(base, rebuilt), key=lambda rel: (rebuilt / rel).stat().st_size)
+    copy = work / "one-lib"
+    shutil.copytree(base, copy)
+    (copy / changed).unlink()
+    shutil.copy2(rebuilt / changed, copy / changed)
+    write_manifest(copy, "one-lib")
+    return copy, changed
+
+
+def small_files_artifact(work: Path, count: int) -> Path:
+    rng = random.Random(13)
+    extra = {f"share/d{index % 30:02d}/f{index:05d}.txt": rng.randbytes(rng.randint(500, 4000)) for index in range(count)}
+    return ArtifactMaker(work / "small", work / "parts").make("small", extra=extra)
+
+
+def kz_deploy(link: Link, root: Path, artifact: Path, port: int) -> tuple[deploy.DeployResult, float]:
+    device = parse_device_spec(link.server.spec(root, port))
+    assert device is not None
     started = time.perf_counter()
     transport = SshTransport(device)
-    transport.run(["rm", "-rf", target])
-    dirs = sorted({posixpath.join(target, p.parent.relative_to(artifact).as_posix()) for p in files})
-    transport.run(["mkdir", "-p", *dirs])
-    sent = 0
-    for path in files:
-        transport.push(path, posixpath.join(target, path.relative_to(artifact).as_posix()))
-        sent += path.stat().st_size
-    transport.close()
-    return sent, time.perf_counter() - started
+    try:
+        result = deploy.deploy(transport, device, load_artifact(artifact))
+    finally:
+        transport.close()
+    return result, time.perf_counter() - started
 
 
-def python_startup() -> float:
+def scp(link: Link, root: Path, artifact: Path, port: int) -> float:
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "kzbuild", "--version"], cwd=REPO, capture_output=True, check=True)
+    subprocess.run(["scp", "-q", "-r", *link.ssh_options(port), str(artifact), link.remote(root)], check=True)
     return time.perf_counter() - started
 
 
-def measure(spec: str, artifact_dir: Path, changed_dir: Path, work: Path, runs: int) -> tuple[list[tuple[str, int, float]], int]:
-    """The four cases against one device address; returns table rows and the changed deploy's bytes."""
-    device = parse_device_spec(spec)
-    assert device is not None
-    artifact = load_artifact(artifact_dir)
+def rsync(link: Link, root: Path, artifact: Path, port: int) -> float:
+    started = time.perf_counter()
+    ssh = " ".join(["ssh", *link.ssh_options(port)])
+    subprocess.run(["rsync", "-a", "--delete", "-e", ssh, f"{artifact}/", f"{link.remote(root)}/"], check=True)
+    return time.perf_counter() - started
 
-    def timed_deploy(build: deploy.Artifact) -> tuple[deploy.DeployResult, float]:
-        started = time.perf_counter()
-        transport = SshTransport(device)
-        try:
-            result = deploy.deploy(transport, device, build)
-        finally:
-            transport.close()
-        return result, time.perf_counter() - started
 
-    first, first_s = timed_deploy(artifact)
-    noop = [timed_deploy(artifact) for _ in range(runs)]
-    assert all(result.bytes_sent == 0 and result.metadata_bytes == 0 for result, _ in noop)
-    cli = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        out = subprocess.run(
-            [sys.executable, "-m", "kzbuild", "--project", str(REPO), "--work-dir", str(work / "kz"), "deploy", "--device", spec, "--artifact", str(artifact_dir), "--json"],
-            cwd=REPO, capture_output=True, text=True, check=True,
-        ).stdout
-        cli.append(time.perf_counter() - started)
-        assert json.loads(out)["bytes_sent"] == 0
-    changed, changed_s = timed_deploy(load_artifact(changed_dir))
-    naive = [naive_copy(device, artifact_dir, posixpath.join(device.root, "naive")) for _ in range(min(runs, 3))]
-    rows = [
-        ("first deploy (empty device)", first.bytes_sent, first_s),
-        ("no-op redeploy, library (median)", 0, statistics.median(s for _, s in noop)),
-        ("no-op redeploy, kzbuild CLI (median)", 0, statistics.median(cli)),
-        ("one changed library", changed.bytes_sent, changed_s),
-        ("naive full copy: rm -rf + push all (median)", naive[0][0], statistics.median(s for _, s in naive)),
-    ]
-    return rows, changed.bytes_sent
+def counted(link: Link, action: Callable[[int], object]) -> int:
+    """Bytes both ways through the relay while ``action(relay port)`` runs."""
+    link.relay.count_from_zero()
+    action(link.relay.port)
+    return sum(link.relay.moved)
+
+
+class Case:
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.roots = 0
+
+    def root(self) -> Path:
+        self.roots += 1
+        return self.work / f"device-{self.roots}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--artifact", type=Path, help="an artifact dir with manifest.json (default: synthetic)")
-    parser.add_argument("--libs", type=int, default=8)
-    parser.add_argument("--lib-mb", type=float, default=4.0)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--link-mbs", type=float, default=40.0, help="also measure through a relay limited to this many MB/s (0: skip)")
+    parser.add_argument("--from", dest="base", type=Path, help="an artifact dir (default: from the test cache)")
+    parser.add_argument("--to", dest="rebuilt", type=Path, help="the same target rebuilt with another patch stack")
+    parser.add_argument("--small-files", type=int, default=3000)
+    parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
+    if shutil.which("rsync") is None or shutil.which("scp") is None:
+        raise SystemExit("rsync and scp are the anchors: install rsync and openssh-client (scripts/setup does)")
+    base, rebuilt = (args.base.resolve(), args.rebuilt.resolve()) if args.base and args.rebuilt else find_rebuild_pair()
 
     work = Path(tempfile.mkdtemp(prefix="kz-bench-deploy-"))
     server = SshServer(work, free_port(), keygen(work / "host_key"), keygen(work / "client_key"))
     server.start()
-    relay = Relay(server.port, rate=args.link_mbs * 1e6) if args.link_mbs else None
+    relay = Relay(server.port)
     try:
         home = work / "home"
         (home / ".ssh").mkdir(parents=True)
         shutil.copy(server.client_key, home / ".ssh" / "id_ed25519")
-        (home / ".ssh" / "known_hosts").write_text(server.known_hosts_line() + (server.known_hosts_line(relay.port) if relay else ""))
+        (home / ".ssh" / "known_hosts").write_text(server.known_hosts_line() + server.known_hosts_line(relay.port))
         os.environ["HOME"] = str(home)
         os.environ.pop("SSH_AUTH_SOCK", None)
-
-        artifact_dir = args.artifact.resolve() if args.artifact else synthetic_artifact(work, args.libs, args.lib_mb)
-        artifact = load_artifact(artifact_dir)
-        changed_dir, changed_lib, changed_size = changed_copy(artifact_dir, work)
-        print(f"artifact: {len(artifact.files)} files, {mb(artifact.total_size)} ({artifact_dir})")
-        print(f"changed library: {changed_lib}, {changed_size:,} bytes")
-        links = [("loopback, no limit", server.spec(work / "device-direct"))]
-        if relay:
-            links.append((f"loopback relay limited to {args.link_mbs:g} MB/s", server.spec(work / "device-slow", relay.port)))
-        results = [(label, *measure(spec, artifact_dir, changed_dir, work, args.runs)) for label, spec in links]
+        link = Link(server, relay, home)
+        rows = measure(link, Case(work), base, rebuilt, args.small_files, args.runs)
     finally:
-        if relay:
-            relay.close()
+        relay.close()
         server.stop()
-
-    startup = statistics.median(python_startup() for _ in range(args.runs))
-    print(f"\nfor scale: `kzbuild --version` (Python start-up and imports alone) takes {startup:.3f} s here (median)")
-    passed = True
-    for label, rows, changed_bytes in results:
-        print(f"\n{label}\n{'case':48} {'bytes sent':>14} {'seconds':>9}")
-        for case, nbytes, seconds in rows:
-            print(f"{case:48} {nbytes:>14,} {seconds:>9.3f}")
-        passed &= rows[1][2] < 1.0 and changed_bytes == changed_size
-    print(f"\ntargets (no-op: 0 bytes, < 1 s through the library; changed: only that library's bytes): {'PASS' if passed else 'FAIL'}")
+    report(rows, base, rebuilt)
     shutil.rmtree(work, ignore_errors=True)
+
+
+Row = tuple[str, str, float, str, float]  # case, unit, kzbuild, anchor name, anchor
+
+
+def measure(link: Link, case: Case, base: Path, rebuilt: Path, small_count: int, runs: int) -> list[Row]:
+    direct = link.server.port
+    rows: list[Row] = []
+
+    # 1. first deploy: time against scp and rsync (fresh roots each run), bytes through the relay
+    kz_s = statistics.median(kz_deploy(link, case.root(), base, direct)[1] for _ in range(runs))
+    scp_s = statistics.median(scp(link, case.root(), base, direct) for _ in range(runs))
+    rsync_s = statistics.median(rsync(link, case.root(), base, direct) for _ in range(runs))
+    rows += [("first deploy", "s", kz_s, "scp", scp_s), ("first deploy", "s", kz_s, "rsync", rsync_s)]
+    kz_b = counted(link, lambda port: kz_deploy(link, case.root(), base, port))
+    scp_b = counted(link, lambda port: scp(link, case.root(), base, port))
+    rows.append(("first deploy", "bytes", kz_b, "scp", scp_b))
+
+    # 2. many small files
+    small = small_files_artifact(case.work, small_count)
+    kz_s = statistics.median(kz_deploy(link, case.root(), small, direct)[1] for _ in range(runs))
+    rsync_s = statistics.median(rsync(link, case.root(), small, direct) for _ in range(runs))
+    rows.append((f"{small_count:,} small files", "s", kz_s, "rsync", rsync_s))
+
+    # 3, 4. deltas: the device holds BASE, then gets the change
+    one_lib, changed = one_library_changed(base, rebuilt, case.work)
+    print(f"one changed library: {changed} ({(one_lib / changed).stat().st_size:,} bytes)")
+    for label, target in (("one changed library", one_lib), ("patch rebuild", rebuilt)):
+        kz_root, rsync_root = case.root(), case.root()
+        kz_deploy(link, kz_root, base, direct)
+        rsync(link, rsync_root, base, direct)
+        result: list[deploy.DeployResult] = []
+        kz_b = counted(link, lambda port, root=kz_root, to=target: result.append(kz_deploy(link, root, to, port)[0]))
+        rsync_b = counted(link, lambda port, root=rsync_root, to=target: rsync(link, root, to, port))
+        rows.append((label, "bytes", kz_b, "rsync", rsync_b))
+        print(f"{label}: kzbuild sent {result[0].bytes_sent:,} content bytes for {result[0].files_sent} file(s)")
+
+    # 5. no-op redeploy
+    root = case.root()
+    kz_deploy(link, root, base, direct)
+    noop = [kz_deploy(link, root, base, direct) for _ in range(runs)]
+    assert all(result.bytes_sent == 0 for result, _ in noop)
+    rows.append(("no-op redeploy", "s", statistics.median(seconds for _, seconds in noop), "-", 0.0))
+    return rows
+
+
+def report(rows: list[Row], base: Path, rebuilt: Path) -> None:
+    files = load_artifact(base)
+    print(f"\nartifacts: {base.name} ({len(files.files)} files, {files.total_size / 1e6:.2f} MB) -> {rebuilt.name}: {', '.join(differing(base, rebuilt))} differ")
+    print(f"\n{'case':26} {'unit':5} {'kzbuild':>12} {'anchor':>7} {'anchor value':>13} {'ratio':>7} {'goal':>6}")
+    passed = True
+    for label, unit, mine, anchor, theirs in rows:
+        ratio = mine / theirs if theirs else float("nan")
+        goal = GOALS.get(f"{label} / {anchor}") if unit == "s" or label != "first deploy" else None
+        mark = "" if goal is None else (" ok" if ratio <= goal else " MISSED")
+        passed &= goal is None or ratio <= goal
+        value = f"{mine:.3f}" if unit == "s" else f"{int(mine):,}"
+        anchor_value = f"{theirs:.3f}" if unit == "s" else f"{int(theirs):,}"
+        shown = f"{ratio:.2f}" if theirs else "-"
+        print(f"{label:26} {unit:5} {value:>12} {anchor:>7} {anchor_value if theirs else '-':>13} {shown:>7} {('' if goal is None else f'<={goal:g}'):>6}{mark}")
+    print(f"\ngoals (issue 13): {'PASS' if passed else 'FAIL'}")
 
 
 if __name__ == "__main__":

@@ -76,8 +76,9 @@ def load_artifact(directory: Path) -> Artifact:
         files = parse_files(doc.get("files"))
     except ValueError as exc:
         raise ConfigError(str(exc), path=path) from exc
+    checked: set[Path] = set()
     for entry in files:
-        size = _regular_file(directory, entry.path, path).st_size
+        size = _regular_file(directory, entry.path, path, checked).st_size
         if size != entry.size:
             raise ConfigError(
                 f"files: '{entry.path}' is {size} bytes on disk but {entry.size} in the manifest",
@@ -94,20 +95,28 @@ def load_artifact(directory: Path) -> Artifact:
     )
 
 
-def _regular_file(directory: Path, relpath: str, manifest: Path) -> os.stat_result:
+def _regular_file(directory: Path, relpath: str, manifest: Path, checked: set[Path]) -> os.stat_result:
     """lstat of an artifact file that is a regular file inside ``directory``, reached without a symlink.
 
     A symlink (the file or a parent dir) could send a host file such as /etc/passwd to the device.
+    ``relpath`` is normalized and free of ``..`` (parse_files checks), so a path whose every part
+    is no symlink stays inside ``directory``; ``checked`` holds the dirs found so, to lstat each once.
     """
     local = directory
-    for part in PurePosixPath(relpath).parts:
+    parts = PurePosixPath(relpath).parts
+    for index, part in enumerate(parts):
         local = local / part
+        last = index == len(parts) - 1
+        if not last and local in checked:
+            continue
         try:
             info = local.lstat()
         except OSError:
             raise ConfigError(f"files: '{relpath}' is listed but missing from {directory}", path=manifest) from None
         if stat.S_ISLNK(info.st_mode):
             raise ConfigError(f"files: '{relpath}': {local} is a symlink; an artifact holds only regular files", path=manifest)
-    if not stat.S_ISREG(info.st_mode) or not local.resolve().is_relative_to(directory):
+        if not last:
+            checked.add(local)
+    if not stat.S_ISREG(info.st_mode):
         raise ConfigError(f"files: '{relpath}' is not a regular file inside {directory}", path=manifest)
     return info

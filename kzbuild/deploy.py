@@ -17,16 +17,18 @@ import secrets
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from itertools import chain
 from pathlib import Path
 
 from kzbuild.devices.base import Transport
+from kzbuild.devices.chunkstore import DIRECTORY, HARDLINK, TAR_BLOCK, Member, constant, deliver, tar_header, tar_stream
 from kzbuild.devices.devicelock import device_lock
 from kzbuild.devices.integrity import check, manifest_files, release_expectations, release_files, relink, update_markers
 from kzbuild.devices.store import (
-    COMPLETE_SCRIPT,
-    LINK_SCRIPT,
-    PREPARE_SCRIPT,
+    CHUNK_GC_SCRIPT,
+    COMMAND_TIMEOUT,
     PRUNE_SCRIPT,
+    RELEASE_SCRIPT,
     DeviceState,
     Layout,
     ProgressCallback,
@@ -91,13 +93,15 @@ def _deploy(
     stats = SendStats()
     metadata = 0
     if not complete:
-        have = inventory(remote, layout, layout.objects)
+        have = inventory(remote, layout, layout.objects, layout.chunks)
         uploads = _plan_uploads(artifact, have.stored)
-        stats = send(remote, layout, layout.objects, uploads, have.partial, on_progress)
+        stats = deliver(remote, layout, uploads, have.partial, on_progress, chunks_empty=have.other_empty)
         heartbeat()
         metadata = _assemble(remote, layout, artifact, release)
         heartbeat()
-    repaired = _verify_release(remote, layout, state, artifact, release, on_progress)
+    # what this deploy just sent was hashed on the device as it entered the store: not again
+    verified = frozenset(up.sha256 for up in uploads)
+    repaired = _verify_release(remote, layout, state, artifact, release, on_progress, verified)
     switched = state.current != release
     if switched:
         switch_current(remote, layout, release, "deploy")
@@ -115,7 +119,7 @@ def _deploy(
         files_sent=len(sent_files),
         files_skipped=len(artifact.files) - len(sent_files),
         bytes_sent=stats.bytes_sent,
-        bytes_skipped=artifact.total_size - sum(entry.size for entry in sent_files),
+        bytes_skipped=max(artifact.total_size - stats.bytes_sent - stats.bytes_resumed, 0),
         bytes_resumed=stats.bytes_resumed,
         metadata_bytes=metadata,
         seconds=time.monotonic() - started,
@@ -175,13 +179,15 @@ def _content_modes(entries: Iterable[ArtifactFile]) -> dict[str, int]:
 
 def _verify_release(
     remote: Remote, layout: Layout, state: DeviceState, artifact: Artifact, release: str, on_progress: ProgressCallback | None,
+    verified: frozenset[str],
 ) -> tuple[str, ...]:
-    """Hash every file of ``release`` on the device; repair what does not match the artifact.
+    """Hash every file of ``release`` on the device, except the contents in ``verified`` (checked as
+    they entered the store, moments ago); repair what does not match the artifact.
 
     Returns the repaired files. A failed repair marks the release damaged (run and bench
     refuse it); a verified release loses its mark.
     """
-    damage = check(remote, layout, release_expectations(release, artifact.files))
+    damage = check(remote, layout, release_expectations(release, [entry for entry in artifact.files if entry.sha256 not in verified]))
     repaired: tuple[str, ...] = ()
     if damage:
         log.warning("%s: %d file(s) of release %s do not match, e.g. %s; repairing", remote.address, len(damage), release, damage[0].path)
@@ -202,7 +208,7 @@ def _repair(
     held = {name: [entry for entry in files if entry.sha256 in contents] for name, files in holders.items() if files}
     modes = _content_modes(entry for entries in held.values() for entry in entries)
     uploads = [replace(up, mode=modes[up.sha256]) for up in _plan_uploads(artifact, frozenset()) if up.sha256 in contents]
-    send(remote, layout, layout.objects, uploads, {}, on_progress)
+    deliver(remote, layout, uploads, {}, on_progress)
     repaired = relink(remote, layout, held)
     still = check(remote, layout, release_expectations(release, [entry for entry in artifact.files if entry.sha256 in contents]))
     if still:
@@ -216,22 +222,25 @@ def _repair(
 def _assemble(remote: Remote, layout: Layout, artifact: Artifact, release: str) -> int:
     """Build a staging dir of hard links into the store, add the manifest, and rename it into place.
 
-    The staging dir's name is unique, and the manifest arrives under a name of its own in
-    incoming/ before it is renamed in: nothing is written through a hard link.
+    One command: a tar stream of the manifest (under a name of its own in incoming/), the list of
+    executables and the release's dirs and hard links (which tar makes without a process per
+    file). The staging dir's name is unique: nothing is written through a hard link.
     """
     token = secrets.token_hex(4)
-    staging = layout.release(f".staging-{release}-{token}")
-    dirs = sorted({posixpath.dirname(posixpath.join(staging, entry.path)) for entry in artifact.files} - {staging})
-    remote.script(PREPARE_SCRIPT, [staging, *dirs], what="preparing the release directory")
-    pairs: list[str] = []
-    for entry in artifact.files:
-        pairs += [posixpath.join(layout.objects, entry.sha256), posixpath.join(staging, entry.path)]
-    remote.batched(["sh", "-c", LINK_SCRIPT, "kz-link"], pairs, group=2, what="linking the release")
-    manifest = posixpath.join(layout.incoming, f"{MANIFEST}-{token}")
-    remote.transport.push(artifact.manifest_path, manifest)
-    executables = [posixpath.join(staging, entry.path) for entry in artifact.files if entry.mode & 0o111]
-    remote.script(COMPLETE_SCRIPT, [manifest, posixpath.join(staging, MANIFEST), staging, layout.release(release), *executables], what="completing the release")
-    return artifact.manifest_path.stat().st_size
+    staging = f"releases/.staging-{release}-{token}"
+    manifest = f"incoming/{MANIFEST}-{token}"
+    manifest_bytes = artifact.manifest_path.read_bytes()
+    executables = "".join(f"{staging}/{entry.path}\n" for entry in artifact.files if entry.mode & 0o111).encode()
+    dirs = sorted({posixpath.dirname(f"{staging}/{entry.path}") for entry in artifact.files} | {staging})
+    members = [Member(manifest, len(manifest_bytes), constant(manifest_bytes)), Member(f"{manifest}.exec", len(executables), constant(executables))]
+    headers = [tar_header(name, 0, kind=DIRECTORY, mode=0o755) for name in dirs]
+    headers += [tar_header(f"{staging}/{entry.path}", 0, kind=HARDLINK, linkname=f"objects/{entry.sha256}") for entry in artifact.files]
+    stream = chain(tar_stream(members, end=False), (b"".join(headers), bytes(2 * TAR_BLOCK)))
+    argv = ["sh", "-c", RELEASE_SCRIPT, "kz", layout.root, staging, manifest, f"releases/{release}"]
+    result = remote.transport.run_input(argv, stream, timeout=COMMAND_TIMEOUT)
+    if not result.ok:
+        raise remote.error(argv, result, what="completing the release")
+    return len(manifest_bytes)
 
 
 def rollback(transport: Transport, device: Device, *, keep: int | None = None, wait: float = 0.0) -> RollbackResult:
@@ -269,6 +278,7 @@ def prune(remote: Remote, layout: Layout, keep: int) -> tuple[str, ...]:
         remote.script(PRUNE_SCRIPT, [layout.root, *batch], what="removing old releases")
     unused = remote.lines(["find", layout.objects, "-type", "f", "-links", "1"], what="finding unused contents") or []
     remote.batched(["rm", "-f"], unused, what="removing unused contents")
+    remote.script(CHUNK_GC_SCRIPT, [layout.root], what="removing unused chunks")
     return tuple(doomed)
 
 

@@ -261,20 +261,39 @@ def run_split(
     timeout: float | None = None,
     on_stdout: Callable[[bytes], None] | None = None,
     on_stderr: Callable[[bytes], None] | None = None,
+    stdin: Iterable[bytes] | None = None,
 ) -> tuple[int, bytes, bytes]:
     """Run ``argv`` streaming stdout and stderr separately, as bytes, to their callbacks.
 
-    Output with no callback is kept and returned. A timeout kills the command and raises
+    Output with no callback is kept and returned. ``stdin`` is fed to the command piece by
+    piece, then closed (without it, stdin is empty). A timeout kills the command and raises
     CommandFailed.
     """
     args = [os.fspath(a) for a in argv]
     log.info("$ %s", describe(args, cwd, env))
     try:
-        child = subprocess.Popen(args, cwd=cwd, env=_environment(env, False), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        child = subprocess.Popen(
+            args, cwd=cwd, env=_environment(env, False), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        )
     except FileNotFoundError as exc:
         raise NotAvailableHere(f"'{args[0]}' is not installed or not on PATH") from exc
     kept = (bytearray(), bytearray())
     sink_failures: list[Exception] = []
+
+    def feed(handle: IO[bytes], pieces: Iterable[bytes]) -> None:
+        try:
+            for piece in pieces:
+                handle.write(piece)
+        except BrokenPipeError:
+            pass  # the command stopped reading: its exit code says why
+        except Exception as exc:
+            sink_failures.append(exc)  # reading the input failed (a local file vanished): raised below
+        finally:
+            try:
+                handle.close()
+            except BrokenPipeError:
+                pass
 
     def pump(handle: IO[bytes], sink: Callable[[bytes], None] | None, store: bytearray) -> None:
         try:
@@ -294,6 +313,8 @@ def run_split(
         threading.Thread(target=pump, args=(pipes[0], on_stdout, kept[0]), daemon=True),
         threading.Thread(target=pump, args=(pipes[1], on_stderr, kept[1]), daemon=True),
     ]
+    if stdin is not None:
+        pumps.append(threading.Thread(target=feed, args=(child.stdin, stdin), daemon=True))
     for thread in pumps:
         thread.start()
     try:

@@ -15,10 +15,11 @@ import random
 import shutil
 import stat
 import subprocess
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from kzbuild.devices.base import NO_SPACE, device_full
+from kzbuild.devices.base import NO_SPACE, RemoteResult, device_full
 from kzbuild.devices.local import LocalTransport
 from kzbuild.errors import DeviceError
 from kzbuild.model.artifact import parse_mode
@@ -62,7 +63,8 @@ def assert_store_invariant(root: Path) -> str | None:
     """The device store under ``root`` (a local path: every test device stores on this disk) is
     sound; returns the release ``current`` points at (None before the first deploy).
 
-    Every ``objects/<sha256>`` hashes to its name; every release holds exactly what its
+    Every ``objects/<sha256>`` hashes to its name, every ``chunks/<name>`` to a sha256 that starts
+    with its name; every release holds exactly what its
     manifest.json lists, as regular files with those contents (executable where listed so); no manifest shares an inode with
     anything (a write through it would reach the store); nothing is setuid, setgid or sticky;
     ``current`` (if any) points at a complete release.
@@ -70,6 +72,9 @@ def assert_store_invariant(root: Path) -> str | None:
     objects = root / "objects"
     for obj in objects.iterdir() if objects.is_dir() else ():
         assert sha256(obj) == obj.name, f"objects/{obj.name} hashes to {sha256(obj)}"
+    chunks = root / "chunks"
+    for chunk in chunks.iterdir() if chunks.is_dir() else ():
+        assert sha256(chunk).startswith(chunk.name), f"chunks/{chunk.name} hashes to {sha256(chunk)}"
     for path in root.rglob("*"):
         info = path.lstat()
         assert not info.st_mode & 0o7000, f"{path} has mode {info.st_mode & 0o7777:o}"
@@ -155,12 +160,32 @@ class ArtifactMaker:
         return directory
 
 
+def truncated(data: Iterable[bytes], budget: int, spent: list[int]) -> Iterator[bytes]:
+    """``data`` up to ``budget`` bytes; ``spent[0]`` counts what went out, ``spent[1]`` is 1 if some was cut off."""
+    for piece in data:
+        kept = piece[: max(budget - spent[0], 0)]
+        spent[0] += len(kept)
+        if kept:
+            yield kept
+        if len(kept) < len(piece):
+            spent[1] = 1
+            return
+
+
 class CuttingTransport(LocalTransport):
     """A local transport whose connection 'drops' after a number of bytes, as a dropped link would."""
 
     def __init__(self, root: str, budget: int) -> None:
         super().__init__(root)
         self.budget = budget
+
+    def run_input(self, argv: Sequence[str], data: Iterable[bytes], *, timeout: float | None = None) -> RemoteResult:
+        spent = [0, 0]
+        result = super().run_input(argv, truncated(data, self.budget, spent), timeout=timeout)
+        self.budget -= spent[0]
+        if spent[1]:
+            raise DeviceError(f"{self.address}: connection lost while running {argv[0]}")
+        return result
 
     def _copy(self, local: Path, remote: str, offset: int, progress) -> None:  # type: ignore[no-untyped-def]
         size = local.stat().st_size - offset
@@ -184,6 +209,16 @@ class NoSpaceTransport:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)  # address, run, pull, close; append only where inner has it
+
+    def run_input(self, argv: Sequence[str], data: Iterable[bytes], *, timeout: float | None = None) -> RemoteResult:
+        spent = [0, 0]
+        result = self.inner.run_input(argv, truncated(data, self.budget, spent), timeout=timeout)
+        self.budget -= spent[0]
+        if not spent[1]:
+            return result
+        written, self.budget = spent[0], 0
+        where = next(arg for arg in reversed(argv) if arg.startswith("/"))  # the dir the command writes to
+        raise device_full(self.inner.address, f"writing {where} failed after {written} bytes: {NO_SPACE}")
 
     def push(self, local: Path, remote: str, *, progress: Any = None) -> None:
         size = local.stat().st_size

@@ -127,7 +127,8 @@ def shutdown(*sockets: socket.socket) -> None:
 
 class Relay:
     """Relays 127.0.0.1:port to a server, optionally at ``rate`` bytes/s each way (a slow link);
-    ``cut_after(n)`` drops every connection after n more client bytes."""
+    ``cut_after(n)`` drops every connection after n more client bytes. ``moved`` counts the bytes
+    relayed (client to server, server to client) since the last ``count_from_zero()``."""
 
     def __init__(self, target_port: int, rate: float | None = None) -> None:
         self.target_port = target_port
@@ -137,8 +138,13 @@ class Relay:
         self._lock = threading.Lock()
         self._budget: int | None = None
         self._sockets: list[socket.socket] = []
+        self.moved = [0, 0]
         self.cut = threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def count_from_zero(self) -> None:
+        with self._lock:
+            self.moved = [0, 0]
 
     def cut_after(self, nbytes: int) -> None:
         with self._lock:
@@ -160,6 +166,8 @@ class Relay:
         started, moved = time.monotonic(), 0
         try:
             while data := source.recv(16384):
+                with self._lock:
+                    self.moved[0 if counted else 1] += len(data)
                 if self.rate:
                     moved += len(data)
                     time.sleep(max(0.0, moved / self.rate - (time.monotonic() - started)))

@@ -24,9 +24,9 @@ def register(app: typer.Typer) -> None:
 
 
 def verify_command(ctx: typer.Context, device: DeviceOpt = None, trust_new_host: TrustOpt = False, wait: WaitOpt = 0.0, json_out: JsonOpt = False) -> None:
-    """Hash the device's whole store: every content, every release's files, every model; exit 8 if anything is damaged.
+    """Hash the device's whole store: every content, chunk, release's files and model; exit 8 if anything is damaged.
 
-    Damaged releases are marked, so run and bench refuse them until kzbuild deploy repairs them.
+    Damaged releases are marked, so run and bench refuse them until kzbuild deploy repairs them; damaged chunks are removed (a deploy sends them again when it needs them).
     """
     target, transport = open_device(context(ctx).settings, device, None, trust_new_host)
     # under the device lock: a deploy in flight would race it on the damage markers
@@ -35,7 +35,7 @@ def verify_command(ctx: typer.Context, device: DeviceOpt = None, trust_new_host:
     if json_out:
         print_json(report.to_dict())
     else:
-        checked = f"{report.objects} content(s), {report.releases} release(s), {report.models} model(s) under {escape(report.root)}"
+        checked = f"{report.objects} content(s), {report.chunks} chunk(s), {report.releases} release(s), {report.models} model(s) under {escape(report.root)}"
         if report.ok:
             console.print(f"[green]all intact[/green] on {escape(report.device)}: {checked}")
         for entry in report.damage:

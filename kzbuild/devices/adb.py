@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kzbuild import proc
-from kzbuild.devices.base import ByteSink, ProgressFn, RemoteResult, remote_command
+from kzbuild.devices.base import ByteSink, ByteSource, ProgressFn, RemoteResult, remote_command
 from kzbuild.errors import CommandFailed, DeviceError
 from kzbuild.model.device import Device
 
@@ -84,6 +84,16 @@ class AdbTransport:
                 on_stderr=on_stderr,
             )
         except CommandFailed as exc:  # run_split raises only for the timeout
+            raise DeviceError(f"{self.address}: '{shlex.join(argv)}' {exc.stderr}; the adb client was stopped") from exc
+        self._check_online(f"while running {argv[0]}")
+        return RemoteResult(code, out, err)
+
+    def run_input(self, argv: Sequence[str], data: ByteSource, *, timeout: float | None = None) -> RemoteResult:
+        """``adb shell -T`` without ``-n``: the shell protocol v2 carries stdin, then closes it."""
+        command = remote_command(argv)
+        try:
+            code, out, err = proc.run_split(self._device_argv("shell", "-T", "--", command), timeout=timeout, stdin=data)
+        except CommandFailed as exc:
             raise DeviceError(f"{self.address}: '{shlex.join(argv)}' {exc.stderr}; the adb client was stopped") from exc
         self._check_online(f"while running {argv[0]}")
         return RemoteResult(code, out, err)

@@ -8,7 +8,7 @@ the tool unchanged.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -36,6 +36,7 @@ class RemoteResult:
 
 
 ByteSink = Callable[[bytes], None]
+ByteSource = Iterable[bytes]  # data fed to a device command's stdin, in pieces
 ProgressFn = Callable[[int], None]  # bytes sent so far for the current file
 
 
@@ -59,6 +60,13 @@ class Transport(Protocol):
 
         With ``on_stdout``/``on_stderr`` the output is streamed to them as it arrives
         (and is not kept in the result).
+        """
+        ...
+
+    def run_input(self, argv: Sequence[str], data: ByteSource, *, timeout: float | None = None) -> RemoteResult:
+        """Run argv on the device with ``data`` as its stdin (closed at the end); returns its real exit code.
+
+        One round trip however much ``data`` holds: deploy streams a whole tar archive this way.
         """
         ...
 
@@ -88,6 +96,19 @@ class Resumable(Protocol):
 def device_full(address: str, detail: str) -> DeviceError:
     """The error for a device whose filesystem is full; ``detail`` names the path or command."""
     return DeviceError(f"device {address} is full: {detail}", hint=FULL_HINT)
+
+
+def lacks_space(transport: Transport, directory: str, needed: int) -> bool:
+    """Whether the filesystem of ``directory`` on the device has less than ``needed`` bytes free
+    (for tools that report a full disk without saying so: SFTP's bare 'Failure', tar's 'Wrote only')."""
+    try:
+        result = transport.run(["df", "-k", directory])
+    except DeviceError:
+        return False  # the connection is gone: the caller reports the drop, not a full disk
+    lines = result.text().splitlines() if result.ok else []
+    fields = lines[-1].split() if lines else []
+    # the last three columns are Available, Use% and the mount point (the name may wrap)
+    return len(fields) >= 3 and fields[-3].isdigit() and int(fields[-3]) * 1024 < needed
 
 
 def check_env_name(name: str) -> str:

@@ -10,22 +10,25 @@ gets a new hard link, made under a temporary name and renamed over the old one.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from kzbuild.devices.chunkstore import NAME_HEX
 from kzbuild.devices.store import Layout, Remote, device_sha256, read_state
 from kzbuild.model.artifact import MANIFEST, SHA256_RE, ArtifactFile, parse_files
 from kzbuild.model.integrity import MISSING, Damage, DamageKind, StoreReport
 
 MODEL_SUFFIX = ".gguf"
+CHUNK_NAME_RE = re.compile(rf"^[0-9a-f]{{{NAME_HEX}}}$")
 RELEASE_MARK = "--kz-release "  # cannot start a line of JSON
 # $1 = the releases dir. Per release: a RELEASE_MARK line with its name, then its manifest.json.
 MANIFESTS_SCRIPT = (
     'cd "$1" || exit 1; for r in *; do [ -d "$r" ] || continue; '
     'printf "\\n%s\\n" "--kz-release $r"; cat "$r/manifest.json" 2>/dev/null; done; true'
 )
-# $1 = objects, $2 = models. Their names, separated by a "/" line.
-LISTING_SCRIPT = 'ls -1 "$1" || exit 1; echo /; ls -1 "$2" 2>/dev/null; true'
+# $1 = objects, $2 = models, $3 = chunks. Their names, separated by "/" lines.
+LISTING_SCRIPT = 'ls -1 "$1" || exit 1; echo /; ls -1 "$2" 2>/dev/null; echo /; ls -1 "$3" 2>/dev/null; true'
 # pairs of (object, release path): link under a temporary name, then rename over the path.
 RELINK_SCRIPT = (
     'while [ "$#" -gt 1 ]; do t="$2.kz-relink"; mkdir -p "$(dirname "$2")" && rm -f "$t" && ln "$1" "$t" && mv -f "$t" "$2" || exit 1; '
@@ -69,12 +72,13 @@ def release_expectations(release: str, files: Iterable[ArtifactFile]) -> list[Ex
 
 
 def check(remote: Remote, layout: Layout, expected: Sequence[Expected]) -> list[Damage]:
-    """What of ``expected`` is missing or hashes to something else on the device."""
+    """What of ``expected`` is missing or hashes to something else on the device (a chunk's name is
+    the start of its sha256)."""
     found = device_sha256(remote, [layout.join(item.path) for item in expected])
     damage = []
     for item in expected:
         digest = found.get(layout.join(item.path), MISSING)
-        if digest != item.sha256:
+        if digest[: len(item.sha256)] != item.sha256:
             damage.append(Damage(item.kind, item.name, item.path, item.sha256, digest))
     return damage
 
@@ -102,14 +106,18 @@ def update_markers(remote: Remote, layout: Layout, marked: frozenset[str], *, da
 
 
 def verify_store(remote: Remote, layout: Layout) -> StoreReport:
-    """Check every object against its name, every release against its manifest.json and every
-    models/<sha256>.gguf against its name; mark damaged releases and unmark intact ones."""
+    """Check every object against its name, every release against its manifest.json, every
+    models/<sha256>.gguf and every chunk against its name; mark damaged releases and unmark intact
+    ones; remove damaged chunks (deploy sends a chunk the device lacks)."""
     state = read_state(remote, layout)
-    listing = remote.script(LISTING_SCRIPT, [layout.objects, layout.models], what="listing the content store").text().splitlines()
-    cut = listing.index("/")
-    objects = [name for name in listing[:cut] if SHA256_RE.match(name)]
-    models = [name for name in listing[cut + 1 :] if name.endswith(MODEL_SUFFIX) and SHA256_RE.match(name.removesuffix(MODEL_SUFFIX))]
+    listing = remote.script(LISTING_SCRIPT, [layout.objects, layout.models, layout.join("chunks")], what="listing the content store").text().split("\n")
+    first = listing.index("/")
+    second = listing.index("/", first + 1)
+    objects = [name for name in listing[:first] if SHA256_RE.match(name)]
+    models = [name for name in listing[first + 1 : second] if name.endswith(MODEL_SUFFIX) and SHA256_RE.match(name.removesuffix(MODEL_SUFFIX))]
+    chunks = [name for name in listing[second + 1 :] if CHUNK_NAME_RE.match(name)]
     expected = [Expected("object", name, f"objects/{name}", name) for name in objects]
+    expected += [Expected("chunk", name, f"chunks/{name}", name) for name in chunks]
     expected += [Expected("model", name, f"models/{name}", name.removesuffix(MODEL_SUFFIX)) for name in models]
     damage: list[Damage] = []
     manifests = release_files(remote, layout)
@@ -121,8 +129,10 @@ def verify_store(remote: Remote, layout: Layout) -> StoreReport:
     if state.current is not None and state.current not in manifests:
         damage.append(Damage("release", state.current, "current", f"releases/{state.current}", MISSING))
     damage += check(remote, layout, expected)
+    remote.batched(["rm", "-f"], [layout.join(entry.path) for entry in damage if entry.kind == "chunk"], what="removing damaged chunks")
     damaged = {entry.name for entry in damage if entry.kind == "release"}
     update_markers(remote, layout, state.damaged, damaged=damaged, intact=(set(manifests) | state.damaged) - damaged)
     return StoreReport(
         device=remote.address, root=layout.root, objects=len(objects), releases=len(manifests), models=len(models), damage=tuple(damage),
+        chunks=len(chunks),
     )

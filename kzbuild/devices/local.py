@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kzbuild import proc
-from kzbuild.devices.base import PUSH_MODE_BITS, ByteSink, ProgressFn, RemoteResult, device_full
+from kzbuild.devices.base import PUSH_MODE_BITS, ByteSink, ByteSource, ProgressFn, RemoteResult, device_full
 from kzbuild.errors import CommandFailed, DeviceError
 
 COPY_CHUNK = 1 << 20
@@ -41,6 +41,13 @@ class LocalTransport:
             return RemoteResult(result.returncode, result.stdout, result.stderr.encode())
         try:
             code, out, err = proc.run_split(argv, cwd=cwd, env=env, timeout=timeout, on_stdout=on_stdout, on_stderr=on_stderr)
+        except CommandFailed as exc:
+            raise DeviceError(f"{self.address}: {exc.message}") from exc
+        return RemoteResult(code, out, err)
+
+    def run_input(self, argv: Sequence[str], data: ByteSource, *, timeout: float | None = None) -> RemoteResult:
+        try:
+            code, out, err = proc.run_split(argv, timeout=timeout, stdin=data)
         except CommandFailed as exc:
             raise DeviceError(f"{self.address}: {exc.message}") from exc
         return RemoteResult(code, out, err)

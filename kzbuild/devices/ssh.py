@@ -1,4 +1,4 @@
-"""The ssh transport: paramiko, SFTP for files, exec for commands, strict host keys.
+"""The ssh transport: paramiko, exec for commands (with stdin for deploy's tar streams), SFTP for single files, strict host keys.
 
 Authentication is by key or agent only (never a password). The server's host key must be in
 the known_hosts file already; an unknown or changed key is refused with its SHA256
@@ -16,6 +16,7 @@ import posixpath
 import select
 import socket
 import struct
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import paramiko
 
-from kzbuild.devices.base import PUSH_MODE_BITS, ByteSink, ProgressFn, RemoteResult, device_full, remote_command
+from kzbuild.devices.base import PUSH_MODE_BITS, ByteSink, ByteSource, ProgressFn, RemoteResult, device_full, lacks_space, remote_command
 from kzbuild.errors import DeviceError
 from kzbuild.model.device import Device
 
@@ -154,16 +155,27 @@ class SshTransport:
         on_stdout: ByteSink | None = None,
         on_stderr: ByteSink | None = None,
     ) -> RemoteResult:
-        command = remote_command(argv, cwd=cwd, env=env)
+        return self._exec(argv, remote_command(argv, cwd=cwd, env=env), timeout, on_stdout, on_stderr, None)
+
+    def run_input(self, argv: Sequence[str], data: ByteSource, *, timeout: float | None = None) -> RemoteResult:
+        return self._exec(argv, remote_command(argv), timeout, None, None, data)
+
+    def _exec(
+        self, argv: Sequence[str], command: str, timeout: float | None, on_stdout: ByteSink | None, on_stderr: ByteSink | None, data: ByteSource | None,
+    ) -> RemoteResult:
         log.info("%s $ %s", self.address, command)
         out, err = bytearray(), bytearray()
         stdout_sink = on_stdout or out.extend
         stderr_sink = on_stderr or err.extend
         deadline = None if timeout is None else time.monotonic() + timeout
+        feed_failures: list[BaseException] = []
         try:
             channel = self._session()
             try:
                 channel.exec_command(command)
+                if data is not None:
+                    feeder = threading.Thread(target=_feed, args=(channel, data, feed_failures), daemon=True)
+                    feeder.start()
                 while True:
                     if deadline is not None and time.monotonic() > deadline:
                         raise DeviceError(f"{self.address}: timed out after {timeout} s: {command}")
@@ -175,12 +187,17 @@ class SshTransport:
                     if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
                         break
                 code = channel.recv_exit_status()
+                if data is not None:
+                    feeder.join()
             finally:
                 channel.close()
         except CONNECTION_ERRORS as exc:
             raise self._lost(f"running {argv[0]}", exc) from exc
         if code == -1 and self._dropped():
             raise DeviceError(f"{self.address}: connection to {self.host_label} lost while running {argv[0]}")
+        for failure in feed_failures:
+            if not isinstance(failure, CONNECTION_ERRORS):
+                raise failure  # reading the local input failed
         return RemoteResult(code, bytes(out), bytes(err))
 
     def push(self, local: Path, remote: str, *, progress: ProgressFn | None = None) -> None:
@@ -223,14 +240,7 @@ class SshTransport:
 
     def _full(self, remote: str, needed: int) -> bool:
         """Whether the filesystem of ``remote`` lacks ``needed`` bytes: SFTP reports ENOSPC as a bare 'Failure'."""
-        try:
-            result = self.run(["df", "-k", posixpath.dirname(remote)])
-        except DeviceError:
-            return False  # the connection is gone: the caller reports the drop, not a full disk
-        lines = result.text().splitlines() if result.ok else []
-        fields = lines[-1].split() if lines else []
-        # the last three columns are Available, Use% and the mount point (the name may wrap)
-        return len(fields) >= 3 and fields[-3].isdigit() and int(fields[-3]) * 1024 < needed
+        return lacks_space(self, posixpath.dirname(remote), needed)
 
     def pull(self, remote: str, local: Path) -> None:
         try:
@@ -246,6 +256,16 @@ class SshTransport:
                 pass  # the connection is gone already (the error that ended the operation says so)
             self._sftp = None
         self._client.close()
+
+
+def _feed(channel: paramiko.Channel, data: ByteSource, failures: list[BaseException]) -> None:
+    """Send ``data`` as the command's stdin, then close it; a command that stopped reading ends this early."""
+    try:
+        for piece in data:
+            channel.sendall(piece)
+        channel.shutdown_write()
+    except BaseException as exc:  # handed to the caller's thread, which raises what is not a closed channel
+        failures.append(exc)
 
 
 @dataclass(frozen=True)

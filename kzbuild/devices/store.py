@@ -4,6 +4,7 @@ and symlinks switched with one rename.
 Layout under the device root (ROOT)::
 
     objects/<sha256>              content store; a file enters only after sha256sum on the device matched
+    chunks/, chunklists/          the chunks deploy builds objects from (kzbuild.devices.chunkstore)
     incoming/<name>               uploads in progress: a cut upload resumes from what arrived
     releases/<release>/           one per build: hard links into objects/, plus manifest.json
     releases/.staging-<release>-<random>/  a release being assembled; renamed into place once complete
@@ -18,8 +19,8 @@ Nothing is ever written through a hard link: every write goes to a fresh name (i
 a staging dir, .switch/) and is renamed into place, so a content in objects/ and the releases
 linking it change only by a rename that replaces a whole file.
 
-Only commands Android's toybox has are used (sh, mkdir -p, ls -1, readlink, cat, stat -c,
-sha256sum, chmod, ln, mv -f, rm, find -links, basename, dirname). ``mv -T`` is avoided (older toybox lacks it):
+Only commands Android's toybox has are used (sh, mkdir -p, ls -1 -ln, readlink, cat, stat -c, tar -x, xargs,
+sha256sum, chmod, ln, mv -f, rm, find -links, dirname, head -n, cut, sort, comm). ``mv -T`` is avoided (older toybox lacks it):
 a new symlink is made in ``.switch/`` and moved *into* its directory, which is one rename(2)
 that replaces the old symlink (mv does not follow a symlink it replaces).
 
@@ -52,35 +53,41 @@ VERIFY_TIMEOUT = 1800.0  # sha256sum of a multi-GB model on a phone takes a whil
 # $1 = ROOT. Prints the current link's target on the first line, then the release names, a "/"
 # line, then the releases marked damaged.
 STATE_SCRIPT = (
-    'mkdir -p "$1/objects" "$1/incoming" "$1/releases" "$1/.switch" "$1/damaged" && cd "$1" || exit 1; '
+    'mkdir -p "$1/objects" "$1/chunks" "$1/chunklists" "$1/incoming" "$1/releases" "$1/.switch" "$1/damaged" && cd "$1" || exit 1; '
     'printf "%s\\n" "$(readlink current)"; ls -1 releases && echo / && ls -1 damaged'
 )
-# $1 = a store dir, $2 = incoming. Prints the store's names, a "/" line, then "size name" per partial
-# upload. A partial upload with other hard links is removed: appending to it would write through them.
+# $1 = a store dir, $2 = incoming, optionally $3 = another dir. Prints the store's names, a "/" line,
+# then "size name" per partial upload (from one ls -ln); with $3, a "/" line and the first name in $3.
+# A partial upload with other hard links is removed: appending to it would write through them.
 INVENTORY_SCRIPT = (
-    'ls -1 "$1" || exit 1; echo /; cd "$2" || exit 1; for f in *; do [ -f "$f" ] || continue; '
-    'if [ "$(stat -c %h "$f")" -gt 1 ]; then rm -f "$f"; else stat -c "%s %n" "$f"; fi; done; true'
+    'ls -1 "$1" || exit 1; echo /; cd "$2" || exit 1; ls -ln | while read -r p l u g s rest; do '
+    'case $p in -*) ;; *) continue ;; esac; n=${rest##* }; if [ "$l" -gt 1 ]; then rm -f "$n"; else echo "$s $n"; fi; done; '
+    'if [ -n "$3" ]; then echo /; ls -1 "$3" | head -n 1; fi; true'
 )
 # $1 = mode, $2 = store dir, then verified uploads: set their mode, rename them into the store.
 STORE_SCRIPT = 'mode=$1 dest=$2; shift 2; chmod "$mode" "$@" && mv -f "$@" "$dest"'
-# $1 = staging dir, then every dir the release needs (itself included).
-PREPARE_SCRIPT = 'rm -rf "$1" && mkdir -p "$@"'
-# $1 = the manifest in incoming/, $2 = its place in the staging dir $3, $4 = the release dir, which must
-# not exist; then the release's executables: a content stored before without an exec bit gains it.
-COMPLETE_SCRIPT = (
-    'manifest=$1 place=$2 staging=$3 release=$4; shift 4; if [ "$#" -gt 0 ]; then chmod 755 "$@" || exit 1; fi; '
-    'mv -f "$manifest" "$place" && [ ! -e "$release" ] && mv "$staging" "$release"'
+# $1 = ROOT, $2 = the staging dir, $3 = the manifest in incoming/, $4 = the release dir, which must not
+# exist (all relative to ROOT); stdin: a tar of the manifest, the list of executables ($3.exec) and
+# the staging dir's hard links into objects/. A content stored before without an exec bit gains it.
+RELEASE_SCRIPT = (
+    'cd "$1" || exit 1; staging=$2 manifest=$3 release=$4; rm -rf "$staging" && tar -x -f - || exit 1; '
+    'if [ -s "$manifest.exec" ]; then xargs chmod 755 < "$manifest.exec" || exit 1; fi; '
+    'rm -f "$manifest.exec" && mv -f "$manifest" "$staging/manifest.json" && [ ! -e "$release" ] && mv "$staging" "$release"'
 )
 # $1 = ROOT, then releases to remove (with their damage markers); what cut deploys left behind goes too.
 PRUNE_SCRIPT = (
     'cd "$1" || exit 1; shift; for r in "$@"; do rm -rf "releases/$r" "damaged/$r" || exit 1; done; '
-    "rm -rf releases/.staging-* incoming/manifest.json-*"
+    "rm -rf releases/.staging-* incoming/manifest.json-* incoming/.lists-* incoming/.plan-* incoming/.store-*"
+)
+# $1 = ROOT. Drops the chunk lists of objects that are gone, then the chunks no list names.
+CHUNK_GC_SCRIPT = (
+    'cd "$1" || exit 1; for l in chunklists/*; do [ -f "$l" ] && [ ! -e "objects/${l##*/}" ] && rm -f "$l"; done; '
+    "cat chunklists/* 2>/dev/null | cut -d ' ' -f 1 | LC_ALL=C sort -u > incoming/.keep && ls -1 chunks | LC_ALL=C sort > incoming/.have "
+    "&& comm -23 incoming/.have incoming/.keep | (cd chunks && xargs rm -f) && rm -f incoming/.keep incoming/.have"
 )
 # $1 = ROOT. Prints where current points, then "damaged" when that release carries a damage marker.
 CURRENT_SCRIPT = 't=$(readlink "$1/current") || exit 1; printf "%s\\n" "$t"; if [ -e "$1/damaged/${t##*/}" ]; then echo damaged; fi; true'
 DAMAGED = "damaged"  # CURRENT_SCRIPT's word for a marked release
-# pairs of (store file, release path)
-LINK_SCRIPT = 'while [ "$#" -gt 1 ]; do ln "$1" "$2" || exit 1; shift 2; done'
 # $1 = staged link, $2 = target, $3 = the link's dir, $4 = the link; then optionally
 # $5 = a log file and $6 = a line to append to it. Prints where the link now points.
 SWITCH_SCRIPT = (
@@ -117,6 +124,10 @@ class Layout:
     @property
     def releases(self) -> str:
         return self.join("releases")
+
+    @property
+    def chunks(self) -> str:
+        return self.join("chunks")
 
     @property
     def models(self) -> str:
@@ -277,6 +288,7 @@ class Upload:
 class Inventory:
     stored: frozenset[str]  # names in the store dir
     partial: dict[str, int]  # name -> bytes already in incoming/
+    other_empty: bool = True  # whether the other dir asked about is empty
 
 
 @dataclass(frozen=True)
@@ -285,15 +297,17 @@ class SendStats:
     bytes_resumed: int = 0
 
 
-def inventory(remote: Remote, layout: Layout, store_dir: str) -> Inventory:
-    lines = remote.script(INVENTORY_SCRIPT, [store_dir, layout.incoming], what="listing the content store").text().splitlines()
+def inventory(remote: Remote, layout: Layout, store_dir: str, other: str = "") -> Inventory:
+    """What ``store_dir`` holds, what a cut upload left in incoming/, and whether ``other`` is empty."""
+    lines = remote.script(INVENTORY_SCRIPT, [store_dir, layout.incoming, other], what="listing the content store").text().splitlines()
     cut = lines.index("/")
+    end = lines.index("/", cut + 1) if other else len(lines)
     sizes = {}
-    for line in lines[cut + 1 :]:
+    for line in lines[cut + 1 : end]:
         size, _, name = line.partition(" ")
         if size.isdigit():
             sizes[name] = int(size)
-    return Inventory(frozenset(lines[:cut]), sizes)
+    return Inventory(frozenset(lines[:cut]), sizes, not any(lines[end + 1 :]))
 
 
 def send(remote: Remote, layout: Layout, store_dir: str, uploads: Sequence[Upload], partial: dict[str, int], on_progress: ProgressCallback | None) -> SendStats:
@@ -330,13 +344,17 @@ def send(remote: Remote, layout: Layout, store_dir: str, uploads: Sequence[Uploa
     _store(remote, layout, store_dir, [up for up in uploads if up not in bad])
     if bad:
         remote.batched(["rm", "-f"], [posixpath.join(layout.incoming, up.name) for up in bad], what="removing corrupt uploads")
-        raise DeviceError(
-            f"{remote.address}: sha256 mismatch on the device for {len(bad)} file(s), e.g. {bad[0].label}: "
-            f"expected {bad[0].sha256}, got {found.get(posixpath.join(layout.incoming, bad[0].name), 'no checksum (is sha256sum installed?)')}; "
-            "the corrupt uploads were removed",
-            hint=f"if {bad[0].local} changed after the manifest was written, rebuild; otherwise rerun",
-        )
+        raise mismatch_error(remote, len(bad), bad[0], found.get(posixpath.join(layout.incoming, bad[0].name), "no checksum (is sha256sum installed?)"))
     return SendStats(bytes_sent=done, bytes_resumed=sum(offsets.values()))
+
+
+def mismatch_error(remote: Remote, count: int, example: Upload, found: str) -> DeviceError:
+    """The error for uploads whose sha256 on the device did not match (they were removed)."""
+    return DeviceError(
+        f"{remote.address}: sha256 mismatch on the device for {count} file(s), e.g. {example.label}: "
+        f"expected {example.sha256}, got {found}; the corrupt uploads were removed",
+        hint=f"if {example.local} changed after the manifest was written, rebuild; otherwise rerun",
+    )
 
 
 def device_sha256(remote: Remote, paths: Sequence[str]) -> dict[str, str]:

@@ -14,8 +14,8 @@ class DeployResult:
     switched: bool
     files_sent: int
     files_skipped: int
-    bytes_sent: int  # file contents sent
-    bytes_skipped: int  # file contents the device already held
+    bytes_sent: int  # contents sent: the chunks and small files the device lacked
+    bytes_skipped: int  # contents the device already held, whole files or chunks
     bytes_resumed: int  # contents an earlier, cut deploy had already delivered
     metadata_bytes: int  # the release's manifest.json
     seconds: float

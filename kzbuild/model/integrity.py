@@ -6,14 +6,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-DamageKind = Literal["object", "release", "model"]
+DamageKind = Literal["object", "release", "model", "chunk"]
 MISSING = "missing"
 
 
 @dataclass(frozen=True)
 class Damage:
     kind: DamageKind
-    name: str  # the object's sha256, the release, or the model file
+    name: str  # the object's sha256, the release, the model file, or the chunk
     path: str  # relative to the device root, e.g. releases/b1/lib/libggml.so
     expected: str  # sha256 (for a release manifest: what it should be)
     found: str  # sha256 on the device, or MISSING, or what is wrong
@@ -27,6 +27,7 @@ class StoreReport:
     releases: int
     models: int
     damage: tuple[Damage, ...]
+    chunks: int = 0  # damaged ones were removed (a deploy sends a missing chunk again)
 
     @property
     def ok(self) -> bool:

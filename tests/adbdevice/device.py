@@ -177,7 +177,7 @@ class AdbTestDevice:
         if kind == b"shell" or kind.startswith(b"shell,"):
             options = kind.split(b",")[1:]  # v2, raw/pty, TERM=...; without a pty raw and pty are alike
             if b"v2" in options:
-                return lambda stream: services.shell_v2(stream, self.fs, command)
+                return lambda stream: services.shell_v2(stream, self.fs, command, self.faults)
             return lambda stream: services.shell_raw(stream, self.fs, command)
         return None
 

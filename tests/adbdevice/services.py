@@ -50,6 +50,16 @@ class Faults:
             limit, self._drop_send_after = self._drop_send_after, None
             return limit
 
+    def input_cut(self, received: int) -> int | None:
+        """For a shell command that has read ``received`` bytes of stdin: where to cut it, if the
+        armed fault is reached (that disarms it); a command with less input leaves it armed."""
+        with self._lock:
+            limit = self._drop_send_after
+            if limit is None or received < limit:
+                return None
+            self._drop_send_after = None
+            return limit
+
 
 # --- shell ---
 def start_shell(fs: DeviceFs, command: bytes, *, merge_stderr: bool) -> subprocess.Popen[bytes]:
@@ -97,7 +107,7 @@ def close_quietly(handle: IO[bytes] | None) -> None:
         pass
 
 
-def shell_v2(stream: Stream, fs: DeviceFs, command: bytes) -> None:
+def shell_v2(stream: Stream, fs: DeviceFs, command: bytes, faults: Faults) -> None:
     """``shell,v2,...:CMD``: stdout, stderr and the exit code as separate packets."""
     with start_shell(fs, command, merge_stderr=False) as child:
         assert child.stdout is not None and child.stderr is not None
@@ -107,18 +117,28 @@ def shell_v2(stream: Stream, fs: DeviceFs, command: bytes) -> None:
         ]
         for thread in pumps:
             thread.start()
-        threading.Thread(target=shell_v2_input, args=(stream, child), daemon=True).start()
+        threading.Thread(target=shell_v2_input, args=(stream, child, faults), daemon=True).start()
         code = exit_status(child.wait())
         for thread in pumps:
             thread.join()
     stream.write(shell_packet(SHELL_EXIT, bytes([code & 0xFF])))
 
 
-def shell_v2_input(stream: Stream, child: subprocess.Popen[bytes]) -> None:
+def shell_v2_input(stream: Stream, child: subprocess.Popen[bytes], faults: Faults) -> None:
+    received = 0
     try:
         while True:
             kind, length = SHELL_HEADER.unpack(stream.read_exact(SHELL_HEADER.size))
             data = stream.read_exact(length)
+            if kind == SHELL_STDIN and (cut := faults.input_cut(received + len(data))) is not None:
+                data = data[: cut - received]
+                if child.stdin:
+                    child.stdin.write(data)
+                    child.stdin.flush()
+                stream.owner.drop()  # the injected fault: the device vanishes mid-stream
+                hang_up(child)
+                return
+            received += len(data) if kind == SHELL_STDIN else 0
             if kind == SHELL_STDIN and child.stdin:
                 try:
                     child.stdin.write(data)

@@ -3,8 +3,9 @@
     python -m tests.deploy.fault_driver [--kill-at N] [--slow SECONDS] -- KZBUILD-ARGS...
 
 ``--kill-at N`` SIGKILLs this process at its N-th device operation, as kill -9 or a crash
-would: after a command ran (the device did it, kzbuild never saw the answer), or half-way
-through an upload (half the file arrived). ``--slow S`` sleeps S seconds after every
+would: after a command ran (the device did it, kzbuild never saw the answer), half-way
+through an upload (half the file arrived), or half-way through a command's input (the device
+ran it on the first half of its stdin: half a tar stream, half the files to assemble). ``--slow S`` sleeps S seconds after every
 operation so that concurrent runs overlap. Used by tests/deploy/test_deploy_faults.py and
 benchmarks/bench_faults.py.
 """
@@ -74,10 +75,24 @@ def faulty_push(faults: Faults, push: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
+def faulty_run_input(faults: Faults, run_input: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapped(self: Any, argv: Any, data: Any, **options: Any) -> Any:
+        if faults.next_is_fatal():
+            whole = b"".join(data)
+            run_input(self, argv, iter((whole[: len(whole) // 2],)), **options)
+            die()
+        result = run_input(self, argv, data, **options)
+        time.sleep(faults.slow)
+        return result
+
+    return wrapped
+
+
 def install(faults: Faults) -> None:
     for transport in TRANSPORTS:
         setattr(transport, "run", faulty_run(faults, transport.run))  # noqa: B010 (patching a class)
         setattr(transport, "push", faulty_push(faults, transport.push))  # noqa: B010
+        setattr(transport, "run_input", faulty_run_input(faults, transport.run_input))  # noqa: B010
 
 
 def command(kzbuild_args: Sequence[str], *, kill_at: int | None = None, slow: float = 0.0) -> list[str]:

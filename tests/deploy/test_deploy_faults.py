@@ -7,8 +7,10 @@ SIGKILL); afterwards :func:`assert_store_invariant` checks the device store file
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import random
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -19,9 +21,10 @@ import pytest
 
 from kzbuild.artifacts import load_artifact
 from kzbuild.devices import devicelock
+from kzbuild.devices.chunkstore import split
 from kzbuild.errors import Busy, DeviceError
 from tests.deploy import fault_driver
-from tests.fixtures_deploy import NoSpaceTransport, assert_store_invariant
+from tests.fixtures_deploy import NoSpaceTransport, assert_store_invariant, flip_byte
 
 ADB_ROOT = "/data/local/tmp/kz-engine"
 
@@ -111,12 +114,14 @@ def lock_left(root: Path) -> bool:
     return (root / ".lock").exists()
 
 
-# a deploy of b2 over b1 (two changed libraries) makes 16 device operations: 1 lock, 2 state,
-# 3 inventory, 4-5 uploads, 6 sha256sum, 7 store, 8 refresh, 9 prepare, 10 link,
-# 11 manifest upload, 12 rename, 13 refresh, 14 sha256sum of the release, 15 switch, 16 unlock.
-# bench_faults.py kills at each.
-KILL_POINTS = {"local": (1, 5, 7, 10, 14, 15, 16), "ssh": (4, 12), "adb": (5,)}
-SWITCH_POINT, LAST_POINT = 15, 16
+# a deploy of b2 over b1 (two changed libraries) makes 12 device operations: 1 lock, 2 state,
+# 3 inventory, 4 chunk lists up (the device answers which chunks it lacks), 5 one tar stream of
+# chunks that ends in assembly and sha256sum on the device, 6 store moves, 7 refresh, 8 the
+# release (one tar of the manifest and hard links), 9 refresh, 10 sha256sum of the release's
+# other files, 11 switch, 12 unlock. A kill at 4, 5, 6 or 8 cuts that command's input in half:
+# half the lists, half the stream, half the moves, half the release. bench_faults.py kills at each.
+KILL_POINTS = {"local": (1, 4, 5, 6, 8, 10, 11, 12), "ssh": (5, 6, 8), "adb": (5, 6, 8)}
+STORE_POINT, SWITCH_POINT, LAST_POINT = 6, 11, 12
 
 @pytest.mark.parametrize(("target", "point"), [(kind, point) for kind, points in KILL_POINTS.items() for point in points], indirect=["target"])
 def test_kill_9_mid_deploy_then_a_fresh_deploy_recovers(kz, spawn, target, artifacts, point, clean_lock_env):
@@ -264,11 +269,13 @@ def grow(disk: Path) -> None:
     subprocess.run(["mount", "-o", "remount,size=8m", str(disk)], check=True)
 
 
-@pytest.mark.parametrize("target", ["local", "ssh"], indirect=True)
-def test_a_full_disk_is_exit_8_naming_device_and_path_then_the_deploy_completes(kz, small_disk, target, artifacts, clean_lock_env):
+@pytest.mark.parametrize(("target", "blob_size"), [("local", 1 << 20), ("ssh", 1 << 20), ("local", 110 << 10)], indirect=["target"])
+def test_a_full_disk_is_exit_8_naming_device_and_path_then_the_deploy_completes(kz, small_disk, target, artifacts, blob_size, clean_lock_env):
+    """1 MiB: the disk fills up while the stream arrives; 110 KiB: the chunks arrive, then the disk
+    fills up while the file is put together from them (no corruption: a full disk)."""
     assert target.root == small_disk
     deployed(kz, target, artifacts.make("b1"))
-    build2 = artifacts.make("b2", greeting="v2", blob_seed=2, blob_size=1 << 20)
+    build2 = artifacts.make("b2", greeting="v2", blob_seed=2, blob_size=blob_size)
     full = kz(*deploy_args(target, build2))
     assert full.code == DeviceError.exit_code, full.err
     message = " ".join(full.err.split())
@@ -311,3 +318,57 @@ def test_two_processes_recovering_one_dead_holders_lock_at_once_both_finish(kz, 
     assert [run.code for run in finished] == [0, 0], [run.err for run in finished]
     assert assert_store_invariant(target.root) == last_logged(target.root)
     assert not lock_left(target.root) and not list(target.root.glob(".lock*"))
+
+
+# --- chunks: a corrupted chunk, an assembly cut short ---
+def data_builds(artifacts, seed: int = 7) -> tuple[Path, Path, bytes]:  # type: ignore[no-untyped-def]
+    """b1 and b2 with a 256 KiB lib/libdata.so that differs in 64 bytes in the middle (and another
+    libgreet.so); the data of b1."""
+    data = random.Random(seed).randbytes(256 * 1024)
+    edited = data[:120_000] + os.urandom(64) + data[120_064:]
+    build2 = artifacts.make("b2", greeting="hello from v2", extra={"lib/libdata.so": edited})
+    return artifacts.make("b1", extra={"lib/libdata.so": data}), build2, data
+
+
+def test_a_rotten_chunk_is_caught_by_the_file_check_and_replaced(kz, target, artifacts, clean_lock_env):
+    build1, build2, data = data_builds(artifacts)
+    deployed(kz, target, build1)
+    pieces = split(build1 / "lib" / "libdata.so", len(data))
+    first = target.root / "chunks" / pieces[0].name  # b2's libdata.so starts with the same chunk
+    flip_byte(first, 10)
+
+    summary = deployed(kz, target, build2)
+    assert summary["release"] == "b2"
+    assert hashlib.sha256(first.read_bytes()).hexdigest().startswith(pieces[0].name)  # sent again, renamed over the rotten one
+    assert assert_store_invariant(target.root) == "b2"
+    assert kz("device", "verify", "--device", target.spec).code == 0
+
+
+def test_verify_reports_and_drops_a_damaged_chunk_and_deploy_sends_it_again(kz, target, artifacts, clean_lock_env):
+    build1, build2, data = data_builds(artifacts)
+    deployed(kz, target, build1)
+    name = split(build1 / "lib" / "libdata.so", len(data))[0].name
+    flip_byte(target.root / "chunks" / name, 10)
+    damaged = kz("device", "verify", "--device", target.spec)
+    assert damaged.code == DeviceError.exit_code
+    assert f"damaged chunk {name}: chunks/{name}" in " ".join(damaged.out.split())
+    assert not (target.root / "chunks" / name).exists()
+    assert kz("device", "verify", "--device", target.spec).code == 0  # releases were never touched
+    summary = deployed(kz, target, build2)
+    assert summary["bytes_sent"] < 64 * 1024  # the dropped chunk, the edited one and libgreet.so's
+    assert (target.root / "chunks" / name).exists() and assert_store_invariant(target.root) == "b2"
+
+
+def test_an_assembly_cut_short_is_assembled_again_never_stored(kz, spawn, target, artifacts, clean_lock_env):
+    build1, build2, _ = data_builds(artifacts)
+    deployed(kz, target, build1)
+    killed = spawn.run(*deploy_args(target, build2), kill_at=STORE_POINT)  # files assembled, not stored, then kill -9
+    assert killed.code == -signal.SIGKILL, killed.err
+    assert assert_store_invariant(target.root) == "b1"
+    assembled = [path for path in (target.root / "incoming").iterdir() if path.is_file() and len(path.name) == 64]
+    assert assembled, "the files were assembled in incoming/"
+    for path in assembled:  # as if the device died in the middle of cat
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    summary = deployed(kz, target, build2)
+    assert summary["release"] == "b2"
+    assert assert_store_invariant(target.root) == "b2"

@@ -11,6 +11,7 @@ import pytest
 
 from kzbuild import deploy
 from kzbuild.artifacts import load_artifact
+from kzbuild.devices.chunkstore import WHOLE_BELOW
 from kzbuild.devices.local import LocalTransport
 from kzbuild.errors import DeviceError
 from kzbuild.model.device import Device
@@ -57,13 +58,13 @@ def test_same_build_twice_sends_zero_bytes(kz, artifacts, tmp_path):
     assert again["switched"] is False and again["files_skipped"] == 3
 
 
-def test_one_changed_library_sends_only_its_bytes(kz, artifacts, tmp_path):
+def test_one_changed_library_sends_at_most_its_bytes(kz, artifacts, tmp_path):
     root = tmp_path / "device"
     deployed(kz, root, artifacts.make("b1"))
     build2 = artifacts.make("b2", greeting="hello from v2")
     summary = deployed(kz, root, build2)
     assert summary["files_sent"] == 1 and summary["files_skipped"] == 2
-    assert summary["bytes_sent"] == (build2 / "lib" / "libgreet.so").stat().st_size
+    assert 0 < summary["bytes_sent"] <= (build2 / "lib" / "libgreet.so").stat().st_size
     assert current_release(root) == "releases/b2"
     assert run_hello(root) == "hello from v2\nblob 65536\n"
 
@@ -90,12 +91,13 @@ def test_cut_deploy_keeps_current_and_the_next_one_resumes(artifacts, tmp_path):
         deploy.deploy(CuttingTransport(str(root), budget=200 * 1024), device, build2)
     assert current_release(root) == "releases/b1"
     assert run_hello(root) == "hello from v1\nblob 65536\n"
-    arrived = (root / "incoming" / blob.sha256).stat().st_size
-    assert arrived == 200 * 1024
+    # chunks of libblob arrived in incoming/, the last one cut short
+    arrived = sum(path.stat().st_size for path in (root / "incoming").iterdir() if path.is_file())
+    assert 100 * 1024 < arrived < 200 * 1024
     assert not (root / "releases" / "b2").exists()
     resumed = deploy.deploy(LocalTransport(str(root)), device, build2)
-    assert resumed.bytes_resumed == arrived
-    assert resumed.bytes_sent == blob.size - arrived
+    assert arrived - WHOLE_BELOW < resumed.bytes_resumed <= arrived  # only the chunk that was cut is sent again
+    assert resumed.bytes_sent == blob.size - resumed.bytes_resumed
     assert current_release(root) == "releases/b2"
     assert run_hello(root) == "hello from v1\nblob 524288\n"
 

@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+from kzbuild.devices.chunkstore import WHOLE_BELOW
 from kzbuild.errors import DeviceError
 
 
@@ -44,7 +45,7 @@ def test_deploy_redeploy_and_one_changed_library(kz, sshd, ssh_home, artifacts, 
     build2 = artifacts.make("b2", greeting="hello from v2")
     changed = ok(ssh_deploy(kz, sshd, root, build2))
     assert changed["files_sent"] == 1 and changed["files_skipped"] == 2
-    assert changed["bytes_sent"] == (build2 / "lib" / "libgreet.so").stat().st_size
+    assert 0 < changed["bytes_sent"] <= (build2 / "lib" / "libgreet.so").stat().st_size
     assert run_hello_over_ssh(kz, sshd, root) == "hello from v2\nblob 65536\n"
 
 
@@ -61,13 +62,14 @@ def test_cut_mid_transfer_keeps_current_then_a_rerun_resumes(kz, sshd, ssh_home,
     assert f"connection to 127.0.0.1:{relay.port} lost" in " ".join(cut.err.split())
     assert os.readlink(root / "current") == "releases/b1"
     assert run_hello_over_ssh(kz, sshd, root) == "hello from v1\nblob 65536\n"
-    arrived = (root / "incoming" / blob_sha).stat().st_size
-    assert 0 < arrived < (build2 / "lib" / "libblob.so").stat().st_size
-    assert not (root / "releases" / "b2").exists()
+    # chunks of libblob arrived in incoming/, the last one maybe cut short
+    arrived = sum(path.stat().st_size for path in (root / "incoming").iterdir() if path.is_file())
+    assert 0 < arrived < big
+    assert not (root / "objects" / blob_sha).exists() and not (root / "releases" / "b2").exists()
 
     rerun = ok(ssh_deploy(kz, sshd, root, build2))
-    assert rerun["bytes_resumed"] == arrived
-    assert rerun["bytes_sent"] == (build2 / "lib" / "libblob.so").stat().st_size - arrived
+    assert arrived - WHOLE_BELOW < rerun["bytes_resumed"] <= arrived  # at most the chunk that was cut is sent again
+    assert rerun["bytes_sent"] == (build2 / "lib" / "libblob.so").stat().st_size - rerun["bytes_resumed"]
     assert os.readlink(root / "current") == "releases/b2"
     assert run_hello_over_ssh(kz, sshd, root) == f"hello from v1\nblob {big}\n"
 

@@ -1,0 +1,90 @@
+"""The pieces of deploy's chunk transfer: FastCDC cuts, and the tar streams the device unpacks."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import random
+import subprocess
+import tarfile
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kzbuild.devices.chunkstore import (
+    DIRECTORY,
+    HARDLINK,
+    MAX_CHUNK,
+    MIN_CHUNK,
+    NAME_HEX,
+    TAR_BLOCK,
+    WHOLE_BELOW,
+    Member,
+    constant,
+    split,
+    tar_header,
+    tar_stream,
+)
+
+NAME_PART = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789._-+", min_size=1, max_size=40)
+PATHS = st.lists(NAME_PART, min_size=1, max_size=8).map("/".join)
+
+
+def test_a_file_is_cut_into_chunks_named_by_their_sha256_that_add_up_to_it(tmp_path: Path) -> None:
+    data = random.Random(1).randbytes(300_000)
+    path = tmp_path / "lib.so"
+    path.write_bytes(data)
+    pieces = split(path, len(data))
+    assert b"".join(data[p.offset : p.offset + p.size] for p in pieces) == data
+    assert all(p.name == hashlib.sha256(data[p.offset : p.offset + p.size]).hexdigest()[:NAME_HEX] for p in pieces)
+    assert all(MIN_CHUNK <= p.size <= MAX_CHUNK for p in pieces[:-1])
+
+
+def test_an_edit_in_the_middle_changes_only_the_chunks_around_it(tmp_path: Path) -> None:
+    data = random.Random(2).randbytes(400_000)
+    edited = data[:200_000] + b"patched!" + data[200_100:]
+    (tmp_path / "a").write_bytes(data)
+    (tmp_path / "b").write_bytes(edited)
+    before = {p.name for p in split(tmp_path / "a", len(data))}
+    after = split(tmp_path / "b", len(edited))
+    new = [p for p in after if p.name not in before]
+    assert sum(p.size for p in new) <= 3 * MAX_CHUNK  # not the whole 400 kB
+
+
+def test_a_small_file_travels_whole(tmp_path: Path) -> None:
+    path = tmp_path / "small"
+    path.write_bytes(random.Random(3).randbytes(WHOLE_BELOW - 1))
+    assert split(path, WHOLE_BELOW - 1) == ()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(PATHS, st.binary(max_size=2000)), min_size=1, max_size=6, unique_by=lambda item: item[0]))
+def test_tar_streams_read_back_with_names_sizes_and_contents(files: list[tuple[str, bytes]]) -> None:
+    archive = b"".join(tar_stream([Member(name, len(data), constant(data)) for name, data in files]))
+    assert len(archive) % TAR_BLOCK == 0
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        members = tar.getmembers()
+        assert [(m.name, m.size, m.mode) for m in members] == [(name, len(data), 0o644) for name, data in files]
+        assert [tar.extractfile(m).read() for m in members] == [data for _, data in files]  # type: ignore[union-attr]
+
+
+@settings(max_examples=60, deadline=None)
+@given(PATHS, PATHS)
+def test_hard_link_and_directory_headers_read_back(name: str, target: str) -> None:
+    archive = tar_header(name, 0, kind=DIRECTORY, mode=0o755) + tar_header(f"{name}/f", 0, kind=HARDLINK, linkname=target) + bytes(2 * TAR_BLOCK)
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        directory, link = tar.getmembers()
+    assert (directory.name, directory.isdir(), directory.mode) == (name, True, 0o755)
+    assert (link.name, link.islnk(), link.linkname) == (f"{name}/f", True, target)
+
+
+def test_gnu_tar_unpacks_a_stream_with_long_names_and_hard_links(tmp_path: Path) -> None:
+    long_name = "/".join(["d" * 60] * 4) + "/file"  # over ustar's 100 + 155: a pax header
+    (tmp_path / "objects").mkdir()
+    (tmp_path / "objects" / "abc").write_bytes(b"content")
+    members = [Member("plain", 5, constant(b"hello")), Member(long_name, 3, constant(b"xyz"))]
+    archive = b"".join(tar_stream(members, end=False)) + tar_header("rel", 0, kind=DIRECTORY, mode=0o755) + tar_header("rel/lib.so", 0, kind=HARDLINK, linkname="objects/abc") + bytes(2 * TAR_BLOCK)
+    subprocess.run(["tar", "-x", "-f", "-"], cwd=tmp_path, input=archive, check=True)
+    assert (tmp_path / "plain").read_bytes() == b"hello" and (tmp_path / long_name).read_bytes() == b"xyz"
+    assert (tmp_path / "rel" / "lib.so").stat().st_ino == (tmp_path / "objects" / "abc").stat().st_ino
