@@ -52,6 +52,7 @@ BRANCH_PREFIX = "kz/roll/"
 TEST_TIMEOUT = 3600.0
 STAGED_DIRS = ("recipes", "patches", "kernels", "toolchains")  # what the stage takes from the working tree
 LIVE = (Verdict.CLEAN, Verdict.THREE_WAY)
+NO_HOOKS = ("-c", "core.hooksPath=/dev/null")  # the user's hooks are not run in the stage
 
 
 class ABRunner(Protocol):
@@ -205,7 +206,7 @@ class Stage:
         self.remove()
         self.root.mkdir(parents=True, exist_ok=True)
         if self.repo is not None:
-            self.repo("worktree", "add", "--detach", "--force", str(self.project), "HEAD")
+            self.repo(*NO_HOOKS, "worktree", "add", "--detach", "--force", str(self.project), "HEAD")
             for folder in STAGED_DIRS:
                 shutil.rmtree(self.project / folder, ignore_errors=True)
                 if (self.source / folder).is_dir():
@@ -282,8 +283,7 @@ def roll(
                     outcome = Outcome.REGRESSED
             results.append(CandidateResult(candidate, plan, outcome, tuple(steps), delta))
             if outcome is Outcome.ROLLABLE and write:
-                report = RollReport(recipe.name, recipe.upstream.commit, tuple(results), tuple(notes))
-                branch, commit = _commit_branch(stage, target.commit, report)
+                branch, commit = _commit_branch(stage, target.commit, RollReport(recipe.name, recipe.upstream.commit, tuple(results)), notes)
     finally:
         stage.remove()
     return RollReport(recipe.name, recipe.upstream.commit, tuple(results), tuple(notes), branch, commit)
@@ -411,15 +411,17 @@ def branch_name(commit: str) -> str:
     return BRANCH_PREFIX + commit[:7]
 
 
-def _commit_branch(stage: Stage, commit: str, report: RollReport) -> tuple[str, str]:
-    """Commit the stage's recipes/ and patches/ and point ``kz/roll/<sha7>`` at it."""
+def _commit_branch(stage: Stage, commit: str, report: RollReport, notes: list[str]) -> tuple[str | None, str | None]:
+    """Commit the stage's recipes/ and patches/ and point ``kz/roll/<sha7>`` at it; nothing when
+    that branch exists (the report's notes say so)."""
     assert stage.repo is not None  # check_writable ran
     branch = branch_name(commit)
     if stage.repo.resolve(f"refs/heads/{branch}"):
-        raise WorktreeError(f"the branch {branch} exists already", hint=f"push or delete it first (git branch -D {branch})")
+        notes.append(f"not written: the branch {branch} exists already (push or delete it first: git branch -D {branch})")
+        return None, None
     git = Git(stage.project)
     git("add", "-A", "--", *STAGED_DIRS)
-    git("commit", "-q", "-F", "-", input=commit_message(report), env=KZ_AUTHOR)
+    git(*NO_HOOKS, "commit", "-q", "--no-verify", "-F", "-", input=commit_message(report), env=KZ_AUTHOR)
     made = git("rev-parse", "HEAD")
     git("branch", branch, made)
     return branch, made

@@ -47,7 +47,7 @@ def test_pr_number_is_read_from_the_end_of_the_subject():
     assert pr_number("no number") is None
 
 
-def test_a_conflict_names_the_commit_pr_author_and_date(project, upstream, git_daemon, kz, tmp_path):
+def test_a_conflict_names_the_commit_pr_author_and_date(project, upstream, git_daemon, kz, tmp_path, monkeypatch):
     base = upstream.head()
     add_patch(project, "fix.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: fix 5"))
     filler(upstream, 0, 6)
@@ -58,6 +58,9 @@ def test_a_conflict_names_the_commit_pr_author_and_date(project, upstream, git_d
     serve(upstream, served, allow_sha_want=True)
     project.recipe("r", commit=base, sources=[f"git: git://127.0.0.1:{port}/llama.cpp.git"])
     report_md = tmp_path / "roll.md"
+    step_summary = tmp_path / "step-summary.md"
+    step_summary.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
 
     result = kz("roll", "r", *FAST, "--json", "--report", str(report_md))
     assert result.code == 5, result.err
@@ -72,6 +75,7 @@ def test_a_conflict_names_the_commit_pr_author_and_date(project, upstream, git_d
     text = report_md.read_text()
     assert f"broken by {culprit[:12]} \"common: rework line 5 (#1234)\" (PR #1234, Jane Upstream <jane@upstream.example>, {when})" in text
     assert "| fix.patch | conflict |" in text
+    assert step_summary.read_text() == "earlier step\n" + text
     assert "no candidate is rollable" in result.err
 
 
@@ -155,6 +159,10 @@ def test_write_puts_the_roll_on_a_branch_and_changes_nothing_else(project, upstr
     user_worktree = project.settings.worktree("r")
     synced_head = git(user_worktree, "rev-parse", "HEAD")
     branches = git(project.root, "branch", "--format=%(refname)")
+    hooks = project.root / ".git" / "hooks"
+    for hook in ("post-checkout", "pre-commit", "commit-msg"):  # the user's hooks stay out of the roll
+        (hooks / hook).write_text(f"#!/bin/sh\necho ran >> {project.root.parent / hook}\nexit 1\n")
+        (hooks / hook).chmod(0o755)
     before = snapshot(project)
 
     result = kz("roll", "r", "--no-build", "--no-tests", "--write", "--json")
@@ -164,6 +172,7 @@ def test_write_puts_the_roll_on_a_branch_and_changes_nothing_else(project, upstr
     assert report["branch"] == branch
     assert snapshot(project) == before  # the user's files, HEAD, branch, status and worktrees
     assert git(user_worktree, "rev-parse", "HEAD") == synced_head
+    assert not [hook for hook in ("post-checkout", "pre-commit", "commit-msg") if (project.root.parent / hook).exists()]
     assert git(project.root, "branch", "--format=%(refname)").splitlines() == sorted([*branches.splitlines(), f"refs/heads/{branch}"])
 
     made = report["commit"]
@@ -202,6 +211,12 @@ def test_write_refuses_uncommitted_recipes_or_patches(project, upstream, kz):
     (project.root / "patches" / "series").write_text("fix.patch\n")
     result = kz("roll", "r", *FAST, "--write")
     assert result.code == 4 and "patches/series" in result.err
+
+
+def test_write_needs_a_git_project(project, upstream, kz):
+    two_candidates(project, upstream)
+    result = kz("roll", "r", *FAST, "--write")
+    assert result.code == 4 and "to be a git repository" in " ".join(result.err.split())
 
 
 # --- pypi candidates: a PEP 503 index folder, and sdists that vendor upstream's shallow git data ---

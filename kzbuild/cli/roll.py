@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from kzbuild.cli.options import DeviceOpt, JsonOpt, RecipeArg, load_recipe
 from kzbuild.cli.ui import activity, console, context, not_empty, print_json
-from kzbuild.errors import BuildFailed, NotAvailableHere, PatchError, RegressionFound
+from kzbuild.errors import BuildFailed, NotAvailableHere, PatchError, RegressionFound, WorktreeError
 from kzbuild.files import write_atomic
 
 if TYPE_CHECKING:
@@ -71,6 +71,8 @@ def roll_command(
     else:
         _print(report, roll.title(report), roll.summary(report))
     _exit(report)
+    if write and report.rollable is not None and report.branch is None:
+        raise WorktreeError(next(n for n in report.notes if n.startswith("not written")))
 
 
 def _print(report: RollReport, title: str, lines: list[str]) -> None:
