@@ -281,6 +281,8 @@ def roll(
                                       StepStatus.FAILED if delta.regressed else StepStatus.PASSED, delta.describe()))
                 if delta.regressed:
                     outcome = Outcome.REGRESSED
+            elif outcome is Outcome.ROLLABLE and bench is not None:
+                steps.append(RollStep("bench", "bench the pin against the candidate", StepStatus.SKIPPED, "no host build to bench (--no-build)"))
             results.append(CandidateResult(candidate, plan, outcome, tuple(steps), delta))
             if outcome is Outcome.ROLLABLE and write:
                 branch, commit = _commit_branch(stage, target.commit, RollReport(recipe.name, recipe.upstream.commit, tuple(results)), notes)

@@ -364,3 +364,14 @@ def test_a_failing_kz_test_blocks_the_candidate(rolled_tiny, kz, monkeypatch):
     (candidate,) = json.loads(result.out)["candidates"]
     assert candidate["outcome"] == "tests failed"
     assert "1 failed" in candidate["steps"][-1]["detail"]
+
+
+def test_without_a_build_the_bench_is_skipped_and_says_why(rolled_tiny):
+    tiny = rolled_tiny
+    tiny.upstream.commit(tiny_answer(41), "ggml: answer 41")
+    runner = AnswerRunner()
+    report = roll.roll(tiny.settings, load_recipe(tiny.project.root, "tiny"), build=False, bench=runner, plan_target=None, environ=tiny.environ())
+    (result,) = report.results
+    bench = result.steps[-1]
+    assert (bench.kind, bench.status.value, bench.detail) == ("bench", "skipped", "no host build to bench (--no-build)")
+    assert runner.ran == [] and result.bench is None and result.outcome is Outcome.ROLLABLE
