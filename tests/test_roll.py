@@ -375,3 +375,18 @@ def test_without_a_build_the_bench_is_skipped_and_says_why(rolled_tiny):
     bench = result.steps[-1]
     assert (bench.kind, bench.status.value, bench.detail) == ("bench", "skipped", "no host build to bench (--no-build)")
     assert runner.ran == [] and result.bench is None and result.outcome is Outcome.ROLLABLE
+
+
+def test_device_and_plan_say_what_is_missing(project, upstream, kz, tmp_path):
+    project.recipe("r", commit=upstream.head(), sources=[file_source(upstream)])
+    device = kz("roll", "r", "--device", f"local:{tmp_path / 'device'}")
+    assert device.code == 11 and "kzbuild ab" in " ".join(device.err.split())
+    plan = kz("roll", "r", "--plan", "plans/x.yaml")
+    assert plan.code == 2 and "needs --device" in " ".join(plan.err.split())
+    assert kz("roll", "r", "--to", " ").code == 2
+
+
+def test_nothing_newer_is_exit_0(project, upstream, kz):
+    project.recipe("r", commit=upstream.head(), sources=[file_source(upstream)])
+    result = kz("roll", "r", *FAST)
+    assert result.code == 0 and f"nothing newer than the pin {upstream.head()[:12]}" in " ".join(result.out.split())
