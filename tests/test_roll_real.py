@@ -77,7 +77,7 @@ class LocalLlamaBench:
 def test_the_bench_step_runs_pin_and_candidate_interleaved_on_a_local_device(kz, tmp_path):
     """demo-host rolled to its own pin (no newer sdist exists offline): both variants are really
     built in their stages and benched ABAB with the real llama-bench; the report gives the delta."""
-    project = private_project(tmp_path)
+    project = private_project(tmp_path / "real")  # the kz fixture's own project is tmp_path/project
     spec = f"local:{tmp_path / 'device'}"
     assert kz("models", "push", str(write_tiny_model(tmp_path / "tiny.gguf", arch="llama", ftype="f32")), "--device", spec).code == 0
     runner = LocalLlamaBench(kz, spec)
