@@ -32,7 +32,7 @@ from packaging.version import InvalidVersion, Version
 from kzbuild import build as builds
 from kzbuild import proc, recipes
 from kzbuild.errors import KzError, SourceError, WorktreeError
-from kzbuild.gitcmd import ISOLATED_ENV, KZ_AUTHOR, Git
+from kzbuild.gitcmd import KZ_AUTHOR, Git, ls_remote
 from kzbuild.model.patch import KZ_TEST
 from kzbuild.model.recipe import Recipe, Source
 from kzbuild.model.roll import BenchDelta, Candidate, CandidateResult, Outcome, RollReport, RollStep, pr_number
@@ -114,7 +114,7 @@ def _git_candidates(settings: Settings, source: Source, limit: int, notes: list[
     url = source.location
     if progress:
         progress(f"listing {source.label}")
-    result = proc.run(["git", "ls-remote", "--symref", url, "HEAD", "refs/tags/*"], quiet_env=ISOLATED_ENV, check=False)
+    result = ls_remote(url, "HEAD", "refs/tags/*", options=("--symref",))
     if not result.ok:
         notes.append(f"{source.label}: cannot list its branches and tags: {_last_line(result.stderr)}")
         return []
