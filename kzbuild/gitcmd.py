@@ -8,7 +8,7 @@ with a fixed identity.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from kzbuild import proc
@@ -88,9 +88,10 @@ class Git:
         return self("log", "-1", "--format=%cd", "--date=raw", rev)
 
 
-def ls_remote(url: str, *refs: str) -> proc.Result:
-    """``git ls-remote URL REFS`` (no repository needed); check the result's ``ok``."""
-    return proc.run(["git", "ls-remote", url, *refs], quiet_env=ISOLATED_ENV, check=False)
+def ls_remote(url: str, *refs: str, options: Sequence[str] = ()) -> proc.Result:
+    """``git ls-remote OPTIONS URL REFS`` (no repository needed); check the result's ``ok``.
+    (Options go before the URL: after it, git takes them for patterns.)"""
+    return proc.run(["git", "ls-remote", *options, url, *refs], quiet_env=ISOLATED_ENV, check=False)
 
 
 def unset_in_config_file(config: Path, key: str) -> None:

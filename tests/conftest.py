@@ -19,6 +19,7 @@ from kzbuild.settings import Settings
 # would start it once per module. Test modules import only helpers from them, never fixtures.
 pytest_plugins = (
     "tests.fixtures_build",
+    "tests.fixtures_git",
     "tests.fixtures_gdn",
     "tests.fixtures_index",
     "tests.fixtures_ssh",

@@ -42,6 +42,17 @@ def test_drop_records_why(project, upstream, kz):
     assert lint_series(project.root / "patches" / "series")[1] == []
 
 
+def test_drop_keeps_a_file_another_series_lists(project, upstream, kz):
+    three(project, upstream)
+    project.write("patches/archive.series", "b.patch\n")
+    drop_patch(project.root / "patches" / "archive.series", "b.patch", reason="upstreamed")
+    assert (project.root / "patches" / "archive.series").read_text() == ""
+    assert (project.root / "patches" / "b.patch").exists()  # patches/series still applies it
+    assert lint_series(project.root / "patches" / "series")[1] == []
+    drop_patch(project.root / "patches" / "series", "b.patch", reason="upstreamed")
+    assert not (project.root / "patches" / "b.patch").exists()
+
+
 def test_drop_unknown_patch(project, upstream, kz):
     three(project, upstream)
     result = kz("patches", "drop", "bb.patch", "--reason", "x")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from kzbuild.errors import Busy
 from kzbuild.filelock import locked
 from tests.conftest import UpstreamRepo, git
+from tests.fixtures_git import free_port, serve
 
 
 def make_patch(upstream: UpstreamRepo, tmp_path: Path, files: dict[str, str], subject: str) -> Path:
@@ -182,41 +182,6 @@ def test_missing_commit_in_source_is_an_error(project, upstream, kz):
 
 
 # --- served remotes ---
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture
-def git_daemon(tmp_path):
-    """A real git daemon on 127.0.0.1 serving tmp_path/served."""
-    base = tmp_path / "served"
-    base.mkdir()
-    port = free_port()
-    daemon = subprocess.Popen(
-        ["git", "daemon", "--reuseaddr", "--export-all", "--listen=127.0.0.1", f"--port={port}", f"--base-path={base}", str(base)],
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.05)
-    yield base, port
-    daemon.terminate()
-    daemon.wait(timeout=10)
-
-
-def serve(upstream: UpstreamRepo, base: Path, *, allow_sha_want: bool) -> Path:
-    served = base / "llama.cpp.git"
-    subprocess.run(["git", "clone", "-q", "--bare", str(upstream.path), str(served)], check=True)
-    git(served, "config", "uploadpack.allowReachableSHA1InWant", "true" if allow_sha_want else "false")
-    git(served, "config", "uploadpack.allowFilter", "true")
-    return served
 
 
 def long_history(upstream: UpstreamRepo, count: int) -> list[str]:

@@ -59,8 +59,8 @@ def check_kzbuild_command(args: list[str]) -> None:
         assert target in builds.TARGETS or target == v79check.TARGET, f"unknown target {target}"
 
 
-def test_there_are_two_workflows():
-    assert {p.name for p in WORKFLOWS} == {"tests.yml", "snapdragon-v79.yml"}
+def test_there_are_three_workflows():
+    assert {p.name for p in WORKFLOWS} == {"tests.yml", "snapdragon-v79.yml", "roll.yml"}
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
@@ -106,3 +106,26 @@ def test_v79_workflow_checks_every_push_and_builds_with_the_sdk_only_where_the_i
     job = full
     upload = next(step for step in job["steps"] if str(step.get("uses", "")).startswith("actions/upload-artifact"))
     assert upload["with"]["path"] == ".kz/artifacts/"
+
+
+def test_roll_workflow_runs_nightly_and_uploads_the_report_whatever_the_outcome():
+    doc = load(REPO_ROOT / ".github" / "workflows" / "roll.yml")
+    triggers = doc.get("on", doc.get(True))
+    assert "workflow_dispatch" in triggers
+    (cron,) = triggers["schedule"]
+    assert len(cron["cron"].split()) == 5
+    (job,) = doc["jobs"].values()
+    steps = job["steps"]
+    roll = next(step for step in steps if "kzbuild roll" in step.get("run", ""))
+    argv = next(a for a in map(kzbuild_argv, roll["run"].splitlines()) if a)
+    assert argv[:2] == ["roll", "pad3-v79"] and "--write" in argv
+    report = argv[argv.index("--report") + 1]
+    assert roll["run"].splitlines()[0] == "set +e"  # a conflict (exit 5) must not skip the upload
+    upload = next(step for step in steps if str(step.get("uses", "")).startswith("actions/upload-artifact"))
+    assert upload["if"] == "always()" and upload["with"]["path"] == report
+    assert steps.index(upload) > steps.index(roll)
+    fail = steps[-1]
+    assert fail["if"] == "steps.roll.outputs.code != '0'" and "exit" in fail["run"]
+    push = next(step for step in steps if "git push" in step.get("run", ""))
+    assert push["if"] == "steps.roll.outputs.code == '0'" and "refs/heads/kz/roll/" in push["run"]
+    assert doc["permissions"]["contents"] == "write"

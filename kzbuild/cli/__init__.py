@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "recipes": ("kzbuild.cli.sync", "List the recipes of this project."),
     "patches": ("kzbuild.cli.patches", "The patch stack (patches/series): list, lint, check against upstream, export from the worktree, edit."),
     "bump": ("kzbuild.cli.patches", "Check the patch stack against a newer upstream commit, and move the recipe's pin there."),
+    "roll": ("kzbuild.cli.roll", "Try newer upstream commits: verdict per patch, who broke each conflict (PR, author, date), build, Kz-Tests, v79 plan; the newest that passes is rollable."),
     "build": ("kzbuild.cli.build", "Build llama.cpp for a target into .kz/artifacts/<build-id>/ (bin/, lib/, manifest.json); reuse it when the id exists."),
     "cache": ("kzbuild.cli.cache", "The build caches: this machine's ccache and artifacts, and the remote cache shared between machines."),
     "doctor": ("kzbuild.cli.build", "Check the toolchains, cmake, ninja and ccache a target needs, naming the file that proved each version."),

@@ -44,7 +44,19 @@ def plan(
     fetch_history: bool = False,
     progress: Progress | None = None,
 ) -> BumpPlan:
-    target = resolve_target(settings, recipe, to, progress)
+    return plan_target(settings, recipe, resolve_target(settings, recipe, to, progress), bisect=bisect, fetch_history=fetch_history, progress=progress)
+
+
+def plan_target(
+    settings: Settings,
+    recipe: Recipe,
+    target: Target,
+    *,
+    bisect: bool = False,
+    fetch_history: bool = False,
+    progress: Progress | None = None,
+) -> BumpPlan:
+    """``plan`` for a target already resolved (``kzbuild roll`` resolves its candidates itself)."""
     patches = load_patches(recipe)
     report = check_patches(settings, recipe, patches, target, fetch_history=fetch_history or bisect, progress=progress)
     bisects: tuple[BisectResult, ...] = ()

@@ -473,7 +473,7 @@ def record_drop(path: Path, record: DropRecord) -> None:
 
 
 def drop_patch(series_path: Path, name: str, *, reason: str, upstream: str | None = None, today: date | None = None) -> DropRecord:
-    """Remove ``name`` from the series, delete its file and log why (with its subject and upstream status)."""
+    """Remove ``name`` from the series, delete its file (unless another series of the folder lists it) and log why (with its subject and upstream status)."""
     series = read_series(series_path)
     entry = require_entry(series, name)
     name = entry.name
@@ -488,8 +488,17 @@ def drop_patch(series_path: Path, name: str, *, reason: str, upstream: str | Non
     )
     record_drop(series.directory / DROPPED_LOG, record)
     reorder_series(series_path, [n for n in series.names() if n != name])
-    entry.path.unlink()
+    if not _listed_elsewhere(series, entry.path):
+        entry.path.unlink()
     return record
+
+
+def _listed_elsewhere(series: Series, patch: Path) -> bool:
+    """Another series file of the folder still lists the patch (an archive recipe's stack shares files)."""
+    for other in series_files(series.directory):
+        if other.resolve() != series.path.resolve() and any(e.path == patch for e in parse_series(other)[0].entries):
+            return True
+    return False
 
 
 def move_patch(series_path: Path, name: str, *, before: str | None = None, after: str | None = None) -> list[str]:

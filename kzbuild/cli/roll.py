@@ -1,0 +1,102 @@
+"""``kzbuild roll``: try newer upstream, say who broke which patch, find the newest candidate that rolls."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+from rich.markup import escape
+
+from kzbuild.cli.options import DeviceOpt, JsonOpt, RecipeArg, load_recipe
+from kzbuild.cli.ui import activity, console, context, not_empty, print_json
+from kzbuild.errors import BuildFailed, NotAvailableHere, PatchError, RegressionFound, WorktreeError
+from kzbuild.files import write_atomic
+
+if TYPE_CHECKING:
+    from kzbuild.model.roll import RollReport
+
+
+def register(app: typer.Typer) -> None:
+    app.command("roll")(roll_command)
+
+
+def roll_command(
+    ctx: typer.Context,
+    recipe: RecipeArg = None,
+    to: Annotated[Optional[list[str]], typer.Option("--to", help="A candidate (repeatable): sha, branch or tag of a git source, or pypi:llama-cpp-python==X. Default: the default branch's head and newest tags of each git source, and the newer versions on the index of each pypi-sdist source.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Without --to: at most this many tags, and this many versions, of each source.")] = 3,
+    device: DeviceOpt = None,
+    bench_plan: Annotated[Optional[Path], typer.Option("--plan", help="With --device: the experiment plan (plans/*.yaml, as kzbuild ab takes) to bench the pin and the candidate with.")] = None,
+    plan_target: Annotated[str, typer.Option("--plan-target", callback=not_empty, help="The target whose build plan (--dry-run) each rolled candidate must produce; 'none' skips it.")] = "v79",
+    no_build: Annotated[bool, typer.Option("--no-build", help="Skip the host build (the report says so).")] = False,
+    no_tests: Annotated[bool, typer.Option("--no-tests", help="Skip running the live patches' Kz-Test (the report says so).")] = False,
+    threshold: Annotated[float, typer.Option("--threshold", min=0, help="With --device: the candidate's median may fall this many percent below the pin's.")] = 5.0,
+    write: Annotated[bool, typer.Option("--write", help="Put the rollable candidate's pin, lock and dropped patches (DROPPED.yaml) on the branch kz/roll/<sha7> of the project repo, one commit carrying the report's summary. Changes nothing when no candidate is rollable.")] = False,
+    report_path: Annotated[Optional[Path], typer.Option("--report", help="Write the markdown report here (also appended to $GITHUB_STEP_SUMMARY when that is set).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Try newer upstream commits: verdict per patch, who broke each conflict (PR, author, date), build, Kz-Tests, v79 plan; the newest that passes is rollable.
+
+    Exit codes: 0 a candidate is rollable (or rolled with --write, or nothing is newer); 5 the newest candidate conflicts, or a live patch's Kz-Test fails there; 7 its build or plan fails; 9 its bench regressed past --threshold. The report is written in every case.
+    """
+    from kzbuild import roll
+
+    if bench_plan is not None and device is None:
+        raise typer.BadParameter("needs --device (the plan says what to bench there)", param_hint="'--plan'")
+    if device is not None:
+        raise NotAvailableHere(
+            f"roll --device {device}: benching the pin against a candidate needs the interleaved device runner of `kzbuild ab`, which this kzbuild does not have yet",
+            hint="run the roll without --device; the report covers the stack, the build, the Kz-Tests and the plan",
+        )
+    if any(not ref.strip() for ref in to or ()):
+        raise typer.BadParameter("must not be empty", param_hint="'--to'")
+    settings = context(ctx).settings
+    loaded = load_recipe(settings, recipe)
+    with activity(f"rolling {loaded.name}") as progress:
+        report = roll.roll(
+            settings, loaded, to=tuple(to or ()), limit=limit, build=not no_build, tests=not no_tests,
+            plan_target=None if plan_target == "none" else plan_target, threshold_pct=threshold, write=write, environ=os.environ, progress=progress,
+        )
+    text = roll.markdown(report)
+    if report_path is not None:
+        write_atomic(report_path, text.encode("utf-8"))
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary:
+        with open(step_summary, "a", encoding="utf-8") as handle:
+            handle.write(text)
+    if json_out:
+        print_json(report.to_dict())
+    else:
+        _print(report, roll.title(report), roll.summary(report))
+    _exit(report)
+    if write and report.rollable is not None and report.branch is None:
+        raise WorktreeError(next(n for n in report.notes if n.startswith("not written")))
+
+
+def _print(report: RollReport, title: str, lines: list[str]) -> None:
+    console.print(f"[bold]{escape(title)}[/bold]")
+    for line in lines:
+        console.print(escape(line), highlight=False)
+    for note in report.notes:
+        console.print(f"[dim]{escape(note)}[/dim]")
+    if report.branch:
+        console.print(f"[green]written[/green] branch {report.branch} ({(report.commit or '')[:12]})")
+
+
+def _exit(report: RollReport) -> None:
+    from kzbuild.model.roll import Outcome
+
+    blocking = report.blocking
+    if blocking is None:
+        return
+    where = f"{blocking.candidate.label} ({blocking.candidate.commit[:12]})"
+    if blocking.outcome is Outcome.CONFLICT:
+        names = ", ".join(p.name for p in blocking.plan.check.conflicts)
+        raise PatchError(f"no candidate is rollable: at {where} {names} conflict(s)", hint="the report names the upstream commit that broke each")
+    if blocking.outcome is Outcome.TESTS_FAILED:
+        raise PatchError(f"no candidate is rollable: at {where} a live patch's Kz-Test fails")
+    if blocking.outcome is Outcome.REGRESSED:
+        raise RegressionFound(f"no candidate is rollable: at {where} the bench regressed past the threshold")
+    raise BuildFailed(f"no candidate is rollable: at {where} {blocking.outcome.value}")

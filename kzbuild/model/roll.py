@@ -1,0 +1,152 @@
+"""What ``kzbuild roll`` finds: per candidate upstream, the stack check, who broke each conflicting
+patch, the host build, the patches' own tests, the v79 plan, the bench A/B; and the outcome."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+from kzbuild.model.stackcheck import BumpPlan, StepStatus
+
+PR_SUBJECT = re.compile(r"\(#(\d+)\)\s*$")
+
+
+def pr_number(subject: str) -> int | None:
+    """The upstream pull request a squash-merged subject names: "ggml: fix x (#12345)" -> 12345."""
+    match = PR_SUBJECT.search(subject)
+    return int(match.group(1)) if match else None
+
+
+class Outcome(str, Enum):
+    """How far a candidate got."""
+
+    ROLLABLE = "rollable"
+    CONFLICT = "conflict"  # a patch does not apply
+    BUILD_FAILED = "build failed"
+    TESTS_FAILED = "tests failed"  # a live patch's Kz-Test fails
+    REGRESSED = "regressed"  # the bench A/B fell past the threshold
+    NOT_TRIED = "not tried"  # the stack holds, but a newer candidate is rollable: no build, no bench
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An upstream commit to try, and where it came from."""
+
+    label: str  # what bump --to takes: a sha, branch, tag or pypi:package==version
+    commit: str
+    origin: str  # "default branch", "tag", "pypi", "--to"
+    date: str = ""  # committer date, ISO 8601 (newest first)
+
+    def to_dict(self) -> dict[str, str]:
+        return {"label": self.label, "commit": self.commit, "origin": self.origin, "date": self.date}
+
+
+@dataclass(frozen=True)
+class RollStep:
+    """One check after the stack holds: "build", "tests", "plan" or "bench"."""
+
+    kind: str
+    label: str
+    status: StepStatus
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        return {"kind": self.kind, "label": self.label, "status": self.status.value, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class BenchDelta:
+    """The candidate's median against the pin's, from interleaved runs (see kzbuild.stats)."""
+
+    metric: str
+    order: tuple[str, ...]  # the run order, "pin"/"candidate", as run
+    pin: tuple[float, ...]
+    candidate: tuple[float, ...]
+    delta_pct: float
+    low_pct: float
+    high_pct: float
+    spread_pin_pct: float  # (max - min) / median of each side's samples
+    spread_candidate_pct: float
+    threshold_pct: float
+    regressed: bool
+
+    def describe(self) -> str:
+        return (
+            f"{self.metric}: {self.delta_pct:+.1f}% (95% interval [{self.low_pct:+.1f}%, {self.high_pct:+.1f}%]; "
+            f"spread pin {self.spread_pin_pct:.1f}%, candidate {self.spread_candidate_pct:.1f}%; "
+            f"{len(self.pin)}+{len(self.candidate)} runs interleaved)"
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "metric": self.metric, "order": list(self.order), "pin": list(self.pin), "candidate": list(self.candidate),
+            "delta_pct": self.delta_pct, "low_pct": self.low_pct, "high_pct": self.high_pct,
+            "spread_pin_pct": self.spread_pin_pct, "spread_candidate_pct": self.spread_candidate_pct,
+            "threshold_pct": self.threshold_pct, "regressed": self.regressed,
+        }
+
+
+@dataclass(frozen=True)
+class CandidateResult:
+    candidate: Candidate
+    plan: BumpPlan  # the stack checked at the candidate, with a bisect per conflict
+    outcome: Outcome
+    steps: tuple[RollStep, ...] = ()
+    bench: BenchDelta | None = None
+
+    @property
+    def would_drop(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.plan.check.upstreamed)
+
+    def to_dict(self) -> dict[str, object]:
+        bisects = []
+        for b in self.plan.bisects:
+            entry = b.to_dict()
+            entry["pr"] = pr_number(b.culprit.subject) if b.culprit else None
+            bisects.append(entry)
+        return {
+            **self.candidate.to_dict(),
+            "outcome": self.outcome.value,
+            "history": self.plan.check.history,
+            "commits_between": self.plan.check.commits_between,
+            "patches": [p.to_dict() for p in self.plan.check.patches],
+            "bisect": bisects,
+            "would_drop": list(self.would_drop),
+            "steps": [s.to_dict() for s in self.steps],
+            "bench": self.bench.to_dict() if self.bench else None,
+            "notes": list(self.plan.check.notes + self.plan.notes),
+        }
+
+
+@dataclass(frozen=True)
+class RollReport:
+    recipe: str
+    pin: str
+    results: tuple[CandidateResult, ...]  # newest first
+    notes: tuple[str, ...] = ()
+    branch: str | None = None  # --write: the branch made
+    commit: str | None = None  # --write: its commit
+
+    @property
+    def rollable(self) -> CandidateResult | None:
+        return next((r for r in self.results if r.outcome is Outcome.ROLLABLE), None)
+
+    @property
+    def blocking(self) -> CandidateResult | None:
+        """Without a rollable candidate: the newest one, whose failure the exit code reports."""
+        return None if self.rollable or not self.results else self.results[0]
+
+    def to_dict(self) -> dict[str, object]:
+        rollable = self.rollable
+        return {
+            "recipe": self.recipe,
+            "pin": self.pin,
+            "rollable": rollable.candidate.to_dict() if rollable else None,
+            "would_drop": list(rollable.would_drop) if rollable else [],
+            "branch": self.branch,
+            "commit": self.commit,
+            "candidates": [r.to_dict() for r in self.results],
+            "notes": list(self.notes),
+        }
+
