@@ -105,6 +105,7 @@ def run_interleaved(
     *,
     blocks: int,
     seed: int | None = None,
+    order: Sequence[Sequence[str]] | None = None,
     cooling: Cooling | None = None,
     on_turn: Callable[[Turn], None] | None = None,
     on_stderr: ByteSink | None = None,
@@ -116,7 +117,9 @@ def run_interleaved(
 
     The arms' releases must be deployed (kzbuild.deploy.deploy returns each one's name). ``seed``
     (default: fresh, returned) draws the order of each block; the sweep order inside each turn
-    is ``spec.seed`` or, when unset, the same seed. ``spec.cooldown`` also separates turns."""
+    is ``spec.seed`` or, when unset, the same seed. ``spec.cooldown`` also separates turns.
+    ``order`` (blocks of arm names, each arm once per block) is taken as given instead of drawn:
+    a caller that reports the order it chose (``kzbuild roll``) passes it with its seed."""
     names = [arm.name for arm in arms]
     if len(names) < 2 or len(set(names)) != len(names):
         raise ConfigError(f"an interleaved experiment needs two or more variants with distinct names (got {', '.join(names) or 'none'})")
@@ -130,7 +133,10 @@ def run_interleaved(
         log.warning("%s", warning)
     model_hash = model_sha256(transport, device, spec.model)
     seed = seed if seed is not None else secrets.randbelow(2**32)
-    order = interleaved_order(names, blocks, seed)
+    if order is None:
+        order = interleaved_order(names, blocks, seed)
+    elif len(order) != blocks or any(sorted(block) != sorted(names) for block in order):
+        raise ConfigError(f"an interleaved order must hold each of {', '.join(names)} once in each of {blocks} blocks")
     turn_spec = replace(spec, seed=spec.seed if spec.seed is not None else seed)
     run_id = new_run_id(datetime.now(timezone.utc))
     logs = settings.work / "bench" / run_id

@@ -31,12 +31,20 @@ from packaging.version import InvalidVersion, Version
 
 from kzbuild import build as builds
 from kzbuild import proc, recipes
-from kzbuild.errors import KzError, SourceError, WorktreeError
+from kzbuild.artifacts import load_artifact
+from kzbuild.deploy import deploy
+from kzbuild.devices.base import Transport
+from kzbuild.errors import KzError, ResultsError, SourceError, WorktreeError
 from kzbuild.gitcmd import KZ_AUTHOR, Git, ls_remote
+from kzbuild.interleave import run_interleaved
+from kzbuild.model.bench import BenchSpec
+from kzbuild.model.device import Device
+from kzbuild.model.interleave import Arm
 from kzbuild.model.patch import KZ_TEST
 from kzbuild.model.recipe import Recipe, Source
 from kzbuild.model.roll import BenchDelta, Candidate, CandidateResult, Outcome, RollReport, RollStep, pr_number
 from kzbuild.model.stackcheck import BumpPlan, StepStatus, Target, UpstreamCommit, Verdict
+from kzbuild.results import ResultsStore
 from kzbuild.settings import Settings
 from kzbuild.sources import ObjectCache, Progress
 from kzbuild.stack import bump
@@ -48,6 +56,7 @@ log = logging.getLogger(__name__)
 DEFAULT_LIMIT = 3  # candidates of each kind (tags, versions) looked at
 HOST_TARGET = "host"
 PLAN_TARGET = "v79"
+DEFAULT_BLOCKS = 3  # pin and candidate each benched this many times, ABAB
 BRANCH_PREFIX = "kz/roll/"
 TEST_TIMEOUT = 3600.0
 STAGED_DIRS = ("recipes", "patches", "kernels", "toolchains")  # what the stage takes from the working tree
@@ -56,14 +65,43 @@ NO_HOOKS = ("-c", "core.hooksPath=/dev/null")  # the user's hooks are not run in
 
 
 class ABRunner(Protocol):
-    """Runs builds on a device in a given interleaved order (``kzbuild ab`` provides one).
+    """Runs builds on a device in a given interleaved order (DeviceRunner: a real device).
 
-    ``run`` gets each variant's artifact folder and the blocks of variant names to run, in order;
-    it returns each variant's samples of ``metric`` (higher is better), one per run."""
+    ``run`` gets each variant's artifact folder, the blocks of variant names to run, in order, and
+    the seed that drew them; it returns each variant's samples of ``metric`` (higher is better),
+    one per run."""
 
     metric: str
 
-    def run(self, variants: Mapping[str, Path], order: Sequence[Sequence[str]]) -> Mapping[str, Sequence[float]]: ...
+    def run(self, variants: Mapping[str, Path], order: Sequence[Sequence[str]], seed: int) -> Mapping[str, Sequence[float]]: ...
+
+
+class DeviceRunner:
+    """The ABRunner of a device: each variant's artifact is deployed (a release each; only contents
+    the device lacks move), then all are benched by kzbuild.interleave (as `kzbuild ab` does) in the
+    roll's order, each record stored with its variant. The pin is deployed last, so `current` stays
+    on it. A sample is one run's median of its first test (e.g. pp512), in tokens per second."""
+
+    def __init__(self, settings: Settings, transport: Transport, device: Device, spec: BenchSpec, store: ResultsStore, *, wait: float = 0.0) -> None:
+        self.settings, self.transport, self.device, self.spec, self.store, self.wait = settings, transport, device, spec, store, wait
+        self.metric = "the first test's t/s"  # named after the run, by the test it measured
+        self.run_id: str | None = None
+
+    def run(self, variants: Mapping[str, Path], order: Sequence[Sequence[str]], seed: int) -> Mapping[str, Sequence[float]]:
+        arms = [
+            Arm(name, deploy(self.transport, self.device, load_artifact(path), wait=self.wait).release)
+            for name, path in sorted(variants.items(), key=lambda item: item[0] == "pin")
+        ]
+        done = run_interleaved(self.settings, self.transport, self.device, arms, self.spec, self.store, blocks=len(order), seed=seed, order=order)
+        self.run_id = done.run_id
+        first = next((records[0] for records in done.records.values() if records), None)
+        if first is None:
+            raise ResultsError(f"run {done.run_id}: llama-bench measured nothing")
+        self.metric = f"{first.test} t/s"
+        return {
+            name: [statistics.median(r.samples_ts) for r in records if r.test == first.test and r.config_key == first.config_key and r.samples_ts]
+            for name, records in done.records.items()
+        }
 
 
 # --- candidates ---
@@ -243,7 +281,7 @@ def roll(
     tests: bool = True,
     plan_target: str | None = PLAN_TARGET,
     bench: ABRunner | None = None,
-    blocks: int = 3,
+    blocks: int = DEFAULT_BLOCKS,
     seed: int = 0,
     threshold_pct: float = 5.0,
     write: bool = False,
@@ -391,7 +429,7 @@ def _pin_artifact(settings: Settings, recipe: Recipe, environ: Mapping[str, str]
 def bench_ab(runner: ABRunner, pin: Path, candidate: Path, *, blocks: int, seed: int, threshold_pct: float) -> BenchDelta:
     """The pin and the candidate benched in interleaved blocks; the candidate's median effect."""
     order = interleaved_order(["pin", "candidate"], blocks, seed)
-    samples = runner.run({"pin": pin, "candidate": candidate}, order)
+    samples = runner.run({"pin": pin, "candidate": candidate}, order, seed)
     a, b = list(samples["pin"]), list(samples["candidate"])
     effect = median_effect(a, b, seed=seed)
     return BenchDelta(

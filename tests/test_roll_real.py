@@ -8,9 +8,11 @@ import os
 import pytest
 
 from kzbuild import roll
+from kzbuild.cli import main
 from kzbuild.model.roll import Outcome
 from kzbuild.model.stackcheck import StepStatus, Verdict
 from kzbuild.recipes import load_recipe
+from kzbuild.results import ResultsStore
 from kzbuild.tinymodel import write_tiny_model
 from tests.conftest import PIN_0_3_21, PIN_0_3_24
 from tests.fixtures_trees import private_project
@@ -48,48 +50,29 @@ def test_the_archive_recipe_rolled_to_0_3_24_drops_the_backport_builds_and_says_
     assert (project.root / "recipes" / "archive" / "host-f53577432.yaml").read_text() == path.read_text()  # nothing written
 
 
-class LocalLlamaBench:
-    """The device runner a roll takes (``roll.ABRunner``), here through the kzbuild CLI: each run
-    deploys the variant's artifact to the device (``current`` switches to it) and runs the real
-    llama-bench there on a tiny model (pp16, one repetition)."""
-
-    metric = "pp16 t/s"
-
-    def __init__(self, kz, spec: str) -> None:  # type: ignore[no-untyped-def]
-        self.kz = kz
-        self.spec = spec
-        self.ran: list[tuple[str, str]] = []  # (variant, build id the bench record names)
-
-    def run(self, variants, order):  # type: ignore[no-untyped-def]
-        samples: dict[str, list[float]] = {name: [] for name in variants}
-        for block in order:
-            for name in block:
-                deployed = self.kz("deploy", "--device", self.spec, "--artifact", str(variants[name]))
-                assert deployed.code == 0, deployed.err
-                result = self.kz("bench", "--device", self.spec, "-m", "models/tiny.gguf", "-p", "16", "-n", "0", "-r", "1", "-t", "1", "--json")
-                assert result.code == 0, result.err
-                (record,) = json.loads(result.out)["records"]
-                samples[name] += record["samples_ts"]
-                self.ran.append((name, record["build"]["build_id"]))
-        return samples
-
-
-def test_the_bench_step_runs_pin_and_candidate_interleaved_on_a_local_device(kz, tmp_path):
-    """demo-host rolled to its own pin (no newer sdist exists offline): both variants are really
-    built in their stages and benched ABAB with the real llama-bench; the report gives the delta."""
-    project = private_project(tmp_path / "real")  # the kz fixture's own project is tmp_path/project
+def test_roll_with_a_device_benches_pin_and_candidate_interleaved_there(tmp_path, capsys):
+    """`kzbuild roll --device --plan`: demo-host rolled to its own pin (no newer sdist exists
+    offline); both are really built in their stages, deployed, and benched ABAB with the real
+    llama-bench and a tiny model on a local device; the records carry their variant."""
+    project = private_project(tmp_path / "real")
+    root = ["--project", str(project.root), "--cache-dir", str(project.cache), "--work-dir", str(project.work), "--results-dir", str(tmp_path / "results")]
     spec = f"local:{tmp_path / 'device'}"
-    assert kz("models", "push", str(write_tiny_model(tmp_path / "tiny.gguf", arch="llama", ftype="f32")), "--device", spec).code == 0
-    runner = LocalLlamaBench(kz, spec)
-    recipe = load_recipe(project.root, "demo-host")
-    report = roll.roll(project.settings, recipe, to=("pypi:llama-cpp-python==0.3.36",), tests=False, plan_target=None,
-                       bench=runner, blocks=3, seed=7, threshold_pct=50.0, environ=os.environ)
-    (result,) = report.results
-    assert [s.kind for s in result.steps] == ["sync", "build", "tests", "bench"], result.steps
-    bench = result.bench
-    assert bench is not None and len(bench.pin) == len(bench.candidate) == 3
-    assert all(v > 0 for v in bench.pin + bench.candidate)
-    assert [name for name, _ in runner.ran] == list(bench.order) and len(set(bench.order[:2])) == 2  # ABAB, seeded
-    assert bench.low_pct <= bench.delta_pct <= bench.high_pct
-    assert result.outcome is (Outcome.REGRESSED if bench.regressed else Outcome.ROLLABLE)
-    assert f"{bench.metric}: {bench.delta_pct:+.1f}%" in roll.markdown(report)
+    assert main([*root, "models", "push", str(write_tiny_model(tmp_path / "tiny.gguf", arch="llama", ftype="f32")), "--device", spec]) == 0
+    plan = tmp_path / "roll-plan.yaml"
+    plan.write_text("model:\n  name: tiny.gguf\n  sha256: null\nrepetitions: 1\nruns:\n  - name: prefill\n    options: {p: 16, n: 0, t: 1}\nab:\n  blocks: 3\nseed: 7\n")
+    capsys.readouterr()
+    code = main([*root, "roll", "demo-host", "--to", "pypi:llama-cpp-python==0.3.36", "--no-tests", "--plan-target", "none",
+                 "--device", spec, "--plan", str(plan), "--threshold", "50", "--json"])
+    out = capsys.readouterr().out
+    (result,) = json.loads(out)["candidates"]
+    bench = result["bench"]
+    assert bench is not None, result
+    assert code == (9 if bench["regressed"] else 0)
+    assert [s["kind"] for s in result["steps"]] == ["sync", "build", "tests", "bench"]
+    assert bench["metric"] == "pp16 t/s" and len(bench["pin"]) == len(bench["candidate"]) == 3
+    assert all(v > 0 for v in bench["pin"] + bench["candidate"])
+    assert sorted(bench["order"]) == ["candidate"] * 3 + ["pin"] * 3
+    assert bench["low_pct"] <= bench["delta_pct"] <= bench["high_pct"]
+    with ResultsStore(tmp_path / "results") as store:
+        variants = [r.variant.name for r in store.records() if r.variant is not None]
+    assert variants == list(bench["order"])  # stored in run order, each with its variant

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import os
+import secrets
+from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.markup import escape
 
-from kzbuild.cli.options import DeviceOpt, JsonOpt, RecipeArg, load_recipe
+from kzbuild import plans, results
+from kzbuild.cli.connect import open_device
+from kzbuild.cli.options import DeviceOpt, JsonOpt, RecipeArg, TrustOpt, WaitOpt, load_recipe
 from kzbuild.cli.ui import activity, console, context, not_empty, print_json
-from kzbuild.errors import BuildFailed, NotAvailableHere, PatchError, RegressionFound, WorktreeError
+from kzbuild.errors import BuildFailed, PatchError, RegressionFound, WorktreeError
 from kzbuild.files import write_atomic
 
 if TYPE_CHECKING:
@@ -28,7 +32,9 @@ def roll_command(
     to: Annotated[Optional[list[str]], typer.Option("--to", help="A candidate (repeatable): sha, branch or tag of a git source, or pypi:llama-cpp-python==X. Default: the default branch's head and newest tags of each git source, and the newer versions on the index of each pypi-sdist source.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="Without --to: at most this many tags, and this many versions, of each source.")] = 3,
     device: DeviceOpt = None,
-    bench_plan: Annotated[Optional[Path], typer.Option("--plan", help="With --device: the experiment plan (plans/*.yaml, as kzbuild ab takes) to bench the pin and the candidate with.")] = None,
+    bench_plan: Annotated[Optional[Path], typer.Option("--plan", help="With --device: the experiment plan (plans/*.yaml, as kzbuild ab takes) whose model, first llama-bench run, blocks and seed bench the pin against the candidate.")] = None,
+    trust_new_host: TrustOpt = False,
+    wait: WaitOpt = 0.0,
     plan_target: Annotated[str, typer.Option("--plan-target", callback=not_empty, help="The target whose build plan (--dry-run) each rolled candidate must produce; 'none' skips it.")] = "v79",
     no_build: Annotated[bool, typer.Option("--no-build", help="Skip the host build (the report says so).")] = False,
     no_tests: Annotated[bool, typer.Option("--no-tests", help="Skip running the live patches' Kz-Test (the report says so).")] = False,
@@ -43,22 +49,30 @@ def roll_command(
     """
     from kzbuild import roll
 
-    if bench_plan is not None and device is None:
-        raise typer.BadParameter("needs --device (the plan says what to bench there)", param_hint="'--plan'")
-    if device is not None:
-        raise NotAvailableHere(
-            f"roll --device {device}: benching the pin against a candidate needs the interleaved device runner of `kzbuild ab`, which this kzbuild does not have yet",
-            hint="run the roll without --device; the report covers the stack, the build, the Kz-Tests and the plan",
-        )
+    if (bench_plan is None) != (device is None):
+        raise typer.BadParameter("--device and --plan go together: the plan names the model and the llama-bench run to bench on the device", param_hint="'--device' / '--plan'")
     if any(not ref.strip() for ref in to or ()):
         raise typer.BadParameter("must not be empty", param_hint="'--to'")
     settings = context(ctx).settings
     loaded = load_recipe(settings, recipe)
-    with activity(f"rolling {loaded.name}") as progress:
-        report = roll.roll(
-            settings, loaded, to=tuple(to or ()), limit=limit, build=not no_build, tests=not no_tests,
-            plan_target=None if plan_target == "none" else plan_target, threshold_pct=threshold, write=write, environ=os.environ, progress=progress,
-        )
+    with ExitStack() as open_things:
+        bench = None
+        blocks, seed = roll.DEFAULT_BLOCKS, secrets.randbelow(2**32)
+        if bench_plan is not None:
+            plan = plans.load_plan(bench_plan)
+            found, transport = open_device(settings, device, None, trust_new_host)
+            open_things.enter_context(closing(transport))
+            store = open_things.enter_context(results.ResultsStore(settings.results))
+            plans.check_model(plan, transport, found)
+            bench = roll.DeviceRunner(settings, transport, found, plan.runs[0].spec, store, wait=wait)
+            blocks = plan.ab.blocks or blocks
+            seed = plan.seed if plan.seed is not None else seed
+        with activity(f"rolling {loaded.name}") as progress:
+            report = roll.roll(
+                settings, loaded, to=tuple(to or ()), limit=limit, build=not no_build, tests=not no_tests,
+                plan_target=None if plan_target == "none" else plan_target, bench=bench, blocks=blocks, seed=seed,
+                threshold_pct=threshold, write=write, environ=os.environ, progress=progress,
+            )
     text = roll.markdown(report)
     if report_path is not None:
         write_atomic(report_path, text.encode("utf-8"))
