@@ -581,17 +581,23 @@ def _collect(plan: BuildPlan, ccache: CcacheStats | None, times: dict[str, float
             "log": plan.log.name,
             "files": files,
         }
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        try:
-            staging.rename(plan.artifact_dir)
-        except OSError:
-            if existing_artifact(root, plan.build_id) is None:
-                raise
-            shutil.rmtree(staging)
+        publish(staging, manifest, root, plan.build_id)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return load_manifest(plan.artifact_dir)
+
+
+def publish(staging: Path, manifest: Mapping[str, object], root: Path, build_id: str) -> None:
+    """Write ``manifest`` into ``staging`` and rename it to ``root/build_id`` in one step: readers
+    see no artifact or a whole one. Another build of the same id that finished first wins."""
+    (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    try:
+        staging.rename(root / build_id)
+    except OSError:
+        if existing_artifact(root, build_id) is None:
+            raise
+        shutil.rmtree(staging)
 
 
 def _relative_files(folder: Path) -> list[str]:

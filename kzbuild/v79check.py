@@ -23,7 +23,6 @@ costs a few seconds. The result is an artifact like any build's:
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -45,12 +44,13 @@ from kzbuild.build import (
     describe_file,
     existing_artifact,
     load_manifest,
+    publish,
     read_ccache_log,
 )
 from kzbuild.errors import BuildFailed, ConfigError, ToolchainMissing, WorktreeError
 from kzbuild.filelock import locked
 from kzbuild.files import sha256_file
-from kzbuild.model.artifact import MANIFEST, Artifact
+from kzbuild.model.artifact import Artifact
 from kzbuild.model.build import MANIFEST_FORMAT, BuildEvent, BuildOptions
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.sync import Lock
@@ -523,13 +523,7 @@ def _collect(plan: CheckPlan, outcomes: Sequence[Outcome], out: Path, no_ops: Ma
             "times": {"started": started_at.isoformat(timespec="seconds"), **times},
             "files": files,
         }
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        try:
-            staging.rename(plan.artifact_dir)
-        except OSError:
-            if existing_artifact(root, plan.check_id) is None:
-                raise
-            shutil.rmtree(staging)
+        publish(staging, manifest, root, plan.check_id)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
