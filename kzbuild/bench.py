@@ -348,21 +348,13 @@ def make_record(
     seed: int,
     variant: VariantInfo | None = None,
 ) -> BenchRecord:
-    manifest = release.manifest
     return BenchRecord(
         run_id=run_id,
         kind="bench",
         host_time=host_time,
         test=bench_test_name(test.n_prompt, test.n_gen, test.n_depth),
         seq=seq,
-        build=BuildInfo(
-            build_id=release.build_id,
-            recipe=manifest.get("recipe"),
-            manifest_sha256=release.manifest_sha256,
-            lock_sha256=manifest.get("lock_sha256"),
-            build_commit=test.build_commit,
-            release_dir=release.dir,
-        ),
+        build=BuildInfo.of_release(release, test.build_commit),
         device=DeviceInfo(name=device.name, address=device.address, fingerprint=dict(state.fingerprint)),
         model=ModelInfo(path=spec.model, sha256=model_hash, type=test.model_type, size=test.model_size),
         config=dict(test.config),

@@ -164,18 +164,10 @@ def profile(
             PhaseProfile(p.phase, tokens.get(p.phase, 0), p.ops, wall_us_plain=next((g.wall_us_plain for g in graph if g.phase == p.phase), ()))
             for p in parsed.phases
         )
-    manifest = release.manifest
     record = ProfileRecord(
         run_id=run_id,
         host_time=host_time,
-        build=BuildInfo(
-            build_id=release.build_id,
-            recipe=manifest.get("recipe"),
-            manifest_sha256=release.manifest_sha256,
-            lock_sha256=manifest.get("lock_sha256"),
-            build_commit=manifest.get("build_commit"),
-            release_dir=release.dir,
-        ),
+        build=BuildInfo.of_release(release, release.manifest.get("build_commit")),
         device=DeviceInfo(name=device.name, address=device.address, fingerprint=dict(state.fingerprint)),
         model=ModelInfo(path=spec.model, sha256=model_hash),
         config={**config, **({"dev": spec.dev} if spec.dev else {}), **({"ngl": spec.ngl} if spec.ngl is not None else {})},

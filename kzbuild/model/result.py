@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, cast, get_args
 
 from kzbuild.model.jsonfields import Fields, number_or_none
+from kzbuild.model.run import Release
 
 RecordKind = Literal["bench", "manual"]
 MAX_SAMPLES = 10_000  # repetitions of one test: more is junk, not a benchmark
@@ -85,6 +86,15 @@ class BuildInfo:
     build_commit: str | None = None  # what llama-bench reports
     release_dir: str | None = None  # on the device
     upstream: str | None = None  # for manual rows: the upstream commit the figure was taken at
+
+    @classmethod
+    def of_release(cls, release: Release, build_commit: str | None) -> BuildInfo:
+        """The build a device release holds, from its deployed manifest."""
+        manifest = release.manifest
+        return cls(
+            build_id=release.build_id, recipe=manifest.get("recipe"), manifest_sha256=release.manifest_sha256,
+            lock_sha256=manifest.get("lock_sha256"), build_commit=build_commit, release_dir=release.dir,
+        )
 
 
 @dataclass(frozen=True)
