@@ -203,7 +203,8 @@ def build_inputs(
         "kzbuild": __version__,
         "target": tgt.name,
         "upstream": {"commit": lock.upstream_commit, "tree": lock.upstream_tree},
-        "patches": [[p.file, p.sha256] for p in lock.patches],
+        # the patches sync applied; one the pin already holds (skipped) changes no source
+        "patches": [[p.file, p.sha256] for p in lock.patches if p.commit is not None],
         "overlays": lock.overlay_digest,
         # the target's own definitions too: a change to them is a different binary under any version
         "build": {"tools": list(tools), "cmake": dict(recipe.build.cmake), "target_cmake": target_cmake(tgt)},

@@ -10,7 +10,9 @@ import pytest
 
 from kzbuild import build as builds
 from kzbuild.errors import ConfigError
+from kzbuild.model.sync import AppliedPatch
 from kzbuild.model.toolchain import Found
+from kzbuild.recipes import load_recipe
 from kzbuild.settings import Settings
 from kzbuild.sync import sync
 from kzbuild.toolchains import Detector
@@ -200,8 +202,6 @@ def test_recipe_cmake_options_win_but_build_commit_stays(tiny, kz):
 # --- build ids -------------------------------------------------------------------------
 
 def plan_for(tiny, settings: Settings, target: str = "host", found: list[Found] | None = None):
-    from kzbuild.recipes import load_recipe
-
     recipe = load_recipe(settings.project, "tiny")
     synced = sync(settings, recipe)
     tgt = builds.target(target)
@@ -259,3 +259,19 @@ def test_a_patch_changes_the_build_id_and_the_build_commit(tiny):
 def test_unknown_target_in_library():
     with pytest.raises(ConfigError):
         builds.target("hexagon")
+
+
+def test_a_patch_the_pin_already_holds_does_not_enter_the_build_id(tiny):
+    """Equal sources, equal ids: a patch sync skipped as upstreamed changes no source (kzbuild ab's
+    variants with and without it share their build); an applied one does."""
+    recipe = load_recipe(tiny.settings.project, "tiny")
+    lock = sync(tiny.settings, recipe).lock
+    tgt, found = builds.target("host"), base_found(tiny)
+    skipped = AppliedPatch(file="merged.patch", sha256="0" * 64, commit=None, upstreamed="reverse-apply: test")
+    applied = dataclasses.replace(skipped, commit="1" * 40, upstreamed=None)
+
+    def inputs(*extra: AppliedPatch) -> dict[str, object]:
+        return builds.build_inputs(recipe, dataclasses.replace(lock, patches=(*lock.patches, *extra)), tgt, (), found)
+
+    assert inputs(skipped) == inputs()
+    assert inputs(applied) != inputs()
