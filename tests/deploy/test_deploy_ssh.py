@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 from kzbuild.devices.chunkstore import WHOLE_BELOW
@@ -49,6 +50,18 @@ def test_deploy_redeploy_and_one_changed_library(kz, sshd, ssh_home, artifacts, 
     assert run_hello_over_ssh(kz, sshd, root) == "hello from v2\nblob 65536\n"
 
 
+def settled_size(folder: Path, quiet: float = 1.0, limit: float = 30.0) -> int:
+    """Bytes of the files in ``folder`` once they have not changed for ``quiet`` seconds."""
+    deadline = time.monotonic() + limit
+    last = -1
+    while True:
+        size = sum(path.stat().st_size for path in folder.iterdir() if path.is_file())
+        if size == last or time.monotonic() > deadline:
+            return size
+        last = size
+        time.sleep(quiet)
+
+
 def test_cut_mid_transfer_keeps_current_then_a_rerun_resumes(kz, sshd, ssh_home, relay, artifacts, tmp_path):
     root = tmp_path / "device"
     ok(ssh_deploy(kz, sshd, root, artifacts.make("b1")))
@@ -62,8 +75,9 @@ def test_cut_mid_transfer_keeps_current_then_a_rerun_resumes(kz, sshd, ssh_home,
     assert f"connection to 127.0.0.1:{relay.port} lost" in " ".join(cut.err.split())
     assert os.readlink(root / "current") == "releases/b1"
     assert run_hello_over_ssh(kz, sshd, root) == "hello from v1\nblob 65536\n"
-    # chunks of libblob arrived in incoming/, the last one maybe cut short
-    arrived = sum(path.stat().st_size for path in (root / "incoming").iterdir() if path.is_file())
+    # chunks of libblob arrived in incoming/, the last one maybe cut short; the device's tar may
+    # still be writing what it had buffered when the connection dropped: measure once it is quiet
+    arrived = settled_size(root / "incoming")
     assert 0 < arrived < big
     assert not (root / "objects" / blob_sha).exists() and not (root / "releases" / "b2").exists()
 
