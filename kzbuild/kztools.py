@@ -61,7 +61,10 @@ def steps(
     """Configure and build each tool against ``build_dir``'s libraries, with the llama.cpp build's definitions."""
     out = []
     for tool in tools:
-        tool_dir = build_dir / "kz-tools" / tool
+        # one build dir per source folder: cmake refuses a build dir configured from another source
+        # (two projects, or two clones, share the work dir's llama.cpp build dir)
+        where = hashlib.sha256(str(source_dir(kernels, tool)).encode()).hexdigest()[:12]
+        tool_dir = build_dir / "kz-tools" / f"{tool}-{where}"
         defs = {**cmake_defs, "KZ_LLAMA_SOURCE": str(source), "KZ_LLAMA_BUILD": str(build_dir)}
         configure = [cmake, "-S", str(source_dir(kernels, tool)), "-B", str(tool_dir), "-G", "Ninja", *(f"-D{k}={v}" for k, v in defs.items())]
         out.append(Step(f"{tool}-configure", tuple(configure), tuple(env)))

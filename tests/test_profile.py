@@ -325,3 +325,16 @@ def test_a_missing_kz_tool_project_is_a_config_error(kz, tiny):
     result = kz("build", "tiny", "--dry-run")
     assert result.code == 2 and "CMakeLists.txt is missing" in flat(result.err)
 
+
+
+def test_each_kernels_folder_gets_its_own_tool_build_dir(tmp_path):
+    """Two projects sharing a work dir share the llama.cpp build dir; cmake refuses to configure a
+    build dir from a second source folder, so kz-profile's build dir follows its source folder."""
+    from kzbuild import kztools
+
+    def tool_dir(kernels):
+        configure = kztools.steps(kernels, ["kz-profile"], cmake="cmake", ninja="ninja", cmake_defs={}, source=tmp_path / "src", build_dir=tmp_path / "build", env=())[0]
+        return configure.argv[configure.argv.index("-B") + 1]
+
+    assert tool_dir(tmp_path / "a" / "kernels") == tool_dir(tmp_path / "a" / "kernels")
+    assert tool_dir(tmp_path / "a" / "kernels") != tool_dir(tmp_path / "b" / "kernels")
