@@ -36,9 +36,7 @@ import os
 import shutil
 import socket
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -262,11 +260,16 @@ class HttpStore:
             pair = f"{urllib.parse.unquote(parts.username or '')}:{urllib.parse.unquote(parts.password or '')}"
             self.headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
         self.timeout = timeout
+        from urllib.request import ProxyHandler, build_opener  # http.client, ssl: only a WebDAV store needs them (start-up time)
+
         # the cache is on the team's network: a proxy from the environment is not asked
-        self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self.opener = build_opener(ProxyHandler({}))
 
     def _request(self, method: str, key: str, data: bytes | None = None, limit: int | None = None) -> bytes | None:
-        request = urllib.request.Request(self.base + key, data=data, method=method, headers=self.headers)
+        from urllib.error import HTTPError
+        from urllib.request import Request
+
+        request = Request(self.base + key, data=data, method=method, headers=self.headers)
         try:
             with self.opener.open(request, timeout=self.timeout) as response:
                 if limit is None:
@@ -275,7 +278,7 @@ class HttpStore:
                 if len(body) > limit:
                     raise StoreError(f"{key} is more than the {limit} bytes expected")
                 return body
-        except urllib.error.HTTPError as exc:
+        except HTTPError as exc:
             if exc.code == 404 and method in ("GET", "HEAD"):
                 return None
             raise StoreError(f"{method} {key}: HTTP {exc.code} {exc.reason}") from None

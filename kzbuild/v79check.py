@@ -51,7 +51,7 @@ from kzbuild.errors import BuildFailed, ConfigError, ToolchainMissing, WorktreeE
 from kzbuild.filelock import locked
 from kzbuild.files import sha256_file
 from kzbuild.model.artifact import Artifact
-from kzbuild.model.build import MANIFEST_FORMAT, BuildEvent, BuildOptions
+from kzbuild.model.build import MANIFEST_FORMAT, V79_CHECK_DESCRIPTION, V79_CHECK_PROVES, V79_CHECK_TARGET, BuildEvent, BuildOptions
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.sync import Lock
 from kzbuild.settings import Settings
@@ -59,9 +59,9 @@ from kzbuild.stack.patchfile import read_patch
 from kzbuild.stack.series import read_series
 from kzbuild.sync import Worktree, sync
 
-TARGET = "v79-check"
-DESCRIPTION = "compile every Hexagon source (HTP for hexagonv79 + HVX 128B, host backend for aarch64) without the SDK: compilation only"
-PROVES = "compilation only: every HTP source compiled for hexagonv79 (HVX 128B) and the host backend for aarch64; nothing linked, nothing run"
+TARGET = V79_CHECK_TARGET
+DESCRIPTION = V79_CHECK_DESCRIPTION
+PROVES = V79_CHECK_PROVES
 
 HEXAGON = "ggml/src/ggml-hexagon"
 HTP = f"{HEXAGON}/htp"

@@ -4,30 +4,30 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from kzbuild import build as builds
-from kzbuild import ci as ci_run
-from kzbuild import proc, recipes, remotecache, v79check
+from kzbuild import proc, recipes, remotecache
 from kzbuild.cli.complete import complete_device, complete_recipe
 from kzbuild.cli.options import JsonOpt, NoRemoteOpt, RecipeArg, load_recipe
 from kzbuild.cli.ui import ProgressLines, console, context, err_console, not_empty, print_json
 from kzbuild.devices.registry import resolve_device
 from kzbuild.errors import ToolchainMissing
-from kzbuild.model.build import BuildEvent, BuildOptions, BuildPlan, BuildResult, DeviceCheck, TargetCheck
+from kzbuild.model.build import V79_CHECK_DESCRIPTION, V79_CHECK_PROVES, V79_CHECK_TARGET, BuildEvent, BuildOptions, BuildPlan, BuildResult, DeviceCheck, TargetCheck
 from kzbuild.model.ci import CiStep
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.remotecache import RemoteConfig
 from kzbuild.model.toolchain import Found
 from kzbuild.settings import Settings
 
-TargetOpt = Annotated[Optional[list[str]], typer.Option("--target", "-t", help=f"Target: {', '.join([*builds.TARGETS, v79check.TARGET])} (repeatable). Default: the recipe's targets. {v79check.TARGET}: {v79check.DESCRIPTION}.")]
-DoctorTargetOpt = Annotated[Optional[list[str]], typer.Option("--target", "-t", help=f"Target: {', '.join(builds.TARGETS)} (repeatable). Default: the recipe's targets. ({v79check.TARGET} needs only the ziglang package and ccache.)")]
+if TYPE_CHECKING:
+    from kzbuild import v79check
+
+TargetOpt = Annotated[Optional[list[str]], typer.Option("--target", "-t", help=f"Target: {', '.join([*builds.TARGETS, V79_CHECK_TARGET])} (repeatable). Default: the recipe's targets. {V79_CHECK_TARGET}: {V79_CHECK_DESCRIPTION}.")]
+DoctorTargetOpt = Annotated[Optional[list[str]], typer.Option("--target", "-t", help=f"Target: {', '.join(builds.TARGETS)} (repeatable). Default: the recipe's targets. ({V79_CHECK_TARGET} needs only the ziglang package and ccache.)")]
 ToolchainOpt = Annotated[Optional[list[str]], typer.Option("--toolchain", help="Use this toolchain instead of the target's one for the same role, e.g. host-clang or snapdragon-docker (repeatable).")]
 JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Parallel compile jobs (default: number of CPUs).")]
 ArtifactsOpt = Annotated[Optional[Path], typer.Option("--artifacts", help="Artifacts folder (default: WORK/artifacts).")]
@@ -63,7 +63,7 @@ def build_command(
     outputs = []
     options = BuildOptions(jobs=jobs, overrides=tuple(toolchain or ()), extra_tools=tuple(tool or ()), artifacts=artifacts)
     for name in target or list(loaded.build.targets):
-        if name == v79check.TARGET:
+        if name == V79_CHECK_TARGET:
             outputs.append(v79_check(settings, loaded, options, dry_run=dry_run, json_out=json_out))
             continue
         if dry_run:
@@ -85,6 +85,8 @@ def build_command(
 
 def v79_check(settings: Settings, recipe: Recipe, options: BuildOptions, *, dry_run: bool, json_out: bool) -> dict[str, object]:
     """--target v79-check: compile every Hexagon source without the SDK (kzbuild.v79check)."""
+    from kzbuild import v79check
+
     if dry_run:
         plan = v79check.prepare_check(settings, recipe, options=options)
         if not json_out:
@@ -102,8 +104,8 @@ def v79_check(settings: Settings, recipe: Recipe, options: BuildOptions, *, dry_
 
 def check_dict(result: v79check.CheckResult) -> dict[str, object]:
     return {
-        "build_id": result.artifact.build_id, "artifact": str(result.artifact.path), "target": v79check.TARGET,
-        "proves": v79check.PROVES, "reused": result.reused, "compiled": result.compiled, "cached": result.cached,
+        "build_id": result.artifact.build_id, "artifact": str(result.artifact.path), "target": V79_CHECK_TARGET,
+        "proves": V79_CHECK_PROVES, "reused": result.reused, "compiled": result.compiled, "cached": result.cached,
         "host_warnings": result.warnings, "times": dict(result.times), "files": len(result.artifact.files),
     }
 
@@ -114,7 +116,7 @@ def render_check(result: v79check.CheckResult) -> None:
     detail = "artifact exists; nothing compiled" if result.reused else (
         f"{result.compiled + result.cached} sources, {result.cached} from ccache, in {result.times.get('total_s', 0):.1f} s")
     console.print(f"[green]{verb}[/green] {artifact.build_id} ({detail}) → {artifact.path}", highlight=False)
-    console.print(f"  proves {v79check.PROVES}", highlight=False)
+    console.print(f"  proves {V79_CHECK_PROVES}", highlight=False)
     if result.warnings:
         console.print(f"  host side: {result.warnings} compiler warning(s) (the DSP side has -Werror)", highlight=False)
 
@@ -198,6 +200,9 @@ class BuildDisplay:
 
     def __init__(self, title: str) -> None:
         self.title = title
+        # imported here: rich.progress costs every command that loads this module ~30 ms otherwise
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
         self.lines = None if err_console.is_terminal else ProgressLines(title)
         self.progress = Progress(
             SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -282,6 +287,8 @@ def render_device_check(check: DeviceCheck) -> None:
 def render_target_check(check: TargetCheck) -> None:
     state = "[green]ready[/green]" if check.ok else "[red]not ready[/red]"
     console.print(f"[bold]{check.target}[/bold] ({builds.TARGETS[check.target].description}): {state}")
+    from rich.table import Table
+
     table = Table(box=None, show_header=True, padding=(0, 2))
     for column in ("toolchain", "status", "version", "proven by"):
         table.add_column(column)
@@ -321,6 +328,8 @@ def ci_command(
 
     Targets given with --target must build; targets from the recipe are skipped when their toolchain is missing. v79-check (compilation only, no SDK) runs wherever it is asked for. Appends a markdown summary to $GITHUB_STEP_SUMMARY when it is set. Exits non-zero (the failing step's code) on any failure.
     """
+    from kzbuild.ci import run_ci  # it loads every target's code; only ci needs that
+
     settings = context(ctx).settings
     loaded = load_recipe(settings, recipe)
 
@@ -329,7 +338,7 @@ def ci_command(
         err_console.print(f"[{colour}]{step.status:7}[/{colour}] {step.name}: {step.detail}", highlight=False)
 
     with BuildDisplay(f"ci {loaded.name}") as display:
-        report = ci_run.run_ci(
+        report = run_ci(
             settings, loaded, environ=os.environ, targets=target or (),
             options=BuildOptions(jobs=jobs, overrides=tuple(toolchain or ()), artifacts=artifacts),
             on_step=announce, progress=display.update, remote=remotecache.load_config(settings, os.environ, disabled=no_remote_cache),

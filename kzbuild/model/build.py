@@ -179,3 +179,9 @@ class DoctorReport:
 
     def to_dict(self) -> dict[str, object]:
         return {"ok": self.ok, "targets": [t.to_dict() for t in self.targets], "device": self.device.to_dict() if self.device else None}
+
+
+# The v79 compile check (kzbuild.v79check), named here so the CLI can describe it without loading it.
+V79_CHECK_TARGET = "v79-check"
+V79_CHECK_DESCRIPTION = "compile every Hexagon source (HTP for hexagonv79 + HVX 128B, host backend for aarch64) without the SDK: compilation only"
+V79_CHECK_PROVES = "compilation only: every HTP source compiled for hexagonv79 (HVX 128B) and the host backend for aarch64; nothing linked, nothing run"
