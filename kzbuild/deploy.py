@@ -108,8 +108,7 @@ def _deploy(
     pruned: tuple[str, ...] = ()
     if keep is not None:
         pruned = prune(remote, layout, keep)
-    sent_shas = {up.sha256 for up in uploads}
-    sent_files = [entry for entry in artifact.files if entry.sha256 in sent_shas]
+    sent_files = [entry for entry in artifact.files if entry.sha256 in verified]
     return DeployResult(
         device=transport.address,
         build_id=artifact.build_id,

@@ -42,6 +42,7 @@ from kzbuild.model.device import Device
 from kzbuild.model.interleave import Arm
 from kzbuild.model.patch import KZ_TEST
 from kzbuild.model.recipe import Recipe, Source
+from kzbuild.model.result import summarize
 from kzbuild.model.roll import BenchDelta, Candidate, CandidateResult, Outcome, RollReport, RollStep, pr_number
 from kzbuild.model.stackcheck import BumpPlan, StepStatus, Target, UpstreamCommit, Verdict
 from kzbuild.results import ResultsStore
@@ -441,7 +442,8 @@ def bench_ab(runner: ABRunner, pin: Path, candidate: Path, *, blocks: int, seed:
 
 
 def _spread(values: Sequence[float]) -> float:
-    return (max(values) - min(values)) / statistics.median(values) * 100.0
+    """(max - min) / median in percent, as bench records report it (0 for a single sample)."""
+    return summarize(values).spread_pct or 0.0
 
 
 # --- --write ---

@@ -15,8 +15,7 @@ import statistics
 from collections.abc import Sequence
 from typing import TypeVar
 
-from kzbuild.model.effect import CONFIDENCE as CONFIDENCE
-from kzbuild.model.effect import Effect as Effect  # defined in the model: ab's and roll's results hold it
+from kzbuild.model.effect import CONFIDENCE, Effect
 
 Variant = TypeVar("Variant")
 

@@ -32,17 +32,17 @@ import hashlib
 import logging
 import posixpath
 import secrets
-import tarfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
-
-from pyfastcdc import FastCDC
+from typing import TYPE_CHECKING
 
 from kzbuild.devices.base import NO_SPACE, device_full, lacks_space
 from kzbuild.devices.store import (
     COMMAND_TIMEOUT,
+    NAME_HEX,
     VERIFY_TIMEOUT,
     Layout,
     ProgressCallback,
@@ -51,8 +51,12 @@ from kzbuild.devices.store import (
     TransferProgress,
     Upload,
     mismatch_error,
+    parse_sha256sum,
 )
 from kzbuild.errors import DeviceError
+
+if TYPE_CHECKING:
+    from pyfastcdc import FastCDC
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +67,6 @@ MIN_CHUNK = 1024
 AVG_CHUNK = 4096
 MAX_CHUNK = 32 * 1024
 WHOLE_BELOW = 64 * 1024  # smaller files travel whole: assembling one costs a process or two on the device
-NAME_HEX = 32  # a chunk's name: 128 bits of its sha256 (a collision only makes a file fail its check)
 STREAM_PIECE = 256 * 1024  # bytes handed to the transport at a time
 TAR_BLOCK = 512
 REGULAR, HARDLINK, DIRECTORY = b"0", b"1", b"5"  # ustar type flags
@@ -98,7 +101,13 @@ STORE_SCRIPT = (
 )
 WHOLE_FILE_MAX = 64 << 20  # files up to this size are read once for all their chunks
 
-_CHUNKER = FastCDC(AVG_CHUNK, min_size=MIN_CHUNK, max_size=MAX_CHUNK)
+
+
+@cache
+def _chunker() -> FastCDC:
+    from pyfastcdc import FastCDC  # loaded by a deploy's first cut, not by every command that imports deploy
+
+    return FastCDC(AVG_CHUNK, min_size=MIN_CHUNK, max_size=MAX_CHUNK)
 
 
 @dataclass(frozen=True)
@@ -143,7 +152,7 @@ def split(path: Path, size: int) -> tuple[Piece, ...]:
     """The chunks of a file; () when it travels whole (small, or a single chunk)."""
     if size < WHOLE_BELOW:
         return ()
-    pieces = tuple(Piece(chunk_name(chunk.data), chunk.offset, chunk.length) for chunk in _CHUNKER.cut_file(path))
+    pieces = tuple(Piece(chunk_name(chunk.data), chunk.offset, chunk.length) for chunk in _chunker().cut_file(path))
     return pieces if len(pieces) > 1 else ()
 
 
@@ -159,6 +168,8 @@ def tar_header(name: str, size: int, *, kind: bytes = REGULAR, mode: int = 0o644
         cut = raw_name.index(b"/", len(raw_name) - 101)
         prefix, raw_name = raw_name[:cut], raw_name[cut + 1 :]
     if len(raw_name) > 100 or len(prefix) > 155 or len(raw_link) > 100:
+        import tarfile  # only long names need it
+
         info = tarfile.TarInfo(name)
         info.size, info.mode, info.mtime, info.type, info.linkname = size, mode, mtime, kind, linkname
         return info.tobuf(format=tarfile.PAX_FORMAT)
@@ -364,11 +375,7 @@ def _stream(
         raise remote.error(argv, result, what=what)
     lines = result.text().split("\n")
     cut = lines.index("/") if "/" in lines else len(lines)
-    found: dict[str, str] = {}
-    for line in lines[:cut]:
-        digest, _, name = line.partition("  ")
-        if name:
-            found[name] = digest
+    found = parse_sha256sum(lines[:cut])
     sizes: dict[str, int] = {}
     for line in lines[cut + 1 :]:
         size, _, name = line.partition(" ")

@@ -14,8 +14,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from kzbuild.devices.chunkstore import NAME_HEX
-from kzbuild.devices.store import Layout, Remote, device_sha256, read_state
+from kzbuild.devices.store import NAME_HEX, Layout, Remote, device_sha256, read_state
 from kzbuild.model.artifact import MANIFEST, SHA256_RE, ArtifactFile, parse_files
 from kzbuild.model.integrity import MISSING, Damage, DamageKind, StoreReport
 
@@ -110,7 +109,7 @@ def verify_store(remote: Remote, layout: Layout) -> StoreReport:
     models/<sha256>.gguf and every chunk against its name; mark damaged releases and unmark intact
     ones; remove damaged chunks (deploy sends a chunk the device lacks)."""
     state = read_state(remote, layout)
-    listing = remote.script(LISTING_SCRIPT, [layout.objects, layout.models, layout.join("chunks")], what="listing the content store").text().split("\n")
+    listing = remote.script(LISTING_SCRIPT, [layout.objects, layout.models, layout.chunks], what="listing the content store").text().split("\n")
     first = listing.index("/")
     second = listing.index("/", first + 1)
     objects = [name for name in listing[:first] if SHA256_RE.match(name)]

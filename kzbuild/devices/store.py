@@ -35,7 +35,7 @@ import logging
 import posixpath
 import re
 import shlex
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,6 +44,8 @@ from kzbuild.devices.base import NO_SPACE, RemoteResult, Resumable, Transport, d
 from kzbuild.errors import DeviceError
 
 log = logging.getLogger(__name__)
+
+NAME_HEX = 32  # a chunk's name: 128 bits of its sha256 (a collision only makes a file fail its check)
 
 GNU_ESCAPE = re.compile(r"\\(.)")
 ARGV_BUDGET = 60_000  # bytes of arguments per remote command (Android allows far more)
@@ -362,10 +364,18 @@ def device_sha256(remote: Remote, paths: Sequence[str]) -> dict[str, str]:
     allows; a path that is missing or unreadable is absent from the result."""
     found: dict[str, str] = {}
     for result in remote.batched(["sha256sum"], paths, what="checking sha256 on the device", check=False, timeout=VERIFY_TIMEOUT):
-        for line in result.text().split("\n"):
-            if line.startswith("\\"):  # GNU sha256sum escapes a name holding a backslash or newline
-                line = GNU_ESCAPE.sub(lambda match: "\n" if match[1] == "n" else match[1], line[1:])
-            digest, _, path = line.partition("  ")
+        found.update(parse_sha256sum(result.text().split("\n")))
+    return found
+
+
+def parse_sha256sum(lines: Iterable[str]) -> dict[str, str]:
+    """``sha256sum`` output: the digest by file name (a line without a name is skipped)."""
+    found: dict[str, str] = {}
+    for line in lines:
+        if line.startswith("\\"):  # GNU sha256sum escapes a name holding a backslash or newline
+            line = GNU_ESCAPE.sub(lambda match: "\n" if match[1] == "n" else match[1], line[1:])
+        digest, _, path = line.partition("  ")
+        if path:
             found[path] = digest
     return found
 
