@@ -200,12 +200,7 @@ def build_inputs(
 ) -> dict[str, object]:
     """Everything hashed into the build id. Paths never enter: the same inputs anywhere give the same id."""
     inputs: dict[str, object] = {
-        "kzbuild": __version__,
-        "target": tgt.name,
-        "upstream": {"commit": lock.upstream_commit, "tree": lock.upstream_tree},
-        # the patches sync applied; one the pin already holds (skipped) changes no source
-        "patches": [[p.file, p.sha256] for p in lock.patches if p.commit is not None],
-        "overlays": lock.overlay_digest,
+        **source_inputs(tgt.name, lock),
         # the target's own definitions too: a change to them is a different binary under any version
         "build": {"tools": list(tools), "cmake": dict(recipe.build.cmake), "target_cmake": target_cmake(tgt)},
         "toolchains": [found.identity() for found in sorted(toolchains, key=lambda f: f.name)],
@@ -213,6 +208,18 @@ def build_inputs(
     if kz_tools:  # kzbuild's own tools (kztools.py) and the digests of their sources
         inputs["kz_tools"] = dict(kz_tools)
     return inputs
+
+
+def source_inputs(target_name: str, lock: Lock) -> dict[str, object]:
+    """What every build id hashes of the sources: kzbuild's version, the target, the upstream tree,
+    the patches sync applied (one the pin already holds changes no source) and the overlays."""
+    return {
+        "kzbuild": __version__,
+        "target": target_name,
+        "upstream": {"commit": lock.upstream_commit, "tree": lock.upstream_tree},
+        "patches": [[p.file, p.sha256] for p in lock.patches if p.commit is not None],
+        "overlays": lock.overlay_digest,
+    }
 
 
 def build_id_of(target_name: str, inputs: Mapping[str, object]) -> str:

@@ -14,6 +14,7 @@ Runs are stored like bench results, with the same provenance, one line each in
 from __future__ import annotations
 
 import logging
+import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
@@ -264,11 +265,7 @@ def reps_of(record: ProfileRecord) -> int:
 
 
 def median(values: Sequence[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return statistics.median(values) if values else None
 
 
 # --- comparing two runs ---

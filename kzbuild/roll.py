@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import re
 import shutil
-import statistics
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -86,7 +85,6 @@ class DeviceRunner:
     def __init__(self, settings: Settings, transport: Transport, device: Device, spec: BenchSpec, store: ResultsStore, *, wait: float = 0.0) -> None:
         self.settings, self.transport, self.device, self.spec, self.store, self.wait = settings, transport, device, spec, store, wait
         self.metric = "the first test's t/s"  # named after the run, by the test it measured
-        self.run_id: str | None = None
 
     def run(self, variants: Mapping[str, Path], order: Sequence[Sequence[str]], seed: int) -> Mapping[str, Sequence[float]]:
         arms = [
@@ -94,15 +92,12 @@ class DeviceRunner:
             for name, path in sorted(variants.items(), key=lambda item: item[0] == "pin")
         ]
         done = run_interleaved(self.settings, self.transport, self.device, arms, self.spec, self.store, blocks=len(order), seed=seed, order=order)
-        self.run_id = done.run_id
         first = next((records[0] for records in done.records.values() if records), None)
         if first is None:
             raise ResultsError(f"run {done.run_id}: llama-bench measured nothing")
         self.metric = f"{first.test} t/s"
-        return {
-            name: [statistics.median(r.samples_ts) for r in records if r.test == first.test and r.config_key == first.config_key and r.samples_ts]
-            for name, records in done.records.items()
-        }
+        # one sample per run: its median, of the first test's group (same test, configuration and env)
+        return {name: [r.summary.median for r in records if r.group_key == first.group_key and r.summary.median] for name, records in done.records.items()}
 
 
 # --- candidates ---

@@ -46,12 +46,13 @@ from kzbuild.build import (
     load_manifest,
     publish,
     read_ccache_log,
+    source_inputs,
 )
 from kzbuild.errors import BuildFailed, ConfigError, ToolchainMissing, WorktreeError
 from kzbuild.filelock import locked
 from kzbuild.files import sha256_file
 from kzbuild.model.artifact import Artifact
-from kzbuild.model.build import MANIFEST_FORMAT, V79_CHECK_DESCRIPTION, V79_CHECK_PROVES, V79_CHECK_TARGET, BuildEvent, BuildOptions
+from kzbuild.model.build import MANIFEST_FORMAT, V79_CHECK_PROVES, V79_CHECK_TARGET, BuildEvent, BuildOptions
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.sync import Lock
 from kzbuild.settings import Settings
@@ -60,7 +61,6 @@ from kzbuild.stack.series import read_series
 from kzbuild.sync import Worktree, sync
 
 TARGET = V79_CHECK_TARGET
-DESCRIPTION = V79_CHECK_DESCRIPTION
 PROVES = V79_CHECK_PROVES
 
 HEXAGON = "ggml/src/ggml-hexagon"
@@ -282,7 +282,7 @@ def ccache_env(settings: Settings, identity: str) -> dict[str, str]:
     """The shared ccache of builds (``<cache>/ccache``), keyed on the zig version rather than on the
     python that runs it (``python -m ziglang`` is the compiler ccache sees)."""
     return {
-        "CCACHE_DIR": str(settings.cache / "ccache"),
+        "CCACHE_DIR": str(settings.ccache),
         "CCACHE_BASEDIR": str(settings.work),
         "CCACHE_NOHASHDIR": "1",
         "CCACHE_COMPILERCHECK": f"string:{identity}",
@@ -415,11 +415,7 @@ def prepare_check(settings: Settings, recipe: Recipe, *, options: BuildOptions =
     sync_seconds = round(time.monotonic() - started, 3)
     lock = synced.lock
     inputs: dict[str, object] = {
-        "kzbuild": __version__,
-        "target": TARGET,
-        "upstream": {"commit": lock.upstream_commit, "tree": lock.upstream_tree},
-        "patches": [[p.file, p.sha256] for p in lock.patches],
-        "overlays": lock.overlay_digest,
+        **source_inputs(TARGET, lock),
         "stand_ins": stand_ins.digest(),
         "compiler": f"zig {identity}",
         "flags": {"dsp": list(DSP_FLAGS), "host": list(HOST_FLAGS)},
