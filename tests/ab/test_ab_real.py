@@ -69,8 +69,13 @@ def test_every_variant_of_the_real_stack_builds_deploys_and_benches(tmp_path: Pa
             stats = json.loads((project.work / "artifacts" / ids[name] / "manifest.json").read_text())["ccache"] or {}
             compiled[name] = stats.get("hits", 0) + stats.get("misses", 0)
     print("compiled per variant:", compiled)
-    first, *later = sorted(compiled.values(), reverse=True)
-    assert all(n <= 10 for n in later), compiled
+    # a rerun on warm caches reuses every variant's artifact and compiles nothing: the counts are
+    # only this run's to check when it built some (a cold run builds all four)
+    if compiled:
+        first, *later = sorted(compiled.values(), reverse=True)
+        assert all(n <= 10 for n in later), compiled
+    else:
+        assert all(variant["reused"] for variant in variants.values())
 
     # over ssh: the same builds, deployed to another device
     remote = sshd.spec(tmp_path / "remote")
