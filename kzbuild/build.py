@@ -18,24 +18,20 @@ import logging
 import os
 import re
 import shutil
-import socket
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import closing
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 from kzbuild import __version__, kztools, proc, remotecache
 from kzbuild.artifacts import load_artifact, recorded_manifests
-from kzbuild.devices.registry import connect
-from kzbuild.errors import BuildFailed, ConfigError, DeviceError, ToolchainMissing, WorktreeError
+from kzbuild.errors import BuildFailed, ConfigError, ToolchainMissing, WorktreeError
 from kzbuild.filelock import locked
 from kzbuild.files import sha256_file
 from kzbuild.model.artifact import MANIFEST, Artifact
-from kzbuild.model.build import MANIFEST_FORMAT, BuildEvent, BuildOptions, BuildPlan, BuildResult, CcacheStats, DeviceCheck, DoctorReport, Step, Target, TargetCheck
-from kzbuild.model.device import Device
+from kzbuild.model.build import MANIFEST_FORMAT, BuildEvent, BuildOptions, BuildPlan, BuildResult, CcacheStats, Step, Target
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.remotecache import RemoteConfig
 from kzbuild.model.sync import Lock, SyncResult
@@ -44,7 +40,7 @@ from kzbuild.settings import Settings
 from kzbuild.sync import Worktree, sync
 from kzbuild.toolchains import Detector
 
-__all__ = ["Artifact", "BuildOptions", "TARGETS", "build", "doctor", "load_manifest", "plan_build", "prepare"]
+__all__ = ["Artifact", "BuildOptions", "TARGETS", "build", "load_manifest", "plan_build", "prepare"]
 
 log = logging.getLogger(__name__)
 
@@ -615,77 +611,3 @@ def _relative_files(folder: Path) -> list[str]:
 def describe_file(path: Path) -> dict[str, object]:
     stat = path.stat()
     return {"sha256": sha256_file(path), "size": stat.st_size, "mode": f"{stat.st_mode & 0o7777:04o}"}
-
-
-# --- doctor ----------------------------------------------------------------------------
-
-
-def check_device(device: Device, environ: Mapping[str, str], *, connect_timeout: float = 5.0) -> DeviceCheck:
-    """Reach the device the way deploy would; an adb server is only asked if it is already running."""
-    if device.transport == "local":
-        program = device.runner_prefix[0] if device.runner_prefix else None
-        if program is None:
-            return DeviceCheck(device.name, "local", True, f"runs tools in {device.root}")
-        path = shutil.which(program, path=environ.get("PATH", os.defpath))
-        if path is None:
-            return DeviceCheck(device.name, "local", False, f"'{program}' is not on PATH; device {device.name} needs it")
-        return DeviceCheck(device.name, "local", True, f"{device.address} through {path}")
-    if device.transport == "adb":
-        return check_adb_device(device, environ, connect_timeout)
-    try:
-        with closing(connect(device)) as transport:
-            address = transport.address
-    except DeviceError as exc:
-        return DeviceCheck(device.name, "ssh", False, exc.message, exc.hint)
-    return DeviceCheck(device.name, "ssh", True, f"{address}: logged in; its host key matches known_hosts")
-
-
-def check_adb_device(device: Device, environ: Mapping[str, str], connect_timeout: float) -> DeviceCheck:
-    if shutil.which("adb", path=environ.get("PATH", os.defpath)) is None:
-        return DeviceCheck(device.name, "adb", False, f"'adb' is not on PATH; device {device.name} needs it", hint="Debian package 'adb'")
-    port = adb_server_port(environ)
-    if not listening("localhost", port):
-        # any adb client command would start a server that outlives doctor: ask none
-        return DeviceCheck(
-            device.name, "adb", False, f"not checked: no adb server is running on port {port}, and doctor starts none",
-            hint="run 'adb start-server' (or 'adb devices'), then doctor again",
-        )
-    try:
-        with closing(connect(device, server_port=port, connect_timeout=connect_timeout)) as transport:
-            address = transport.address
-    except DeviceError as exc:
-        return DeviceCheck(device.name, "adb", False, exc.message, exc.hint)
-    return DeviceCheck(device.name, "adb", True, f"{address} online (adb server on port {port})")
-
-
-def adb_server_port(environ: Mapping[str, str]) -> int:
-    """The port adb clients use: ANDROID_ADB_SERVER_PORT, else adb's default 5037."""
-    value = environ.get("ANDROID_ADB_SERVER_PORT", "")
-    return int(value) if value.isdigit() else 5037
-
-
-def listening(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=1.0):
-            return True
-    except OSError:
-        return False
-
-
-def doctor(
-    settings: Settings,
-    targets: Sequence[str],
-    *,
-    environ: Mapping[str, str],
-    overrides: Sequence[str] = (),
-    needed_by: str | None = None,
-    device: Device | None = None,
-) -> DoctorReport:
-    """Check what each target (and the device, when one is configured) needs, naming the file or program that proved each version."""
-    detector = Detector.for_settings(settings, environ)
-    checks = []
-    for name in targets:
-        tgt = target(name)
-        required, optional = detect_for(tgt, overrides, detector, needed_by or f"target {name}")
-        checks.append(TargetCheck(name, tuple(required), tuple(optional)))
-    return DoctorReport(tuple(checks), check_device(device, environ) if device else None)

@@ -276,3 +276,34 @@ def test_after_a_conflict_the_applied_patches_are_not_taken_for_local_work(stack
     result = kz("sync", "r")
     assert result.code == 0, result.err
     assert git(worktree(stacked), "log", "-1", "--format=%s", "HEAD~1") == "fix two"
+
+
+def test_status_and_sync_print_plain_whole_lines_and_never_read_names_as_markup(stacked, upstream, tmp_path, capsys, monkeypatch):
+    """In a pipe: no styles, no wrapping or cutting; data that looks like rich markup is printed as it is."""
+    from kzbuild.cli import main
+
+    long_name = "a-patch-name-far-longer-than-any-terminal-is-wide-" + "x" * 80 + ".patch"
+    shutil.move(stacked.root / "patches" / "fix-two.patch", stacked.root / "patches" / long_name)
+    stacked.series("fix-one.patch", long_name)
+    work = tmp_path / "work [/red] [bold]"  # '[/red]' alone made rich raise a MarkupError
+
+    def run(*args: str) -> str:
+        capsys.readouterr()
+        code = main(["--project", str(stacked.root), "--cache-dir", str(stacked.cache), "--work-dir", str(work), *args])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        return out
+
+    synced = run("sync", "r")
+    assert f"synced r -> {work / 'src' / 'r'}" in synced.splitlines()
+    assert f"  applied {long_name} as " in synced
+    status = run("status", "r")
+    assert "\x1b[" not in synced + status
+    rows = dict(line.split(None, 1) for line in status.splitlines() if line.startswith(("recipe", "patch", "worktree")))
+    assert rows["worktree"].strip() == f"{work / 'src' / 'r'} (clean)"
+    assert any(line.startswith("patch") and long_name in line for line in status.splitlines())
+
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    assert run("sync", "r").startswith("\x1b[32mr\x1b[0m is up to date at ")
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert "\x1b[" not in run("status", "r")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from kzbuild.cli.ui import ProgressLines, err_console
+from kzbuild.cli.ui import ProgressLines, err_console, rich_console
 from kzbuild.devices.base import Transport
 from kzbuild.devices.registry import connect, resolve_device
 from kzbuild.devices.store import TransferProgress
@@ -33,7 +33,7 @@ def transfer_bars(enabled: bool) -> Iterator[Callable[[TransferProgress], None] 
     from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=err_console, transient=True) as bars:
+    with Progress(*columns, console=rich_console(stderr=True), transient=True) as bars:
         task: TaskID | None = None
 
         def update(event: TransferProgress) -> None:

@@ -10,7 +10,7 @@ import typer
 
 from kzbuild import recipes, sync
 from kzbuild.cli.options import JsonOpt, RecipeArg, load_recipe
-from kzbuild.cli.ui import activity, console, context, print_json
+from kzbuild.cli.ui import Styled, activity, context, print_json, say, say_table, styled
 from kzbuild.model.sync import Discarded
 
 SHOWN = 20  # lines of each kind of discarded work
@@ -41,35 +41,35 @@ def sync_command(
         print_discarded(discarded, result.worktree)
     lock = result.lock
     if not result.changed:
-        console.print(f"[green]{loaded.name}[/green] is up to date at {lock.head[:12]} ({result.worktree})")
+        say(styled("green", loaded.name), f" is up to date at {lock.head[:12]} ({result.worktree})")
         return
-    console.print(f"[green]synced {loaded.name}[/green] -> {result.worktree}")
-    console.print(f"  upstream {lock.upstream_commit[:12]} from {result.fetched_from or 'the cache'}")
+    say(styled("green", f"synced {loaded.name}"), f" -> {result.worktree}")
+    say(f"  upstream {lock.upstream_commit[:12]} from {result.fetched_from or 'the cache'}")
     for patch in lock.patches:
         if patch.commit:
-            console.print(f"  applied {patch.file} as {patch.commit[:12]}")
+            say(f"  applied {patch.file} as {patch.commit[:12]}")
         else:
-            console.print(f"  [yellow]skipped[/yellow] {patch.file}: already upstream ({patch.upstreamed})")
+            say("  ", styled("yellow", "skipped"), f" {patch.file}: already upstream ({patch.upstreamed})")
     if lock.overlay_commit:
-        console.print(f"  overlays committed as {lock.overlay_commit[:12]}")
+        say(f"  overlays committed as {lock.overlay_commit[:12]}")
     if result.interrupted:
-        console.print(f"  picked up a sync of {result.interrupted.pin[:12]} that was interrupted (its leftovers were its own)")
-    console.print(f"  head {lock.head[:12]}; lock {loaded.lock_path.relative_to(settings.project)}")
+        say(f"  picked up a sync of {result.interrupted.pin[:12]} that was interrupted (its leftovers were its own)")
+    say(f"  head {lock.head[:12]}; lock {loaded.lock_path.relative_to(settings.project)}")
 
 
 def print_discarded(discarded: Discarded, worktree: Path) -> None:
     """What --force took out of the worktree, and how to get it back."""
     git = f"git -C {worktree}"
-    console.print(f"[yellow]discarded[/yellow] (kept under {discarded.ref}):")
+    say(styled("yellow", "discarded"), f" (kept under {discarded.ref}):")
     for kind, lines in (("uncommitted", discarded.changes), ("ignored", discarded.ignored), ("commit", discarded.commits)):
         for line in lines[:SHOWN]:
-            console.print(f"  {kind:12} {line}")
+            say(f"  {kind:12} {line}")
         if len(lines) > SHOWN:  # without a base ref every commit on HEAD counts: possibly all of upstream's
-            console.print(f"  {kind:12} ... and {len(lines) - SHOWN} more")
+            say(f"  {kind:12} ... and {len(lines) - SHOWN} more")
     if discarded.snapshot:
-        console.print(f"  get a file back:   {git} restore --source={discarded.ref} -- PATH")
+        say(f"  get a file back:   {git} restore --source={discarded.ref} -- PATH")
     if discarded.commits:
-        console.print(f"  get the commits:   {git} branch rescued {discarded.commits_ref}")
+        say(f"  get the commits:   {git} branch rescued {discarded.commits_ref}")
 
 
 def status_command(ctx: typer.Context, recipe: RecipeArg = None, json_out: JsonOpt = False) -> None:
@@ -80,23 +80,21 @@ def status_command(ctx: typer.Context, recipe: RecipeArg = None, json_out: JsonO
     if json_out:
         print_json(status.to_dict())
         return
-    from rich.table import Table  # ~15 ms: only this rendering needs it
-
-    table = Table(show_header=False, box=None)
     worktree = status.worktree
-    table.add_row("recipe", status.recipe.name)
-    table.add_row("pin", status.recipe.upstream.commit)
-    table.add_row("source", status.lock.fetched_from if status.lock else "not synced")
-    table.add_row("worktree", f"{worktree.path} ({worktree.word})")
-    table.add_row("matches lock", "yes" if status.matches_lock else "[yellow]no[/yellow] (run kzbuild sync)")
+    rows: list[tuple[str | Styled, ...]] = [
+        ("recipe", status.recipe.name),
+        ("pin", status.recipe.upstream.commit),
+        ("source", status.lock.fetched_from if status.lock else "not synced"),
+        ("worktree", f"{worktree.path} ({worktree.word})"),
+        ("matches lock", "yes") if status.matches_lock else ("matches lock", styled("yellow", "no"), " (run kzbuild sync)"),
+    ]
     for patch in status.lock.patches if status.lock else ():
         applied = patch.commit[:12] if patch.commit else f"skipped, upstreamed ({patch.upstreamed})"
-        table.add_row("patch", f"{patch.file}  {applied}")
+        rows.append(("patch", f"{patch.file}  {applied}"))
     if worktree.interrupted:
-        table.add_row("[yellow]interrupted[/yellow]", "a sync was killed halfway; 'kzbuild sync' finishes it (its leftovers are its own)")
-    for line in worktree.user_changes + worktree.unexported:
-        table.add_row("[yellow]unsaved[/yellow]", line)
-    console.print(table)
+        rows.append((styled("yellow", "interrupted"), "a sync was killed halfway; 'kzbuild sync' finishes it (its leftovers are its own)"))
+    rows += [(styled("yellow", "unsaved"), line) for line in worktree.user_changes + worktree.unexported]
+    say_table(rows)
 
 
 def recipes_command(ctx: typer.Context, json_out: JsonOpt = False) -> None:
@@ -108,4 +106,4 @@ def recipes_command(ctx: typer.Context, json_out: JsonOpt = False) -> None:
         return
     for name in names:
         loaded = recipes.load_recipe(settings.project, name)
-        console.print(f"{name:28} {loaded.upstream.commit[:12]}  {loaded.description}")
+        say(f"{name:28} {loaded.upstream.commit[:12]}  {loaded.description}")

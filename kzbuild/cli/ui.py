@@ -1,4 +1,11 @@
-"""Terminal helpers shared by the command modules: consoles, logging, JSON, progress."""
+"""Terminal helpers shared by the command modules: consoles, plain lines, logging, JSON, progress.
+
+Two ways to print. ``say()`` writes plain lines with optional ANSI styles and never imports
+rich: the commands that run most (status, sync, build) print only such lines, so their start-up
+does not pay rich's ~25 ms of imports, and data in them (paths, names) is never taken for markup.
+``console`` and ``err_console`` are rich consoles for tables, JSON, spinners and bars, made on
+first use.
+"""
 
 from __future__ import annotations
 
@@ -7,25 +14,101 @@ import logging
 import math
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
-from kzbuild import proc
+from kzbuild import proc, yamlconf
 from kzbuild.errors import KzError
 from kzbuild.settings import Settings
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+@cache
+def rich_console(*, stderr: bool) -> Console:
+    """The rich Console behind ``console`` (stdout) or ``err_console``, made on first use; rich's
+    own objects (Progress, RichHandler) get this real one."""
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+class _ConsoleOnFirstUse:
+    """Stands for rich_console(): rich's imports cost every start ~25 ms, and many commands print no rich output."""
+
+    def __init__(self, *, stderr: bool) -> None:
+        self._stderr = stderr
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(rich_console(stderr=self._stderr), name)
+
+
+console = cast("Console", _ConsoleOnFirstUse(stderr=False))
+err_console = cast("Console", _ConsoleOnFirstUse(stderr=True))
+
+SGR = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36", "bold red": "1;31"}
+
+
+@dataclass(frozen=True)
+class Styled:
+    """Text that say() shows in ``style`` (a key of SGR) on a terminal, and plain elsewhere."""
+
+    style: str
+    text: str
+
+
+def styled(style: str, text: object) -> Styled:
+    if style not in SGR:
+        raise ValueError(f"unknown style {style!r}")
+    return Styled(style, str(text))
+
+
+def colours(stream: IO[str]) -> bool:
+    """Whether to style output on ``stream``: a terminal, as rich decides (NO_COLOR, FORCE_COLOR, TERM=dumb)."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return stream.isatty() and os.environ.get("TERM") != "dumb"
+
+
+def say(*parts: str | Styled, err: bool = False) -> None:
+    """Print one line made of ``parts``: strings are printed as they are, never read as markup."""
+    stream = sys.stderr if err else sys.stdout
+    colour = colours(stream)
+    text = "".join(
+        part if isinstance(part, str) else f"\x1b[{SGR[part.style]}m{part.text}\x1b[0m" if colour else part.text
+        for part in parts
+    )
+    stream.write(text + "\n")
+    stream.flush()
+
+
+def say_table(rows: list[tuple[str | Styled, ...]]) -> None:
+    """Rows of a key column and the rest of the line, keys padded to one width; lines are never
+    wrapped or cut, so a pipe gets every name whole."""
+    width = max((len(_text(row[0])) for row in rows), default=0)
+    for key, *rest in rows:
+        say(key, " " * (width - len(_text(key)) + 2), *rest)
+
+
+def _text(part: str | Styled) -> str:
+    return part if isinstance(part, str) else part.text
+
+
+def stderr_is_terminal() -> bool:
+    return sys.stderr.isatty()
 
 
 @dataclass
@@ -38,6 +121,7 @@ class Context:
     def settings(self) -> Settings:
         if self._settings is None:
             self._settings = self.settings_factory()
+            yamlconf.remember_parsed_in(self._settings.parsed_yaml)
         return self._settings
 
 
@@ -67,12 +151,25 @@ def not_empty(value: str | None) -> str | None:
     return value
 
 
+class _RichHandlerOnFirstRecord(logging.Handler):
+    """rich's log handler, made for the first record that passes the level (rich costs ~25 ms of imports)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._handler: logging.Handler | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._handler is None:
+            from rich.logging import RichHandler
+
+            self._handler = RichHandler(console=rich_console(stderr=True), show_time=False, show_path=False, markup=False)
+        self._handler.handle(record)
+
+
 def setup_logging(verbose: int) -> None:
     """Warnings always; -v adds every external command (INFO, from kzbuild.proc and the ssh transport) and progress notes; -vv debug."""
-    from rich.logging import RichHandler  # ~10 ms, and only logs need it
-
     root = logging.getLogger("kzbuild")
-    handler = RichHandler(console=err_console, show_time=False, show_path=False, markup=False)
+    handler = _RichHandlerOnFirstRecord()
     handler.addFilter(proc.RedactCredentials())  # warnings name remote caches by URL
     root.handlers[:] = [handler]
     root.propagate = False
@@ -141,13 +238,13 @@ class ProgressLines:
             stage, fraction = self._stage, self._fraction
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         elapsed = time.monotonic() - self._started
-        err_console.print(f"{stamp} {self.title}: {stage} {fraction}".rstrip() + f" ({elapsed:.0f} s)", markup=False, highlight=False, soft_wrap=True)
+        say(f"{stamp} {self.title}: {stage} {fraction}".rstrip() + f" ({elapsed:.0f} s)", err=True)
 
 
 @contextmanager
 def activity(message: str) -> Iterator[Callable[[str], None]]:
     """A spinner whose text follows the latest progress line of a long operation; in logs and pipes, ProgressLines."""
-    if not err_console.is_terminal:
+    if not stderr_is_terminal():
         with ProgressLines(message) as lines:
 
             def follow(line: str) -> None:
@@ -159,6 +256,8 @@ def activity(message: str) -> Iterator[Callable[[str], None]]:
 
             yield follow
         return
+    from rich.markup import escape
+
     with err_console.status(message) as status:
 
         def update(line: str) -> None:
@@ -176,6 +275,8 @@ def command_group(name: str, help_text: str) -> typer.Typer:
 
 def report_bug(exc: BaseException) -> None:
     """An exception kzbuild did not expect: one line and where to look, the traceback only with -vv."""
+    from rich.markup import escape
+
     err_console.print(f"[bold red]internal error (a kzbuild bug):[/bold red] {escape(type(exc).__name__)}: {escape(str(exc))}", highlight=False)
     if tracebacks_wanted():
         err_console.print_exception()
@@ -184,6 +285,8 @@ def report_bug(exc: BaseException) -> None:
 
 
 def report_error(exc: KzError) -> None:
+    from rich.markup import escape
+
     # messages carry paths, argv and env values: brackets in them are text, not markup
     err_console.print(f"[bold red]error:[/bold red] {escape(proc.redact(exc.message))}", highlight=False, markup=True)
     if exc.hint:

@@ -13,7 +13,6 @@ from typing import Any
 
 from kzbuild.model.artifact import Artifact
 from kzbuild.model.remotecache import RemoteOutcome
-from kzbuild.model.toolchain import Found
 
 MANIFEST_FORMAT = 1
 
@@ -133,52 +132,6 @@ class BuildResult:
     ccache: CcacheStats | None = None
     times: Mapping[str, float] = field(default_factory=dict)
     remote: RemoteOutcome | None = None  # what the remote cache did (None: none configured)
-
-
-@dataclass(frozen=True)
-class TargetCheck:
-    target: str
-    required: tuple[Found, ...]
-    optional: tuple[Found, ...]
-
-    @property
-    def ok(self) -> bool:
-        return all(f.ok for f in self.required)
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "target": self.target,
-            "ok": self.ok,
-            "toolchains": [f.to_dict() for f in self.required],
-            "optional": [f.to_dict() for f in self.optional],
-        }
-
-
-@dataclass(frozen=True)
-class DeviceCheck:
-    """Whether the device answers from this machine (adb state, ssh login with the host-key check, the local runner)."""
-
-    device: str
-    transport: str
-    ok: bool
-    detail: str
-    hint: str | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        return {"device": self.device, "transport": self.transport, "ok": self.ok, "detail": self.detail, "hint": self.hint}
-
-
-@dataclass(frozen=True)
-class DoctorReport:
-    targets: tuple[TargetCheck, ...]
-    device: DeviceCheck | None = None
-
-    @property
-    def ok(self) -> bool:
-        return all(t.ok for t in self.targets) and (self.device is None or self.device.ok)
-
-    def to_dict(self) -> dict[str, object]:
-        return {"ok": self.ok, "targets": [t.to_dict() for t in self.targets], "device": self.device.to_dict() if self.device else None}
 
 
 # The v79 compile check (kzbuild.v79check), named here so the CLI can describe it without loading it.
