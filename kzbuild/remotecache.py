@@ -493,7 +493,8 @@ def count_lookup(cache_dir: Path, how: str) -> None:
     with locked(cache_dir / "locks" / f"{LOOKUPS}.lock", what="the artifact lookup counters"):
         counts = read_lookups(cache_dir).to_dict()
         counts[how] = int(str(counts.get(how, 0))) + 1
-        write_atomic(path, json.dumps({key: counts[key] for key in ("local", "pulled", "built")}).encode())
+        # statistics, not results: a crash may lose a count, so no fsync on every no-op build
+        write_atomic(path, json.dumps({key: counts[key] for key in ("local", "pulled", "built")}).encode(), durable=False)
 
 
 def read_lookups(cache_dir: Path) -> ArtifactCounts:

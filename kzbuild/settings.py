@@ -66,6 +66,16 @@ class Settings:
     def locks(self) -> Path:
         return self.cache / "locks"
 
+    @property
+    def parsed_yaml(self) -> Path:
+        """Config files already parsed, by content (yamlconf.ParsedDocuments)."""
+        return self.cache / "parsed-yaml.json"
+
+    @property
+    def toolchain_versions(self) -> Path:
+        """What toolchain programs' version commands printed, by binary (toolchains.VersionOutputs)."""
+        return self.cache / "toolchain-versions.json"
+
     # --- the project ---
     @property
     def recipes(self) -> Path:

@@ -13,15 +13,18 @@ line; they are tried before the environment.
 from __future__ import annotations
 
 import glob
+import hashlib
+import json
 import logging
 import os
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kzbuild import proc, yamlconf
 from kzbuild.errors import CommandFailed, ConfigError, NotAvailableHere
+from kzbuild.files import TextCache
 from kzbuild.model.toolchain import (
     DirectorySpec,
     Found,
@@ -223,16 +226,18 @@ class Detector:
         specs: Mapping[str, ToolchainSpec],
         environ: Mapping[str, str],
         configured: Mapping[str, Path] | None = None,
+        known_outputs: VersionOutputs | None = None,
     ) -> None:
         self.specs = dict(specs)
         self.environ = environ
         self.configured = dict(configured or {})
+        self.known_outputs = known_outputs
         self._found: dict[tuple[str, str], Found] = {}
 
     @classmethod
     def for_settings(cls, settings: Settings, environ: Mapping[str, str]) -> Detector:
         specs = load_toolchains(toolchains_dir(settings))
-        return cls(specs, environ, load_configured_paths(configured_paths_file(settings), specs))
+        return cls(specs, environ, load_configured_paths(configured_paths_file(settings), specs), VersionOutputs(settings.toolchain_versions))
 
     def spec(self, name: str) -> ToolchainSpec:
         try:
@@ -246,11 +251,13 @@ class Detector:
     def find(self, name: str, *, needed_by: str = "the build") -> Found:
         key = (name, needed_by)
         if key not in self._found:
-            self._found[key] = detect(self.spec(name), self.environ, self.configured.get(name), needed_by=needed_by)
+            self._found[key] = detect(self.spec(name), self.environ, self.configured.get(name), needed_by=needed_by, known_outputs=self.known_outputs)
         return self._found[key]
 
 
-def detect(spec: ToolchainSpec, environ: Mapping[str, str], configured: Path | None = None, *, needed_by: str) -> Found:
+def detect(
+    spec: ToolchainSpec, environ: Mapping[str, str], configured: Path | None = None, *, needed_by: str, known_outputs: VersionOutputs | None = None,
+) -> Found:
     values: dict[str, str] = {}
     versions: dict[str, str] = {}
     problems: list[str] = []
@@ -269,7 +276,7 @@ def detect(spec: ToolchainSpec, environ: Mapping[str, str], configured: Path | N
             version, proof = located.version, located.proof
     banners: dict[str, str] = {}
     for program in spec.programs:
-        path, program_version, banner, trouble = _find_program(spec, program, environ, needed_by)
+        path, program_version, banner, trouble = _find_program(spec, program, environ, needed_by, known_outputs)
         if trouble:
             problems.append(trouble)
             continue
@@ -447,7 +454,7 @@ def _read_version(rule: VersionRule, path: Path, label: str, wanted: str, needed
 
 
 def _find_program(
-    spec: ToolchainSpec, program: ProgramSpec, environ: Mapping[str, str], needed_by: str
+    spec: ToolchainSpec, program: ProgramSpec, environ: Mapping[str, str], needed_by: str, known_outputs: VersionOutputs | None = None,
 ) -> tuple[str | None, str | None, str | None, str | None]:
     """(path, version, the output line that holds the version, trouble)."""
     path = shutil.which(program.name, path=environ.get("PATH", os.defpath))
@@ -455,11 +462,17 @@ def _find_program(
         return None, None, None, f"'{program.name}' ({spec.label}) is not on PATH"
     if program.version is None:
         return path, None, None, None
-    try:
-        result = proc.run([path, *program.version.args], env=environ, replace_env=True, check=False, timeout=PROBE_TIMEOUT)
-    except (NotAvailableHere, CommandFailed) as exc:
-        return None, None, None, f"'{program.name}' ({spec.label}) cannot be run: {exc.message.splitlines()[0]}"
-    output = result.stdout + "\n" + result.stderr
+    argv = [path, *program.version.args]
+    key = known_outputs.key(argv, environ) if known_outputs is not None else None
+    output = known_outputs.get(key) if known_outputs is not None and key is not None else None
+    if output is None:
+        try:
+            result = proc.run(argv, env=environ, replace_env=True, check=False, timeout=PROBE_TIMEOUT)
+        except (NotAvailableHere, CommandFailed) as exc:
+            return None, None, None, f"'{program.name}' ({spec.label}) cannot be run: {exc.message.splitlines()[0]}"
+        output = result.stdout + "\n" + result.stderr
+        if known_outputs is not None and key is not None and program.version.read(output) is not None:
+            known_outputs.put(key, output)
     version = program.version.read(output)
     if version is None:
         return path, None, None, f"cannot tell the version of {path}: '{' '.join([program.name, *program.version.args])}' printed none"
@@ -467,6 +480,46 @@ def _find_program(
     if not program.version.accepts(version):
         return path, version, banner, f"found {program.name} {version} at {path}; {needed_by} needs {program.version.wanted}"
     return path, version, banner, None
+
+
+VERSION_ENV = ("PATH", "LANG", "LC_ALL", "LC_MESSAGES")  # what a version command's output may depend on
+WRAPPERS = frozenset({"ccache", "sccache", "distcc", "icecc", "buildcache"})  # masquerade links: the wrapped program can change
+MAX_VERSION_OUTPUTS = 64
+
+
+class VersionOutputs:
+    """What each program's version command printed, remembered per binary, so a no-op build runs
+    no ``--version`` probes (about 10 ms each).
+
+    An entry is keyed by the identity of the file that runs (device, inode, size, mtime and
+    ctime of its resolved path), the arguments, PATH and the locale: an upgraded or replaced
+    binary has a new identity. Scripts and compiler-cache wrappers are never remembered, since
+    what they run can change while they do not. Kept in a TextCache: damage means probing again."""
+
+    def __init__(self, path: Path) -> None:
+        self.texts = TextCache(path, limit=MAX_VERSION_OUTPUTS)
+
+    def key(self, argv: Sequence[str], environ: Mapping[str, str]) -> str | None:
+        """The entry's key, or None when this program must be probed every time."""
+        try:
+            real = os.path.realpath(argv[0])
+            with open(real, "rb") as handle:
+                if handle.read(2) == b"#!":
+                    return None
+            if os.path.basename(real) in WRAPPERS and os.path.basename(argv[0]) != os.path.basename(real):
+                return None  # e.g. /usr/lib/ccache/g++: ccache runs whichever g++ PATH finds
+            info = os.stat(real)
+        except OSError:
+            return None
+        identity = [argv[0], real, info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, list(argv[1:])]
+        identity += [environ.get(name) for name in VERSION_ENV]
+        return hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:32]
+
+    def get(self, key: str) -> str | None:
+        return self.texts.get(key)
+
+    def put(self, key: str, output: str) -> None:
+        self.texts.put(key, output)
 
 
 def _run_probe(probe: ProbeSpec, program: str, environ: Mapping[str, str]) -> str | None:

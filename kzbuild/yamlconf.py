@@ -3,18 +3,26 @@
 Recipes, devices and toolchain files are validated on load; every error names the file,
 the line and the key. Mappings load as :class:`Mapping` (a dict that knows where each key
 stood), sequences as :class:`Sequence`.
+
+A document that parsed is remembered by the sha256 of its bytes (:class:`ParsedDocuments`,
+switched on by :func:`remember_parsed_in`), so a command whose config files did not change
+neither imports PyYAML (~12 ms) nor parses (~0.5 ms a file); PyYAML is imported only where a
+document is parsed.
 """
 
 from __future__ import annotations
 
-import difflib
+import hashlib
+import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from kzbuild.errors import ConfigError
+from kzbuild.files import TextCache
+
+if TYPE_CHECKING:
+    import yaml
 
 NAME_MAX = 255  # bytes in one file name, on every Linux file system
 
@@ -51,6 +59,8 @@ class Mapping(dict[str, Any]):
         allowed = list(allowed)
         for key in self:
             if key not in allowed:
+                import difflib  # only for this hint: ~2 ms of every start otherwise
+
                 close = difflib.get_close_matches(str(key), allowed, n=1)
                 hint = f"did you mean '{close[0]}'?" if close else f"allowed keys: {', '.join(allowed)}"
                 raise self.error(str(key), f"unknown key{' in ' + context if context else ''}", hint=hint)
@@ -168,16 +178,108 @@ def read_text(path: Path) -> str:
 
 def load(path: Path) -> Mapping:
     """Load a YAML file whose top level is a mapping."""
-    return loads(read_text(path), path)
+    data = read_bytes(path)
+    remembered = _remembered
+    digest = hashlib.sha256(data).hexdigest() if remembered is not None else ""
+    if remembered is not None and (doc := remembered.get(digest, path)) is not None:
+        return doc
+    error = utf8_error(data, path)
+    if error is not None:
+        raise error
+    doc = loads(data.decode("utf-8"), path)
+    if remembered is not None:
+        remembered.put(digest, doc)
+    return doc
 
 
-# libyaml's parser when PyYAML has it: the pure-Python one takes ~10 ms a file, and a build reads a dozen
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+MAX_PARSED = 256  # documents kept; each edit of a config file adds one
+
+
+class ParsedDocuments:
+    """Parsed documents by the sha256 of the file's bytes: a changed file is parsed again, and an
+    entry only ever stands for the bytes it was parsed from (a TextCache: damage means parsing again)."""
+
+    def __init__(self, path: Path) -> None:
+        self.texts = TextCache(path, limit=MAX_PARSED)
+
+    def get(self, digest: str, path: Path) -> Mapping | None:
+        text = self.texts.get(digest)
+        if text is None:
+            return None
+        try:
+            doc = _decode(json.loads(text), path)
+        except (ValueError, TypeError, KeyError, IndexError, RecursionError):
+            return None
+        return doc if isinstance(doc, Mapping) else None
+
+    def put(self, digest: str, doc: Mapping) -> None:
+        try:
+            text = json.dumps(_encode(doc))
+        except (TypeError, ValueError, RecursionError):
+            return  # a value JSON cannot hold (a date, binary data): this file is parsed every time
+        self.texts.put(digest, text)
+
+
+_remembered: ParsedDocuments | None = None
+
+
+def remember_parsed_in(path: Path | None) -> None:
+    """Keep parsed documents in the file ``path`` from now on (None: parse every time)."""
+    global _remembered
+    _remembered = ParsedDocuments(path) if path is not None else None
+
+
+def _encode(value: Any) -> Any:
+    """A parsed value as JSON: [m, line, [[key, key line, value]...]], [s, line, item lines, [values]] or [v, scalar]."""
+    if isinstance(value, Mapping):
+        return ["m", value.line, [[key, value.key_lines[key], _encode(item)] for key, item in value.items()]]
+    if isinstance(value, Sequence):
+        return ["s", value.line, list(value.item_lines), [_encode(item) for item in value]]
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return ["v", value]
+    raise TypeError(f"cannot keep a {type(value).__name__}")
+
+
+def _line(value: Any) -> int:
+    if type(value) is not int or value < 1:
+        raise ValueError("a line number")
+    return value
+
+
+def _decode(tree: Any, path: Path) -> Any:
+    """_encode() undone, checking every part (a stored file may be damaged)."""
+    kind = tree[0]
+    if kind == "v" and len(tree) == 2 and (tree[1] is None or isinstance(tree[1], (str, bool, int, float))):
+        return tree[1]
+    if kind == "m" and len(tree) == 3:
+        mapping = Mapping()
+        mapping.path, mapping.line, mapping.key_lines = path, _line(tree[1]), {}
+        for key, key_line, item in tree[2]:
+            if not isinstance(key, str) or key in mapping:
+                raise ValueError("a key")
+            mapping.key_lines[key] = _line(key_line)
+            mapping[key] = _decode(item, path)
+        return mapping
+    if kind == "s" and len(tree) == 4 and len(tree[2]) == len(tree[3]):
+        seq = Sequence()
+        seq.path, seq.line, seq.item_lines = path, _line(tree[1]), [_line(line) for line in tree[2]]
+        seq.extend(_decode(item, path) for item in tree[3])
+        return seq
+    raise ValueError("not a stored value")
+
+
+def _loader_class() -> type[yaml.SafeLoader]:
+    """libyaml's parser when PyYAML has it: the pure-Python one takes ~10 ms a file, and a build reads a dozen."""
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def loads(text: str, path: Path) -> Mapping:
+    import yaml
+
     try:
-        loader = _Loader(text)  # checks the characters right away
+        loader = _loader_class()(text)  # checks the characters right away
         try:
             node = loader.get_single_node()
             result = _Converter(path, loader).convert(node) if node is not None else None
@@ -212,6 +314,8 @@ class _Converter:
         return ConfigError(message, path=self.path, line=node.start_mark.line + 1, key=key)
 
     def convert(self, node: yaml.Node) -> Any:
+        import yaml
+
         self.converted += 1
         if self.converted > MAX_NODES:
             raise self.error(node, f"more than {MAX_NODES} values: aliases (*name) expand to too much")
@@ -232,6 +336,8 @@ class _Converter:
             raise self.error(node, f"bad value: {exc}") from None
 
     def mapping(self, node: yaml.MappingNode) -> Mapping:
+        import yaml
+
         mapping = Mapping()
         mapping.path, mapping.line, mapping.key_lines = self.path, node.start_mark.line + 1, {}
         for key_node, value_node in node.value:

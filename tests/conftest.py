@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from kzbuild import yamlconf
 from kzbuild.cli import main
 from kzbuild.settings import Settings
 
@@ -96,6 +97,13 @@ def upstream(tmp_path: Path) -> UpstreamRepo:
         "initial import",
     )
     return repo
+
+
+@pytest.fixture(autouse=True)
+def parse_yaml_afresh() -> Iterator[None]:
+    """The CLI keeps parsed YAML in its settings' cache dir for the rest of the process: each test starts without."""
+    yield
+    yamlconf.remember_parsed_in(None)
 
 
 @dataclass
