@@ -77,6 +77,14 @@ class Git:
         result = self.run("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
         return result.stdout.strip() if result.ok else None
 
+    def resolve_all(self, *revs: str) -> tuple[str | None, ...]:
+        """resolve() of each rev, in one git call when all of them exist."""
+        result = self.run("rev-parse", "--revs-only", *(f"{rev}^{{commit}}" for rev in revs), check=False)
+        shas = result.stdout.split()
+        if result.ok and len(shas) == len(revs):
+            return tuple(shas)
+        return tuple(self.resolve(rev) for rev in revs)  # --revs-only drops a missing one: which, only one call each tells
+
     def has_commit(self, sha: str) -> bool:
         return self.run("cat-file", "-e", f"{sha}^{{commit}}", check=False).ok
 

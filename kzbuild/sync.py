@@ -127,11 +127,12 @@ class Worktree:
     def state(self) -> WorktreeState:
         if not (self.path / ".git").is_dir():
             return WorktreeState(self.path, exists=False)
-        head = self.git.resolve("HEAD")
-        base = self.git.resolve(BASE_REF)
+        head, base = self.git.resolve_all("HEAD", BASE_REF)
         record = self.read_record()
         dirty = tuple(line for line in self.git("status", "--porcelain", "--untracked-files=all").splitlines() if line)
-        unexported = self.unexported_commits(head, base, record) if head else ()
+        # A HEAD that a finished sync (or export) recorded has only recorded commits above the base.
+        settled = head in record.commits and record.in_progress is None
+        unexported = self.unexported_commits(head, base, record) if head and not settled else ()
         am_in_progress = (self.path / ".git" / "rebase-apply").exists()
         return WorktreeState(self.path, True, head, base, dirty, unexported, record.in_progress, am_in_progress)
 
