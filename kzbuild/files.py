@@ -32,3 +32,15 @@ def sha256_file(path: Path) -> str:
         while chunk := handle.read(HASH_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def folder_digest(folder: Path) -> str:
+    """sha256 over a folder's files (relative path and content), in path order."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(f"{path.relative_to(folder).as_posix()}\0".encode())
+        with open(path, "rb") as handle:
+            while chunk := handle.read(HASH_CHUNK):
+                digest.update(chunk)
+        digest.update(b"\0")
+    return digest.hexdigest()

@@ -32,8 +32,6 @@ import base64
 import hashlib
 import json
 import logging
-import os
-import shutil
 import socket
 import time
 import urllib.parse
@@ -43,11 +41,11 @@ from pathlib import Path
 from typing import Protocol
 
 from kzbuild import proc, yamlconf
-from kzbuild.artifacts import load_artifact, recorded_manifests
+from kzbuild.artifacts import publish, recorded_manifests, staged
 from kzbuild.errors import ConfigError
 from kzbuild.filelock import locked
 from kzbuild.files import write_atomic
-from kzbuild.model.artifact import MANIFEST, Artifact, ArtifactFile, parse_files
+from kzbuild.model.artifact import Artifact, ArtifactFile, parse_files
 from kzbuild.model.build import BuildPlan
 from kzbuild.model.remotecache import (
     DEFAULT_TIMEOUT,
@@ -385,10 +383,7 @@ class RemoteCache:
         if raw is None:
             return None
         files = check_manifest(raw, plan)
-        root = plan.artifact_dir.parent
-        staging = root / f".pull-{plan.build_id}-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        try:
+        with staged(plan.artifact_dir.parent, plan.build_id) as staging:
             for entry in files:
                 data = store.get(f"objects/{entry.sha256}", entry.size)
                 if data is None:
@@ -402,20 +397,10 @@ class RemoteCache:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(data)
                 target.chmod(entry.mode)
-            (staging / MANIFEST).write_bytes(raw)
             self.downloaded += len(raw)
-            load_artifact(staging)  # the checks every local artifact passes, before it is in place
-            try:
-                staging.rename(plan.artifact_dir)
-            except OSError:
-                if not (plan.artifact_dir / MANIFEST).is_file():
-                    raise
-                shutil.rmtree(staging)  # another process put it there meanwhile
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+            artifact = publish(staging, raw, plan.artifact_dir.parent, plan.build_id)
         self.pulled = True
-        return load_artifact(plan.artifact_dir)
+        return artifact
 
     def push(self, artifact: Artifact) -> None:
         """Store the artifact: each content the store lacks (or held damaged), then the manifest, last."""

@@ -232,7 +232,7 @@ def test_a_tampered_artifact_in_redis_is_refused_then_repaired(machines, redis_c
     assert "refusing the artifact" in err and "building locally" in err
     assert data["reused"] is False and data["ccache"]["misses"] + data["ccache"]["hits"] >= 4  # ... it compiled instead
     assert sha256(Path(str(data["artifact"])) / "lib" / "libggml.so") == good
-    assert not list((b.project.work / "artifacts").glob(".pull-*"))  # nothing of the refused artifact stays
+    assert not list((b.project.work / "artifacts").glob(".tmp-*"))  # nothing of the refused artifact stays
     assert data["remote"]["pushed"] is True
     stored = redis_cache.call("GET", f"kz:objects/{good}")
     assert isinstance(stored, bytes) and hashlib.sha256(stored).hexdigest() == good  # the push replaced the damaged content
