@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -21,30 +20,9 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from kzbuild.errors import CommandFailed, NotAvailableHere
+from kzbuild.model.urls import redact as redact  # proc.redact: what every logged command and error goes through
 
 log = logging.getLogger("kzbuild.proc")
-
-# scheme://USERINFO@ : the userinfo of a URL, up to the authority's last '@' (a password may hold an unencoded '@')
-URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/?#\s]*)@")
-REDACTED = "****"
-
-
-BARE_SECRET_SCHEMES = ("redis://", "http://", "https://")  # ccache reads redis://PASSWORD@host; https://TOKEN@host
-
-
-def redact(text: str) -> str:
-    """``text`` with the password of every URL in it replaced by ``****`` (as pip shows them). A user name stays; userinfo
-    without a colon is hidden too where it is a bare password or token (redis, http, https), not in
-    ``ssh://user@host``."""
-
-    def hide(match: re.Match[str]) -> str:
-        user, colon, _ = match.group(2).partition(":")
-        if colon:
-            return f"{match.group(1)}{user}:{REDACTED}@"
-        return f"{match.group(1)}{REDACTED}@" if match.group(1).lower() in BARE_SECRET_SCHEMES else match.group(0)
-
-    return URL_USERINFO.sub(hide, text)
-
 
 class RedactCredentials(logging.Filter):
     """A logging filter that redacts URL credentials from every record (warnings name caches by URL)."""

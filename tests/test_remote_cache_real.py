@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 def test_the_real_artifact_round_trips_through_the_store_and_runs(real_host_build, kind, request, tmp_path):
     server = request.getfixturevalue("redis_cache" if kind == "redis" else "dav_cache")
     url = server.url()
-    config = RemoteConfig(url=url, shown=proc.redact(url), source="test")
+    config = RemoteConfig(url=url, source="test")
     artifact = real_host_build.artifact
 
     pusher = remotecache.RemoteCache.open(config)
