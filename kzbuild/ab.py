@@ -20,7 +20,6 @@ of zero is contradicted.
 from __future__ import annotations
 
 import logging
-import secrets
 import shutil
 import statistics
 import time
@@ -50,7 +49,7 @@ from kzbuild.results import ResultsStore, describe_config, describe_env, varying
 from kzbuild.settings import Settings
 from kzbuild.stack.patchfile import expectations, read_patch
 from kzbuild.stack.series import read_series
-from kzbuild.stats import median_effect
+from kzbuild.stats import fresh_seed, median_effect
 from kzbuild.sync import read_lock
 from kzbuild.toolchains import configured_paths_file
 
@@ -345,7 +344,7 @@ def run_ab(
             f"nothing to compare: only {', '.join(a.name for a in arms) or 'no variant'} could be built",
             hint="; ".join(f"{v.spec.name}: {v.problem}" for v in variants if v.problem) or "select more variants",
         )
-    seed = seed if seed is not None else secrets.randbelow(2**32)
+    seed = fresh_seed(seed)
     runs = []
     for name, spec in specs:
 

@@ -12,7 +12,7 @@ from rich.markup import escape
 from kzbuild import build as builds
 from kzbuild import proc, recipes, remotecache
 from kzbuild.cli.complete import complete_device, complete_recipe
-from kzbuild.cli.options import JsonOpt, NoRemoteOpt, RecipeArg, load_recipe
+from kzbuild.cli.options import JsonOpt, NoRemoteOpt, RecipeArg, append_step_summary, load_recipe
 from kzbuild.cli.ui import ProgressLines, console, context, err_console, not_empty, print_json
 from kzbuild.devices.registry import resolve_device
 from kzbuild.errors import ToolchainMissing
@@ -341,8 +341,5 @@ def ci_command(
             on_step=announce, progress=display.update, remote=remotecache.load_config(settings, os.environ, disabled=no_remote_cache),
         )
     print_json(report.to_dict())
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        with open(summary, "a", encoding="utf-8") as handle:
-            handle.write(report.to_markdown())
+    append_step_summary(report.to_markdown())
     return report.exit_code
