@@ -372,7 +372,11 @@ class Prepared:
     synced: bool  # the sync changed the tree
     sync_seconds: float
     worktree: Worktree
-    head: str  # the commit the plan (and its build id) was made from
+    lock: Lock  # what the sync resolved: the plan (and its build id) was made from its head
+
+    @property
+    def head(self) -> str:
+        return self.lock.head
 
 
 def prepare(
@@ -391,7 +395,7 @@ def prepare(
     synced, sync_seconds = timed_sync(settings, recipe, progress)
     required, optional = detect_for(tgt, options.overrides, detector, f"recipe {recipe.name}")
     plan = plan_build(settings, recipe, synced, tgt, required, optional, options=options)
-    return Prepared(plan, synced.changed, sync_seconds, Worktree(settings, recipe), synced.lock.head)
+    return Prepared(plan, synced.changed, sync_seconds, Worktree(settings, recipe), synced.lock)
 
 
 def timed_sync(settings: Settings, recipe: Recipe, progress: Progress | None) -> tuple[SyncResult, float]:
