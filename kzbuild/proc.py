@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any, Generic, TypeVar, cast
 
 from kzbuild.errors import CommandFailed, NotAvailableHere
 from kzbuild.model.urls import redact as redact  # proc.redact: what every logged command and error goes through
@@ -37,11 +37,16 @@ def _failed(argv: Sequence[str], returncode: int, stderr: str) -> CommandFailed:
     return CommandFailed([redact(arg) for arg in argv], returncode, redact(stderr))
 
 
+Output = TypeVar("Output", str, bytes)
+
+
 @dataclass(frozen=True)
-class Result:
+class Captured(Generic[Output]):
+    """What a finished command left: its exit code, its stdout (text or bytes) and its stderr (text)."""
+
     argv: list[str]
     returncode: int
-    stdout: str
+    stdout: Output
     stderr: str
 
     @property
@@ -50,17 +55,13 @@ class Result:
 
 
 @dataclass(frozen=True)
-class BytesResult:
+class Result(Captured[str]):
+    """What run() captured: stdout as text."""
+
+
+@dataclass(frozen=True)
+class BytesResult(Captured[bytes]):
     """What run_bytes() captured: stdout as the command wrote it (a blob, a binary's output)."""
-
-    argv: list[str]
-    returncode: int
-    stdout: bytes
-    stderr: str
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0
 
 
 def describe(argv: Sequence[str], cwd: Path | str | None = None, env: Mapping[str, str] | None = None) -> str:
