@@ -20,7 +20,6 @@ of zero is contradicted.
 from __future__ import annotations
 
 import logging
-import secrets
 import shutil
 import statistics
 import time
@@ -43,15 +42,15 @@ from kzbuild.model.bench import BenchSpec
 from kzbuild.model.build import BuildEvent, BuildOptions
 from kzbuild.model.device import Device
 from kzbuild.model.interleave import Arm, Cooling, Turn
-from kzbuild.model.patch import Expectation
+from kzbuild.model.patch import Expectation, Patch
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.result import BenchRecord
 from kzbuild.results import ResultsStore, describe_config, describe_env, varying_env
 from kzbuild.settings import Settings
-from kzbuild.stack.patchfile import expectations, read_patch
+from kzbuild.stack.check import load_patches
+from kzbuild.stack.patchfile import expectations
 from kzbuild.stack.series import read_series
-from kzbuild.stats import median_effect
-from kzbuild.sync import read_lock
+from kzbuild.stats import fresh_seed, median_effect
 from kzbuild.toolchains import configured_paths_file
 
 log = logging.getLogger(__name__)
@@ -138,8 +137,7 @@ def build_variant(
         left_out = f" without {spec.without}" if spec.without else ""
         return VariantBuild(spec, None, False, problem=f"{exc.message}{' (the stack' + left_out + ')' if left_out else ''}"), None, ()
     result = builds.build(prepared, progress=progress)
-    lock = read_lock(derived.lock_path)
-    applied = tuple(p.file for p in lock.patches if p.commit) if lock else ()
+    applied = tuple(p.file for p in prepared.lock.patches if p.commit)
     return VariantBuild(spec, result.artifact.build_id, result.reused), result.artifact, applied
 
 
@@ -194,9 +192,9 @@ def deploy_variants(
     return [deployed[variant.spec.name] for variant, _ in built]
 
 
-def stack_expectations(recipe: Recipe) -> list[Expectation]:
-    """Every Kz-Expect of the recipe's series."""
-    return [found for entry in read_series(recipe.series).entries for found in expectations(read_patch(entry.path, entry.name))]
+def stack_expectations(patches: Sequence[Patch]) -> list[Expectation]:
+    """Every Kz-Expect of the series' patches."""
+    return [found for patch in patches for found in expectations(patch)]
 
 
 # --- the report ---
@@ -334,6 +332,7 @@ def run_ab(
     spec, all with one seed), and report what each patch buys and which Kz-Expect it contradicts."""
     for _, spec in specs:
         check_spec(spec)
+    expected = stack_expectations(load_patches(recipe))
     if cooling is not None:
         check_cooling(cooling)
         thermal_zones(transport, device, cooling)  # a device without them fails before any build
@@ -345,7 +344,7 @@ def run_ab(
             f"nothing to compare: only {', '.join(a.name for a in arms) or 'no variant'} could be built",
             hint="; ".join(f"{v.spec.name}: {v.problem}" for v in variants if v.problem) or "select more variants",
         )
-    seed = seed if seed is not None else secrets.randbelow(2**32)
+    seed = fresh_seed(seed)
     runs = []
     for name, spec in specs:
 
@@ -361,7 +360,7 @@ def run_ab(
         for variant, found in ab_run.run.records.items():
             records[variant] += found
     measured = effects(records, [v.spec for v in variants if v.release is not None], seed=seed)
-    checks = check_expectations(stack_expectations(recipe), measured, device.name)
+    checks = check_expectations(expected, measured, device.name)
     return AbResult(
         recipe=recipe.name, device=device.name, target=target, seed=seed, variants=tuple(variants), runs=tuple(runs),
         effects=tuple(measured), checks=tuple(checks),

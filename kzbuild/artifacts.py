@@ -7,9 +7,13 @@ neither imports the other.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -17,6 +21,8 @@ from kzbuild.errors import ConfigError
 from kzbuild.model.artifact import BUILD_ID_RE, BUILD_ID_RULE, MANIFEST, Artifact, parse_files
 from kzbuild.model.recipe import Recipe
 from kzbuild.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 def recorded_manifests(root: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
@@ -28,6 +34,53 @@ def recorded_manifests(root: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
             continue
         if isinstance(doc, dict):
             yield manifest, doc
+
+
+def existing_artifact(root: Path, build_id: str) -> Artifact | None:
+    """The finished artifact of ``build_id``, if one is there and intact."""
+    folder = root / build_id
+    if not (folder / MANIFEST).is_file():
+        return None
+    try:
+        artifact = load_artifact(folder)
+    except ConfigError as exc:
+        log.warning("ignoring broken artifact: %s", exc)
+        return None
+    return artifact if artifact.build_id == build_id else None
+
+
+@contextmanager
+def staged(root: Path, build_id: str) -> Iterator[Path]:
+    """The staging folder of ``root/build_id`` (this process's, not yet made): filled in the block and
+    placed with :func:`publish`; removed when the block fails."""
+    staging = root / f".tmp-{build_id}-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def manifest_json(manifest: Mapping[str, object]) -> bytes:
+    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+
+
+def publish(staging: Path, manifest: bytes, root: Path, build_id: str) -> Artifact:
+    """Write ``manifest`` into ``staging``, check it as every artifact is checked, and rename it to
+    ``root/build_id`` in one step: readers see no artifact or a whole one. Another process's
+    artifact of the same id that is there first wins (and is returned)."""
+    (staging / MANIFEST).write_bytes(manifest)
+    artifact = load_artifact(staging)
+    try:
+        staging.rename(root / build_id)
+    except OSError:
+        existing = existing_artifact(root, build_id)
+        if existing is None:
+            raise
+        shutil.rmtree(staging)
+        return existing
+    return replace(artifact, path=artifact.path.with_name(build_id))
 
 
 def find_artifact(settings: Settings, ref: str | None, recipe: Recipe | None) -> Artifact:

@@ -30,6 +30,7 @@ from kzbuild.model.run import Release
 from kzbuild.results import ResultsStore
 from kzbuild.run import check_seconds, check_tool, current_release, env_warnings, invocation, run_logged
 from kzbuild.settings import Settings
+from kzbuild.stats import fresh_seed
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +188,7 @@ def check_spec(spec: BenchSpec) -> None:
 
 def plan(spec: BenchSpec) -> tuple[int, list[BenchPoint]]:
     """The cartesian product of the sweep axes in a random order; returns (seed, points)."""
-    seed = spec.seed if spec.seed is not None else secrets.randbelow(2**32)
+    seed = fresh_seed(spec.seed)
     combos = list(itertools.product(*[[(axis.name, value) for value in axis.values] for axis in spec.sweep]))
     random.Random(seed).shuffle(combos)
     return seed, [BenchPoint(index=i, total=len(combos), values=tuple(c)) for i, c in enumerate(combos)]

@@ -1,4 +1,4 @@
-"""``kzbuild build`` and ``kzbuild doctor``: build llama.cpp for a target into a content-addressed artifact.
+"""``kzbuild build``: build llama.cpp for a target into a content-addressed artifact.
 
 The build id is a hash of everything that decides the binaries: the upstream tree, the
 patch and overlay digests, the recipe's build section, the target, the toolchains' names and
@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kzbuild import __version__, kztools, proc, remotecache
-from kzbuild.artifacts import load_artifact, recorded_manifests
+from kzbuild.artifacts import existing_artifact, load_artifact, manifest_json, publish, recorded_manifests, staged
 from kzbuild.errors import BuildFailed, ConfigError, ToolchainMissing, WorktreeError
 from kzbuild.filelock import locked
 from kzbuild.files import sha256_file
@@ -125,19 +125,6 @@ def load_manifest(path: Path) -> Artifact:
     return load_artifact(path if path.is_dir() else path.parent)
 
 
-def existing_artifact(root: Path, build_id: str) -> Artifact | None:
-    """The finished artifact of ``build_id``, if one is there and intact."""
-    folder = root / build_id
-    if not (folder / MANIFEST).is_file():
-        return None
-    try:
-        artifact = load_manifest(folder)
-    except ConfigError as exc:
-        log.warning("ignoring broken artifact: %s", exc)
-        return None
-    return artifact if artifact.build_id == build_id else None
-
-
 # --- toolchain selection ---------------------------------------------------------------
 
 def select_toolchains(tgt: Target, overrides: Sequence[str], detector: Detector) -> list[str]:
@@ -174,6 +161,16 @@ def stack_digest(lock: Lock) -> str:
         digest.update(f"{patch.file}\0{patch.sha256}\n".encode())
     digest.update(f"overlays\0{lock.overlay_digest}\n".encode())
     return digest.hexdigest()
+
+
+def lock_sha256(lock: Lock) -> str:
+    """The sha256 of the lock file's bytes as sync wrote them."""
+    return hashlib.sha256(lock.to_json().encode()).hexdigest()
+
+
+def recipe_build_dir(settings: Settings, recipe: Recipe) -> Path:
+    """The work dir's folder for the builds of ``recipe`` (one subfolder per target)."""
+    return settings.work / "build" / recipe.name.replace("/", "--")
 
 
 def build_commit(lock: Lock) -> str:
@@ -243,7 +240,7 @@ def plan_build(
     build_id = build_id_of(tgt.name, inputs)
     commit = build_commit(synced.lock)
     root = artifacts_root(settings, options.artifacts)
-    build_dir = settings.work / "build" / recipe.name.replace("/", "--") / "+".join([tgt.name, *options.overrides])
+    build_dir = recipe_build_dir(settings, recipe) / "+".join([tgt.name, *options.overrides])
     jobs = options.jobs or os.cpu_count() or 1
     container = next((f for f in toolchains if f.spec.image is not None), None)
 
@@ -297,7 +294,7 @@ def plan_build(
         target=tgt.name,
         build_id=build_id,
         build_commit=commit,
-        lock_sha256=hashlib.sha256(synced.lock.to_json().encode()).hexdigest(),  # the bytes sync wrote
+        lock_sha256=lock_sha256(synced.lock),
         inputs=inputs,
         source=synced.worktree,
         build_dir=build_dir,
@@ -371,7 +368,11 @@ class Prepared:
     synced: bool  # the sync changed the tree
     sync_seconds: float
     worktree: Worktree
-    head: str  # the commit the plan (and its build id) was made from
+    lock: Lock  # what the sync resolved: the plan (and its build id) was made from its head
+
+    @property
+    def head(self) -> str:
+        return self.lock.head
 
 
 def prepare(
@@ -387,12 +388,17 @@ def prepare(
     tgt = target(target_name)
     detector = Detector.for_settings(settings, environ)
     select_toolchains(tgt, options.overrides, detector)  # bad overrides fail before any work
-    started = time.monotonic()
-    synced = sync(settings, recipe, progress=(lambda line: progress(BuildEvent("sync", line))) if progress else None)
-    sync_seconds = round(time.monotonic() - started, 3)
+    synced, sync_seconds = timed_sync(settings, recipe, progress)
     required, optional = detect_for(tgt, options.overrides, detector, f"recipe {recipe.name}")
     plan = plan_build(settings, recipe, synced, tgt, required, optional, options=options)
-    return Prepared(plan, synced.changed, sync_seconds, Worktree(settings, recipe), synced.lock.head)
+    return Prepared(plan, synced.changed, sync_seconds, Worktree(settings, recipe), synced.lock)
+
+
+def timed_sync(settings: Settings, recipe: Recipe, progress: Progress | None) -> tuple[SyncResult, float]:
+    """Sync ``recipe`` (its lines as "sync" events) and the seconds it took."""
+    started = time.monotonic()
+    synced = sync(settings, recipe, progress=(lambda line: progress(BuildEvent("sync", line))) if progress else None)
+    return synced, round(time.monotonic() - started, 3)
 
 
 @dataclass(frozen=True)
@@ -424,16 +430,20 @@ def missing_toolchains_error(plan: BuildPlan) -> ToolchainMissing:
     )
 
 
-def build(prepared: Prepared, *, progress: Progress | None = None, remote: RemoteConfig | None = None) -> BuildResult:
+def build(prepared: Prepared, *, progress: Progress | None = None, remote: RemoteConfig | None = None,
+          on_no_artifact: Callable[[BuildPlan], None] | None = None) -> BuildResult:
     """Reuse the artifact of the plan's build id, or pull it from the remote cache, or run the plan:
     configure (when its command changed), ninja (with ccache's remote storage), then copy the
-    outputs into the artifact and push it to the remote cache."""
+    outputs into the artifact and push it to the remote cache. ``on_no_artifact`` is called first
+    when no artifact of the build id is here."""
     plan = prepared.plan
     cache_dir = prepared.worktree.settings.cache
     existing = existing_artifact(plan.artifact_dir.parent, plan.build_id)
     if existing is not None:
         remotecache.count_lookup(cache_dir, "local")
         return BuildResult(plan, existing, reused=True, synced=prepared.synced, times={"sync_s": prepared.sync_seconds})
+    if on_no_artifact is not None:
+        on_no_artifact(plan)
     if plan.missing:
         raise missing_toolchains_error(plan)
     shared = remotecache.RemoteCache.open(remote) if remote is not None else None
@@ -548,11 +558,9 @@ def read_ccache_log(path: Path) -> CcacheStats | None:
 def _collect(plan: BuildPlan, ccache: CcacheStats | None, times: dict[str, float], started_at: datetime, collect_started: float) -> Artifact:
     """Copy tools and libraries into a fresh folder, write the manifest, then rename it into place."""
     root = plan.artifact_dir.parent
-    staging = root / f".tmp-{plan.build_id}-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    (staging / "bin").mkdir(parents=True)
-    (staging / "lib").mkdir()
-    try:
+    with staged(root, plan.build_id) as staging:
+        (staging / "bin").mkdir(parents=True)
+        (staging / "lib").mkdir()
         for tool in plan.tools:
             built = plan.build_dir / "bin" / tool
             if not built.is_file():
@@ -585,23 +593,7 @@ def _collect(plan: BuildPlan, ccache: CcacheStats | None, times: dict[str, float
             "log": plan.log.name,
             "files": files,
         }
-        publish(staging, manifest, root, plan.build_id)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return load_manifest(plan.artifact_dir)
-
-
-def publish(staging: Path, manifest: Mapping[str, object], root: Path, build_id: str) -> None:
-    """Write ``manifest`` into ``staging`` and rename it to ``root/build_id`` in one step: readers
-    see no artifact or a whole one. Another build of the same id that finished first wins."""
-    (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    try:
-        staging.rename(root / build_id)
-    except OSError:
-        if existing_artifact(root, build_id) is None:
-            raise
-        shutil.rmtree(staging)
+        return publish(staging, manifest_json(manifest), root, plan.build_id)
 
 
 def _relative_files(folder: Path) -> list[str]:

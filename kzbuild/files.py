@@ -81,3 +81,15 @@ class TextCache:
             entries = stored.get("entries") if isinstance(stored, dict) and stored.get("format") == self.FORMAT else None
             self._entries = entries if isinstance(entries, dict) else {}
         return self._entries
+
+
+def folder_digest(folder: Path) -> str:
+    """sha256 over a folder's files (relative path and content), in path order."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(f"{path.relative_to(folder).as_posix()}\0".encode())
+        with open(path, "rb") as handle:
+            while chunk := handle.read(HASH_CHUNK):
+                digest.update(chunk)
+        digest.update(b"\0")
+    return digest.hexdigest()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import fnmatch
 import logging
 import re
-import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -30,7 +29,7 @@ from kzbuild.model.result import BenchRecord, VariantInfo
 from kzbuild.results import ResultsStore
 from kzbuild.run import check_seconds, env_warnings, release_named
 from kzbuild.settings import Settings
-from kzbuild.stats import interleaved_order
+from kzbuild.stats import fresh_seed, interleaved_order
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +131,7 @@ def run_interleaved(
     for warning in dict.fromkeys(w for release in releases.values() for w in env_warnings(settings, release, spec_env_names(spec))):
         log.warning("%s", warning)
     model_hash = model_sha256(transport, device, spec.model)
-    seed = seed if seed is not None else secrets.randbelow(2**32)
+    seed = fresh_seed(seed)
     if order is None:
         order = interleaved_order(names, blocks, seed)
     elif len(order) != blocks or any(sorted(block) != sorted(names) for block in order):

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kzbuild.errors import ConfigError
+from kzbuild.files import folder_digest
 from kzbuild.model.build import Step
 
 # tool name -> its project folder under kernels/
@@ -29,22 +30,12 @@ def source_dir(kernels: Path, tool: str) -> Path:
     return kernels / KZ_TOOLS[tool]
 
 
-def source_digest(folder: Path) -> str:
-    """sha256 over the project's files (relative path and content), in path order."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest.update(f"{path.relative_to(folder).as_posix()}\0".encode())
-        digest.update(path.read_bytes())
-        digest.update(b"\0")
-    return digest.hexdigest()
-
-
 def inputs(kernels: Path, tools: Sequence[str]) -> dict[str, str]:
     """For the build id: each of kzbuild's tools with the digest of its sources (empty when none is built)."""
     for tool in tools:
         if not (source_dir(kernels, tool) / "CMakeLists.txt").is_file():
             raise ConfigError(f"tool {tool}: {source_dir(kernels, tool)}/CMakeLists.txt is missing", hint="kzbuild's own tools build from the project's kernels/")
-    return {tool: source_digest(source_dir(kernels, tool)) for tool in tools}
+    return {tool: folder_digest(source_dir(kernels, tool)) for tool in tools}
 
 
 def steps(

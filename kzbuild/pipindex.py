@@ -13,7 +13,6 @@ only and never appear in a log line or an error (``user:****@``, as pip shows th
 from __future__ import annotations
 
 import ast
-import base64
 import hashlib
 import json
 import logging
@@ -31,11 +30,11 @@ from html.parser import HTMLParser
 from http.client import HTTPMessage
 from pathlib import Path
 from typing import IO
-from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 from kzbuild import proc
 from kzbuild.errors import CommandFailed, NotAvailableHere, SourceError
-from kzbuild.proc import redact  # one redaction for every URL kzbuild shows
+from kzbuild.model.urls import basic_auth, redact, split_credentials  # one redaction for every URL kzbuild shows
 
 log = logging.getLogger(__name__)
 
@@ -123,17 +122,6 @@ def read_pip_config() -> PipConfig:
     except CommandFailed as exc:
         raise SourceError(f"pip could not read its configuration: {exc.message.splitlines()[-1] if exc.message else ''}") from exc
     return parse_config_list(out)
-
-
-# --- credentials ---
-def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
-    """``url`` without its ``user:password@``, and the (unquoted) credentials it carried."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url, None
-    userinfo, _, hostport = parts.netloc.rpartition("@")
-    user, _, password = userinfo.partition(":")
-    return urlunsplit(parts._replace(netloc=hostport)), (unquote(user), unquote(password))
 
 
 # --- simple pages ---
@@ -273,8 +261,7 @@ class Client:
             request.add_header("Accept", accept)
         user_password = creds or self.credentials.get(urlsplit(clean).netloc) or self._netrc(urlsplit(clean).hostname)
         if user_password:
-            token = base64.b64encode(":".join(user_password).encode()).decode()
-            request.add_unredirected_header("Authorization", f"Basic {token}")  # a redirect to another host drops it
+            request.add_unredirected_header("Authorization", basic_auth(*user_password))  # a redirect to another host drops it
         response: urllib.response.addinfourl = self._openers[self._trusted(clean)].open(request, timeout=self.config.timeout)
         return response
 

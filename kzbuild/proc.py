@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -18,33 +17,12 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any, Generic, TypeVar, cast
 
 from kzbuild.errors import CommandFailed, NotAvailableHere
+from kzbuild.model.urls import redact as redact  # proc.redact: what every logged command and error goes through
 
 log = logging.getLogger("kzbuild.proc")
-
-# scheme://USERINFO@ : the userinfo of a URL, up to the authority's last '@' (a password may hold an unencoded '@')
-URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/?#\s]*)@")
-REDACTED = "****"
-
-
-BARE_SECRET_SCHEMES = ("redis://", "http://", "https://")  # ccache reads redis://PASSWORD@host; https://TOKEN@host
-
-
-def redact(text: str) -> str:
-    """``text`` with the password of every URL in it replaced by ``****`` (as pip shows them). A user name stays; userinfo
-    without a colon is hidden too where it is a bare password or token (redis, http, https), not in
-    ``ssh://user@host``."""
-
-    def hide(match: re.Match[str]) -> str:
-        user, colon, _ = match.group(2).partition(":")
-        if colon:
-            return f"{match.group(1)}{user}:{REDACTED}@"
-        return f"{match.group(1)}{REDACTED}@" if match.group(1).lower() in BARE_SECRET_SCHEMES else match.group(0)
-
-    return URL_USERINFO.sub(hide, text)
-
 
 class RedactCredentials(logging.Filter):
     """A logging filter that redacts URL credentials from every record (warnings name caches by URL)."""
@@ -59,11 +37,16 @@ def _failed(argv: Sequence[str], returncode: int, stderr: str) -> CommandFailed:
     return CommandFailed([redact(arg) for arg in argv], returncode, redact(stderr))
 
 
+Output = TypeVar("Output", str, bytes)
+
+
 @dataclass(frozen=True)
-class Result:
+class Captured(Generic[Output]):
+    """What a finished command left: its exit code, its stdout (text or bytes) and its stderr (text)."""
+
     argv: list[str]
     returncode: int
-    stdout: str
+    stdout: Output
     stderr: str
 
     @property
@@ -72,17 +55,13 @@ class Result:
 
 
 @dataclass(frozen=True)
-class BytesResult:
+class Result(Captured[str]):
+    """What run() captured: stdout as text."""
+
+
+@dataclass(frozen=True)
+class BytesResult(Captured[bytes]):
     """What run_bytes() captured: stdout as the command wrote it (a blob, a binary's output)."""
-
-    argv: list[str]
-    returncode: int
-    stdout: bytes
-    stderr: str
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0
 
 
 def describe(argv: Sequence[str], cwd: Path | str | None = None, env: Mapping[str, str] | None = None) -> str:

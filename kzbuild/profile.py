@@ -27,11 +27,11 @@ from kzbuild.filelock import locked
 from kzbuild.gitcmd import Git
 from kzbuild.htpprofile import HEXAGON_CPP, check_tree_formats, parse_htp_log
 from kzbuild.model.device import Device
-from kzbuild.model.jsonfields import Fields, loads, tool_json
+from kzbuild.model.jsonfields import Fields, tool_json
 from kzbuild.model.profile import MAX_ROWS, NO_LAYER, ComparedOp, OpSummary, OpTime, PhaseProfile, ProfileRecord, ProfileRun, ProfileSpec
-from kzbuild.model.result import BuildInfo, DeviceInfo, ModelInfo, canonical_json
+from kzbuild.model.result import BuildInfo, DeviceInfo, ModelInfo
 from kzbuild.model.run import Release
-from kzbuild.results import LATEST, append_line, ends_with_newline, jsonl_objects, save_png
+from kzbuild.results import LATEST, append_line, checked_line, ends_with_newline, jsonl_objects, save_png
 from kzbuild.run import check_seconds, check_tool, current_release, env_warnings, invocation, run_logged, synced_head
 from kzbuild.settings import Settings
 
@@ -203,13 +203,7 @@ class ProfileStore:
         self.path = folder / PROFILES_FILE
 
     def add(self, record: ProfileRecord) -> None:
-        where = f"profile run {record.run_id!r}"
-        try:
-            stored = canonical_json(record.to_dict())
-        except (ValueError, TypeError) as exc:
-            raise BadRecord(f"{where} cannot be stored: {exc}") from None
-        if ProfileRecord.from_dict(loads(stored, where=where), where=where) != record:
-            raise BadRecord(f"{where} does not read back as itself (a value of a type JSON does not keep)")
+        stored = checked_line(record, ProfileRecord.from_dict, f"profile run {record.run_id!r}")
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

@@ -28,12 +28,9 @@ Configuration: ``KZ_REMOTE_CACHE=URL``, else the project's ``.kz/config.yaml``::
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import logging
-import os
-import shutil
 import socket
 import time
 import urllib.parse
@@ -43,11 +40,11 @@ from pathlib import Path
 from typing import Protocol
 
 from kzbuild import proc, yamlconf
-from kzbuild.artifacts import load_artifact, recorded_manifests
+from kzbuild.artifacts import publish, recorded_manifests, staged
 from kzbuild.errors import ConfigError
 from kzbuild.filelock import locked
 from kzbuild.files import write_atomic
-from kzbuild.model.artifact import MANIFEST, Artifact, ArtifactFile, parse_files
+from kzbuild.model.artifact import Artifact, ArtifactFile, parse_files
 from kzbuild.model.build import BuildPlan
 from kzbuild.model.remotecache import (
     DEFAULT_TIMEOUT,
@@ -58,6 +55,7 @@ from kzbuild.model.remotecache import (
     RemoteOutcome,
     RemoteUsage,
 )
+from kzbuild.model.urls import basic_auth, redact, split_credentials
 from kzbuild.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -100,7 +98,7 @@ def load_config(settings: Settings, environ: Mapping[str, str], *, disabled: boo
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TIMEOUT:
             raise section.error("timeout", f"must be a number of seconds above 0 and at most {MAX_TIMEOUT:.0f}")
         timeout = float(value)
-    return RemoteConfig(url=url, shown=proc.redact(url), source=source, artifacts=artifacts, ccache=ccache, timeout=timeout)
+    return RemoteConfig(url=url, source=source, artifacts=artifacts, ccache=ccache, timeout=timeout)
 
 
 def _flag(section: yamlconf.Mapping, key: str) -> bool:
@@ -112,7 +110,7 @@ def _flag(section: yamlconf.Mapping, key: str) -> bool:
 
 def check_url(text: str, error: _ErrorFactory) -> str:
     """A store URL kzbuild and ccache can both use; ``error`` makes the ConfigError naming where it was set."""
-    shown = proc.redact(text)
+    shown = redact(text)
     if any(c.isspace() or ord(c) < 32 for c in text):
         raise error(f"'{shown}' holds whitespace or a control character")
     try:
@@ -141,6 +139,10 @@ class StoreError(Exception):
     """The store failed to answer (down, slow, refused, a protocol error): the caller falls back to local."""
 
 
+class _TooBig(StoreError):
+    """A redis string reply longer than the caller's limit, left unread."""
+
+
 class Store(Protocol):
     def ping(self) -> None: ...
     def get(self, key: str, limit: int) -> bytes | None: ...
@@ -157,16 +159,15 @@ class RedisStore:
 
     def __init__(self, url: str, timeout: float) -> None:
         parts = urllib.parse.urlsplit(url)
-        self.timeout = timeout
         try:
             self.sock = socket.create_connection((parts.hostname or "", parts.port or 6379), timeout=timeout)
         except (OSError, ValueError) as exc:  # refused, unreachable, no such host (a host name IDNA cannot encode: ValueError)
             raise StoreError(f"cannot connect: {getattr(exc, 'strerror', None) or exc}") from None
         self.reader = self.sock.makefile("rb")
         try:
-            if parts.password is not None or parts.username:
-                user = urllib.parse.unquote(parts.username or "")
-                password = urllib.parse.unquote(parts.password or "")
+            _, credentials = split_credentials(url)
+            if credentials is not None and any(credentials):
+                user, password = credentials
                 self.call("AUTH", *([user] if user else []), password)
             if parts.path not in ("", "/"):
                 self.call("SELECT", parts.path[1:])
@@ -174,18 +175,19 @@ class RedisStore:
             self.close()
             raise
 
-    def call(self, *args: str | bytes) -> object:
+    def call(self, *args: str | bytes, limit: int | None = None) -> object:
+        """Send one command and read its reply; a string reply longer than ``limit`` is refused unread."""
         out = [f"*{len(args)}\r\n".encode()]
         for arg in args:
             data = arg.encode() if isinstance(arg, str) else arg
             out += [f"${len(data)}\r\n".encode(), data, b"\r\n"]
         try:
             self.sock.sendall(b"".join(out))
-            return self._reply()
+            return self._reply(limit)
         except (OSError, ValueError) as exc:  # socket.timeout is an OSError
             raise StoreError("no answer within the timeout" if isinstance(exc, TimeoutError) else f"connection failed: {exc}") from None
 
-    def _reply(self) -> object:
+    def _reply(self, limit: int | None = None) -> object:
         line = self.reader.readline()
         if not line.endswith(b"\r\n"):
             raise StoreError("the connection closed mid-reply")
@@ -200,6 +202,8 @@ class RedisStore:
             size = int(body)
             if size < 0:
                 return None
+            if limit is not None and size > limit:  # the connection is left mid-reply: the caller stops using the store
+                raise _TooBig(f"is {size} bytes, more than the {limit} expected")
             data = self.reader.read(size + 2)
             if len(data) != size + 2:
                 raise StoreError("the connection closed mid-reply")
@@ -213,10 +217,10 @@ class RedisStore:
             raise StoreError("PING was not answered with PONG")
 
     def get(self, key: str, limit: int) -> bytes | None:
-        length = self.call("STRLEN", self.PREFIX + key)  # a value bigger than expected is never read
-        if isinstance(length, int) and length > limit:
-            raise StoreError(f"{key} is {length} bytes, more than the {limit} expected")
-        value = self.call("GET", self.PREFIX + key)
+        try:
+            value = self.call("GET", self.PREFIX + key, limit=limit)  # a value bigger than expected is never read
+        except _TooBig as exc:
+            raise StoreError(f"{key} {exc}") from None
         if value is not None and not isinstance(value, bytes):
             raise StoreError(f"GET {key} did not answer a string")
         return value
@@ -248,17 +252,11 @@ class HttpStore:
     """Plain HTTP GET/PUT/HEAD against a WebDAV server (nginx's dav module: PUT with create_full_put_path)."""
 
     def __init__(self, url: str, timeout: float) -> None:
-        parts = urllib.parse.urlsplit(url)
-        netloc = parts.hostname or ""
-        if ":" in netloc:
-            netloc = f"[{netloc}]"
-        if parts.port:
-            netloc += f":{parts.port}"
-        self.base = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", "")) + "/kz/"
+        clean, credentials = split_credentials(url)
+        self.base = clean.rstrip("/") + "/kz/"
         self.headers: dict[str, str] = {}
-        if parts.username or parts.password:
-            pair = f"{urllib.parse.unquote(parts.username or '')}:{urllib.parse.unquote(parts.password or '')}"
-            self.headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+        if credentials is not None and any(credentials):
+            self.headers["Authorization"] = basic_auth(*credentials)
         self.timeout = timeout
         from urllib.request import ProxyHandler, build_opener  # http.client, ssl: only a WebDAV store needs them (start-up time)
 
@@ -385,10 +383,7 @@ class RemoteCache:
         if raw is None:
             return None
         files = check_manifest(raw, plan)
-        root = plan.artifact_dir.parent
-        staging = root / f".pull-{plan.build_id}-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        try:
+        with staged(plan.artifact_dir.parent, plan.build_id) as staging:
             for entry in files:
                 data = store.get(f"objects/{entry.sha256}", entry.size)
                 if data is None:
@@ -402,20 +397,10 @@ class RemoteCache:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(data)
                 target.chmod(entry.mode)
-            (staging / MANIFEST).write_bytes(raw)
             self.downloaded += len(raw)
-            load_artifact(staging)  # the checks every local artifact passes, before it is in place
-            try:
-                staging.rename(plan.artifact_dir)
-            except OSError:
-                if not (plan.artifact_dir / MANIFEST).is_file():
-                    raise
-                shutil.rmtree(staging)  # another process put it there meanwhile
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+            artifact = publish(staging, raw, plan.artifact_dir.parent, plan.build_id)
         self.pulled = True
-        return load_artifact(plan.artifact_dir)
+        return artifact
 
     def push(self, artifact: Artifact) -> None:
         """Store the artifact: each content the store lacks (or held damaged), then the manifest, last."""

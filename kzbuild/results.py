@@ -21,7 +21,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from kzbuild import yamlconf
 from kzbuild.errors import BadRecord, Busy, ConfigError, ResultsDatabaseDamaged, ResultsError
@@ -358,15 +358,27 @@ class ResultsStore:
 def stored_form(record: BenchRecord) -> str:
     """The record's line in results.jsonl (and its database row), checked to read back as the same
     record, so nothing is stored that results show, compare or plot cannot read."""
-    where = f"record {record.test!r} of run {record.run_id!r}"
+    return checked_line(record, BenchRecord.from_dict, f"record {record.test!r} of run {record.run_id!r}")
+
+
+class Storable(Protocol):
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+StorableT = TypeVar("StorableT", bound=Storable)
+
+
+def checked_line(record: StorableT, read: Callable[[object, str], StorableT], where: str) -> str:
+    """``record``'s canonical JSON line, checked to be UTF-8 text that ``read`` (its type's from_dict)
+    reads back as the same record; raises BadRecord naming ``where``."""
     data = record.to_dict()
-    BenchRecord.from_dict(data, where=where)  # names the key of a value of the wrong type or range
+    read(data, where)  # names the key of a value of the wrong type or range
     try:
         stored = canonical_json(data)
         stored.encode("utf-8")
     except (ValueError, TypeError) as exc:  # NaN, a value JSON has no form for, a lone surrogate (UnicodeEncodeError)
         raise BadRecord(f"{where} cannot be stored: {exc}") from None
-    if BenchRecord.from_dict(loads(stored, where=where), where=where) != record:
+    if read(loads(stored, where=where), where) != record:
         raise BadRecord(f"{where} does not read back as itself (a value of a type JSON does not keep)")
     return stored
 

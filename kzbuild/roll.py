@@ -30,21 +30,25 @@ from packaging.version import InvalidVersion, Version
 
 from kzbuild import build as builds
 from kzbuild import proc, recipes
-from kzbuild.artifacts import load_artifact
-from kzbuild.deploy import deploy
-from kzbuild.devices.base import Transport
-from kzbuild.errors import KzError, ResultsError, SourceError, WorktreeError
+from kzbuild.errors import KzError, SourceError, WorktreeError
 from kzbuild.gitcmd import KZ_AUTHOR, Git, ls_remote
-from kzbuild.interleave import run_interleaved
-from kzbuild.model.bench import BenchSpec
-from kzbuild.model.device import Device
-from kzbuild.model.interleave import Arm
 from kzbuild.model.patch import KZ_TEST
 from kzbuild.model.recipe import Recipe, Source
 from kzbuild.model.result import summarize
-from kzbuild.model.roll import BenchDelta, Candidate, CandidateResult, Outcome, RollReport, RollStep, pr_number
+from kzbuild.model.roll import (
+    DEFAULT_BLOCKS,
+    DEFAULT_LIMIT,
+    DEFAULT_THRESHOLD_PCT,
+    PLAN_TARGET,
+    BenchDelta,
+    Candidate,
+    CandidateResult,
+    Outcome,
+    RollReport,
+    RollStep,
+    pr_number,
+)
 from kzbuild.model.stackcheck import BumpPlan, StepStatus, Target, UpstreamCommit, Verdict
-from kzbuild.results import ResultsStore
 from kzbuild.settings import Settings
 from kzbuild.sources import ObjectCache, Progress
 from kzbuild.stack import bump
@@ -53,10 +57,7 @@ from kzbuild.stats import interleaved_order, median_effect
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LIMIT = 3  # candidates of each kind (tags, versions) looked at
 HOST_TARGET = "host"
-PLAN_TARGET = "v79"
-DEFAULT_BLOCKS = 3  # pin and candidate each benched this many times, ABAB
 BRANCH_PREFIX = "kz/roll/"
 TEST_TIMEOUT = 3600.0
 STAGED_DIRS = ("recipes", "patches", "kernels", "toolchains")  # what the stage takes from the working tree
@@ -65,7 +66,7 @@ NO_HOOKS = ("-c", "core.hooksPath=/dev/null")  # the user's hooks are not run in
 
 
 class ABRunner(Protocol):
-    """Runs builds on a device in a given interleaved order (DeviceRunner: a real device).
+    """Runs builds on a device in a given interleaved order (kzbuild.rolldevice.DeviceRunner: a real device).
 
     ``run`` gets each variant's artifact folder, the blocks of variant names to run, in order, and
     the seed that drew them; it returns each variant's samples of ``metric`` (higher is better),
@@ -74,30 +75,6 @@ class ABRunner(Protocol):
     metric: str
 
     def run(self, variants: Mapping[str, Path], order: Sequence[Sequence[str]], seed: int) -> Mapping[str, Sequence[float]]: ...
-
-
-class DeviceRunner:
-    """The ABRunner of a device: each variant's artifact is deployed (a release each; only contents
-    the device lacks move), then all are benched by kzbuild.interleave (as `kzbuild ab` does) in the
-    roll's order, each record stored with its variant. The pin is deployed last, so `current` stays
-    on it. A sample is one run's median of its first test (e.g. pp512), in tokens per second."""
-
-    def __init__(self, settings: Settings, transport: Transport, device: Device, spec: BenchSpec, store: ResultsStore, *, wait: float = 0.0) -> None:
-        self.settings, self.transport, self.device, self.spec, self.store, self.wait = settings, transport, device, spec, store, wait
-        self.metric = "the first test's t/s"  # named after the run, by the test it measured
-
-    def run(self, variants: Mapping[str, Path], order: Sequence[Sequence[str]], seed: int) -> Mapping[str, Sequence[float]]:
-        arms = [
-            Arm(name, deploy(self.transport, self.device, load_artifact(path), wait=self.wait).release)
-            for name, path in sorted(variants.items(), key=lambda item: item[0] == "pin")
-        ]
-        done = run_interleaved(self.settings, self.transport, self.device, arms, self.spec, self.store, blocks=len(order), seed=seed, order=order)
-        first = next((records[0] for records in done.records.values() if records), None)
-        if first is None:
-            raise ResultsError(f"run {done.run_id}: llama-bench measured nothing")
-        self.metric = f"{first.test} t/s"
-        # one sample per run: its median, of the first test's group (same test, configuration and env)
-        return {name: [r.summary.median for r in records if r.group_key == first.group_key and r.summary.median] for name, records in done.records.items()}
 
 
 # --- candidates ---
@@ -110,7 +87,7 @@ def find_candidates(
     cache = ObjectCache(settings)
     pin = recipe.upstream.commit
     cache.ensure(pin, recipe.upstream.sources, progress=progress)
-    pin_time = _commit_time(cache, pin)
+    pin_time, _ = _committed(cache, pin)
     notes: list[str] = []
     found: list[tuple[Candidate, Target]] = []
     if to:
@@ -127,20 +104,22 @@ def find_candidates(
     seen: dict[str, Candidate] = {}
     for candidate, target in found:
         fetch_target(settings, recipe, target, progress)
-        when = _commit_time(cache, target.commit)
+        when, date = _committed(cache, target.commit)
         if not to and (target.commit == pin or when <= pin_time):
             continue  # not newer than the pin
         if target.commit in seen:
             notes.append(f"{candidate.label} is the same commit as {seen[target.commit].label} ({target.commit[:12]})")
             continue
         seen[target.commit] = candidate
-        dated.append((when, replace(candidate, date=cache.git("log", "-1", "--format=%cI", target.commit)), target))
+        dated.append((when, replace(candidate, date=date), target))
     dated.sort(key=lambda item: -item[0])
     return [(c, t) for _, c, t in dated], notes
 
 
-def _commit_time(cache: ObjectCache, commit: str) -> int:
-    return int(cache.git("log", "-1", "--format=%ct", commit))
+def _committed(cache: ObjectCache, commit: str) -> tuple[int, str]:
+    """The commit's committer time: (Unix seconds, ISO 8601), from one git log."""
+    seconds, _, iso = cache.git("log", "-1", "--format=%ct %cI", commit).partition(" ")
+    return int(seconds), iso
 
 
 def _git_candidates(settings: Settings, source: Source, limit: int, notes: list[str], progress: Progress | None) -> list[tuple[Candidate, Target]]:
@@ -279,7 +258,7 @@ def roll(
     bench: ABRunner | None = None,
     blocks: int = DEFAULT_BLOCKS,
     seed: int = 0,
-    threshold_pct: float = 5.0,
+    threshold_pct: float = DEFAULT_THRESHOLD_PCT,
     write: bool = False,
     environ: Mapping[str, str],
     progress: Progress | None = None,
@@ -427,12 +406,9 @@ def bench_ab(runner: ABRunner, pin: Path, candidate: Path, *, blocks: int, seed:
     order = interleaved_order(["pin", "candidate"], blocks, seed)
     samples = runner.run({"pin": pin, "candidate": candidate}, order, seed)
     a, b = list(samples["pin"]), list(samples["candidate"])
-    effect = median_effect(a, b, seed=seed)
     return BenchDelta(
         metric=runner.metric, order=tuple(name for block in order for name in block), pin=tuple(a), candidate=tuple(b),
-        delta_pct=effect.delta_pct, low_pct=effect.low_pct, high_pct=effect.high_pct,
-        spread_pin_pct=_spread(a), spread_candidate_pct=_spread(b), threshold_pct=threshold_pct,
-        regressed=effect.high_pct < 0 and effect.delta_pct < -threshold_pct,
+        effect=median_effect(a, b, seed=seed), spread_pin_pct=_spread(a), spread_candidate_pct=_spread(b), threshold_pct=threshold_pct,
     )
 
 

@@ -11,11 +11,19 @@ from __future__ import annotations
 
 import math
 import random
+import secrets
 import statistics
 from collections.abc import Sequence
 from typing import TypeVar
 
 from kzbuild.model.effect import CONFIDENCE, Effect
+
+SEEDS = 2**32  # a seed is below this
+
+
+def fresh_seed(given: int | None = None) -> int:
+    """``given``, else a new random seed (recorded with what it drew, so a run can be replayed)."""
+    return given if given is not None else secrets.randbelow(SEEDS)
 
 Variant = TypeVar("Variant")
 

@@ -22,7 +22,6 @@ costs a few seconds. The result is an artifact like any build's:
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -36,21 +35,22 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kzbuild import __version__, proc, yamlconf
+from kzbuild.artifacts import existing_artifact, manifest_json, publish, staged
 from kzbuild.build import (
     Progress,
     artifacts_root,
     build_commit,
     build_id_of,
     describe_file,
-    existing_artifact,
-    load_manifest,
-    publish,
+    lock_sha256,
     read_ccache_log,
+    recipe_build_dir,
     source_inputs,
+    timed_sync,
 )
 from kzbuild.errors import BuildFailed, ConfigError, ToolchainMissing, WorktreeError
 from kzbuild.filelock import locked
-from kzbuild.files import sha256_file
+from kzbuild.files import folder_digest
 from kzbuild.model.artifact import Artifact
 from kzbuild.model.build import MANIFEST_FORMAT, V79_CHECK_PROVES, V79_CHECK_TARGET, BuildEvent, BuildOptions
 from kzbuild.model.recipe import Recipe
@@ -58,7 +58,7 @@ from kzbuild.model.sync import Lock
 from kzbuild.settings import Settings
 from kzbuild.stack.patchfile import read_patch
 from kzbuild.stack.series import read_series
-from kzbuild.sync import Worktree, sync
+from kzbuild.sync import Worktree
 
 TARGET = V79_CHECK_TARGET
 PROVES = V79_CHECK_PROVES
@@ -107,12 +107,6 @@ class StandIns:
     @property
     def include(self) -> Path:
         return self.root / "stand-ins"
-
-    def digest(self) -> str:
-        digest = hashlib.sha256()
-        for path in sorted(p for p in self.root.rglob("*") if p.is_file()):
-            digest.update(f"{path.relative_to(self.root).as_posix()}\0{sha256_file(path)}\n".encode())
-        return digest.hexdigest()
 
     def is_sdk_name(self, name: str) -> bool:
         return name.startswith(self.sdk_prefixes)
@@ -410,13 +404,11 @@ def prepare_check(settings: Settings, recipe: Recipe, *, options: BuildOptions =
     if shutil.which("ccache") is None:
         raise ToolchainMissing("the v79 compile check needs ccache, which is not on PATH", hint="Debian package 'ccache' (scripts/setup installs it)")
     identity = zig_version()
-    started = time.monotonic()
-    synced = sync(settings, recipe, progress=(lambda line: progress(BuildEvent("sync", line))) if progress else None)
-    sync_seconds = round(time.monotonic() - started, 3)
+    synced, sync_seconds = timed_sync(settings, recipe, progress)
     lock = synced.lock
     inputs: dict[str, object] = {
         **source_inputs(TARGET, lock),
-        "stand_ins": stand_ins.digest(),
+        "stand_ins": folder_digest(stand_ins.root),
         "compiler": f"zig {identity}",
         "flags": {"dsp": list(DSP_FLAGS), "host": list(HOST_FLAGS)},
     }
@@ -424,8 +416,8 @@ def prepare_check(settings: Settings, recipe: Recipe, *, options: BuildOptions =
     root = artifacts_root(settings, options.artifacts)
     return CheckPlan(
         recipe=recipe, check_id=check_id, build_commit=build_commit(lock),
-        lock_sha256=hashlib.sha256(lock.to_json().encode()).hexdigest(), inputs=inputs, source=synced.worktree,
-        scratch=settings.work / "build" / recipe.name.replace("/", "--") / TARGET / "src",
+        lock_sha256=lock_sha256(lock), inputs=inputs, source=synced.worktree,
+        scratch=recipe_build_dir(settings, recipe) / TARGET / "src",
         artifact_dir=root / check_id, ccache_env=ccache_env(settings, f"zig {identity}"), jobs=options.jobs or os.cpu_count() or 1,
         patches=stack_files(recipe, lock), stand_ins=stand_ins, worktree=Worktree(settings, recipe), head=lock.head,
         synced=synced.changed, sync_seconds=sync_seconds,
@@ -492,9 +484,7 @@ def _collect(plan: CheckPlan, outcomes: Sequence[Outcome], out: Path, no_ops: Ma
              times: dict[str, float], started_at: datetime) -> Artifact:
     root = plan.artifact_dir.parent
     root.mkdir(parents=True, exist_ok=True)
-    staging = root / f".tmp-{plan.check_id}-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
+    with staged(root, plan.check_id) as staging:
         shutil.copytree(out, staging)
         files = {o.compile.object: describe_file(staging / o.compile.object) for o in outcomes}
         times["total_s"] = round(sum(times.values()), 3)
@@ -519,9 +509,5 @@ def _collect(plan: CheckPlan, outcomes: Sequence[Outcome], out: Path, no_ops: Ma
             "times": {"started": started_at.isoformat(timespec="seconds"), **times},
             "files": files,
         }
-        publish(staging, manifest, root, plan.check_id)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return load_manifest(plan.artifact_dir)
+        return publish(staging, manifest_json(manifest), root, plan.check_id)
 

@@ -3,6 +3,7 @@ tree, kz-profile's output, aggregation, storage, --compare and the build plan of
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -265,6 +266,14 @@ def test_a_bad_stored_line_is_named_and_a_cut_last_line_skipped(project, caplog)
     store.add(record("20261203-110000-bbbb", gdn_us=1.0))  # not glued onto the cut line
     with pytest.raises(BadRecord, match=r"profiles.jsonl:2"):
         store.records()
+
+
+def test_a_run_that_is_not_utf8_text_is_refused_before_it_is_stored(project):
+    store = profiles.ProfileStore(project.root / "results")
+    bad = dataclasses.replace(record("20261203-100000-aaaa", gdn_us=400.0), env={"X": "\ud800"})  # a lone surrogate
+    with pytest.raises(BadRecord, match="profile run '20261203-100000-aaaa' cannot be stored"):
+        store.add(bad)
+    assert not store.path.exists()
 
 
 def test_plot_writes_a_png(project, tmp_path):

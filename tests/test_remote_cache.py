@@ -232,7 +232,7 @@ def test_a_tampered_artifact_in_redis_is_refused_then_repaired(machines, redis_c
     assert "refusing the artifact" in err and "building locally" in err
     assert data["reused"] is False and data["ccache"]["misses"] + data["ccache"]["hits"] >= 4  # ... it compiled instead
     assert sha256(Path(str(data["artifact"])) / "lib" / "libggml.so") == good
-    assert not list((b.project.work / "artifacts").glob(".pull-*"))  # nothing of the refused artifact stays
+    assert not list((b.project.work / "artifacts").glob(".tmp-*"))  # nothing of the refused artifact stays
     assert data["remote"]["pushed"] is True
     stored = redis_cache.call("GET", f"kz:objects/{good}")
     assert isinstance(stored, bytes) and hashlib.sha256(stored).hexdigest() == good  # the push replaced the damaged content
@@ -376,7 +376,7 @@ def test_redact_hides_every_url_password():
 
 def test_ccache_gets_the_store_with_kzbuild_timeouts():
     def url(text: str) -> str:
-        config = remotecache.RemoteConfig(url=text, shown=proc.redact(text), source="test", timeout=1.5)
+        config = remotecache.RemoteConfig(url=text, source="test", timeout=1.5)
         return remotecache.ccache_url(config)
 
     assert url("redis://:pw@h:6379/1") == "redis://pw@h:6379/1|connect-timeout=1500|operation-timeout=1500"
@@ -387,9 +387,25 @@ def test_ccache_gets_the_store_with_kzbuild_timeouts():
 
 def test_an_https_store_keeps_ccache_local_with_a_warning(caplog):
     url = "https://u:pw@cache.example:8443/c"
-    config = remotecache.RemoteConfig(url=url, shown=proc.redact(url), source="test")
+    config = remotecache.RemoteConfig(url=url, source="test")
     cache = remotecache.RemoteCache(config, remotecache.HttpStore(url, 1.0), [])  # constructed, never contacted
     assert cache.ccache_env() == {}
     assert "ccache's HTTP storage speaks no https" in caplog.text and "pw@" not in caplog.text
-    http = remotecache.RemoteCache(remotecache.RemoteConfig(url="http://h/c", shown="http://h/c", source="test"), remotecache.HttpStore("http://h/c", 1.0), [])
+    http = remotecache.RemoteCache(remotecache.RemoteConfig(url="http://h/c", source="test"), remotecache.HttpStore("http://h/c", 1.0), [])
     assert http.ccache_env() == {"CCACHE_REMOTE_STORAGE": "http://h/c/ccache|connect-timeout=2000|operation-timeout=2000"}
+
+
+def test_a_redis_get_is_one_command_and_a_value_over_its_limit_is_refused(redis_cache):
+    redis_cache.call("SET", "kz:objects/x", b"0123456789")
+    store = remotecache.RedisStore(redis_cache.url(), 5.0)
+    try:
+        redis_cache.call("CONFIG", "RESETSTAT")
+        assert store.get("objects/x", 10) == b"0123456789" and store.get("objects/missing", 10) is None
+        stats = redis_cache.call("INFO", "commandstats")
+        assert isinstance(stats, bytes)
+        commands = {line.split(":")[0] for line in stats.decode().splitlines() if line.startswith("cmdstat_")}
+        assert "cmdstat_get" in commands and "cmdstat_strlen" not in commands
+        with pytest.raises(remotecache.StoreError, match=r"objects/x is 10 bytes, more than the 9 expected"):
+            store.get("objects/x", 9)
+    finally:
+        store.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -333,7 +334,7 @@ def test_a_rolled_candidate_is_built_tested_planned_and_benched(rolled_tiny):
     assert "1 passed" in steps["tests"].detail and "tests/test_answer.py" in steps["tests"].label
     assert "toolchains not available here" in steps["plan"].detail  # v79: no NDK here, the plan still shows
     assert result.bench is not None and result.bench.pin == (42.0,) * 3 and result.bench.candidate == (40.0,) * 3
-    assert round(result.bench.delta_pct, 2) == -4.76 and not result.bench.regressed  # within the 5% threshold
+    assert round(result.bench.effect.delta_pct, 2) == -4.76 and not result.bench.regressed  # within the 5% threshold
     assert sorted(runner.ran[:2]) == ["candidate", "pin"] and len(runner.ran) == 6  # each block runs both
     assert result.outcome is Outcome.ROLLABLE and report.rollable is result
     assert not (tiny.settings.work / "roll" / "tiny" / "project").exists()  # the stage is gone
@@ -390,3 +391,12 @@ def test_nothing_newer_is_exit_0(project, upstream, kz):
     project.recipe("r", commit=upstream.head(), sources=[file_source(upstream)])
     result = kz("roll", "r", *FAST)
     assert result.code == 0 and f"nothing newer than the pin {upstream.head()[:12]}" in " ".join(result.out.split())
+
+
+def test_a_roll_without_a_device_loads_no_device_or_bench_module():
+    """What `kzbuild roll` loads before --device is looked at: the command and kzbuild.roll."""
+    code = "import sys, kzbuild.cli.roll, kzbuild.roll; print(sorted(m for m in sys.modules if m.startswith('kzbuild.')))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    for module in ("kzbuild.rolldevice", "kzbuild.deploy", "kzbuild.interleave", "kzbuild.bench", "kzbuild.run", "kzbuild.results",
+                   "kzbuild.plans", "kzbuild.cli.connect", "kzbuild.devices.devicelock", "kzbuild.devices.store"):
+        assert f"'{module}'" not in loaded, module

@@ -30,10 +30,12 @@ from kzbuild.cli.options import (
     EnvOpt,
     JsonOpt,
     TimeoutOpt,
+    WaitOpt,
 )
 from kzbuild.cli.results import print_records, record_json, say
 from kzbuild.cli.run import PASSTHROUGH
 from kzbuild.cli.ui import activity, context, print_json
+from kzbuild.devices.devicelock import DeviceLock, device_lock
 from kzbuild.errors import ConfigError
 from kzbuild.model.bench import BenchPoint, BenchRun, BenchSpec
 from kzbuild.model.plan import Plan
@@ -63,11 +65,14 @@ def bench_command(
     cooldown: CooldownOpt = 0.0,
     timeout: TimeoutOpt = None,
     plan_file: PlanOpt = None,
+    wait: WaitOpt = 0.0,
     json_out: JsonOpt = False,
 ) -> None:
     """Run llama-bench -o json on the device and store one record per test with its provenance.
 
     Only the given options reach llama-bench (plus -o json and -m). With --plan, each run of the plan in turn (its model's sha256 checked first). Results go to results/results.sqlite3 and results/results.jsonl; logs to WORK/bench/RUN-ID/.
+
+    It holds the device root's lock (ROOT/.lock) from the model check to the last run, so no deploy switches or prunes the release under it; another kzbuild holding it exits 10 naming the holder (--wait waits).
     """
     settings = context(ctx).settings
     given = {"p": prompt, "n": gen, "ngl": ngl, "t": threads, "b": batch, "ub": ubatch, "dev": dev, "r": repetitions}
@@ -81,12 +86,13 @@ def bench_command(
     target, transport = open_device(settings, device or (loaded.device if loaded else None), None, trust_new_host=False)
     runs: list[BenchRun] = []
     try:
-        if loaded is not None:
-            plans.check_model(loaded, transport, target)
-        with results.ResultsStore(settings.results) as store:
-            for name, spec in specs:
-                with bench_progress(f"llama-bench on {target.name}" + (f": {name}" if name else "")) as (on_point, on_stderr):
-                    runs.append(bench.bench(settings, transport, target, spec, store, on_point=on_point, on_stderr=on_stderr))
+        with device_lock(transport, target.root, "bench", wait=wait) as lock:
+            if loaded is not None:
+                plans.check_model(loaded, transport, target)
+            with results.ResultsStore(settings.results) as store:
+                for name, spec in specs:
+                    with bench_progress(f"llama-bench on {target.name}" + (f": {name}" if name else "")) as (on_point, on_stderr):
+                        runs.append(bench.bench(settings, transport, target, spec, store, on_point=heartbeat(lock, on_point), on_stderr=on_stderr))
     finally:
         transport.close()
     if json_out:
@@ -134,6 +140,16 @@ def refuse_with_plan(*, model: str | None, options: dict[str, str | None], env: 
     given += ["--cooldown"] if cooldown else []
     if given:
         raise ConfigError(f"--plan declares the model and the runs; {', '.join(given)} cannot be given with it", hint="edit the plan instead")  # fmt: skip
+
+
+def heartbeat(lock: DeviceLock, on_point: Callable[[BenchPoint], None]) -> Callable[[BenchPoint], None]:
+    """``on_point`` after renewing the device lock's heartbeat: a sweep of many points may outlast its lease."""
+
+    def on_each(point: BenchPoint) -> None:
+        lock.refresh()
+        on_point(point)
+
+    return on_each
 
 
 @contextmanager

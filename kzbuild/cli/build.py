@@ -65,8 +65,7 @@ def build_command(
             continue
         with BuildDisplay(f"{loaded.name} → {name}") as display:
             prepared = builds.prepare(settings, loaded, name, environ=os.environ, options=options, progress=display.update)
-            announce_expected_duration(prepared.plan)
-            result = builds.build(prepared, progress=display.update, remote=remote)
+            result = builds.build(prepared, progress=display.update, remote=remote, on_no_artifact=announce_expected_duration)
         outputs.append(result_dict(result))
         if not json_out:
             render_result(result)
@@ -114,8 +113,6 @@ def render_check(result: v79check.CheckResult) -> None:
 
 def announce_expected_duration(plan: BuildPlan) -> None:
     """Before a build that will run (its artifact is not there): how long the last one of its target took."""
-    if builds.existing_artifact(plan.artifact_dir.parent, plan.build_id) is not None:
-        return  # build() will reuse it
     previous = builds.previous_build(plan.artifact_dir.parent, plan.target)
     if previous is None:
         say(f"building {plan.build_id}: no earlier {plan.target} build is recorded, so no expected duration", err=True)

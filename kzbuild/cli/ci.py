@@ -8,7 +8,7 @@ import typer
 
 from kzbuild import remotecache
 from kzbuild.cli.build import ArtifactsOpt, BuildDisplay, JobsOpt, TargetOpt, ToolchainOpt
-from kzbuild.cli.options import NoRemoteOpt, RecipeArg, load_recipe
+from kzbuild.cli.options import NoRemoteOpt, RecipeArg, append_step_summary, load_recipe
 from kzbuild.cli.ui import context, err_console, print_json
 from kzbuild.model.build import BuildOptions
 from kzbuild.model.ci import CiStep
@@ -47,8 +47,5 @@ def ci_command(
             on_step=announce, progress=display.update, remote=remotecache.load_config(settings, os.environ, disabled=no_remote_cache),
         )
     print_json(report.to_dict())
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        with open(summary, "a", encoding="utf-8") as handle:
-            handle.write(report.to_markdown())
+    append_step_summary(report.to_markdown())
     return report.exit_code

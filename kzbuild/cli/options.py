@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Optional
 
 import typer
@@ -18,6 +19,14 @@ DEFAULT_RECIPE = "demo-host"
 def load_recipe(settings: Settings, name: str | None) -> Recipe:
     """The recipe a command was given, or the built-in default."""
     return recipes.load_recipe(settings.project, name or DEFAULT_RECIPE)
+
+
+def append_step_summary(markdown: str) -> None:
+    """Append ``markdown`` to the file $GITHUB_STEP_SUMMARY names (GitHub Actions' job summary), when it is set."""
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(markdown)
 
 
 def finite_wait(value: float) -> float:

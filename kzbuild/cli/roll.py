@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import secrets
 from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -11,12 +10,11 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 from rich.markup import escape
 
-from kzbuild import plans, results
-from kzbuild.cli.connect import open_device
-from kzbuild.cli.options import DeviceOpt, JsonOpt, RecipeArg, TrustOpt, WaitOpt, load_recipe
+from kzbuild.cli.options import DeviceOpt, JsonOpt, RecipeArg, TrustOpt, WaitOpt, append_step_summary, load_recipe
 from kzbuild.cli.ui import activity, console, context, not_empty, print_json
 from kzbuild.errors import BuildFailed, PatchError, RegressionFound, WorktreeError
 from kzbuild.files import write_atomic
+from kzbuild.model.roll import DEFAULT_BLOCKS, DEFAULT_LIMIT, DEFAULT_THRESHOLD_PCT, PLAN_TARGET
 
 if TYPE_CHECKING:
     from kzbuild.model.roll import RollReport
@@ -30,15 +28,15 @@ def roll_command(
     ctx: typer.Context,
     recipe: RecipeArg = None,
     to: Annotated[Optional[list[str]], typer.Option("--to", help="A candidate (repeatable): sha, branch or tag of a git source, or pypi:llama-cpp-python==X. Default: the default branch's head and newest tags of each git source, and the newer versions on the index of each pypi-sdist source.")] = None,
-    limit: Annotated[int, typer.Option("--limit", min=1, help="Without --to: at most this many tags, and this many versions, of each source.")] = 3,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Without --to: at most this many tags, and this many versions, of each source.")] = DEFAULT_LIMIT,
     device: DeviceOpt = None,
     bench_plan: Annotated[Optional[Path], typer.Option("--plan", help="With --device: the experiment plan (plans/*.yaml, as kzbuild ab takes) whose model, first llama-bench run, blocks and seed bench the pin against the candidate.")] = None,
     trust_new_host: TrustOpt = False,
     wait: WaitOpt = 0.0,
-    plan_target: Annotated[str, typer.Option("--plan-target", callback=not_empty, help="The target whose build plan (--dry-run) each rolled candidate must produce; 'none' skips it.")] = "v79",
+    plan_target: Annotated[str, typer.Option("--plan-target", callback=not_empty, help="The target whose build plan (--dry-run) each rolled candidate must produce; 'none' skips it.")] = PLAN_TARGET,
     no_build: Annotated[bool, typer.Option("--no-build", help="Skip the host build (the report says so).")] = False,
     no_tests: Annotated[bool, typer.Option("--no-tests", help="Skip running the live patches' Kz-Test (the report says so).")] = False,
-    threshold: Annotated[float, typer.Option("--threshold", min=0, help="With --device: the candidate's median may fall this many percent below the pin's.")] = 5.0,
+    threshold: Annotated[float, typer.Option("--threshold", min=0, help="With --device: the candidate's median may fall this many percent below the pin's.")] = DEFAULT_THRESHOLD_PCT,
     write: Annotated[bool, typer.Option("--write", help="Put the rollable candidate's pin, lock and dropped patches (DROPPED.yaml) on the branch kz/roll/<sha7> of the project repo, one commit carrying the report's summary. Changes nothing when no candidate is rollable.")] = False,
     report_path: Annotated[Optional[Path], typer.Option("--report", help="Write the markdown report here (also appended to $GITHUB_STEP_SUMMARY when that is set).")] = None,
     json_out: JsonOpt = False,
@@ -48,6 +46,7 @@ def roll_command(
     Exit codes: 0 a candidate is rollable (or rolled with --write, or nothing is newer); 5 the newest candidate conflicts, or a live patch's Kz-Test fails there; 7 its build or plan fails; 9 its bench regressed past --threshold. The report is written in every case.
     """
     from kzbuild import roll
+    from kzbuild.stats import fresh_seed
 
     if (bench_plan is None) != (device is None):
         raise typer.BadParameter("--device and --plan go together: the plan names the model and the llama-bench run to bench on the device", param_hint="'--device' / '--plan'")
@@ -57,29 +56,31 @@ def roll_command(
     loaded = load_recipe(settings, recipe)
     with ExitStack() as open_things:
         bench = None
-        blocks, seed = roll.DEFAULT_BLOCKS, secrets.randbelow(2**32)
+        blocks, seed = DEFAULT_BLOCKS, None
         if bench_plan is not None:
+            # the device and bench modules load only for a roll that benches
+            from kzbuild import plans, results
+            from kzbuild.cli.connect import open_device
+            from kzbuild.rolldevice import DeviceRunner
+
             plan = plans.load_plan(bench_plan)
             found, transport = open_device(settings, device, None, trust_new_host)
             open_things.enter_context(closing(transport))
             store = open_things.enter_context(results.ResultsStore(settings.results))
             plans.check_model(plan, transport, found)
-            bench = roll.DeviceRunner(settings, transport, found, plan.runs[0].spec, store, wait=wait)
+            bench = DeviceRunner(settings, transport, found, plan.runs[0].spec, store, wait=wait)
             blocks = plan.ab.blocks or blocks
-            seed = plan.seed if plan.seed is not None else seed
+            seed = plan.seed
         with activity(f"rolling {loaded.name}") as progress:
             report = roll.roll(
                 settings, loaded, to=tuple(to or ()), limit=limit, build=not no_build, tests=not no_tests,
-                plan_target=None if plan_target == "none" else plan_target, bench=bench, blocks=blocks, seed=seed,
+                plan_target=None if plan_target == "none" else plan_target, bench=bench, blocks=blocks, seed=fresh_seed(seed),
                 threshold_pct=threshold, write=write, environ=os.environ, progress=progress,
             )
     text = roll.markdown(report)
     if report_path is not None:
         write_atomic(report_path, text.encode("utf-8"))
-    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if step_summary:
-        with open(step_summary, "a", encoding="utf-8") as handle:
-            handle.write(text)
+    append_step_summary(text)
     if json_out:
         print_json(report.to_dict())
     else:

@@ -9,8 +9,9 @@ from typing import Annotated, Optional, TextIO
 import typer
 
 from kzbuild.cli.connect import open_device
-from kzbuild.cli.options import DeviceOpt, EnvOpt, TimeoutOpt
+from kzbuild.cli.options import DeviceOpt, EnvOpt, TimeoutOpt, WaitOpt
 from kzbuild.cli.ui import context, not_empty
+from kzbuild.devices.devicelock import device_lock
 from kzbuild.run import check_seconds, parse_env_assignments, run_tool
 
 # everything after TOOL (options too) belongs to the tool
@@ -28,20 +29,24 @@ def run_command(
     device: DeviceOpt = None,
     env: EnvOpt = None,
     timeout: TimeoutOpt = None,
+    wait: WaitOpt = 0.0,
 ) -> int:
     """Run TOOL from the device's current release with the device env; exits with the tool's code.
 
     Adds nothing: no threads, batch or env of its own. Everything after TOOL, options too, goes to the tool unchanged: kzbuild run llama-cli -m models/x.gguf -p hi
+
+    It holds the device root's lock (ROOT/.lock) while the tool runs, so no deploy switches or prunes the release under it; another kzbuild holding it exits 10 naming the holder (--wait waits).
     """
     settings = context(ctx).settings
     check_seconds("--timeout", timeout)
     extra_env = parse_env_assignments(env or [])
     target, transport = open_device(settings, device, None, trust_new_host=False)
     try:
-        return run_tool(
-            settings, transport, target, tool, args or [], env=extra_env, timeout=timeout,
-            on_stdout=_writer(sys.stdout), on_stderr=_writer(sys.stderr),
-        )  # fmt: skip
+        with device_lock(transport, target.root, "run", wait=wait):
+            return run_tool(
+                settings, transport, target, tool, args or [], env=extra_env, timeout=timeout,
+                on_stdout=_writer(sys.stdout), on_stderr=_writer(sys.stderr),
+            )  # fmt: skip
     finally:
         transport.close()
 

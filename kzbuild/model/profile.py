@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kzbuild.model.jsonfields import Fields
-from kzbuild.model.result import BuildInfo, DeviceInfo, ModelInfo
+from kzbuild.model.result import BuildInfo, DeviceInfo, ModelInfo, run_fields
 
 NO_LAYER = -1  # a node of no layer (the output head, the input embedding)
 MAX_ROWS = 100_000  # (op, backend, layer) rows of one phase: more is not a llama.cpp graph
@@ -101,27 +101,7 @@ class ProfileRecord:
     def from_dict(cls, data: object, where: str = "profile") -> ProfileRecord:
         fields = Fields(data, where)
         fields.check_known(FIELD_NAMES[cls])
-        build, device, model = fields.object("build"), fields.object("device"), fields.object("model")
-        build.check_known(FIELD_NAMES[BuildInfo])
-        device.check_known(FIELD_NAMES[DeviceInfo])
-        model.check_known(FIELD_NAMES[ModelInfo])
-        return cls(
-            run_id=fields.text("run_id"),
-            host_time=fields.text("host_time"),
-            build=BuildInfo(**{name: build.optional_text(name) for name in FIELD_NAMES[BuildInfo]}),
-            device=DeviceInfo(name=device.text("name"), address=device.text("address", ""), fingerprint=device.text_map("fingerprint", {})),
-            model=ModelInfo(
-                path=model.text("path", ""), sha256=model.optional_text("sha256"), name=model.text("name", ""),
-                type=model.text("type", ""), size=model.optional_count("size"),
-            ),
-            config=fields.scalar_map("config", {}),
-            graph=_phases(fields, "graph"),
-            npu=_phases(fields, "npu"),
-            env=fields.text_map("env", {}),
-            argv=fields.texts("argv", ()),
-            cwd=fields.text("cwd", ""),
-            conditions=fields.json_map("conditions", {}),
-        )  # fmt: skip
+        return cls(**run_fields(fields), graph=_phases(fields, "graph"), npu=_phases(fields, "npu"))
 
 
 def _phase_dict(phase: PhaseProfile) -> dict[str, Any]:
@@ -142,7 +122,7 @@ def _phases(fields: Fields, key: str) -> tuple[PhaseProfile, ...]:
 
 
 FIELD_NAMES: dict[type, frozenset[str]] = {
-    cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in (OpTime, PhaseProfile, ProfileRecord, BuildInfo, DeviceInfo, ModelInfo)
+    cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in (OpTime, PhaseProfile, ProfileRecord)
 }
 
 

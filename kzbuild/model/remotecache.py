@@ -8,17 +8,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kzbuild.model.urls import redact
+
 DEFAULT_TIMEOUT = 2.0  # seconds without an answer before a cache counts as down
 
 
 @dataclass(frozen=True)
 class RemoteConfig:
     url: str  # redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] or http(s)://[USER:PASSWORD@]HOST[:PORT][/PATH]; may hold a password
-    shown: str  # the URL with its password replaced by ****: the only form that is printed or logged
     source: str  # where it was set: KZ_REMOTE_CACHE, or FILE:LINE
     artifacts: bool = True  # pull artifacts by build id before building, push them after
     ccache: bool = True  # ccache's own remote storage for every compile
     timeout: float = DEFAULT_TIMEOUT
+
+    @property
+    def shown(self) -> str:
+        """The URL with its password replaced by ****: the only form that is printed or logged."""
+        return redact(self.url)
 
     @property
     def kind(self) -> str:

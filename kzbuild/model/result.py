@@ -12,7 +12,7 @@ import json
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, cast, get_args
+from typing import Any, Literal, TypedDict, cast, get_args
 
 from kzbuild.model.jsonfields import Fields, number_or_none
 from kzbuild.model.run import Release
@@ -206,36 +206,19 @@ class BenchRecord:
         """A record from its JSON form with every field type-checked; raises BadRecord naming the key."""
         fields = Fields(data, where)
         fields.check_known(FIELD_NAMES[cls] | {"record_id"})
-        build = fields.object("build")
-        build.check_known(FIELD_NAMES[BuildInfo])
-        device = fields.object("device")
-        device.check_known(FIELD_NAMES[DeviceInfo])
-        model = fields.object("model")
-        model.check_known(FIELD_NAMES[ModelInfo])
+        common = run_fields(fields)
         sweep = fields.object("sweep", {})
         sweep.check_known(FIELD_NAMES[SweepInfo])
         return cls(
-            run_id=fields.text("run_id"),
+            **common,
             kind=cast(RecordKind, fields.choice("kind", get_args(RecordKind))),
-            host_time=fields.text("host_time"),
             test=fields.text("test"),
             seq=fields.count("seq"),
-            build=BuildInfo(**{name: build.optional_text(name) for name in FIELD_NAMES[BuildInfo]}),
-            device=DeviceInfo(name=device.text("name"), address=device.text("address", ""), fingerprint=device.text_map("fingerprint", {})),
-            model=ModelInfo(
-                path=model.text("path", ""), sha256=model.optional_text("sha256"), name=model.text("name", ""),
-                type=model.text("type", ""), size=model.optional_count("size"),
-            ),
-            config=fields.scalar_map("config", {}),
             avg_ts=fields.optional_number("avg_ts"),
             stddev_ts=fields.optional_number("stddev_ts", zero_ok=True),
             samples_ts=fields.numbers("samples_ts", (), max_items=MAX_SAMPLES),
             range_ts=_range(fields),
             unit=fields.text("unit", "t/s"),
-            env=fields.text_map("env", {}),
-            argv=fields.texts("argv", ()),
-            cwd=fields.text("cwd", ""),
-            conditions=fields.json_map("conditions", {}),
             sweep=SweepInfo(
                 point=sweep.text_map("point", {}), seed=sweep.optional_count("seed"),
                 index=sweep.count("index", 0), total=sweep.count("total", 1, minimum=1),
@@ -245,6 +228,44 @@ class BenchRecord:
             raw=fields.json_map("raw", {}),
             variant=_variant(fields),
         )  # fmt: skip
+
+
+class RunFields(TypedDict):
+    """The fields every stored run's line carries (a bench record, a profile run), with their provenance."""
+
+    run_id: str
+    host_time: str
+    build: BuildInfo
+    device: DeviceInfo
+    model: ModelInfo
+    config: Mapping[str, Any]
+    env: Mapping[str, str]
+    argv: tuple[str, ...]
+    cwd: str
+    conditions: Mapping[str, Any]
+
+
+def run_fields(fields: Fields) -> RunFields:
+    """A stored run's common fields from its JSON form, type-checked; raises BadRecord naming the key."""
+    build, device, model = fields.object("build"), fields.object("device"), fields.object("model")
+    build.check_known(FIELD_NAMES[BuildInfo])
+    device.check_known(FIELD_NAMES[DeviceInfo])
+    model.check_known(FIELD_NAMES[ModelInfo])
+    return RunFields(
+        run_id=fields.text("run_id"),
+        host_time=fields.text("host_time"),
+        build=BuildInfo(**{name: build.optional_text(name) for name in FIELD_NAMES[BuildInfo]}),
+        device=DeviceInfo(name=device.text("name"), address=device.text("address", ""), fingerprint=device.text_map("fingerprint", {})),
+        model=ModelInfo(
+            path=model.text("path", ""), sha256=model.optional_text("sha256"), name=model.text("name", ""),
+            type=model.text("type", ""), size=model.optional_count("size"),
+        ),
+        config=fields.scalar_map("config", {}),
+        env=fields.text_map("env", {}),
+        argv=fields.texts("argv", ()),
+        cwd=fields.text("cwd", ""),
+        conditions=fields.json_map("conditions", {}),
+    )  # fmt: skip
 
 
 def _variant(fields: Fields) -> VariantInfo | None:

@@ -7,7 +7,14 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
+from kzbuild.model.effect import Effect
 from kzbuild.model.stackcheck import BumpPlan, StepStatus
+
+# roll's defaults (kzbuild.roll and its CLI take them from here)
+DEFAULT_LIMIT = 3  # candidates of each kind (tags, versions) looked at
+PLAN_TARGET = "v79"  # the target whose build plan each rolled candidate must produce
+DEFAULT_BLOCKS = 3  # pin and candidate each benched this many times, ABAB
+DEFAULT_THRESHOLD_PCT = 5.0  # the candidate's median may fall this many percent below the pin's
 
 PR_SUBJECT = re.compile(r"\(#(\d+)\)\s*$")
 
@@ -63,17 +70,20 @@ class BenchDelta:
     order: tuple[str, ...]  # the run order, "pin"/"candidate", as run
     pin: tuple[float, ...]
     candidate: tuple[float, ...]
-    delta_pct: float
-    low_pct: float
-    high_pct: float
+    effect: Effect  # the candidate's median against the pin's
     spread_pin_pct: float  # (max - min) / median of each side's samples
     spread_candidate_pct: float
     threshold_pct: float
-    regressed: bool
+
+    @property
+    def regressed(self) -> bool:
+        """The whole interval is below zero and the median fell more than the threshold."""
+        return self.effect.high_pct < 0 and self.effect.delta_pct < -self.threshold_pct
 
     def describe(self) -> str:
+        effect = self.effect
         return (
-            f"{self.metric}: {self.delta_pct:+.1f}% (95% interval [{self.low_pct:+.1f}%, {self.high_pct:+.1f}%]; "
+            f"{self.metric}: {effect.delta_pct:+.1f}% ({effect.confidence:.0%} interval [{effect.low_pct:+.1f}%, {effect.high_pct:+.1f}%]; "
             f"spread pin {self.spread_pin_pct:.1f}%, candidate {self.spread_candidate_pct:.1f}%; "
             f"{len(self.pin)}+{len(self.candidate)} runs interleaved)"
         )
@@ -81,7 +91,7 @@ class BenchDelta:
     def to_dict(self) -> dict[str, object]:
         return {
             "metric": self.metric, "order": list(self.order), "pin": list(self.pin), "candidate": list(self.candidate),
-            "delta_pct": self.delta_pct, "low_pct": self.low_pct, "high_pct": self.high_pct,
+            "delta_pct": self.effect.delta_pct, "low_pct": self.effect.low_pct, "high_pct": self.effect.high_pct,
             "spread_pin_pct": self.spread_pin_pct, "spread_candidate_pct": self.spread_candidate_pct,
             "threshold_pct": self.threshold_pct, "regressed": self.regressed,
         }

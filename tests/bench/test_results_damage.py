@@ -16,7 +16,7 @@ import pytest
 from kzbuild import bench, results
 from kzbuild.errors import BadRecord
 from kzbuild.results import ResultsStore
-from tests.bench.benchkit import CAPTURED_JSON, REPLAY_LLAMA_BENCH, flat, record
+from tests.bench.benchkit import CAPTURED_JSON, REPLAY_LLAMA_BENCH, flat, make_device_root, record
 
 STORED = [record(run_id=f"r{n}", host_time=f"2026-10-0{n + 1}T00:00:00+00:00", samples=(10.0 * (n + 1), 9.0, 11.0)) for n in range(3)]
 
@@ -283,11 +283,14 @@ def test_two_processes_storing_at_once_lose_and_interleave_nothing(tmp_path):
 
 
 def test_two_bench_commands_at_once_store_every_record(project, device_root, tmp_path):
-    device_root.add_tool("llama-bench", REPLAY_LLAMA_BENCH)
-    device_root.add_file("models/tiny.gguf", b"GGUF stand-in")
+    """Two devices (one bench holds each device's lock), one results store."""
+    devices = [device_root, make_device_root(tmp_path / "device-2", manifest={"build_id": device_root.build_id})]
+    for device in devices:
+        device.add_tool("llama-bench", REPLAY_LLAMA_BENCH)
+        device.add_file("models/tiny.gguf", b"GGUF stand-in")
     argv = [sys.executable, "-m", "kzbuild", "--project", str(project.root), "--work-dir", str(project.work), "--cache-dir", str(project.cache),
-            "bench", "--device", device_root.spec, "-m", "models/tiny.gguf", "--sweep", "t=1,2,3,4", "--json"]  # fmt: skip
-    benches = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+            "bench", "-m", "models/tiny.gguf", "--sweep", "t=1,2,3,4", "--json"]  # fmt: skip
+    benches = [subprocess.Popen([*argv, "--device", device.spec], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for device in devices]
     outputs = [process.communicate(timeout=300) for process in benches]
     for process, (_, err) in zip(benches, outputs, strict=True):
         assert process.returncode == 0, err
