@@ -19,7 +19,10 @@ cases, each with its anchor:
 3. one changed library: FROM deployed, then FROM with its largest library taken from TO (a
    real rebuild of it): bytes, against rsync of the same change (goal <= 3x);
 4. a real patch rebuild: FROM deployed, then TO: bytes, against rsync (goal <= 3x);
-5. no-op redeploy: bytes and seconds (no anchor: 0 content bytes).
+5. no-op redeploy: bytes and seconds (no anchor: 0 content bytes);
+6. over adb (the adb test device of tests/adbdevice: the real adb client and server, mksh and
+   toybox as on Android): first deploy of FROM and the one changed library of case 3, seconds,
+   against ``adb push`` of the same files (no goal: the anchor for the adb line).
 """
 
 from __future__ import annotations
@@ -42,8 +45,10 @@ sys.path.insert(0, str(REPO))
 
 from kzbuild import deploy  # noqa: E402
 from kzbuild.artifacts import load_artifact  # noqa: E402
+from kzbuild.devices.adb import AdbTransport  # noqa: E402
 from kzbuild.devices.registry import parse_device_spec  # noqa: E402
 from kzbuild.devices.ssh import SshTransport  # noqa: E402
+from tests.adbdevice import AdbTestDevice, PrivateAdbServer  # noqa: E402
 from tests.fixtures_deploy import ArtifactMaker, write_manifest  # noqa: E402
 from tests.fixtures_ssh import Relay, SshServer, free_port, keygen  # noqa: E402
 
@@ -174,6 +179,7 @@ def main() -> None:
     finally:
         relay.close()
         server.stop()
+    rows += measure_adb(work, base, rebuilt, args.runs)
     report(rows, base, rebuilt)
     shutil.rmtree(work, ignore_errors=True)
 
@@ -220,6 +226,39 @@ def measure(link: Link, case: Case, base: Path, rebuilt: Path, small_count: int,
     assert all(result.bytes_sent == 0 for result, _ in noop)
     rows.append(("no-op redeploy", "s", statistics.median(seconds for _, seconds in noop), "-", 0.0))
     return rows
+
+
+def measure_adb(work: Path, base: Path, rebuilt: Path, runs: int) -> list[Row]:
+    """Case 6: kzbuild deploy over adb to the test device, against ``adb push`` of the same files."""
+    server = PrivateAdbServer(work / "adb-server")
+    server.start()
+    device = AdbTestDevice(work / "adb-device")
+    try:
+        one_lib, changed = one_library_changed(base, rebuilt, work / "adb")
+        roots = iter(f"/data/local/tmp/kz-{n}" for n in range(10 * runs))
+
+        def kz(root: str, artifact: Path) -> float:
+            started = time.perf_counter()
+            deploy.deploy(AdbTransport(device.device(root=root), server_port=server.port), device.device(root=root), load_artifact(artifact))
+            return time.perf_counter() - started
+
+        def push(local: Path) -> float:
+            started = time.perf_counter()
+            subprocess.run([server.adb_path, "-P", str(server.port), "-s", device.serial, "push", str(local), f"{next(roots)}/"], check=True, capture_output=True)
+            return time.perf_counter() - started
+
+        kz_first = statistics.median(kz(next(roots), base) for _ in range(runs))
+        push_first = statistics.median(push(base) for _ in range(runs))
+        deltas = []
+        for _ in range(runs):
+            root = next(roots)
+            kz(root, base)
+            deltas.append(kz(root, one_lib))
+        push_delta = statistics.median(push(one_lib / changed) for _ in range(runs))
+        return [("first deploy (adb)", "s", kz_first, "adb push", push_first), ("one changed library (adb)", "s", statistics.median(deltas), "adb push", push_delta)]
+    finally:
+        device.stop()
+        server.stop()
 
 
 def report(rows: list[Row], base: Path, rebuilt: Path) -> None:

@@ -229,7 +229,7 @@ def _assemble(remote: Remote, layout: Layout, artifact: Artifact, release: str) 
     staging = f"releases/.staging-{release}-{token}"
     manifest = f"incoming/{MANIFEST}-{token}"
     manifest_bytes = artifact.manifest_path.read_bytes()
-    executables = "".join(f"{staging}/{entry.path}\n" for entry in artifact.files if entry.mode & 0o111).encode()
+    executables = "".join(f"{staging}/{entry.path}\0" for entry in artifact.files if entry.mode & 0o111).encode()
     dirs = sorted({posixpath.dirname(f"{staging}/{entry.path}") for entry in artifact.files} | {staging})
     members = [Member(manifest, len(manifest_bytes), constant(manifest_bytes)), Member(f"{manifest}.exec", len(executables), constant(executables))]
     headers = [tar_header(name, 0, kind=DIRECTORY, mode=0o755) for name in dirs]

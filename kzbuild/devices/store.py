@@ -69,11 +69,11 @@ INVENTORY_SCRIPT = (
 # $1 = mode, $2 = store dir, then verified uploads: set their mode, rename them into the store.
 STORE_SCRIPT = 'mode=$1 dest=$2; shift 2; chmod "$mode" "$@" && mv -f "$@" "$dest"'
 # $1 = ROOT, $2 = the staging dir, $3 = the manifest in incoming/, $4 = the release dir, which must not
-# exist (all relative to ROOT); stdin: a tar of the manifest, the list of executables ($3.exec) and
+# exist (all relative to ROOT); stdin: a tar of the manifest, the NUL-separated list of executables ($3.exec) and
 # the staging dir's hard links into objects/. A content stored before without an exec bit gains it.
 RELEASE_SCRIPT = (
     'cd "$1" || exit 1; staging=$2 manifest=$3 release=$4; rm -rf "$staging" && tar -x -f - || exit 1; '
-    'if [ -s "$manifest.exec" ]; then xargs chmod 755 < "$manifest.exec" || exit 1; fi; '
+    'if [ -s "$manifest.exec" ]; then xargs -0 chmod 755 < "$manifest.exec" || exit 1; fi; '
     'rm -f "$manifest.exec" && mv -f "$manifest" "$staging/manifest.json" && [ ! -e "$release" ] && mv "$staging" "$release"'
 )
 # $1 = ROOT, then releases to remove (with their damage markers); what cut deploys left behind goes too.

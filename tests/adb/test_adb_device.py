@@ -42,8 +42,8 @@ def test_unauthorized_device_is_listed_so(make_adb_device: MakeDevice, adb_serve
 
 
 def test_shell_v2_forwards_stdin(online: AdbTestDevice, adb_server: PrivateAdbServer) -> None:
-    result = adb_s(adb_server, online, "shell", "-T", "tr a-z A-Z; exit 5", input="hello\n")
-    assert (result.stdout, result.returncode) == ("HELLO\n", 5)
+    result = adb_s(adb_server, online, "shell", "-T", "rev; exit 5", input="hello\n")
+    assert (result.stdout, result.returncode) == ("olleh\n", 5)
 
 
 def test_old_style_shell_merges_streams_without_exit_code(online: AdbTestDevice, adb_server: PrivateAdbServer) -> None:

@@ -3,8 +3,9 @@
 Not part of kzbuild: test support. ``adb connect 127.0.0.1:PORT`` reaches it through a
 private adb server; it offers ``shell,v2`` (stdout, stderr and the real exit code),
 old-style ``shell:``/``exec:``, and ``sync:`` (STAT/STA2/LST2, LIST/LIS2, SEND, RECV) for
-push, pull and stat. Its shell runs ``sh -c`` with the host's coreutils and a ``getprop``,
-so it runs this machine's binaries: deploy a host build to it.
+push, pull and stat. Its shell is Android's: ``sh -c`` is mksh, and PATH holds only toybox's
+applets (Debian's toybox 0.8.9) and a ``getprop`` (see :mod:`tests.adbdevice.fs`); the binaries
+it runs are this machine's: deploy a host build to it.
 
 Fixtures (``tests.adbdevice.fixtures``, registered as a plugin by tests/conftest.py)::
 

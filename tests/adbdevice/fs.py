@@ -3,13 +3,20 @@
 Sync (push, pull, stat, list) maps every absolute device path under the host root:
 ``/data/local/tmp/x`` is ``<root>/data/local/tmp/x``.
 
-Shell commands run as ``sh -c CMD`` with the host's coreutils (``sha256sum``, ``mkdir -p``,
-``mv``, ``ln -s``, ``rm -rf``, ``cat``, ``uname``, like Android's toybox) plus a ``getprop``
-script. The command text has every ``/data/local/tmp`` (the one place a non-root Android
-shell may write) replaced by its host directory, and the output has that host directory
-replaced back, so ``sha256sum /data/local/tmp/f`` prints ``/data/local/tmp/f``. This was
-chosen over a mount namespace because it needs no privileges and no ``/data`` on the host;
-its limits, stated plainly:
+Shell commands run as Android runs them: adbd starts ``/system/bin/sh -c CMD``, which is mksh,
+and its PATH reaches only toybox applets. Here ``base/bin/sh`` is a symlink to mksh, and PATH
+is ``base/bin`` alone: that ``sh``, ``toybox`` and a symlink to it for every applet it
+lists, and a ``getprop`` script (run by mksh), so no GNU coreutils, bash or dash is reachable.
+Debian's toybox is 0.8.9 built without toybox's "pending" commands, so it lacks some that
+Android 15's toybox has (``tr``, ``dd``, ``diff``, ``expr``, ``gzip``, ...; Android's ``awk``
+is not toybox's at all). kzbuild's device scripts use none of those; the applets they use are
+listed and checked in tests/adb/test_android_userland.py.
+
+The command text has every ``/data/local/tmp`` (the one place a non-root Android shell may
+write) replaced by its host directory, and the output has that host directory replaced back,
+so ``sha256sum /data/local/tmp/f`` prints ``/data/local/tmp/f``. This was chosen over a mount
+namespace because it needs no privileges and no ``/data`` on the host; its limits, stated
+plainly:
 
 - only the text of the command is rewritten: a script *file* run on the device that names
   ``/data/local/tmp`` is not;
@@ -25,7 +32,10 @@ from __future__ import annotations
 
 import posixpath
 import re
+import shutil
+import subprocess
 from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
 
 DEVICE_TMP = "/data/local/tmp"
@@ -43,7 +53,7 @@ SAFE_HOST_PATH = re.compile(r"^/[A-Za-z0-9_./-]+$")
 # A device path continues with these characters; "/data/local/tmpfoo" is not mapped.
 PATH_CONTINUES = rb"(?![A-Za-z0-9_.+-])"
 
-GETPROP_SCRIPT = """#!/bin/sh
+GETPROP_SCRIPT = """#!{shell}
 # getprop of the adb test device: properties are NAME=VALUE lines in {props}
 props={props}
 if [ "$#" -eq 0 ]; then
@@ -55,6 +65,21 @@ while IFS='=' read -r name value; do
 done < "$props"
 printf '%s\\n' "${{2-}}"
 """
+
+
+def require(program: str) -> str:
+    path = shutil.which(program)
+    if path is None:
+        raise RuntimeError(f"the adb test device runs Android's userland and needs '{program}': apt-get install mksh toybox (scripts/setup)")
+    return path
+
+
+@cache
+def toybox_applets() -> tuple[str, str, tuple[str, ...]]:
+    """(mksh, toybox, the applets ``toybox`` lists)."""
+    mksh, toybox = require("mksh"), require("toybox")
+    listed = subprocess.run([toybox], check=True, capture_output=True, text=True, timeout=30).stdout
+    return mksh, toybox, tuple(listed.split())
 
 
 class DeviceFs:
@@ -72,8 +97,12 @@ class DeviceFs:
             folder.mkdir(parents=True, exist_ok=True)
         self.props: dict[str, str] = dict(DEFAULT_PROPS if props is None else props)
         self.write_props()
+        self.shell, toybox, applets = toybox_applets()
+        for applet in ("toybox", *applets):
+            (self.bin / applet).symlink_to(toybox)
+        (self.bin / "sh").symlink_to(self.shell)
         getprop = self.bin / "getprop"
-        getprop.write_text(GETPROP_SCRIPT.format(props=self.props_file))
+        getprop.write_text(GETPROP_SCRIPT.format(shell=self.shell, props=self.props_file))
         getprop.chmod(0o755)
         self._host_tmp = str(self.root) + DEVICE_TMP
         self._to_host = re.compile(re.escape(DEVICE_TMP.encode()) + PATH_CONTINUES)
@@ -89,12 +118,13 @@ class DeviceFs:
 
     # --- the shell ---
     def shell_argv(self, command: bytes) -> list[bytes]:
+        sh = bytes(self.bin / "sh")  # mksh, started as sh like adbd starts /system/bin/sh
         if not command:
-            return [b"sh"]
-        return [b"sh", b"-c", self._to_host.sub(self._host_tmp.encode(), command)]
+            return [sh]
+        return [sh, b"-c", self._to_host.sub(self._host_tmp.encode(), command)]
 
     def shell_env(self) -> dict[str, str]:
-        return {"PATH": f"{self.bin}:/usr/local/bin:/usr/bin:/bin", "HOME": str(self.root), "TMPDIR": self._host_tmp}
+        return {"PATH": str(self.bin), "HOME": str(self.root), "TMPDIR": self._host_tmp}
 
     def output_rewriter(self) -> OutputRewriter:
         return OutputRewriter(self._host_tmp.encode(), DEVICE_TMP.encode())

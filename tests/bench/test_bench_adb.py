@@ -1,7 +1,7 @@
 """run and bench over adb: the real adb client, a test device speaking the adb wire protocol.
 
-The device shell is a real ``sh``, so env values and arguments cross a shell exactly as on a
-tablet; ``getprop`` answers with the test device's properties.
+The device shell is mksh with toybox (as on Android), so env values and arguments cross a
+shell exactly as on a tablet; ``getprop`` answers with the test device's properties.
 """
 
 from __future__ import annotations

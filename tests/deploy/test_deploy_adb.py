@@ -7,6 +7,7 @@ import os
 
 from kzbuild.devices.adb import AdbTransport
 from kzbuild.errors import DeviceError
+from tests.fixtures_deploy import write_manifest
 
 ROOT = "/data/local/tmp/kz-engine"
 
@@ -48,6 +49,15 @@ def test_deploy_redeploy_changed_library_and_rollback_over_adb(kz, adb_device, a
     back = ok(kz("deploy", "--device", f"adb:{adb_device.serial}:{ROOT}", "--rollback", "--keep", "1", "--json"))
     assert (back["release"], back["pruned"]) == ("b1", ["b2"])
     assert run_hello(adb_device) == "hello from v1\nblob 65536\n"
+
+
+def test_an_executable_with_spaces_and_quotes_in_its_path_runs_after_a_deploy_over_adb(kz, adb_device, artifacts):
+    build = artifacts.make("b1")
+    (build / "bin" / "hello").rename(build / "bin" / "it's a \"hello\"")  # the list of executables reaches xargs -0
+    write_manifest(build, "b1")
+    ok(adb_deploy(kz, adb_device, build))
+    result = AdbTransport(adb_device.device(root=ROOT), connect_timeout=5).run([f"{ROOT}/current/bin/it's a \"hello\""])
+    assert (result.returncode, result.text()) == (0, "hello from v1\nblob 65536\n")
 
 
 def test_a_push_cut_over_adb_keeps_current_and_the_rerun_completes(kz, adb_device, artifacts):

@@ -201,10 +201,13 @@ def test_duplicate_contents_are_sent_once(kz, artifacts, tmp_path):
 
 
 def test_paths_with_shell_characters_arrive_unchanged(kz, artifacts, tmp_path):
-    build = artifacts.make("b1", extra={"share/it's $(x) ADD|SUB;*.txt": b"quoted\n"})
+    build = artifacts.make("b1", extra={"share/it's $(x) ADD|SUB;*.txt": b"quoted\n", "bin/it's a \"tool\"": b"#!/bin/sh\necho tool\n"})
+    (build / "bin" / "it's a \"tool\"").chmod(0o755)
+    write_manifest(build, "b1")
     root = tmp_path / "dev ice $(x)"
     deployed(kz, root, build)
     assert (root / "current" / "share" / "it's $(x) ADD|SUB;*.txt").read_bytes() == b"quoted\n"
+    assert subprocess.run([root / "current" / "bin" / "it's a \"tool\""], capture_output=True, check=True).stdout == b"tool\n"
 
 
 def test_the_recipes_newest_artifact_is_the_default(kz, project, artifacts, tmp_path):

@@ -1,0 +1,77 @@
+"""The adb test device runs commands with Android's userland: mksh as ``sh`` and toybox applets
+on a PATH that reaches nothing else, so deploy's device scripts are tested as the tablet runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from pathlib import Path
+
+from kzbuild.bench import model_sha256
+from kzbuild.devices.adb import AdbTransport
+from tests.adbdevice import AdbTestDevice
+from tests.adbdevice.fs import toybox_applets
+
+# Every command kzbuild runs on a device outside a release (store, chunkstore, integrity,
+# devicelock, deploy, run, bench, models push, adb's progress poll). Android 15's toybox has
+# each of them, and so does Debian's toybox 0.8.9 (``test``, ``[`` and ``echo`` are mksh builtins).
+DEVICE_APPLETS = (
+    "cat chmod comm cut date df dirname env find head ln ls mkdir mv printf readlink rm rmdir "
+    "sha256sum sort stat tar touch uname xargs"
+).split()
+# Android 15's toybox has these, Debian's 0.8.9 does not ("pending" there): kzbuild must not use them.
+ANDROID_ONLY = ("tr", "dd", "diff", "expr", "gzip", "getopt")
+NOT_ON_ANDROID = ("bash", "dash", "gawk", "python3", "perl")
+
+
+def shell(transport: AdbTransport, script: str, *args: str) -> list[str]:
+    result = transport.run(["sh", "-c", script, "kz", *args])
+    assert result.ok, result.stderr
+    return result.text().splitlines()
+
+
+def test_the_shell_is_mksh_and_sha256sum_is_toybox(transport: AdbTransport) -> None:
+    version, sh, sha256sum, path = shell(
+        transport, 'printf "%s\\n" "$KSH_VERSION" "$(readlink -f "$(command -v sh)")" "$(readlink -f "$(command -v sha256sum)")" "$PATH"'
+    )
+    mksh, toybox, _ = toybox_applets()
+    assert "MIRBSD KSH" in version  # mksh's own variable: bash and dash leave it unset
+    assert (sh, sha256sum) == (mksh, toybox)
+    assert ":" not in path  # one dir: the applets, sh and getprop
+    assert shell(transport, "sha256sum --version") == shell(transport, "toybox --version")
+    assert shell(transport, "toybox --version")[0].startswith("toybox ")
+
+
+def test_nothing_but_mksh_and_toybox_is_reachable(transport: AdbTransport) -> None:
+    found = shell(transport, "for c in " + " ".join(NOT_ON_ANDROID + ANDROID_ONLY) + '; do command -v "$c" || true; done')
+    assert found == []
+
+
+def test_every_applet_the_device_scripts_use_is_toybox(transport: AdbTransport) -> None:
+    _, toybox, applets = toybox_applets()
+    assert set(DEVICE_APPLETS) <= set(applets)
+    script = 'for c in "$@"; do printf "%s %s\\n" "$c" "$(readlink -f "$(command -v "$c")")"; done'
+    resolved = dict(line.split(" ", 1) for line in shell(transport, script, *DEVICE_APPLETS))
+    assert resolved == dict.fromkeys(DEVICE_APPLETS, toybox)
+
+
+def test_models_push_over_adb_stores_once_and_bench_names_the_model_by_its_store_name(kz, adb_device: AdbTestDevice, tmp_path: Path) -> None:
+    root = "/data/local/tmp/kz-engine"
+    model = tmp_path / "tiny.gguf"
+    model.write_bytes(b"GGUF" + bytes(range(256)) * 1024)
+    spec = f"adb:{adb_device.serial}:{root}"
+    first = kz("models", "push", str(model), "--device", spec, "--json")
+    assert first.code == 0, first.err
+    pushed = json.loads(first.out)
+    assert (pushed["already_there"], pushed["bytes_sent"]) == (False, model.stat().st_size)
+    again = kz("models", "push", str(model), "--device", spec, "--json")
+    assert again.code == 0, again.err
+    assert (json.loads(again.out)["already_there"], json.loads(again.out)["bytes_sent"]) == (True, 0)
+
+    device = adb_device.device(root=root)
+    transport = AdbTransport(device, connect_timeout=5)
+    assert model_sha256(transport, device, "models/tiny.gguf") == pushed["sha256"]  # toybox readlink -f into models/
+    copy = posixpath.join(root, "copy.gguf")
+    assert transport.run(["cp", posixpath.join(root, "models", "tiny.gguf"), copy]).ok
+    assert model_sha256(transport, device, copy) == pushed["sha256"]  # toybox sha256sum on the device
