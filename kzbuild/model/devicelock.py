@@ -12,7 +12,7 @@ class LockOwner:
     host: str  # the machine kzbuild ran on (not the device)
     pid: int
     since: str  # UTC, ISO 8601
-    operation: str  # deploy | rollback | models push
+    operation: str  # deploy | rollback | models push | verify | run | bench
     token: str  # random; a holder releases or refreshes only a lock holding its own token
 
     def lines(self) -> list[str]:
