@@ -79,6 +79,7 @@ class SshTransport:
             self._client.connect(
                 hostname=self.device.host,  # type: ignore[arg-type]
                 port=self.device.port,
+                sock=_open_socket(self.device.host, self.device.port),  # type: ignore[arg-type]
                 username=self.device.user or getpass.getuser(),
                 key_filename=key,
                 look_for_keys=key is None,
@@ -256,6 +257,17 @@ class SshTransport:
                 pass  # the connection is gone already (the error that ended the operation says so)
             self._sftp = None
         self._client.close()
+
+
+def _open_socket(host: str, port: int) -> socket.socket:
+    """A TCP connection with Nagle's algorithm off, as OpenSSH's own client makes it.
+
+    paramiko leaves Nagle on: then a small packet (a channel request) waits for the ACK of the
+    one before it, which the server delays ~40 ms, so every command cost ~50 ms instead of ~5 ms.
+    """
+    sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
 
 
 def _feed(channel: paramiko.Channel, data: ByteSource, failures: list[BaseException]) -> None:
