@@ -114,14 +114,15 @@ def lock_left(root: Path) -> bool:
     return (root / ".lock").exists()
 
 
-# a deploy of b2 over b1 (two changed libraries) makes 12 device operations: 1 lock, 2 state,
-# 3 inventory, 4 chunk lists up (the device answers which chunks it lacks), 5 one tar stream of
-# chunks that ends in assembly and sha256sum on the device, 6 store moves, 7 refresh, 8 the
-# release (one tar of the manifest and hard links), 9 refresh, 10 sha256sum of the release's
-# other files, 11 switch, 12 unlock. A kill at 4, 5, 6 or 8 cuts that command's input in half:
-# half the lists, half the stream, half the moves, half the release. bench_faults.py kills at each.
-KILL_POINTS = {"local": (1, 4, 5, 6, 8, 10, 11, 12), "ssh": (5, 6, 8), "adb": (5, 6, 8)}
-STORE_POINT, SWITCH_POINT, LAST_POINT = 6, 11, 12
+# a deploy of b2 over b1 (two changed libraries) makes 7 device commands: 1 lock, state and
+# inventory (one sequence, kzbuild.devices.steps), 2 chunk lists up (the device answers which
+# chunks it lacks), 3 one tar stream of chunks that ends in assembly and sha256sum on the device,
+# 4 store moves, 5 refresh and the release (one tar of the manifest and hard links), 6 sha256sum
+# of the release's other files, 7 refresh, switch and unlock. A kill at 2, 3, 4 or 5 cuts that
+# command's input in half: half the lists, half the stream, half the moves, half the release.
+# bench_faults.py kills at each.
+KILL_POINTS = {"local": (1, 2, 3, 4, 5, 6, 7), "ssh": (3, 4, 5), "adb": (3, 4, 5)}
+STORE_POINT, SWITCH_POINT, LAST_POINT = 4, 7, 7
 
 @pytest.mark.parametrize(("target", "point"), [(kind, point) for kind, points in KILL_POINTS.items() for point in points], indirect=["target"])
 def test_kill_9_mid_deploy_then_a_fresh_deploy_recovers(kz, spawn, target, artifacts, point, clean_lock_env):
