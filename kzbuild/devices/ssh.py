@@ -185,7 +185,9 @@ class SshTransport:
                         stdout_sink(channel.recv(65536))
                     while channel.recv_stderr_ready():
                         stderr_sink(channel.recv_stderr(65536))
-                    if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
+                    # sshd may send the exit status before the last output: read on to the end of the output
+                    ended = channel.eof_received or channel.closed
+                    if ended and channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
                         break
                 code = channel.recv_exit_status()
                 if data is not None:
