@@ -2,8 +2,8 @@
 
 Every device command costs a round trip (a new ssh channel, or an ``adb shell``, and a shell on
 the device), so deploy runs the scripts that follow each other without a decision in between
-as one command: :data:`SEQUENCE_SCRIPT` runs each step as ``sh -c SCRIPT kz ARGS...`` in turn,
-ends each step's stdout and stderr with a marker line that carries its exit code, and stops
+as one command: :data:`SEQUENCE_SCRIPT` runs each step's script in a subshell with the step's
+arguments as ``"$@"`` (a fork, no new shell to start), one after the other, ends each step's stdout and stderr with a marker line that carries its exit code, and stops
 after the first step that fails. The scripts stay constant strings and every argument stays a
 positional argument quoted by :func:`~kzbuild.devices.base.remote_command`: the sequence only
 ``eval``s references like ``"${3}"``, never data.
@@ -24,14 +24,16 @@ from kzbuild.devices.base import ByteSource, RemoteResult, Transport
 from kzbuild.errors import DeviceError
 
 MARK = "--kz-step-"
-# $1 = the marker; then per step: its script, the count of its arguments, the arguments. After each
-# step, "\n<marker> <exit code>" goes to stdout and to stderr; the first step that fails ends it all.
+# $1 = the marker; then per step: its script, the count of its arguments, the arguments. Each step
+# runs in a subshell with its own arguments as "$@" (and only the kz_* variables of the sequence
+# itself set). After each step, "\n<marker> <exit code>" goes to stdout and to stderr; the first
+# step that fails ends it all.
 SEQUENCE_SCRIPT = (
-    'm=$1; shift; while [ "$#" -gt 0 ]; do s=$1 n=$2; shift 2; a=; i=1; '
-    'while [ "$i" -le "$n" ]; do a="$a \\"\\${$i}\\""; i=$((i + 1)); done; '
-    'eval "sh -c \\"\\$s\\" kz$a"; rc=$?; shift "$n"; '
-    "printf '\\n%s %s\\n' \"$m\" \"$rc\"; printf '\\n%s %s\\n' \"$m\" \"$rc\" >&2; "
-    '[ "$rc" = 0 ] || exit "$rc"; done'
+    'kz_m=$1; shift; while [ "$#" -gt 0 ]; do kz_s=$1 kz_n=$2; shift 2; kz_a=; kz_i=1; '
+    'while [ "$kz_i" -le "$kz_n" ]; do kz_a="$kz_a \\"\\${$kz_i}\\""; kz_i=$((kz_i + 1)); done; '
+    'eval "(set -- $kz_a; eval \\"\\$kz_s\\")"; kz_rc=$?; shift "$kz_n"; '
+    "printf '\\n%s %s\\n' \"$kz_m\" \"$kz_rc\"; printf '\\n%s %s\\n' \"$kz_m\" \"$kz_rc\" >&2; "
+    '[ "$kz_rc" = 0 ] || exit "$kz_rc"; done'
 )
 
 

@@ -58,7 +58,8 @@ def test_each_step_gets_exactly_its_own_arguments(transport, first, second):
 
 def test_more_than_nine_arguments_and_steps_without_any(transport):
     many = tuple(f"a{n} $x \"'`" for n in range(23))
-    results = run_steps(transport, [Step("true", (), "none"), Step(PRINT_ARGS, many, "many"), Step("echo done", (), "last")])
+    last = Step('echo "done${kz_x-}${s-}${m-}${rc-}"', (), "last")  # nothing of the sequence's own leaks but kz_* names
+    results = run_steps(transport, [Step("true", (), "none"), Step(PRINT_ARGS, many, "many"), last])
     assert printed(results[1]) == list(many)
     assert results[2].stdout == b"done\n"
 
@@ -102,8 +103,9 @@ def test_a_step_failing_before_the_reader_leaves_stdin_unread(transport):
 
 
 def test_the_shell_killed_mid_sequence_is_a_failure_of_the_running_step(transport, tmp_path):
+    # $$ in a step (a subshell) is the sequence's own shell
     flag = tmp_path / "ran"
-    results = run_steps(transport, [Step("echo one", (), "one"), Step("echo partial; kill -9 $PPID; sleep 5", (), "killer"), Step('touch "$1"', (str(flag),), "three")])
+    results = run_steps(transport, [Step("echo one", (), "one"), Step("echo partial; kill -9 $$; sleep 5", (), "killer"), Step('touch "$1"', (str(flag),), "three")])
     assert results[0] == RemoteResult(0, b"one\n", b"")
     assert len(results) == 2 and not results[1].ok and results[1].stdout == b"partial\n"
     assert not flag.exists()
