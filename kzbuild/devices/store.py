@@ -24,8 +24,9 @@ sha256sum, chmod, ln, mv -f, rm, find -links, dirname, head -n, cut, sort, comm)
 a new symlink is made in ``.switch/`` and moved *into* its directory, which is one rename(2)
 that replaces the old symlink (mv does not follow a symlink it replaces).
 
-Round trips cost 50-100 ms each over ssh or adb, so related steps run as one ``sh -c`` with
-a constant script. The data (paths, names) always goes in as positional arguments quoted by
+Every device command is a round trip (a new ssh channel or ``adb shell``, and a shell on the
+device), so related steps run as one ``sh -c`` with a constant script, and scripts that follow
+each other run as one command (:mod:`kzbuild.devices.steps`; the ``*_step`` functions here). The data (paths, names) always goes in as positional arguments quoted by
 ``remote_command``; nothing from a manifest or a file name is pasted into a script.
 """
 
