@@ -22,8 +22,8 @@ list says: the concatenation matched, every part had its length, so every part i
 content. No chunk is hashed on its own, and no content is hashed twice. A stored chunk that rotted
 makes its file fail the check; that file is then rebuilt from freshly sent chunks only, and the
 fresh chunks replace the stored ones (a rename). A cut transfer resumes: chunks and whole files
-that had arrived complete in ``incoming/`` are not sent again (so at most one piece, under
-:data:`WHOLE_BELOW` bytes, is).
+that had arrived complete in ``incoming/`` are not sent again (so at most one piece, of at most
+:data:`MAX_CHUNK` bytes, is: a file that is one chunk travels whole).
 """
 
 from __future__ import annotations
