@@ -24,9 +24,10 @@ from kzbuild.devices.base import Transport
 from kzbuild.devices.chunkstore import DIRECTORY, HARDLINK, TAR_BLOCK, Member, constant, deliver, tar_header, tar_stream
 from kzbuild.devices.devicelock import DeviceLock, device_lock
 from kzbuild.devices.integrity import check, manifest_files, release_expectations, release_files, relink, update_markers
-from kzbuild.devices.steps import Step
+from kzbuild.devices.steps import Step, run_steps
 from kzbuild.devices.store import (
     CHUNK_GC_SCRIPT,
+    COMMAND_TIMEOUT,
     PRUNE_SCRIPT,
     RELEASE_SCRIPT,
     DeviceState,
@@ -38,16 +39,15 @@ from kzbuild.devices.store import (
     batches,
     by_recency,
     check_switch,
+    history_step,
     inventory,
     inventory_step,
+    parse_history,
     parse_inventory,
     parse_state,
     point,
-    read_history,
-    read_state,
     send,
     state_step,
-    switch_current,
     switch_step,
 )
 from kzbuild.errors import ConfigError, DeviceError
@@ -262,23 +262,27 @@ def _assemble(remote: Remote, layout: Layout, artifact: Artifact, release: str, 
 
 def rollback(transport: Transport, device: Device, *, keep: int | None = None, wait: float = 0.0) -> RollbackResult:
     """Switch ``current`` back to the release that was current before it (waiting for the device lock like deploy)."""
-    with device_lock(transport, device.root, "rollback", wait=wait):
-        return _rollback(transport, device, keep=keep)
+    layout = Layout(device.root)
+    with device_lock(transport, device.root, "rollback", wait=wait, then=[state_step(layout), history_step(layout)]) as lock:
+        return _rollback(transport, device, keep=keep, lock=lock)
 
 
-def _rollback(transport: Transport, device: Device, *, keep: int | None) -> RollbackResult:
+def _rollback(transport: Transport, device: Device, *, keep: int | None, lock: DeviceLock) -> RollbackResult:
     remote = Remote(transport)
     layout = Layout(device.root)
-    state = read_state(remote, layout)
+    state_result, history_result = remote.checked([state_step(layout), history_step(layout)], lock.then)
+    state = parse_state(state_result)
     if state.current is None:
         raise DeviceError(f"{transport.address}: nothing is deployed under {device.root}")
-    history = read_history(remote, layout)
+    history = parse_history(history_result)
     target = next((name for name in by_recency(state, history) if name != state.current), None)
     if target is None:
         raise DeviceError(
             f"{transport.address}: no earlier release to roll back to (only {state.current} is on the device)",
         )
-    switch_current(remote, layout, target, "rollback")
+    switch = switch_step(layout, target, "rollback")
+    results = lock.release_after([switch]) if keep is None else lock.refresh_then([switch])
+    check_switch(remote, layout.current, switch, results[0])
     pruned = prune(remote, layout, keep) if keep is not None else ()
     return RollbackResult(device=transport.address, release=target, previous=state.current, pruned=pruned)
 
@@ -287,8 +291,10 @@ def prune(remote: Remote, layout: Layout, keep: int) -> tuple[str, ...]:
     """Keep the ``keep`` most recently switched-to releases (always the current one); drop unused contents."""
     if keep < 1:
         raise ValueError("keep must be at least 1")
-    state = read_state(remote, layout)
-    recency = by_recency(state, read_history(remote, layout))
+    steps = [state_step(layout), history_step(layout)]
+    state_result, history_result = remote.checked(steps, run_steps(remote.transport, steps, timeout=COMMAND_TIMEOUT))
+    state = parse_state(state_result)
+    recency = by_recency(state, parse_history(history_result))
     kept = set(recency[:keep]) | ({state.current} if state.current else set())
     doomed = [name for name in recency if name not in kept]
     for batch in list(batches(doomed)) or [[]]:  # stale staging dirs go even when no release does

@@ -92,6 +92,8 @@ CHUNK_GC_SCRIPT = (
 # $1 = ROOT. Prints where current points, then "damaged" when that release carries a damage marker.
 CURRENT_SCRIPT = 't=$(readlink "$1/current") || exit 1; printf "%s\\n" "$t"; if [ -e "$1/damaged/${t##*/}" ]; then echo damaged; fi; true'
 DAMAGED = "damaged"  # CURRENT_SCRIPT's word for a marked release
+# $1 = the deploy log; prints it, or nothing when there is none yet.
+HISTORY_SCRIPT = 'cat "$1" 2>/dev/null; true'
 # $1 = staged link, $2 = target, $3 = the link's dir, $4 = the link; then optionally
 # $5 = a log file and $6 = a line to append to it. Prints where the link now points.
 SWITCH_SCRIPT = (
@@ -258,9 +260,13 @@ def parse_state(result: RemoteResult) -> DeviceState:
     return DeviceState(posixpath.basename(link) or None, frozenset(lines[1:cut]), frozenset(lines[cut + 1 :]))
 
 
-def read_history(remote: Remote, layout: Layout) -> list[HistoryEntry]:
+def history_step(layout: Layout) -> Step:
+    return Step(HISTORY_SCRIPT, (layout.history,), "reading the deploy log")
+
+
+def parse_history(result: RemoteResult) -> list[HistoryEntry]:
     history = []
-    for line in remote.lines(["cat", layout.history], what="reading the deploy log") or ():
+    for line in result.text().splitlines():
         parts = line.split("\t")
         if len(parts) == 3:
             history.append(HistoryEntry(*parts))
@@ -274,12 +280,6 @@ def by_recency(state: DeviceState, history: Sequence[HistoryEntry]) -> list[str]
         if entry.release in state.releases and entry.release not in order:
             order.append(entry.release)
     return order + sorted(state.releases - set(order))
-
-
-def switch_current(remote: Remote, layout: Layout, release: str, action: str) -> None:
-    """Point current at releases/<release> (one rename) and log it."""
-    step = switch_step(layout, release, action)
-    check_switch(remote, layout.current, step, remote.run(step.argv, what=step.what))
 
 
 def switch_step(layout: Layout, release: str, action: str) -> Step:
