@@ -22,8 +22,9 @@ from pathlib import Path
 
 from kzbuild.devices.base import Transport
 from kzbuild.devices.chunkstore import DIRECTORY, HARDLINK, TAR_BLOCK, Member, constant, deliver, tar_header, tar_stream
-from kzbuild.devices.devicelock import device_lock
+from kzbuild.devices.devicelock import DeviceLock, device_lock
 from kzbuild.devices.integrity import check, manifest_files, release_expectations, release_files, relink, update_markers
+from kzbuild.devices.steps import Step, run_steps
 from kzbuild.devices.store import (
     CHUNK_GC_SCRIPT,
     COMMAND_TIMEOUT,
@@ -37,12 +38,17 @@ from kzbuild.devices.store import (
     Upload,
     batches,
     by_recency,
+    check_switch,
+    history_step,
     inventory,
+    inventory_step,
+    parse_history,
+    parse_inventory,
+    parse_state,
     point,
-    read_history,
-    read_state,
     send,
-    switch_current,
+    state_step,
+    switch_step,
 )
 from kzbuild.errors import ConfigError, DeviceError
 from kzbuild.files import sha256_file
@@ -70,9 +76,16 @@ def deploy(
     """Make ``artifact`` the device's current release, sending only contents it lacks.
 
     Waits up to ``wait`` seconds for another writer to the device root, then raises Busy.
+
+    Round trips: taking the lock, reading the state and listing the store are one; a first deploy
+    then sends its contents (:func:`~kzbuild.devices.chunkstore.deliver`: a tar stream, then the
+    move into the store), renews the lock and completes the release in one, and renews the lock,
+    switches and releases it in one.
     """
-    with device_lock(transport, device.root, "deploy", wait=wait) as lock:
-        return _deploy(transport, device, artifact, keep=keep, on_progress=on_progress, heartbeat=lock.refresh)
+    started = time.monotonic()
+    layout = Layout(device.root)
+    with device_lock(transport, device.root, "deploy", wait=wait, then=_prologue(layout)) as lock:
+        return _deploy(transport, device, artifact, keep=keep, on_progress=on_progress, lock=lock, started=started)
 
 
 def _deploy(
@@ -82,29 +95,31 @@ def _deploy(
     *,
     keep: int | None,
     on_progress: ProgressCallback | None,
-    heartbeat: Heartbeat,
+    lock: DeviceLock,
+    started: float,
 ) -> DeployResult:
-    started = time.monotonic()
     remote = Remote(transport)
     layout = Layout(device.root)
-    state = read_state(remote, layout)
+    state_result, inventory_result = remote.checked(_prologue(layout), lock.then)
+    state = parse_state(state_result)
     release, complete = _release_for(remote, layout, state, artifact)
     uploads: list[Upload] = []
     stats = SendStats()
     metadata = 0
     if not complete:
-        have = inventory(remote, layout, layout.objects, layout.chunks)
+        have = parse_inventory(inventory_result, layout.chunks)
         uploads = _plan_uploads(artifact, have.stored)
         stats = deliver(remote, layout, uploads, have.partial, on_progress, chunks_empty=have.other_empty)
-        heartbeat()
-        metadata = _assemble(remote, layout, artifact, release)
-        heartbeat()
+        metadata = _assemble(remote, layout, artifact, release, lock)
     # what this deploy just sent was hashed on the device as it entered the store: not again
     verified = frozenset(up.sha256 for up in uploads)
     repaired = _verify_release(remote, layout, state, artifact, release, on_progress, verified)
     switched = state.current != release
     if switched:
-        switch_current(remote, layout, release, "deploy")
+        # renew the lock right before the switch; with nothing to prune, release it in the same round trip
+        switch = switch_step(layout, release, "deploy")
+        results = lock.release_after([switch]) if keep is None else lock.refresh_then([switch])
+        check_switch(remote, layout.current, switch, results[0])
     pruned: tuple[str, ...] = ()
     if keep is not None:
         pruned = prune(remote, layout, keep)
@@ -125,6 +140,11 @@ def _deploy(
         pruned=pruned,
         repaired=repaired,
     )
+
+
+def _prologue(layout: Layout) -> list[Step]:
+    """What deploy runs in the round trip that takes the lock: the state, and the store's inventory."""
+    return [state_step(layout), inventory_step(layout, layout.objects, layout.chunks)]
 
 
 def _release_for(remote: Remote, layout: Layout, state: DeviceState, artifact: Artifact) -> tuple[str, bool]:
@@ -218,10 +238,10 @@ def _repair(
     return repaired
 
 
-def _assemble(remote: Remote, layout: Layout, artifact: Artifact, release: str) -> int:
+def _assemble(remote: Remote, layout: Layout, artifact: Artifact, release: str, lock: DeviceLock) -> int:
     """Build a staging dir of hard links into the store, add the manifest, and rename it into place.
 
-    One command: a tar stream of the manifest (under a name of its own in incoming/), the list of
+    One command, which renews the lock first: a tar stream of the manifest (under a name of its own in incoming/), the list of
     executables and the release's dirs and hard links (which tar makes without a process per
     file). The staging dir's name is unique: nothing is written through a hard link.
     """
@@ -235,32 +255,34 @@ def _assemble(remote: Remote, layout: Layout, artifact: Artifact, release: str) 
     headers = [tar_header(name, 0, kind=DIRECTORY, mode=0o755) for name in dirs]
     headers += [tar_header(f"{staging}/{entry.path}", 0, kind=HARDLINK, linkname=f"objects/{entry.sha256}") for entry in artifact.files]
     stream = chain(tar_stream(members, end=False), (b"".join(headers), bytes(2 * TAR_BLOCK)))
-    argv = ["sh", "-c", RELEASE_SCRIPT, "kz", layout.root, staging, manifest, f"releases/{release}"]
-    result = remote.transport.run_input(argv, stream, timeout=COMMAND_TIMEOUT)
-    if not result.ok:
-        raise remote.error(argv, result, what="completing the release")
+    step = Step(RELEASE_SCRIPT, (layout.root, staging, manifest, f"releases/{release}"), "completing the release")
+    remote.checked([step], lock.refresh_then([step], data=stream))
     return len(manifest_bytes)
 
 
 def rollback(transport: Transport, device: Device, *, keep: int | None = None, wait: float = 0.0) -> RollbackResult:
     """Switch ``current`` back to the release that was current before it (waiting for the device lock like deploy)."""
-    with device_lock(transport, device.root, "rollback", wait=wait):
-        return _rollback(transport, device, keep=keep)
+    layout = Layout(device.root)
+    with device_lock(transport, device.root, "rollback", wait=wait, then=[state_step(layout), history_step(layout)]) as lock:
+        return _rollback(transport, device, keep=keep, lock=lock)
 
 
-def _rollback(transport: Transport, device: Device, *, keep: int | None) -> RollbackResult:
+def _rollback(transport: Transport, device: Device, *, keep: int | None, lock: DeviceLock) -> RollbackResult:
     remote = Remote(transport)
     layout = Layout(device.root)
-    state = read_state(remote, layout)
+    state_result, history_result = remote.checked([state_step(layout), history_step(layout)], lock.then)
+    state = parse_state(state_result)
     if state.current is None:
         raise DeviceError(f"{transport.address}: nothing is deployed under {device.root}")
-    history = read_history(remote, layout)
+    history = parse_history(history_result)
     target = next((name for name in by_recency(state, history) if name != state.current), None)
     if target is None:
         raise DeviceError(
             f"{transport.address}: no earlier release to roll back to (only {state.current} is on the device)",
         )
-    switch_current(remote, layout, target, "rollback")
+    switch = switch_step(layout, target, "rollback")
+    results = lock.release_after([switch]) if keep is None else lock.refresh_then([switch])
+    check_switch(remote, layout.current, switch, results[0])
     pruned = prune(remote, layout, keep) if keep is not None else ()
     return RollbackResult(device=transport.address, release=target, previous=state.current, pruned=pruned)
 
@@ -269,8 +291,10 @@ def prune(remote: Remote, layout: Layout, keep: int) -> tuple[str, ...]:
     """Keep the ``keep`` most recently switched-to releases (always the current one); drop unused contents."""
     if keep < 1:
         raise ValueError("keep must be at least 1")
-    state = read_state(remote, layout)
-    recency = by_recency(state, read_history(remote, layout))
+    steps = [state_step(layout), history_step(layout)]
+    state_result, history_result = remote.checked(steps, run_steps(remote.transport, steps, timeout=COMMAND_TIMEOUT))
+    state = parse_state(state_result)
+    recency = by_recency(state, parse_history(history_result))
     kept = set(recency[:keep]) | ({state.current} if state.current else set())
     doomed = [name for name in recency if name not in kept]
     for batch in list(batches(doomed)) or [[]]:  # stale staging dirs go even when no release does

@@ -102,6 +102,14 @@ def assert_store_invariant(root: Path) -> str | None:
     return target.removeprefix("releases/")
 
 
+def whole_chunks(incoming: Path, original: Path) -> int:
+    """Bytes of the chunks of ``original`` that lie complete in ``incoming`` (what a resumed deploy need not send)."""
+    from kzbuild.devices.chunkstore import split
+
+    sizes = {piece.name: piece.size for piece in split(original, original.stat().st_size)}
+    return sum(size for name, size in sizes.items() if (incoming / name).is_file() and (incoming / name).stat().st_size == size)
+
+
 def flip_byte(path: Path, offset: int = 100) -> None:
     """Change one byte of ``path`` in place, as failing storage would (every hard link sees it)."""
     with open(path, "r+b") as handle:

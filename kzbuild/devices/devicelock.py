@@ -24,12 +24,13 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 
-from kzbuild.devices.base import Transport
-from kzbuild.devices.store import Layout, Remote
+from kzbuild.devices.base import ByteSource, RemoteResult, Transport
+from kzbuild.devices.steps import Step, run_steps
+from kzbuild.devices.store import COMMAND_TIMEOUT, Layout, Remote
 from kzbuild.errors import Busy, ConfigError, KzError
 from kzbuild.model.devicelock import OWNER_FIELDS, LockOwner, LockSighting
 
@@ -86,10 +87,6 @@ REMOVE_SCRIPT = _TOKEN_OF + (
 )
 
 
-def script_argv(script: str, *args: str) -> list[str]:
-    return ["sh", "-c", script, "kz-lock", *args]
-
-
 def lease_seconds() -> float:
     raw = os.environ.get(LEASE_ENV)
     if raw is None:
@@ -125,29 +122,63 @@ def is_stale(sighting: LockSighting, *, host: str, lease: float) -> bool:
 
 
 class DeviceLock:
-    """A held lock; ``refresh`` between the steps of a long operation, ``release`` at the end."""
+    """A held lock; ``refresh`` between the steps of a long operation, ``release`` at the end.
 
-    def __init__(self, remote: Remote, layout: Layout, owner: LockOwner) -> None:
+    ``then`` holds the results of the steps that ran in the same round trip as taking the lock
+    (see :func:`acquire`). ``refresh_then`` and ``release_after`` put the heartbeat (and the
+    release) into the round trip of the operation's own next steps.
+    """
+
+    def __init__(self, remote: Remote, layout: Layout, owner: LockOwner, then: Sequence[RemoteResult] = ()) -> None:
         self.remote = remote
         self.layout = layout
         self.owner = owner
+        self.then = list(then)
+        self.released = False
 
     def refresh(self) -> None:
         """Renew the heartbeat; Busy if another kzbuild broke the lock as stale meanwhile."""
-        what = "refreshing the device lock"
-        argv = script_argv(REFRESH_SCRIPT, self.layout.lock, self.owner.token)
-        result = self.remote.run(argv, what=what, check=False)
-        if result.returncode == NOT_OURS:
+        self.refresh_then([])
+
+    def refresh_then(self, steps: Sequence[Step], *, data: ByteSource | None = None, timeout: float = COMMAND_TIMEOUT) -> list[RemoteResult]:
+        """Renew the heartbeat, then run ``steps`` (with ``data`` as their stdin), in one round trip.
+
+        Busy (and none of the steps ran) if the lock is not ours any more. Returns the steps'
+        results, up to the first that failed.
+        """
+        refresh = Step(REFRESH_SCRIPT, (self.layout.lock, self.owner.token), "refreshing the device lock")
+        results = run_steps(self.remote.transport, [refresh, *steps], data=data, timeout=timeout)
+        if results[0].returncode == NOT_OURS:
             raise Busy(
                 f"device {self.remote.address} lost its lock {self.layout.lock}: another kzbuild judged it stale and took over",
                 hint=f"raise {LEASE_ENV} above the longest step (one file upload or checksum) of an operation",
             )
-        if not result.ok:
-            raise self.remote.error(argv, result, what=what)
+        self.remote.checked([refresh], results[:1])
+        return results[1:]
+
+    def release_after(self, steps: Sequence[Step]) -> list[RemoteResult]:
+        """Renew the heartbeat, run ``steps``, then release the lock, in one round trip.
+
+        When a step fails (or the removal finds the break mutex taken) the lock stays held and
+        ``release`` removes it as usual. Returns the steps' results, up to the first that failed.
+        """
+        remove = remove_step(self.layout, self.owner.token)
+        results = self.refresh_then([*steps, remove])
+        if len(results) > len(steps) and results[-1].returncode in (0, NOT_OURS):
+            self._released(results[-1].ok)
+        return results[: len(steps)]
+
+    def _released(self, ours: bool) -> None:
+        self.released = True
+        _held_tokens.discard(self.owner.token)
+        if not ours:
+            log.warning("%s: the lock %s was no longer ours at release", self.remote.address, self.layout.lock)
 
     def release(self) -> None:
         """Remove the lock if it is still ours. A failure is logged, not raised: it must not hide
         the operation's own error, and the lock left behind is recovered as stale."""
+        if self.released:
+            return
         _held_tokens.discard(self.owner.token)
         try:
             if not remove_if_held_by(self.remote, self.layout, self.owner.token):
@@ -157,26 +188,33 @@ class DeviceLock:
 
 
 @contextmanager
-def device_lock(transport: Transport, root: str, operation: str, *, wait: float = 0.0) -> Iterator[DeviceLock]:
-    """Hold the device root's lock for ``operation``; wait up to ``wait`` seconds, then raise Busy."""
-    lock = acquire(Remote(transport), Layout(root), operation, wait=wait)
+def device_lock(transport: Transport, root: str, operation: str, *, wait: float = 0.0, then: Sequence[Step] = ()) -> Iterator[DeviceLock]:
+    """Hold the device root's lock for ``operation``; wait up to ``wait`` seconds, then raise Busy.
+
+    ``then`` runs right after the lock is taken, in the same round trip (results in ``lock.then``).
+    """
+    lock = acquire(Remote(transport), Layout(root), operation, wait=wait, then=then)
     try:
         yield lock
     finally:
         lock.release()
 
 
-def acquire(remote: Remote, layout: Layout, operation: str, *, wait: float) -> DeviceLock:
+def acquire(remote: Remote, layout: Layout, operation: str, *, wait: float, then: Sequence[Step] = ()) -> DeviceLock:
+    """Take the lock, waiting up to ``wait`` seconds; ``then`` runs in the same round trip once it is taken
+    (their results, up to the first that failed, are the lock's ``then``)."""
     host, lease = host_name(), lease_seconds()
     since = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     owner = LockOwner(host, os.getpid(), since, operation, secrets.token_hex(8))
     deadline = time.monotonic() + wait
-    argv = script_argv(ACQUIRE_SCRIPT, layout.root, layout.lock, *owner.lines())
+    step = Step(ACQUIRE_SCRIPT, (layout.root, layout.lock, *owner.lines()), "taking the device lock")
+    argv = step.argv
     while True:
-        result = remote.run(argv, what="taking the device lock", check=False)
+        results = run_steps(remote.transport, [step, *then], timeout=COMMAND_TIMEOUT)
+        result = results[0]
         if result.ok:
             _held_tokens.add(owner.token)
-            return DeviceLock(remote, layout, owner)
+            return DeviceLock(remote, layout, owner, then=results[1:])
         if result.returncode == VANISHED:
             continue
         if result.returncode != HELD:
@@ -201,8 +239,7 @@ def _parse_sighting(text: str) -> LockSighting:
 
 def remove_if_held_by(remote: Remote, layout: Layout, token: str) -> bool:
     """Remove the lock if it holds ``token``; False if it holds another one."""
-    grave = f"{layout.lock}.stale-{secrets.token_hex(6)}"
-    argv = script_argv(REMOVE_SCRIPT, layout.lock, token, grave, str(int(lease_seconds())))
+    argv = remove_step(layout, token).argv
     for _ in range(MUTEX_RETRIES):
         result = remote.run(argv, what="removing the device lock", check=False)
         if result.returncode == MUTEX_BUSY:
@@ -214,6 +251,11 @@ def remove_if_held_by(remote: Remote, layout: Layout, token: str) -> bool:
             raise remote.error(argv, result, what="removing the device lock")
         return True
     raise Busy(f"device {remote.address}: the lock {layout.lock}.break stayed taken for {MUTEX_RETRIES * MUTEX_PAUSE:.0f} s")
+
+
+def remove_step(layout: Layout, token: str) -> Step:
+    grave = f"{layout.lock}.stale-{secrets.token_hex(6)}"
+    return Step(REMOVE_SCRIPT, (layout.lock, token, grave, str(int(lease_seconds()))), "removing the device lock")
 
 
 def _busy(remote: Remote, layout: Layout, sighting: LockSighting, wait: float, lease: float) -> Busy:

@@ -24,8 +24,9 @@ sha256sum, chmod, ln, mv -f, rm, find -links, dirname, head -n, cut, sort, comm)
 a new symlink is made in ``.switch/`` and moved *into* its directory, which is one rename(2)
 that replaces the old symlink (mv does not follow a symlink it replaces).
 
-Round trips cost 50-100 ms each over ssh or adb, so related steps run as one ``sh -c`` with
-a constant script. The data (paths, names) always goes in as positional arguments quoted by
+Every device command is a round trip (a new ssh channel or ``adb shell``, and a shell on the
+device), so related steps run as one ``sh -c`` with a constant script, and scripts that follow
+each other run as one command (:mod:`kzbuild.devices.steps`; the ``*_step`` functions here). The data (paths, names) always goes in as positional arguments quoted by
 ``remote_command``; nothing from a manifest or a file name is pasted into a script.
 """
 
@@ -41,6 +42,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kzbuild.devices.base import NO_SPACE, RemoteResult, Resumable, Transport, device_full
+from kzbuild.devices.steps import Step
 from kzbuild.errors import DeviceError
 
 log = logging.getLogger(__name__)
@@ -90,6 +92,8 @@ CHUNK_GC_SCRIPT = (
 # $1 = ROOT. Prints where current points, then "damaged" when that release carries a damage marker.
 CURRENT_SCRIPT = 't=$(readlink "$1/current") || exit 1; printf "%s\\n" "$t"; if [ -e "$1/damaged/${t##*/}" ]; then echo damaged; fi; true'
 DAMAGED = "damaged"  # CURRENT_SCRIPT's word for a marked release
+# $1 = the deploy log; prints it, or nothing when there is none yet.
+HISTORY_SCRIPT = 'cat "$1" 2>/dev/null; true'
 # $1 = staged link, $2 = target, $3 = the link's dir, $4 = the link; then optionally
 # $5 = a log file and $6 = a line to append to it. Prints where the link now points.
 SWITCH_SCRIPT = (
@@ -186,6 +190,13 @@ class Remote:
             return device_full(self.address, detail)
         return DeviceError(f"{self.address}: {detail}")
 
+    def checked(self, steps: Sequence[Step], results: Sequence[RemoteResult]) -> list[RemoteResult]:
+        """``results`` of :func:`~kzbuild.devices.steps.run_steps`, or the error of the step that failed."""
+        for step, result in zip(steps, results, strict=False):  # results stop at the first failure
+            if not result.ok:
+                raise self.error(step.argv, result, what=step.what)
+        return list(results)
+
     def script(self, script: str, args: Sequence[str], *, what: str, check: bool = True, timeout: float = COMMAND_TIMEOUT) -> RemoteResult:
         return self.run(["sh", "-c", script, "kz", *args], what=what, check=check, timeout=timeout)
 
@@ -234,15 +245,28 @@ class HistoryEntry:
 
 def read_state(remote: Remote, layout: Layout) -> DeviceState:
     """Create the layout if needed; where current points and which releases exist (one round trip)."""
-    lines = remote.script(STATE_SCRIPT, [layout.root], what="reading the device state").text().splitlines()
+    step = state_step(layout)
+    return parse_state(remote.run(step.argv, what=step.what))
+
+
+def state_step(layout: Layout) -> Step:
+    return Step(STATE_SCRIPT, (layout.root,), "reading the device state")
+
+
+def parse_state(result: RemoteResult) -> DeviceState:
+    lines = result.text().splitlines()
     link = lines[0].rstrip("/") if lines else ""
     cut = lines.index("/", 1)
     return DeviceState(posixpath.basename(link) or None, frozenset(lines[1:cut]), frozenset(lines[cut + 1 :]))
 
 
-def read_history(remote: Remote, layout: Layout) -> list[HistoryEntry]:
+def history_step(layout: Layout) -> Step:
+    return Step(HISTORY_SCRIPT, (layout.history,), "reading the deploy log")
+
+
+def parse_history(result: RemoteResult) -> list[HistoryEntry]:
     history = []
-    for line in remote.lines(["cat", layout.history], what="reading the deploy log") or ():
+    for line in result.text().splitlines():
         parts = line.split("\t")
         if len(parts) == 3:
             history.append(HistoryEntry(*parts))
@@ -258,19 +282,31 @@ def by_recency(state: DeviceState, history: Sequence[HistoryEntry]) -> list[str]
     return order + sorted(state.releases - set(order))
 
 
-def switch_current(remote: Remote, layout: Layout, release: str, action: str) -> None:
-    """Point current at releases/<release> (one rename) and log it."""
+def switch_step(layout: Layout, release: str, action: str) -> Step:
+    """The step that points current at releases/<release> and logs it (see :func:`check_switch`)."""
     entry = HistoryEntry(datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), action, release)
-    point(remote, layout, layout.current, posixpath.join("releases", release), log_line=entry.line())
+    return point_step(layout, layout.current, posixpath.join("releases", release), log_line=entry.line())
 
 
 def point(remote: Remote, layout: Layout, link: str, target: str, *, log_line: str | None = None) -> None:
     """Make the symlink ``link`` point at ``target`` with one rename; append ``log_line`` to the deploy log."""
+    step = point_step(layout, link, target, log_line=log_line)
+    check_switch(remote, link, step, remote.run(step.argv, what=step.what))
+
+
+def point_step(layout: Layout, link: str, target: str, *, log_line: str | None = None) -> Step:
     staged = posixpath.join(layout.switch, posixpath.basename(link))
     args = [staged, target, posixpath.dirname(link) + "/", link]
     if log_line is not None:
         args += [layout.history, log_line]
-    now = remote.script(SWITCH_SCRIPT, args, what=f"switching {link}").text().strip()
+    return Step(SWITCH_SCRIPT, tuple(args), f"switching {link}")
+
+
+def check_switch(remote: Remote, link: str, step: Step, result: RemoteResult) -> None:
+    """That the switch ran and ``link`` now points at the step's target."""
+    remote.checked([step], [result])
+    target = step.args[1]
+    now = result.text().strip()
     if now != target:
         raise DeviceError(f"{remote.address}: {link} points at {now or 'nothing'} after the switch, not {target}")
 
@@ -301,7 +337,16 @@ class SendStats:
 
 def inventory(remote: Remote, layout: Layout, store_dir: str, other: str = "") -> Inventory:
     """What ``store_dir`` holds, what a cut upload left in incoming/, and whether ``other`` is empty."""
-    lines = remote.script(INVENTORY_SCRIPT, [store_dir, layout.incoming, other], what="listing the content store").text().splitlines()
+    step = inventory_step(layout, store_dir, other)
+    return parse_inventory(remote.run(step.argv, what=step.what), other)
+
+
+def inventory_step(layout: Layout, store_dir: str, other: str = "") -> Step:
+    return Step(INVENTORY_SCRIPT, (store_dir, layout.incoming, other), "listing the content store")
+
+
+def parse_inventory(result: RemoteResult, other: str = "") -> Inventory:
+    lines = result.text().splitlines()
     cut = lines.index("/")
     end = lines.index("/", cut + 1) if other else len(lines)
     sizes = {}

@@ -114,14 +114,15 @@ def lock_left(root: Path) -> bool:
     return (root / ".lock").exists()
 
 
-# a deploy of b2 over b1 (two changed libraries) makes 12 device operations: 1 lock, 2 state,
-# 3 inventory, 4 chunk lists up (the device answers which chunks it lacks), 5 one tar stream of
-# chunks that ends in assembly and sha256sum on the device, 6 store moves, 7 refresh, 8 the
-# release (one tar of the manifest and hard links), 9 refresh, 10 sha256sum of the release's
-# other files, 11 switch, 12 unlock. A kill at 4, 5, 6 or 8 cuts that command's input in half:
-# half the lists, half the stream, half the moves, half the release. bench_faults.py kills at each.
-KILL_POINTS = {"local": (1, 4, 5, 6, 8, 10, 11, 12), "ssh": (5, 6, 8), "adb": (5, 6, 8)}
-STORE_POINT, SWITCH_POINT, LAST_POINT = 6, 11, 12
+# a deploy of b2 over b1 (two changed libraries) makes 7 device commands: 1 lock, state and
+# inventory (one sequence, kzbuild.devices.steps), 2 chunk lists up (the device answers which
+# chunks it lacks), 3 one tar stream of chunks that ends in assembly and sha256sum on the device,
+# 4 store moves, 5 refresh and the release (one tar of the manifest and hard links), 6 sha256sum
+# of the release's other files, 7 refresh, switch and unlock. A kill at 2, 3, 4 or 5 cuts that
+# command's input in half: half the lists, half the stream, half the moves, half the release.
+# bench_faults.py kills at each.
+KILL_POINTS = {"local": (1, 2, 3, 4, 5, 6, 7), "ssh": (3, 4, 5), "adb": (3, 4, 5)}
+STORE_POINT, SWITCH_POINT, LAST_POINT = 4, 7, 7
 
 @pytest.mark.parametrize(("target", "point"), [(kind, point) for kind, points in KILL_POINTS.items() for point in points], indirect=["target"])
 def test_kill_9_mid_deploy_then_a_fresh_deploy_recovers(kz, spawn, target, artifacts, point, clean_lock_env):
@@ -269,9 +270,9 @@ def grow(disk: Path) -> None:
     subprocess.run(["mount", "-o", "remount,size=8m", str(disk)], check=True)
 
 
-@pytest.mark.parametrize(("target", "blob_size"), [("local", 1 << 20), ("ssh", 1 << 20), ("local", 110 << 10)], indirect=["target"])
+@pytest.mark.parametrize(("target", "blob_size"), [("local", 1 << 20), ("ssh", 1 << 20), ("local", 200 << 10)], indirect=["target"])
 def test_a_full_disk_is_exit_8_naming_device_and_path_then_the_deploy_completes(kz, small_disk, target, artifacts, blob_size, clean_lock_env):
-    """1 MiB: the disk fills up while the stream arrives; 110 KiB: the chunks arrive, then the disk
+    """1 MiB: the disk fills up while the stream arrives; 200 KiB (3 chunks): the chunks arrive, then the disk
     fills up while the file is put together from them (no corruption: a full disk)."""
     assert target.root == small_disk
     deployed(kz, target, artifacts.make("b1"))
@@ -322,10 +323,10 @@ def test_two_processes_recovering_one_dead_holders_lock_at_once_both_finish(kz, 
 
 # --- chunks: a corrupted chunk, an assembly cut short ---
 def data_builds(artifacts, seed: int = 7) -> tuple[Path, Path, bytes]:  # type: ignore[no-untyped-def]
-    """b1 and b2 with a 256 KiB lib/libdata.so that differs in 64 bytes in the middle (and another
-    libgreet.so); the data of b1."""
-    data = random.Random(seed).randbytes(256 * 1024)
-    edited = data[:120_000] + os.urandom(64) + data[120_064:]
+    """b1 and b2 with a 2 MiB lib/libdata.so (about 25 chunks) that differs in 64 bytes in the middle
+    (and another libgreet.so); the data of b1."""
+    data = random.Random(seed).randbytes(2 << 20)
+    edited = data[:1_000_000] + os.urandom(64) + data[1_000_064:]
     build2 = artifacts.make("b2", greeting="hello from v2", extra={"lib/libdata.so": edited})
     return artifacts.make("b1", extra={"lib/libdata.so": data}), build2, data
 
@@ -355,7 +356,7 @@ def test_verify_reports_and_drops_a_damaged_chunk_and_deploy_sends_it_again(kz, 
     assert not (target.root / "chunks" / name).exists()
     assert kz("device", "verify", "--device", target.spec).code == 0  # releases were never touched
     summary = deployed(kz, target, build2)
-    assert summary["bytes_sent"] < 64 * 1024  # the dropped chunk, the edited one and libgreet.so's
+    assert summary["bytes_sent"] < len(data) // 2  # the dropped chunk, the edited ones and libgreet.so's, not all of libdata.so
     assert (target.root / "chunks" / name).exists() and assert_store_invariant(target.root) == "b2"
 
 

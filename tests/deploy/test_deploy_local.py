@@ -11,11 +11,10 @@ import pytest
 
 from kzbuild import deploy
 from kzbuild.artifacts import load_artifact
-from kzbuild.devices.chunkstore import WHOLE_BELOW
 from kzbuild.devices.local import LocalTransport
 from kzbuild.errors import DeviceError
 from kzbuild.model.device import Device
-from tests.fixtures_deploy import CuttingTransport, write_manifest
+from tests.fixtures_deploy import CuttingTransport, whole_chunks, write_manifest
 
 
 def deployed(kz, device_root: Path, artifact: Path, *extra: str) -> dict:
@@ -95,8 +94,10 @@ def test_cut_deploy_keeps_current_and_the_next_one_resumes(artifacts, tmp_path):
     arrived = sum(path.stat().st_size for path in (root / "incoming").iterdir() if path.is_file())
     assert 100 * 1024 < arrived < 200 * 1024
     assert not (root / "releases" / "b2").exists()
+    whole = whole_chunks(root / "incoming", build2.path / blob.path)
+    assert 0 < whole < arrived  # some chunks arrived whole, one was cut
     resumed = deploy.deploy(LocalTransport(str(root)), device, build2)
-    assert arrived - WHOLE_BELOW < resumed.bytes_resumed <= arrived  # only the chunk that was cut is sent again
+    assert resumed.bytes_resumed == whole  # only the chunk that was cut is sent again
     assert resumed.bytes_sent == blob.size - resumed.bytes_resumed
     assert current_release(root) == "releases/b2"
     assert run_hello(root) == "hello from v1\nblob 524288\n"

@@ -7,8 +7,8 @@ import os
 import time
 from pathlib import Path
 
-from kzbuild.devices.chunkstore import WHOLE_BELOW
 from kzbuild.errors import DeviceError
+from tests.fixtures_deploy import whole_chunks
 
 
 def ssh_deploy(kz, sshd, root: Path, artifact: Path, *extra: str, port: int | None = None):
@@ -83,8 +83,10 @@ def test_cut_mid_transfer_keeps_current_then_a_rerun_resumes(kz, sshd, ssh_home,
     assert 0 < arrived < big
     assert not (root / "objects" / blob_sha).exists() and not (root / "releases" / "b2").exists()
 
+    whole = whole_chunks(root / "incoming", build2 / "lib" / "libblob.so")
+    assert 0 < whole <= arrived
     rerun = ok(ssh_deploy(kz, sshd, root, build2))
-    assert arrived - WHOLE_BELOW < rerun["bytes_resumed"] <= arrived  # at most the chunk that was cut is sent again
+    assert rerun["bytes_resumed"] == whole  # at most the chunk that was cut is sent again
     assert rerun["bytes_sent"] == (build2 / "lib" / "libblob.so").stat().st_size - rerun["bytes_resumed"]
     assert os.readlink(root / "current") == "releases/b2"
     assert run_hello_over_ssh(kz, sshd, root) == f"hello from v1\nblob {big}\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,12 @@ def test_nothing_listening(ssh_home, tmp_path, sshd):
     port = free_port()
     with pytest.raises(DeviceError, match=f"cannot connect to 127.0.0.1:{port}"):
         SshTransport(ssh_device(sshd, tmp_path, port))
+
+
+def test_the_connection_sends_small_packets_at_once(transport):
+    """Nagle off, as OpenSSH's client has it: with it on, each command waited ~40 ms for a delayed ACK."""
+    sock = transport._client.get_transport().sock
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
 
 
 def test_run_returns_the_real_exit_code_and_separate_streams(transport, tmp_path):
