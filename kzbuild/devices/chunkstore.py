@@ -52,6 +52,8 @@ from kzbuild.devices.store import (
     Upload,
     mismatch_error,
     parse_sha256sum,
+    sections,
+    sizes_of,
 )
 from kzbuild.errors import DeviceError
 
@@ -376,15 +378,8 @@ def _stream(
             lines = stderr.strip().splitlines()
             raise device_full(remote.address, f"{what} into {layout.incoming}/ failed" + (f": {lines[0]}" if lines else ""))
         raise remote.error(argv, result, what=what)
-    lines = result.text().split("\n")
-    cut = lines.index("/") if "/" in lines else len(lines)
-    found = parse_sha256sum(lines[:cut])
-    sizes: dict[str, int] = {}
-    for line in lines[cut + 1 :]:
-        size, _, name = line.partition(" ")
-        if size.isdigit():
-            sizes[name] = int(size)
-    return total, found, sizes
+    sums, sizes = sections(result.text().split("\n"), 2, what=f"receiving {len(members)} file(s) and chunk(s)")
+    return total, parse_sha256sum(sums), sizes_of(sizes)
 
 
 def _store(remote: Remote, layout: Layout, token: str, good: Sequence[Content], chunks: Sequence[str]) -> None:

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from kzbuild.devices.store import NAME_HEX, Layout, Remote, device_sha256, read_state
+from kzbuild.devices.store import NAME_HEX, Layout, Remote, device_sha256, read_state, sections
 from kzbuild.model.artifact import MANIFEST, SHA256_RE, ArtifactFile, parse_files
 from kzbuild.model.integrity import MISSING, Damage, DamageKind, StoreReport
 
@@ -110,11 +110,10 @@ def verify_store(remote: Remote, layout: Layout) -> StoreReport:
     ones; remove damaged chunks (deploy sends a chunk the device lacks)."""
     state = read_state(remote, layout)
     listing = remote.script(LISTING_SCRIPT, [layout.objects, layout.models, layout.chunks], what="listing the content store").text().split("\n")
-    first = listing.index("/")
-    second = listing.index("/", first + 1)
-    objects = [name for name in listing[:first] if SHA256_RE.match(name)]
-    models = [name for name in listing[first + 1 : second] if name.endswith(MODEL_SUFFIX) and SHA256_RE.match(name.removesuffix(MODEL_SUFFIX))]
-    chunks = [name for name in listing[second + 1 :] if CHUNK_NAME_RE.match(name)]
+    object_names, model_names, chunk_names = sections(listing, 3, what="listing the content store")
+    objects = [name for name in object_names if SHA256_RE.match(name)]
+    models = [name for name in model_names if name.endswith(MODEL_SUFFIX) and SHA256_RE.match(name.removesuffix(MODEL_SUFFIX))]
+    chunks = [name for name in chunk_names if CHUNK_NAME_RE.match(name)]
     expected = [Expected("object", name, f"objects/{name}", name) for name in objects]
     expected += [Expected("chunk", name, f"chunks/{name}", name) for name in chunks]
     expected += [Expected("model", name, f"models/{name}", name.removesuffix(MODEL_SUFFIX)) for name in models]

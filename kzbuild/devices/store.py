@@ -253,11 +253,25 @@ def state_step(layout: Layout) -> Step:
     return Step(STATE_SCRIPT, (layout.root,), "reading the device state")
 
 
+def sections(lines: list[str], count: int, *, what: str) -> list[list[str]]:
+    """A device script's listing cut at its "/" lines (no file name is "/") into ``count`` parts;
+    fewer "/" lines than that means the answer was cut short, which is an error, not a listing."""
+    parts: list[list[str]] = [[]]
+    for line in lines:
+        if line == "/" and len(parts) < count:
+            parts.append([])
+        else:
+            parts[-1].append(line)
+    if len(parts) < count:
+        raise DeviceError(f"{what}: the device's answer was cut short (it holds {len(parts) - 1} of {count - 1} '/' lines)")
+    return parts
+
+
 def parse_state(result: RemoteResult) -> DeviceState:
     lines = result.text().splitlines()
     link = lines[0].rstrip("/") if lines else ""
-    cut = lines.index("/", 1)
-    return DeviceState(posixpath.basename(link) or None, frozenset(lines[1:cut]), frozenset(lines[cut + 1 :]))
+    releases, marked = sections(lines[1:], 2, what="reading the device state")
+    return DeviceState(posixpath.basename(link) or None, frozenset(releases), frozenset(marked))
 
 
 def history_step(layout: Layout) -> Step:
@@ -346,15 +360,18 @@ def inventory_step(layout: Layout, store_dir: str, other: str = "") -> Step:
 
 
 def parse_inventory(result: RemoteResult, other: str = "") -> Inventory:
-    lines = result.text().splitlines()
-    cut = lines.index("/")
-    end = lines.index("/", cut + 1) if other else len(lines)
+    stored, partial, *rest = sections(result.text().splitlines(), 3 if other else 2, what="listing the content store")
+    return Inventory(frozenset(stored), sizes_of(partial), not any(rest[0]) if rest else True)
+
+
+def sizes_of(lines: list[str]) -> dict[str, int]:
+    """``SIZE NAME`` lines (a ``wc -c``-like listing) as name -> bytes."""
     sizes = {}
-    for line in lines[cut + 1 : end]:
+    for line in lines:
         size, _, name = line.partition(" ")
         if size.isdigit():
             sizes[name] = int(size)
-    return Inventory(frozenset(lines[:cut]), sizes, not any(lines[end + 1 :]))
+    return sizes
 
 
 def send(remote: Remote, layout: Layout, store_dir: str, uploads: Sequence[Upload], partial: dict[str, int], on_progress: ProgressCallback | None) -> SendStats:

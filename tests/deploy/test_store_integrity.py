@@ -370,3 +370,21 @@ def test_keep_removes_what_cut_deploys_left_behind(kz, artifacts, tmp_path):
     assert sorted(p.name for p in (root / "releases").iterdir()) == ["b1"]
     assert list((root / "incoming").iterdir()) == []
     assert_store_invariant(root)
+
+
+def test_a_listing_cut_short_is_an_error_not_a_listing():
+    """A device answer that lost its tail (a dropped connection, a killed shell) must not read as a store with less in it."""
+    from kzbuild.devices.base import RemoteResult
+    from kzbuild.devices.store import parse_inventory, parse_state, sections
+    from kzbuild.errors import DeviceError
+
+    assert sections(["a", "/", "b", "/", "c", "/", "d"], 3, what="x") == [["a"], ["b"], ["c", "/", "d"]]
+    assert sections(["/", "/"], 3, what="x") == [[], [], []]
+    with pytest.raises(DeviceError, match="cut short"):
+        sections(["a", "/", "b"], 3, what="listing the content store")
+    with pytest.raises(DeviceError, match="reading the device state: the device's answer was cut short"):
+        parse_state(RemoteResult(0, b"releases/r1\nr1\nr2\n", b""))
+    with pytest.raises(DeviceError, match="listing the content store"):
+        parse_inventory(RemoteResult(0, b"abc\n", b""), "chunks")
+    inventory = parse_inventory(RemoteResult(0, b"abc\n/\n12 partial\n/\n", b""), "chunks")
+    assert inventory.stored == {"abc"} and inventory.partial == {"partial": 12} and inventory.other_empty
