@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 
 from kzbuild.bench import bench, check_spec, model_sha256, new_run_id, probe, spec_env_names
 from kzbuild.devices.base import ByteSink, Transport
+from kzbuild.devices.devicelock import device_lock
 from kzbuild.errors import ConfigError, DeviceError
 from kzbuild.model.bench import BenchPart, BenchSpec
 from kzbuild.model.device import Device
@@ -118,7 +119,10 @@ def run_interleaved(
     (default: fresh, returned) draws the order of each block; the sweep order inside each turn
     is ``spec.seed`` or, when unset, the same seed. ``spec.cooldown`` also separates turns.
     ``order`` (blocks of arm names, each arm once per block) is taken as given instead of drawn:
-    a caller that reports the order it chose (``kzbuild roll``) passes it with its seed."""
+    a caller that reports the order it chose (``kzbuild roll``) passes it with its seed.
+
+    Holds the device lock (as ``bench``) from naming the releases to the last turn, so no deploy
+    can prune or switch them meanwhile; Busy when another kzbuild holds it."""
     names = [arm.name for arm in arms]
     if len(names) < 2 or len(set(names)) != len(names):
         raise ConfigError(f"an interleaved experiment needs two or more variants with distinct names (got {', '.join(names) or 'none'})")
@@ -127,38 +131,46 @@ def run_interleaved(
     check_spec(spec)
     if cooling is not None:
         check_cooling(cooling)
-    releases = {arm.name: release_named(transport, device, arm.release) for arm in arms}
-    for warning in dict.fromkeys(w for release in releases.values() for w in env_warnings(settings, release, spec_env_names(spec))):
-        log.warning("%s", warning)
-    model_hash = model_sha256(transport, device, spec.model)
-    seed = fresh_seed(seed)
-    if order is None:
-        order = interleaved_order(names, blocks, seed)
-    elif len(order) != blocks or any(sorted(block) != sorted(names) for block in order):
-        raise ConfigError(f"an interleaved order must hold each of {', '.join(names)} once in each of {blocks} blocks")
-    turn_spec = replace(spec, seed=spec.seed if spec.seed is not None else seed)
-    run_id = new_run_id(datetime.now(timezone.utc))
-    logs = settings.work / "bench" / run_id
-    records: dict[str, list[BenchRecord]] = {name: [] for name in names}
-    starts: list[BlockStart] = []
-    seq = 0
-    for block, variants in enumerate(order):
-        start = wait_cool(transport, device, cooling, block, sleep=sleep, clock=clock) if cooling else None
-        if start:
-            starts.append(start)
-        for position, name in enumerate(variants):
-            if spec.cooldown and (block or position) and not (start and position == 0):
-                sleep(spec.cooldown)
-            if on_turn:
-                on_turn(Turn(block=block, blocks=blocks, position=position, variant=name))
-            variant = VariantInfo(
-                name=name, block=block, blocks=blocks, seed=seed,
-                start_c=start.hottest_c if start else None, waited_s=start.waited_s if start else None,
-            )  # fmt: skip
-            part = BenchPart(run_id=run_id, logs=logs / f"{block:03d}-{name.replace('/', '--')}", first_seq=seq, model_sha256=model_hash, variant=variant)
-            turn = bench(settings, transport, device, turn_spec, store, on_stderr=on_stderr, sleep=sleep, release=releases[name], part=part)
-            records[name] += turn.records
-            seq += len(turn.records)
+    # Held from naming the arms' releases to the last turn: a deploy meanwhile could prune one.
+    with device_lock(transport, device.root, "bench") as lock:
+        releases = {arm.name: release_named(transport, device, arm.release) for arm in arms}
+        for warning in dict.fromkeys(w for release in releases.values() for w in env_warnings(settings, release, spec_env_names(spec))):
+            log.warning("%s", warning)
+        model_hash = model_sha256(transport, device, spec.model)
+        seed = fresh_seed(seed)
+        if order is None:
+            order = interleaved_order(names, blocks, seed)
+        elif len(order) != blocks or any(sorted(block) != sorted(names) for block in order):
+            raise ConfigError(f"an interleaved order must hold each of {', '.join(names)} once in each of {blocks} blocks")
+        turn_spec = replace(spec, seed=spec.seed if spec.seed is not None else seed)
+        run_id = new_run_id(datetime.now(timezone.utc))
+        logs = settings.work / "bench" / run_id
+        records: dict[str, list[BenchRecord]] = {name: [] for name in names}
+        starts: list[BlockStart] = []
+        seq = 0
+
+        def sleep_held(seconds: float) -> None:  # a cool-down wait may outlast the lock's lease
+            sleep(seconds)
+            lock.refresh()
+
+        for block, variants in enumerate(order):
+            start = wait_cool(transport, device, cooling, block, sleep=sleep_held, clock=clock) if cooling else None
+            if start:
+                starts.append(start)
+            for position, name in enumerate(variants):
+                if spec.cooldown and (block or position) and not (start and position == 0):
+                    sleep(spec.cooldown)
+                if on_turn:
+                    on_turn(Turn(block=block, blocks=blocks, position=position, variant=name))
+                variant = VariantInfo(
+                    name=name, block=block, blocks=blocks, seed=seed,
+                    start_c=start.hottest_c if start else None, waited_s=start.waited_s if start else None,
+                )  # fmt: skip
+                part = BenchPart(run_id=run_id, logs=logs / f"{block:03d}-{name.replace('/', '--')}", first_seq=seq, model_sha256=model_hash, variant=variant)
+                lock.refresh()
+                turn = bench(settings, transport, device, turn_spec, store, on_stderr=on_stderr, sleep=sleep, release=releases[name], part=part)
+                records[name] += turn.records
+                seq += len(turn.records)
     return InterleavedRun(
         run_id=run_id,
         seed=seed,

@@ -163,3 +163,24 @@ def test_env_names_are_checked_once_for_the_whole_experiment(project, tmp_path, 
     with ResultsStore(project.root / "results") as store:
         interleave.run_interleaved(project.settings, LocalTransport(str(device_root.root)), device, [Arm("a", "build-a"), Arm("b", "build-b")], spec, store, blocks=3, seed=2)
     assert caplog.text.count("cannot check GGML_HEXAGON_* names: recipe demo-host is not synced here") == 1
+
+
+def test_the_device_lock_is_held_for_the_whole_run_and_a_holder_is_refused(project, tmp_path):
+    """A deploy meanwhile could prune an arm's release: the run holds the lock, and waits for no one."""
+    from kzbuild.devices.devicelock import device_lock
+    from kzbuild.errors import Busy
+
+    device_root = two_releases(tmp_path)
+    device = Device(name="dev", transport="local", root=str(device_root.root))
+    transport = LocalTransport(str(device_root.root))
+    arms = [Arm("base", "build-a"), Arm("cand", "build-b")]
+    lock_dir = device_root.root / ".lock"
+    held_during: list[bool] = []
+    with ResultsStore(project.root / "results") as store:
+        interleave.run_interleaved(
+            project.settings, transport, device, arms, BenchSpec(model="models/q.gguf"), store, blocks=2, seed=3,
+            on_turn=lambda turn: held_during.append(lock_dir.exists()),
+        )
+        assert held_during == [True] * 4 and not lock_dir.exists()
+        with device_lock(transport, str(device_root.root), "deploy"), pytest.raises(Busy, match="deploy"):
+            interleave.run_interleaved(project.settings, transport, device, arms, BenchSpec(model="models/q.gguf"), store, blocks=2, seed=3)
