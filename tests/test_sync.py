@@ -307,3 +307,15 @@ def test_status_and_sync_print_plain_whole_lines_and_never_read_names_as_markup(
     assert run("sync", "r").startswith("\x1b[32mr\x1b[0m is up to date at ")
     monkeypatch.setenv("NO_COLOR", "1")
     assert "\x1b[" not in run("status", "r")
+
+
+def test_on_a_terminal_control_characters_in_data_cannot_restyle_it(capsys, monkeypatch):
+    from kzbuild.cli.ui import say, styled
+
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    say(styled("green", "ok"), " patch-\x1b[2J\x1b]0;owned\x07name\tnext")
+    assert capsys.readouterr().out == "\x1b[32mok\x1b[0m patch-?[2J?]0;owned?name\tnext\n"
+    monkeypatch.delenv("FORCE_COLOR")
+    say("a\x1bb")  # a pipe gets the bytes as they are
+    assert capsys.readouterr().out == "a\x1bb\n"

@@ -83,12 +83,20 @@ def colours(stream: IO[str]) -> bool:
     return stream.isatty() and os.environ.get("TERM") != "dumb"
 
 
+# on a terminal, control characters in data (a file name, a device's answer) show as '?', so they cannot move the cursor or restyle it
+TERMINAL_SAFE = {code: "?" for code in [*range(0x20), 0x7F] if chr(code) not in "\t\n"}
+
+
 def say(*parts: str | Styled, err: bool = False) -> None:
     """Print one line made of ``parts``: strings are printed as they are, never read as markup."""
     stream = sys.stderr if err else sys.stdout
     colour = colours(stream)
+
+    def shown(text: str) -> str:
+        return text.translate(TERMINAL_SAFE) if colour else text
+
     text = "".join(
-        part if isinstance(part, str) else f"\x1b[{SGR[part.style]}m{part.text}\x1b[0m" if colour else part.text
+        shown(part) if isinstance(part, str) else f"\x1b[{SGR[part.style]}m{shown(part.text)}\x1b[0m" if colour else part.text
         for part in parts
     )
     stream.write(text + "\n")
