@@ -28,6 +28,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.fixtures_build import real_project  # noqa: E402
+
 GIT_ENV = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
            "GIT_AUTHOR_NAME": "Bench", "GIT_AUTHOR_EMAIL": "bench@localhost",
            "GIT_COMMITTER_NAME": "Bench", "GIT_COMMITTER_EMAIL": "bench@localhost"}
@@ -39,18 +43,9 @@ def git(*args: str, cwd: Path) -> str:
 
 class Bench:
     def __init__(self, tmp: Path, jobs: int) -> None:
-        self.project = tmp / "project"
-        self.cache = tmp / "cache"
-        self.work = tmp / "work"
+        project = real_project(tmp, fresh_cache=True)  # only the downloaded sdists are shared
+        self.project, self.cache, self.work = project.root, project.cache, project.work
         self.jobs = jobs
-        for folder in ("recipes", "patches", "kernels", "toolchains"):
-            shutil.copytree(REPO / folder, self.project / folder)
-        for lock in (self.project / "recipes").glob("*.lock.json"):
-            lock.unlink()
-        shared = Path(os.environ.get("KZ_TEST_CACHE", Path.home() / ".cache/kzbuild-test")) / "sdists"
-        shared.mkdir(parents=True, exist_ok=True)
-        self.cache.mkdir()
-        (self.cache / "sdists").symlink_to(shared)
 
     def build(self) -> tuple[float, dict]:
         argv = [sys.executable, "-m", "kzbuild", "--project", str(self.project), "--cache-dir", str(self.cache),

@@ -35,6 +35,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.fixtures_build import real_project  # noqa: E402
 
 
 def free_port() -> int:
@@ -84,19 +87,10 @@ def start_store(kind: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]
 
 class Machine:
     def __init__(self, tmp: Path, name: str, jobs: int, url: str, config: str = "") -> None:
-        self.project = tmp / name / "project"
-        self.cache = tmp / name / "cache"
-        self.work = tmp / name / "work"
+        project = real_project(tmp / name, fresh_cache=True)  # only the downloaded sdists are shared
+        self.project, self.cache, self.work = project.root, project.cache, project.work
         self.jobs = jobs
         self.url = url
-        for folder in ("recipes", "patches", "kernels", "toolchains"):
-            shutil.copytree(REPO / folder, self.project / folder)
-        for lock in (self.project / "recipes").glob("*.lock.json"):
-            lock.unlink()
-        shared = Path(os.environ.get("KZ_TEST_CACHE", Path.home() / ".cache/kzbuild-test")) / "sdists"
-        shared.mkdir(parents=True, exist_ok=True)
-        self.cache.mkdir(parents=True)
-        (self.cache / "sdists").symlink_to(shared)
         if config:
             (self.project / ".kz").mkdir()
             (self.project / ".kz" / "config.yaml").write_text(config)

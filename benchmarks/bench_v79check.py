@@ -28,6 +28,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.fixtures_build import real_project  # noqa: E402
 
 
 def main() -> None:
@@ -35,16 +38,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kz-bench-v79check-") as tmp:
-        root = Path(tmp)
-        project, cache, work = root / "project", root / "cache", root / "work"
-        for folder in ("recipes", "patches", "kernels", "toolchains"):
-            shutil.copytree(REPO / folder, project / folder)
-        for lock in (project / "recipes").glob("*.lock.json"):
-            lock.unlink()
-        shared = Path(os.environ.get("KZ_TEST_CACHE", Path.home() / ".cache/kzbuild-test")) / "sdists"
-        shared.mkdir(parents=True, exist_ok=True)
-        cache.mkdir()
-        (cache / "sdists").symlink_to(shared)
+        fresh = real_project(Path(tmp), fresh_cache=True)  # only the downloaded sdists are shared
+        project, cache, work = fresh.root, fresh.cache, fresh.work
         argv = [sys.executable, "-m", "kzbuild", "--project", str(project), "--cache-dir", str(cache), "--work-dir", str(work),
                 "build", "demo-host", "--target", "v79-check", "-j", str(args.jobs), "--json"]
         sync = subprocess.run([*argv[:9], "sync", "demo-host"], cwd=REPO, capture_output=True, text=True)
