@@ -464,16 +464,17 @@ def _find_program(
         return path, None, None, None
     argv = [path, *program.version.args]
     key = known_outputs.key(argv, environ) if known_outputs is not None else None
-    output = known_outputs.get(key) if known_outputs is not None and key is not None else None
+    remembered = known_outputs.get(key) if known_outputs is not None and key is not None else None
+    output = remembered
     if output is None:
         try:
             result = proc.run(argv, env=environ, replace_env=True, check=False, timeout=PROBE_TIMEOUT)
         except (NotAvailableHere, CommandFailed) as exc:
             return None, None, None, f"'{program.name}' ({spec.label}) cannot be run: {exc.message.splitlines()[0]}"
         output = result.stdout + "\n" + result.stderr
-        if known_outputs is not None and key is not None and program.version.read(output) is not None:
-            known_outputs.put(key, output)
     version = program.version.read(output)
+    if remembered is None and version is not None and known_outputs is not None and key is not None:
+        known_outputs.put(key, output)  # only an output that names a version: a failed run is asked again
     if version is None:
         return path, None, None, f"cannot tell the version of {path}: '{' '.join([program.name, *program.version.args])}' printed none"
     banner = next((line.strip() for line in output.splitlines() if version in line), version)
@@ -487,17 +488,17 @@ WRAPPERS = frozenset({"ccache", "sccache", "distcc", "icecc", "buildcache"})  # 
 MAX_VERSION_OUTPUTS = 64
 
 
-class VersionOutputs:
+class VersionOutputs(TextCache):
     """What each program's version command printed, remembered per binary, so a no-op build runs
     no ``--version`` probes (about 10 ms each).
 
     An entry is keyed by the identity of the file that runs (device, inode, size, mtime and
     ctime of its resolved path), the arguments, PATH and the locale: an upgraded or replaced
     binary has a new identity. Scripts and compiler-cache wrappers are never remembered, since
-    what they run can change while they do not. Kept in a TextCache: damage means probing again."""
+    what they run can change while they do not. A TextCache: damage means probing again."""
 
     def __init__(self, path: Path) -> None:
-        self.texts = TextCache(path, limit=MAX_VERSION_OUTPUTS)
+        super().__init__(path, limit=MAX_VERSION_OUTPUTS)
 
     def key(self, argv: Sequence[str], environ: Mapping[str, str]) -> str | None:
         """The entry's key, or None when this program must be probed every time."""
@@ -514,12 +515,6 @@ class VersionOutputs:
         identity = [argv[0], real, info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, list(argv[1:])]
         identity += [environ.get(name) for name in VERSION_ENV]
         return hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:32]
-
-    def get(self, key: str) -> str | None:
-        return self.texts.get(key)
-
-    def put(self, key: str, output: str) -> None:
-        self.texts.put(key, output)
 
 
 def _run_probe(probe: ProbeSpec, program: str, environ: Mapping[str, str]) -> str | None:

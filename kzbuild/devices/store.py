@@ -198,7 +198,7 @@ class Remote:
         return list(results)
 
     def script(self, script: str, args: Sequence[str], *, what: str, check: bool = True, timeout: float = COMMAND_TIMEOUT) -> RemoteResult:
-        return self.run(["sh", "-c", script, "kz", *args], what=what, check=check, timeout=timeout)
+        return self.run(Step(script, tuple(args), what).argv, what=what, check=check, timeout=timeout)
 
     def batched(self, command: Sequence[str], args: Sequence[str], *, what: str, group: int = 1, check: bool = True, timeout: float = COMMAND_TIMEOUT) -> list[RemoteResult]:
         """Run ``command + args`` in as few calls as the argv budget allows; ``group`` args stay together."""
