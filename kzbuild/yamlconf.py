@@ -169,7 +169,11 @@ def utf8_error(data: bytes, path: Path) -> ConfigError | None:
 
 def read_text(path: Path) -> str:
     """A config file's text. A file that cannot be read or is not UTF-8 is a ConfigError naming it (and the line)."""
-    data = read_bytes(path)
+    return text_of(read_bytes(path), path)
+
+
+def text_of(data: bytes, path: Path) -> str:
+    """``data`` read from ``path`` as UTF-8 text, or the ConfigError naming the line of the first bad byte."""
     error = utf8_error(data, path)
     if error is not None:
         raise error
@@ -183,10 +187,7 @@ def load(path: Path) -> Mapping:
     digest = hashlib.sha256(data).hexdigest() if remembered is not None else ""
     if remembered is not None and (doc := remembered.get(digest, path)) is not None:
         return doc
-    error = utf8_error(data, path)
-    if error is not None:
-        raise error
-    doc = loads(data.decode("utf-8"), path)
+    doc = loads(text_of(data, path), path)
     if remembered is not None:
         remembered.put(digest, doc)
     return doc
