@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from kzbuild.cli.ui import ProgressLines, err_console, rich_console
+from kzbuild.cli.ui import ProgressLines, rich_console, stderr_is_terminal
 from kzbuild.devices.base import Transport
 from kzbuild.devices.registry import connect, resolve_device
 from kzbuild.devices.store import TransferProgress
@@ -25,7 +25,7 @@ def transfer_bars(enabled: bool) -> Iterator[Callable[[TransferProgress], None] 
     if not enabled:
         yield None
         return
-    if not err_console.is_terminal:  # bars show nothing in logs and pipes
+    if not stderr_is_terminal():  # bars show nothing in logs and pipes
         with ProgressLines("upload") as lines:
             yield lambda event: lines.update("sending", f"{event.done * 100 // max(event.total, 1)}% ({event.done}/{event.total} bytes) {event.label}")
         return

@@ -116,6 +116,7 @@ def _text(part: str | Styled) -> str:
 
 
 def stderr_is_terminal() -> bool:
+    """Whether progress may draw bars and spinners: only on a real terminal (FORCE_COLOR styles text, it makes no log a terminal)."""
     return sys.stderr.isatty()
 
 
