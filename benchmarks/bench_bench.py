@@ -11,7 +11,7 @@ For each workload, rounds alternate between:
   direct      llama-bench as a subprocess with exactly the argv, env and cwd kzbuild uses;
   kzbuild     `python -m kzbuild bench ...` as a subprocess: what a user waits for, including
               interpreter start, device probe, model hash, storing and the JSONL export;
-  in-process  kzbuild.bench.bench() called directly (kzbuild's own work, no interpreter start).
+  in-process  kzbuild.measure.bench.bench() called directly (kzbuild's own work, no interpreter start).
 Medians are reported with the overhead over direct, in ms and percent.
 """
 
@@ -30,14 +30,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kzbuild import bench  # noqa: E402
-from kzbuild.devices.local import LocalTransport  # noqa: E402
-from kzbuild.devices.registry import parse_device_spec  # noqa: E402
+from kzbuild.adapters.settings import Settings  # noqa: E402
+from kzbuild.device.local import LocalTransport  # noqa: E402
+from kzbuild.device.registry import parse_device_spec  # noqa: E402
+from kzbuild.device.run import current_release, invocation  # noqa: E402
+from kzbuild.measure import bench  # noqa: E402
+from kzbuild.measure.results import ResultsStore  # noqa: E402
+from kzbuild.measure.tinymodel import write_tiny_model  # noqa: E402
 from kzbuild.model.bench import BenchSpec  # noqa: E402
-from kzbuild.results import ResultsStore  # noqa: E402
-from kzbuild.run import current_release, invocation  # noqa: E402
-from kzbuild.settings import Settings  # noqa: E402
-from kzbuild.tinymodel import write_tiny_model  # noqa: E402
 
 SHORT = (("p", "64"), ("n", "16"), ("r", "3"), ("t", "1"))
 DEFAULTS = (("t", "1"),)  # llama-bench's own: -p 512 -n 128 -r 5

@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kzbuild import pipindex  # noqa: E402 (after the path above)
+from kzbuild.source import pipindex  # noqa: E402 (after the path above)
 
 
 def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
@@ -81,7 +81,7 @@ def main() -> None:
         return timed([sys.executable, "-m", "kzbuild", "--project", str(project), "sync", args.recipe], env)
 
     def sdist_fetch(n: int) -> float:
-        code = ("import sys; from pathlib import Path; from kzbuild.settings import Settings; from kzbuild.sources import ObjectCache; "
+        code = ("import sys; from pathlib import Path; from kzbuild.adapters.settings import Settings; from kzbuild.source.sources import ObjectCache; "
                 "ObjectCache(Settings(project=Path(sys.argv[1]), cache=Path(sys.argv[2]), work=Path(sys.argv[3]))).download_sdist(sys.argv[4])")
         return timed([sys.executable, "-c", code, str(project), str(tmp / f"fetch-cache-{n}"), str(tmp / f"fetch-work-{n}"), args.package])
 

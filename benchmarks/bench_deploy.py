@@ -43,11 +43,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kzbuild import deploy  # noqa: E402
-from kzbuild.artifacts import load_artifact  # noqa: E402
-from kzbuild.devices.adb import AdbTransport  # noqa: E402
-from kzbuild.devices.registry import parse_device_spec  # noqa: E402
-from kzbuild.devices.ssh import SshTransport  # noqa: E402
+from kzbuild.build.artifacts import load_artifact  # noqa: E402
+from kzbuild.device import deploy  # noqa: E402
+from kzbuild.device.adb import AdbTransport  # noqa: E402
+from kzbuild.device.registry import parse_device_spec  # noqa: E402
+from kzbuild.device.ssh import SshTransport  # noqa: E402
 from tests.adbdevice import AdbTestDevice, PrivateAdbServer  # noqa: E402
 from tests.fixtures_deploy import ArtifactMaker, write_manifest  # noqa: E402
 from tests.fixtures_ssh import Relay, SshServer, free_port, keygen  # noqa: E402

@@ -21,8 +21,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kzbuild import profile as profiles  # noqa: E402
-from kzbuild.tinymodel import write_tiny_model  # noqa: E402
+from kzbuild.measure import profiling  # noqa: E402
+from kzbuild.measure.tinymodel import write_tiny_model  # noqa: E402
 
 
 def main() -> int:
@@ -38,7 +38,7 @@ def main() -> int:
         model = write_tiny_model(Path(tmp) / "tiny.gguf", arch=args.arch, ftype="q4_0")
         argv = [str(tool), "-m", str(model), "-p", str(args.p), "-n", str(args.n), "-t", "1", "-r", str(args.reps)]
         result = subprocess.run(argv, capture_output=True, check=True, timeout=900)
-    config, phases = profiles.parse_tool_output(result.stdout, source="kz-profile")
+    config, phases = profiling.parse_tool_output(result.stdout, source="kz-profile")
     print(f"kz-profile, tiny {args.arch} q4_0, -p {args.p} -n {args.n} -t 1, {config['reps']} repetitions (medians)")
     print(f"{'phase':8} {'plain ms':>9} {'timed ms':>9} {'overhead':>9} {'graph/timed':>12}")
     for phase in phases:

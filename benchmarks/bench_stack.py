@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kzbuild import recipes  # noqa: E402
+from kzbuild.source import recipes  # noqa: E402
 from tests.conftest import PIN_0_3_21, Project, UpstreamRepo  # noqa: E402
 from tests.fixtures_stack import add_patch, file_source, fit, make_patch, make_real_patches, real_recipe_yaml  # noqa: E402
 

@@ -30,12 +30,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kzbuild import deploy  # noqa: E402
-from kzbuild.artifacts import load_artifact  # noqa: E402
-from kzbuild.devices.integrity import verify_store  # noqa: E402
-from kzbuild.devices.local import LocalTransport  # noqa: E402
-from kzbuild.devices.store import Layout, Remote  # noqa: E402
-from kzbuild.files import sha256_file  # noqa: E402
+from kzbuild.adapters.files import sha256_file  # noqa: E402
+from kzbuild.build.artifacts import load_artifact  # noqa: E402
+from kzbuild.device import deploy  # noqa: E402
+from kzbuild.device.integrity import verify_store  # noqa: E402
+from kzbuild.device.local import LocalTransport  # noqa: E402
+from kzbuild.device.store import Layout, Remote  # noqa: E402
 from kzbuild.model.device import Device  # noqa: E402
 from tests.fixtures_deploy import ArtifactMaker, assert_store_invariant, flip_byte, write_manifest  # noqa: E402
 

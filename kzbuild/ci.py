@@ -12,16 +12,15 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
-from kzbuild import build as builds
-from kzbuild import v79check
+from kzbuild.adapters.settings import Settings
+from kzbuild.build import builder, v79check
+from kzbuild.build.toolchains import Detector
 from kzbuild.errors import KzError
 from kzbuild.model.build import BuildOptions
 from kzbuild.model.ci import CiReport, CiStep
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.remotecache import RemoteConfig
-from kzbuild.settings import Settings
-from kzbuild.sync import sync
-from kzbuild.toolchains import Detector
+from kzbuild.source.sync import sync
 
 Report = Callable[[CiStep], None]
 
@@ -34,7 +33,7 @@ def run_ci(
     targets: Sequence[str] = (),
     options: BuildOptions = BuildOptions(),
     on_step: Report | None = None,
-    progress: builds.Progress | None = None,
+    progress: builder.Progress | None = None,
     remote: RemoteConfig | None = None,
 ) -> CiReport:
     steps: list[CiStep] = []
@@ -49,7 +48,7 @@ def run_ci(
     wanted = list(targets) or list(recipe.build.targets)
     for name in wanted:
         if name != v79check.TARGET:
-            builds.target(name)  # an unknown target is a usage error, before any work
+            builder.target(name)  # an unknown target is a usage error, before any work
 
     started = time.monotonic()
     try:
@@ -76,7 +75,7 @@ def run_ci(
 def check_patches(settings: Settings, recipe: Recipe) -> CiStep:
     """``kzbuild patches check`` against the pin: a conflict fails; 3-way merges and upstreamed patches are named."""
     from kzbuild.errors import PatchError
-    from kzbuild.stack.check import check_stack  # loaded only when needed (start-up time)
+    from kzbuild.source.stack.check import check_stack  # loaded only when needed (start-up time)
 
     started = time.monotonic()
     try:
@@ -102,17 +101,17 @@ def _build_target(
     explicit: bool,
     environ: Mapping[str, str],
     options: BuildOptions,
-    progress: builds.Progress | None,
+    progress: builder.Progress | None,
     remote: RemoteConfig | None,
 ) -> CiStep:
     step = f"build:{name}"
-    required, _ = builds.detect_for(builds.target(name), options.overrides, detector, f"recipe {recipe.name}")
+    required, _ = builder.detect_for(builder.target(name), options.overrides, detector, f"recipe {recipe.name}")
     missing = [problem for found in required if not found.ok for problem in found.problems[:1]]
     if missing and not explicit:
         return CiStep(step, "skipped", "toolchain not here: " + "; ".join(missing))
     started = time.monotonic()
     try:
-        result = builds.build(builds.prepare(settings, recipe, name, environ=environ, options=options, progress=progress), progress=progress, remote=remote)
+        result = builder.build(builder.prepare(settings, recipe, name, environ=environ, options=options, progress=progress), progress=progress, remote=remote)
     except KzError as exc:
         return CiStep(step, "failed", exc.message + (f" ({exc.hint})" if exc.hint else ""), time.monotonic() - started, exc.exit_code)
     rate = result.ccache.hit_rate if result.ccache else None
@@ -126,7 +125,7 @@ def _build_target(
     )
 
 
-def _check_v79(settings: Settings, recipe: Recipe, options: BuildOptions, progress: builds.Progress | None) -> CiStep:
+def _check_v79(settings: Settings, recipe: Recipe, options: BuildOptions, progress: builder.Progress | None) -> CiStep:
     """The v79 compile check: needs no SDK, so it runs (and must pass) wherever it is asked for."""
     step = f"build:{v79check.TARGET}"
     started = time.monotonic()

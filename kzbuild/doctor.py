@@ -1,6 +1,6 @@
 """``kzbuild doctor``: is each target's toolchain here, and does the device answer?
 
-Versions are proven as a build proves them (kzbuild.toolchains); a device is reached the way
+Versions are proven as a build proves them (kzbuild.build.toolchains); a device is reached the way
 deploy reaches it, except that an adb server is only asked when one is already running.
 """
 
@@ -12,13 +12,13 @@ import socket
 from collections.abc import Mapping, Sequence
 from contextlib import closing
 
-from kzbuild.build import detect_for, target
-from kzbuild.devices.registry import connect
+from kzbuild.adapters.settings import Settings
+from kzbuild.build.builder import detect_for, target
+from kzbuild.build.toolchains import Detector
+from kzbuild.device.registry import connect
 from kzbuild.errors import DeviceError
 from kzbuild.model.device import Device
 from kzbuild.model.doctor import DeviceCheck, DoctorReport, TargetCheck
-from kzbuild.settings import Settings
-from kzbuild.toolchains import Detector
 
 
 def check_device(device: Device, environ: Mapping[str, str], *, connect_timeout: float = 5.0) -> DeviceCheck:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild import yamlconf
+from kzbuild.adapters import yamlconf
+from kzbuild.adapters.settings import Settings
 from kzbuild.cli import main
-from kzbuild.settings import Settings
 
 # Fixture modules are plugins, registered once here: a session fixture (real_host_build, sshd,
 # adb_server, pin_tree) then starts once per session, where importing it into each test module
@@ -45,7 +45,7 @@ GIT_ENV = {
 
 
 def git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    """Plain git for building test fixtures (kzbuild's own calls go through kzbuild.proc)."""
+    """Plain git for building test fixtures (kzbuild's own calls go through kzbuild.adapters.proc)."""
     result = subprocess.run(
         ["git", "-C", str(repo), *args],
         env={**os.environ, **GIT_ENV, **(env or {})},

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild import build as builds
+from kzbuild.adapters.settings import Settings
+from kzbuild.build import builder
 from kzbuild.model.artifact import Artifact
 from kzbuild.model.build import BuildResult
-from kzbuild.recipes import load_recipe
-from kzbuild.settings import Settings
+from kzbuild.source.recipes import load_recipe
 from tests.conftest import REPO_ROOT, Project, UpstreamRepo, git, persistent_test_cache
 
 TINY_CMAKE = """\
@@ -156,8 +156,8 @@ def build_real(tmp_path: Path, target: str, recipe: str = "demo-host") -> BuildR
     seconds. Other slow tests can take llama.cpp binaries from here (``result.artifact``).
     """
     project = real_project(tmp_path)
-    prepared = builds.prepare(project.settings, load_recipe(project.root, recipe), target, environ=os.environ, options=builds.BuildOptions(jobs=2))
-    return builds.build(prepared)
+    prepared = builder.prepare(project.settings, load_recipe(project.root, recipe), target, environ=os.environ, options=builder.BuildOptions(jobs=2))
+    return builder.build(prepared)
 
 
 @pytest.fixture(scope="session")

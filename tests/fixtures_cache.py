@@ -59,7 +59,7 @@ class RedisServer:
 
     def call(self, *args: str | bytes) -> bytes | int | None | list[object] | str:
         """One command through kzbuild's own client (what the tests check is the server's state)."""
-        from kzbuild.remotecache import RedisStore
+        from kzbuild.build.remotecache import RedisStore
 
         store = RedisStore(self.url(), 5.0)
         try:

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from kzbuild.devices.base import NO_SPACE, RemoteResult, device_full
-from kzbuild.devices.local import LocalTransport
+from kzbuild.device.base import NO_SPACE, RemoteResult, device_full
+from kzbuild.device.local import LocalTransport
 from kzbuild.errors import DeviceError
 from kzbuild.model.artifact import parse_mode
 
@@ -104,7 +104,7 @@ def assert_store_invariant(root: Path) -> str | None:
 
 def whole_chunks(incoming: Path, original: Path) -> int:
     """Bytes of the chunks of ``original`` that lie complete in ``incoming`` (what a resumed deploy need not send)."""
-    from kzbuild.devices.chunkstore import split
+    from kzbuild.device.chunkstore import split
 
     sizes = {piece.name: piece.size for piece in split(original, original.stat().st_size)}
     return sum(size for name, size in sizes.items() if (incoming / name).is_file() and (incoming / name).stat().st_size == size)

@@ -1,6 +1,6 @@
 """A llama model with MiB-scale Q4_0 weights, for the params_fit tests.
 
-llama.cpp reports memory in whole MiB, so the tiny models (kzbuild.tinymodel, a few hundred KB)
+llama.cpp reports memory in whole MiB, so the tiny models (kzbuild.measure.tinymodel, a few hundred KB)
 cannot show whether the repacked weights are counted. This one has about 15 MiB of Q4_0
 matrices, which the CPU backend repacks into an extra buffer type (CPU_REPACK on AVX2 and arm64,
 AMX on CPUs with AMX). It shares the tiny models' vocabulary; weights are seeded random numbers.
@@ -14,7 +14,7 @@ import gguf
 import numpy as np
 
 # The tiny models' tokenizer (tinymodel keeps it private; one vocabulary for every test model).
-from kzbuild.tinymodel import add_vocabulary, vocabulary
+from kzbuild.measure.tinymodel import add_vocabulary, vocabulary
 
 Q4_0 = gguf.GGMLQuantizationType.Q4_0
 HEAD_DIM = 128

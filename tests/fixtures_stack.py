@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kzbuild import sync
+from kzbuild.adapters.settings import Settings
 from kzbuild.model.recipe import Recipe
-from kzbuild.settings import Settings
-from kzbuild.stack import export
+from kzbuild.source import sync
+from kzbuild.source.stack import export
 from tests.conftest import Project, UpstreamRepo, git
 
 GOOD_TRAILERS = ("Upstream-Status: Pending", "Kz-Test: tests/test_fit.py::test_breakdown")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild.recipes import load_recipe
-from kzbuild.sync import sync
+from kzbuild.source.recipes import load_recipe
+from kzbuild.source.sync import sync
 from tests.conftest import Project
 from tests.fixtures_build import real_project
 

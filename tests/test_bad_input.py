@@ -355,8 +355,8 @@ def test_a_wait_that_is_not_a_finite_count_of_seconds_is_a_usage_error(kz, value
 
 
 def test_a_quoted_port_in_devices_yaml_is_a_number(project):
-    from kzbuild.devices.registry import load_devices
-    from kzbuild.settings import Settings
+    from kzbuild.adapters.settings import Settings
+    from kzbuild.device.registry import load_devices
 
     (project / "recipes" / "devices.yaml").write_text('devices: {t: {transport: ssh, host: h, port: "2222"}}\n')
     device = load_devices(Settings(project=project, cache=project / "cache", work=project / "work"))["t"]

@@ -12,8 +12,8 @@ import subprocess
 
 import pytest
 
-from kzbuild import build as builds
-from kzbuild.tinymodel import write_tiny_model
+from kzbuild.build import builder
+from kzbuild.measure.tinymodel import write_tiny_model
 from tests.conftest import have
 from tests.fixtures_build import build_real
 
@@ -24,7 +24,7 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def arm64_build(tmp_path_factory: pytest.TempPathFactory) -> builds.BuildResult:
+def arm64_build(tmp_path_factory: pytest.TempPathFactory) -> builder.BuildResult:
     return build_real(tmp_path_factory.mktemp("arm64-build"), "linux-arm64")
 
 

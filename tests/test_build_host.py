@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from kzbuild.tinymodel import write_tiny_model
+from kzbuild.measure.tinymodel import write_tiny_model
 from tests.conftest import PIN_0_3_36
 from tests.fixtures_build import build_real, run_from_artifact
 

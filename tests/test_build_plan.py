@@ -8,14 +8,14 @@ import shlex
 
 import pytest
 
-from kzbuild import build as builds
+from kzbuild.adapters.settings import Settings
+from kzbuild.build import builder
+from kzbuild.build.toolchains import Detector
 from kzbuild.errors import ConfigError
 from kzbuild.model.sync import AppliedPatch
 from kzbuild.model.toolchain import Found
-from kzbuild.recipes import load_recipe
-from kzbuild.settings import Settings
-from kzbuild.sync import sync
-from kzbuild.toolchains import Detector
+from kzbuild.source.recipes import load_recipe
+from kzbuild.source.sync import sync
 from tests.conftest import git
 from tests.fixtures_build import NDK_REVISION, hexagon_layout, ndk_layout
 
@@ -204,11 +204,11 @@ def test_recipe_cmake_options_win_but_build_commit_stays(tiny, kz):
 def plan_for(tiny, settings: Settings, target: str = "host", found: list[Found] | None = None):
     recipe = load_recipe(settings.project, "tiny")
     synced = sync(settings, recipe)
-    tgt = builds.target(target)
+    tgt = builder.target(target)
     detector = Detector.for_settings(settings, tiny.environ())
     if found is None:
-        found, _ = builds.detect_for(tgt, (), detector, "test")
-    return builds.plan_build(settings, recipe, synced, tgt, found, options=builds.BuildOptions(jobs=2))
+        found, _ = builder.detect_for(tgt, (), detector, "test")
+    return builder.plan_build(settings, recipe, synced, tgt, found, options=builder.BuildOptions(jobs=2))
 
 
 def test_build_id_ignores_paths_and_follows_every_input(tiny, tmp_path):
@@ -233,8 +233,8 @@ def test_build_id_ignores_paths_and_follows_every_input(tiny, tmp_path):
 
 def test_a_change_to_the_targets_own_cmake_definitions_changes_the_build_id(tiny, monkeypatch):
     base = plan_for(tiny, tiny.settings)
-    native = dataclasses.replace(builds.TARGETS["host"], cmake=(("GGML_NATIVE", "ON"),))
-    monkeypatch.setitem(builds.TARGETS, "host", native)
+    native = dataclasses.replace(builder.TARGETS["host"], cmake=(("GGML_NATIVE", "ON"),))
+    monkeypatch.setitem(builder.TARGETS, "host", native)
     changed = plan_for(tiny, tiny.settings)
     assert "-DGGML_NATIVE=ON" in changed.steps[0].argv
     assert changed.build_id != base.build_id
@@ -242,7 +242,7 @@ def test_a_change_to_the_targets_own_cmake_definitions_changes_the_build_id(tiny
 
 def base_found(tiny):
     detector = Detector.for_settings(tiny.settings, tiny.environ())
-    found, _ = builds.detect_for(builds.target("host"), (), detector, "test")
+    found, _ = builder.detect_for(builder.target("host"), (), detector, "test")
     return found
 
 
@@ -258,7 +258,7 @@ def test_a_patch_changes_the_build_id_and_the_build_commit(tiny):
 
 def test_unknown_target_in_library():
     with pytest.raises(ConfigError):
-        builds.target("hexagon")
+        builder.target("hexagon")
 
 
 def test_a_patch_the_pin_already_holds_does_not_enter_the_build_id(tiny):
@@ -266,12 +266,12 @@ def test_a_patch_the_pin_already_holds_does_not_enter_the_build_id(tiny):
     variants with and without it share their build); an applied one does."""
     recipe = load_recipe(tiny.settings.project, "tiny")
     lock = sync(tiny.settings, recipe).lock
-    tgt, found = builds.target("host"), base_found(tiny)
+    tgt, found = builder.target("host"), base_found(tiny)
     skipped = AppliedPatch(file="merged.patch", sha256="0" * 64, commit=None, upstreamed="reverse-apply: test")
     applied = dataclasses.replace(skipped, commit="1" * 40, upstreamed=None)
 
     def inputs(*extra: AppliedPatch) -> dict[str, object]:
-        return builds.build_inputs(recipe, dataclasses.replace(lock, patches=(*lock.patches, *extra)), tgt, (), found)
+        return builder.build_inputs(recipe, dataclasses.replace(lock, patches=(*lock.patches, *extra)), tgt, (), found)
 
     assert inputs(skipped) == inputs()
     assert inputs(applied) != inputs()

@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 
-from kzbuild import build as builds
+from kzbuild.build import builder
 from kzbuild.errors import BuildFailed, ConfigError, WorktreeError
-from kzbuild.recipes import load_recipe
+from kzbuild.source.recipes import load_recipe
 from tests.conftest import have
 
 pytestmark = pytest.mark.skipif(not (have("cmake") and have("ninja") and have("ccache") and have("gcc")), reason="needs cmake, ninja, ccache, gcc")
@@ -19,11 +19,11 @@ pytestmark = pytest.mark.skipif(not (have("cmake") and have("ninja") and have("c
 
 def run_build(tiny, **kwargs):
     events = []
-    prepared = builds.prepare(
+    prepared = builder.prepare(
         tiny.settings, load_recipe(tiny.project.root, "tiny"), "host",
-        environ=tiny.environ(), options=builds.BuildOptions(jobs=2, **kwargs), progress=events.append,
+        environ=tiny.environ(), options=builder.BuildOptions(jobs=2, **kwargs), progress=events.append,
     )
-    result = builds.build(prepared, progress=events.append)
+    result = builder.build(prepared, progress=events.append)
     return result, events
 
 
@@ -129,17 +129,17 @@ def test_unknown_tool_fails_the_build_naming_it(tiny):
 
 def test_load_manifest_errors(tmp_path):
     with pytest.raises(ConfigError) as info:
-        builds.load_manifest(tmp_path)
+        builder.load_manifest(tmp_path)
     assert "cannot read the manifest" in str(info.value)
     (tmp_path / "manifest.json").write_text('{"build_id": "host-1"}')
     with pytest.raises(ConfigError) as info:
-        builds.load_manifest(tmp_path / "manifest.json")
+        builder.load_manifest(tmp_path / "manifest.json")
     assert "'files' must be a non-empty mapping" in str(info.value)
 
 
 def test_ninja_progress_ignores_sub_builds():
     seen = []
-    watcher = builds._NinjaProgress(seen.append, "build")
+    watcher = builder._NinjaProgress(seen.append, "build")
     for line in ["[1/356] a", "[144/356] b", "[1/16] htp skel", "[16/16] htp skel", "[145/356] c", "x.c:1: error: bad"]:
         watcher(line)
     assert [(e.done, e.total) for e in seen] == [(1, 356), (144, 356), (144, 356), (144, 356), (145, 356), (145, 356)]
@@ -148,21 +148,21 @@ def test_ninja_progress_ignores_sub_builds():
 
 def test_ccache_stats_log(tmp_path):
     log = tmp_path / "stats.log"
-    assert builds.read_ccache_log(log) is None
+    assert builder.read_ccache_log(log) is None
     log.write_text("# a.c\ncache_miss\ndirect_cache_miss\n# b.c\ndirect_cache_hit\n# c.c\npreprocessed_cache_hit\n")
-    stats = builds.read_ccache_log(log)
+    stats = builder.read_ccache_log(log)
     assert stats is not None and (stats.hits, stats.misses) == (2, 1)
     assert stats.hit_rate == pytest.approx(2 / 3)
 
 
 def test_build_refuses_a_worktree_that_moved_after_planning(tiny):
-    prepared = builds.prepare(
+    prepared = builder.prepare(
         tiny.settings, load_recipe(tiny.project.root, "tiny"), "host",
-        environ=tiny.environ(), options=builds.BuildOptions(jobs=2),
+        environ=tiny.environ(), options=builder.BuildOptions(jobs=2),
     )
     (prepared.worktree.path / "ggml" / "stray.c").write_text("int stray;\n")  # edited after the plan
     with pytest.raises(WorktreeError) as info:
-        builds.build(prepared)
+        builder.build(prepared)
     assert "changed since the build of tiny was planned" in info.value.message
     assert "uncommitted changes" in info.value.message
     assert not prepared.plan.artifact_dir.exists()
@@ -172,9 +172,9 @@ def test_a_build_holds_the_worktree_against_sync(tiny):
     """While a build compiles (shared lock), a sync (exclusive) cannot move the tree."""
     from kzbuild.errors import Busy
 
-    prepared = builds.prepare(
+    prepared = builder.prepare(
         tiny.settings, load_recipe(tiny.project.root, "tiny"), "host",
-        environ=tiny.environ(), options=builds.BuildOptions(jobs=2),
+        environ=tiny.environ(), options=builder.BuildOptions(jobs=2),
     )
     with prepared.worktree.lock(shared=True):
         with prepared.worktree.lock(shared=True, wait=0.2):

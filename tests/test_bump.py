@@ -171,9 +171,9 @@ def test_bump_write_on_a_fresh_machine_needs_no_old_worktree(project, upstream, 
 
 
 def test_bump_write_puts_everything_back_when_sync_fails(project, upstream, monkeypatch):
-    from kzbuild import recipes
     from kzbuild.errors import PatchError
-    from kzbuild.stack import bump
+    from kzbuild.source import recipes
+    from kzbuild.source.stack import bump
 
     base, new = stack_with_upstreamed(project, upstream)
     before = {p: p.read_bytes() for p in (project.root / "patches").iterdir()} | {

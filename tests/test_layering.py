@@ -1,4 +1,4 @@
-"""Imports run one way: model <- adapters (processes, git, files, devices) <- capabilities <- cli.
+"""Imports run one way, package by package: model <- adapters <- source <- build <- device <- measure <- cli.
 
 A producer never imports its consumer, and nothing imports a layer above its own."""
 
@@ -26,7 +26,7 @@ def kzbuild_imports(path: Path) -> set[str]:
             found |= {alias.name for alias in node.names if alias.name.startswith("kzbuild")}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.startswith("kzbuild"):
             found.add(node.module)
-            # "from kzbuild import deploy" imports the module kzbuild.deploy
+            # "from kzbuild import deploy" imports the module kzbuild.device.deploy
             found |= {f"{node.module}.{alias.name}" for alias in node.names if (PACKAGE.parent / node.module.replace(".", "/") / f"{alias.name}.py").is_file()}
     return found
 
@@ -47,28 +47,55 @@ def test_only_the_cli_imports_the_cli():
 
 
 def test_build_does_not_import_what_consumes_its_artifacts():
-    consumers = {"kzbuild.deploy", "kzbuild.bench", "kzbuild.run", "kzbuild.results"}
-    assert not GRAPH["kzbuild.build"] & consumers
+    consumers = {"kzbuild.device.deploy", "kzbuild.measure.bench", "kzbuild.device.run", "kzbuild.measure.results"}
+    assert not GRAPH["kzbuild.build.builder"] & consumers
 
 
-# Every module is in exactly one layer; a new module must be placed here (the test below says so).
-MODEL = "model"
-ADAPTERS = "adapters"
-CAPABILITIES = "capabilities"
-CLI = "cli"
-RANK = {MODEL: 0, ADAPTERS: 1, CAPABILITIES: 2, CLI: 3}
-ADAPTER_MODULES = {"proc", "gitcmd", "files", "filelock", "yamlconf", "settings", "artifacts"}
+# The packages along the data's way, lowest first: a module imports only its own layer and those below.
+# ci and doctor are workflows across the whole path; a new top-level module must be placed here.
+LAYERS = ["model", "adapters", "source", "build", "device", "measure", "workflows", "cli"]
+RANK = {name: rank for rank, name in enumerate(LAYERS)}
+WORKFLOWS = {"ci", "doctor"}
 
 
 def layer(module: str) -> str:
     parts = module.split(".")
-    if module in ("kzbuild", "kzbuild.errors") or parts[1] == "model":
-        return MODEL
-    if parts[1] == "devices" or parts[1] in ADAPTER_MODULES:
-        return ADAPTERS
-    if parts[1] in ("cli", "__main__"):
-        return CLI
-    return CAPABILITIES
+    if module in ("kzbuild", "kzbuild.errors"):
+        return "model"
+    if parts[1] == "__main__":
+        return "cli"
+    if parts[1] in WORKFLOWS:
+        return "workflows"
+    assert parts[1] in RANK, f"{module}: place its package in a layer of tests/test_layering.py"
+    return parts[1]
+
+
+def test_the_top_level_holds_only_packages_errors_and_workflows():
+    top = {path.stem for path in PACKAGE.glob("*.py")}
+    assert top == {"__init__", "__main__", "errors"} | WORKFLOWS, top
+
+
+def test_no_module_name_repeats_across_packages_unless_it_is_one_concepts_layers():
+    """model/X, cli/X and a capability's X are one concept's layers; any other repeat misleads."""
+    by_name: dict[str, list[str]] = {}
+    for module in GRAPH:
+        parts = module.split(".")
+        if len(parts) > 2 and parts[-1] != "__init__":
+            by_name.setdefault(parts[-1], []).append(parts[1])
+    clashes = {name: packages for name, packages in by_name.items()
+               if len([p for p in packages if p not in ("model", "cli")]) > 1}
+    assert not clashes, clashes
+
+
+def test_no_import_alias_dodges_a_module_name():
+    aliased = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kzbuild"):
+                aliased += [(path.name, alias.name) for alias in node.names
+                            if alias.asname and alias.asname != alias.name
+                            and (PACKAGE.parent / node.module.replace(".", "/") / f"{alias.name}.py").is_file()]
+    assert not aliased, aliased
 
 
 def test_imports_never_reach_a_higher_layer():
@@ -82,9 +109,13 @@ def test_imports_never_reach_a_higher_layer():
 
 
 def test_the_patch_stack_is_one_package():
-    stack_modules = {m for m in GRAPH if m.startswith("kzbuild.stack.")}
-    assert {"kzbuild.stack.series", "kzbuild.stack.patchfile", "kzbuild.stack.apply", "kzbuild.stack.check",
-            "kzbuild.stack.export", "kzbuild.stack.bump", "kzbuild.stack.upstream"} <= stack_modules
+    stack_modules = {m for m in GRAPH if m.startswith("kzbuild.source.stack.")}
+    assert {f"kzbuild.source.stack.{name}" for name in ("series", "patchfile", "apply", "check", "export", "bump")} <= stack_modules
+
+
+# The transports and the device store are adapters of the device package: their own types stay with them.
+DEVICE_ADAPTERS = {f"kzbuild.device.{name}" for name in (
+    "base", "local", "ssh", "adb", "registry", "store", "chunkstore", "integrity", "devicelock", "steps")}
 
 
 def test_dataclasses_that_cross_modules_live_in_the_model():
@@ -93,7 +124,7 @@ def test_dataclasses_that_cross_modules_live_in_the_model():
     defined = {}
     for path in PACKAGE.rglob("*.py"):
         module = module_name(path)
-        if layer(module) != CAPABILITIES:
+        if layer(module) in ("model", "adapters", "cli") or module in DEVICE_ADAPTERS:
             continue
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
             if isinstance(node, ast.ClassDef) and any(
@@ -113,7 +144,7 @@ def test_the_readme_layout_names_every_module():
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     table = readme.split("## Layout\n", 1)[1].split("\n## ", 1)[0]
     named = set(re.findall(r"[`/]([a-z0-9_]+)\.py`", table))
-    unnamed = [module for module in GRAPH if module.rsplit(".", 1)[-1] not in named | {"kzbuild", "cli", "model", "stack", "devices", "__main__"}]
+    unnamed = [module for module in GRAPH if module.rsplit(".", 1)[-1] not in named | {"kzbuild", "__main__", *LAYERS, "stack"}]
     assert not unnamed, unnamed
 
 

@@ -58,8 +58,8 @@ def test_a_usage_error_is_exit_2_without_a_traceback(capsys):
 
 
 def test_an_eof_error_escaping_a_command_is_reported_as_a_bug_not_as_ctrl_c(capsys, monkeypatch):
-    from kzbuild import recipes
     from kzbuild.cli import INTERNAL_ERROR
+    from kzbuild.source import recipes
 
     def dropped(*args, **kwargs):
         raise EOFError("connection closed")

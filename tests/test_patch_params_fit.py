@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild import build as builds
-from kzbuild.recipes import load_recipe
-from kzbuild.stack.series import read_series
+from kzbuild.build import builder
+from kzbuild.source.recipes import load_recipe
+from kzbuild.source.stack.series import read_series
 from tests.fixtures_fit import weight_bytes, write_wide_q4_0_llama
 from tests.fixtures_trees import private_project
 
@@ -59,9 +59,9 @@ def completion(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     baseline = without_patch(project.root, "demo-host", PATCH)
     tools = {}
     for label, recipe in (("patched", "demo-host"), ("baseline", baseline)):
-        prepared = builds.prepare(project.settings, load_recipe(project.root, recipe), "host", environ=os.environ,
-                                  options=builds.BuildOptions(jobs=2))
-        tools[label] = builds.build(prepared).artifact.path / "bin" / "llama-completion"
+        prepared = builder.prepare(project.settings, load_recipe(project.root, recipe), "host", environ=os.environ,
+                                  options=builder.BuildOptions(jobs=2))
+        tools[label] = builder.build(prepared).artifact.path / "bin" / "llama-completion"
     return tools
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from kzbuild.model.patch import KZ_TEST
-from kzbuild.recipes import load_recipe
-from kzbuild.stack.patchfile import lint_series, read_patch
-from kzbuild.stack.series import read_series
+from kzbuild.source.recipes import load_recipe
+from kzbuild.source.stack.patchfile import lint_series, read_patch
+from kzbuild.source.stack.series import read_series
 from tests.conftest import REPO_ROOT
 
 PATCHES = sorted((REPO_ROOT / "patches").glob("*.patch"))

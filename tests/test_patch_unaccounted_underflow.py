@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild.sync import BASE_REF
+from kzbuild.source.sync import BASE_REF
 from tests.conftest import git
 
 pytestmark = pytest.mark.slow

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kzbuild import pipindex
 from kzbuild.errors import SourceError
-from kzbuild.sources import ObjectCache
+from kzbuild.source import pipindex
+from kzbuild.source.sources import ObjectCache
 from tests.conftest import git
 from tests.fixtures_index import fake_sdist
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from kzbuild import proc
+from kzbuild.adapters import proc
 
 
 def test_a_replaced_environment_logs_only_what_it_changes(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:

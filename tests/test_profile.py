@@ -12,10 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kzbuild import htpprofile
-from kzbuild import profile as profiles
 from kzbuild.errors import BadRecord, ProfileFormatChanged
-from kzbuild.htpprofile import BATCH_FORMAT, OP_FORMAT, check_tree_formats, parse_htp_log
+from kzbuild.measure import htpprofile, profiling
+from kzbuild.measure.htpprofile import BATCH_FORMAT, OP_FORMAT, check_tree_formats, parse_htp_log
 from kzbuild.model.profile import BatchTotals, OpTime, PhaseProfile, ProfileRecord, ProfileSpec
 from kzbuild.model.result import BuildInfo, DeviceInfo, ModelInfo
 from kzbuild.model.run import Release
@@ -78,7 +77,7 @@ def test_phase_markers_split_prefill_and_decode_and_timed_runs_do_not_count(tmp_
     assert sorted((r.layer, r.usec) for r in by_phase["prefill"].ops) == [(0, 100.0), (1, 200.0)]
     assert [(r.op, r.layer, r.usec) for r in by_phase["decode"].ops] == [("RMS_NORM", -1, 7.0)]
     assert parsed.batches["prefill"] == BatchTotals(batches=1, ops=2, usec=300)
-    by_layer = profiles.summarize(by_phase["prefill"], by="layer")
+    by_layer = profiling.summarize(by_phase["prefill"], by="layer")
     assert [(s.layer, s.op, s.usec) for s in by_layer] == [(0, "MUL_MAT", 100.0), (1, "MUL_MAT", 200.0)]
 
 
@@ -125,7 +124,7 @@ def test_lines_rendered_from_the_format_strings_read_back(ops):
     totals: dict[str, float] = {}
     for op, usec, _ in ops:
         totals[op] = totals.get(op, 0) + usec
-    got = {s.op: s.usec for s in profiles.summarize(parsed.phases[0])} if ops else {}
+    got = {s.op: s.usec for s in profiling.summarize(parsed.phases[0])} if ops else {}
     assert got == totals
 
 
@@ -189,9 +188,9 @@ TOOL_OUTPUT = {
 
 
 def test_tool_output_is_read_and_summarized_per_repetition():
-    config, phases = profiles.parse_tool_output(json.dumps(TOOL_OUTPUT).encode(), source="out.json")
+    config, phases = profiling.parse_tool_output(json.dumps(TOOL_OUTPUT).encode(), source="out.json")
     assert config["reps"] == 2 and [p.phase for p in phases] == ["prefill", "decode"]
-    rows = profiles.summarize(phases[0], reps=2)
+    rows = profiling.summarize(phases[0], reps=2)
     assert [(r.op, r.count, r.usec) for r in rows] == [("MUL_MAT", 4, 600.0), ("GATED_DELTA_NET", 1, 200.0), ("GET_ROWS", 1, 0.0)]
     assert sum(r.share for r in rows) == pytest.approx(1.0)
     assert rows[0].share == pytest.approx(0.75)
@@ -212,7 +211,7 @@ def test_tool_output_of_the_wrong_shape_is_refused(change, named):
     data = json.loads(json.dumps(TOOL_OUTPUT))
     change(data)
     with pytest.raises(BadRecord, match=re.escape(named)):
-        profiles.parse_tool_output(json.dumps(data).encode(), source="out.json")
+        profiling.parse_tool_output(json.dumps(data).encode(), source="out.json")
 
 
 # --- storage and --compare ---
@@ -226,7 +225,7 @@ def record(run_id: str, *, gdn_us: float, backend: str = "CPU", sha: str = "a" *
 
 
 def test_stored_runs_read_back_and_compare(kz, project):
-    store = profiles.ProfileStore(project.root / "results")
+    store = profiling.ProfileStore(project.root / "results")
     a, b = record("20261203-100000-aaaa", gdn_us=400.0), record("20261203-110000-bbbb", gdn_us=100.0, backend="HTP0", host_time="2026-12-03T11:00:00+00:00")
     store.add(a)
     store.add(b)
@@ -248,7 +247,7 @@ def test_stored_runs_read_back_and_compare(kz, project):
 
 
 def test_compare_refuses_different_models_and_unknown_runs(kz, project):
-    store = profiles.ProfileStore(project.root / "results")
+    store = profiling.ProfileStore(project.root / "results")
     store.add(record("20261203-100000-aaaa", gdn_us=400.0))
     store.add(record("20261203-110000-bbbb", gdn_us=100.0, sha="b" * 64))
     different = kz("profile", "--compare", "20261203-10", "20261203-11")
@@ -258,7 +257,7 @@ def test_compare_refuses_different_models_and_unknown_runs(kz, project):
 
 
 def test_a_bad_stored_line_is_named_and_a_cut_last_line_skipped(project, caplog):
-    store = profiles.ProfileStore(project.root / "results")
+    store = profiling.ProfileStore(project.root / "results")
     store.add(record("20261203-100000-aaaa", gdn_us=400.0))
     with open(store.path, "a") as file:
         file.write('{"run_id": "cut')
@@ -269,7 +268,7 @@ def test_a_bad_stored_line_is_named_and_a_cut_last_line_skipped(project, caplog)
 
 
 def test_a_run_that_is_not_utf8_text_is_refused_before_it_is_stored(project):
-    store = profiles.ProfileStore(project.root / "results")
+    store = profiling.ProfileStore(project.root / "results")
     bad = dataclasses.replace(record("20261203-100000-aaaa", gdn_us=400.0), env={"X": "\ud800"})  # a lone surrogate
     with pytest.raises(BadRecord, match="profile run '20261203-100000-aaaa' cannot be stored"):
         store.add(bad)
@@ -277,25 +276,25 @@ def test_a_run_that_is_not_utf8_text_is_refused_before_it_is_stored(project):
 
 
 def test_plot_writes_a_png(project, tmp_path):
-    out = profiles.plot(record("20261203-100000-aaaa", gdn_us=400.0), tmp_path / "p.png")
+    out = profiling.plot(record("20261203-100000-aaaa", gdn_us=400.0), tmp_path / "p.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.parametrize(
     ("files", "dev", "env", "npu", "profile_env"),
     [
-        ({profiles.HEXAGON_LIB: {}}, None, (), True, "1"),
-        ({profiles.HEXAGON_LIB: {}}, "HTP0", (("GGML_HEXAGON_PROFILE", "2"),), True, "2"),  # --env wins
-        ({profiles.HEXAGON_LIB: {}}, "none", (), False, None),
+        ({profiling.HEXAGON_LIB: {}}, None, (), True, "1"),
+        ({profiling.HEXAGON_LIB: {}}, "HTP0", (("GGML_HEXAGON_PROFILE", "2"),), True, "2"),  # --env wins
+        ({profiling.HEXAGON_LIB: {}}, "none", (), False, None),
         ({"lib/libggml-cpu.so": {}}, None, (), False, None),
     ],
 )
 def test_the_npu_profiler_runs_on_hexagon_builds_unless_dev_none(files, dev, env, npu, profile_env):
     release = Release(build_id="b", dir="/r", manifest={"files": files}, manifest_sha256=None)
     spec = ProfileSpec(model="m.gguf", dev=dev, env=env)
-    got_npu, got_env = profiles.run_env(release, spec)
+    got_npu, got_env = profiling.run_env(release, spec)
     assert (got_npu, got_env.get("GGML_HEXAGON_PROFILE")) == (npu, profile_env)
-    assert ("-v" in profiles.tool_args(spec, verbose=got_npu)) == npu  # debug logging carries the profile-op lines
+    assert ("-v" in profiling.tool_args(spec, verbose=got_npu)) == npu  # debug logging carries the profile-op lines
 
 
 def test_options_are_checked_before_any_device_is_reached(kz):
@@ -339,7 +338,7 @@ def test_a_missing_kz_tool_project_is_a_config_error(kz, tiny):
 def test_each_kernels_folder_gets_its_own_tool_build_dir(tmp_path):
     """Two projects sharing a work dir share the llama.cpp build dir; cmake refuses to configure a
     build dir from a second source folder, so kz-profile's build dir follows its source folder."""
-    from kzbuild import kztools
+    from kzbuild.build import kztools
 
     def tool_dir(kernels):
         configure = kztools.steps(kernels, ["kz-profile"], cmake="cmake", ninja="ninja", cmake_defs={}, source=tmp_path / "src", build_dir=tmp_path / "build", env=())[0]

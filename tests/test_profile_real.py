@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild import profile as profiles
+from kzbuild.adapters.settings import Settings
 from kzbuild.cli import main
 from kzbuild.errors import ProfileFormatChanged
-from kzbuild.htpprofile import FORMAT_LITERAL_RE, HEXAGON_CPP, check_tree_formats, parse_htp_log
+from kzbuild.measure import profiling
+from kzbuild.measure.htpprofile import FORMAT_LITERAL_RE, HEXAGON_CPP, check_tree_formats, parse_htp_log
+from kzbuild.measure.tinymodel import write_tiny_model
 from kzbuild.model.build import BuildResult
-from kzbuild.settings import Settings
-from kzbuild.tinymodel import write_tiny_model
 from tests.bench.benchkit import flat
 from tests.conftest import have
 from tests.fixtures_build import build_real, real_project
@@ -68,7 +68,7 @@ def test_lines_from_the_pinned_trees_own_format_strings_and_a_tree_that_differs(
     root, cache, work = project.root, project.cache, project.work
     assert main(["--project", str(root), "--cache-dir", str(cache), "--work-dir", str(work), "sync", "demo-host"]) == 0
     settings = Settings(project=root, cache=cache, work=work)
-    source = profiles.hexagon_source(settings, "demo-host")
+    source = profiling.hexagon_source(settings, "demo-host")
     assert source
     check_tree_formats(source, HEXAGON_CPP)
     formats = {fmt for fmt in FORMAT_LITERAL_RE.findall(source)}
@@ -82,7 +82,7 @@ def test_lines_from_the_pinned_trees_own_format_strings_and_a_tree_that_differs(
     log = tmp_path / "htp.log"
     log.write_text("".join(lines))
     parsed = parse_htp_log(log.read_bytes(), source=str(log))
-    assert [(s.op, s.usec, s.count) for s in profiles.summarize(parsed.phases[0])] == [("GATED_DELTA_NET", 4000.0, 2)]
+    assert [(s.op, s.usec, s.count) for s in profiling.summarize(parsed.phases[0])] == [("GATED_DELTA_NET", 4000.0, 2)]
     assert parsed.batches["all"].usec == 4100
 
     kz = ["--project", str(root), "--cache-dir", str(cache), "--work-dir", str(work), "profile", "--from-log", str(log), "--recipe", "demo-host"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kzbuild.errors import ConfigError
-from kzbuild.recipes import list_recipes, load_recipe
+from kzbuild.source.recipes import list_recipes, load_recipe
 
 SHA = "a" * 40
 

@@ -19,7 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kzbuild import proc, remotecache
+from kzbuild.adapters import proc
+from kzbuild.build import remotecache
 from kzbuild.cli import main
 from kzbuild.errors import ConfigError
 from tests.conftest import Project, have

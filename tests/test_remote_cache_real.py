@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from kzbuild import remotecache
+from kzbuild.build import remotecache
 from kzbuild.model.remotecache import RemoteConfig
 from tests.fixtures_build import run_from_artifact
 

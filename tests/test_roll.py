@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild import roll
 from kzbuild.errors import RegressionFound
+from kzbuild.measure import roll
 from kzbuild.model.roll import Outcome, pr_number
-from kzbuild.recipes import load_recipe
+from kzbuild.source.recipes import load_recipe
 from tests.conftest import UpstreamRepo, git
 from tests.fixtures_build import install_toolchains
 from tests.fixtures_git import serve
@@ -394,9 +394,9 @@ def test_nothing_newer_is_exit_0(project, upstream, kz):
 
 
 def test_a_roll_without_a_device_loads_no_device_or_bench_module():
-    """What `kzbuild roll` loads before --device is looked at: the command and kzbuild.roll."""
-    code = "import sys, kzbuild.cli.roll, kzbuild.roll; print(sorted(m for m in sys.modules if m.startswith('kzbuild.')))"
+    """What `kzbuild roll` loads before --device is looked at: the command and kzbuild.measure.roll."""
+    code = "import sys, kzbuild.cli.roll, kzbuild.measure.roll; print(sorted(m for m in sys.modules if m.startswith('kzbuild.')))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    for module in ("kzbuild.rolldevice", "kzbuild.deploy", "kzbuild.interleave", "kzbuild.bench", "kzbuild.run", "kzbuild.results",
-                   "kzbuild.plans", "kzbuild.cli.connect", "kzbuild.devices.devicelock", "kzbuild.devices.store"):
+    for module in ("kzbuild.measure.rolldevice", "kzbuild.device.deploy", "kzbuild.measure.interleave", "kzbuild.measure.bench", "kzbuild.device.run", "kzbuild.measure.results",
+                   "kzbuild.measure.plans", "kzbuild.cli.connect", "kzbuild.device.devicelock", "kzbuild.device.store"):
         assert f"'{module}'" not in loaded, module

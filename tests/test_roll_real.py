@@ -7,13 +7,13 @@ import os
 
 import pytest
 
-from kzbuild import roll
 from kzbuild.cli import main
+from kzbuild.measure import roll
+from kzbuild.measure.results import ResultsStore
+from kzbuild.measure.tinymodel import write_tiny_model
 from kzbuild.model.roll import Outcome
 from kzbuild.model.stackcheck import StepStatus, Verdict
-from kzbuild.recipes import load_recipe
-from kzbuild.results import ResultsStore
-from kzbuild.tinymodel import write_tiny_model
+from kzbuild.source.recipes import load_recipe
 from tests.conftest import PIN_0_3_21, PIN_0_3_24
 from tests.fixtures_trees import private_project
 

@@ -3,8 +3,8 @@
 
 import pytest
 
+from kzbuild.adapters.settings import Settings
 from kzbuild.errors import ConfigError
-from kzbuild.settings import Settings
 
 
 def test_defaults_follow_the_project_and_xdg(tmp_path):

@@ -6,7 +6,7 @@ from datetime import date, datetime, timezone
 
 import yaml
 
-from kzbuild.stack.patchfile import drop_patch, lint_series, read_dropped
+from kzbuild.source.stack.patchfile import drop_patch, lint_series, read_dropped
 from tests.fixtures_stack import add_patch, fit, flat, make_patch
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kzbuild.stack.patchfile import lint_series
+from kzbuild.source.stack.patchfile import lint_series
 from tests.conftest import git
 from tests.fixtures_stack import add_patch, file_source, fit, flat, make_patch, tree_digest
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kzbuild.stack.patchfile import parse_patch, patch_file_name, read_patch
+from kzbuild.source.stack.patchfile import parse_patch, patch_file_name, read_patch
 from tests.fixtures_stack import add_patch, file_source, fit, make_patch
 
 # A real `git format-patch --full-index` of the `upstream` fixture (blob ids match its fit.cpp).

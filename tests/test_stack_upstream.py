@@ -20,8 +20,8 @@ import shutil
 
 import pytest
 
-from kzbuild import recipes
 from kzbuild.cli import main
+from kzbuild.source import recipes
 from tests.conftest import PIN_0_3_21, PIN_0_3_24, PIN_0_3_36, CliResult, Project, persistent_test_cache
 from tests.fixtures_stack import flat, make_real_patches, real_recipe_yaml
 

@@ -15,9 +15,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kzbuild import yamlconf
+from kzbuild.adapters import yamlconf
+from kzbuild.build.toolchains import VersionOutputs, detect, parse_toolchain
 from kzbuild.errors import ConfigError
-from kzbuild.toolchains import VersionOutputs, detect, parse_toolchain
 
 TOOL_SPEC = """\
 description: a test tool
@@ -49,12 +49,12 @@ def tool_spec(tmp_path: Path):
 
 
 def probes_run(caplog: pytest.LogCaptureFixture) -> int:
-    return sum("--version" in record.getMessage() for record in caplog.records if record.name == "kzbuild.proc")
+    return sum("--version" in record.getMessage() for record in caplog.records if record.name == "kzbuild.adapters.proc")
 
 
 @pytest.fixture
 def proc_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
-    caplog.set_level(logging.INFO, logger="kzbuild.proc")
+    caplog.set_level(logging.INFO, logger="kzbuild.adapters.proc")
     return caplog
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kzbuild.stats import interleaved_order, median_effect
+from kzbuild.measure.stats import interleaved_order, median_effect
 
 
 def test_blocks_hold_every_variant_once_in_a_seeded_order():

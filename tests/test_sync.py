@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from kzbuild.adapters.filelock import locked
 from kzbuild.errors import Busy
-from kzbuild.filelock import locked
 from tests.conftest import UpstreamRepo, git
 from tests.fixtures_git import free_port, serve
 

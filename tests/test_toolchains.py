@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild import yamlconf
+from kzbuild.adapters import yamlconf
+from kzbuild.build.toolchains import Detector, detect, load_configured_paths, load_toolchains, parse_toolchain
 from kzbuild.errors import ConfigError
-from kzbuild.toolchains import Detector, detect, load_configured_paths, load_toolchains, parse_toolchain
 from tests.conftest import REPO_ROOT, have
 from tests.fixtures_build import NDK_REVISION, hexagon_layout, ndk_layout, program
 

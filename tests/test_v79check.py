@@ -17,11 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kzbuild.artifacts import find_artifact
-from kzbuild.errors import BuildFailed, ConfigError, ToolchainMissing
-from kzbuild.recipes import load_recipe
-from kzbuild.settings import Settings
-from kzbuild.v79check import (
+from kzbuild.adapters.settings import Settings
+from kzbuild.build.artifacts import find_artifact
+from kzbuild.build.v79check import (
     HEXAGON,
     HTP,
     Compile,
@@ -37,6 +35,8 @@ from kzbuild.v79check import (
     stand_in_gaps,
     zig_version,
 )
+from kzbuild.errors import BuildFailed, ConfigError, ToolchainMissing
+from kzbuild.source.recipes import load_recipe
 from tests.conftest import REPO_ROOT
 
 HMX_PATTERNS = [r"\bmxmem2?\b", r"\bmxclracc\b", r"\bupmucnt\d\b"]

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from kzbuild.build.v79check import HOST_SOURCES, HTP, PROVES, load_stand_ins
 from kzbuild.cli import main
-from kzbuild.v79check import HOST_SOURCES, HTP, PROVES, load_stand_ins
 from tests.conftest import CliResult, Project
 from tests.fixtures_trees import private_project
 

@@ -12,8 +12,7 @@ import pytest
 import typer
 import yaml
 
-from kzbuild import build as builds
-from kzbuild import v79check
+from kzbuild.build import builder, v79check
 from kzbuild.cli import app
 from tests.conftest import REPO_ROOT
 
@@ -56,7 +55,7 @@ def check_kzbuild_command(args: list[str]) -> None:
     if recipe:
         assert (REPO_ROOT / "recipes" / f"{recipe}.yaml").is_file(), f"no recipe {recipe}"
     for target in sub.params.get("target") or ():
-        assert target in builds.TARGETS or target == v79check.TARGET, f"unknown target {target}"
+        assert target in builder.TARGETS or target == v79check.TARGET, f"unknown target {target}"
 
 
 def test_there_are_three_workflows():

@@ -12,7 +12,6 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kzbuild import ab, plans, results
 from kzbuild.cli.bench import last_line_to, refuse_with_plan, spec_from_options
 from kzbuild.cli.benchoptions import (
     BatchOpt,
@@ -43,7 +42,8 @@ from kzbuild.cli.options import (
 from kzbuild.cli.results import say
 from kzbuild.cli.ui import activity, console, context, not_empty, print_json
 from kzbuild.errors import RegressionFound
-from kzbuild.interleave import parse_temperature
+from kzbuild.measure import ab, plans, results
+from kzbuild.measure.interleave import parse_temperature
 from kzbuild.model.ab import AbResult, VariantSpec
 from kzbuild.model.build import BuildEvent, BuildOptions
 from kzbuild.model.interleave import DEFAULT_COOL_WAIT, Cooling, Turn

@@ -8,7 +8,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from kzbuild import bench, plans, results
 from kzbuild.cli.benchoptions import (
     BatchOpt,
     CooldownOpt,
@@ -35,11 +34,12 @@ from kzbuild.cli.options import (
 from kzbuild.cli.results import print_records, record_json, say
 from kzbuild.cli.run import PASSTHROUGH
 from kzbuild.cli.ui import activity, context, print_json
-from kzbuild.devices.devicelock import DeviceLock, device_lock
+from kzbuild.device.devicelock import DeviceLock, device_lock
+from kzbuild.device.run import parse_env_assignments
 from kzbuild.errors import ConfigError
+from kzbuild.measure import bench, plans, results
 from kzbuild.model.bench import BenchPoint, BenchRun, BenchSpec
 from kzbuild.model.plan import Plan
-from kzbuild.run import parse_env_assignments
 
 
 def register(app: typer.Typer) -> None:

@@ -8,19 +8,19 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from kzbuild import build as builds
-from kzbuild import proc, remotecache
+from kzbuild.adapters import proc
+from kzbuild.adapters.settings import Settings
+from kzbuild.build import builder, remotecache
 from kzbuild.cli.options import JsonOpt, NoRemoteOpt, RecipeArg, load_recipe
 from kzbuild.cli.ui import ProgressLines, context, print_json, rich_console, say, stderr_is_terminal, styled
 from kzbuild.model.build import V79_CHECK_DESCRIPTION, V79_CHECK_PROVES, V79_CHECK_TARGET, BuildEvent, BuildOptions, BuildPlan, BuildResult
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.remotecache import RemoteConfig
-from kzbuild.settings import Settings
 
 if TYPE_CHECKING:
-    from kzbuild import v79check
+    from kzbuild.build import v79check
 
-TargetOpt = Annotated[Optional[list[str]], typer.Option("--target", "-t", help=f"Target: {', '.join([*builds.TARGETS, V79_CHECK_TARGET])} (repeatable). Default: the recipe's targets. {V79_CHECK_TARGET}: {V79_CHECK_DESCRIPTION}.")]
+TargetOpt = Annotated[Optional[list[str]], typer.Option("--target", "-t", help=f"Target: {', '.join([*builder.TARGETS, V79_CHECK_TARGET])} (repeatable). Default: the recipe's targets. {V79_CHECK_TARGET}: {V79_CHECK_DESCRIPTION}.")]
 ToolchainOpt = Annotated[Optional[list[str]], typer.Option("--toolchain", help="Use this toolchain instead of the target's one for the same role, e.g. host-clang or snapdragon-docker (repeatable).")]
 JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Parallel compile jobs (default: number of CPUs).")]
 ArtifactsOpt = Annotated[Optional[Path], typer.Option("--artifacts", help="Artifacts folder (default: WORK/artifacts).")]
@@ -58,14 +58,14 @@ def build_command(
             outputs.append(v79_check(settings, loaded, options, dry_run=dry_run, json_out=json_out))
             continue
         if dry_run:
-            plan = builds.prepare(settings, loaded, name, environ=os.environ, options=options).plan
+            plan = builder.prepare(settings, loaded, name, environ=os.environ, options=options).plan
             outputs.append({**plan.to_dict(), "remote_cache": remote.to_dict() if remote else None})
             if not json_out:
                 render_plan(plan, remote)
             continue
         with BuildDisplay(f"{loaded.name} → {name}") as display:
-            prepared = builds.prepare(settings, loaded, name, environ=os.environ, options=options, progress=display.update)
-            result = builds.build(prepared, progress=display.update, remote=remote, on_no_artifact=announce_expected_duration)
+            prepared = builder.prepare(settings, loaded, name, environ=os.environ, options=options, progress=display.update)
+            result = builder.build(prepared, progress=display.update, remote=remote, on_no_artifact=announce_expected_duration)
         outputs.append(result_dict(result))
         if not json_out:
             render_result(result)
@@ -74,8 +74,8 @@ def build_command(
 
 
 def v79_check(settings: Settings, recipe: Recipe, options: BuildOptions, *, dry_run: bool, json_out: bool) -> dict[str, object]:
-    """--target v79-check: compile every Hexagon source without the SDK (kzbuild.v79check)."""
-    from kzbuild import v79check
+    """--target v79-check: compile every Hexagon source without the SDK (kzbuild.build.v79check)."""
+    from kzbuild.build import v79check
 
     if dry_run:
         plan = v79check.prepare_check(settings, recipe, options=options)
@@ -113,7 +113,7 @@ def render_check(result: v79check.CheckResult) -> None:
 
 def announce_expected_duration(plan: BuildPlan) -> None:
     """Before a build that will run (its artifact is not there): how long the last one of its target took."""
-    previous = builds.previous_build(plan.artifact_dir.parent, plan.target)
+    previous = builder.previous_build(plan.artifact_dir.parent, plan.target)
     if previous is None:
         say(f"building {plan.build_id}: no earlier {plan.target} build is recorded, so no expected duration", err=True)
     else:

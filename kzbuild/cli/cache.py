@@ -7,7 +7,7 @@ import os
 import typer
 from rich.markup import escape
 
-from kzbuild import remotecache
+from kzbuild.build import remotecache
 from kzbuild.cli.options import JsonOpt, NoRemoteOpt
 from kzbuild.cli.ui import command_group, console, context, print_json
 from kzbuild.model.remotecache import CacheStats

@@ -6,7 +6,7 @@ import os
 
 import typer
 
-from kzbuild import remotecache
+from kzbuild.build import remotecache
 from kzbuild.cli.build import ArtifactsOpt, BuildDisplay, JobsOpt, TargetOpt, ToolchainOpt
 from kzbuild.cli.options import NoRemoteOpt, RecipeArg, append_step_summary, load_recipe
 from kzbuild.cli.ui import context, err_console, print_json

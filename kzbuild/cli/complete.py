@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import typer
 
+from kzbuild.adapters.settings import Settings
 from kzbuild.cli.ui import resolve_settings
 from kzbuild.errors import KzError
-from kzbuild.settings import Settings
 
 
 def _settings(ctx: typer.Context) -> Settings:
@@ -19,7 +19,7 @@ def _settings(ctx: typer.Context) -> Settings:
 
 
 def complete_recipe(ctx: typer.Context, incomplete: str) -> list[str]:
-    from kzbuild import recipes
+    from kzbuild.source import recipes
 
     try:
         names = recipes.list_recipes(_settings(ctx).recipes)
@@ -29,7 +29,7 @@ def complete_recipe(ctx: typer.Context, incomplete: str) -> list[str]:
 
 
 def complete_device(ctx: typer.Context, incomplete: str) -> list[str]:
-    from kzbuild.devices.registry import load_devices
+    from kzbuild.device.registry import load_devices
 
     try:
         names = list(load_devices(_settings(ctx)))
@@ -40,7 +40,7 @@ def complete_device(ctx: typer.Context, incomplete: str) -> list[str]:
 
 def complete_run(ctx: typer.Context, incomplete: str) -> list[str]:
     """Run ids (newest last) and 'latest'; a results dir that is not there is not created."""
-    from kzbuild import results
+    from kzbuild.measure import results
 
     try:
         folder = _settings(ctx).results

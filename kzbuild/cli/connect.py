@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from kzbuild.adapters.settings import Settings
 from kzbuild.cli.ui import ProgressLines, rich_console, stderr_is_terminal
-from kzbuild.devices.base import Transport
-from kzbuild.devices.registry import connect, resolve_device
-from kzbuild.devices.store import TransferProgress
+from kzbuild.device.base import Transport
+from kzbuild.device.registry import connect, resolve_device
+from kzbuild.device.store import TransferProgress
 from kzbuild.model.device import Device
-from kzbuild.settings import Settings
 
 
 def open_device(settings: Settings, spec: str | None, default: str | None, trust_new_host: bool) -> tuple[Device, Transport]:

@@ -9,11 +9,11 @@ import typer
 from rich.filesize import decimal
 from rich.markup import escape
 
-from kzbuild import deploy
-from kzbuild.artifacts import find_artifact
+from kzbuild.build.artifacts import find_artifact
 from kzbuild.cli.connect import open_device, transfer_bars
 from kzbuild.cli.options import DeviceOpt, JsonOpt, RecipeArg, TrustOpt, WaitOpt, load_recipe
 from kzbuild.cli.ui import console, context, not_empty, print_json
+from kzbuild.device import deploy
 
 
 def register(app: typer.Typer) -> None:

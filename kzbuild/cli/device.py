@@ -10,9 +10,9 @@ from rich.markup import escape
 from kzbuild.cli.connect import open_device
 from kzbuild.cli.options import DeviceOpt, JsonOpt, TrustOpt, WaitOpt
 from kzbuild.cli.ui import command_group, console, context, print_json
-from kzbuild.devices.devicelock import device_lock
-from kzbuild.devices.integrity import verify_store
-from kzbuild.devices.store import Layout, Remote
+from kzbuild.device.devicelock import device_lock
+from kzbuild.device.integrity import verify_store
+from kzbuild.device.store import Layout, Remote
 from kzbuild.errors import DeviceError
 
 device_app = command_group("device", "Check what is stored on a device.")

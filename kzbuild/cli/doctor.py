@@ -7,25 +7,25 @@ from typing import Annotated, Optional
 
 import typer
 
-from kzbuild import build as builds
-from kzbuild import recipes
+from kzbuild.build import builder
 from kzbuild.cli.build import ToolchainOpt
 from kzbuild.cli.complete import complete_device, complete_recipe
 from kzbuild.cli.options import JsonOpt
 from kzbuild.cli.ui import console, context, not_empty, print_json, say, styled
-from kzbuild.devices.registry import resolve_device
+from kzbuild.device.registry import resolve_device
 from kzbuild.doctor import doctor
 from kzbuild.errors import ToolchainMissing
 from kzbuild.model.build import V79_CHECK_TARGET
 from kzbuild.model.doctor import DeviceCheck, TargetCheck
 from kzbuild.model.toolchain import Found
+from kzbuild.source import recipes
 
 
 def register(app: typer.Typer) -> None:
     app.command("doctor")(doctor_command)
 
 
-DoctorTargetOpt = Annotated[Optional[list[str]], typer.Option("--target", "-t", help=f"Target: {', '.join(builds.TARGETS)} (repeatable). Default: the recipe's targets. ({V79_CHECK_TARGET} needs only the ziglang package and ccache.)")]
+DoctorTargetOpt = Annotated[Optional[list[str]], typer.Option("--target", "-t", help=f"Target: {', '.join(builder.TARGETS)} (repeatable). Default: the recipe's targets. ({V79_CHECK_TARGET} needs only the ziglang package and ccache.)")]
 
 DoctorRecipeArg = Annotated[Optional[str], typer.Argument(callback=not_empty, help="Recipe whose targets and device to check. Default: no recipe: every target, no device.", autocompletion=complete_recipe)]
 
@@ -55,7 +55,7 @@ def doctor_command(
         needed_by = f"recipe {loaded.name}"
         device_spec = device or loaded.device
     else:
-        names = list(target or builds.TARGETS)
+        names = list(target or builder.TARGETS)
     resolved = resolve_device(settings, device_spec) if device_spec else None
     report = doctor(settings, names, environ=os.environ, overrides=toolchain or (), needed_by=needed_by, device=resolved)
     if json_out:
@@ -79,7 +79,7 @@ def render_device_check(check: DeviceCheck) -> None:
 
 def render_target_check(check: TargetCheck) -> None:
     state = "[green]ready[/green]" if check.ok else "[red]not ready[/red]"
-    console.print(f"[bold]{check.target}[/bold] ({builds.TARGETS[check.target].description}): {state}")
+    console.print(f"[bold]{check.target}[/bold] ({builder.TARGETS[check.target].description}): {state}")
     from rich.table import Table
 
     table = Table(box=None, show_header=True, padding=(0, 2))

@@ -11,18 +11,18 @@ from typing import Annotated, Optional
 import typer
 from rich.filesize import decimal
 
-from kzbuild import deploy
 from kzbuild.cli.connect import open_device, transfer_bars
 from kzbuild.cli.options import DeviceOpt, JsonOpt, TrustOpt, WaitOpt
 from kzbuild.cli.ui import command_group, console, context, not_empty, print_json
+from kzbuild.device import deploy
 from kzbuild.errors import ConfigError
-from kzbuild.model import tinyspec as tiny_spec
+from kzbuild.model import tinyspec
 
 models_app = command_group("models", "Model files: generate tiny test models, store models on devices.")
 
 # built from the generator's own lists, so a new arch or type shows up in --help by itself
-TinyArch = Enum("TinyArch", {name: name for name in tiny_spec.ARCHS}, type=str)  # type: ignore[misc]
-TinyType = Enum("TinyType", {name: name for name in tiny_spec.FTYPES}, type=str)  # type: ignore[misc]
+TinyArch = Enum("TinyArch", {name: name for name in tinyspec.ARCHS}, type=str)  # type: ignore[misc]
+TinyType = Enum("TinyType", {name: name for name in tinyspec.FTYPES}, type=str)  # type: ignore[misc]
 
 
 def register(app: typer.Typer) -> None:
@@ -38,7 +38,7 @@ def tiny_command(
     seed: Annotated[int, typer.Option("--seed", min=0, help="Random seed; the same arguments give the same bytes.")] = 0,
 ) -> None:
     """Write a tiny random GGUF model (a few hundred KB) that llama.cpp loads and runs."""
-    from kzbuild.tinymodel import write_tiny_model  # numpy and gguf load only when needed
+    from kzbuild.measure.tinymodel import write_tiny_model  # numpy and gguf load only when needed
 
     if output.is_dir():
         raise ConfigError(f"--output {output} is a folder; name the .gguf file to write")

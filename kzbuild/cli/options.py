@@ -7,11 +7,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from kzbuild import recipes
+from kzbuild.adapters.settings import Settings
 from kzbuild.cli.complete import complete_device, complete_recipe
 from kzbuild.cli.ui import not_empty
 from kzbuild.model.recipe import Recipe
-from kzbuild.settings import Settings
+from kzbuild.source import recipes
 
 DEFAULT_RECIPE = "demo-host"
 
@@ -31,7 +31,7 @@ def append_step_summary(markdown: str) -> None:
 
 def finite_wait(value: float) -> float:
     """typer callback: click's range check lets nan and inf through, and a nan wait never ends."""
-    from kzbuild.run import check_seconds  # the device modules it needs load only when --wait is given
+    from kzbuild.device.run import check_seconds  # the device modules it needs load only when --wait is given
 
     check_seconds("--wait", value, zero_ok=True)
     return value

@@ -14,11 +14,11 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kzbuild import recipes
+from kzbuild.adapters.settings import Settings
 from kzbuild.cli.options import DEFAULT_RECIPE, JsonOpt, RecipeArg, load_recipe
 from kzbuild.cli.ui import activity, command_group, console, context, err_console, not_empty, print_json
 from kzbuild.errors import BuildFailed, PatchError
-from kzbuild.settings import Settings
+from kzbuild.source import recipes
 
 if TYPE_CHECKING:
     from kzbuild.model.patch import Patch
@@ -46,7 +46,7 @@ def _series_path(settings: Settings, series: Path | None, recipe: Recipe | None 
 
 def _lint_files(settings: Settings, series: Path | None, recipe: str | None) -> tuple[Recipe | None, list[Patch], list[Problem]]:
     """The recipe (when named), the series' patches, and what lint finds in the files alone."""
-    from kzbuild.stack.patchfile import lint_series
+    from kzbuild.source.stack.patchfile import lint_series
 
     loaded = recipes.load_recipe(settings.project, recipe) if recipe else None
     patches, problems = lint_series(_series_path(settings, series, loaded))
@@ -65,7 +65,7 @@ def list_command(
     json_out: JsonOpt = False,
 ) -> None:
     """The series in apply order: lint status, upstream status, files touched, lines added and removed."""
-    from kzbuild.sync import read_lock
+    from kzbuild.source.sync import read_lock
 
     settings = context(ctx).settings
     loaded, patches, problems = _lint_files(settings, series, recipe)
@@ -114,7 +114,7 @@ def lint_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Check the series and every patch: trailers, series <-> files, CRLF damage, index lines, fuzz."""
-    from kzbuild.stack.check import tree_problems
+    from kzbuild.source.stack.check import tree_problems
 
     settings = context(ctx).settings
     loaded, patches, problems = _lint_files(settings, series, recipe)
@@ -145,7 +145,7 @@ def check_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Apply the stack in a scratch repo and classify each patch: clean, 3way, conflict, upstreamed, empty."""
-    from kzbuild.stack.check import check_stack
+    from kzbuild.source.stack.check import check_stack
 
     settings = context(ctx).settings
     loaded = load_recipe(settings, recipe)
@@ -184,7 +184,7 @@ def upstream_command(
     json_out: JsonOpt = False,
 ) -> None:
     """The patch as upstream would receive it (kzbuild's trailers stripped), applied alone at the pin (and --against), built for the host."""
-    from kzbuild.stack.upstream import check_upstream
+    from kzbuild.build.upstreamcheck import check_upstream
 
     settings = context(ctx).settings
     loaded = recipes.load_recipe(settings.project, recipe)
@@ -223,7 +223,7 @@ def export_command(
     force: Annotated[bool, typer.Option("--force", help="Overwrite (or remove) patch files that changed since this worktree was synced or exported.")] = False,
 ) -> None:
     """Write the worktree's commits above the base back to patches/ and the series (byte-identical when unchanged)."""
-    from kzbuild.stack.export import export
+    from kzbuild.source.stack.export import export
 
     settings = context(ctx).settings
     loaded = load_recipe(settings, recipe)
@@ -260,7 +260,7 @@ def new_command(
     author: Annotated[Optional[str], typer.Option(callback=not_empty, help="'Name <email>' (default: your git identity).")] = None,
 ) -> None:
     """Make the worktree's uncommitted changes a new patch at the top of the stack, and export."""
-    from kzbuild.stack.export import new_patch
+    from kzbuild.source.stack.export import new_patch
 
     settings = context(ctx).settings
     loaded = load_recipe(settings, recipe)
@@ -281,7 +281,7 @@ def drop_command(
     series: SeriesOpt = None,
 ) -> None:
     """Remove a patch from the series and delete its file, recording why in patches/DROPPED.yaml."""
-    from kzbuild.stack.patchfile import DROPPED_LOG, drop_patch
+    from kzbuild.source.stack.patchfile import DROPPED_LOG, drop_patch
 
     settings = context(ctx).settings
     path = _series_path(settings, series)
@@ -298,7 +298,7 @@ def move_command(
     series: SeriesOpt = None,
 ) -> None:
     """Move a patch in the series, keeping its comments; warns when it crosses a patch touching the same files."""
-    from kzbuild.stack.patchfile import move_patch
+    from kzbuild.source.stack.patchfile import move_patch
 
     settings = context(ctx).settings
     overlapping = move_patch(_series_path(settings, series), name, before=before, after=after)
@@ -320,8 +320,8 @@ def bump_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Check the patch stack against a newer upstream commit, and move the recipe's pin there."""
-    from kzbuild.stack import bump
-    from kzbuild.stack.patchfile import DROPPED_LOG
+    from kzbuild.source.stack import bump
+    from kzbuild.source.stack.patchfile import DROPPED_LOG
 
     settings = context(ctx).settings
     loaded = load_recipe(settings, recipe)

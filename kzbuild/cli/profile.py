@@ -10,15 +10,15 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kzbuild import profile as profiles
 from kzbuild.cli.complete import complete_recipe
 from kzbuild.cli.connect import open_device
 from kzbuild.cli.options import DeviceOpt, EnvOpt, JsonOpt, TimeoutOpt
 from kzbuild.cli.results import say
 from kzbuild.cli.ui import activity, console, context, not_empty, print_json
+from kzbuild.device.run import parse_env_assignments
 from kzbuild.errors import ConfigError
+from kzbuild.measure import profiling
 from kzbuild.model.profile import NO_LAYER, ComparedOp, PhaseProfile, ProfileRecord, ProfileSpec
-from kzbuild.run import parse_env_assignments
 
 
 def register(app: typer.Typer) -> None:
@@ -60,9 +60,9 @@ def profile_command(
         raise ConfigError(f"{' and '.join(modes)} cannot be combined")
     if by not in ("op", "layer"):
         raise ConfigError(f"--by '{by}': give op or layer")
-    store = profiles.ProfileStore(settings.results)
+    store = profiling.ProfileStore(settings.results)
     if from_log is not None:
-        phases = profiles.from_log(settings, from_log, recipe=recipe)
+        phases = profiling.from_log(settings, from_log, recipe=recipe)
         if json_out:
             print_json({"log": str(from_log), "phases": [_phase_json(p, 1, by) for p in phases]})
             return
@@ -71,7 +71,7 @@ def profile_command(
         return
     if compare is not None:
         a, b = store.select(compare[0]), store.select(compare[1])
-        rows = profiles.compare(a, b, source=source)
+        rows = profiling.compare(a, b, source=source)
         if json_out:
             print_json({"a": a.run_id, "b": b.run_id, "source": source, "rows": [
                 {"phase": r.phase, "op": r.op, "a_usec": r.a_usec, "b_usec": r.b_usec, "a_backends": list(r.a_backends),
@@ -88,7 +88,7 @@ def profile_command(
             model=model, n_prompt=prompt, n_gen=gen, n_ubatch=ubatch, threads=threads, ngl=ngl, dev=dev, reps=repetitions,
             env=tuple(parse_env_assignments(env or []).items()), timeout=timeout,
         )  # fmt: skip
-        profiles.check_spec(spec)  # before connecting: a bad value is a usage error wherever the device is
+        profiling.check_spec(spec)  # before connecting: a bad value is a usage error wherever the device is
         target, transport = open_device(settings, device, None, trust_new_host=False)
         try:
             with activity(f"kz-profile on {target.name}") as progress:
@@ -97,18 +97,18 @@ def profile_command(
                     lines = chunk.decode(errors="replace").strip().splitlines()
                     progress(lines[-1] if lines else "")
 
-                run = profiles.profile(settings, transport, target, spec, store, on_stderr=on_stderr)
+                run = profiling.profile(settings, transport, target, spec, store, on_stderr=on_stderr)
         finally:
             transport.close()
         record = run.record
         if not json_out:
             say(f"stored profile run {record.run_id} in {store.path}; logs in {run.logs}")
     if plot is not None:
-        written = profiles.plot(record, plot, source=source)
+        written = profiling.plot(record, plot, source=source)
         if not json_out:
             say(f"wrote {written}")
     if json_out:
-        reps = profiles.reps_of(record)
+        reps = profiling.reps_of(record)
         print_json(record.to_dict() | {"summary": {key: [_phase_json(p, reps, by) for p in getattr(record, key)] for key in ("graph", "npu")}})
         return
     _print_record(record, by=by, source=source)
@@ -119,27 +119,27 @@ def _phase_json(phase: PhaseProfile, reps: int, by: str) -> dict[str, object]:
         "phase": phase.phase,
         "tokens": phase.tokens,
         "graph_usec": phase.op_usec / reps,
-        "wall_usec_plain": profiles.median(phase.wall_us_plain),
-        "wall_usec_timed": profiles.median(phase.wall_us_timed),
+        "wall_usec_plain": profiling.median(phase.wall_us_plain),
+        "wall_usec_timed": profiling.median(phase.wall_us_timed),
         "ops": [
             {"layer": s.layer, "op": s.op, "backends": list(s.backends), "count": s.count, "usec": s.usec, "share": s.share}
-            for s in profiles.summarize(phase, reps=reps, by=by)
+            for s in profiling.summarize(phase, reps=reps, by=by)
         ],
     }
 
 
 def _print_record(record: ProfileRecord, *, by: str, source: str) -> None:
-    reps = profiles.reps_of(record)
+    reps = profiling.reps_of(record)
     say(f"profile {record.run_id}: {record.device.name}, build {record.build.build_id}, model {record.model.path} "
          f"(sha256 {(record.model.sha256 or '?')[:12]}), {reps} repetition(s); times per repetition")  # fmt: skip
-    for phase in profiles.phases_of(record, source):
-        _print_phase(phase, reps=reps, by=by, title=f"{phase.phase}, {phase.tokens} tokens ({profiles.SOURCE_NAMES[source]})")
+    for phase in profiling.phases_of(record, source):
+        _print_phase(phase, reps=reps, by=by, title=f"{phase.phase}, {phase.tokens} tokens ({profiling.SOURCE_NAMES[source]})")
     if source == "graph" and record.npu:
         say("ggml-hexagon's own profiler times are stored too: --show RUN --npu")
 
 
 def _print_phase(phase: PhaseProfile, *, reps: int, by: str, title: str) -> None:
-    rows = profiles.summarize(phase, reps=reps, by=by)
+    rows = profiling.summarize(phase, reps=reps, by=by)
     table = Table(title=escape(title))
     headers = (["layer"] if by == "layer" else []) + ["op", "backend", "count", "time ms", "share"]
     for header in headers:
@@ -150,7 +150,7 @@ def _print_phase(phase: PhaseProfile, *, reps: int, by: str, title: str) -> None
         table.add_row(*(escape(cell) for cell in cells))
     console.print(table)
     graph_ms = phase.op_usec / reps / 1000
-    plain, timed = profiles.median(phase.wall_us_plain), profiles.median(phase.wall_us_timed)
+    plain, timed = profiling.median(phase.wall_us_plain), profiling.median(phase.wall_us_timed)
     line = f"{phase.phase}: graph time {graph_ms:.3f} ms (sum of the ops)"
     if plain is not None and timed is not None:
         overhead = (timed - plain) / plain * 100 if plain else 0.0

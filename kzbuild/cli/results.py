@@ -11,13 +11,13 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kzbuild import results
+from kzbuild.adapters.settings import Settings
 from kzbuild.cli.complete import complete_run
 from kzbuild.cli.options import JsonOpt, MarkdownOpt
 from kzbuild.cli.ui import command_group, console, context, not_empty, print_json
 from kzbuild.errors import RegressionFound, ResultsError
+from kzbuild.measure import results
 from kzbuild.model.result import BenchRecord, Comparison, Group, Summary
-from kzbuild.settings import Settings
 
 results_app = command_group("results", "Stored benchmark results: list, show, compare, plot, import the seed figures.")
 

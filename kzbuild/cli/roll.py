@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 from rich.markup import escape
 
+from kzbuild.adapters.files import write_atomic
 from kzbuild.cli.options import DeviceOpt, JsonOpt, RecipeArg, TrustOpt, WaitOpt, append_step_summary, load_recipe
 from kzbuild.cli.ui import activity, console, context, not_empty, print_json
 from kzbuild.errors import BuildFailed, PatchError, RegressionFound, WorktreeError
-from kzbuild.files import write_atomic
 from kzbuild.model.roll import DEFAULT_BLOCKS, DEFAULT_LIMIT, DEFAULT_THRESHOLD_PCT, PLAN_TARGET
 
 if TYPE_CHECKING:
@@ -45,8 +45,8 @@ def roll_command(
 
     Exit codes: 0 a candidate is rollable (or rolled with --write, or nothing is newer); 5 the newest candidate conflicts, or a live patch's Kz-Test fails there; 7 its build or plan fails; 9 its bench regressed past --threshold. The report is written in every case.
     """
-    from kzbuild import roll
-    from kzbuild.stats import fresh_seed
+    from kzbuild.measure import roll
+    from kzbuild.measure.stats import fresh_seed
 
     if (bench_plan is None) != (device is None):
         raise typer.BadParameter("--device and --plan go together: the plan names the model and the llama-bench run to bench on the device", param_hint="'--device' / '--plan'")
@@ -59,9 +59,9 @@ def roll_command(
         blocks, seed = DEFAULT_BLOCKS, None
         if bench_plan is not None:
             # the device and bench modules load only for a roll that benches
-            from kzbuild import plans, results
             from kzbuild.cli.connect import open_device
-            from kzbuild.rolldevice import DeviceRunner
+            from kzbuild.measure import plans, results
+            from kzbuild.measure.rolldevice import DeviceRunner
 
             plan = plans.load_plan(bench_plan)
             found, transport = open_device(settings, device, None, trust_new_host)

@@ -11,8 +11,8 @@ import typer
 from kzbuild.cli.connect import open_device
 from kzbuild.cli.options import DeviceOpt, EnvOpt, TimeoutOpt, WaitOpt
 from kzbuild.cli.ui import context, not_empty
-from kzbuild.devices.devicelock import device_lock
-from kzbuild.run import check_seconds, parse_env_assignments, run_tool
+from kzbuild.device.devicelock import device_lock
+from kzbuild.device.run import check_seconds, parse_env_assignments, run_tool
 
 # everything after TOOL (options too) belongs to the tool
 PASSTHROUGH = {"ignore_unknown_options": True, "allow_interspersed_args": False}

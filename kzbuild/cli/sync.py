@@ -8,10 +8,10 @@ from typing import Annotated
 
 import typer
 
-from kzbuild import recipes, sync
 from kzbuild.cli.options import JsonOpt, RecipeArg, load_recipe
 from kzbuild.cli.ui import Styled, activity, context, print_json, say, say_table, styled
 from kzbuild.model.sync import Discarded
+from kzbuild.source import recipes, sync
 
 SHOWN = 20  # lines of each kind of discarded work
 

@@ -27,9 +27,9 @@ from typing import IO, TYPE_CHECKING, Any, cast
 
 import typer
 
-from kzbuild import proc, yamlconf
+from kzbuild.adapters import proc, yamlconf
+from kzbuild.adapters.settings import Settings
 from kzbuild.errors import KzError
-from kzbuild.settings import Settings
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -176,7 +176,7 @@ class _RichHandlerOnFirstRecord(logging.Handler):
 
 
 def setup_logging(verbose: int) -> None:
-    """Warnings always; -v adds every external command (INFO, from kzbuild.proc and the ssh transport) and progress notes; -vv debug."""
+    """Warnings always; -v adds every external command (INFO, from kzbuild.adapters.proc and the ssh transport) and progress notes; -vv debug."""
     root = logging.getLogger("kzbuild")
     handler = _RichHandlerOnFirstRecord()
     handler.addFilter(proc.RedactCredentials())  # warnings name remote caches by URL

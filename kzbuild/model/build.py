@@ -1,7 +1,7 @@
 """Builds: targets, build options and the plan of one build.
 
 A build leaves an artifact, ``<artifacts>/<build-id>/`` with ``bin/``, ``lib/`` and
-``manifest.json``: see :mod:`kzbuild.model.artifact` (read it with ``kzbuild.build.load_manifest``).
+``manifest.json``: see :mod:`kzbuild.model.artifact` (read it with ``kzbuild.build.builder.load_manifest``).
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ class BuildResult:
     remote: RemoteOutcome | None = None  # what the remote cache did (None: none configured)
 
 
-# The v79 compile check (kzbuild.v79check), named here so the CLI can describe it without loading it.
+# The v79 compile check (kzbuild.build.v79check), named here so the CLI can describe it without loading it.
 V79_CHECK_TARGET = "v79-check"
 V79_CHECK_DESCRIPTION = "compile every Hexagon source (HTP for hexagonv79 + HVX 128B, host backend for aarch64) without the SDK: compilation only"
 V79_CHECK_PROVES = "compilation only: every HTP source compiled for hexagonv79 (HVX 128B) and the host backend for aarch64; nothing linked, nothing run"

@@ -39,7 +39,7 @@ class Overlay:
 
 @dataclass(frozen=True)
 class BuildSection:
-    """The recipe's build options; targets add their own (see kzbuild.build)."""
+    """The recipe's build options; targets add their own (see kzbuild.build.builder)."""
 
     targets: tuple[str, ...] = ("host",)
     tools: tuple[str, ...] = ("llama-bench", "llama-completion", "test-backend-ops")

@@ -1,7 +1,7 @@
 """The remote build cache shared between machines: its configuration, what it did for one build, its statistics.
 
 Configured by ``KZ_REMOTE_CACHE`` (a URL) or the project's ``.kz/config.yaml``; see
-:mod:`kzbuild.remotecache`. A URL may hold credentials: print ``shown``, never ``url``.
+:mod:`kzbuild.build.remotecache`. A URL may hold credentials: print ``shown``, never ``url``.
 """
 
 from __future__ import annotations

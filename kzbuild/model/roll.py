@@ -10,7 +10,7 @@ from enum import Enum
 from kzbuild.model.effect import Effect
 from kzbuild.model.stackcheck import BumpPlan, StepStatus
 
-# roll's defaults (kzbuild.roll and its CLI take them from here)
+# roll's defaults (kzbuild.measure.roll and its CLI take them from here)
 DEFAULT_LIMIT = 3  # candidates of each kind (tags, versions) looked at
 PLAN_TARGET = "v79"  # the target whose build plan each rolled candidate must produce
 DEFAULT_BLOCKS = 3  # pin and candidate each benched this many times, ABAB
@@ -64,7 +64,7 @@ class RollStep:
 
 @dataclass(frozen=True)
 class BenchDelta:
-    """The candidate's median against the pin's, from interleaved runs (see kzbuild.stats)."""
+    """The candidate's median against the pin's, from interleaved runs (see kzbuild.measure.stats)."""
 
     metric: str
     order: tuple[str, ...]  # the run order, "pin"/"candidate", as run

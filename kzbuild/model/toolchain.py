@@ -1,6 +1,6 @@
 """Toolchains: what ``toolchains/*.yaml`` says about finding and verifying one, and what was found.
 
-A spec is read from YAML by :mod:`kzbuild.toolchains`; detection turns it into a
+A spec is read from YAML by :mod:`kzbuild.build.toolchains`; detection turns it into a
 :class:`Found` that names the file (or program) that proved the version, so a mismatch can
 say exactly what was seen where.
 """

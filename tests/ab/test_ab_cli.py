@@ -85,7 +85,7 @@ def test_ab_runs_a_plan_whose_ab_section_the_command_line_overrides(kz, bench_ti
 
 
 def test_a_second_ab_of_the_same_recipe_is_busy(kz, bench_tiny, tmp_path):
-    from kzbuild.filelock import locked
+    from kzbuild.adapters.filelock import locked
 
     root = local_device(bench_tiny, tmp_path)
     with locked(bench_tiny.project.work / "ab" / "tiny" / ".lock", what="another ab"):

@@ -9,12 +9,12 @@ import struct
 
 import pytest
 
-from kzbuild import ab
 from kzbuild.errors import ConfigError
+from kzbuild.measure import ab
+from kzbuild.measure.stats import interleaved_order, median_effect
 from kzbuild.model.ab import VariantBuild, VariantSpec
 from kzbuild.model.patch import Expectation
 from kzbuild.model.result import VariantInfo
-from kzbuild.stats import interleaved_order, median_effect
 from tests.bench.benchkit import record
 
 SERIES = ["backport.patch", "a.patch", "b.patch"]

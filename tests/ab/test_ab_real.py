@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from kzbuild.cli import main
+from kzbuild.measure.results import ResultsStore
+from kzbuild.measure.tinymodel import write_tiny_model
 from kzbuild.model.build import BuildResult
-from kzbuild.results import ResultsStore
-from kzbuild.tinymodel import write_tiny_model
 from tests.conftest import CliResult, Project
 from tests.fixtures_build import real_project
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kzbuild.model.patch import Expectation
-from kzbuild.stack.patchfile import expectations, parse_patch, trailer_problems, trailer_value_problem, without_kz_trailers
+from kzbuild.source.stack.patchfile import expectations, parse_patch, trailer_problems, trailer_value_problem, without_kz_trailers
 from tests.fixtures_stack import add_patch
 from tests.test_stack_lint import lint, with_trailers
 

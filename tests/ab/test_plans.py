@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kzbuild.errors import ConfigError
-from kzbuild.plans import load_plan
+from kzbuild.measure.plans import load_plan
 from tests.bench.benchkit import REPLAY_LLAMA_BENCH, make_device_root
 from tests.conftest import REPO_ROOT
 

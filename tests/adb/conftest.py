@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kzbuild.devices.adb import AdbTransport
+from kzbuild.device.adb import AdbTransport
 from tests.adbdevice import AdbTestDevice
 
 DEVICE_ROOT = "/data/local/tmp/kz-engine"

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kzbuild.devices.adb import AdbTransport
-from kzbuild.devices.registry import connect, parse_device_spec
+from kzbuild.device.adb import AdbTransport
+from kzbuild.device.registry import connect, parse_device_spec
 from kzbuild.errors import DeviceError, NotAvailableHere
 from kzbuild.model.device import Device
 from tests.adbdevice import AdbTestDevice, PrivateAdbServer

@@ -8,8 +8,8 @@ import json
 import posixpath
 from pathlib import Path
 
-from kzbuild.bench import model_sha256
-from kzbuild.devices.adb import AdbTransport
+from kzbuild.device.adb import AdbTransport
+from kzbuild.measure.bench import model_sha256
 from tests.adbdevice import AdbTestDevice
 from tests.adbdevice.fs import toybox_applets
 

@@ -14,7 +14,7 @@ Fixtures (``tests.adbdevice.fixtures``, registered as a plugin by tests/conftest
                                       # root /data/local/tmp/kz-engine (name=, root=, env= ... to change)
         # same as Device(name="testpad", transport="adb", serial=adb_device.serial,
         #                root="/data/local/tmp/kz-engine")
-        transport = kzbuild.devices.registry.connect(device)   # adb connect + state check
+        transport = kzbuild.device.registry.connect(device)   # adb connect + state check
         ...
         adb_device.host_path("/data/local/tmp/kz-engine/current")  # the same dir on the host
 

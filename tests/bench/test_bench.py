@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild import bench
-from kzbuild.devices.local import LocalTransport
+from kzbuild.device.local import LocalTransport
 from kzbuild.errors import ConfigError, ResultsError
+from kzbuild.measure import bench
+from kzbuild.measure.results import ResultsStore
 from kzbuild.model.bench import BenchPoint, BenchSpec, SweepAxis
 from kzbuild.model.device import Device
 from kzbuild.model.run import Release
 from kzbuild.model.sync import Lock
-from kzbuild.results import ResultsStore
 from tests.bench.benchkit import CAPTURED_JSON, REPLAY_LLAMA_BENCH, flat
 from tests.conftest import GIT_ENV, git
 

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from kzbuild.devices.devicelock import host_name
+from kzbuild.device.devicelock import host_name
 from tests.bench.benchkit import CAPTURED_JSON, DeviceRoot, flat
 from tests.conftest import Project
 from tests.fixtures_deploy import write_manifest

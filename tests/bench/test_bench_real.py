@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from kzbuild.adapters.settings import Settings
 from kzbuild.cli import main
-from kzbuild.devices.registry import parse_device_spec
+from kzbuild.device.registry import parse_device_spec
+from kzbuild.device.run import hexagon_env_names
+from kzbuild.measure.results import ResultsStore
+from kzbuild.measure.tinymodel import write_tiny_model
 from kzbuild.model.build import BuildResult
-from kzbuild.results import ResultsStore
-from kzbuild.run import hexagon_env_names
-from kzbuild.settings import Settings
-from kzbuild.tinymodel import write_tiny_model
 from tests.adbdevice import AdbTestDevice
 from tests.bench.benchkit import flat
 from tests.fixtures_build import real_project

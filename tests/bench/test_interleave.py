@@ -1,4 +1,4 @@
-"""kzbuild.interleave: variants benched in seeded interleaved blocks from their own releases, cooling between blocks."""
+"""kzbuild.measure.interleave: variants benched in seeded interleaved blocks from their own releases, cooling between blocks."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild import interleave
-from kzbuild.devices.local import LocalTransport
-from kzbuild.devices.registry import resolve_device
+from kzbuild.device.local import LocalTransport
+from kzbuild.device.registry import resolve_device
 from kzbuild.errors import ConfigError, DeviceError
+from kzbuild.measure import interleave
+from kzbuild.measure.results import ResultsStore
+from kzbuild.measure.stats import interleaved_order
 from kzbuild.model.bench import BenchSpec, SweepAxis
 from kzbuild.model.device import Device
 from kzbuild.model.interleave import Arm, Cooling
-from kzbuild.results import ResultsStore
-from kzbuild.stats import interleaved_order
 from tests.bench.benchkit import REPLAY_LLAMA_BENCH, DeviceRoot, make_device_root
 
 
@@ -140,7 +140,7 @@ def test_interleaved_over_ssh_with_cooling_read_through_the_transport(project, s
     device_root = two_releases(tmp_path)
     sysfs = sysfs_with(tmp_path / "sys", {"cpu-0-0": 41000})
     device = resolve_device(project.settings, sshd.spec(device_root.root), None)
-    from kzbuild.devices.registry import connect
+    from kzbuild.device.registry import connect
 
     transport = connect(device)
     try:
@@ -167,7 +167,7 @@ def test_env_names_are_checked_once_for_the_whole_experiment(project, tmp_path, 
 
 def test_the_device_lock_is_held_for_the_whole_run_and_a_holder_is_refused(project, tmp_path):
     """A deploy meanwhile could prune an arm's release: the run holds the lock, and waits for no one."""
-    from kzbuild.devices.devicelock import device_lock
+    from kzbuild.device.devicelock import device_lock
     from kzbuild.errors import Busy
 
     device_root = two_releases(tmp_path)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild import results
 from kzbuild.errors import ConfigError, ResultsError
+from kzbuild.measure import results
+from kzbuild.measure.results import ResultsStore
 from kzbuild.model.result import BenchRecord, Migration
-from kzbuild.results import ResultsStore
 from tests.bench.benchkit import flat, record
 
 REPO_SEED = Path(__file__).resolve().parents[2] / "results" / "seed-2026-05.yaml"

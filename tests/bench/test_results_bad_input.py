@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kzbuild import results
+from kzbuild.measure import results
+from kzbuild.measure.results import ResultsStore
 from kzbuild.model.result import BenchRecord, canonical_json
-from kzbuild.results import ResultsStore
 from tests.bench.benchkit import CAPTURED_JSON, record
 
 MODEL = "models/tiny.gguf"

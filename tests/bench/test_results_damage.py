@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild import bench, results
 from kzbuild.errors import BadRecord
-from kzbuild.results import ResultsStore
+from kzbuild.measure import bench, results
+from kzbuild.measure.results import ResultsStore
 from tests.bench.benchkit import CAPTURED_JSON, REPLAY_LLAMA_BENCH, flat, make_device_root, record
 
 STORED = [record(run_id=f"r{n}", host_time=f"2026-10-0{n + 1}T00:00:00+00:00", samples=(10.0 * (n + 1), 9.0, 11.0)) for n in range(3)]

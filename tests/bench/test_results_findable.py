@@ -9,7 +9,7 @@ import shlex
 import subprocess
 import sys
 
-from kzbuild.results import DEMO_RESULTS, ResultsStore
+from kzbuild.measure.results import DEMO_RESULTS, ResultsStore
 from tests.bench.benchkit import flat, record
 from tests.bench.test_results import REPO_SEED
 from tests.conftest import REPO_ROOT

@@ -8,10 +8,10 @@ import sqlite3
 
 import pytest
 
-from kzbuild import results
 from kzbuild.errors import BadRecord
+from kzbuild.measure import results
+from kzbuild.measure.results import ResultsStore
 from kzbuild.model.result import BenchRecord, VariantInfo
-from kzbuild.results import ResultsStore
 from tests.bench.benchkit import record
 
 VARIANT = VariantInfo(name="minus:x.patch", block=2, blocks=5, seed=11, start_c=44.5, waited_s=30.0)

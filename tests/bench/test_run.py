@@ -8,10 +8,10 @@ import subprocess
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kzbuild.devices.base import remote_command
+from kzbuild.device.base import remote_command
+from kzbuild.device.run import invocation
 from kzbuild.model.device import Device
 from kzbuild.model.run import Release
-from kzbuild.run import invocation
 from tests.bench.benchkit import SHOW_ARGS, TRICKY, flat, make_device_root
 
 # Anything a process can receive: no NUL (execve cannot carry it), no lone surrogates.

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from kzbuild.cli import main
-from kzbuild.devices.adb import AdbTransport
-from kzbuild.devices.local import LocalTransport
-from kzbuild.devices.ssh import SshTransport
+from kzbuild.device.adb import AdbTransport
+from kzbuild.device.local import LocalTransport
+from kzbuild.device.ssh import SshTransport
 
 REPO = Path(__file__).resolve().parents[2]
 

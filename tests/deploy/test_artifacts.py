@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kzbuild.artifacts import load_artifact
+from kzbuild.build.artifacts import load_artifact
 from kzbuild.errors import ConfigError
 from kzbuild.model.artifact import ArtifactFile, files_digest, parse_mode
 

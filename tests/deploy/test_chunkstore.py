@@ -12,7 +12,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kzbuild.devices.chunkstore import (
+from kzbuild.device.chunkstore import (
     DIRECTORY,
     HARDLINK,
     MAX_CHUNK,

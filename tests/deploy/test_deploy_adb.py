@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from kzbuild.devices.adb import AdbTransport
+from kzbuild.device.adb import AdbTransport
 from kzbuild.errors import DeviceError
 from tests.fixtures_deploy import write_manifest
 

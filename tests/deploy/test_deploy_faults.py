@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild.artifacts import load_artifact
-from kzbuild.devices import devicelock
-from kzbuild.devices.chunkstore import split
+from kzbuild.build.artifacts import load_artifact
+from kzbuild.device import devicelock
+from kzbuild.device.chunkstore import split
 from kzbuild.errors import Busy, DeviceError
 from tests.deploy import fault_driver
 from tests.fixtures_deploy import NoSpaceTransport, assert_store_invariant, flip_byte
@@ -115,7 +115,7 @@ def lock_left(root: Path) -> bool:
 
 
 # a deploy of b2 over b1 (two changed libraries) makes 7 device commands: 1 lock, state and
-# inventory (one sequence, kzbuild.devices.steps), 2 chunk lists up (the device answers which
+# inventory (one sequence, kzbuild.device.steps), 2 chunk lists up (the device answers which
 # chunks it lacks), 3 one tar stream of chunks that ends in assembly and sha256sum on the device,
 # 4 store moves, 5 refresh and the release (one tar of the manifest and hard links), 6 sha256sum
 # of the release's other files, 7 refresh, switch and unlock. A kill at 2, 3, 4 or 5 cuts that
@@ -233,8 +233,8 @@ def test_models_push_waits_for_a_deploy(kz, spawn, target, artifacts, tmp_path, 
 
 
 def test_a_lock_judged_stale_is_only_removed_while_it_holds_that_token(tmp_path):
-    from kzbuild.devices.local import LocalTransport
-    from kzbuild.devices.store import Layout, Remote
+    from kzbuild.device.local import LocalTransport
+    from kzbuild.device.store import Layout, Remote
 
     root = tmp_path / "device"
     remote, layout = Remote(LocalTransport(str(root))), Layout(str(root))
@@ -291,8 +291,8 @@ def test_a_full_disk_is_exit_8_naming_device_and_path_then_the_deploy_completes(
 
 
 def test_push_failing_with_enospc_keeps_current_over_every_transport(kz, target, artifacts, clean_lock_env):
-    from kzbuild import deploy
-    from kzbuild.devices.registry import connect, parse_device_spec
+    from kzbuild.device import deploy
+    from kzbuild.device.registry import connect, parse_device_spec
 
     deployed(kz, target, artifacts.make("b1"))
     build2 = load_artifact(artifacts.make("b2", greeting="v2", blob_seed=2, blob_size=300_000))

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild import deploy
-from kzbuild.artifacts import load_artifact
-from kzbuild.devices.local import LocalTransport
+from kzbuild.build.artifacts import load_artifact
+from kzbuild.device import deploy
+from kzbuild.device.local import LocalTransport
 from kzbuild.errors import DeviceError
 from kzbuild.model.device import Device
 from tests.fixtures_deploy import CuttingTransport, whole_chunks, write_manifest

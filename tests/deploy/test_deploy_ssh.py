@@ -21,7 +21,7 @@ def ok(result) -> dict:
 
 
 def run_hello_over_ssh(kz, sshd, root: Path) -> str:
-    from kzbuild.devices.registry import connect, parse_device_spec
+    from kzbuild.device.registry import connect, parse_device_spec
 
     transport = connect(parse_device_spec(sshd.spec(root)))
     try:

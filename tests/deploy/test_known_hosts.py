@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild.devices.registry import parse_device_spec
-from kzbuild.devices.ssh import SshTransport, read_known_hosts
+from kzbuild.device.registry import parse_device_spec
+from kzbuild.device.ssh import SshTransport, read_known_hosts
 from kzbuild.errors import DeviceError
 from tests.fixtures_ssh import keygen
 
@@ -36,10 +36,10 @@ def ssh_device(sshd, root: Path):
 
 @pytest.fixture
 def ssh_warnings(caplog: pytest.LogCaptureFixture):
-    """Warnings of kzbuild.devices.ssh (the CLI's logging setup stops propagation to the root logger)."""
-    logger = logging.getLogger("kzbuild.devices.ssh")
+    """Warnings of kzbuild.device.ssh (the CLI's logging setup stops propagation to the root logger)."""
+    logger = logging.getLogger("kzbuild.device.ssh")
     logger.addHandler(caplog.handler)
-    caplog.set_level(logging.WARNING, logger="kzbuild.devices.ssh")
+    caplog.set_level(logging.WARNING, logger="kzbuild.device.ssh")
     yield caplog
     logger.removeHandler(caplog.handler)
 

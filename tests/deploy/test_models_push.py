@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kzbuild import deploy
-from kzbuild.devices.local import LocalTransport
+from kzbuild.device import deploy
+from kzbuild.device.local import LocalTransport
 from kzbuild.errors import ConfigError, DeviceError
 from kzbuild.model.device import Device
 from tests.fixtures_deploy import CuttingTransport

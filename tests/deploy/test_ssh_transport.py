@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kzbuild.devices.registry import connect, parse_device_spec
-from kzbuild.devices.ssh import SshTransport
+from kzbuild.device.registry import connect, parse_device_spec
+from kzbuild.device.ssh import SshTransport
 from kzbuild.errors import DeviceError
 from tests.fixtures_ssh import keygen
 

@@ -1,4 +1,4 @@
-"""Several device scripts in one round trip (kzbuild.devices.steps): framing, failures, drops.
+"""Several device scripts in one round trip (kzbuild.device.steps): framing, failures, drops.
 
 Run over the local transport, the real sshd and (for the shells) sh, bash and Android's mksh.
 """
@@ -14,15 +14,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kzbuild import deploy
-from kzbuild.artifacts import load_artifact
-from kzbuild.devices import devicelock
-from kzbuild.devices.base import RemoteResult
-from kzbuild.devices.local import LocalTransport
-from kzbuild.devices.registry import parse_device_spec
-from kzbuild.devices.ssh import SshTransport
-from kzbuild.devices.steps import MARK, SEQUENCE_SCRIPT, Step, run_steps
-from kzbuild.devices.store import Layout, Remote
+from kzbuild.build.artifacts import load_artifact
+from kzbuild.device import deploy, devicelock
+from kzbuild.device.base import RemoteResult
+from kzbuild.device.local import LocalTransport
+from kzbuild.device.registry import parse_device_spec
+from kzbuild.device.ssh import SshTransport
+from kzbuild.device.steps import MARK, SEQUENCE_SCRIPT, Step, run_steps
+from kzbuild.device.store import Layout, Remote
 from kzbuild.errors import Busy, DeviceError
 from kzbuild.model.device import Device
 

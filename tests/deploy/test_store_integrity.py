@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from kzbuild import deploy
-from kzbuild.artifacts import load_artifact
-from kzbuild.devices.local import LocalTransport
+from kzbuild.build.artifacts import load_artifact
+from kzbuild.device import deploy
+from kzbuild.device.local import LocalTransport
 from kzbuild.errors import ConfigError, DeviceError
 from kzbuild.model.device import Device
 from tests.fixtures_deploy import ArtifactMaker, assert_store_invariant, flip_byte, sha256, write_manifest
@@ -374,8 +374,8 @@ def test_keep_removes_what_cut_deploys_left_behind(kz, artifacts, tmp_path):
 
 def test_a_listing_cut_short_is_an_error_not_a_listing():
     """A device answer that lost its tail (a dropped connection, a killed shell) must not read as a store with less in it."""
-    from kzbuild.devices.base import RemoteResult
-    from kzbuild.devices.store import parse_inventory, parse_state, sections
+    from kzbuild.device.base import RemoteResult
+    from kzbuild.device.store import parse_inventory, parse_state, sections
     from kzbuild.errors import DeviceError
 
     assert sections(["a", "/", "b", "/", "c", "/", "d"], 3, what="x") == [["a"], ["b"], ["c", "/", "d"]]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild.tinymodel import ARCHS, FTYPES, write_tiny_model
+from kzbuild.measure.tinymodel import ARCHS, FTYPES, write_tiny_model
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import gguf
 import numpy as np
 import pytest
 
-from kzbuild.tinymodel import ARCHS, FTYPES, write_tiny_model
+from kzbuild.measure.tinymodel import ARCHS, FTYPES, write_tiny_model
 
 ALL_MODELS = [(arch, ftype) for arch in ARCHS for ftype in FTYPES]
 F32 = gguf.GGMLQuantizationType.F32

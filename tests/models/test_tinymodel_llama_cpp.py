@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import pytest
 
+from kzbuild.measure.tinymodel import ARCHS, FTYPES
 from kzbuild.model.build import BuildResult
-from kzbuild.tinymodel import ARCHS, FTYPES
 from tests.fixtures_build import run_from_artifact
 
 pytestmark = pytest.mark.slow

@@ -1,0 +1,1 @@
+"""The build: toolchains, cmake builds, kz tools, artifacts, the shared cache and the v79 check."""

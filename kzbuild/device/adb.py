@@ -1,0 +1,230 @@
+"""The adb transport: the real ``adb`` client, ``-s SERIAL``, shell protocol v2 for exit codes.
+
+Every call goes through :mod:`kzbuild.adapters.proc`. The adb server port comes from ``server_port``
+or, as adb itself does, from ``ANDROID_ADB_SERVER_PORT`` in the environment (default 5037).
+
+Commands run as ``adb -s SERIAL shell -n -T -- CMD`` where CMD is built by
+:func:`~kzbuild.device.base.remote_command`, so every argument is shell-quoted once and
+arrives unchanged. adb 29's client exits 0 when the connection drops before the command's
+exit packet, so after each command the transport asks the adb server whether the device is
+still online: a lost device is a DeviceError, never a silent success.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from kzbuild.adapters import proc
+from kzbuild.device.base import ByteSink, ByteSource, ProgressFn, RemoteResult, remote_command
+from kzbuild.errors import CommandFailed, DeviceError
+from kzbuild.model.device import Device
+
+NETWORK_SERIAL = re.compile(r"^(\[[0-9A-Fa-f:]+\]|[A-Za-z0-9.-]+):\d+$")  # host:port, adb connect-able
+PROGRESS_POLL_MIN = 4 << 20  # smaller pushes report progress once, when done
+UNAUTHORIZED_HINT = "unlock the device and accept its 'Allow USB debugging?' prompt for this computer, then retry"
+OFFLINE_HINT = "the device is attached but not answering: replug it, or run 'adb reconnect' / restart adbd"
+
+
+class AdbTransport:
+    """One device through the adb server; opening it connects and checks it is online.
+
+    Options (``registry.connect(device, **options)``): ``server_port`` (else the adb
+    default: ANDROID_ADB_SERVER_PORT, else 5037); ``connect_timeout`` for ``adb connect``,
+    for waiting out an ``offline`` state and for each state query; ``transfer_timeout``
+    for each push and pull (None: no limit); ``progress_interval`` between size polls of
+    a push of 4 MiB or more. An adb client error while the device stays online (a service
+    the device refuses) comes back as exit code 1 with adb's words on stderr.
+    """
+
+    def __init__(
+        self,
+        device: Device,
+        *,
+        server_port: int | None = None,
+        connect_timeout: float = 10.0,
+        transfer_timeout: float | None = None,
+        progress_interval: float = 0.5,
+    ) -> None:
+        if not device.serial:
+            raise DeviceError(f"adb device '{device.name}' has no serial", hint="set serial: in the devices file")
+        self.serial = device.serial
+        self.connect_timeout = connect_timeout
+        self.transfer_timeout = transfer_timeout
+        self.progress_interval = progress_interval
+        adb = proc.require("adb", why="the adb transport drives the adb client; Debian package 'adb'")
+        self._adb = [adb, *(["-P", str(server_port)] if server_port else [])]
+        self._wait_online()
+
+    @property
+    def address(self) -> str:
+        return f"adb:{self.serial}"
+
+    # --- Transport ---
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        on_stdout: ByteSink | None = None,
+        on_stderr: ByteSink | None = None,
+    ) -> RemoteResult:
+        command = remote_command(argv, cwd=cwd, env=env)
+        try:
+            code, out, err = proc.run_split(
+                self._device_argv("shell", "-n", "-T", "--", command),
+                timeout=timeout,
+                on_stdout=on_stdout,
+                on_stderr=on_stderr,
+            )
+        except CommandFailed as exc:  # run_split raises only for the timeout
+            raise DeviceError(f"{self.address}: '{shlex.join(argv)}' {exc.stderr}; the adb client was stopped") from exc
+        self._check_online(f"while running {argv[0]}")
+        return RemoteResult(code, out, err)
+
+    def run_input(self, argv: Sequence[str], data: ByteSource, *, timeout: float | None = None) -> RemoteResult:
+        """``adb shell -T`` without ``-n``: the shell protocol v2 carries stdin, then closes it."""
+        command = remote_command(argv)
+        try:
+            code, out, err = proc.run_split(self._device_argv("shell", "-T", "--", command), timeout=timeout, stdin=data)
+        except CommandFailed as exc:
+            raise DeviceError(f"{self.address}: '{shlex.join(argv)}' {exc.stderr}; the adb client was stopped") from exc
+        self._check_online(f"while running {argv[0]}")
+        return RemoteResult(code, out, err)
+
+    def push(self, local: Path, remote: str, *, progress: ProgressFn | None = None) -> None:
+        size = local.stat().st_size
+        done = threading.Event()
+        poller = None
+        if progress and size >= PROGRESS_POLL_MIN:
+            poller = threading.Thread(target=self._poll_size, args=(remote, progress, done), daemon=True)
+            poller.start()
+        try:
+            result = self._transfer("push", str(local), remote)
+        finally:
+            done.set()
+            if poller:
+                poller.join()
+        if not result.ok:
+            self._check_online(f"while pushing {local.name}")
+            raise DeviceError(f"{self.address}: push {local} -> {remote} failed: {adb_error(result)}")
+        if progress:
+            progress(size)
+
+    def pull(self, remote: str, local: Path) -> None:
+        result = self._transfer("pull", remote, str(local))
+        if not result.ok:
+            self._check_online(f"while pulling {remote}")
+            raise DeviceError(f"{self.address}: pull {remote} -> {local} failed: {adb_error(result)}")
+
+    def close(self) -> None:
+        pass  # the adb server keeps the connection; nothing is held here
+
+    # --- internals ---
+    def _device_argv(self, *args: str) -> list[str]:
+        return [*self._adb, "-s", self.serial, *args]
+
+    def _transfer(self, *args: str) -> proc.Result:
+        try:
+            return proc.run(self._device_argv(*args), check=False, timeout=self.transfer_timeout)
+        except CommandFailed as exc:
+            raise DeviceError(f"{self.address}: adb {args[0]} {exc.stderr}; the adb client was stopped") from exc
+
+    def _poll_size(self, remote: str, progress: ProgressFn, done: threading.Event) -> None:
+        """Report the growing size of the file on the device: adb prints no progress to a pipe."""
+        stat = self._device_argv("shell", "-n", "-T", "--", remote_command(["stat", "-c", "%s", remote]))
+        reported = 0
+        while not done.wait(self.progress_interval):
+            try:
+                result = proc.run(stat, check=False, timeout=self.connect_timeout)
+            except CommandFailed:
+                continue
+            text = result.stdout.strip()
+            if result.ok and text.isdigit() and int(text) > reported and not done.is_set():
+                reported = int(text)
+                progress(reported)
+
+    def _state(self) -> tuple[str, str]:
+        """The adb server's view of the device: (device|offline|unauthorized|connecting|missing|other, adb's words)."""
+        try:
+            result = proc.run(self._device_argv("get-state"), check=False, timeout=self.connect_timeout)
+        except CommandFailed as exc:
+            raise DeviceError(f"{self.address}: the adb server did not answer: {exc.stderr}") from exc
+        if result.ok:
+            return result.stdout.strip(), ""
+        text = result.stderr.strip()
+        for state, marker in (
+            ("unauthorized", "unauthorized"),
+            ("offline", "offline"),
+            ("connecting", "still connecting"),
+            ("connecting", "still authorizing"),
+            ("missing", "not found"),
+            ("missing", "no devices"),
+        ):
+            if marker in text:
+                return state, text
+        return "other", text
+
+    def _wait_online(self) -> None:
+        """Connect a host:port serial if the server doesn't know it; wait out a transient offline."""
+        deadline = time.monotonic() + self.connect_timeout
+        connect_words: str | None = None
+        while True:
+            state, text = self._state()
+            if state == "device":
+                return
+            if state == "missing" and connect_words is None and NETWORK_SERIAL.match(self.serial):
+                connect_words = self._connect(deadline)
+                continue
+            if state in ("offline", "connecting") and time.monotonic() < deadline:
+                time.sleep(0.1)  # the handshake is under way, or adb is reconnecting a dropped device
+                continue
+            if state == "missing" and connect_words:
+                raise DeviceError(f"{self.address}: cannot connect: {connect_words}", hint="is adbd listening there (adb tcpip PORT)?")
+            self._raise_state(state, text, "")
+
+    def _connect(self, deadline: float) -> str:
+        """``adb connect``'s words (it exits 0 even when it fails); '' if it outlived the deadline."""
+        try:
+            result = proc.run([*self._adb, "connect", self.serial], check=False, timeout=max(deadline - time.monotonic(), 0.1))
+        except CommandFailed:
+            return ""  # adb was still waiting for the device's handshake: the state says the rest
+        return (result.stdout + result.stderr).strip()
+
+    def _check_online(self, during: str) -> None:
+        state, text = self._state()
+        if state != "device":
+            self._raise_state(state, text, f" ({during})")
+
+    def _raise_state(self, state: str, text: str, during: str) -> None:
+        if state == "unauthorized":
+            raise DeviceError(f"{self.address}: device unauthorized{during}", hint=UNAUTHORIZED_HINT)
+        if state in ("offline", "connecting"):
+            raise DeviceError(f"{self.address}: device offline{during}", hint=OFFLINE_HINT)
+        if state == "missing":
+            raise DeviceError(f"{self.address}: no such device{during}", hint=self._attached_hint())
+        detail = f": {text}" if text else ""
+        raise DeviceError(f"{self.address}: device is in state '{state}'{during}{detail}")
+
+    def _attached_hint(self) -> str:
+        result = proc.run([*self._adb, "devices"], check=False, timeout=self.connect_timeout)
+        lines = result.stdout.splitlines()[1:] if result.ok else []
+        attached = [" ".join(line.split()) for line in lines if line.strip()]
+        listed = "; ".join(attached) if attached else "nothing"
+        return f"adb devices lists: {listed}; a network device needs SERIAL as host:port"
+
+
+def adb_error(result: proc.Result) -> str:
+    """adb's own error line (push/pull print theirs on stdout), else its last words."""
+    text = f"{result.stdout}\n{result.stderr}"
+    errors = [line.strip() for line in text.splitlines() if "error:" in line]
+    if errors:
+        return errors[0].removeprefix("adb: error: ")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else f"adb exited with {result.returncode}"

@@ -1,0 +1,395 @@
+"""Deploy's transfer of file contents: content-defined chunks, one tar stream per deploy, each
+file assembled on the device from its chunks and verified before it enters the store.
+
+Layout added under the device root (see :mod:`kzbuild.device.store` for the rest)::
+
+    chunks/<name>                 a chunk of some object; <name> is the first 32 hex digits of its sha256
+    chunklists/<sha256>           the chunks of objects/<sha256> in order, one "name size" line each
+    incoming/.lists-<token>/      the chunk lists of one deploy, until their objects are verified
+
+A file is cut with FastCDC (:mod:`pyfastcdc`), so an edit moves only the chunks around it: the
+device receives the chunks it lacks, and ``cat`` puts each file together from ``chunks/`` and
+``incoming/``. A file under :data:`WHOLE_BELOW` travels whole, as before. At most three device
+commands move a deploy's contents, however many files it has: the chunk lists go up and the
+device answers which chunks it lacks (skipped while ``chunks/`` is empty: then it lacks all);
+one tar stream (``tar -x``, which toybox has) brings every missing chunk and whole file, and the
+same command assembles the files and runs ``sha256sum`` on them; the last moves what checked out
+into the store.
+
+Trust: a file enters ``objects/`` only when its sha256 on the device matched. A chunk that
+arrived enters ``chunks/`` only when a file built from it matched and the chunk has the size its
+list says: the concatenation matched, every part had its length, so every part is the right
+content. No chunk is hashed on its own, and no content is hashed twice. A stored chunk that rotted
+makes its file fail the check; that file is then rebuilt from freshly sent chunks only, and the
+fresh chunks replace the stored ones (a rename). A cut transfer resumes: chunks and whole files
+that had arrived complete in ``incoming/`` are not sent again (so at most one piece, of at most
+:data:`MAX_CHUNK` bytes, is: a file that is one chunk travels whole).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import posixpath
+import secrets
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kzbuild.device.base import NO_SPACE, device_full, lacks_space
+from kzbuild.device.store import (
+    COMMAND_TIMEOUT,
+    NAME_HEX,
+    VERIFY_TIMEOUT,
+    Layout,
+    ProgressCallback,
+    Remote,
+    SendStats,
+    TransferProgress,
+    Upload,
+    mismatch_error,
+    parse_sha256sum,
+    sections,
+    sizes_of,
+)
+from kzbuild.errors import DeviceError
+
+if TYPE_CHECKING:
+    from pyfastcdc import FastCDC
+
+log = logging.getLogger(__name__)
+
+# FastCDC parameters: chunks of 16-256 KiB, about 80 KiB on average (pyfastcdc's mean is avg + min),
+# casync's and desync's defaults. Smaller chunks resend less around an edit, but every chunk is a
+# file on the device, and creating files is what a first deploy spends its time on: measured with
+# benchmarks/bench_deploy.py on a 15 MB llama.cpp build, 4 KiB chunks made 2,800 files and the
+# first deploy took 2.75x scp's time; 64 KiB makes 180. Deltas of real patch rebuilds then send
+# about 1.6x rsync's bytes instead of 1.3x (the goal is 3x).
+MIN_CHUNK = 16 * 1024
+AVG_CHUNK = 64 * 1024
+MAX_CHUNK = 256 * 1024
+WHOLE_BELOW = 64 * 1024  # smaller files travel whole: assembling one costs a process or two on the device
+STREAM_PIECE = 256 * 1024  # bytes handed to the transport at a time
+TAR_BLOCK = 512
+REGULAR, HARDLINK, DIRECTORY = b"0", b"1", b"5"  # ustar type flags
+
+# $1 = ROOT, $2 = token; stdin: a tar of chunk lists (one file per object). Unpacks them into
+# incoming/.lists-<token>/ and prints the name of every listed chunk chunks/ lacks.
+PROBE_SCRIPT = (
+    'd="$1/incoming/.lists-$2"; rm -rf "$d" && mkdir -p "$d" && cd "$d" && tar -x -f - || exit 1; '
+    'cat * | while read -r c s; do [ -f "../../chunks/$c" ] || echo "$c"; done; true'
+)
+# $1 = incoming/, $2 = token, $3 = 1 to use only chunks sent now; stdin: a tar of the chunks and whole
+# files (and the chunk lists, if no probe sent them) and .plan-<token>: "a SHA" (assemble from its
+# chunk list) or "h SHA" (arrived whole) lines. Prints sha256sum of each planned file, a "/" line,
+# then "size name" of each listed chunk in incoming/.
+RECEIVE_SCRIPT = (
+    'cd "$1" && tar -x -f - || exit 1; plan=".plan-$2"; lists=".lists-$2"; fresh=$3; '
+    'while read -r op o; do if [ "$op" = a ]; then rm -f "$o"; '
+    'while read -r c s; do if [ "$fresh" = 0 ] && [ -f "../chunks/$c" ]; then echo "../chunks/$c"; else echo "$c"; fi; done < "$lists/$o" '
+    '| xargs cat > "$o"; fi; echo "$o"; done < "$plan" | xargs sha256sum; echo /; '
+    'if [ -d "$lists" ]; then cat "$lists"/* | while read -r c s; do [ -f "$c" ] && echo "$c"; done | xargs stat -c "%s %n"; fi; '
+    'rm -f "$plan"; true'
+)
+# $1 = ROOT, $2 = token; stdin: a tar of name lists: "chunks" (move into chunks/), "chunklists"
+# (lists to keep, from incoming/.lists-<token>/), "objects-MODE" (chmod MODE, move into objects/).
+STORE_SCRIPT = (
+    'cd "$1/incoming" || exit 1; s=".store-$2"; rm -rf "$s" && mkdir "$s" && (cd "$s" && tar -x -f -) || exit 1; '
+    'if [ -f "$s/chunks" ]; then xargs sh -c \'mv -f "$@" ../chunks/\' kz < "$s/chunks" || exit 1; fi; '
+    'if [ -f "$s/chunklists" ]; then (cd ".lists-$2" && xargs sh -c \'mv -f "$@" ../../chunklists/\' kz < "../$s/chunklists") || exit 1; fi; '
+    'for f in "$s"/objects-*; do [ -f "$f" ] || continue; '
+    'xargs sh -c \'chmod "$0" "$@" && mv -f "$@" ../objects/\' "${f##*-}" < "$f" || exit 1; done; '
+    'rm -rf "$s" ".lists-$2"'
+)
+WHOLE_FILE_MAX = 64 << 20  # files up to this size are read once for all their chunks
+
+
+
+@cache
+def _chunker() -> FastCDC:
+    from pyfastcdc import FastCDC  # loaded by a deploy's first cut, not by every command that imports deploy
+
+    return FastCDC(AVG_CHUNK, min_size=MIN_CHUNK, max_size=MAX_CHUNK)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One chunk of a file."""
+
+    name: str
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Content:
+    """A file content the device lacks, with its chunks (none: it is one chunk and travels whole)."""
+
+    upload: Upload
+    pieces: tuple[Piece, ...]
+
+    @property
+    def sha256(self) -> str:
+        return self.upload.sha256
+
+    def chunk_list(self) -> bytes:
+        return "".join(f"{piece.name} {piece.size}\n" for piece in self.pieces).encode()
+
+
+@dataclass(frozen=True)
+class Member:
+    """One file of a tar stream: ``read`` yields its bytes."""
+
+    name: str
+    size: int
+    read: Callable[[], Iterator[bytes]]
+    label: str = ""  # for progress; empty: not file contents (a list)
+
+
+def chunk_name(data: bytes | memoryview) -> str:
+    return hashlib.sha256(data).hexdigest()[:NAME_HEX]
+
+
+def split(path: Path, size: int) -> tuple[Piece, ...]:
+    """The chunks of a file; () when it travels whole (small, or a single chunk)."""
+    if size < WHOLE_BELOW:
+        return ()
+    pieces = tuple(Piece(chunk_name(chunk.data), chunk.offset, chunk.length) for chunk in _chunker().cut_file(path))
+    return pieces if len(pieces) > 1 else ()
+
+
+def plan(uploads: Sequence[Upload]) -> list[Content]:
+    return [Content(upload, split(upload.local, upload.size)) for upload in uploads]
+
+
+def tar_header(name: str, size: int, *, kind: bytes = REGULAR, mode: int = 0o644, linkname: str = "", mtime: int = 0) -> bytes:
+    """A ustar header; a path too long for ustar gets a pax header (tarfile writes those)."""
+    raw_name, raw_link = name.encode(), linkname.encode()
+    prefix = b""
+    if len(raw_name) > 100 and b"/" in raw_name[-101:]:
+        cut = raw_name.index(b"/", len(raw_name) - 101)
+        prefix, raw_name = raw_name[:cut], raw_name[cut + 1 :]
+    if len(raw_name) > 100 or len(prefix) > 155 or len(raw_link) > 100:
+        import tarfile  # only long names need it
+
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime, info.type, info.linkname = size, mode, mtime, kind, linkname
+        return info.tobuf(format=tarfile.PAX_FORMAT)
+    header = bytearray(TAR_BLOCK)
+    header[0 : len(raw_name)] = raw_name
+    header[100:108] = b"%07o\0" % mode
+    header[108:116] = b"0000000\0"
+    header[116:124] = b"0000000\0"
+    header[124:136] = b"%011o\0" % size
+    header[136:148] = b"%011o\0" % mtime
+    header[148:156] = b" " * 8
+    header[156:157] = kind
+    header[157 : 157 + len(raw_link)] = raw_link
+    header[257:265] = b"ustar\x0000"
+    header[345 : 345 + len(prefix)] = prefix
+    header[148:156] = b"%06o\0 " % sum(header)
+    return bytes(header)
+
+
+def tar_stream(
+    members: Iterable[Member], on_bytes: Callable[[Member, int], None] | None = None, on_end: Callable[[], None] | None = None, *, end: bool = True,
+) -> Iterator[bytes]:
+    """A ustar archive of ``members`` (mode 0644), in pieces of about STREAM_PIECE bytes.
+
+    ``on_bytes(member, n)`` is told of every n content bytes as they go out, ``on_end`` when all
+    went. Without ``end`` the archive's end blocks are left off (more entries follow).
+    """
+    buffer = bytearray()
+    now = int(time.time())
+    for member in members:
+        buffer += tar_header(member.name, member.size, mtime=now)
+        written = 0
+        for data in member.read():
+            buffer += data
+            written += len(data)
+            if len(buffer) >= STREAM_PIECE:
+                yield bytes(buffer)
+                buffer.clear()
+        if written != member.size:
+            raise DeviceError(f"{member.label or member.name} changed while it was being sent ({written} bytes instead of {member.size})")
+        if on_bytes:
+            on_bytes(member, written)
+        buffer += bytes(-member.size % TAR_BLOCK)
+    if end:
+        buffer += bytes(2 * TAR_BLOCK)
+    yield bytes(buffer)
+    if on_end:
+        on_end()
+
+
+class Reader:
+    """Reads the pieces of files, each file (up to WHOLE_FILE_MAX) once for all of its pieces."""
+
+    def __init__(self) -> None:
+        self._path: Path | None = None
+        self._data = b""
+
+    def piece(self, path: Path, offset: int, size: int) -> Callable[[], Iterator[bytes]]:
+        def read() -> Iterator[bytes]:
+            try:
+                if path.stat().st_size > WHOLE_FILE_MAX:
+                    yield from _file_range(path, offset, size)
+                    return
+                if path != self._path:
+                    self._path, self._data = path, path.read_bytes()
+            except OSError as exc:
+                raise DeviceError(f"cannot read {path}: {exc.strerror}") from exc
+            yield self._data[offset : offset + size]
+
+        return read
+
+
+def _file_range(path: Path, offset: int, size: int) -> Iterator[bytes]:
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        left = size
+        while left > 0 and (data := handle.read(min(left, STREAM_PIECE))):
+            left -= len(data)
+            yield data
+
+
+def constant(data: bytes) -> Callable[[], Iterator[bytes]]:
+    return lambda: iter((data,))
+
+
+def deliver(
+    remote: Remote,
+    layout: Layout,
+    uploads: Sequence[Upload],
+    partial: dict[str, int],
+    on_progress: ProgressCallback | None,
+    *,
+    chunks_empty: bool = False,
+) -> SendStats:
+    """Put every upload into ``objects/`` verified, sending only the chunks the device lacks.
+
+    ``partial`` maps names in incoming/ to the bytes there (what a cut deploy left);
+    ``chunks_empty`` says chunks/ holds nothing, so there is nothing to ask about. A file that
+    fails its check is rebuilt once from chunks all sent anew; if it fails again, the
+    DeviceError names it.
+    """
+    if not uploads:
+        return SendStats()
+    contents = plan(uploads)
+    stats, bad = _deliver(remote, layout, contents, partial, on_progress, fresh=False, probe=not chunks_empty)
+    if bad:
+        log.warning("%s: %d file(s) did not match after assembly, e.g. %s; sending all their chunks again", remote.address, len(bad), bad[0][0].upload.label)
+        again, bad = _deliver(remote, layout, [content for content, _ in bad], {}, on_progress, fresh=True, probe=False)
+        stats = SendStats(stats.bytes_sent + again.bytes_sent, stats.bytes_resumed)
+    if bad:
+        content, found = bad[0]
+        names = [up for content, _ in bad for up in (content.sha256, *(piece.name for piece in content.pieces))]
+        remote.batched(["rm", "-f"], [posixpath.join(layout.incoming, name) for name in names], what="removing corrupt uploads")
+        raise mismatch_error(remote, len(bad), content.upload, found)
+    return stats
+
+
+def _deliver(
+    remote: Remote,
+    layout: Layout,
+    contents: Sequence[Content],
+    partial: dict[str, int],
+    on_progress: ProgressCallback | None,
+    *,
+    fresh: bool,
+    probe: bool,
+) -> tuple[SendStats, list[tuple[Content, str]]]:
+    """One pass: (lists up, the device answers which chunks it lacks), then one stream of the missing
+    chunks and whole files that ends in their assembly and check on the device, then the store.
+
+    Without ``probe`` every chunk counts as missing and the lists travel in the stream.
+    Returns what was sent and the contents that did not match (with the sha256 found).
+    """
+    token = secrets.token_hex(4)
+    lists_dir = f".lists-{token}"
+    chunked = [content for content in contents if content.pieces]
+    lists = [Member(content.sha256, len(data), constant(data)) for content in chunked for data in [content.chunk_list()]]
+    if chunked and probe:
+        argv = ["sh", "-c", PROBE_SCRIPT, "kz", layout.root, token]
+        answer = remote.transport.run_input(argv, tar_stream(lists), timeout=COMMAND_TIMEOUT)
+        if not answer.ok:
+            raise remote.error(argv, answer, what="sending the chunk lists")
+        missing = set(answer.text().split())
+    else:
+        missing = {piece.name for content in chunked for piece in content.pieces}
+
+    steps = "".join(f"{'a' if content.pieces else 'h'} {content.sha256}\n" for content in contents).encode()
+    members = [Member(f".plan-{token}", len(steps), constant(steps))]
+    if not probe:
+        members += [replace(member, name=f"{lists_dir}/{member.name}") for member in lists]
+    reader = Reader()
+    wanted: set[str] = set()
+    resumed = 0
+    for content in contents:
+        up = content.upload
+        parts = [(piece.name, piece.offset, piece.size) for piece in content.pieces if piece.name in missing] if content.pieces else [(up.name, 0, up.size)]
+        for name, offset, size in parts:
+            if name in wanted:
+                continue
+            wanted.add(name)
+            if size and partial.get(name) == size:
+                resumed += size  # arrived whole before a cut; checked below with the rest
+                continue
+            members.append(Member(name, size, reader.piece(up.local, offset, size), up.label))
+    sent, found, sizes = _stream(remote, layout, token, members, fresh, on_progress)
+
+    good = [content for content in contents if found.get(content.sha256) == content.sha256]
+    bad = [(content, found.get(content.sha256, "no checksum (is sha256sum installed?)")) for content in contents if found.get(content.sha256) != content.sha256]
+    arrived = {piece.name for content in good for piece in content.pieces if piece.name in missing and sizes.get(piece.name) == piece.size}
+    _store(remote, layout, token, good, sorted(arrived))
+    return SendStats(bytes_sent=sent, bytes_resumed=resumed), bad
+
+
+def _stream(
+    remote: Remote, layout: Layout, token: str, members: Sequence[Member], fresh: bool, on_progress: ProgressCallback | None,
+) -> tuple[int, dict[str, str], dict[str, int]]:
+    """Send ``members`` into incoming/ as one tar stream; the device then assembles and hashes.
+
+    Returns the content bytes sent, sha256 by content name, and the size of each listed chunk in incoming/.
+    """
+    total = sum(member.size for member in members if member.label)
+    done = 0
+
+    def report(member: Member, count: int) -> None:
+        nonlocal done
+        if member.label and on_progress:
+            done += count
+            on_progress(TransferProgress(member.label, done, total))
+
+    def verifying() -> None:
+        if on_progress:
+            on_progress(TransferProgress("verifying sha256 on the device", done, total))
+
+    argv = ["sh", "-c", RECEIVE_SCRIPT, "kz", layout.incoming + "/", token, "1" if fresh else "0"]
+    result = remote.transport.run_input(argv, tar_stream(members, report, verifying), timeout=VERIFY_TIMEOUT)
+    # a full disk while assembling leaves files short: that is no corruption to retry, but this error
+    stderr = result.stderr.decode(errors="replace")
+    if not result.ok or NO_SPACE in stderr:
+        what = f"receiving {len(members)} file(s) and chunk(s)"
+        if NO_SPACE not in stderr and lacks_space(remote.transport, layout.incoming, TAR_BLOCK * 16):
+            lines = stderr.strip().splitlines()
+            raise device_full(remote.address, f"{what} into {layout.incoming}/ failed" + (f": {lines[0]}" if lines else ""))
+        raise remote.error(argv, result, what=what)
+    sums, sizes = sections(result.text().split("\n"), 2, what=f"receiving {len(members)} file(s) and chunk(s)")
+    return total, parse_sha256sum(sums), sizes_of(sizes)
+
+
+def _store(remote: Remote, layout: Layout, token: str, good: Sequence[Content], chunks: Sequence[str]) -> None:
+    """Move verified contents into objects/, the chunks they proved into chunks/, and keep their chunk lists."""
+    plans: dict[str, list[str]] = {"chunks": list(chunks), "chunklists": [content.sha256 for content in good if content.pieces]}
+    for content in good:
+        plans.setdefault(f"objects-{content.upload.mode:o}", []).append(content.sha256)
+    members = [Member(name, len(data), constant(data)) for name, names in plans.items() if names for data in ["".join(f"{n}\n" for n in names).encode()]]
+    argv = ["sh", "-c", STORE_SCRIPT, "kz", layout.root, token]
+    result = remote.transport.run_input(argv, tar_stream(members), timeout=COMMAND_TIMEOUT)
+    if not result.ok:
+        raise remote.error(argv, result, what="moving verified files into the store")
+

@@ -1,0 +1,375 @@
+"""Deploy: content-addressed, incremental and atomic releases on a device; models push.
+
+The device side (layout, verified resumable uploads, the one-rename switch) is in
+:mod:`kzbuild.device.store`. A release is a directory of hard links into the device's content
+store, so only contents the device lacks are sent, and ``current`` moves only after the whole
+release is there and verified.
+
+Every operation that changes a device root (deploy, rollback, prune, models push) holds the
+root's lock (:mod:`kzbuild.device.devicelock`) and refreshes it between its steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import secrets
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from itertools import chain
+from pathlib import Path
+
+from kzbuild.adapters.files import sha256_file
+from kzbuild.device.base import Transport
+from kzbuild.device.chunkstore import DIRECTORY, HARDLINK, TAR_BLOCK, Member, constant, deliver, tar_header, tar_stream
+from kzbuild.device.devicelock import DeviceLock, device_lock
+from kzbuild.device.integrity import check, manifest_files, release_expectations, release_files, relink, update_markers
+from kzbuild.device.steps import Step, run_steps
+from kzbuild.device.store import (
+    CHUNK_GC_SCRIPT,
+    COMMAND_TIMEOUT,
+    PRUNE_SCRIPT,
+    RELEASE_SCRIPT,
+    DeviceState,
+    Layout,
+    ProgressCallback,
+    Remote,
+    SendStats,
+    Upload,
+    batches,
+    by_recency,
+    check_switch,
+    history_step,
+    inventory,
+    inventory_step,
+    parse_history,
+    parse_inventory,
+    parse_state,
+    point,
+    send,
+    state_step,
+    switch_step,
+)
+from kzbuild.errors import ConfigError, DeviceError
+from kzbuild.model.artifact import MANIFEST, SHA256_RE, Artifact, ArtifactFile, files_digest
+from kzbuild.model.deploy import DeployResult, ModelPushResult, RollbackResult
+from kzbuild.model.device import Device
+
+log = logging.getLogger(__name__)
+
+GGUF_MAGIC = b"GGUF"
+
+Heartbeat = Callable[[], None]  # renews the device lock between the steps of an operation
+
+
+# --- deploy, rollback, prune ---
+def deploy(
+    transport: Transport,
+    device: Device,
+    artifact: Artifact,
+    *,
+    keep: int | None = None,
+    on_progress: ProgressCallback | None = None,
+    wait: float = 0.0,
+) -> DeployResult:
+    """Make ``artifact`` the device's current release, sending only contents it lacks.
+
+    Waits up to ``wait`` seconds for another writer to the device root, then raises Busy.
+
+    Round trips: taking the lock, reading the state and listing the store are one; a first deploy
+    then sends its contents (:func:`~kzbuild.device.chunkstore.deliver`: a tar stream, then the
+    move into the store), renews the lock and completes the release in one, and renews the lock,
+    switches and releases it in one.
+    """
+    started = time.monotonic()
+    layout = Layout(device.root)
+    with device_lock(transport, device.root, "deploy", wait=wait, then=_prologue(layout)) as lock:
+        return _deploy(transport, device, artifact, keep=keep, on_progress=on_progress, lock=lock, started=started)
+
+
+def _deploy(
+    transport: Transport,
+    device: Device,
+    artifact: Artifact,
+    *,
+    keep: int | None,
+    on_progress: ProgressCallback | None,
+    lock: DeviceLock,
+    started: float,
+) -> DeployResult:
+    remote = Remote(transport)
+    layout = Layout(device.root)
+    state_result, inventory_result = remote.checked(_prologue(layout), lock.then)
+    state = parse_state(state_result)
+    release, complete = _release_for(remote, layout, state, artifact)
+    uploads: list[Upload] = []
+    stats = SendStats()
+    metadata = 0
+    if not complete:
+        have = parse_inventory(inventory_result, layout.chunks)
+        uploads = _plan_uploads(artifact, have.stored)
+        stats = deliver(remote, layout, uploads, have.partial, on_progress, chunks_empty=have.other_empty)
+        metadata = _assemble(remote, layout, artifact, release, lock)
+    # what this deploy just sent was hashed on the device as it entered the store: not again
+    verified = frozenset(up.sha256 for up in uploads)
+    repaired = _verify_release(remote, layout, state, artifact, release, on_progress, verified)
+    switched = state.current != release
+    if switched:
+        # renew the lock right before the switch; with nothing to prune, release it in the same round trip
+        switch = switch_step(layout, release, "deploy")
+        results = lock.release_after([switch]) if keep is None else lock.refresh_then([switch])
+        check_switch(remote, layout.current, switch, results[0])
+    pruned: tuple[str, ...] = ()
+    if keep is not None:
+        pruned = prune(remote, layout, keep)
+    sent_files = [entry for entry in artifact.files if entry.sha256 in verified]
+    return DeployResult(
+        device=transport.address,
+        build_id=artifact.build_id,
+        release=release,
+        previous=state.current,
+        switched=switched,
+        files_sent=len(sent_files),
+        files_skipped=len(artifact.files) - len(sent_files),
+        bytes_sent=stats.bytes_sent,
+        bytes_skipped=max(artifact.total_size - stats.bytes_sent - stats.bytes_resumed, 0),
+        bytes_resumed=stats.bytes_resumed,
+        metadata_bytes=metadata,
+        seconds=time.monotonic() - started,
+        pruned=pruned,
+        repaired=repaired,
+    )
+
+
+def _prologue(layout: Layout) -> list[Step]:
+    """What deploy runs in the round trip that takes the lock: the state, and the store's inventory."""
+    return [state_step(layout), inventory_step(layout, layout.objects, layout.chunks)]
+
+
+def _release_for(remote: Remote, layout: Layout, state: DeviceState, artifact: Artifact) -> tuple[str, bool]:
+    """The release dir name for ``artifact`` and whether the device already holds it complete.
+
+    Normally the build id. Should the device hold a release of that id with other files (a
+    non-reproducible rebuild), the new one is named ``<build-id>-<files digest>`` so the
+    release ``current`` may point at is never modified in place.
+    """
+    digest = artifact.files_digest
+    for name in (artifact.build_id, f"{artifact.build_id}-{digest[:12]}"):
+        if name not in state.releases:
+            return name, False
+        if _release_digest(remote, layout, name) == digest:
+            return name, True
+        log.warning("%s: release %s on the device holds other files than this artifact", remote.address, name)
+    raise DeviceError(f"{remote.address}: releases {artifact.build_id}* on the device do not match the artifact")
+
+
+def _release_digest(remote: Remote, layout: Layout, name: str) -> str | None:
+    text = remote.lines(["cat", posixpath.join(layout.release(name), MANIFEST)], what="reading a release manifest")
+    files = manifest_files("\n".join(text)) if text is not None else None
+    return files_digest(files) if files is not None else None
+
+
+def _plan_uploads(artifact: Artifact, stored: frozenset[str]) -> list[Upload]:
+    """One upload per content the device lacks; same content under two paths is sent once."""
+    modes = _content_modes(artifact.files)
+    uploads: dict[str, Upload] = {}
+    for entry in artifact.files:
+        if entry.sha256 in stored or entry.sha256 in uploads:
+            continue
+        uploads[entry.sha256] = Upload(
+            local=artifact.path / entry.path,
+            sha256=entry.sha256,
+            size=entry.size,
+            mode=modes[entry.sha256],
+            name=entry.sha256,
+            label=entry.path,
+        )
+    return list(uploads.values())
+
+
+def _content_modes(entries: Iterable[ArtifactFile]) -> dict[str, int]:
+    """The mode of each content's one inode: executable if any path of it must be."""
+    modes: dict[str, int] = {}
+    for entry in entries:
+        modes[entry.sha256] = modes.get(entry.sha256, 0) | entry.mode
+    return modes
+
+
+def _verify_release(
+    remote: Remote, layout: Layout, state: DeviceState, artifact: Artifact, release: str, on_progress: ProgressCallback | None,
+    verified: frozenset[str],
+) -> tuple[str, ...]:
+    """Hash every file of ``release`` on the device, except the contents in ``verified`` (checked as
+    they entered the store, moments ago); repair what does not match the artifact.
+
+    Returns the repaired files. A failed repair marks the release damaged (run and bench
+    refuse it); a verified release loses its mark.
+    """
+    damage = check(remote, layout, release_expectations(release, [entry for entry in artifact.files if entry.sha256 not in verified]))
+    repaired: tuple[str, ...] = ()
+    if damage:
+        log.warning("%s: %d file(s) of release %s do not match, e.g. %s; repairing", remote.address, len(damage), release, damage[0].path)
+        try:
+            repaired = _repair(remote, layout, artifact, release, {entry.expected for entry in damage}, on_progress)
+        except DeviceError:
+            update_markers(remote, layout, state.damaged, damaged=[release])
+            raise
+    update_markers(remote, layout, state.damaged, intact=[release])
+    return repaired
+
+
+def _repair(
+    remote: Remote, layout: Layout, artifact: Artifact, release: str, contents: set[str], on_progress: ProgressCallback | None,
+) -> tuple[str, ...]:
+    """Re-send ``contents`` (verified, then renamed over their objects) and relink every release holding them."""
+    holders: dict[str, tuple[ArtifactFile, ...] | None] = {**release_files(remote, layout), release: artifact.files}
+    held = {name: [entry for entry in files if entry.sha256 in contents] for name, files in holders.items() if files}
+    modes = _content_modes(entry for entries in held.values() for entry in entries)
+    uploads = [replace(up, mode=modes[up.sha256]) for up in _plan_uploads(artifact, frozenset()) if up.sha256 in contents]
+    deliver(remote, layout, uploads, {}, on_progress)
+    repaired = relink(remote, layout, held)
+    still = check(remote, layout, release_expectations(release, [entry for entry in artifact.files if entry.sha256 in contents]))
+    if still:
+        raise DeviceError(
+            f"{remote.address}: {still[0].path} still does not match after a repair: expected {still[0].expected}, found {still[0].found}",
+            hint="the device's storage may be failing; run kzbuild device verify",
+        )
+    return repaired
+
+
+def _assemble(remote: Remote, layout: Layout, artifact: Artifact, release: str, lock: DeviceLock) -> int:
+    """Build a staging dir of hard links into the store, add the manifest, and rename it into place.
+
+    One command, which renews the lock first: a tar stream of the manifest (under a name of its own in incoming/), the list of
+    executables and the release's dirs and hard links (which tar makes without a process per
+    file). The staging dir's name is unique: nothing is written through a hard link.
+    """
+    token = secrets.token_hex(4)
+    staging = f"releases/.staging-{release}-{token}"
+    manifest = f"incoming/{MANIFEST}-{token}"
+    manifest_bytes = artifact.manifest_path.read_bytes()
+    executables = "".join(f"{staging}/{entry.path}\0" for entry in artifact.files if entry.mode & 0o111).encode()
+    dirs = sorted({posixpath.dirname(f"{staging}/{entry.path}") for entry in artifact.files} | {staging})
+    members = [Member(manifest, len(manifest_bytes), constant(manifest_bytes)), Member(f"{manifest}.exec", len(executables), constant(executables))]
+    headers = [tar_header(name, 0, kind=DIRECTORY, mode=0o755) for name in dirs]
+    headers += [tar_header(f"{staging}/{entry.path}", 0, kind=HARDLINK, linkname=f"objects/{entry.sha256}") for entry in artifact.files]
+    stream = chain(tar_stream(members, end=False), (b"".join(headers), bytes(2 * TAR_BLOCK)))
+    step = Step(RELEASE_SCRIPT, (layout.root, staging, manifest, f"releases/{release}"), "completing the release")
+    remote.checked([step], lock.refresh_then([step], data=stream))
+    return len(manifest_bytes)
+
+
+def rollback(transport: Transport, device: Device, *, keep: int | None = None, wait: float = 0.0) -> RollbackResult:
+    """Switch ``current`` back to the release that was current before it (waiting for the device lock like deploy)."""
+    layout = Layout(device.root)
+    with device_lock(transport, device.root, "rollback", wait=wait, then=[state_step(layout), history_step(layout)]) as lock:
+        return _rollback(transport, device, keep=keep, lock=lock)
+
+
+def _rollback(transport: Transport, device: Device, *, keep: int | None, lock: DeviceLock) -> RollbackResult:
+    remote = Remote(transport)
+    layout = Layout(device.root)
+    state_result, history_result = remote.checked([state_step(layout), history_step(layout)], lock.then)
+    state = parse_state(state_result)
+    if state.current is None:
+        raise DeviceError(f"{transport.address}: nothing is deployed under {device.root}")
+    history = parse_history(history_result)
+    target = next((name for name in by_recency(state, history) if name != state.current), None)
+    if target is None:
+        raise DeviceError(
+            f"{transport.address}: no earlier release to roll back to (only {state.current} is on the device)",
+        )
+    switch = switch_step(layout, target, "rollback")
+    results = lock.release_after([switch]) if keep is None else lock.refresh_then([switch])
+    check_switch(remote, layout.current, switch, results[0])
+    pruned = prune(remote, layout, keep) if keep is not None else ()
+    return RollbackResult(device=transport.address, release=target, previous=state.current, pruned=pruned)
+
+
+def prune(remote: Remote, layout: Layout, keep: int) -> tuple[str, ...]:
+    """Keep the ``keep`` most recently switched-to releases (always the current one); drop unused contents."""
+    if keep < 1:
+        raise ValueError("keep must be at least 1")
+    steps = [state_step(layout), history_step(layout)]
+    state_result, history_result = remote.checked(steps, run_steps(remote.transport, steps, timeout=COMMAND_TIMEOUT))
+    state = parse_state(state_result)
+    recency = by_recency(state, parse_history(history_result))
+    kept = set(recency[:keep]) | ({state.current} if state.current else set())
+    doomed = [name for name in recency if name not in kept]
+    for batch in list(batches(doomed)) or [[]]:  # stale staging dirs go even when no release does
+        remote.script(PRUNE_SCRIPT, [layout.root, *batch], what="removing old releases")
+    unused = remote.lines(["find", layout.objects, "-type", "f", "-links", "1"], what="finding unused contents") or []
+    remote.batched(["rm", "-f"], unused, what="removing unused contents")
+    remote.script(CHUNK_GC_SCRIPT, [layout.root], what="removing unused chunks")
+    return tuple(doomed)
+
+
+# --- models ---
+def push_model(
+    transport: Transport,
+    device: Device,
+    model: Path,
+    *,
+    name: str | None = None,
+    on_progress: ProgressCallback | None = None,
+    wait: float = 0.0,
+) -> ModelPushResult:
+    """Store a GGUF model as models/<sha256>.gguf (sent only if absent) and point models/<name> at it
+    (waiting for the device lock like deploy)."""
+    started = time.monotonic()
+    name = name or model.name
+    _check_model(model, name)
+    sha = sha256_file(model)
+    stored_name = f"{sha}.gguf"
+    if name != stored_name and name.endswith(".gguf") and SHA256_RE.match(name.removesuffix(".gguf")):
+        raise ConfigError(f"bad model name '{name}': names of the form <sha256>.gguf are the store's own")
+    with device_lock(transport, device.root, "models push", wait=wait) as lock:
+        return _push_model(transport, device, model, name, sha, on_progress, heartbeat=lock.refresh, started=started)
+
+
+def _push_model(
+    transport: Transport,
+    device: Device,
+    model: Path,
+    name: str,
+    sha: str,
+    on_progress: ProgressCallback | None,
+    *,
+    heartbeat: Heartbeat,
+    started: float,
+) -> ModelPushResult:
+    stored_name = f"{sha}.gguf"
+    remote = Remote(transport)
+    layout = Layout(device.root)
+    remote.run(["mkdir", "-p", layout.models, layout.incoming, layout.switch], what="creating the device layout")
+    have = inventory(remote, layout, layout.models)
+    present = stored_name in have.stored
+    stats = SendStats()
+    if not present:
+        upload = Upload(model, sha, model.stat().st_size, 0o644, stored_name, model.name)
+        stats = send(remote, layout, layout.models, [upload], have.partial, on_progress)
+        heartbeat()
+    link = posixpath.join(layout.models, name)
+    if name != stored_name:
+        point(remote, layout, link, stored_name)
+    return ModelPushResult(
+        device=transport.address,
+        sha256=sha,
+        path=posixpath.join(layout.models, stored_name),
+        link=link,
+        bytes_sent=stats.bytes_sent,
+        bytes_resumed=stats.bytes_resumed,
+        already_there=present,
+        seconds=time.monotonic() - started,
+    )
+
+
+def _check_model(model: Path, name: str) -> None:
+    if not model.is_file():
+        raise ConfigError(f"no model file {model}")
+    with open(model, "rb") as handle:
+        if handle.read(4) != GGUF_MAGIC:
+            raise ConfigError(f"{model} is not a GGUF model (it does not start with 'GGUF')")
+    if "/" in name or name.startswith(".") or not name:
+        raise ConfigError(f"bad model name '{name}': use a plain file name that does not start with '.'")

@@ -1,0 +1,451 @@
+"""The device side of deploy: a content store under the device root, verified resumable uploads,
+and symlinks switched with one rename.
+
+Layout under the device root (ROOT)::
+
+    objects/<sha256>              content store; a file enters only after sha256sum on the device matched
+    chunks/, chunklists/          the chunks deploy builds objects from (kzbuild.device.chunkstore)
+    incoming/<name>               uploads in progress: a cut upload resumes from what arrived
+    releases/<release>/           one per build: hard links into objects/, plus manifest.json
+    releases/.staging-<release>-<random>/  a release being assembled; renamed into place once complete
+    damaged/<release>             marker: that release failed verification (run and bench refuse it)
+    current -> releases/<release>
+    deploys.log                   one line per switch of current (time, action, release)
+    models/<sha256>.gguf, models/<name> -> <sha256>.gguf
+    .switch/                      new symlinks are made here, then renamed into place
+    .lock/owner                   the one writer's lock (kzbuild.device.devicelock)
+
+Nothing is ever written through a hard link: every write goes to a fresh name (incoming/,
+a staging dir, .switch/) and is renamed into place, so a content in objects/ and the releases
+linking it change only by a rename that replaces a whole file.
+
+Only commands Android's toybox has are used (sh, mkdir -p, ls -1 -ln, readlink, cat, stat -c, tar -x, xargs,
+sha256sum, chmod, ln, mv -f, rm, find -links, dirname, head -n, cut, sort, comm). ``mv -T`` is avoided (older toybox lacks it):
+a new symlink is made in ``.switch/`` and moved *into* its directory, which is one rename(2)
+that replaces the old symlink (mv does not follow a symlink it replaces).
+
+Every device command is a round trip (a new ssh channel or ``adb shell``, and a shell on the
+device), so related steps run as one ``sh -c`` with a constant script, and scripts that follow
+each other run as one command (:mod:`kzbuild.device.steps`; the ``*_step`` functions here). The data (paths, names) always goes in as positional arguments quoted by
+``remote_command``; nothing from a manifest or a file name is pasted into a script.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import re
+import shlex
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from kzbuild.device.base import NO_SPACE, RemoteResult, Resumable, Transport, device_full
+from kzbuild.device.steps import Step
+from kzbuild.errors import DeviceError
+
+log = logging.getLogger(__name__)
+
+NAME_HEX = 32  # a chunk's name: 128 bits of its sha256 (a collision only makes a file fail its check)
+
+GNU_ESCAPE = re.compile(r"\\(.)")
+ARGV_BUDGET = 60_000  # bytes of arguments per remote command (Android allows far more)
+COMMAND_TIMEOUT = 120.0
+VERIFY_TIMEOUT = 1800.0  # sha256sum of a multi-GB model on a phone takes a while
+
+# $1 = ROOT. Prints the current link's target on the first line, then the release names, a "/"
+# line, then the releases marked damaged.
+STATE_SCRIPT = (
+    'mkdir -p "$1/objects" "$1/chunks" "$1/chunklists" "$1/incoming" "$1/releases" "$1/.switch" "$1/damaged" && cd "$1" || exit 1; '
+    'printf "%s\\n" "$(readlink current)"; ls -1 releases && echo / && ls -1 damaged'
+)
+# $1 = a store dir, $2 = incoming, optionally $3 = another dir. Prints the store's names, a "/" line,
+# then "size name" per partial upload (from one ls -ln); with $3, a "/" line and the first name in $3.
+# A partial upload with other hard links is removed: appending to it would write through them.
+INVENTORY_SCRIPT = (
+    'ls -1 "$1" || exit 1; echo /; cd "$2" || exit 1; ls -ln | while read -r p l u g s rest; do '
+    'case $p in -*) ;; *) continue ;; esac; n=${rest##* }; if [ "$l" -gt 1 ]; then rm -f "$n"; else echo "$s $n"; fi; done; '
+    'if [ -n "$3" ]; then echo /; ls -1 "$3" | head -n 1; fi; true'
+)
+# $1 = mode, $2 = store dir, then verified uploads: set their mode, rename them into the store.
+STORE_SCRIPT = 'mode=$1 dest=$2; shift 2; chmod "$mode" "$@" && mv -f "$@" "$dest"'
+# $1 = ROOT, $2 = the staging dir, $3 = the manifest in incoming/, $4 = the release dir, which must not
+# exist (all relative to ROOT); stdin: a tar of the manifest, the NUL-separated list of executables ($3.exec) and
+# the staging dir's hard links into objects/. A content stored before without an exec bit gains it.
+RELEASE_SCRIPT = (
+    'cd "$1" || exit 1; staging=$2 manifest=$3 release=$4; rm -rf "$staging" && tar -x -f - || exit 1; '
+    'if [ -s "$manifest.exec" ]; then xargs -0 chmod 755 < "$manifest.exec" || exit 1; fi; '
+    'rm -f "$manifest.exec" && mv -f "$manifest" "$staging/manifest.json" && [ ! -e "$release" ] && mv "$staging" "$release"'
+)
+# $1 = ROOT, then releases to remove (with their damage markers); what cut deploys left behind goes too.
+PRUNE_SCRIPT = (
+    'cd "$1" || exit 1; shift; for r in "$@"; do rm -rf "releases/$r" "damaged/$r" || exit 1; done; '
+    "rm -rf releases/.staging-* incoming/manifest.json-* incoming/.lists-* incoming/.plan-* incoming/.store-*"
+)
+# $1 = ROOT. Drops the chunk lists of objects that are gone, then the chunks no list names.
+CHUNK_GC_SCRIPT = (
+    'cd "$1" || exit 1; for l in chunklists/*; do [ -f "$l" ] && [ ! -e "objects/${l##*/}" ] && rm -f "$l"; done; '
+    "cat chunklists/* 2>/dev/null | cut -d ' ' -f 1 | LC_ALL=C sort -u > incoming/.keep && ls -1 chunks | LC_ALL=C sort > incoming/.have "
+    "&& comm -23 incoming/.have incoming/.keep | (cd chunks && xargs rm -f) && rm -f incoming/.keep incoming/.have"
+)
+# $1 = ROOT. Prints where current points, then "damaged" when that release carries a damage marker.
+CURRENT_SCRIPT = 't=$(readlink "$1/current") || exit 1; printf "%s\\n" "$t"; if [ -e "$1/damaged/${t##*/}" ]; then echo damaged; fi; true'
+DAMAGED = "damaged"  # CURRENT_SCRIPT's word for a marked release
+# $1 = the deploy log; prints it, or nothing when there is none yet.
+HISTORY_SCRIPT = 'cat "$1" 2>/dev/null; true'
+# $1 = staged link, $2 = target, $3 = the link's dir, $4 = the link; then optionally
+# $5 = a log file and $6 = a line to append to it. Prints where the link now points.
+SWITCH_SCRIPT = (
+    'rm -f "$1" && ln -s "$2" "$1" && mv -f "$1" "$3" || exit 1; '
+    'if [ -n "$5" ]; then printf "%s\\n" "$6" >> "$5" || exit 1; fi; readlink "$4"'
+)
+
+
+@dataclass(frozen=True)
+class TransferProgress:
+    label: str  # the file being sent
+    done: int  # bytes sent so far by this operation
+    total: int  # bytes this operation will send
+
+
+ProgressCallback = Callable[[TransferProgress], None]
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: str
+
+    def join(self, *parts: str) -> str:
+        return posixpath.join(self.root, *parts)
+
+    @property
+    def objects(self) -> str:
+        return self.join("objects")
+
+    @property
+    def incoming(self) -> str:
+        return self.join("incoming")
+
+    @property
+    def releases(self) -> str:
+        return self.join("releases")
+
+    @property
+    def chunks(self) -> str:
+        return self.join("chunks")
+
+    @property
+    def models(self) -> str:
+        return self.join("models")
+
+    @property
+    def switch(self) -> str:
+        return self.join(".switch")
+
+    @property
+    def current(self) -> str:
+        return self.join("current")
+
+    @property
+    def lock(self) -> str:
+        return self.join(".lock")
+
+    @property
+    def history(self) -> str:
+        return self.join("deploys.log")
+
+    @property
+    def damaged(self) -> str:
+        return self.join("damaged")
+
+    def damage_marker(self, release: str) -> str:
+        return posixpath.join(self.damaged, release)
+
+    def release(self, name: str) -> str:
+        return posixpath.join(self.releases, name)
+
+
+class Remote:
+    """Runs commands on a device for deploy; a failure becomes a DeviceError naming the device."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+
+    @property
+    def address(self) -> str:
+        return self.transport.address
+
+    def run(self, argv: Sequence[str], *, what: str, check: bool = True, timeout: float = COMMAND_TIMEOUT) -> RemoteResult:
+        result = self.transport.run(argv, timeout=timeout)
+        if check and not result.ok:
+            raise self.error(argv, result, what=what)
+        return result
+
+    def error(self, argv: Sequence[str], result: RemoteResult, *, what: str) -> DeviceError:
+        """The DeviceError for a failed command; a full disk is named as such."""
+        stderr = result.stderr.decode(errors="replace").strip()
+        detail = f"{what} failed (exit {result.returncode}): {shlex.join(argv)}" + (f"\n{stderr}" if stderr else "")
+        if NO_SPACE in stderr:
+            return device_full(self.address, detail)
+        return DeviceError(f"{self.address}: {detail}")
+
+    def checked(self, steps: Sequence[Step], results: Sequence[RemoteResult]) -> list[RemoteResult]:
+        """``results`` of :func:`~kzbuild.device.steps.run_steps`, or the error of the step that failed."""
+        for step, result in zip(steps, results, strict=False):  # results stop at the first failure
+            if not result.ok:
+                raise self.error(step.argv, result, what=step.what)
+        return list(results)
+
+    def script(self, script: str, args: Sequence[str], *, what: str, check: bool = True, timeout: float = COMMAND_TIMEOUT) -> RemoteResult:
+        return self.run(Step(script, tuple(args), what).argv, what=what, check=check, timeout=timeout)
+
+    def batched(self, command: Sequence[str], args: Sequence[str], *, what: str, group: int = 1, check: bool = True, timeout: float = COMMAND_TIMEOUT) -> list[RemoteResult]:
+        """Run ``command + args`` in as few calls as the argv budget allows; ``group`` args stay together."""
+        return [self.run([*command, *batch], what=what, check=check, timeout=timeout) for batch in batches(args, group)]
+
+    def lines(self, argv: Sequence[str], *, what: str) -> list[str] | None:
+        """stdout lines of argv, or None when it fails (a missing file or link)."""
+        result = self.run(argv, what=what, check=False)
+        return result.text().splitlines() if result.ok else None
+
+
+def batches(args: Sequence[str], group: int = 1) -> Iterator[list[str]]:
+    batch: list[str] = []
+    size = 0
+    for start in range(0, len(args), group):
+        items = list(args[start : start + group])
+        cost = sum(len(item) + 3 for item in items)
+        if batch and size + cost > ARGV_BUDGET:
+            yield batch
+            batch, size = [], 0
+        batch += items
+        size += cost
+    if batch:
+        yield batch
+
+
+# --- releases and their history ---
+@dataclass(frozen=True)
+class DeviceState:
+    current: str | None  # release name
+    releases: frozenset[str]
+    damaged: frozenset[str]  # releases with a damage marker
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    time: str
+    action: str  # deploy | rollback
+    release: str
+
+    def line(self) -> str:
+        return f"{self.time}\t{self.action}\t{self.release}"
+
+
+def read_state(remote: Remote, layout: Layout) -> DeviceState:
+    """Create the layout if needed; where current points and which releases exist (one round trip)."""
+    step = state_step(layout)
+    return parse_state(remote.run(step.argv, what=step.what))
+
+
+def state_step(layout: Layout) -> Step:
+    return Step(STATE_SCRIPT, (layout.root,), "reading the device state")
+
+
+def sections(lines: list[str], count: int, *, what: str) -> list[list[str]]:
+    """A device script's listing cut at its "/" lines (no file name is "/") into ``count`` parts;
+    fewer "/" lines than that means the answer was cut short, which is an error, not a listing."""
+    parts: list[list[str]] = [[]]
+    for line in lines:
+        if line == "/" and len(parts) < count:
+            parts.append([])
+        else:
+            parts[-1].append(line)
+    if len(parts) < count:
+        raise DeviceError(f"{what}: the device's answer was cut short (it holds {len(parts) - 1} of {count - 1} '/' lines)")
+    return parts
+
+
+def parse_state(result: RemoteResult) -> DeviceState:
+    lines = result.text().splitlines()
+    link = lines[0].rstrip("/") if lines else ""
+    releases, marked = sections(lines[1:], 2, what="reading the device state")
+    return DeviceState(posixpath.basename(link) or None, frozenset(releases), frozenset(marked))
+
+
+def history_step(layout: Layout) -> Step:
+    return Step(HISTORY_SCRIPT, (layout.history,), "reading the deploy log")
+
+
+def parse_history(result: RemoteResult) -> list[HistoryEntry]:
+    history = []
+    for line in result.text().splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3:
+            history.append(HistoryEntry(*parts))
+    return history
+
+
+def by_recency(state: DeviceState, history: Sequence[HistoryEntry]) -> list[str]:
+    """Releases, most recently switched to first; those the log never saw come last."""
+    order: list[str] = []
+    for entry in reversed(history):
+        if entry.release in state.releases and entry.release not in order:
+            order.append(entry.release)
+    return order + sorted(state.releases - set(order))
+
+
+def switch_step(layout: Layout, release: str, action: str) -> Step:
+    """The step that points current at releases/<release> and logs it (see :func:`check_switch`)."""
+    entry = HistoryEntry(datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), action, release)
+    return point_step(layout, layout.current, posixpath.join("releases", release), log_line=entry.line())
+
+
+def point(remote: Remote, layout: Layout, link: str, target: str, *, log_line: str | None = None) -> None:
+    """Make the symlink ``link`` point at ``target`` with one rename; append ``log_line`` to the deploy log."""
+    step = point_step(layout, link, target, log_line=log_line)
+    check_switch(remote, link, step, remote.run(step.argv, what=step.what))
+
+
+def point_step(layout: Layout, link: str, target: str, *, log_line: str | None = None) -> Step:
+    staged = posixpath.join(layout.switch, posixpath.basename(link))
+    args = [staged, target, posixpath.dirname(link) + "/", link]
+    if log_line is not None:
+        args += [layout.history, log_line]
+    return Step(SWITCH_SCRIPT, tuple(args), f"switching {link}")
+
+
+def check_switch(remote: Remote, link: str, step: Step, result: RemoteResult) -> None:
+    """That the switch ran and ``link`` now points at the step's target."""
+    remote.checked([step], [result])
+    target = step.args[1]
+    now = result.text().strip()
+    if now != target:
+        raise DeviceError(f"{remote.address}: {link} points at {now or 'nothing'} after the switch, not {target}")
+
+
+# --- uploads: resume, verify on the device, then rename into the store ---
+@dataclass(frozen=True)
+class Upload:
+    local: Path
+    sha256: str
+    size: int
+    mode: int
+    name: str  # file name in incoming/ and in the store
+    label: str  # shown in progress
+
+
+@dataclass(frozen=True)
+class Inventory:
+    stored: frozenset[str]  # names in the store dir
+    partial: dict[str, int]  # name -> bytes already in incoming/
+    other_empty: bool = True  # whether the other dir asked about is empty
+
+
+@dataclass(frozen=True)
+class SendStats:
+    bytes_sent: int = 0
+    bytes_resumed: int = 0
+
+
+def inventory(remote: Remote, layout: Layout, store_dir: str, other: str = "") -> Inventory:
+    """What ``store_dir`` holds, what a cut upload left in incoming/, and whether ``other`` is empty."""
+    step = inventory_step(layout, store_dir, other)
+    return parse_inventory(remote.run(step.argv, what=step.what), other)
+
+
+def inventory_step(layout: Layout, store_dir: str, other: str = "") -> Step:
+    return Step(INVENTORY_SCRIPT, (store_dir, layout.incoming, other), "listing the content store")
+
+
+def parse_inventory(result: RemoteResult, other: str = "") -> Inventory:
+    stored, partial, *rest = sections(result.text().splitlines(), 3 if other else 2, what="listing the content store")
+    return Inventory(frozenset(stored), sizes_of(partial), not any(rest[0]) if rest else True)
+
+
+def sizes_of(lines: list[str]) -> dict[str, int]:
+    """``SIZE NAME`` lines (a ``wc -c``-like listing) as name -> bytes."""
+    sizes = {}
+    for line in lines:
+        size, _, name = line.partition(" ")
+        if size.isdigit():
+            sizes[name] = int(size)
+    return sizes
+
+
+def send(remote: Remote, layout: Layout, store_dir: str, uploads: Sequence[Upload], partial: dict[str, int], on_progress: ProgressCallback | None) -> SendStats:
+    """Upload to incoming/ (resuming what ``partial`` says arrived), check every sha256 on the
+    device, then move the files into ``store_dir``."""
+    if not uploads:
+        return SendStats()
+    resumable = isinstance(remote.transport, Resumable)
+    offsets = {up.name: partial.get(up.name, 0) if resumable and partial.get(up.name, 0) <= up.size else 0 for up in uploads}
+    total = sum(up.size - offsets[up.name] for up in uploads)
+    done = 0
+    for up in uploads:
+        offset = offsets[up.name]
+        if offset == up.size and up.size:
+            continue  # arrived whole before a cut; verified below like the rest
+        target = posixpath.join(layout.incoming, up.name)
+        base = done
+
+        def report(sent: int, label: str = up.label, base: int = base) -> None:
+            if on_progress:
+                on_progress(TransferProgress(label, base + sent, total))
+
+        if offset:
+            log.info("%s: resuming %s at byte %d", remote.address, up.label, offset)
+            remote.transport.append(up.local, target, offset=offset, progress=report)  # type: ignore[attr-defined]
+        else:
+            remote.transport.push(up.local, target, progress=report)
+        done += up.size - offset
+        report(up.size - offset)
+    if on_progress:
+        on_progress(TransferProgress("verifying sha256 on the device", done, total))
+    found = device_sha256(remote, [posixpath.join(layout.incoming, up.name) for up in uploads])
+    bad = [up for up in uploads if found.get(posixpath.join(layout.incoming, up.name)) != up.sha256]
+    _store(remote, layout, store_dir, [up for up in uploads if up not in bad])
+    if bad:
+        remote.batched(["rm", "-f"], [posixpath.join(layout.incoming, up.name) for up in bad], what="removing corrupt uploads")
+        raise mismatch_error(remote, len(bad), bad[0], found.get(posixpath.join(layout.incoming, bad[0].name), "no checksum (is sha256sum installed?)"))
+    return SendStats(bytes_sent=done, bytes_resumed=sum(offsets.values()))
+
+
+def mismatch_error(remote: Remote, count: int, example: Upload, found: str) -> DeviceError:
+    """The error for uploads whose sha256 on the device did not match (they were removed)."""
+    return DeviceError(
+        f"{remote.address}: sha256 mismatch on the device for {count} file(s), e.g. {example.label}: "
+        f"expected {example.sha256}, got {found}; the corrupt uploads were removed",
+        hint=f"if {example.local} changed after the manifest was written, rebuild; otherwise rerun",
+    )
+
+
+def device_sha256(remote: Remote, paths: Sequence[str]) -> dict[str, str]:
+    """sha256 of each device path as the device computes it, in as few calls as the argv budget
+    allows; a path that is missing or unreadable is absent from the result."""
+    found: dict[str, str] = {}
+    for result in remote.batched(["sha256sum"], paths, what="checking sha256 on the device", check=False, timeout=VERIFY_TIMEOUT):
+        found.update(parse_sha256sum(result.text().split("\n")))
+    return found
+
+
+def parse_sha256sum(lines: Iterable[str]) -> dict[str, str]:
+    """``sha256sum`` output: the digest by file name (a line without a name is skipped)."""
+    found: dict[str, str] = {}
+    for line in lines:
+        if line.startswith("\\"):  # GNU sha256sum escapes a name holding a backslash or newline
+            line = GNU_ESCAPE.sub(lambda match: "\n" if match[1] == "n" else match[1], line[1:])
+        digest, _, path = line.partition("  ")
+        if path:
+            found[path] = digest
+    return found
+
+
+def _store(remote: Remote, layout: Layout, store_dir: str, verified: Sequence[Upload]) -> None:
+    by_mode: dict[int, list[str]] = {}
+    for up in verified:
+        by_mode.setdefault(up.mode, []).append(posixpath.join(layout.incoming, up.name))
+    for mode, paths in by_mode.items():
+        for batch in batches(paths):
+            remote.script(STORE_SCRIPT, [f"{mode:o}", store_dir + "/", *batch], what="moving verified files into the store")

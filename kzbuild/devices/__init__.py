@@ -1,1 +1,0 @@
-"""Devices: one Transport interface over adb, ssh and the local machine."""

@@ -1,0 +1,367 @@
+"""``kzbuild ab``: what each patch of the stack buys, in tokens per second.
+
+Variants of a recipe: the full stack, the stack without each live patch (one at a time; a patch
+the pin already holds is skipped by sync, so leaving it out changes nothing), and bare upstream
+at the pin. Each is a real sync of its own series (a derived recipe with the recipe's name whose
+series is a subset, synced in turn into one scratch worktree ``WORK/ab/<recipe>/src`` and built
+in one build dir, so a variant recompiles only what its patches change), a content-addressed
+build (shared artifacts: the full stack is the same build as ``kzbuild build RECIPE``), and a
+deploy (only contents the device lacks move). A later patch that does not apply without the one left out makes that
+variant unbuildable: reported, never skipped in silence.
+
+The variants are benched in interleaved blocks (:mod:`kzbuild.measure.interleave`), and for each patch,
+test and configuration the report gives the full stack's median against the variant's with a
+95% bootstrap interval (:func:`kzbuild.measure.stats.median_effect`, over each turn's median: the
+repetitions of one llama-bench run are not independent). Patches may declare the effect they
+are for (``Kz-Expect: pp512 +10% on pad3``); one whose interval lies wholly on the other side
+of zero is contradicted.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from kzbuild.adapters.filelock import locked
+from kzbuild.adapters.settings import Settings
+from kzbuild.build import builder
+from kzbuild.build.toolchains import configured_paths_file
+from kzbuild.device.base import ByteSink, Transport
+from kzbuild.device.deploy import deploy
+from kzbuild.device.store import ProgressCallback
+from kzbuild.errors import ConfigError, PatchError
+from kzbuild.measure.bench import check_spec
+from kzbuild.measure.interleave import check_cooling, run_interleaved, thermal_zones
+from kzbuild.measure.results import ResultsStore, describe_config, describe_env, varying_env
+from kzbuild.measure.stats import fresh_seed, median_effect
+from kzbuild.model.ab import ALL_MINUS, FULL, MINUS, UPSTREAM, AbResult, AbRun, ExpectCheck, PatchEffect, VariantBuild, VariantSpec
+from kzbuild.model.artifact import Artifact
+from kzbuild.model.bench import BenchSpec
+from kzbuild.model.build import BuildEvent, BuildOptions
+from kzbuild.model.device import Device
+from kzbuild.model.interleave import Arm, Cooling, Turn
+from kzbuild.model.patch import Expectation, Patch
+from kzbuild.model.recipe import Recipe
+from kzbuild.model.result import BenchRecord
+from kzbuild.source.stack.check import load_patches
+from kzbuild.source.stack.patchfile import expectations
+from kzbuild.source.stack.series import read_series
+
+log = logging.getLogger(__name__)
+
+AB_DIR = "ab"  # WORK/ab/<recipe>/<variant>/
+
+
+# --- the variants ---
+def variant_specs(series: Sequence[str], live: Sequence[str], selection: Sequence[str] = ()) -> list[VariantSpec]:
+    """The full stack, the stack without each live patch, and bare upstream; or the ``selection`` of
+    them (names as reported, ``minus`` for every ``minus:`` variant). The full stack is always in:
+    every effect is measured against it."""
+    full = VariantSpec(FULL, tuple(series))
+    minus = [VariantSpec(MINUS + patch, tuple(name for name in series if name != patch), without=patch) for patch in live]
+    every = [full, *minus, VariantSpec(UPSTREAM, ())]
+    if not selection:
+        return every
+    known = {spec.name for spec in every}
+    for name in selection:
+        if name not in known and name != ALL_MINUS:
+            raise ConfigError(
+                f"there is no variant '{name}'",
+                hint=f"variants: {', '.join(sorted(known))}, or '{ALL_MINUS}' for every stack without one live patch",
+            )
+    wanted = set(selection)
+    return [spec for spec in every if spec.name == FULL or spec.name in wanted or (spec.without is not None and ALL_MINUS in wanted)]
+
+
+def check_selection(selection: Sequence[str]) -> None:
+    """Variant names of a selection: full, upstream, minus, or minus:PATCH (whether PATCH is live
+    shows once the full stack is synced)."""
+    for name in selection:
+        if name not in (FULL, UPSTREAM, ALL_MINUS) and not (name.startswith(MINUS) and len(name) > len(MINUS)):
+            raise ConfigError(f"there is no variant '{name}'", hint=f"variants: {FULL}, {UPSTREAM}, {MINUS}PATCH, or '{ALL_MINUS}' for every stack without one live patch")
+
+
+def ab_work(settings: Settings, recipe: Recipe) -> Path:
+    """WORK/ab/<recipe>: the one scratch worktree (src/) and build dir (build/) every variant of the
+    recipe is synced into and built in, in turn; and each variant's derived recipe (<variant>/)."""
+    return settings.work / AB_DIR / recipe.name.replace("/", "--")
+
+
+def derive(settings: Settings, recipe: Recipe, spec: VariantSpec) -> tuple[Settings, Recipe]:
+    """The variant as a recipe of its own: the recipe (same name) with a series of the variant's
+    patches, copied byte for byte so their digests are the recipe's, and its own lock. All variants
+    share one scratch worktree and build dir: a variant after another recompiles only the files
+    their patches change (the same paths also keep ccache's hits)."""
+    work = ab_work(settings, recipe)
+    folder = work / spec.slug
+    patches = folder / "patches"
+    if patches.exists():
+        shutil.rmtree(patches)
+    patches.mkdir(parents=True)
+    entries = {entry.name: entry.path for entry in read_series(recipe.series).entries}
+    for name in spec.patches:
+        target = patches / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(entries[name], target)
+    series = patches / "series"
+    series.write_text(f"# kzbuild ab: {recipe.name}, variant {spec.name}\n" + "".join(f"{name}\n" for name in spec.patches), encoding="utf-8")
+    toolchains = configured_paths_file(settings)
+    if toolchains.is_file():  # the toolchain paths configured for this project hold for its variants too
+        shutil.copyfile(toolchains, configured_paths_file(replace(settings, work=work)))
+    return replace(settings, work=work), replace(recipe, path=folder / recipe.path.name, series=series)
+
+
+def build_variant(
+    settings: Settings,
+    recipe: Recipe,
+    spec: VariantSpec,
+    target: str,
+    *,
+    environ: Mapping[str, str],
+    options: BuildOptions = BuildOptions(),
+    progress: Callable[[BuildEvent], None] | None = None,
+) -> tuple[VariantBuild, Artifact | None, tuple[str, ...]]:
+    """Sync and build one variant; returns it, its artifact, and the patches its sync applied
+    (not skipped as upstreamed). A patch that does not apply makes the variant's problem."""
+    variant_settings, derived = derive(settings, recipe, spec)
+    shared = replace(options, artifacts=options.artifacts or builder.artifacts_root(settings))  # one content-addressed store
+    try:
+        prepared = builder.prepare(variant_settings, derived, target, environ=environ, options=shared, progress=progress)
+    except PatchError as exc:
+        left_out = f" without {spec.without}" if spec.without else ""
+        return VariantBuild(spec, None, False, problem=f"{exc.message}{' (the stack' + left_out + ')' if left_out else ''}"), None, ()
+    result = builder.build(prepared, progress=progress)
+    applied = tuple(p.file for p in prepared.lock.patches if p.commit)
+    return VariantBuild(spec, result.artifact.build_id, result.reused), result.artifact, applied
+
+
+def build_variants(
+    settings: Settings,
+    recipe: Recipe,
+    target: str,
+    *,
+    environ: Mapping[str, str],
+    selection: Sequence[str] = (),
+    options: BuildOptions = BuildOptions(),
+    progress: Callable[[VariantSpec, BuildEvent], None] | None = None,
+) -> list[tuple[VariantBuild, Artifact | None]]:
+    """The full stack first (its sync says which patches are live), then the other variants; one
+    ab of a recipe at a time (they share the scratch worktree)."""
+    series = [entry.name for entry in read_series(recipe.series).entries]
+
+    def report(spec: VariantSpec) -> Callable[[BuildEvent], None] | None:
+        return (lambda event: progress(spec, event)) if progress else None
+
+    with locked(ab_work(settings, recipe) / ".lock", what=f"the ab worktree of {recipe.name}", wait=0):
+        full_spec = VariantSpec(FULL, tuple(series))
+        full, artifact, live = build_variant(settings, recipe, full_spec, target, environ=environ, options=options, progress=report(full_spec))
+        if full.problem:
+            raise PatchError(f"the full stack of {recipe.name} does not apply: {full.problem}", hint=f"kzbuild sync {recipe.name} shows it in the recipe's worktree")
+        built = [(full, artifact)]
+        for spec in variant_specs(series, live, selection)[1:]:
+            variant, artifact, _ = build_variant(settings, recipe, spec, target, environ=environ, options=options, progress=report(spec))
+            if variant.problem:
+                log.warning("variant %s cannot be built: %s", spec.name, variant.problem)
+            built.append((variant, artifact))
+    return built
+
+
+def deploy_variants(
+    transport: Transport,
+    device: Device,
+    built: Sequence[tuple[VariantBuild, Artifact | None]],
+    *,
+    wait: float = 0.0,
+    on_progress: ProgressCallback | None = None,
+) -> list[VariantBuild]:
+    """Deploy every buildable variant (a release each; only contents the device lacks move). The
+    full stack goes last, so ``current`` is left on it."""
+    deployed: dict[str, VariantBuild] = {}
+    for variant, artifact in sorted(built, key=lambda item: item[0].spec.name == FULL):
+        if artifact is None:
+            deployed[variant.spec.name] = variant
+            continue
+        result = deploy(transport, device, artifact, on_progress=on_progress, wait=wait)
+        deployed[variant.spec.name] = replace(variant, release=result.release, bytes_sent=result.bytes_sent)
+    return [deployed[variant.spec.name] for variant, _ in built]
+
+
+def stack_expectations(patches: Sequence[Patch]) -> list[Expectation]:
+    """Every Kz-Expect of the series' patches."""
+    return [found for patch in patches for found in expectations(patch)]
+
+
+# --- the report ---
+def effects(records: Mapping[str, Sequence[BenchRecord]], variants: Sequence[VariantSpec], *, seed: int = 0) -> list[PatchEffect]:
+    """For each variant besides the full stack, each test and configuration both measured: the full
+    stack's median against the variant's (what the patch, or for upstream the whole stack, buys).
+    Each turn's record counts once, by its median."""
+    full = _turns(records.get(FULL, ()))
+    shown_env = varying_env([r for rs in records.values() for r in rs])
+    found = []
+    for spec in variants:
+        if spec.name == FULL:
+            continue
+        for key, turns in _turns(records.get(spec.name, ())).items():
+            if key not in full:
+                continue
+            first = full[key][0]
+            effect = median_effect(_medians(turns), _medians(full[key]), seed=seed)
+            config = " ".join(part for part in (describe_config(first), describe_env((k, v) for k, v in first.env_set if k in shown_env)) if part)
+            found.append(
+                PatchEffect(
+                    variant=spec.name, patch=spec.without, test=first.test, config=config,
+                    full_median=statistics.median(_medians(full[key])), variant_median=statistics.median(_medians(turns)), effect=effect,
+                )
+            )  # fmt: skip
+    return found
+
+
+def _turns(records: Sequence[BenchRecord]) -> dict[tuple[object, ...], list[BenchRecord]]:
+    grouped: dict[tuple[object, ...], list[BenchRecord]] = defaultdict(list)
+    for record in records:
+        if record.summary.median:
+            grouped[record.group_key].append(record)
+    return grouped
+
+
+def _medians(records: Sequence[BenchRecord]) -> list[float]:
+    return [float(r.summary.median) for r in records if r.summary.median]
+
+
+def check_expectations(declared: Sequence[Expectation], measured: Sequence[PatchEffect], device: str) -> list[ExpectCheck]:
+    """Each declared effect against the measured ones of its patch and metric: contradicted when
+    any configuration's interval lies wholly on the other side of zero."""
+    checks = []
+    for expectation in declared:
+        if expectation.device != device:
+            checks.append(ExpectCheck(expectation, "other device", ()))
+            continue
+        matching = tuple(e for e in measured if e.patch == expectation.patch and e.test == expectation.metric)
+        if not matching:
+            checks.append(ExpectCheck(expectation, "not measured", ()))
+        elif any(e.effect.contradicts(expectation.pct) for e in matching):
+            checks.append(ExpectCheck(expectation, "contradicted", tuple(e for e in matching if e.effect.contradicts(expectation.pct))))
+        elif any(e.effect.detectable and (e.effect.delta_pct > 0) == (expectation.pct > 0) for e in matching):
+            checks.append(ExpectCheck(expectation, "confirmed", matching))
+        else:
+            checks.append(ExpectCheck(expectation, "no detectable effect", matching))
+    return checks
+
+
+def markdown(found: Sequence[PatchEffect], variants: Sequence[VariantBuild], checks: Sequence[ExpectCheck]) -> str:
+    """The report as a markdown table (plus unbuildable variants and the declared effects)."""
+    lines = [
+        "| patch | test | configuration | full stack t/s | without it t/s | what it buys (full vs without, 95% interval) |",
+        "|---|---|---|---:|---:|---|",
+    ]
+    for e in found:
+        patch = e.patch or "whole stack (vs upstream)"
+        lines.append(f"| {patch} | {e.test} | {e.config} | {e.full_median:.2f} | {e.variant_median:.2f} | {e.effect.describe()} |")
+    for variant in variants:
+        if variant.problem:
+            lines.append(f"\n**{variant.spec.name} could not be built:** {variant.problem}")
+    if checks:
+        lines += ["", "| patch | Kz-Expect | verdict |", "|---|---|---|"]
+        lines += [f"| {c.expectation.patch} | {c.expectation.describe()} | {c.verdict} |" for c in checks]
+    return "\n".join(lines) + "\n"
+
+
+def plot_effects(found: Sequence[PatchEffect], out: Path) -> Path:
+    """A PNG: each patch's effect per test and configuration, as a bar with its 95% interval."""
+    if not found:
+        raise ConfigError("nothing to plot: no effect was measured")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{e.patch or 'whole stack'} | {e.test} {e.config}" for e in found]
+    height = max(3.0, 0.35 * len(found) + 1.5)
+    figure, axes = plt.subplots(figsize=(11, height))
+    ys = list(range(len(found)))
+    deltas = [e.effect.delta_pct for e in found]
+    errors = [[e.effect.delta_pct - e.effect.low_pct for e in found], [e.effect.high_pct - e.effect.delta_pct for e in found]]
+    colors = ["tab:green" if e.effect.low_pct > 0 else "tab:red" if e.effect.high_pct < 0 else "tab:gray" for e in found]
+    axes.barh(ys, deltas, xerr=errors, color=colors, capsize=3)
+    axes.axvline(0, color="black", linewidth=0.8)
+    axes.set_yticks(ys, labels, fontsize=7)
+    axes.invert_yaxis()
+    axes.set_xlabel("what the patch buys: full stack vs the stack without it, % (median, 95% bootstrap interval; gray: no detectable effect)")
+    axes.grid(True, axis="x", alpha=0.3)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(out, format="png", dpi=100, bbox_inches="tight")
+    except OSError as exc:
+        raise ConfigError(f"cannot write the plot to {out}: {exc.strerror}", hint="--plot names a PNG file in a writable folder") from None
+    finally:
+        plt.close(figure)
+    return out
+
+
+# --- the whole experiment ---
+def run_ab(
+    settings: Settings,
+    recipe: Recipe,
+    transport: Transport,
+    device: Device,
+    specs: Sequence[tuple[str, BenchSpec]],
+    store: ResultsStore,
+    *,
+    target: str,
+    environ: Mapping[str, str],
+    blocks: int,
+    selection: Sequence[str] = (),
+    seed: int | None = None,
+    cooling: Cooling | None = None,
+    options: BuildOptions = BuildOptions(),
+    wait: float = 0.0,
+    on_build: Callable[[VariantSpec, BuildEvent], None] | None = None,
+    on_deploy: ProgressCallback | None = None,
+    on_turn: Callable[[str, Turn], None] | None = None,
+    on_stderr: ByteSink | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> AbResult:
+    """Build and deploy the variants, bench each spec in interleaved blocks (one experiment per
+    spec, all with one seed), and report what each patch buys and which Kz-Expect it contradicts."""
+    for _, spec in specs:
+        check_spec(spec)
+    expected = stack_expectations(load_patches(recipe))
+    if cooling is not None:
+        check_cooling(cooling)
+        thermal_zones(transport, device, cooling)  # a device without them fails before any build
+    built = build_variants(settings, recipe, target, environ=environ, selection=selection, options=options, progress=on_build)
+    variants = deploy_variants(transport, device, built, wait=wait, on_progress=on_deploy)
+    arms = [Arm(v.spec.name, v.release) for v in variants if v.release is not None]
+    if len(arms) < 2:
+        raise ConfigError(
+            f"nothing to compare: only {', '.join(a.name for a in arms) or 'no variant'} could be built",
+            hint="; ".join(f"{v.spec.name}: {v.problem}" for v in variants if v.problem) or "select more variants",
+        )
+    seed = fresh_seed(seed)
+    runs = []
+    for name, spec in specs:
+
+        def turn(event: Turn, name: str = name) -> None:
+            if on_turn:
+                on_turn(name, event)
+
+        runs.append(AbRun(name, run_interleaved(
+            settings, transport, device, arms, spec, store, blocks=blocks, seed=seed, cooling=cooling, on_turn=turn, on_stderr=on_stderr, sleep=sleep,
+        )))  # fmt: skip
+    records: dict[str, list[BenchRecord]] = defaultdict(list)
+    for ab_run in runs:
+        for variant, found in ab_run.run.records.items():
+            records[variant] += found
+    measured = effects(records, [v.spec for v in variants if v.release is not None], seed=seed)
+    checks = check_expectations(expected, measured, device.name)
+    return AbResult(
+        recipe=recipe.name, device=device.name, target=target, seed=seed, variants=tuple(variants), runs=tuple(runs),
+        effects=tuple(measured), checks=tuple(checks),
+    )  # fmt: skip

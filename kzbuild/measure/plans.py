@@ -1,0 +1,219 @@
+"""Experiment plans (``plans/*.yaml``): validated like recipes, every error names the file, line and key.
+
+A plan declares the model (a device path or a pushed model's name, with its sha256), the device,
+repetitions, a seed, env for every run, and a list of llama-bench runs, each with its fixed
+options, env and sweep; ``ab:`` holds what ``kzbuild ab`` adds (variants, blocks, cooling).
+``kzbuild bench --plan`` and ``kzbuild ab --plan`` run it. See plans/README.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+from kzbuild.adapters import yamlconf
+from kzbuild.device.base import Transport, check_env_name
+from kzbuild.device.run import check_seconds
+from kzbuild.errors import ConfigError
+from kzbuild.measure.bench import check_spec, model_sha256, option_value_problem, parse_sweep
+from kzbuild.measure.interleave import MAX_BLOCKS, parse_temperature
+from kzbuild.model.bench import ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchSpec
+from kzbuild.model.device import Device
+from kzbuild.model.plan import Plan, PlanAb, PlanModel, PlanRun
+
+log = logging.getLogger(__name__)
+
+PLAN_KEYS = ("description", "model", "device", "repetitions", "seed", "cooldown", "timeout", "env", "runs", "ab")
+MODEL_KEYS = ("path", "name", "sha256")
+RUN_KEYS = ("name", "options", "env", "sweep", "args")
+AB_KEYS = ("variants", "blocks", "cool_to", "cool_wait", "cool_zones")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+MAX_SEED = 2**32 - 1
+
+
+def load_plan(path: Path) -> Plan:
+    if not path.is_file():
+        raise ConfigError("plan file not found", path=path, hint="plans live in plans/NAME.yaml")
+    doc = yamlconf.load(path)
+    doc.check_keys(PLAN_KEYS, required=("model", "runs"), context="plan")
+    repetitions = _count(doc, "repetitions", minimum=1)
+    seed = _count(doc, "seed", minimum=0, maximum=MAX_SEED)
+    cooldown = _seconds(doc, "cooldown", zero_ok=True) or 0.0
+    timeout = _seconds(doc, "timeout")
+    common_env = _env(doc, "env")
+    model = _model(doc)
+    runs_list = doc.get_list("runs")
+    if not runs_list:
+        raise doc.error("runs", "a plan needs at least one run")
+    runs: list[PlanRun] = []
+    for index, item in enumerate(runs_list):
+        if not isinstance(item, yamlconf.Mapping):
+            raise runs_list.error(index, "a run is a mapping (name, options, env, sweep, args)", key="runs")
+        run = _run(item, index, model.path, common_env, repetitions, seed, cooldown, timeout)
+        if any(run.name == other.name for other in runs):
+            raise item.error("name", f"run name '{run.name}' is used twice")
+        runs.append(run)
+    return Plan(
+        path=path,
+        name=path.stem,
+        description=doc.get_str("description", "") or "",
+        model=model,
+        device=_device(doc),
+        runs=tuple(runs),
+        ab=_ab(doc),
+        seed=seed,
+    )
+
+
+def _model(doc: yamlconf.Mapping) -> PlanModel:
+    section = doc.get("model")
+    if not isinstance(section, yamlconf.Mapping):
+        raise doc.error("model", "must be a mapping: path or name, and sha256")
+    section.check_keys(MODEL_KEYS, required=("sha256",), context="model")
+    path, name = section.get_path("path"), section.get_path("name")
+    if (path is None) == (name is None):
+        raise doc.error("model", "give the model's path on the device or the name it was pushed under (kzbuild models push), one of them")
+    if name is not None and "/" in name:
+        raise section.error("name", f"'{name}' is a path: a name is a file name under models/ (use path: for other places)")
+    location = path if path is not None else f"models/{name}"
+    if location.startswith("-") or not location.strip():
+        raise section.error("path" if path is not None else "name", f"'{location}' is not a model path")
+    sha = section.get("sha256")
+    if sha is not None and not (isinstance(sha, str) and SHA256.match(sha)):
+        raise section.error("sha256", "must be 64 lowercase hex digits (sha256sum of the model file), or null while it is not pinned yet")
+    return PlanModel(path=location, sha256=sha, line=section.line_of("sha256"))
+
+
+def _run(item: yamlconf.Mapping, index: int, model: str, common_env: dict[str, str], repetitions: int | None, seed: int | None, cooldown: float, timeout: float | None) -> PlanRun:
+    item.check_keys(RUN_KEYS, required=("name",), context="run")
+    name = _name(item, "name") or f"run-{index + 1}"
+    options_section = item.get_mapping("options")
+    options: dict[str, str] = {}
+    for option, value in options_section.items():
+        if option not in OPTIONS_BY_NAME:
+            raise options_section.error(option, f"unknown llama-bench option '{option}'", hint=f"options: {', '.join(OPTIONS_BY_NAME)}")
+        if not yamlconf.is_scalar_text(value):
+            raise options_section.error(option, "must be a number or a string such as 128,512")
+        problem = option_value_problem(option, str(value))
+        if problem:
+            raise options_section.error(option, problem)
+        options[option] = str(value)
+    if repetitions is not None:
+        options.setdefault("r", str(repetitions))
+    env = common_env | _env(item, "env")
+    sweep_section = item.get_mapping("sweep")
+    axes = []
+    for axis, values in sweep_section.items():
+        if not isinstance(values, yamlconf.Sequence) or not values or not all(yamlconf.is_scalar_text(v) for v in values):
+            raise sweep_section.error(axis, "must be a non-empty list of values, e.g. [128, 256, 512]")
+        try:
+            axes.append(parse_sweep(f"{axis}={','.join(str(v) for v in values)}"))
+        except ConfigError as exc:
+            raise sweep_section.error(axis, exc.message.replace("--sweep ", "sweep "), hint=exc.hint) from None
+    args = item.get_str_list("args")
+    spec = BenchSpec(
+        model=model,
+        options=tuple(options.items()),
+        env=tuple(env.items()),
+        extra_args=args,
+        sweep=tuple(axes),
+        seed=seed,
+        cooldown=cooldown,
+        timeout=timeout,
+    )
+    try:
+        check_spec(spec)
+    except ConfigError as exc:
+        key = next((a.name for a in axes if a.name in exc.message or (a.env_name or "") in exc.message), None)
+        raise (sweep_section if key else item).error(key or "args", exc.message, hint=exc.hint) from None
+    return PlanRun(name=name, spec=spec)
+
+
+def _env(section: yamlconf.Mapping, key: str) -> dict[str, str]:
+    env = section.get_mapping(key)
+    found = {}
+    for name, value in env.items():
+        if name.startswith(ENV_AXIS_PREFIX):
+            raise env.error(name, f"'{name}' belongs under sweep:, not env:")
+        try:
+            check_env_name(name)
+        except ValueError as exc:
+            raise env.error(name, str(exc)) from None
+        if not yamlconf.is_scalar_text(value):
+            raise env.error(name, "must be a string or a number")
+        found[name] = str(value)
+    return found
+
+
+def _ab(doc: yamlconf.Mapping) -> PlanAb:
+    section = doc.get_mapping("ab")
+    section.check_keys(AB_KEYS, context="ab")
+    cool_to = None
+    if section.get("cool_to") is not None:
+        text = section.get_str("cool_to") or ""
+        try:
+            cool_to = parse_temperature(text)
+        except ConfigError as exc:
+            raise section.error("cool_to", exc.message.replace("--cool-to", "cool_to"), hint=exc.hint) from None
+    return PlanAb(
+        variants=section.get_str_list("variants"),
+        blocks=_count(section, "blocks", minimum=1, maximum=MAX_BLOCKS),
+        cool_to=cool_to,
+        cool_wait=_seconds(section, "cool_wait", zero_ok=True),
+        cool_zones=section.get_str_list("cool_zones"),
+    )
+
+
+def _count(section: yamlconf.Mapping, key: str, *, minimum: int, maximum: int = 2**31 - 1) -> int | None:
+    value = section.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise section.error(key, f"must be a whole number from {minimum} to {maximum}")
+    return value
+
+
+def _seconds(section: yamlconf.Mapping, key: str, *, zero_ok: bool = False) -> float | None:
+    value = section.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise section.error(key, "must be a number of seconds")
+    try:
+        check_seconds(key, float(value), zero_ok=zero_ok)
+    except ConfigError as exc:
+        raise section.error(key, exc.message) from None
+    return float(value)
+
+
+def _device(doc: yamlconf.Mapping) -> str | None:
+    value = doc.get_str("device")
+    if value is not None and (not value.strip() or value.startswith("-")):
+        raise doc.error("device", "must be a device name from recipes/devices.yaml or a device spec (adb:SERIAL, ssh://..., local:/path)")
+    return value
+
+
+def _name(section: yamlconf.Mapping, key: str) -> str | None:
+    value = section.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not NAME.match(value):
+        raise section.error(key, "must be a name of letters, digits, '.', '_' and '-'")
+    return value
+
+
+def check_model(plan: Plan, transport: Transport, device: Device) -> str:
+    """The model's sha256 on the device, checked against the plan's (exit 2 naming the plan's line
+    when it differs); a plan without one gets a warning with the measured hash to pin."""
+    found = model_sha256(transport, device, plan.model.path)
+    if plan.model.sha256 is None:
+        log.warning("%s: the plan pins no sha256 for %s; %s holds %s (put it in the plan's model.sha256)", plan.path, plan.model.path, device.name, found)
+    elif found != plan.model.sha256:
+        raise ConfigError(
+            f"{device.name}: {plan.model.path} has sha256 {found}, not the plan's {plan.model.sha256}",
+            path=plan.path, line=plan.model.line, key="sha256",
+            hint="push the model the plan names (kzbuild models push FILE), or update the plan",
+        )  # fmt: skip
+    return found

@@ -1,0 +1,514 @@
+"""``kzbuild roll``: try newer upstream commits, say who broke which patch, and find the newest that rolls.
+
+Candidates, unless given (``--to``, in the forms ``bump`` takes): each git source's default branch
+head and its newest tags, and each pypi-sdist source's newer llama-cpp-python versions
+(``pip index versions``, pip's own configuration); at most ``limit`` of each kind, tried newest
+first (by committer date).
+
+Each candidate: the stack checked as ``bump --bisect`` does (every conflict's breaking upstream
+commit, its PR number, author and date, or "history missing"). While no newer candidate is
+rollable, one whose stack holds is rolled in a stage (a git worktree of the project at HEAD, or a
+copy, under ``<work>/roll/``, with a work dir of its own; the user's checkout and sync worktree
+are never touched): pin and lock written and upstreamed patches dropped as ``bump --write``
+does, a host build, each live patch's ``Kz-Test:`` run with pytest, the v79 build plan, and, with
+a bench runner, the pin and the candidate benched interleaved. With ``write``, the rollable
+candidate's stage is committed on the branch ``kz/roll/<sha7>`` of the project repo.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Protocol
+
+from packaging.version import InvalidVersion, Version
+
+from kzbuild.adapters import proc
+from kzbuild.adapters.gitcmd import KZ_AUTHOR, Git, ls_remote
+from kzbuild.adapters.settings import Settings
+from kzbuild.build import builder
+from kzbuild.errors import KzError, SourceError, WorktreeError
+from kzbuild.measure.stats import interleaved_order, median_effect
+from kzbuild.model.patch import KZ_TEST
+from kzbuild.model.recipe import Recipe, Source
+from kzbuild.model.result import summarize
+from kzbuild.model.roll import (
+    DEFAULT_BLOCKS,
+    DEFAULT_LIMIT,
+    DEFAULT_THRESHOLD_PCT,
+    PLAN_TARGET,
+    BenchDelta,
+    Candidate,
+    CandidateResult,
+    Outcome,
+    RollReport,
+    RollStep,
+    pr_number,
+)
+from kzbuild.model.stackcheck import BumpPlan, StepStatus, Target, UpstreamCommit, Verdict
+from kzbuild.source import recipes
+from kzbuild.source.sources import ObjectCache, Progress
+from kzbuild.source.stack import bump
+from kzbuild.source.stack.check import PYPI_PREFIX, fetch_target, load_patches, resolve_target
+
+log = logging.getLogger(__name__)
+
+HOST_TARGET = "host"
+BRANCH_PREFIX = "kz/roll/"
+TEST_TIMEOUT = 3600.0
+STAGED_DIRS = ("recipes", "patches", "kernels", "toolchains")  # what the stage takes from the working tree
+LIVE = (Verdict.CLEAN, Verdict.THREE_WAY)
+NO_HOOKS = ("-c", "core.hooksPath=/dev/null")  # the user's hooks are not run in the stage
+
+
+class ABRunner(Protocol):
+    """Runs builds on a device in a given interleaved order (kzbuild.measure.rolldevice.DeviceRunner: a real device).
+
+    ``run`` gets each variant's artifact folder, the blocks of variant names to run, in order, and
+    the seed that drew them; it returns each variant's samples of ``metric`` (higher is better),
+    one per run."""
+
+    metric: str
+
+    def run(self, variants: Mapping[str, Path], order: Sequence[Sequence[str]], seed: int) -> Mapping[str, Sequence[float]]: ...
+
+
+# --- candidates ---
+
+
+def find_candidates(
+    settings: Settings, recipe: Recipe, to: Sequence[str] = (), *, limit: int = DEFAULT_LIMIT, progress: Progress | None = None
+) -> tuple[list[tuple[Candidate, Target]], list[str]]:
+    """The candidates, newest first, with their targets; and notes on sources that gave none."""
+    cache = ObjectCache(settings)
+    pin = recipe.upstream.commit
+    cache.ensure(pin, recipe.upstream.sources, progress=progress)
+    pin_time, _ = _committed(cache, pin)
+    notes: list[str] = []
+    found: list[tuple[Candidate, Target]] = []
+    if to:
+        for ref in to:
+            target = resolve_target(settings, recipe, ref, progress)
+            found.append((Candidate(ref, target.commit, "--to"), target))
+    else:
+        for source in recipe.upstream.sources:
+            if source.kind == "pypi-sdist":
+                found += _pypi_candidates(settings, recipe, source, limit, notes, progress)
+            else:
+                found += _git_candidates(settings, source, limit, notes, progress)
+    dated: list[tuple[int, Candidate, Target]] = []
+    seen: dict[str, Candidate] = {}
+    for candidate, target in found:
+        fetch_target(settings, recipe, target, progress)
+        when, date = _committed(cache, target.commit)
+        if not to and (target.commit == pin or when <= pin_time):
+            continue  # not newer than the pin
+        if target.commit in seen:
+            notes.append(f"{candidate.label} is the same commit as {seen[target.commit].label} ({target.commit[:12]})")
+            continue
+        seen[target.commit] = candidate
+        dated.append((when, replace(candidate, date=date), target))
+    dated.sort(key=lambda item: -item[0])
+    return [(c, t) for _, c, t in dated], notes
+
+
+def _committed(cache: ObjectCache, commit: str) -> tuple[int, str]:
+    """The commit's committer time: (Unix seconds, ISO 8601), from one git log."""
+    seconds, _, iso = cache.git("log", "-1", "--format=%ct %cI", commit).partition(" ")
+    return int(seconds), iso
+
+
+def _git_candidates(settings: Settings, source: Source, limit: int, notes: list[str], progress: Progress | None) -> list[tuple[Candidate, Target]]:
+    """The default branch's head and the ``limit`` highest-versioned tags of a git source."""
+    url = source.location
+    if progress:
+        progress(f"listing {source.label}")
+    result = ls_remote(url, "HEAD", "refs/tags/*", options=("--symref",))
+    if not result.ok:
+        notes.append(f"{source.label}: cannot list its branches and tags: {_last_line(result.stderr)}")
+        return []
+    head_branch, head = None, None
+    tags: dict[str, str] = {}
+    for line in result.stdout.splitlines():
+        left, _, name = line.partition("\t")
+        if left.startswith("ref: ") and name == "HEAD":
+            head_branch = left[len("ref: ") :].removeprefix("refs/heads/")
+        elif name == "HEAD":
+            head = left
+        elif name.startswith("refs/tags/"):
+            tag = name.removeprefix("refs/tags/")
+            if tag.endswith("^{}"):
+                tags[tag[:-3]] = left  # the commit an annotated tag points at
+            else:
+                tags.setdefault(tag, left)
+    found = []
+    if head:
+        found.append((Candidate(head_branch or "HEAD", head, "default branch"), Target(head, (source,), head_branch or "HEAD")))
+    for tag in sorted(tags, key=_natural, reverse=True)[:limit]:
+        found.append((Candidate(tag, tags[tag], "tag"), Target(tags[tag], (source,), tag)))
+    return found
+
+
+def _natural(name: str) -> tuple[tuple[int, str], ...]:
+    """Sort key that orders b9 before b10 and v1.2 before v1.10."""
+    return tuple((int(part), "") if part.isdigit() else (-1, part) for part in re.split(r"(\d+)", name) if part)
+
+
+def _pypi_candidates(
+    settings: Settings, recipe: Recipe, source: Source, limit: int, notes: list[str], progress: Progress | None
+) -> list[tuple[Candidate, Target]]:
+    """The ``limit`` newest versions on the index above the pinned one, through ``pip index versions``."""
+    package, _, pinned = source.location.partition("==")
+    try:
+        current = Version(pinned)
+    except InvalidVersion:
+        notes.append(f"{source.label}: '{pinned}' is not a version; no pypi candidates")
+        return []
+    if progress:
+        progress(f"asking pip for the versions of {package}")
+    result = proc.run([sys.executable, "-m", "pip", "index", "versions", "--disable-pip-version-check", package], check=False)
+    listed = re.search(r"^Available versions:(.*)$", result.stdout, re.M)
+    if not result.ok or not listed:
+        notes.append(f"{source.label}: pip index versions {package} failed: {_last_line(result.stderr or result.stdout)}")
+        return []
+    newer = []
+    for word in listed.group(1).split(","):
+        try:
+            version = Version(word.strip())
+        except InvalidVersion:
+            continue
+        if version > current:
+            newer.append(version)
+    found = []
+    for version in sorted(newer, reverse=True)[:limit]:
+        label = f"{PYPI_PREFIX}{package}=={version}"
+        try:
+            target = resolve_target(settings, recipe, label, progress)
+        except SourceError as exc:
+            notes.append(f"{label}: {exc.message}")
+            continue
+        found.append((Candidate(label, target.commit, "pypi"), target))
+    return found
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"
+
+
+# --- the stage: the project rolled to a candidate, outside the user's checkout ---
+
+
+class Stage:
+    """``<work>/roll/<recipe>/project``: a git worktree of the project at HEAD with the working
+    tree's recipes/ and patches/ (or, outside git, a copy), and ``work/`` its own kzbuild work dir."""
+
+    def __init__(self, settings: Settings, recipe: Recipe, name: str = "") -> None:
+        self.root = settings.work / "roll" / (recipe.name.replace("/", "--") + name)
+        self.project = self.root / "project"
+        self.settings = Settings(project=self.project, cache=settings.cache, work=self.root / "work", results_dir=settings.results_dir)
+        self.source = settings.project
+        self.repo = Git(settings.project) if is_git_repo(settings.project) else None
+        self.recipe_name = recipe.name
+
+    def create(self) -> Recipe:
+        self.remove()
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self.repo is not None:
+            self.repo(*NO_HOOKS, "worktree", "add", "--detach", "--force", str(self.project), "HEAD")
+            for folder in STAGED_DIRS:
+                shutil.rmtree(self.project / folder, ignore_errors=True)
+                if (self.source / folder).is_dir():
+                    shutil.copytree(self.source / folder, self.project / folder)
+        else:
+            skip = {".git", ".kz", ".venv"}
+            if self.root.is_relative_to(self.source):
+                skip.add(self.root.relative_to(self.source).parts[0])  # the work dir: the stage itself
+            shutil.copytree(self.source, self.project, ignore=lambda folder, names: [n for n in names if Path(folder) == self.source and n in skip])
+        return recipes.load_recipe(self.project, self.recipe_name)
+
+    def remove(self) -> None:
+        if self.repo is not None and (self.project / ".git").exists():
+            self.repo.run("worktree", "remove", "--force", str(self.project), check=False)
+        shutil.rmtree(self.project, ignore_errors=True)
+        if self.repo is not None:
+            self.repo.run("worktree", "prune", check=False)
+
+
+def is_git_repo(path: Path) -> bool:
+    return (path / ".git").exists()
+
+
+# --- one candidate ---
+
+
+def roll(
+    settings: Settings,
+    recipe: Recipe,
+    *,
+    to: Sequence[str] = (),
+    limit: int = DEFAULT_LIMIT,
+    build: bool = True,
+    tests: bool = True,
+    plan_target: str | None = PLAN_TARGET,
+    bench: ABRunner | None = None,
+    blocks: int = DEFAULT_BLOCKS,
+    seed: int = 0,
+    threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+    write: bool = False,
+    environ: Mapping[str, str],
+    progress: Progress | None = None,
+) -> RollReport:
+    """Try each candidate, newest first; roll (build, test, plan, bench) the first whose stack holds,
+    and the next one whenever a rolled candidate fails; with ``write``, commit the rollable one."""
+    if write:
+        check_writable(settings)
+    candidates, notes = find_candidates(settings, recipe, to, limit=limit, progress=progress)
+    stage = Stage(settings, recipe)
+    results: list[CandidateResult] = []
+    pin_artifact: Path | None = None
+    branch = commit = None
+    try:
+        for candidate, target in candidates:
+            if progress:
+                progress(f"checking the stack at {candidate.label} ({target.commit[:12]})")
+            plan = bump.plan_target(settings, recipe, target, bisect=True, progress=progress)
+            if plan.check.conflicts:
+                results.append(CandidateResult(candidate, plan, Outcome.CONFLICT))
+                continue
+            if any(r.outcome is Outcome.ROLLABLE for r in results):
+                results.append(CandidateResult(candidate, plan, Outcome.NOT_TRIED))
+                continue
+            rolled = stage.create()
+            steps, outcome, artifact = _roll_steps(stage, rolled, plan, build=build, tests=tests, plan_target=plan_target, environ=environ, progress=progress)
+            delta = None
+            if outcome is Outcome.ROLLABLE and bench is not None and artifact is not None:
+                if pin_artifact is None:
+                    pin_artifact = _pin_artifact(settings, recipe, environ, progress)
+                delta = bench_ab(bench, pin_artifact, artifact, blocks=blocks, seed=seed, threshold_pct=threshold_pct)
+                steps.append(RollStep("bench", f"bench the pin against {candidate.label} interleaved on the device",
+                                      StepStatus.FAILED if delta.regressed else StepStatus.PASSED, delta.describe()))
+                if delta.regressed:
+                    outcome = Outcome.REGRESSED
+            elif outcome is Outcome.ROLLABLE and bench is not None:
+                steps.append(RollStep("bench", "bench the pin against the candidate", StepStatus.SKIPPED, "no host build to bench (--no-build)"))
+            results.append(CandidateResult(candidate, plan, outcome, tuple(steps), delta))
+            if outcome is Outcome.ROLLABLE and write:
+                branch, commit = _commit_branch(stage, target.commit, RollReport(recipe.name, recipe.upstream.commit, tuple(results)), notes)
+    finally:
+        stage.remove()
+    return RollReport(recipe.name, recipe.upstream.commit, tuple(results), tuple(notes), branch, commit)
+
+
+def check_writable(settings: Settings) -> None:
+    """--write needs a git project whose recipes/ and patches/ are committed (the branch starts at HEAD)."""
+    if not is_git_repo(settings.project):
+        raise WorktreeError(f"--write needs the project {settings.project} to be a git repository (the roll goes on a branch of it)")
+    dirty = Git(settings.project)("status", "--porcelain", "--untracked-files=all", "--", *STAGED_DIRS)
+    if dirty:
+        raise WorktreeError(
+            f"--write: the project has uncommitted changes the roll branch would not hold:\n  {dirty.replace(chr(10), chr(10) + '  ')}",
+            hint="commit (or stash) them first; the branch kz/roll/<sha7> starts at HEAD",
+        )
+
+
+def _roll_steps(
+    stage: Stage, rolled: Recipe, plan: BumpPlan, *, build: bool, tests: bool, plan_target: str | None,
+    environ: Mapping[str, str], progress: Progress | None,
+) -> tuple[list[RollStep], Outcome, Path | None]:
+    steps: list[RollStep] = []
+    try:
+        written = bump.write(stage.settings, rolled, replace(plan, recipe=rolled), progress=progress)
+    except KzError as exc:
+        steps.append(RollStep("sync", "write the pin and lock, sync the stack", StepStatus.FAILED, _error_text(exc)))
+        return steps, Outcome.BUILD_FAILED, None
+    after = recipes.load_recipe(stage.project, rolled.name)
+    steps.append(RollStep("sync", "write the pin and lock, sync the stack", StepStatus.PASSED, f"head {written.sync.lock.head[:12]}"))
+    artifact = None
+    if build:
+        if progress:
+            progress(f"building {after.name} for {HOST_TARGET} at {plan.target.commit[:12]}")
+        try:
+            result = builder.build(builder.prepare(stage.settings, after, HOST_TARGET, environ=environ))
+        except KzError as exc:
+            steps.append(RollStep("build", f"build for {HOST_TARGET}", StepStatus.FAILED, _error_text(exc)))
+            return steps, Outcome.BUILD_FAILED, None
+        artifact = result.artifact.path
+        steps.append(RollStep("build", f"build for {HOST_TARGET}", StepStatus.PASSED, f"build {result.artifact.build_id}" + (" (reused)" if result.reused else "")))
+    else:
+        steps.append(RollStep("build", f"build for {HOST_TARGET}", StepStatus.SKIPPED, "--no-build"))
+    if tests:
+        step = run_kz_tests(stage.project, after, plan, environ)
+        steps.append(step)
+        if step.status is StepStatus.FAILED:
+            return steps, Outcome.TESTS_FAILED, artifact
+    else:
+        steps.append(RollStep("tests", "the live patches' Kz-Test", StepStatus.SKIPPED, "--no-tests"))
+    if plan_target:
+        steps.append(_plan_step(stage.settings, after, plan_target, environ))
+        if steps[-1].status is StepStatus.FAILED:
+            return steps, Outcome.BUILD_FAILED, artifact
+    return steps, Outcome.ROLLABLE, artifact
+
+
+def _error_text(exc: KzError) -> str:
+    return "\n".join(filter(None, (exc.message, exc.hint)))
+
+
+def kz_tests(recipe: Recipe, plan: BumpPlan) -> list[str]:
+    """The ``Kz-Test:`` of each patch that stays in the stack at the candidate, in series order."""
+    live = {p.name for p in plan.check.patches if p.verdict in LIVE}
+    return [t.value for patch in load_patches(recipe) if patch.name in live for t in patch.trailers if t.key == KZ_TEST]
+
+
+def run_kz_tests(project: Path, recipe: Recipe, plan: BumpPlan, environ: Mapping[str, str]) -> RollStep:
+    """pytest on the live patches' Kz-Test node ids, in the rolled project (so they see its recipes),
+    slow ones included (``-m ''`` undoes the project's default deselection)."""
+    names = kz_tests(recipe, plan)
+    label = "the live patches' Kz-Test"
+    if not names:
+        return RollStep("tests", label, StepStatus.SKIPPED, "no live patch names a test")
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "", *names]
+    result = proc.run(argv, cwd=project, env=dict(environ), replace_env=True, check=False, timeout=TEST_TIMEOUT)
+    tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
+    status = StepStatus.PASSED if result.returncode == 0 else StepStatus.FAILED
+    return RollStep("tests", f"{label}: {' '.join(names)}", status, tail)
+
+
+def _plan_step(settings: Settings, recipe: Recipe, target_name: str, environ: Mapping[str, str]) -> RollStep:
+    label = f"plan the {target_name} build (--dry-run)"
+    try:
+        planned = builder.prepare(settings, recipe, target_name, environ=environ).plan
+    except KzError as exc:
+        return RollStep("plan", label, StepStatus.FAILED, _error_text(exc))
+    detail = f"build id {planned.build_id}; steps: {', '.join(s.name for s in planned.steps)}"
+    if planned.missing:
+        detail += "; toolchains not available here: " + "; ".join(planned.missing)
+    return RollStep("plan", label, StepStatus.PASSED, detail)
+
+
+def _pin_artifact(settings: Settings, recipe: Recipe, environ: Mapping[str, str], progress: Progress | None) -> Path:
+    """The current pin built for the host, in a stage of its own (never the user's worktree)."""
+    stage = Stage(settings, recipe, "--pin")
+    try:
+        staged = stage.create()
+        return builder.build(builder.prepare(stage.settings, staged, HOST_TARGET, environ=environ), progress=None).artifact.path
+    finally:
+        stage.remove()
+
+
+def bench_ab(runner: ABRunner, pin: Path, candidate: Path, *, blocks: int, seed: int, threshold_pct: float) -> BenchDelta:
+    """The pin and the candidate benched in interleaved blocks; the candidate's median effect."""
+    order = interleaved_order(["pin", "candidate"], blocks, seed)
+    samples = runner.run({"pin": pin, "candidate": candidate}, order, seed)
+    a, b = list(samples["pin"]), list(samples["candidate"])
+    return BenchDelta(
+        metric=runner.metric, order=tuple(name for block in order for name in block), pin=tuple(a), candidate=tuple(b),
+        effect=median_effect(a, b, seed=seed), spread_pin_pct=_spread(a), spread_candidate_pct=_spread(b), threshold_pct=threshold_pct,
+    )
+
+
+def _spread(values: Sequence[float]) -> float:
+    """(max - min) / median in percent, as bench records report it (0 for a single sample)."""
+    return summarize(values).spread_pct or 0.0
+
+
+# --- --write ---
+
+
+def branch_name(commit: str) -> str:
+    return BRANCH_PREFIX + commit[:7]
+
+
+def _commit_branch(stage: Stage, commit: str, report: RollReport, notes: list[str]) -> tuple[str | None, str | None]:
+    """Commit the stage's recipes/ and patches/ and point ``kz/roll/<sha7>`` at it; nothing when
+    that branch exists (the report's notes say so)."""
+    assert stage.repo is not None  # check_writable ran
+    branch = branch_name(commit)
+    if stage.repo.resolve(f"refs/heads/{branch}"):
+        notes.append(f"not written: the branch {branch} exists already (push or delete it first: git branch -D {branch})")
+        return None, None
+    git = Git(stage.project)
+    git("add", "-A", "--", *STAGED_DIRS)
+    git(*NO_HOOKS, "commit", "-q", "--no-verify", "-F", "-", input=commit_message(report), env=KZ_AUTHOR)
+    made = git("rev-parse", "HEAD")
+    git("branch", branch, made)
+    return branch, made
+
+
+# --- the report ---
+
+
+def title(report: RollReport) -> str:
+    rollable = report.rollable
+    if rollable is not None:
+        return f"roll {report.recipe}: rollable to {rollable.candidate.label} ({rollable.candidate.commit[:12]})"
+    blocking = report.blocking
+    if blocking is None:
+        return f"roll {report.recipe}: nothing newer than the pin {report.pin[:12]}"
+    return f"roll {report.recipe}: not rollable; {blocking.candidate.label} ({blocking.candidate.commit[:12]}): {blocking.outcome.value}"
+
+
+def summary(report: RollReport) -> list[str]:
+    """The report's gist: one line per candidate, the patches it would drop, who broke what."""
+    lines = []
+    for result in report.results:
+        lines.append(f"- {result.candidate.label} ({result.candidate.commit[:12]}): {result.outcome.value}")
+        for b in result.plan.bisects:
+            lines.append(f"  - {b.patch}: {_culprit(b.culprit, b.reason)}")
+    rollable = report.rollable
+    if rollable is not None:
+        drops = [f"{p.name} ({p.describe()})" for p in rollable.plan.check.upstreamed]
+        lines.append("would drop as upstreamed: " + ("; ".join(drops) if drops else "none"))
+    return lines
+
+
+def commit_message(report: RollReport) -> str:
+    rollable = report.rollable
+    assert rollable is not None
+    head = f"{report.recipe}: roll upstream {report.pin[:12]} -> {rollable.candidate.commit[:12]} ({rollable.candidate.label})"
+    return head + "\n\n" + "\n".join(summary(report)) + "\n\nMade by kzbuild roll.\n"
+
+
+def _culprit(culprit: UpstreamCommit | None, reason: str | None) -> str:
+    if culprit is None:
+        return reason or "no result"
+    number = pr_number(culprit.subject)
+    pr = f"PR #{number}" if number is not None else "no PR number in the subject"
+    return f"broken by {culprit.sha[:12]} \"{culprit.subject}\" ({pr}, {culprit.author}, {culprit.date})"
+
+
+def markdown(report: RollReport) -> str:
+    out = [f"# {title(report)}", "", f"Pin `{report.pin[:12]}`; {len(report.results)} candidate(s), newest first.", ""]
+    out += summary(report)
+    for note in report.notes:
+        out.append(f"- note: {note}")
+    if report.branch:
+        out += ["", f"Written: branch `{report.branch}` (commit `{(report.commit or '')[:12]}`)."]
+    for result in report.results:
+        c = result.candidate
+        check = result.plan.check
+        out += ["", f"## {c.label} `{c.commit[:12]}`: {result.outcome.value}", ""]
+        between = f"{check.commits_between} upstream commits since the pin" if check.commits_between is not None else "commits since the pin unknown"
+        out += [f"{c.origin}, committed {c.date}; {between}; history {check.history}.", ""]
+        out += ["| patch | verdict | detail |", "|---|---|---|"]
+        for p in check.patches:
+            out.append(f"| {p.name} | {p.verdict.value} | {_cell(p.describe())} |")
+        for b in result.plan.bisects:
+            out += ["", f"- **{b.patch}**: {_culprit(b.culprit, b.reason)}; {b.checks} apply check(s) over {b.commits} commit(s)"]
+        if result.steps:
+            out += ["", "| step | status | detail |", "|---|---|---|"]
+            for s in result.steps:
+                out.append(f"| {_cell(s.label)} | {s.status.value} | {_cell(s.detail)} |")
+        for note in check.notes + result.plan.notes:
+            out.append(f"\n- note: {note}")
+    return "\n".join(out) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", "<br>")

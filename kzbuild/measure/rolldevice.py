@@ -1,0 +1,44 @@
+"""``kzbuild roll --device``: the pin and a candidate benched on a device (roll's ABRunner).
+
+Its own module so that a roll without ``--device`` loads none of deploy, interleave or results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from kzbuild.adapters.settings import Settings
+from kzbuild.build.artifacts import load_artifact
+from kzbuild.device.base import Transport
+from kzbuild.device.deploy import deploy
+from kzbuild.errors import ResultsError
+from kzbuild.measure.interleave import run_interleaved
+from kzbuild.measure.results import ResultsStore
+from kzbuild.model.bench import BenchSpec
+from kzbuild.model.device import Device
+from kzbuild.model.interleave import Arm
+
+
+class DeviceRunner:
+    """The ABRunner of a device: each variant's artifact is deployed (a release each; only contents
+    the device lacks move), then all are benched by kzbuild.measure.interleave (as `kzbuild ab` does) in the
+    roll's order, each record stored with its variant. The pin is deployed last, so `current` stays
+    on it. A sample is one run's median of its first test (e.g. pp512), in tokens per second."""
+
+    def __init__(self, settings: Settings, transport: Transport, device: Device, spec: BenchSpec, store: ResultsStore, *, wait: float = 0.0) -> None:
+        self.settings, self.transport, self.device, self.spec, self.store, self.wait = settings, transport, device, spec, store, wait
+        self.metric = "the first test's t/s"  # named after the run, by the test it measured
+
+    def run(self, variants: Mapping[str, Path], order: Sequence[Sequence[str]], seed: int) -> Mapping[str, Sequence[float]]:
+        arms = [
+            Arm(name, deploy(self.transport, self.device, load_artifact(path), wait=self.wait).release)
+            for name, path in sorted(variants.items(), key=lambda item: item[0] == "pin")
+        ]
+        done = run_interleaved(self.settings, self.transport, self.device, arms, self.spec, self.store, blocks=len(order), seed=seed, order=order)
+        first = next((records[0] for records in done.records.values() if records), None)
+        if first is None:
+            raise ResultsError(f"run {done.run_id}: llama-bench measured nothing")
+        self.metric = f"{first.test} t/s"
+        # one sample per run: its median, of the first test's group (same test, configuration and env)
+        return {name: [r.summary.median for r in records if r.group_key == first.group_key and r.summary.median] for name, records in done.records.items()}

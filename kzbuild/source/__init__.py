@@ -1,0 +1,1 @@
+"""The source: recipes, upstream trees (git, sdists), the patch stack and the synced worktree."""
