@@ -214,6 +214,19 @@ def deepen(settings: Settings, recipe: Recipe, target: Target, patches: list[Pat
         return [_deepen_to(git, sources, goal, new, progress) for goal in dict.fromkeys(goals)]
 
 
+def fetch_range(settings: Settings, recipe: Recipe, target: Target, old: str, progress: Progress | None = None) -> str | None:
+    """Make the history old..target available in the cache from a git source (``kzbuild bisect``):
+    None when it already was, else a note of what was fetched or why it could not be."""
+    git = ObjectCache(settings).git
+    if is_ancestor(git, old, target.commit):
+        return None
+    sources = [s for s in dict.fromkeys(target.sources + recipe.upstream.sources) if s.kind != "pypi-sdist"]
+    if not sources:
+        return "history missing: no git source to fetch it from (an sdist vendors one commit without its history)"
+    with ObjectCache(settings).lock():
+        return _deepen_to(git, sources, old, target.commit, progress)
+
+
 def _deepen_to(git: Git, sources: list[Source], goal: str, new: str, progress: Progress | None) -> str:
     """Deepen ``new``'s history from the first source that can until ``goal`` is in it, or is shown not to be."""
     for source in sources:

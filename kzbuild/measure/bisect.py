@@ -1,0 +1,490 @@
+"""``kzbuild bisect``: the first upstream commit that moved a number, told apart from the noise.
+
+The search is a binary search whose every comparison is statistical, as Chromium's Pinpoint does
+for browsers: two commits are *different* when the bootstrap interval of their medians' relative
+difference excludes zero and the median moved by at least the minimum effect of interest, and
+*the same* when the interval lies within ± that minimum. Anything else takes another round of
+samples, up to a limit; only pairs that cannot yet be told apart get more. Each commit is benched
+interleaved with the two ends of the current range (one device, one seeded order), so drift
+lands on all three alike.
+
+A bisect keeps a record (``WORK/bisect/<recipe>/<id>.json``) written after every build and every
+round: run again, it replays its decisions from the recorded samples and measures only what is
+missing, so a bisect cut by Ctrl-C or a lost device resumes with no commit re-measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import shutil
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from itertools import pairwise
+from pathlib import Path
+from typing import Protocol
+
+from kzbuild.adapters.filelock import locked
+from kzbuild.adapters.files import write_atomic
+from kzbuild.adapters.settings import Settings
+from kzbuild.build import builder
+from kzbuild.build.artifacts import load_artifact
+from kzbuild.build.toolchains import configured_paths_file
+from kzbuild.device.base import Transport
+from kzbuild.device.deploy import deploy
+from kzbuild.errors import BuildFailed, ConfigError, PatchError, ResultsError
+from kzbuild.measure.interleave import run_interleaved
+from kzbuild.measure.results import ResultsStore
+from kzbuild.measure.stats import median_effect
+from kzbuild.model.bench import BenchSpec
+from kzbuild.model.bisect import (
+    BisectLimits,
+    BisectOutcome,
+    BisectReport,
+    CommitState,
+    NarrowingStep,
+    PairVerdict,
+)
+from kzbuild.model.build import BuildOptions
+from kzbuild.model.device import Device
+from kzbuild.model.effect import Effect
+from kzbuild.model.interleave import Arm, Cooling
+from kzbuild.model.recipe import Recipe
+from kzbuild.model.remotecache import RemoteConfig
+from kzbuild.model.roll import pr_number
+from kzbuild.model.stackcheck import UpstreamCommit
+from kzbuild.source.sources import ObjectCache, Progress
+from kzbuild.source.stack.apply import is_ancestor
+from kzbuild.source.stack.check import fetch_range, resolve_target
+
+log = logging.getLogger(__name__)
+
+RECORD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class BuiltCommit:
+    """What building one commit gave: an artifact (with or without the stack), or why not."""
+
+    artifact: str = ""
+    build_id: str = ""
+    bare: bool = False
+    stack_problem: str = ""
+    failed: str = ""  # why it could not be built: the commit is skipped
+
+
+# build(sha) -> BuiltCommit
+Builder = Callable[[str], BuiltCommit]
+
+
+class Bencher(Protocol):
+    """Benches artifacts (by commit) in ``blocks`` interleaved blocks; returns new samples by commit."""
+
+    test: str | None  # the test whose samples it returns, once known
+
+    def __call__(self, artifacts: Mapping[str, str], blocks: int, seed: int) -> Mapping[str, Sequence[float]]: ...
+
+
+def compare(a: Sequence[float], b: Sequence[float], limits: BisectLimits, *, seed: int) -> tuple[PairVerdict, Effect]:
+    """B against A: different, the same, or not yet told apart."""
+    effect = median_effect(a, b, seed=seed, confidence=limits.confidence)
+    if effect.detectable and abs(effect.delta_pct) >= limits.min_effect_pct:
+        return PairVerdict.DIFFERENT, effect
+    if -limits.min_effect_pct < effect.low_pct and effect.high_pct < limits.min_effect_pct:
+        return PairVerdict.SAME, effect
+    return PairVerdict.UNDECIDED, effect
+
+
+def check_limits(limits: BisectLimits) -> None:
+    if not 0 < limits.min_effect_pct < 100:
+        raise ConfigError(f"minimum effect {limits.min_effect_pct}%: give a percentage above 0 and below 100")
+    if not 1 <= limits.samples_per_round <= limits.max_samples <= 1000:
+        raise ConfigError(
+            f"samples: {limits.samples_per_round} per round, at most {limits.max_samples}",
+            hint="at least 1 per round, and a maximum no smaller than that (at most 1000)",
+        )
+
+
+@dataclass
+class Record:
+    """The bisect's state on disk: its identity, and every commit's build and samples."""
+
+    path: Path
+    identity: dict[str, str]
+    commits: list[CommitState]
+    benches: int = 0
+    test: str = ""  # the test the samples are of, as the bench named it
+
+    @classmethod
+    def open(cls, folder: Path, identity: Mapping[str, str], shas: Sequence[str]) -> Record:
+        """The record of this bisect (same recipe, range, plan, metric, device), or a new one."""
+        key = hashlib.sha256(json.dumps(dict(identity), sort_keys=True).encode()).hexdigest()[:16]
+        path = folder / f"{key}.json"
+        fresh = cls(path, dict(identity), [CommitState(sha) for sha in shas])
+        if not path.exists():
+            return fresh
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            if doc.get("version") != RECORD_VERSION or doc.get("identity") != dict(identity):
+                raise ValueError("another bisect's record")
+            commits = [_commit_state(item) for item in doc["commits"]]
+            test = doc.get("test", "")
+            if not isinstance(test, str):
+                raise ValueError("test is not a string")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ResultsError(
+                f"{path}: the bisect record cannot be read: {exc}",
+                hint="delete it to start this bisect over (its builds stay in the artifact cache)",
+            ) from None
+        if [c.sha for c in commits] != list(shas):
+            raise ResultsError(f"{path}: the record lists other commits than the range {shas[0][:12]}..{shas[-1][:12]}",
+                               hint="delete it to start this bisect over")
+        return cls(path, dict(identity), commits, test=test)
+
+    def save(self) -> None:
+        doc = {"version": RECORD_VERSION, "identity": self.identity, "test": self.test,
+               "commits": [c.to_dict() for c in self.commits]}
+        write_atomic(self.path, json.dumps(doc, indent=1).encode())
+
+
+def _commit_state(item: object) -> CommitState:
+    if not isinstance(item, dict):
+        raise ValueError("a commit entry is not an object")
+    samples = item.get("samples", [])
+    if not isinstance(samples, list) or not all(isinstance(s, (int, float)) and not isinstance(s, bool) and s > 0 for s in samples):
+        raise ValueError(f"commit {item.get('sha')}: samples must be positive numbers")
+    text = {k: item.get(k, "") for k in ("sha", "skipped", "stack_problem", "build_id", "artifact")}
+    if not all(isinstance(v, str) for v in text.values()) or not isinstance(item.get("built", False), bool):
+        raise ValueError(f"commit {item.get('sha')}: a field has the wrong type")
+    return CommitState(str(text["sha"]), bool(item.get("built", False)), str(text["skipped"]), bool(item.get("bare", False)),
+                       str(text["stack_problem"]), str(text["build_id"]), str(text["artifact"]), [float(s) for s in samples])
+
+
+@dataclass
+class Search:
+    """One bisect over a record: builds on demand, benches in interleaved rounds, narrows the range."""
+
+    record: Record
+    build: Builder
+    bench: Bencher
+    limits: BisectLimits
+    seed: int
+    on_event: Callable[[str], None] = lambda message: None
+    builds: int = 0
+    benches: int = 0
+    steps: list[NarrowingStep] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def commits(self) -> list[CommitState]:
+        return self.record.commits
+
+    def run(self) -> tuple[BisectOutcome, Effect, int, int]:
+        """Outcome, the effect across the final pair, and that pair's indices (lo, hi)."""
+        lo, hi = 0, len(self.commits) - 1
+        for end, name in ((lo, "good"), (hi, "bad")):
+            if not self._ensure_built(end):
+                raise BuildFailed(f"the {name} end {self.commits[end].sha[:12]} cannot be built: {self.commits[end].skipped}",
+                                  hint="choose a --good and --bad that build")
+        verdict, effect = self._settle(lo, None, hi)
+        if verdict[0] is not PairVerdict.DIFFERENT:
+            return BisectOutcome.NO_CHANGE, effect[0], lo, hi
+        while True:
+            mid = self._next_mid(lo, hi)
+            if mid is None:
+                break
+            (v_lo, v_hi), (e_lo, e_hi) = self._settle(lo, mid, hi)
+            lower = self._culprit_is_below(v_lo, v_hi, e_lo, e_hi, lo, mid, hi)
+            self.steps.append(NarrowingStep(lo, mid, hi, v_lo, v_hi, "lower half" if lower else "upper half"))
+            lo, hi = (lo, mid) if lower else (mid, hi)
+        between = [i for i in range(lo + 1, hi) if self.commits[i].skipped]
+        _, effect_final = compare(self.commits[lo].samples, self.commits[hi].samples, self.limits, seed=self.seed)
+        return (BisectOutcome.SKIPPED_RANGE if between else BisectOutcome.FOUND), effect_final, lo, hi
+
+    def _culprit_is_below(self, v_lo: PairVerdict, v_hi: PairVerdict, e_lo: Effect, e_hi: Effect, lo: int, mid: int, hi: int) -> bool:
+        """Whether the change lies in lo..mid (mid already looks like hi), else in mid..hi."""
+        if v_lo is PairVerdict.DIFFERENT and v_hi is not PairVerdict.DIFFERENT:
+            return True
+        if v_hi is PairVerdict.DIFFERENT and v_lo is not PairVerdict.DIFFERENT:
+            return False
+        # both differ (two steps), or neither could be told apart within the limit: follow the larger move
+        note = "both halves moved" if v_lo is v_hi is PairVerdict.DIFFERENT else "not told apart within the sample limit"
+        self.notes.append(f"{self.commits[mid].sha[:12]}: {note}; followed the larger change of the median")
+        return abs(e_lo.delta_pct) >= abs(e_hi.delta_pct)
+
+    def _settle(self, lo: int, mid: int | None, hi: int) -> tuple[tuple[PairVerdict, ...], tuple[Effect, ...]]:
+        """Bench lo (mid) hi interleaved in rounds until each pair is told apart or hits the limit.
+
+        A round asks for ``samples_per_round`` more samples than the last; the record's samples
+        count, so a resumed bisect measures only what it lacks."""
+        points = [i for i in (lo, mid, hi) if i is not None]
+        wanted = self.limits.samples_per_round
+        while True:
+            self._ensure_samples(points, wanted)
+            pairs = list(pairwise(points))
+            found = [compare(self.commits[a].samples, self.commits[b].samples, self.limits, seed=self.seed) for a, b in pairs]
+            verdicts = tuple(v for v, _ in found)
+            effects = tuple(e for _, e in found)
+            undecided = PairVerdict.UNDECIDED in verdicts and not (mid is not None and PairVerdict.DIFFERENT in verdicts and PairVerdict.SAME in verdicts)
+            if not undecided or wanted >= self.limits.max_samples:
+                return verdicts, effects
+            wanted = min(wanted + self.limits.samples_per_round, self.limits.max_samples)
+
+    def _ensure_samples(self, points: Sequence[int], wanted: int) -> None:
+        missing = wanted - min(len(self.commits[i].samples) for i in points)
+        if missing <= 0:
+            return
+        artifacts = {self.commits[i].sha: self.commits[i].artifact for i in points}
+        self.on_event(f"benching {', '.join(sha[:12] for sha in artifacts)}: {missing} interleaved block(s)")
+        got = self.bench(artifacts, missing, self.seed + self.record.benches)
+        for i in points:
+            new = list(got.get(self.commits[i].sha, ()))
+            if not new:
+                raise ResultsError(f"the bench of {self.commits[i].sha[:12]} gave no sample of the metric")
+            self.commits[i].samples.extend(new)
+        self.benches += 1
+        self.record.benches += 1
+        self.record.test = self.bench.test or self.record.test
+        self.record.save()
+
+    def _ensure_built(self, index: int) -> bool:
+        state = self.commits[index]
+        if state.built:
+            return True
+        if state.skipped:
+            return False
+        self.on_event(f"building {state.sha[:12]} ({index}/{len(self.commits) - 1})")
+        outcome = self.build(state.sha)
+        self.builds += 1
+        if outcome.failed:
+            state.skipped = outcome.failed
+        else:
+            state.built, state.artifact, state.build_id = True, outcome.artifact, outcome.build_id
+            state.bare, state.stack_problem = outcome.bare, outcome.stack_problem
+        self.record.save()
+        return state.built
+
+    def _next_mid(self, lo: int, hi: int) -> int | None:
+        """The buildable commit nearest the middle of lo..hi (as ``git bisect skip`` moves on)."""
+        middle = (lo + hi) // 2
+        for index in sorted(range(lo + 1, hi), key=lambda i: (abs(i - middle), i)):
+            if self._ensure_built(index):
+                return index
+        return None
+
+
+def report(search: Search, recipe: str, metric: str, found: tuple[BisectOutcome, Effect, int, int],
+           describe: Callable[[str], UpstreamCommit]) -> BisectReport:
+    """The report of a finished search; ``describe(sha)`` names a commit (subject, author, date)."""
+    outcome, effect, lo, hi = found
+    commits = tuple(search.commits)
+    culprit = describe(commits[hi].sha) if outcome is BisectOutcome.FOUND else None
+    narrowed = outcome is not BisectOutcome.NO_CHANGE
+    return BisectReport(
+        recipe=recipe, metric=metric, good=commits[0].sha, bad=commits[-1].sha, outcome=outcome,
+        commits=commits, steps=tuple(search.steps), builds=search.builds, benches=search.benches,
+        effect=effect, culprit=culprit, culprit_index=hi if culprit else None,
+        range_lo=lo if narrowed else None, range_hi=hi if narrowed else None,
+        pr=pr_number(culprit.subject) if culprit else None, notes=tuple(search.notes),
+    )
+
+
+# --- a recipe's upstream range, built commit by commit and benched on a device ---
+
+
+def commit_range(settings: Settings, recipe: Recipe, good: str, bad: str, progress: Progress | None = None) -> list[str]:
+    """good, then every first-parent commit after it up to bad (fetching that history if needed)."""
+    good_target = resolve_target(settings, recipe, good, progress)
+    bad_target = resolve_target(settings, recipe, bad, progress)
+    cache = ObjectCache(settings)
+    for target in (good_target, bad_target):
+        cache.ensure(target.commit, target.sources + recipe.upstream.sources, progress=progress)
+    note = fetch_range(settings, recipe, bad_target, good_target.commit, progress)
+    git = cache.git
+    if not is_ancestor(git, good_target.commit, bad_target.commit):
+        why = note if note and note.startswith("history missing") else f"{good} is not an ancestor of {bad}"
+        raise ConfigError(f"cannot bisect {good}..{bad}: {why}",
+                          hint="--good must be an older commit on the history of --bad, from a git source with history")
+    between = git("rev-list", "--first-parent", "--ancestry-path", "--reverse",
+                  f"{good_target.commit}..{bad_target.commit}").split()
+    if not between:
+        raise ConfigError(f"cannot bisect {good}..{bad}: they are the same commit")
+    return [good_target.commit, *between]
+
+
+def describe_commit(settings: Settings, sha: str) -> UpstreamCommit:
+    fields = ObjectCache(settings).git("log", "-1", "--format=%H%x00%s%x00%an <%ae>%x00%aI", sha).split("\0")
+    return UpstreamCommit(*fields[:4])
+
+
+def bisect_work(settings: Settings, recipe: Recipe) -> Path:
+    """WORK/bisect/<recipe>: one scratch worktree and build dir that every commit is synced into,
+    the derived recipes (with the stack, and bare), and the records."""
+    return settings.work / "bisect" / recipe.name.replace("/", "--")
+
+
+class CommitBuilder:
+    """Builds a recipe at any upstream commit: with its patch stack where the stack applies, else
+    bare (and says so); a commit that does not build is skipped with the build's reason."""
+
+    def __init__(self, settings: Settings, recipe: Recipe, target: str, *, environ: Mapping[str, str],
+                 options: BuildOptions = BuildOptions(), remote: RemoteConfig | None = None,
+                 progress: Progress | None = None) -> None:
+        self.work = bisect_work(settings, recipe)
+        self.settings = replace(settings, work=self.work)
+        self.recipe, self.target, self.environ, self.remote, self.progress = recipe, target, environ, remote, progress
+        # one content-addressed store: a second bisect over the range builds nothing
+        self.options = replace(options, artifacts=options.artifacts or builder.artifacts_root(settings))
+        toolchains = configured_paths_file(settings)
+        if toolchains.is_file():
+            self.work.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(toolchains, configured_paths_file(self.settings))
+
+    def _derived(self, sha: str, *, bare: bool) -> Recipe:
+        folder = self.work / ("bare" if bare else "stack")
+        folder.mkdir(parents=True, exist_ok=True)
+        series = self.recipe.series
+        if bare:
+            series = folder / "series"
+            series.write_text(f"# kzbuild bisect: {self.recipe.name} without its patches\n", encoding="utf-8")
+        upstream = replace(self.recipe.upstream, commit=sha)
+        return replace(self.recipe, path=folder / self.recipe.path.name, upstream=upstream, series=series)
+
+    def __call__(self, sha: str) -> BuiltCommit:
+        stack_problem = ""
+        try:
+            prepared = builder.prepare(self.settings, self._derived(sha, bare=False), self.target, environ=self.environ,
+                                       options=self.options)
+        except PatchError as exc:
+            stack_problem = exc.message.splitlines()[0]
+            log.warning("%s: the patch stack does not apply (%s); testing it bare", sha[:12], stack_problem)
+            prepared = builder.prepare(self.settings, self._derived(sha, bare=True), self.target, environ=self.environ,
+                                       options=self.options)
+        try:
+            result = builder.build(prepared, progress=None, remote=self.remote)
+        except BuildFailed as exc:
+            return BuiltCommit(failed=exc.message.splitlines()[0], bare=bool(stack_problem), stack_problem=stack_problem)
+        return BuiltCommit(artifact=str(result.artifact.path), build_id=result.artifact.build_id,
+                           bare=bool(stack_problem), stack_problem=stack_problem)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """What a sample is: the median t/s of one test of one plan run, per interleaved turn."""
+
+    run: str
+    test: str | None  # None: the first test the run reports
+
+    @classmethod
+    def parse(cls, text: str | None, runs: Sequence[str]) -> Metric:
+        """``RUN:TEST``, ``RUN``, or ``:TEST`` (the plan's first run); default: the first run's first test."""
+        run, _, test = (text or "").partition(":")
+        run = run or runs[0]
+        if run not in runs:
+            raise ConfigError(f"--metric {text}: the plan has no run '{run}'", hint=f"its runs: {', '.join(runs)}")
+        return cls(run, test or None)
+
+    def label(self, test: str | None = None) -> str:
+        return f"{self.run}:{test or self.test or 'first test'} t/s"
+
+
+class DeviceBencher:
+    """Deploys the commits' artifacts (only what the device lacks moves) and benches them in
+    interleaved blocks on one device (``kzbuild ab``'s runner); a sample is one turn's median of
+    the metric's test."""
+
+    def __init__(self, settings: Settings, transport: Transport, device: Device, spec: BenchSpec, store: ResultsStore,
+                 metric: Metric, *, cooling: Cooling | None = None, wait: float = 0.0) -> None:
+        self.settings, self.transport, self.device, self.spec, self.store = settings, transport, device, spec, store
+        self.metric, self.cooling, self.wait = metric, cooling, wait
+        self.test = metric.test
+
+    def __call__(self, artifacts: Mapping[str, str], blocks: int, seed: int) -> Mapping[str, Sequence[float]]:
+        arms = [Arm(sha[:12], deploy(self.transport, self.device, load_artifact(Path(path)), wait=self.wait).release)
+                for sha, path in artifacts.items()]
+        done = run_interleaved(self.settings, self.transport, self.device, arms, self.spec, self.store,
+                               blocks=blocks, seed=seed, cooling=self.cooling)
+        if self.test is None:
+            first = next((records[0] for records in done.records.values() if records), None)
+            if first is None:
+                raise ResultsError(f"run {done.run_id}: llama-bench measured nothing")
+            self.test = first.test
+        by_arm = {sha[:12]: sha for sha in artifacts}
+        return {by_arm[name]: [r.summary.median for r in records if r.test == self.test and r.summary.median]
+                for name, records in done.records.items()}
+
+
+def bisect(
+    settings: Settings,
+    recipe: Recipe,
+    *,
+    good: str,
+    bad: str,
+    build: Callable[[str], BuiltCommit],
+    bench: Bencher,
+    identity: Mapping[str, str],
+    metric: Metric,
+    limits: BisectLimits = BisectLimits(),
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> BisectReport:
+    """Bisect good..bad of the recipe's upstream; resumes from the record of the same bisect."""
+    check_limits(limits)
+    shas = commit_range(settings, recipe, good, bad, progress)
+    folder = bisect_work(settings, recipe) / "records"
+    with locked(bisect_work(settings, recipe) / ".lock", what=f"the bisect worktree of {recipe.name}", wait=0):
+        record = Record.open(folder, {**identity, "good": shas[0], "bad": shas[-1], "seed": str(seed)}, shas)
+        search = Search(record, build, bench, limits, seed, on_event=progress or (lambda message: None))
+        found = search.run()
+    label = metric.label(record.test or None)
+    return report(search, recipe.name, label, found, lambda sha: describe_commit(settings, sha))
+
+
+def to_json(found: BisectReport) -> dict[str, object]:
+    return {
+        "recipe": found.recipe, "metric": found.metric, "good": found.good, "bad": found.bad,
+        "outcome": found.outcome.value, "builds": found.builds, "benches": found.benches,
+        "effect": dataclasses.asdict(found.effect) if found.effect else None,
+        "culprit": found.culprit.to_dict() if found.culprit else None, "pr": found.pr,
+        "range": [found.range_lo, found.range_hi] if found.range_lo is not None else None,
+        "commits": [{"index": i, **c.to_dict()} for i, c in enumerate(found.commits) if c.built or c.skipped],
+        "steps": [{**dataclasses.asdict(s), "verdict_lo": s.verdict_lo.value, "verdict_hi": s.verdict_hi.value}
+                  for s in found.steps],
+        "notes": list(found.notes),
+    }
+
+
+def markdown(found: BisectReport) -> str:
+    """Every commit tried, its samples and its verdict; then the answer."""
+    lines = [f"# bisect of {found.recipe}: {found.metric}", "",
+             f"{found.good[:12]}..{found.bad[:12]}: {len(found.commits) - 1} commits, {found.builds} built here, "
+             f"{found.benches} interleaved rounds", "",
+             "| # | commit | built | samples | median | verdict |", "|---|---|---|---|---|---|"]
+    verdicts = {s.mid: f"vs lower end {s.verdict_lo.value}, vs upper end {s.verdict_hi.value}: {s.chose}" for s in found.steps}
+    for index, commit in enumerate(found.commits):
+        if not (commit.built or commit.skipped):
+            continue
+        built = f"skipped: {commit.skipped}" if commit.skipped else "bare (stack does not apply)" if commit.bare else "with the stack"
+        median = f"{statistics.median(commit.samples):.2f}" if commit.samples else "-"
+        end = "good end" if index == 0 else "bad end" if index == len(found.commits) - 1 else verdicts.get(index, "")
+        lines.append(f"| {index} | {commit.sha[:12]} | {built} | {len(commit.samples)} | {median} | {end} |")
+    lines += ["", answer(found)]
+    lines += [f"- {note}" for note in found.notes]
+    return "\n".join(lines) + "\n"
+
+
+def answer(found: BisectReport) -> str:
+    effect = found.effect.describe() if found.effect else ""
+    if found.outcome is BisectOutcome.NO_CHANGE:
+        return f"no change: good and bad cannot be told apart ({effect})"
+    if found.outcome is BisectOutcome.SKIPPED_RANGE:
+        lo, hi = found.range_lo or 0, found.range_hi or 0
+        return (f"the change lies in {found.commits[lo].sha[:12]}..{found.commits[hi].sha[:12]}, "
+                f"whose commits between could not be built ({effect})")
+    culprit = found.culprit
+    assert culprit is not None
+    pr = f"PR #{found.pr}" if found.pr is not None else "no PR number in the subject"
+    return f"first commit that moved {found.metric}: {culprit.sha[:12]} {culprit.subject} ({pr}, {culprit.author}, {culprit.date}): {effect}"

@@ -1,0 +1,84 @@
+"""kzbuild bisect end to end: a tiny upstream of 64 commits (real git, sync, cmake/ninja/ccache
+builds, deploys to a local device, interleaved llama-bench runs), one commit 10% slower."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from tests.ab.conftest import SPEED
+from tests.fixtures_build import Tiny
+
+SLOW_AT = 41  # of 1..63 after the pin
+PLAN = """\
+description: bisect test plan
+model:
+  path: models/q.gguf
+  sha256: {sha}
+repetitions: 1
+seed: 3
+runs:
+  - name: prefill
+    options: {p: 32, n: 0, t: 1}
+"""
+
+
+def history(tiny: Tiny, device_root, *, pr: bool = True) -> list[str]:
+    """63 commits after the pin; commit SLOW_AT makes ggml 10% slower."""
+    shas = [tiny.commit]
+    for n in range(1, 64):
+        files = {"docs/log.txt": f"change {n}\n"}
+        subject = f"docs: change {n}"
+        if n == SLOW_AT:
+            files["ggml/src/ggml.c"] = SPEED.replace("100.0", "90.0")
+            subject = "ggml: retune the scheduler" + (" (#4242)" if pr else "")
+        shas.append(tiny.upstream.commit(files, subject))
+    tiny.project.write("recipes/devices.yaml", f"devices:\n  box:\n    transport: local\n    root: {device_root}\n")
+    (device_root / "models").mkdir(parents=True)
+    (device_root / "models" / "q.gguf").write_bytes(b"GGUF stand-in")
+    tiny.project.write("plans/bisect.yaml", PLAN.replace("{sha}", hashlib.sha256(b"GGUF stand-in").hexdigest()))
+    return shas
+
+
+def test_bisect_names_the_slower_commit_in_at_most_8_builds_and_a_second_run_builds_nothing(kz, bench_tiny, tmp_path):
+    shas = history(bench_tiny, tmp_path / "device")
+    plan = str(bench_tiny.project.root / "plans" / "bisect.yaml")
+    args = ("bisect", "tiny", "--good", shas[0], "--bad", shas[-1], "--plan", plan, "--device", "box")
+    result = kz(*args, "--json")
+    assert result.code == 0, result.err
+    report = json.loads(result.out)
+    assert report["outcome"] == "found" and report["culprit"]["sha"] == shas[SLOW_AT]
+    assert report["pr"] == 4242 and report["culprit"]["subject"].startswith("ggml: retune")
+    assert report["builds"] <= 8, report["builds"]
+    assert round(report["effect"]["delta_pct"]) == -10 and report["effect"]["high_pct"] < 0
+    assert report["metric"] == "prefill:pp32 t/s"
+    tried = {c["sha"]: c for c in report["commits"]}
+    assert all(not c["bare"] and len(c["samples"]) >= 3 for c in tried.values())
+
+    again = kz(*args, "--markdown")  # the same bisect: its record answers, nothing is built or benched
+    assert again.code == 0, again.err
+    assert "0 built here, 0 interleaved rounds" in again.out
+    assert f"first commit that moved prefill:pp32 t/s: {shas[SLOW_AT][:12]}" in " ".join(again.out.split())
+    assert "(PR #4242" in again.out
+
+
+def test_a_commit_where_the_stack_does_not_apply_is_tested_bare_and_says_so(kz, bench_tiny, tmp_path):
+    shas = history(bench_tiny, tmp_path / "device")
+    # a patch on the docs log as it was at the pin: from change 1 on it no longer applies
+    bench_tiny.add_patch("docs.patch", {"docs/log.txt": "documented\n"}, "docs: a line\n\nUpstream-Status: Pending")
+    plan = str(bench_tiny.project.root / "plans" / "bisect.yaml")
+    result = kz("bisect", "tiny", "--good", shas[0], "--bad", shas[-1], "--plan", plan, "--device", "box", "--json")
+    assert result.code == 0, result.err
+    report = json.loads(result.out)
+    assert report["culprit"]["sha"] == shas[SLOW_AT]
+    commits = {c["index"]: c for c in report["commits"]}
+    assert not commits[0]["bare"] and commits[63]["bare"] and "docs.patch" in commits[63]["stack_problem"]
+
+
+def test_a_range_that_is_not_a_history_is_refused(kz, bench_tiny, tmp_path):
+    shas = history(bench_tiny, tmp_path / "device")
+    plan = str(bench_tiny.project.root / "plans" / "bisect.yaml")
+    result = kz("bisect", "tiny", "--good", shas[10], "--bad", shas[3], "--plan", plan, "--device", "box")
+    assert result.code == 2 and "is not an ancestor of" in result.err
+    unknown = kz("bisect", "tiny", "--good", shas[0], "--bad", shas[3], "--plan", plan, "--device", "box", "--metric", "decode")
+    assert unknown.code == 2 and "the plan has no run 'decode'" in unknown.err

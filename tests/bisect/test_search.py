@@ -1,0 +1,150 @@
+"""The bisect search on synthetic measurements: the right commit in few builds, no false alarms,
+skipped builds, and a resumed bisect that measures nothing twice."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kzbuild.errors import BuildFailed, ResultsError
+from kzbuild.measure.bisect import BuiltCommit, Record, Search, compare
+from kzbuild.model.bisect import BisectLimits, BisectOutcome, PairVerdict
+
+SHAS = [f"{i:040x}" for i in range(64)]
+IDENTITY = {"recipe": "tiny", "metric": "pp32 t/s"}
+
+
+class Synthetic:
+    """A device whose commit ``step`` (and later) is ``drop`` slower, with seeded noise of ``noise`` (relative sd)."""
+
+    def __init__(self, step: int | None, *, drop: float = 0.10, noise: float = 0.02, seed: int = 0,
+                 unbuildable: Sequence[int] = (), interrupt_at: int | None = None) -> None:
+        self.step, self.drop, self.noise = step, drop, noise
+        self.rng = random.Random(seed)
+        self.unbuildable = set(unbuildable)
+        self.built: list[str] = []
+        self.benched: list[tuple[str, ...]] = []
+        self.interrupt_at = interrupt_at
+
+    test = "pp32"
+
+    def build(self, sha: str) -> BuiltCommit:
+        self.built.append(sha)
+        if SHAS.index(sha) in self.unbuildable:
+            return BuiltCommit(failed="cmake: error")
+        return BuiltCommit(artifact=f"/artifacts/{sha[:8]}", build_id=sha[:16])
+
+    def __call__(self, artifacts: Mapping[str, str], blocks: int, seed: int) -> Mapping[str, Sequence[float]]:
+        if self.interrupt_at is not None and len(self.benched) == self.interrupt_at:
+            raise KeyboardInterrupt
+        self.benched.append(tuple(artifacts))
+        speed = {sha: 100.0 * (1 - self.drop if self.step is not None and SHAS.index(sha) >= self.step else 1.0) for sha in artifacts}
+        return {sha: [speed[sha] * self.rng.gauss(1.0, self.noise) for _ in range(blocks)] for sha in artifacts}
+
+
+def search(tmp_path: Path, device: Synthetic, shas: Sequence[str] = SHAS, seed: int = 1) -> Search:
+    return Search(Record.open(tmp_path, IDENTITY, shas), device.build, device, BisectLimits(), seed=seed)
+
+
+@pytest.mark.parametrize("step", [1, 2, 17, 37, 62, 63])
+def test_a_10_percent_step_is_found_in_at_most_8_builds_among_64_commits(tmp_path, step):
+    device = Synthetic(step, seed=step)
+    outcome, effect, lo, hi = search(tmp_path, device).run()
+    assert (outcome, hi, lo) == (BisectOutcome.FOUND, step, step - 1)
+    assert len(device.built) <= 8, len(device.built)
+    assert effect.delta_pct == pytest.approx(-10, abs=2.5) and effect.high_pct < 0
+
+
+def test_a_range_with_no_change_says_so_at_least_19_times_in_20(tmp_path):
+    verdicts = []
+    for trial in range(20):
+        device = Synthetic(None, seed=1000 + trial)
+        outcome, effect, _, _ = search(tmp_path / str(trial), device, seed=trial).run()
+        verdicts.append(outcome)
+        assert len(device.built) == 2  # only the two ends
+    assert verdicts.count(BisectOutcome.NO_CHANGE) >= 19, verdicts
+
+
+def test_only_pairs_that_cannot_be_told_apart_take_more_samples(tmp_path):
+    device = Synthetic(30, seed=3)
+    found = search(tmp_path, device)
+    found.run()
+    limits = BisectLimits()
+    sizes = {len(c.samples) for c in found.commits if c.samples}
+    assert min(sizes) == limits.samples_per_round and max(sizes) <= 3 * limits.max_samples
+    noisy = Synthetic(30, seed=3, noise=0.08)
+    crowded = search(tmp_path / "noisy", noisy)
+    crowded.run()
+    assert sum(len(c.samples) for c in crowded.commits) > sum(len(c.samples) for c in found.commits)
+
+
+def test_a_commit_that_does_not_build_is_skipped_with_its_reason(tmp_path):
+    device = Synthetic(37, seed=7, unbuildable=[31])  # 31 is the first middle
+    outcome, _, lo, hi = (found := search(tmp_path, device)).run()
+    assert (outcome, hi) == (BisectOutcome.FOUND, 37)
+    assert found.commits[31].skipped == "cmake: error" and not found.commits[31].samples
+
+
+def test_an_unbuildable_culprit_leaves_the_range_it_hides_in(tmp_path):
+    device = Synthetic(37, seed=8, unbuildable=[37, 38])
+    outcome, _, lo, hi = search(tmp_path, device).run()
+    assert outcome is BisectOutcome.SKIPPED_RANGE and (lo, hi) == (36, 39)
+
+
+def test_an_end_that_does_not_build_is_a_build_failure(tmp_path):
+    with pytest.raises(BuildFailed, match="the good end"):
+        search(tmp_path, Synthetic(5, unbuildable=[0])).run()
+
+
+def test_a_bisect_cut_midway_resumes_with_no_commit_measured_twice(tmp_path):
+    whole = Synthetic(37, seed=11)
+    expected = search(tmp_path / "whole", whole).run()
+    cut = Synthetic(37, seed=11, interrupt_at=3)
+    with pytest.raises(KeyboardInterrupt):
+        search(tmp_path / "cut", cut).run()
+    assert len(cut.benched) == 3
+    resumed = Synthetic(37, seed=11)
+    resumed.rng.setstate(cut.rng.getstate())
+    found = search(tmp_path / "cut", resumed).run()
+    assert found[0] == expected[0] and found[3] == expected[3]
+    assert cut.benched + resumed.benched == whole.benched  # the rounds done before the cut are not run again
+    assert not set(resumed.built) & set(cut.built)  # nor the builds
+
+
+def test_compare_needs_the_minimum_effect_as_well_as_an_interval_off_zero():
+    limits = BisectLimits(min_effect_pct=3.0)
+    assert compare([100, 100.1, 99.9], [99, 99.1, 98.9], limits, seed=0)[0] is PairVerdict.SAME  # -1%: real, too small
+    assert compare([100, 100.1, 99.9], [90, 90.1, 89.9], limits, seed=0)[0] is PairVerdict.DIFFERENT
+    assert compare([100, 80, 120], [95, 75, 115], limits, seed=0)[0] is PairVerdict.UNDECIDED
+
+
+def test_a_damaged_record_is_named_and_another_bisects_record_refused(tmp_path):
+    record = Record.open(tmp_path, IDENTITY, SHAS[:3])
+    record.save()
+    record.path.write_text("{not json")
+    with pytest.raises(ResultsError, match=str(record.path)):
+        Record.open(tmp_path, IDENTITY, SHAS[:3])
+    record.save()
+    with pytest.raises(ResultsError, match="other commits"):
+        Record.open(tmp_path, IDENTITY, SHAS[:4])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                    max_leaves=20))
+def test_any_json_in_the_record_is_read_or_refused_clearly(tmp_path_factory, doc):
+    folder = tmp_path_factory.mktemp("record")
+    record = Record.open(folder, IDENTITY, SHAS[:2])
+    record.path.parent.mkdir(parents=True, exist_ok=True)
+    record.path.write_text(json.dumps({"version": 1, "identity": IDENTITY, "commits": doc}))
+    try:
+        Record.open(folder, IDENTITY, SHAS[:2])
+    except ResultsError:
+        pass
