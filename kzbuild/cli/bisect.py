@@ -82,7 +82,7 @@ def bisect_command(
             identity = {"recipe": loaded.name, "target": target_name, "device": found.name, "metric": chosen.label(),
                         "plan": hashlib.sha256(plan_file.read_bytes()).hexdigest(), "limits": repr(limits)}
             report = bisect.bisect(
-                settings, loaded, good=good, bad=bad, build=build, bench=bench, identity=identity,
+                settings, loaded, good=good, bad=bad, build=build, benchers={found.name: bench}, identity=identity,
                 metric=chosen, limits=limits,
                 seed=seed if seed is not None else plan.seed or 0, progress=progress,
             )

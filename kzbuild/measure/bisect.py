@@ -21,6 +21,8 @@ import json
 import logging
 import shutil
 import statistics
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
@@ -115,7 +117,6 @@ class Record:
     path: Path
     identity: dict[str, str]
     commits: list[CommitState]
-    benches: int = 0
     test: str = ""  # the test the samples are of, as the bench named it
 
     @classmethod
@@ -153,23 +154,41 @@ class Record:
 def _commit_state(item: object) -> CommitState:
     if not isinstance(item, dict):
         raise ValueError("a commit entry is not an object")
-    samples = item.get("samples", [])
-    if not isinstance(samples, list) or not all(isinstance(s, (int, float)) and not isinstance(s, bool) and s > 0 for s in samples):
-        raise ValueError(f"commit {item.get('sha')}: samples must be positive numbers")
+    samples = item.get("samples", {})
+    if not isinstance(samples, dict) or not all(
+        isinstance(device, str) and isinstance(values, list)
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values)
+        for device, values in samples.items()
+    ):
+        raise ValueError(f"commit {item.get('sha')}: samples must be positive numbers by device")
     text = {k: item.get(k, "") for k in ("sha", "skipped", "stack_problem", "build_id", "artifact")}
     if not all(isinstance(v, str) for v in text.values()) or not isinstance(item.get("built", False), bool):
         raise ValueError(f"commit {item.get('sha')}: a field has the wrong type")
     return CommitState(str(text["sha"]), bool(item.get("built", False)), str(text["skipped"]), bool(item.get("bare", False)),
-                       str(text["stack_problem"]), str(text["build_id"]), str(text["artifact"]), [float(s) for s in samples])
+                       str(text["stack_problem"]), str(text["build_id"]), str(text["artifact"]),
+                       {device: [float(v) for v in values] for device, values in samples.items()})
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What one device's rounds over lo (mid) hi told: each neighbouring pair's verdict and effect."""
+
+    device: str
+    verdicts: tuple[PairVerdict, ...]
+    effects: tuple[Effect, ...]
 
 
 @dataclass
 class Search:
-    """One bisect over a record: builds on demand, benches in interleaved rounds, narrows the range."""
+    """One bisect over a record: builds on demand, benches in interleaved rounds, narrows the range.
+
+    With a pool (several ``benchers``, one per device) each step measures as many commits as there
+    are devices, each on its own device between the range's two ends, all at once; a comparison
+    never mixes devices."""
 
     record: Record
     build: Builder
-    bench: Bencher
+    benchers: Mapping[str, Bencher]
     limits: BisectLimits
     seed: int
     on_event: Callable[[str], None] = lambda message: None
@@ -177,6 +196,7 @@ class Search:
     benches: int = 0
     steps: list[NarrowingStep] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    _saving: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def commits(self) -> list[CommitState]:
@@ -184,28 +204,42 @@ class Search:
 
     def run(self) -> tuple[BisectOutcome, Effect, int, int]:
         """Outcome, the effect across the final pair, and that pair's indices (lo, hi)."""
+        if not self.benchers:
+            raise ConfigError("no device to bench on")
         lo, hi = 0, len(self.commits) - 1
         for end, name in ((lo, "good"), (hi, "bad")):
             if not self._ensure_built(end):
                 raise BuildFailed(f"the {name} end {self.commits[end].sha[:12]} cannot be built: {self.commits[end].skipped}",
                                   hint="choose a --good and --bad that build")
-        verdict, effect = self._settle(lo, None, hi)
-        if verdict[0] is not PairVerdict.DIFFERENT:
-            return BisectOutcome.NO_CHANGE, effect[0], lo, hi
+        ends = self._in_parallel({device: (lo, None, hi) for device in self.benchers})
+        if not all(found.verdicts[0] is PairVerdict.DIFFERENT for found in ends):
+            return BisectOutcome.NO_CHANGE, ends[0].effects[0], lo, hi
         while True:
-            mid = self._next_mid(lo, hi)
-            if mid is None:
+            mids = self._next_mids(lo, hi, len(self.benchers))
+            if not mids:
                 break
-            (v_lo, v_hi), (e_lo, e_hi) = self._settle(lo, mid, hi)
-            lower = self._culprit_is_below(v_lo, v_hi, e_lo, e_hi, lo, mid, hi)
-            self.steps.append(NarrowingStep(lo, mid, hi, v_lo, v_hi, "lower half" if lower else "upper half"))
-            lo, hi = (lo, mid) if lower else (mid, hi)
+            settled = self._in_parallel({device: (lo, mid, hi) for device, mid in zip(self.benchers, mids, strict=False)})
+            lo, hi = self._narrow(lo, hi, list(zip(mids, settled, strict=False)))
         between = [i for i in range(lo + 1, hi) if self.commits[i].skipped]
-        _, effect_final = compare(self.commits[lo].samples, self.commits[hi].samples, self.limits, seed=self.seed)
-        return (BisectOutcome.SKIPPED_RANGE if between else BisectOutcome.FOUND), effect_final, lo, hi
+        final = self._final_effect(lo, hi)
+        return (BisectOutcome.SKIPPED_RANGE if between else BisectOutcome.FOUND), final, lo, hi
 
-    def _culprit_is_below(self, v_lo: PairVerdict, v_hi: PairVerdict, e_lo: Effect, e_hi: Effect, lo: int, mid: int, hi: int) -> bool:
-        """Whether the change lies in lo..mid (mid already looks like hi), else in mid..hi."""
+    def _narrow(self, lo: int, hi: int, measured: list[tuple[int, Settled]]) -> tuple[int, int]:
+        """The new range: after the last commit that looks like lo, up to the first that looks like hi."""
+        like_hi = []
+        for mid, found in measured:
+            below = self._culprit_is_below(found, mid)
+            self.steps.append(NarrowingStep(lo, mid, hi, found.verdicts[0], found.verdicts[1],
+                                            "lower half" if below else "upper half", note=f"on {found.device}"))
+            if below:
+                like_hi.append(mid)
+        new_hi = min(like_hi, default=hi)
+        new_lo = max((mid for mid, _ in measured if mid < new_hi and mid not in like_hi), default=lo)
+        return new_lo, new_hi
+
+    def _culprit_is_below(self, found: Settled, mid: int) -> bool:
+        """Whether the change lies at or before mid (mid already looks like hi), else after it."""
+        v_lo, v_hi = found.verdicts
         if v_lo is PairVerdict.DIFFERENT and v_hi is not PairVerdict.DIFFERENT:
             return True
         if v_hi is PairVerdict.DIFFERENT and v_lo is not PairVerdict.DIFFERENT:
@@ -213,42 +247,59 @@ class Search:
         # both differ (two steps), or neither could be told apart within the limit: follow the larger move
         note = "both halves moved" if v_lo is v_hi is PairVerdict.DIFFERENT else "not told apart within the sample limit"
         self.notes.append(f"{self.commits[mid].sha[:12]}: {note}; followed the larger change of the median")
-        return abs(e_lo.delta_pct) >= abs(e_hi.delta_pct)
+        return abs(found.effects[0].delta_pct) >= abs(found.effects[1].delta_pct)
 
-    def _settle(self, lo: int, mid: int | None, hi: int) -> tuple[tuple[PairVerdict, ...], tuple[Effect, ...]]:
-        """Bench lo (mid) hi interleaved in rounds until each pair is told apart or hits the limit.
+    def _final_effect(self, lo: int, hi: int) -> Effect:
+        """The culprit against its parent, on a device that measured both (measuring them if none did)."""
+        shared = [d for d in self.benchers if self.commits[lo].samples.get(d) and self.commits[hi].samples.get(d)]
+        if not shared:
+            shared = [next(iter(self.benchers))]
+            self._settle(shared[0], lo, None, hi)
+        device = shared[0]
+        return compare(self.commits[lo].samples[device], self.commits[hi].samples[device], self.limits, seed=self.seed)[1]
 
-        A round asks for ``samples_per_round`` more samples than the last; the record's samples
-        count, so a resumed bisect measures only what it lacks."""
+    def _in_parallel(self, work: Mapping[str, tuple[int, int | None, int]]) -> list[Settled]:
+        if len(work) == 1:
+            ((device, (lo, mid, hi)),) = work.items()
+            return [self._settle(device, lo, mid, hi)]
+        with ThreadPoolExecutor(max_workers=len(work), thread_name_prefix="kz-bisect") as pool:
+            futures = [pool.submit(self._settle, device, lo, mid, hi) for device, (lo, mid, hi) in work.items()]
+            return [future.result() for future in futures]
+
+    def _settle(self, device: str, lo: int, mid: int | None, hi: int) -> Settled:
+        """Bench lo (mid) hi interleaved on one device in rounds until each pair is told apart or
+        hits the limit. A round asks for ``samples_per_round`` more samples than the last; the
+        record's samples count, so a resumed bisect measures only what it lacks."""
         points = [i for i in (lo, mid, hi) if i is not None]
         wanted = self.limits.samples_per_round
         while True:
-            self._ensure_samples(points, wanted)
-            pairs = list(pairwise(points))
-            found = [compare(self.commits[a].samples, self.commits[b].samples, self.limits, seed=self.seed) for a, b in pairs]
+            self._ensure_samples(device, points, wanted)
+            found = [compare(self.commits[a].samples[device], self.commits[b].samples[device], self.limits, seed=self.seed)
+                     for a, b in pairwise(points)]
             verdicts = tuple(v for v, _ in found)
-            effects = tuple(e for _, e in found)
-            undecided = PairVerdict.UNDECIDED in verdicts and not (mid is not None and PairVerdict.DIFFERENT in verdicts and PairVerdict.SAME in verdicts)
-            if not undecided or wanted >= self.limits.max_samples:
-                return verdicts, effects
+            decided = PairVerdict.UNDECIDED not in verdicts or (
+                mid is not None and PairVerdict.DIFFERENT in verdicts and PairVerdict.SAME in verdicts)
+            if decided or wanted >= self.limits.max_samples:
+                return Settled(device, verdicts, tuple(e for _, e in found))
             wanted = min(wanted + self.limits.samples_per_round, self.limits.max_samples)
 
-    def _ensure_samples(self, points: Sequence[int], wanted: int) -> None:
-        missing = wanted - min(len(self.commits[i].samples) for i in points)
+    def _ensure_samples(self, device: str, points: Sequence[int], wanted: int) -> None:
+        missing = wanted - min(len(self.commits[i].samples.get(device, ())) for i in points)
         if missing <= 0:
             return
         artifacts = {self.commits[i].sha: self.commits[i].artifact for i in points}
-        self.on_event(f"benching {', '.join(sha[:12] for sha in artifacts)}: {missing} interleaved block(s)")
-        got = self.bench(artifacts, missing, self.seed + self.record.benches)
-        for i in points:
-            new = list(got.get(self.commits[i].sha, ()))
-            if not new:
-                raise ResultsError(f"the bench of {self.commits[i].sha[:12]} gave no sample of the metric")
-            self.commits[i].samples.extend(new)
-        self.benches += 1
-        self.record.benches += 1
-        self.record.test = self.bench.test or self.record.test
-        self.record.save()
+        self.on_event(f"{device}: benching {', '.join(sha[:12] for sha in artifacts)}, {missing} interleaved block(s)")
+        bencher = self.benchers[device]
+        got = bencher(artifacts, missing, self.seed + 1000 * sum(points) + wanted)
+        with self._saving:
+            for i in points:
+                new = list(got.get(self.commits[i].sha, ()))
+                if not new:
+                    raise ResultsError(f"{device}: the bench of {self.commits[i].sha[:12]} gave no sample of the metric")
+                self.commits[i].samples.setdefault(device, []).extend(new)
+            self.benches += 1
+            self.record.test = bencher.test or self.record.test
+            self.record.save()
 
     def _ensure_built(self, index: int) -> bool:
         state = self.commits[index]
@@ -267,13 +318,17 @@ class Search:
         self.record.save()
         return state.built
 
-    def _next_mid(self, lo: int, hi: int) -> int | None:
-        """The buildable commit nearest the middle of lo..hi (as ``git bisect skip`` moves on)."""
-        middle = (lo + hi) // 2
-        for index in sorted(range(lo + 1, hi), key=lambda i: (abs(i - middle), i)):
-            if self._ensure_built(index):
-                return index
-        return None
+    def _next_mids(self, lo: int, hi: int, count: int) -> list[int]:
+        """Up to ``count`` buildable commits strictly inside lo..hi, spread evenly (with one device,
+        the one nearest the middle); an unbuildable one is passed over, as ``git bisect skip`` does."""
+        chosen: list[int] = []
+        for j in range(count):
+            goal = lo + (hi - lo) * (j + 1) // (count + 1)
+            for index in sorted(range(lo + 1, hi), key=lambda i: (abs(i - goal), i)):
+                if index not in chosen and self._ensure_built(index):
+                    chosen.append(index)
+                    break
+        return sorted(chosen)
 
 
 def report(search: Search, recipe: str, metric: str, found: tuple[BisectOutcome, Effect, int, int],
@@ -424,7 +479,7 @@ def bisect(
     good: str,
     bad: str,
     build: Callable[[str], BuiltCommit],
-    bench: Bencher,
+    benchers: Mapping[str, Bencher],
     identity: Mapping[str, str],
     metric: Metric,
     limits: BisectLimits = BisectLimits(),
@@ -437,7 +492,7 @@ def bisect(
     folder = bisect_work(settings, recipe) / "records"
     with locked(bisect_work(settings, recipe) / ".lock", what=f"the bisect worktree of {recipe.name}", wait=0):
         record = Record.open(folder, {**identity, "good": shas[0], "bad": shas[-1], "seed": str(seed)}, shas)
-        search = Search(record, build, bench, limits, seed, on_event=progress or (lambda message: None))
+        search = Search(record, build, benchers, limits, seed, on_event=progress or (lambda message: None))
         found = search.run()
     label = metric.label(record.test or None)
     return report(search, recipe.name, label, found, lambda sha: describe_commit(settings, sha))
@@ -468,9 +523,10 @@ def markdown(found: BisectReport) -> str:
         if not (commit.built or commit.skipped):
             continue
         built = f"skipped: {commit.skipped}" if commit.skipped else "bare (stack does not apply)" if commit.bare else "with the stack"
-        median = f"{statistics.median(commit.samples):.2f}" if commit.samples else "-"
+        every = [v for values in commit.samples.values() for v in values]
+        median = "; ".join(f"{statistics.median(v):.2f} on {d}" for d, v in commit.samples.items() if v) or "-"
         end = "good end" if index == 0 else "bad end" if index == len(found.commits) - 1 else verdicts.get(index, "")
-        lines.append(f"| {index} | {commit.sha[:12]} | {built} | {len(commit.samples)} | {median} | {end} |")
+        lines.append(f"| {index} | {commit.sha[:12]} | {built} | {len(every)} | {median} | {end} |")
     lines += ["", answer(found)]
     lines += [f"- {note}" for note in found.notes]
     return "\n".join(lines) + "\n"

@@ -53,7 +53,7 @@ def test_bisect_names_the_slower_commit_in_at_most_8_builds_and_a_second_run_bui
     assert round(report["effect"]["delta_pct"]) == -10 and report["effect"]["high_pct"] < 0
     assert report["metric"] == "prefill:pp32 t/s"
     tried = {c["sha"]: c for c in report["commits"]}
-    assert all(not c["bare"] and len(c["samples"]) >= 3 for c in tried.values())
+    assert all(not c["bare"] and len(c["samples"]["box"]) >= 3 for c in tried.values())
 
     again = kz(*args, "--markdown")  # the same bisect: its record answers, nothing is built or benched
     assert again.code == 0, again.err

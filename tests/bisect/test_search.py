@@ -49,7 +49,7 @@ class Synthetic:
 
 
 def search(tmp_path: Path, device: Synthetic, shas: Sequence[str] = SHAS, seed: int = 1) -> Search:
-    return Search(Record.open(tmp_path, IDENTITY, shas), device.build, device, BisectLimits(), seed=seed)
+    return Search(Record.open(tmp_path, IDENTITY, shas), device.build, {"box": device}, BisectLimits(), seed=seed)
 
 
 @pytest.mark.parametrize("step", [1, 2, 17, 37, 62, 63])
@@ -76,12 +76,12 @@ def test_only_pairs_that_cannot_be_told_apart_take_more_samples(tmp_path):
     found = search(tmp_path, device)
     found.run()
     limits = BisectLimits()
-    sizes = {len(c.samples) for c in found.commits if c.samples}
+    sizes = {len(c.samples['box']) for c in found.commits if c.samples}
     assert min(sizes) == limits.samples_per_round and max(sizes) <= 3 * limits.max_samples
     noisy = Synthetic(30, seed=3, noise=0.08)
     crowded = search(tmp_path / "noisy", noisy)
     crowded.run()
-    assert sum(len(c.samples) for c in crowded.commits) > sum(len(c.samples) for c in found.commits)
+    assert sum(len(v) for c in crowded.commits for v in c.samples.values()) > sum(len(v) for c in found.commits for v in c.samples.values())
 
 
 def test_a_commit_that_does_not_build_is_skipped_with_its_reason(tmp_path):
@@ -115,6 +115,22 @@ def test_a_bisect_cut_midway_resumes_with_no_commit_measured_twice(tmp_path):
     assert found[0] == expected[0] and found[3] == expected[3]
     assert cut.benched + resumed.benched == whole.benched  # the rounds done before the cut are not run again
     assert not set(resumed.built) & set(cut.built)  # nor the builds
+
+
+def test_a_pool_of_two_devices_narrows_in_fewer_steps_and_never_mixes_devices(tmp_path):
+    one = Synthetic(37, seed=21)
+    single = search(tmp_path / "one", one)
+    assert single.run()[3] == 37
+    a, b = Synthetic(37, seed=22), Synthetic(37, seed=23, drop=0.12)  # b is another unit: its own speeds
+    pooled = Search(Record.open(tmp_path / "pool", IDENTITY, SHAS), a.build, {"a": a, "b": b}, BisectLimits(), seed=1)
+    outcome, effect, lo, hi = pooled.run()
+    assert (outcome, hi) == (BisectOutcome.FOUND, 37)
+    rounds_single = len({s.lo for s in single.steps} | {s.hi for s in single.steps})
+    assert len({(s.lo, s.hi) for s in pooled.steps}) < len({(s.lo, s.hi) for s in single.steps}), rounds_single
+    for step in pooled.steps:  # each mid compared with the ends on its own device
+        device = step.note.removeprefix("on ")
+        for index in (step.lo, step.mid, step.hi):
+            assert pooled.commits[index].samples[device]
 
 
 def test_compare_needs_the_minimum_effect_as_well_as_an_interval_off_zero():
