@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from contextlib import closing
+from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -23,6 +23,7 @@ from kzbuild.cli.options import (
     load_recipe,
 )
 from kzbuild.cli.ui import activity, context, not_empty, print_json, say
+from kzbuild.errors import Busy
 from kzbuild.model.bisect import BisectLimits
 
 LIMITS = BisectLimits()
@@ -58,7 +59,9 @@ def bisect_command(
     """
     from kzbuild.build import remotecache
     from kzbuild.cli.connect import open_device
-    from kzbuild.measure import bisect, plans, results
+    from kzbuild.device.devicelock import holder, is_busy
+    from kzbuild.device.registry import resolve_devices
+    from kzbuild.measure import bisect, plans
 
     if not plan_file.name:
         raise typer.BadParameter("give the experiment plan that names the model and the llama-bench runs", param_hint="'--plan'")
@@ -73,18 +76,31 @@ def bisect_command(
     spec = next(run.spec for run in plan.runs if run.name == chosen.run)
     target_name = target or loaded.build.targets[0]
     remote = remotecache.load_config(settings, os.environ, disabled=no_remote_cache)
-    found, transport = open_device(settings, device or plan.device, loaded.device, trust_new_host)
-    with closing(transport), results.ResultsStore(settings.results) as store:
-        plans.check_model(plan, transport, found)
-        with activity(f"bisecting {loaded.name} {good}..{bad} on {found.name}") as progress:
+    members = resolve_devices(settings, device or plan.device, loaded.device)
+    with ExitStack() as opened:
+        benchers = {}
+        for member in members:
+            found, transport = open_device(settings, member.name if len(members) > 1 else device or plan.device,
+                                           loaded.device, trust_new_host)
+            opened.enter_context(closing(transport))
+            sighting = holder(transport, found.root) if len(members) > 1 else None
+            if is_busy(sighting):
+                say(f"{found.name}: busy ({sighting.owner.describe() if sighting and sighting.owner else 'held'}); "
+                    "the pool goes on without it")
+                continue
+            plans.check_model(plan, transport, found)
+            benchers[found.name] = bisect.DeviceBencher(settings, transport, found, spec, chosen, wait=wait)
+        if not benchers:
+            raise Busy(f"every device of the pool is busy: {', '.join(m.name for m in members)}",
+                       hint="kzbuild device list shows who holds each one; --wait on a single device waits")
+        where = ", ".join(benchers)
+        with activity(f"bisecting {loaded.name} {good}..{bad} on {where}") as progress:
             build = bisect.CommitBuilder(settings, loaded, target_name, environ=os.environ, remote=remote)
-            bench = bisect.DeviceBencher(settings, transport, found, spec, store, chosen, wait=wait)
-            identity = {"recipe": loaded.name, "target": target_name, "device": found.name, "metric": chosen.label(),
+            identity = {"recipe": loaded.name, "target": target_name, "devices": where, "metric": chosen.label(),
                         "plan": hashlib.sha256(plan_file.read_bytes()).hexdigest(), "limits": repr(limits)}
             report = bisect.bisect(
-                settings, loaded, good=good, bad=bad, build=build, benchers={found.name: bench}, identity=identity,
-                metric=chosen, limits=limits,
-                seed=seed if seed is not None else plan.seed or 0, progress=progress,
+                settings, loaded, good=good, bad=bad, build=build, benchers=benchers, identity=identity,
+                metric=chosen, limits=limits, seed=seed if seed is not None else plan.seed or 0, progress=progress,
             )
     text = bisect.markdown(report)
     if report_path is not None:

@@ -9,7 +9,7 @@ from rich.markup import escape
 
 from kzbuild.cli.connect import open_device
 from kzbuild.cli.options import DeviceOpt, JsonOpt, TrustOpt, WaitOpt
-from kzbuild.cli.ui import command_group, console, context, print_json
+from kzbuild.cli.ui import command_group, console, context, print_json, say
 from kzbuild.device.devicelock import device_lock
 from kzbuild.device.integrity import verify_store
 from kzbuild.device.store import Layout, Remote
@@ -21,6 +21,39 @@ device_app = command_group("device", "Check what is stored on a device.")
 def register(app: typer.Typer) -> None:
     app.add_typer(device_app, name="device")
     device_app.command("verify")(verify_command)
+    device_app.command("list")(list_command)
+
+
+def list_command(ctx: typer.Context, json_out: JsonOpt = False) -> None:
+    """Every named device and pool member: its address, its pools, and who holds its lock (or why it cannot be reached).
+
+    Each device is asked once (read only: no lock is taken). A lock whose holder is gone counts as free: the next operation breaks it.
+    """
+    from kzbuild.device.devicelock import holder, is_busy
+    from kzbuild.device.registry import connect, load_registry
+    from kzbuild.errors import KzError
+
+    devices, pools = load_registry(context(ctx).settings)
+    rows = []
+    for name, device in devices.items():
+        entry: dict[str, object] = {"name": name, "address": device.address, "pools": [p for p, members in pools.items() if name in members]}
+        try:
+            with closing(connect(device, **({"connect_timeout": 5.0} if device.transport == "adb" else {}))) as transport:
+                sighting = holder(transport, device.root)
+        except KzError as exc:
+            entry |= {"state": "unreachable", "detail": exc.message.splitlines()[0]}
+        else:
+            owner = sighting.owner.describe() if sighting and sighting.owner else "a lock being taken" if sighting else ""
+            state = "busy" if is_busy(sighting) else "free"
+            entry |= {"state": state, "holder": owner or None, "detail": f"stale lock of {owner}" if sighting and state == "free" else ""}
+        rows.append(entry)
+    if json_out:
+        print_json({"devices": rows, "pools": {name: list(members) for name, members in pools.items()}})
+        return
+    for row in rows:
+        pools_text = f" [pool {', '.join(map(str, row['pools']))}]" if row["pools"] else ""  # type: ignore[call-overload]
+        holder_text = f": held by {row['holder']}" if row["state"] == "busy" else f": {row['detail']}" if row["detail"] else ""
+        say(f"{row['name']}{pools_text} {row['address']} {row['state']}{holder_text}")
 
 
 def verify_command(ctx: typer.Context, device: DeviceOpt = None, trust_new_host: TrustOpt = False, wait: WaitOpt = 0.0, json_out: JsonOpt = False) -> None:

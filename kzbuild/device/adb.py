@@ -53,16 +53,17 @@ class AdbTransport:
         if not device.serial:
             raise DeviceError(f"adb device '{device.name}' has no serial", hint="set serial: in the devices file")
         self.serial = device.serial
+        self.device = device
         self.connect_timeout = connect_timeout
         self.transfer_timeout = transfer_timeout
         self.progress_interval = progress_interval
         adb = proc.require("adb", why="the adb transport drives the adb client; Debian package 'adb'")
-        self._adb = [adb, *(["-P", str(server_port)] if server_port else [])]
+        self._adb = [adb, *server_options(device.server, server_port)]
         self._wait_online()
 
     @property
     def address(self) -> str:
-        return f"adb:{self.serial}"
+        return self.device.address
 
     # --- Transport ---
     def run(
@@ -218,6 +219,15 @@ class AdbTransport:
         attached = [" ".join(line.split()) for line in lines if line.strip()]
         listed = "; ".join(attached) if attached else "nothing"
         return f"adb devices lists: {listed}; a network device needs SERIAL as host:port"
+
+
+def server_options(server: str | None, port: int | None) -> list[str]:
+    """adb's options for the server a device is served by: another machine's (``-H HOST -P PORT``),
+    or this machine's on ``port`` (else adb's default: ANDROID_ADB_SERVER_PORT, else 5037)."""
+    if server:
+        host, _, server_port = server.rpartition(":")
+        return ["-H", host.strip("[]"), "-P", server_port]
+    return ["-P", str(port)] if port else []
 
 
 def adb_error(result: proc.Result) -> str:

@@ -86,6 +86,12 @@ REMOVE_SCRIPT = _TOKEN_OF + (
     'rmdir "$m"; exit $rc'
 )
 
+# $1 = the lock dir. Prints nothing when there is no lock, else what ACQUIRE_SCRIPT prints when held.
+SIGHT_SCRIPT = (
+    '[ -d "$1" ] || exit 0; date +%s; stat -c %Y "$1/owner" 2>/dev/null || stat -c %Y "$1" 2>/dev/null || exit 0; '
+    'cat "$1/owner" 2>/dev/null; exit 0'
+)
+
 
 def lease_seconds() -> float:
     raw = os.environ.get(LEASE_ENV)
@@ -269,3 +275,16 @@ def _busy(remote: Remote, layout: Layout, sighting: LockSighting, wait: float, l
             f"The lock is {layout.lock}"
         ),
     )
+
+
+def holder(transport: Transport, root: str) -> LockSighting | None:
+    """Who holds the device root's lock, as seen now (None: nobody); read only, never taken."""
+    remote = Remote(transport)
+    layout = Layout(root)
+    text = remote.run(["sh", "-c", SIGHT_SCRIPT, "kz", layout.lock], what="reading the device lock").text()
+    return _parse_sighting(text) if text.strip() else None
+
+
+def is_busy(sighting: LockSighting | None) -> bool:
+    """Held by a live holder (a stale lock counts as free: the next operation breaks it)."""
+    return sighting is not None and not is_stale(sighting, host=host_name(), lease=lease_seconds())

@@ -19,7 +19,7 @@ from kzbuild.errors import ConfigError
 from kzbuild.model.device import DEFAULT_ROOT, Device
 
 DEVICES_FILE = "devices.yaml"  # in recipes/
-DEVICE_KEYS = ("description", "transport", "serial", "host", "port", "user", "key", "root", "env", "runner")
+DEVICE_KEYS = ("description", "transport", "serial", "server", "host", "port", "user", "key", "root", "env", "runner")
 DEFAULT_ENV = (("LD_LIBRARY_PATH", "{current}/lib"), ("ADSP_LIBRARY_PATH", "{current}/lib"))
 ADB_SERIAL_TEXT = r"[^\s:/]+(?::\d+)?"  # a USB serial, or host:port for adb over TCP
 ADB_SERIAL = re.compile(f"^{ADB_SERIAL_TEXT}$")
@@ -35,17 +35,33 @@ def devices_file(settings: Settings) -> Path:
 
 
 def load_devices(settings: Settings) -> dict[str, Device]:
+    return load_registry(settings)[0]
+
+
+def load_registry(settings: Settings) -> tuple[dict[str, Device], dict[str, tuple[str, ...]]]:
+    """The named devices (with ``local``) and the pools: name -> its member devices' names."""
     path = devices_file(settings)
     devices = {"local": local_device(settings)}
     if not path.is_file():
-        return devices
+        return devices, {}
     doc = yamlconf.load(path)
-    doc.check_keys(("devices",), required=("devices",), context="devices file")
+    doc.check_keys(("devices", "pools"), required=("devices",), context="devices file")
     for name, entry in doc.get_mapping("devices").items():
         if not isinstance(entry, yamlconf.Mapping):
             raise doc.get_mapping("devices").error(name, "a device is a mapping")
         devices[name] = parse_device(name, entry)
-    return devices
+    pools: dict[str, tuple[str, ...]] = {}
+    section = doc.get_mapping("pools")
+    for name in section:
+        members = section.get_str_list(name)
+        if name in devices:
+            raise section.error(name, f"pool '{name}' has the name of a device")
+        unknown = [m for m in members if m not in devices]
+        if unknown or not members or len(set(members)) != len(members):
+            problem = f"unknown device(s) {', '.join(unknown)}" if unknown else "give distinct device names"
+            raise section.error(name, f"pool '{name}': {problem}", hint=f"its members are names under devices: ({', '.join(sorted(devices))})")
+        pools[name] = tuple(members)
+    return devices, pools
 
 
 def parse_device(name: str, entry: yamlconf.Mapping) -> Device:
@@ -76,6 +92,7 @@ def parse_device(name: str, entry: yamlconf.Mapping) -> Device:
         ("user", ssh_user_problem(entry.get_str("user") or "") if "user" in entry else None),
         ("root", root_problem(root)),
         ("serial", adb_serial_problem(entry.get_str("serial") or "") if transport == "adb" else None),
+        ("server", adb_server_problem(entry.get_str("server") or "") if "server" in entry else None),
     ):
         if problem is not None:
             raise entry.error(key, f"device {name}: {problem}")
@@ -84,6 +101,7 @@ def parse_device(name: str, entry: yamlconf.Mapping) -> Device:
         transport=transport,  # type: ignore[arg-type]
         root=root,
         serial=entry.get_str("serial"),
+        server=entry.get_str("server") if transport == "adb" else None,
         host=entry.get_str("host"),
         port=int(port),  # port_problem() admitted an int or a string of digits ("2222" quoted in YAML)
         user=entry.get_str("user"),
@@ -193,6 +211,14 @@ def adb_serial_problem(serial: str) -> str | None:
     return None
 
 
+def adb_server_problem(server: str) -> str | None:
+    """What is wrong with an adb server address (HOST:PORT, as ``adb -H HOST -P PORT`` takes), or None."""
+    host, colon, port = server.rpartition(":")
+    if not colon or not host:
+        return f"{server!r} is not HOST:PORT of an adb server"
+    return ssh_host_problem(host.strip("[]")) or port_problem(port)
+
+
 def port_problem(port: object) -> str | None:
     """What is wrong with a TCP port (an int, or the digits of one), or None."""
     if isinstance(port, str) and port.isascii() and port.isdigit():
@@ -209,6 +235,16 @@ def root_problem(root: str) -> str | None:
     if any(ord(char) < 0x20 or ord(char) == 0x7F for char in root):
         return f"{root!r} holds control characters"
     return None
+
+
+def resolve_devices(settings: Settings, spec: str | None, default: str | None = None) -> list[Device]:
+    """A pool's members (a pool is named like a device), else the one device ``spec`` names."""
+    wanted = spec or default or "local"
+    if parse_device_spec(wanted) is None:
+        devices, pools = load_registry(settings)
+        if wanted in pools:
+            return [devices[name] for name in pools[wanted]]
+    return [resolve_device(settings, spec, default)]
 
 
 def resolve_device(settings: Settings, spec: str | None, default: str | None = None) -> Device:

@@ -22,8 +22,8 @@ import logging
 import shutil
 import statistics
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from pathlib import Path
@@ -451,17 +451,19 @@ class DeviceBencher:
     interleaved blocks on one device (``kzbuild ab``'s runner); a sample is one turn's median of
     the metric's test."""
 
-    def __init__(self, settings: Settings, transport: Transport, device: Device, spec: BenchSpec, store: ResultsStore,
-                 metric: Metric, *, cooling: Cooling | None = None, wait: float = 0.0) -> None:
-        self.settings, self.transport, self.device, self.spec, self.store = settings, transport, device, spec, store
+    def __init__(self, settings: Settings, transport: Transport, device: Device, spec: BenchSpec, metric: Metric,
+                 *, cooling: Cooling | None = None, wait: float = 0.0) -> None:
+        self.settings, self.transport, self.device, self.spec = settings, transport, device, spec
         self.metric, self.cooling, self.wait = metric, cooling, wait
         self.test = metric.test
 
     def __call__(self, artifacts: Mapping[str, str], blocks: int, seed: int) -> Mapping[str, Sequence[float]]:
         arms = [Arm(sha[:12], deploy(self.transport, self.device, load_artifact(Path(path)), wait=self.wait).release)
                 for sha, path in artifacts.items()]
-        done = run_interleaved(self.settings, self.transport, self.device, arms, self.spec, self.store,
-                               blocks=blocks, seed=seed, cooling=self.cooling)
+        # a store of its own: the devices of a pool bench at once, each in its thread
+        with ResultsStore(self.settings.results) as store:
+            done = run_interleaved(self.settings, self.transport, self.device, arms, self.spec, store,
+                                   blocks=blocks, seed=seed, cooling=self.cooling)
         if self.test is None:
             first = next((records[0] for records in done.records.values() if records), None)
             if first is None:

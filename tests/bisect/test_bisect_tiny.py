@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 
+import pytest
+
 from tests.ab.conftest import SPEED
 from tests.fixtures_build import Tiny
 
@@ -82,3 +84,46 @@ def test_a_range_that_is_not_a_history_is_refused(kz, bench_tiny, tmp_path):
     assert result.code == 2 and "is not an ancestor of" in result.err
     unknown = kz("bisect", "tiny", "--good", shas[0], "--bad", shas[3], "--plan", plan, "--device", "box", "--metric", "decode")
     assert unknown.code == 2 and "the plan has no run 'decode'" in unknown.err
+
+
+@pytest.mark.slow  # two adb servers, two test devices, ~10 builds: about 45 s
+def test_a_pool_of_two_adb_devices_on_two_adb_servers_finds_it_each_comparison_on_one_device(
+    kz, bench_tiny, tmp_path, make_adb_device
+):
+    from tests.adbdevice.server import PrivateAdbServer
+
+    shas = history(bench_tiny, tmp_path / "unused")
+    root = "/data/local/tmp/kz-engine"
+    first, second = make_adb_device(), make_adb_device()
+    other_server = PrivateAdbServer(tmp_path / "adb-server-2")  # as on another machine: adb -H HOST -P PORT
+    other_server.start()
+    try:
+        for device in (first, second):
+            models = device.host_path(f"{root}/models")
+            models.mkdir(parents=True)
+            (models / "q.gguf").write_bytes(b"GGUF stand-in")
+        bench_tiny.project.write("recipes/devices.yaml", (
+            "devices:\n"
+            f"  pad-a: {{transport: adb, serial: '{first.serial}', root: {root}}}\n"
+            f"  pad-b: {{transport: adb, serial: '{second.serial}', server: '127.0.0.1:{other_server.port}', root: {root}}}\n"
+            "pools:\n  pads: [pad-a, pad-b]\n"
+        ))
+        listed = kz("device", "list", "--json")
+        assert listed.code == 0, listed.err
+        states = {d["name"]: (d["state"], d["pools"]) for d in json.loads(listed.out)["devices"]}
+        assert states["pad-a"] == states["pad-b"] == ("free", ["pads"])
+        plan = str(bench_tiny.project.root / "plans" / "bisect.yaml")
+        result = kz("bisect", "tiny", "--good", shas[0], "--bad", shas[-1], "--plan", plan, "--device", "pads", "--json")
+        assert result.code == 0, result.err
+        report = json.loads(result.out)
+        assert report["culprit"]["sha"] == shas[SLOW_AT]
+        used = {step["note"] for step in report["steps"]}
+        assert used == {"on pad-a", "on pad-b"}
+        for step in report["steps"]:  # the mid and both ends have samples from the device that compared them
+            device = step["note"].removeprefix("on ")
+            commits = {c["index"]: c for c in report["commits"]}
+            assert all(commits[i]["samples"].get(device) for i in (step["lo"], step["mid"], step["hi"]))
+        assert second.serial in other_server.adb("devices").stdout  # pad-b was reached through the other server
+    finally:
+        other_server.adb("disconnect", second.serial)
+        other_server.stop()
