@@ -99,6 +99,36 @@ def upstream(tmp_path: Path) -> UpstreamRepo:
     return repo
 
 
+# The identity a contributor running kzbuild has in these tests: ``patches new`` without
+# --author reads it from the user's git config, here the session's own (see own_git_config).
+CONTRIBUTOR = ("Kz Contributor", "contributor@kzbuild.example")
+MACHINE_GIT_ENV = ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "EMAIL")
+
+
+def write_git_config(path: Path, **sections: dict[str, str]) -> Path:
+    """A git config file with ``sections`` ({"user": {"name": ...}}), for GIT_CONFIG_GLOBAL."""
+    path.write_text("".join(f"[{name}]\n" + "".join(f"\t{k} = {v}\n" for k, v in keys.items()) for name, keys in sections.items()))
+    return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_git_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every git in the session, kzbuild's and the fixtures', reads this session's config, never the
+    machine's: a global config file the session wrote (user.useConfigOnly: no identity guessed from
+    the host name), no system config, and no identity from the environment."""
+    config = write_git_config(
+        tmp_path_factory.mktemp("git-home") / "gitconfig",
+        user={"name": CONTRIBUTOR[0], "email": CONTRIBUTOR[1], "useConfigOnly": "true"},
+        init={"defaultBranch": "master"},
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GIT_CONFIG_GLOBAL", str(config))
+        patch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+        for name in MACHINE_GIT_ENV:
+            patch.delenv(name, raising=False)
+        yield config
+
+
 @pytest.fixture(autouse=True)
 def parse_yaml_afresh() -> Iterator[None]:
     """The CLI keeps parsed YAML in its settings' cache dir for the rest of the process: each test starts without."""
