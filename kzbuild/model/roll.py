@@ -131,9 +131,10 @@ class CandidateResult:
 
 @dataclass(frozen=True)
 class Unchecked:
-    """A source roll could not ask for candidates (its host or index did not answer)."""
+    """A source roll could not ask for candidates (its host or index did not answer), or a
+    candidate of it that could not be fetched."""
 
-    source: str  # the source's label
+    source: str  # the source's label, or the candidate's
     why: str  # what git or pip said
 
     def describe(self) -> str:
