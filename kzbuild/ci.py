@@ -46,9 +46,7 @@ def run_ci(
 
     explicit = bool(targets)
     wanted = list(targets) or list(recipe.build.targets)
-    for name in wanted:
-        if name != v79check.TARGET:
-            builder.target(name)  # an unknown target is a usage error, before any work
+    builder.check_build_targets(wanted)
 
     started = time.monotonic()
     try:

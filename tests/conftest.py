@@ -78,7 +78,14 @@ class UpstreamRepo:
         git(self.path, "add", "-A")
         self._tick += 1
         date = f"{1_700_000_000 + self._tick * 60} +0000"
-        git(self.path, "commit", "-q", "-m", message, env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
+        git(
+            self.path,
+            "commit",
+            "-q",
+            "-m",
+            message,
+            env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date},
+        )
         return git(self.path, "rev-parse", "HEAD")
 
     def head(self) -> str:
@@ -97,6 +104,47 @@ def upstream(tmp_path: Path) -> UpstreamRepo:
         "initial import",
     )
     return repo
+
+
+# The identity a contributor running kzbuild has in these tests: ``patches new`` without
+# --author reads it from the user's git config, here the session's own (see own_git_config).
+CONTRIBUTOR = ("Kz Contributor", "contributor@kzbuild.example")
+MACHINE_GIT_ENV = (
+    "GIT_AUTHOR_NAME",
+    "GIT_AUTHOR_EMAIL",
+    "GIT_COMMITTER_NAME",
+    "GIT_COMMITTER_EMAIL",
+    "EMAIL",
+)
+
+
+def write_git_config(path: Path, **sections: dict[str, str]) -> Path:
+    """A git config file with ``sections`` ({"user": {"name": ...}}), for GIT_CONFIG_GLOBAL."""
+    path.write_text(
+        "".join(
+            f"[{name}]\n" + "".join(f"\t{k} = {v}\n" for k, v in keys.items())
+            for name, keys in sections.items()
+        )
+    )
+    return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_git_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every git in the session, kzbuild's and the fixtures', reads this session's config, never the
+    machine's: a global config file the session wrote (user.useConfigOnly: no identity guessed from
+    the host name), no system config, and no identity from the environment."""
+    config = write_git_config(
+        tmp_path_factory.mktemp("git-home") / "gitconfig",
+        user={"name": CONTRIBUTOR[0], "email": CONTRIBUTOR[1], "useConfigOnly": "true"},
+        init={"defaultBranch": "master"},
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GIT_CONFIG_GLOBAL", str(config))
+        patch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+        for name in MACHINE_GIT_ENV:
+            patch.delenv(name, raising=False)
+        yield config
 
 
 @pytest.fixture(autouse=True)
@@ -163,7 +211,15 @@ def kz(project: Project, capsys: pytest.CaptureFixture[str]) -> Callable[..., Cl
     def run(*args: str) -> CliResult:
         capsys.readouterr()
         code = main(
-            ["--project", str(project.root), "--cache-dir", str(project.cache), "--work-dir", str(project.work), *args]
+            [
+                "--project",
+                str(project.root),
+                "--cache-dir",
+                str(project.cache),
+                "--work-dir",
+                str(project.work),
+                *args,
+            ]
         )
         captured = capsys.readouterr()
         return CliResult(code, captured.out, captured.err)

@@ -20,8 +20,9 @@ import pytest
 
 from kzbuild.adapters.settings import Settings
 from kzbuild.build import builder
-from kzbuild.model.artifact import Artifact
-from kzbuild.model.build import BuildResult
+from kzbuild.build.artifacts import existing_artifact, publish, staged
+from kzbuild.model.artifact import MANIFEST, Artifact
+from kzbuild.model.build import BuildPlan, BuildResult
 from kzbuild.source.recipes import load_recipe
 from tests.conftest import REPO_ROOT, Project, UpstreamRepo, git, persistent_test_cache
 
@@ -133,7 +134,8 @@ def real_project(tmp_path: Path, *, fresh_cache: bool = False) -> Project:
     By default the object cache, ccache, build dirs and artifacts live under the persistent test
     cache, so a second run on the same machine downloads nothing and rebuilds nothing. With
     ``fresh_cache`` the object cache and work dir are new (only the downloaded sdists are shared),
-    for tests of what a first sync does.
+    for tests of what a first sync does. Sdists the demo downloaded (demo_settings) are copied in
+    rather than downloaded again.
     """
     root = tmp_path / "project"
     for folder in ("recipes", "patches", "kernels", "toolchains"):
@@ -142,6 +144,7 @@ def real_project(tmp_path: Path, *, fresh_cache: bool = False) -> Project:
         lock.unlink()
     base = persistent_test_cache()
     (base / "sdists").mkdir(exist_ok=True)
+    copy_missing_sdists(demo_settings().sdists, base / "sdists")
     cache = tmp_path / "cache" if fresh_cache else base / "kz-cache"
     cache.mkdir(exist_ok=True)
     if not (cache / "sdists").exists():
@@ -149,14 +152,50 @@ def real_project(tmp_path: Path, *, fresh_cache: bool = False) -> Project:
     return Project(root=root, cache=cache, work=tmp_path / "work" if fresh_cache else base / "kz-work")
 
 
+def demo_settings() -> Settings:
+    """Where scripts/demo keeps its caches and artifacts: kzbuild's defaults for this repo, in this
+    environment (KZ_CACHE_DIR, KZ_WORK_DIR, XDG_CACHE_HOME; scripts/test-all keeps XDG_CACHE_HOME
+    where it was before it empties HOME)."""
+    return Settings.resolve(os.environ, cwd=REPO_ROOT, project=REPO_ROOT)
+
+
+def copy_missing_sdists(source: Path, into: Path) -> None:
+    """Copy each sdist (and the commit remembered beside it) that ``into`` lacks from ``source``."""
+    if not source.is_dir():
+        return
+    for sdist in source.iterdir():
+        target = into / sdist.name
+        if sdist.is_file() and not target.exists():
+            partial = into / f".kz-copy-{os.getpid()}-{sdist.name}"
+            shutil.copy2(sdist, partial)
+            partial.replace(target)  # whole or not at all, as a download enters the cache
+
+
+def reuse_artifact_of(other: Settings, plan: BuildPlan) -> bool:
+    """Copy the artifact of ``plan``'s build id from ``other``'s artifacts (the demo's) into the
+    plan's artifacts dir when only ``other`` has it: the same sources and toolchains give the same
+    build id wherever they are, so the build then reuses it instead of compiling."""
+    root = plan.artifact_dir.parent
+    found = existing_artifact(other.artifacts.resolve(), plan.build_id)
+    if found is None or found.path.parent == root or existing_artifact(root, plan.build_id):
+        return False
+    root.mkdir(parents=True, exist_ok=True)
+    with staged(root, plan.build_id) as staging:
+        shutil.copytree(found.path, staging, symlinks=True)
+        publish(staging, (staging / MANIFEST).read_bytes(), root, plan.build_id)
+    return True
+
+
 def build_real(tmp_path: Path, target: str, recipe: str = "demo-host") -> BuildResult:
     """Build ``recipe`` (default: the pinned upstream from the PyPI sdist, with the stack) for ``target`` through kzbuild.
 
     With the persistent caches, a build whose inputs did not change reuses its artifact in
-    seconds. Other slow tests can take llama.cpp binaries from here (``result.artifact``).
+    seconds; so does a build scripts/demo made on this machine (reuse_artifact_of). Other slow
+    tests can take llama.cpp binaries from here (``result.artifact``).
     """
     project = real_project(tmp_path)
     prepared = builder.prepare(project.settings, load_recipe(project.root, recipe), target, environ=os.environ, options=builder.BuildOptions(jobs=2))
+    reuse_artifact_of(demo_settings(), prepared.plan)
     return builder.build(prepared)
 
 

@@ -175,8 +175,12 @@ def test_host_clang_replaces_host_gcc(tiny, kz):
 
 
 def test_unknown_target_and_toolchain(tiny, kz):
-    result = kz("build", "tiny", "--target", "v80", "--dry-run")
-    assert result.code == 2 and "unknown target 'v80'" in result.err and "host, linux-arm64, v79" in result.err
+    result = kz("build", "tiny", "--target", "host", "--target", "v80", "--dry-run")
+    assert result.code == 2 and "unknown target 'v80'" in result.err
+    assert "hint: targets: host, linux-arm64, v79, v79-check" in result.err
+    assert result.out == "" and "started" not in result.err  # refused before any work
+    ci = kz("ci", "tiny", "--target", "v80")
+    assert ci.code == 2 and "hint: targets: host, linux-arm64, v79, v79-check" in ci.err
     result = kz("build", "tiny", "--toolchain", "ndk-r99", "--dry-run")
     assert result.code == 2 and "no toolchain named 'ndk-r99'" in result.err
 

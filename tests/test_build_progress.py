@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -64,3 +65,16 @@ def test_in_a_pipe_a_fetch_reports_gits_phase_and_percentage(capsys):
     assert "syncing tiny: Counting objects 100% (12/12), done. (0 s)" in err
     assert "syncing tiny: Receiving objects 57% (81/141), 1.2 MiB | 3 MiB/s (0 s)" in err
     assert "58%" not in err  # the same phase again waits for the next interval
+
+
+def test_in_a_pipe_a_long_progress_line_is_printed_whole(capsys, monkeypatch):
+    from kzbuild.cli.ui import activity
+
+    monkeypatch.setenv("KZ_PROGRESS_INTERVAL", "0.05")
+    step = "building upstream: build [39/140] Building CXX object ggml/src/CMakeFiles/ggml-cpu.dir/"
+    line = step + "ggml-cpu/arch/arm/repack-with-a-long-name.cpp.o"
+    with activity("ab of demo-host on local") as progress:
+        progress(line)
+        time.sleep(0.3)  # a few intervals: the heartbeat prints the line
+    err = capsys.readouterr().err
+    assert re.search(rf"Z ab of demo-host on local: started {re.escape(line)} \(0 s\)\n", err), err

@@ -5,14 +5,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
 
+from kzbuild.adapters.settings import Settings
 from kzbuild.build import builder
 from kzbuild.errors import BuildFailed, ConfigError, WorktreeError
 from kzbuild.source.recipes import load_recipe
 from tests.conftest import have
+from tests.fixtures_build import reuse_artifact_of
 
 pytestmark = pytest.mark.skipif(not (have("cmake") and have("ninja") and have("ccache") and have("gcc")), reason="needs cmake, ninja, ccache, gcc")
 
@@ -183,3 +186,28 @@ def test_a_build_holds_the_worktree_against_sync(tiny):
             with prepared.worktree.lock(wait=0.2):
                 pass
     assert "is in use by another kzbuild process" in info.value.message
+
+
+def test_the_same_sources_built_elsewhere_are_reused_not_compiled(tiny, tmp_path):
+    """What the slow tier does with the demo's build (tests/fixtures_build.build_real): another
+    project, cache and work dir with the same sources and toolchains make the same build id, and
+    the artifact copied from there is reused."""
+    first, _ = run_build(tiny)
+    assert not first.reused
+    elsewhere = tmp_path / "elsewhere"
+    no_lock = shutil.ignore_patterns("*.lock.json")
+    shutil.copytree(tiny.project.root, elsewhere / "project", ignore=no_lock)
+    other = Settings(elsewhere / "project", cache=elsewhere / "cache", work=elsewhere / "work")
+    recipe = load_recipe(other.project, "tiny")
+    options = builder.BuildOptions(jobs=2)
+    prepared = builder.prepare(other, recipe, "host", environ=tiny.environ(), options=options)
+    assert prepared.plan.build_id == first.artifact.build_id  # no path enters the build id
+    assert reuse_artifact_of(tiny.settings, prepared.plan)
+    again = builder.build(prepared)
+    assert again.reused
+    assert again.artifact.path == other.work / "artifacts" / first.artifact.build_id
+    assert not (other.work / "build").exists()  # nothing configured, nothing compiled
+    bench = again.artifact.path / "bin" / "llama-bench"
+    out = subprocess.run([bench], capture_output=True, text=True, check=True)
+    assert out.stdout == f"build_commit={first.artifact.build_commit} answer=42\n"
+    assert not reuse_artifact_of(tiny.settings, prepared.plan)  # there already: nothing copied

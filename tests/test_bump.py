@@ -7,6 +7,7 @@ import json
 import yaml
 
 from tests.conftest import git
+from tests.fixtures_git import free_port
 from tests.fixtures_stack import add_patch, file_source, fit, flat, make_patch
 
 
@@ -198,3 +199,16 @@ def test_bump_write_puts_everything_back_when_sync_fails(project, upstream, monk
     }
     assert after == before
     assert not (project.root / "patches" / "DROPPED.yaml").exists()
+
+
+def test_bump_to_a_branch_of_an_unreachable_host_says_it_cannot_be_reached(project, upstream, kz):
+    url = f"http://127.0.0.1:{free_port()}/llama.cpp.git"  # nothing listens there
+    text = recipe_text(upstream.head(), upstream).replace(file_source(upstream), f"git: {url}")
+    project.write("recipes/r.yaml", text)
+    result = kz("bump", "r", "--to", "master")
+    assert result.code == 3, result.err
+    err = flat(result.err)
+    reached = f"git:{url} cannot be reached: unable to access '{url}/'"
+    assert f"error: cannot resolve 'master': {reached}" in err
+    assert "Couldn't connect to server" in err and "not a full sha" not in err
+    assert "hint: check the network" in err

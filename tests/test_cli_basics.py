@@ -1,6 +1,7 @@
 import subprocess
 import sys
 
+import pytest
 import typer
 
 from kzbuild import __version__
@@ -31,6 +32,21 @@ def test_usage_error_exits_2_without_traceback(kz):
     result = kz("sync", "--no-such-option")
     assert result.code == 2
     assert "No such option" in result.err and "Traceback" not in result.err
+
+
+@pytest.mark.parametrize(
+    ("typed", "suggested"), [("synk", "'sync'"), ("stat", "'status'"), ("reslts", "'results'")]
+)
+def test_a_mistyped_command_exits_2_naming_the_close_ones(kz, typed, suggested):
+    result = kz(typed, "demo-host")
+    assert result.code == 2
+    assert f"Error: No such command '{typed}'. Did you mean {suggested}?" in result.err
+    assert "Traceback" not in result.err
+
+
+def test_a_word_close_to_no_command_gets_no_suggestion(kz):
+    result = kz("xyzzy")
+    assert result.code == 2 and "Error: No such command 'xyzzy'.\n" in result.err
 
 
 def every_command(group=None, path=()):

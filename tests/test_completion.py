@@ -3,6 +3,7 @@ devices and run ids that work in a real bash."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -73,3 +74,29 @@ def test_completion_reads_the_project_and_dirs_given_on_the_command_line(project
     elsewhere.mkdir()
     words = ("--project", str(project.root), "--cache-dir", str(tmp_path / "cache"), "--work-dir", str(tmp_path / "work"), "sync", "demo")
     assert bash_complete(elsewhere, *words) == ["demo-host"]
+
+
+def test_bash_completes_build_targets_the_compile_check_included(project):
+    targets = bash_complete(project.root, "build", "--target", "")
+    assert targets == ["host", "linux-arm64", "v79", "v79-check"]
+    assert bash_complete(project.root, "ci", "-t", "v79") == ["v79", "v79-check"]
+
+
+def test_completing_a_command_name_loads_no_command_module(project):
+    """`kzbuild <TAB>` offers every command from the table: it imports none of their modules
+    (it imported all of them, with rich, paramiko and the results store, for their help lines)."""
+    from kzbuild.cli import COMMANDS
+
+    report = "print(json.dumps(list(sys.modules)), file=sys.stderr)"
+    code = f"import atexit, json, sys\natexit.register(lambda: {report})\n"
+    code += "from kzbuild.cli import main\nmain()"
+    env = {**os.environ, "_KZBUILD_COMPLETE": "complete_bash", "COMP_WORDS": "kzbuild "}
+    env["COMP_CWORD"] = "1"
+    ran = subprocess.run(
+        [sys.executable, "-c", code], cwd=project.root, env=env, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert ran.stdout.split() == list(COMMANDS)
+    loaded = set(json.loads(ran.stderr))
+    assert not loaded & {module for module, _ in COMMANDS.values()}
+    assert "rich" not in loaded and "paramiko" not in loaded

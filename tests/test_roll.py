@@ -21,7 +21,7 @@ from kzbuild.model.roll import Outcome, pr_number
 from kzbuild.source.recipes import load_recipe
 from tests.conftest import UpstreamRepo, git
 from tests.fixtures_build import install_toolchains
-from tests.fixtures_git import serve
+from tests.fixtures_git import free_port, serve
 from tests.fixtures_stack import add_patch, file_source, fit, make_patch
 
 FAST = ("--no-build", "--no-tests", "--plan-target", "none")
@@ -400,3 +400,21 @@ def test_a_roll_without_a_device_loads_no_device_or_bench_module():
     for module in ("kzbuild.measure.rolldevice", "kzbuild.device.deploy", "kzbuild.measure.interleave", "kzbuild.measure.bench", "kzbuild.device.run", "kzbuild.measure.results",
                    "kzbuild.measure.plans", "kzbuild.cli.connect", "kzbuild.device.devicelock", "kzbuild.device.store"):
         assert f"'{module}'" not in loaded, module
+
+
+def test_an_unreachable_source_is_said_and_exits_3(project, upstream, kz, tmp_path):
+    url = f"git://127.0.0.1:{free_port()}/llama.cpp"  # nothing listens there
+    project.recipe("r", commit=upstream.head(), sources=[file_source(upstream), f"git: {url}"])
+    result = kz("roll", "r", *FAST, "--report", str(tmp_path / "report.md"))
+    assert result.code == 3, result.err
+    out, err = " ".join(result.out.split()), " ".join(result.err.split())
+    pin = upstream.head()[:12]
+    assert f"roll r: could not check git:{url}; nothing newer than the pin {pin} in the rest" in out
+    listing = f"could not check git:{url}: cannot list its branches and tags"
+    assert f"- {listing}: unable to connect" in out
+    assert f"error: could not check git:{url}: cannot list its branches and tags" in err
+    assert "Connection refused" in err and "newer upstream may be there" in err
+    assert f"could not check git:{url}" in (tmp_path / "report.md").read_text()
+    report = json.loads(kz("roll", "r", *FAST, "--json").out)
+    (unchecked,) = report["unchecked"]
+    assert unchecked["source"] == f"git:{url}" and "Connection refused" in unchecked["why"]

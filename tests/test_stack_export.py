@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kzbuild.source.stack.patchfile import lint_series
-from tests.conftest import git
+from tests.conftest import CONTRIBUTOR, git, write_git_config
 from tests.fixtures_stack import add_patch, file_source, fit, flat, make_patch, tree_digest
 
 
@@ -171,6 +171,27 @@ def test_new_patch_from_uncommitted_changes(project, kz, synced):
     assert (project.root / "patches" / "series").read_text().endswith("ggml.patch\nfit-40.patch\n")
     assert lint_series(project.root / "patches" / "series")[1] == []
     assert kz("sync", "r").code == 0
+
+
+def test_new_patch_author_is_the_users_git_identity_or_a_clear_error(
+    project, kz, synced, monkeypatch, tmp_path
+):
+    (synced / "common" / "fit.cpp").write_text(fit(line40="new 40"))
+    # no identity anywhere: a config without user.name, which forbids guessing one from the host
+    nameless = write_git_config(tmp_path / "gitconfig", user={"useConfigOnly": "true"})
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(nameless))
+    nobody = kz("patches", "new", "fit-40", "r", "-m", "common: fix 40", "--test", "t")
+    assert nobody.code == 2, nobody.err
+    assert flat(nobody.err) == (
+        "error: no author for the new patch "
+        "hint: pass --author 'Name <email>', or set your git user.name and user.email"
+    )
+    assert not (project.root / "patches" / "fit-40.patch").exists()
+    monkeypatch.undo()  # the session's own git config: the contributor's identity
+    made = kz("patches", "new", "fit-40", "r", "-m", "common: fix 40", "--test", "t")
+    assert made.code == 0, made.err
+    patch = (project.root / "patches" / "fit-40.patch").read_text()
+    assert f"\nFrom: {CONTRIBUTOR[0]} <{CONTRIBUTOR[1]}>\n" in patch
 
 
 def test_new_patch_errors(project, kz, synced):

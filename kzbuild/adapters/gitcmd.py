@@ -102,6 +102,16 @@ def ls_remote(url: str, *refs: str, options: Sequence[str] = ()) -> proc.Result:
     return proc.run(["git", "ls-remote", *options, url, *refs], quiet_env=ISOLATED_ENV, check=False)
 
 
+def remote_failure(result: proc.Result) -> str:
+    """Why git could not talk to a remote, in git's words: its first message, with the line it
+    continues (``unable to connect to HOST:`` / ``errno=Connection refused``)."""
+    lines = [line.strip().removeprefix("fatal: ") for line in result.stderr.splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        return f"git exited with {result.returncode}"
+    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+
+
 def unset_in_config_file(config: Path, key: str) -> None:
     """Remove every ``key`` from one git config file (a gitdir outside any worktree)."""
     proc.run(["git", "config", "--file", str(config), "--unset-all", key], quiet_env=ISOLATED_ENV, check=False)

@@ -35,7 +35,17 @@ from kzbuild.build.artifacts import existing_artifact, load_artifact, manifest_j
 from kzbuild.build.toolchains import Detector
 from kzbuild.errors import BuildFailed, ConfigError, ToolchainMissing, WorktreeError
 from kzbuild.model.artifact import MANIFEST, Artifact
-from kzbuild.model.build import MANIFEST_FORMAT, BuildEvent, BuildOptions, BuildPlan, BuildResult, CcacheStats, Step, Target
+from kzbuild.model.build import (
+    MANIFEST_FORMAT,
+    V79_CHECK_TARGET,
+    BuildEvent,
+    BuildOptions,
+    BuildPlan,
+    BuildResult,
+    CcacheStats,
+    Step,
+    Target,
+)
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.remotecache import RemoteConfig
 from kzbuild.model.sync import Lock, SyncResult
@@ -111,11 +121,23 @@ TARGETS: dict[str, Target] = {
 BUILD_TOOL_ROLES = ("cmake", "ninja", "ccache")  # a container toolchain brings its own
 
 
+# What `kzbuild build` and `kzbuild ci` take: the targets, and the compile check (build.v79check).
+BUILD_TARGETS = (*TARGETS, V79_CHECK_TARGET)
+
+
 def target(name: str) -> Target:
     try:
         return TARGETS[name]
     except KeyError:
         raise ConfigError(f"unknown target '{name}'", hint=f"targets: {', '.join(TARGETS)}") from None
+
+
+def check_build_targets(names: Sequence[str]) -> None:
+    """An unknown name among targets build and ci were given is a usage error, before any work."""
+    for name in names:
+        if name not in BUILD_TARGETS:
+            hint = f"targets: {', '.join(BUILD_TARGETS)}"
+            raise ConfigError(f"unknown target '{name}'", hint=hint)
 
 
 def artifacts_root(settings: Settings, override: Path | None = None) -> Path:

@@ -6,6 +6,7 @@ into its message and exit code; a traceback shows only with ``-vv``.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 from functools import cache
@@ -21,6 +22,7 @@ from kzbuild.errors import KzError
 if TYPE_CHECKING:  # typer's vendored click, for the types only
     from typer._click import Command, HelpFormatter
     from typer._click import Context as ClickContext
+    from typer._click.shell_completion import CompletionItem
 
 INTERNAL_ERROR = 70  # EX_SOFTWARE: an exception kzbuild has no class for is a bug
 INTERRUPTED = 130  # 128 + SIGINT, as shells report it
@@ -72,6 +74,30 @@ class LazyCommands(TyperGroup):
     def format_commands(self, ctx: ClickContext, formatter: HelpFormatter) -> None:
         with formatter.section("Commands"):
             formatter.write_dl([(name, line) for name, (_, line) in COMMANDS.items()])
+
+    def resolve_command(
+        self, ctx: ClickContext, args: list[str]
+    ) -> tuple[str | None, Command | None, list[str]]:
+        """A mistyped command is a usage error (exit 2) that names the commands it is close to."""
+        name = args[0] if args else ""
+        if name and name not in COMMANDS and name[0].isalnum() and not ctx.resilient_parsing:
+            close = difflib.get_close_matches(name, COMMANDS, n=3)
+            suggestion = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            ctx.fail(f"No such command {name!r}.{suggestion}")
+        return super().resolve_command(ctx, args)
+
+    def shell_complete(self, ctx: ClickContext, incomplete: str) -> list[CompletionItem]:
+        """Command names from the table, with their help lines: completing ``kzbuild <TAB>`` loads
+        no command's module (typer's group would load every one, for its help). Then the root's
+        options, as any command completes them."""
+        from typer._click.shell_completion import CompletionItem
+
+        names = [
+            CompletionItem(name, help=line)
+            for name, (_, line) in COMMANDS.items()
+            if name.startswith(incomplete)
+        ]
+        return names + super(TyperGroup, self).shell_complete(ctx, incomplete)
 
 
 app = typer.Typer(

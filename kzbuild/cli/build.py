@@ -11,6 +11,7 @@ import typer
 from kzbuild.adapters import proc
 from kzbuild.adapters.settings import Settings
 from kzbuild.build import builder, remotecache
+from kzbuild.cli.complete import complete_target
 from kzbuild.cli.options import JsonOpt, NoRemoteOpt, RecipeArg, load_recipe
 from kzbuild.cli.ui import ProgressLines, context, print_json, rich_console, say, stderr_is_terminal, styled
 from kzbuild.model.build import V79_CHECK_DESCRIPTION, V79_CHECK_PROVES, V79_CHECK_TARGET, BuildEvent, BuildOptions, BuildPlan, BuildResult
@@ -20,7 +21,11 @@ from kzbuild.model.remotecache import RemoteConfig
 if TYPE_CHECKING:
     from kzbuild.build import v79check
 
-TargetOpt = Annotated[Optional[list[str]], typer.Option("--target", "-t", help=f"Target: {', '.join([*builder.TARGETS, V79_CHECK_TARGET])} (repeatable). Default: the recipe's targets. {V79_CHECK_TARGET}: {V79_CHECK_DESCRIPTION}.")]
+TargetOpt = Annotated[Optional[list[str]], typer.Option(
+    "--target", "-t", autocompletion=complete_target,
+    help=f"Target: {', '.join(builder.BUILD_TARGETS)} (repeatable). Default: the recipe's targets. "
+    f"{V79_CHECK_TARGET}: {V79_CHECK_DESCRIPTION}.",
+)]  # fmt: skip
 ToolchainOpt = Annotated[Optional[list[str]], typer.Option("--toolchain", help="Use this toolchain instead of the target's one for the same role, e.g. host-clang or snapdragon-docker (repeatable).")]
 JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Parallel compile jobs (default: number of CPUs).")]
 ArtifactsOpt = Annotated[Optional[Path], typer.Option("--artifacts", help="Artifacts folder (default: WORK/artifacts).")]
@@ -53,7 +58,9 @@ def build_command(
     remote = remotecache.load_config(settings, os.environ, disabled=no_remote_cache)
     outputs = []
     options = BuildOptions(jobs=jobs, overrides=tuple(toolchain or ()), extra_tools=tuple(tool or ()), artifacts=artifacts)
-    for name in target or list(loaded.build.targets):
+    names = target or list(loaded.build.targets)
+    builder.check_build_targets(names)
+    for name in names:
         if name == V79_CHECK_TARGET:
             outputs.append(v79_check(settings, loaded, options, dry_run=dry_run, json_out=json_out))
             continue

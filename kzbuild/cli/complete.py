@@ -28,6 +28,13 @@ def complete_recipe(ctx: typer.Context, incomplete: str) -> list[str]:
     return [name for name in names if name.startswith(incomplete)]
 
 
+def complete_target(incomplete: str) -> list[str]:
+    """What --target of build and ci takes (the module that declares it has loaded the builder)."""
+    from kzbuild.build.builder import BUILD_TARGETS
+
+    return [name for name in BUILD_TARGETS if name.startswith(incomplete)]
+
+
 def complete_device(ctx: typer.Context, incomplete: str) -> list[str]:
     from kzbuild.device.registry import load_devices
 

@@ -13,7 +13,7 @@ from rich.markup import escape
 from kzbuild.adapters.files import write_atomic
 from kzbuild.cli.options import DeviceOpt, JsonOpt, RecipeArg, TrustOpt, WaitOpt, append_step_summary, load_recipe
 from kzbuild.cli.ui import activity, console, context, not_empty, print_json
-from kzbuild.errors import BuildFailed, PatchError, RegressionFound, WorktreeError
+from kzbuild.errors import BuildFailed, PatchError, RegressionFound, SourceError, WorktreeError
 from kzbuild.model.roll import DEFAULT_BLOCKS, DEFAULT_LIMIT, DEFAULT_THRESHOLD_PCT, PLAN_TARGET
 
 if TYPE_CHECKING:
@@ -43,7 +43,10 @@ def roll_command(
 ) -> None:
     """Try newer upstream commits: verdict per patch, who broke each conflict (PR, author, date), build, Kz-Tests, v79 plan; the newest that passes is rollable.
 
-    Exit codes: 0 a candidate is rollable (or rolled with --write, or nothing is newer); 5 the newest candidate conflicts, or a live patch's Kz-Test fails there; 7 its build or plan fails; 9 its bench regressed past --threshold. The report is written in every case.
+    Exit codes: 0 a candidate is rollable (or rolled with --write, or nothing is newer); 5 the
+    newest candidate conflicts, or a live patch's Kz-Test fails there; 7 its build or plan fails;
+    9 its bench regressed past --threshold; 3 otherwise, when a source could not be checked (its
+    host or index did not answer: newer upstream may be there). The report is written in every case.
     """
     from kzbuild.measure import roll
     from kzbuild.measure.stats import fresh_seed
@@ -88,6 +91,12 @@ def roll_command(
     _exit(report)
     if write and report.rollable is not None and report.branch is None:
         raise WorktreeError(next(n for n in report.notes if n.startswith("not written")))
+    if report.unchecked:
+        raise SourceError(
+            "; ".join(u.describe() for u in report.unchecked),
+            hint="check the network and the recipe's upstream.sources, then roll again: "
+            "newer upstream may be there",
+        )
 
 
 def _print(report: RollReport, title: str, lines: list[str]) -> None:

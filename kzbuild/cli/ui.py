@@ -35,13 +35,22 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
+# Width of a console that writes to a log or a pipe: no terminal to fit, so no line is wrapped or
+# cut (a sha256, a path, a table cell stays whole on its line). Tables keep their natural width.
+UNWRAPPED_WIDTH = 100_000
+
+
 @cache
 def rich_console(*, stderr: bool) -> Console:
     """The rich Console behind ``console`` (stdout) or ``err_console``, made on first use; rich's
-    own objects (Progress, RichHandler) get this real one."""
+    own objects (Progress, RichHandler) get this real one. On a terminal it fits the terminal;
+    elsewhere nothing wraps (rich would otherwise wrap at 80 columns, or at the width of another
+    stream that is a terminal)."""
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False)
+    if (sys.stderr if stderr else sys.stdout).isatty():
+        return Console(stderr=stderr, highlight=False)
+    return Console(stderr=stderr, highlight=False, width=UNWRAPPED_WIDTH, soft_wrap=True)
 
 
 class _ConsoleOnFirstUse:
@@ -261,7 +270,7 @@ def activity(message: str) -> Iterator[Callable[[str], None]]:
                 if phase:
                     lines.update(phase["stage"], phase["fraction"])
                 elif line.strip():
-                    lines.update(None, line.strip()[-100:])
+                    lines.update(None, line.strip())  # whole: a cut word reads as garbage
 
             yield follow
         return

@@ -29,7 +29,7 @@ from typing import Protocol
 from packaging.version import InvalidVersion, Version
 
 from kzbuild.adapters import proc
-from kzbuild.adapters.gitcmd import KZ_AUTHOR, Git, ls_remote
+from kzbuild.adapters.gitcmd import KZ_AUTHOR, Git, ls_remote, remote_failure
 from kzbuild.adapters.settings import Settings
 from kzbuild.build import builder
 from kzbuild.errors import KzError, SourceError, WorktreeError
@@ -48,6 +48,7 @@ from kzbuild.model.roll import (
     Outcome,
     RollReport,
     RollStep,
+    Unchecked,
     pr_number,
 )
 from kzbuild.model.stackcheck import BumpPlan, StepStatus, Target, UpstreamCommit, Verdict
@@ -83,13 +84,15 @@ class ABRunner(Protocol):
 
 def find_candidates(
     settings: Settings, recipe: Recipe, to: Sequence[str] = (), *, limit: int = DEFAULT_LIMIT, progress: Progress | None = None
-) -> tuple[list[tuple[Candidate, Target]], list[str]]:
-    """The candidates, newest first, with their targets; and notes on sources that gave none."""
+) -> tuple[list[tuple[Candidate, Target]], list[str], list[Unchecked]]:
+    """The candidates, newest first, with their targets; notes on sources that gave none; and the
+    sources that could not be asked."""
     cache = ObjectCache(settings)
     pin = recipe.upstream.commit
     cache.ensure(pin, recipe.upstream.sources, progress=progress)
     pin_time, _ = _committed(cache, pin)
     notes: list[str] = []
+    unchecked: list[Unchecked] = []
     found: list[tuple[Candidate, Target]] = []
     if to:
         for ref in to:
@@ -98,9 +101,11 @@ def find_candidates(
     else:
         for source in recipe.upstream.sources:
             if source.kind == "pypi-sdist":
-                found += _pypi_candidates(settings, recipe, source, limit, notes, progress)
+                found += _pypi_candidates(
+                    settings, recipe, source, limit, notes, unchecked, progress
+                )
             else:
-                found += _git_candidates(settings, source, limit, notes, progress)
+                found += _git_candidates(settings, source, limit, unchecked, progress)
     dated: list[tuple[int, Candidate, Target]] = []
     seen: dict[str, Candidate] = {}
     for candidate, target in found:
@@ -114,7 +119,7 @@ def find_candidates(
         seen[target.commit] = candidate
         dated.append((when, replace(candidate, date=date), target))
     dated.sort(key=lambda item: -item[0])
-    return [(c, t) for _, c, t in dated], notes
+    return [(c, t) for _, c, t in dated], notes, unchecked
 
 
 def _committed(cache: ObjectCache, commit: str) -> tuple[int, str]:
@@ -123,14 +128,21 @@ def _committed(cache: ObjectCache, commit: str) -> tuple[int, str]:
     return int(seconds), iso
 
 
-def _git_candidates(settings: Settings, source: Source, limit: int, notes: list[str], progress: Progress | None) -> list[tuple[Candidate, Target]]:
+def _git_candidates(
+    settings: Settings,
+    source: Source,
+    limit: int,
+    unchecked: list[Unchecked],
+    progress: Progress | None,
+) -> list[tuple[Candidate, Target]]:
     """The default branch's head and the ``limit`` highest-versioned tags of a git source."""
     url = source.location
     if progress:
         progress(f"listing {source.label}")
     result = ls_remote(url, "HEAD", "refs/tags/*", options=("--symref",))
     if not result.ok:
-        notes.append(f"{source.label}: cannot list its branches and tags: {_last_line(result.stderr)}")
+        why = f"cannot list its branches and tags: {remote_failure(result)}"
+        unchecked.append(Unchecked(source.label, why))
         return []
     head_branch, head = None, None
     tags: dict[str, str] = {}
@@ -160,7 +172,13 @@ def _natural(name: str) -> tuple[tuple[int, str], ...]:
 
 
 def _pypi_candidates(
-    settings: Settings, recipe: Recipe, source: Source, limit: int, notes: list[str], progress: Progress | None
+    settings: Settings,
+    recipe: Recipe,
+    source: Source,
+    limit: int,
+    notes: list[str],
+    unchecked: list[Unchecked],
+    progress: Progress | None,
 ) -> list[tuple[Candidate, Target]]:
     """The ``limit`` newest versions on the index above the pinned one, through ``pip index versions``."""
     package, _, pinned = source.location.partition("==")
@@ -174,7 +192,8 @@ def _pypi_candidates(
     result = proc.run([sys.executable, "-m", "pip", "index", "versions", "--disable-pip-version-check", package], check=False)
     listed = re.search(r"^Available versions:(.*)$", result.stdout, re.M)
     if not result.ok or not listed:
-        notes.append(f"{source.label}: pip index versions {package} failed: {_last_line(result.stderr or result.stdout)}")
+        why = f"pip index versions {package} failed: {_last_line(result.stderr or result.stdout)}"
+        unchecked.append(Unchecked(source.label, why))
         return []
     newer = []
     for word in listed.group(1).split(","):
@@ -190,7 +209,7 @@ def _pypi_candidates(
         try:
             target = resolve_target(settings, recipe, label, progress)
         except SourceError as exc:
-            notes.append(f"{label}: {exc.message}")
+            unchecked.append(Unchecked(label, exc.message))
             continue
         found.append((Candidate(label, target.commit, "pypi"), target))
     return found
@@ -268,7 +287,8 @@ def roll(
     and the next one whenever a rolled candidate fails; with ``write``, commit the rollable one."""
     if write:
         check_writable(settings)
-    candidates, notes = find_candidates(settings, recipe, to, limit=limit, progress=progress)
+    found = find_candidates(settings, recipe, to, limit=limit, progress=progress)
+    candidates, notes, unchecked = found
     stage = Stage(settings, recipe)
     results: list[CandidateResult] = []
     pin_artifact: Path | None = None
@@ -302,7 +322,10 @@ def roll(
                 branch, commit = _commit_branch(stage, target.commit, RollReport(recipe.name, recipe.upstream.commit, tuple(results)), notes)
     finally:
         stage.remove()
-    return RollReport(recipe.name, recipe.upstream.commit, tuple(results), tuple(notes), branch, commit)
+    return RollReport(
+        recipe.name, recipe.upstream.commit, tuple(results), tuple(notes), branch, commit,
+        tuple(unchecked),
+    )
 
 
 def check_writable(settings: Settings) -> None:
@@ -449,6 +472,11 @@ def title(report: RollReport) -> str:
     if rollable is not None:
         return f"roll {report.recipe}: rollable to {rollable.candidate.label} ({rollable.candidate.commit[:12]})"
     blocking = report.blocking
+    if blocking is None and report.unchecked:
+        sources = ", ".join(u.source for u in report.unchecked)
+        pin = report.pin[:12]
+        rest = f"nothing newer than the pin {pin} in the rest"
+        return f"roll {report.recipe}: could not check {sources}; {rest}"
     if blocking is None:
         return f"roll {report.recipe}: nothing newer than the pin {report.pin[:12]}"
     return f"roll {report.recipe}: not rollable; {blocking.candidate.label} ({blocking.candidate.commit[:12]}): {blocking.outcome.value}"
@@ -456,7 +484,7 @@ def title(report: RollReport) -> str:
 
 def summary(report: RollReport) -> list[str]:
     """The report's gist: one line per candidate, the patches it would drop, who broke what."""
-    lines = []
+    lines = [f"- {u.describe()}" for u in report.unchecked]
     for result in report.results:
         lines.append(f"- {result.candidate.label} ({result.candidate.commit[:12]}): {result.outcome.value}")
         for b in result.plan.bisects:

@@ -130,6 +130,18 @@ class CandidateResult:
 
 
 @dataclass(frozen=True)
+class Unchecked:
+    """A source roll could not ask for candidates (its host or index did not answer), or a
+    candidate of it that could not be fetched."""
+
+    source: str  # the source's label, or the candidate's
+    why: str  # what git or pip said
+
+    def describe(self) -> str:
+        return f"could not check {self.source}: {self.why}"
+
+
+@dataclass(frozen=True)
 class RollReport:
     recipe: str
     pin: str
@@ -137,6 +149,7 @@ class RollReport:
     notes: tuple[str, ...] = ()
     branch: str | None = None  # --write: the branch made
     commit: str | None = None  # --write: its commit
+    unchecked: tuple[Unchecked, ...] = ()  # newer upstream may be there: the roll is incomplete
 
     @property
     def rollable(self) -> CandidateResult | None:
@@ -158,5 +171,6 @@ class RollReport:
             "commit": self.commit,
             "candidates": [r.to_dict() for r in self.results],
             "notes": list(self.notes),
+            "unchecked": [{"source": u.source, "why": u.why} for u in self.unchecked],
         }
 

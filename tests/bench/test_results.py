@@ -269,3 +269,20 @@ def test_plot_refuses_an_unknown_axis_and_an_empty_selection(kz, project):
     no_metric = kz("results", "plot", "--metric", "tg9", "--out", str(project.root / "x.png"))
     assert no_metric.code == 13 and "nothing to plot" in flat(no_metric.err)
     assert not (project.root / "x.png").exists()
+
+
+def test_in_a_pipe_results_list_keeps_each_run_on_one_line(kz, project):
+    """Output to a log or a pipe is never wrapped to 80 columns: a run's cells stay on its line."""
+    builds = [f"host-{n}abcdef0123456789" for n in range(4)]
+    tests = ("pp512", "tg128", "pp2048", "tg512")
+    run = "2026-10-01T10-00-00-long-run-name"
+    pairs = enumerate(zip(builds, tests, strict=True))
+    records = [record(run_id=run, build_id=b, test=t, seq=i) for i, (b, t) in pairs]
+    store_with(project, *records)
+    listed = kz("results", "list")
+    assert listed.code == 0, listed.err
+    (row,) = [line for line in listed.out.splitlines() if "long-run-name" in line]
+    assert "2026-10-01T10-00-00-long-run-name" in row and "pad3" in row
+    assert ", ".join(b[:12] for b in builds) in row and "pp512 tg128 pp2048 tg512" in row
+    assert "│ 4 " in row  # the records count
+    assert len(row) > 80

@@ -247,3 +247,12 @@ def test_progress_reports_bytes_per_file_up_to_the_total(artifacts, tmp_path):
     assert events[-1].label == "verifying sha256 on the device" and events[-1].done == result.bytes_sent
     assert {event.label for event in events[:-1]} == {"bin/hello", "lib/libblob.so", "lib/libgreet.so"}
     assert len([event for event in events if event.label == "lib/libblob.so"]) > 2  # several updates for a big file
+
+
+def test_in_a_pipe_the_deploy_line_keeps_current_and_its_release_together(kz, artifacts, tmp_path):
+    build = artifacts.make("host-0123456789abcdef")
+    root = tmp_path / "a-device-root-with-a-long-name" / "data" / "local" / "tmp" / "kz-engine"
+    result = kz("deploy", "--device", f"local:{root}", "--artifact", str(build))
+    assert result.code == 0, result.err
+    (line,) = [line for line in result.out.splitlines() if line.startswith("deployed ")]
+    assert line.endswith(": current -> releases/host-0123456789abcdef (was nothing)")

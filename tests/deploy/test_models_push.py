@@ -115,3 +115,13 @@ def test_bad_inputs(kz, tmp_path, content, name, message):
     result = kz(*args)
     assert result.code == ConfigError.exit_code
     assert message in " ".join(result.err.split())
+
+
+def test_in_a_pipe_the_stored_name_and_sha256_stay_on_one_line(kz, tmp_path):
+    model = write_gguf(tmp_path / "a-model-with-a-rather-long-file-name-q4_0.gguf")
+    root = tmp_path / "device-with-a-long-path" / "data" / "local" / "tmp" / "kz-engine"
+    result = kz("models", "push", str(model), "--device", f"local:{root}")
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert f"  {root}/models/{model.name} -> {sha256(model)}.gguf" in lines
+    assert any(line.startswith("pushed ") and f"as {root}/models/" in line for line in lines)

@@ -16,7 +16,7 @@ import tempfile
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from kzbuild.adapters.gitcmd import Git, ls_remote
+from kzbuild.adapters.gitcmd import Git, ls_remote, remote_failure
 from kzbuild.adapters.settings import Settings
 from kzbuild.errors import ConfigError, SourceError
 from kzbuild.model.patch import Patch
@@ -102,10 +102,13 @@ def resolve_target(settings: Settings, recipe: Recipe, ref: str, progress: Progr
         full = cache.git.resolve(ref)
         if full:
             return Target(full, git_sources, ref)
-    tried = []
+    tried, unreachable = [], []
     for source in git_sources:
         url = source.location
         result = ls_remote(url, f"refs/heads/{ref}", f"refs/tags/{ref}", f"refs/tags/{ref}^{{}}")
+        if not result.ok:
+            unreachable.append(f"{source.label} cannot be reached: {remote_failure(result)}")
+            continue
         tried.append(source.label)
         refs: dict[str, str] = {}
         for line in result.stdout.splitlines():
@@ -115,6 +118,14 @@ def resolve_target(settings: Settings, recipe: Recipe, ref: str, progress: Progr
         resolved = refs.get(f"refs/tags/{ref}^{{}}") or refs.get(f"refs/heads/{ref}") or refs.get(f"refs/tags/{ref}")
         if resolved:
             return Target(resolved, (source,), ref)
+    if unreachable:
+        raise SourceError(
+            f"cannot resolve '{ref}': "
+            + "; ".join(unreachable)
+            + (f"; not a branch or tag of {', '.join(tried)}" if tried else ""),
+            hint="check the network and the recipe's upstream.sources, then try again "
+            "(a full 40-hex commit is named without asking a remote)",
+        )
     raise SourceError(
         f"cannot resolve '{ref}': not a full sha, a known short sha, or a branch or tag of "
         + (", ".join(tried) if tried else "any git source (the recipe has none)"),
