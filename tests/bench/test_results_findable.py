@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -18,20 +19,43 @@ RUN_ID = "20261203T104512Z-3f9a2c"
 BUILD_ID = "host-20f562fbe4eda1aa"
 
 
-def test_an_empty_results_dir_points_to_the_dirs_that_hold_results(kz, project):
+def test_without_a_chosen_dir_the_reading_commands_show_the_demo_s_results_and_say_so(kz, project):
     demo = project.work / DEMO_RESULTS
     with ResultsStore(demo) as store:
         store.add([record(run_id="r1"), record(run_id="r1", test="tg128", seq=1)])
-    pointer = f"{project.root / 'results'} holds no measured results; they are in {demo.resolve()} (2 records): pass --results-dir DIR or set KZ_RESULTS_DIR=DIR"
-    for command in (["show", "latest"], ["compare", "r1", "r1"], ["plot"]):
+    committed = project.root / "results"  # as in the repo: the seed figures, no measurements
+    committed.mkdir()
+    shutil.copy(REPO_SEED, committed)
+    before = sorted(committed.iterdir())
+    note = f"results from {demo.resolve()} (the demo's; {committed} holds no measured results)"
+    for command in (["list"], ["show", "latest"], ["compare", "r1", "r1"], ["plot"]):
         result = kz("results", *command)
+        assert result.code == 0, (command, result.err)
+        assert note in flat(result.err), command
+    assert "r1" in kz("results", "list").out
+    assert (demo / "plot.png").stat().st_size > 1000  # the plot goes beside the results it shows
+    assert sorted(committed.iterdir()) == before  # the project's results/ is only read
+    # manual reference rows are not measurements: the demo's results are still the ones shown
+    assert kz("results", "import-seed").code == 0
+    assert note in flat(kz("results", "show", "r1").err)
+
+
+def test_a_chosen_results_dir_without_measurements_points_to_the_dirs_that_hold_some(kz, project):
+    demo = project.work / DEMO_RESULTS
+    with ResultsStore(demo) as store:
+        store.add([record(run_id="r1"), record(run_id="r1", test="tg128", seq=1)])
+    chosen = project.root / "results"
+    pointer = (
+        f"{chosen} holds no measured results; they are in {demo.resolve()} (2 records): "
+        "pass --results-dir DIR or set KZ_RESULTS_DIR=DIR"
+    )
+    for command in (["show", "latest"], ["compare", "r1", "r1"], ["plot"]):
+        result = kz("--results-dir", str(chosen), "results", *command)
         assert result.code == 13, command
         assert pointer in flat(result.err), command
-    listed = kz("results", "list")
+    listed = kz("--results-dir", str(chosen), "results", "list")
     assert listed.code == 0 and pointer in flat(listed.out)
-    # manual reference rows are not measurements: the pointer stays
-    kz("results", "import-seed", str(REPO_SEED))
-    assert pointer in flat(kz("results", "show", "latest").err)
+    assert "results from" not in flat(listed.err)
     # the pointer works: the demo's results are there
     assert kz("--results-dir", str(demo), "results", "show", "r1").code == 0
 
