@@ -9,6 +9,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from typing import Any
 
 from kzbuild.measure.results import DEMO_RESULTS, ResultsStore
 from tests.bench.benchkit import flat, record
@@ -17,6 +18,7 @@ from tests.conftest import REPO_ROOT
 
 RUN_ID = "20261203T104512Z-3f9a2c"
 BUILD_ID = "host-20f562fbe4eda1aa"
+TEXT: dict[str, Any] = {"capture_output": True, "text": True, "timeout": 120}
 
 
 def test_without_a_chosen_dir_the_reading_commands_show_the_demo_s_results_and_say_so(kz, project):
@@ -107,22 +109,33 @@ def test_ids_are_whole_at_80_columns_and_each_shown_id_selects_its_results(kz, p
 
 
 def test_the_demo_ends_by_plotting_and_printing_where_its_results_are_and_how_to_see_them(project):
-    """The end of scripts/demo (from its results table on), run as written against stored results."""
+    """The end of scripts/demo (from its results table on), run as written against stored results;
+    the commands it prints then run as a new shell would: scripts/kzbuild, no KZ_RESULTS_DIR."""
     demo = project.work / DEMO_RESULTS
     with ResultsStore(demo) as store:
         store.add([record(run_id="r1"), record(run_id="r1", test="tg128", seq=1)])
     script = (REPO_ROOT / "scripts" / "demo").read_text()
-    ending = script[script.index("kz results show latest"):]
-    kz = f'set -euo pipefail\nkz() {{ {shlex.quote(sys.executable)} -m kzbuild "$@"; }}\n'
-    env = {**os.environ, "KZ_RESULTS_DIR": str(demo), "KZ_VENV": sys.prefix, "COLUMNS": "80"}
-    ran = subprocess.run(["bash", "-c", kz + ending], cwd=project.root, env=env, capture_output=True, text=True, timeout=120)
+    ending = script[script.index("kz results show latest") :]
+    start = f'set -euo pipefail\nkz() {{ {shlex.quote(sys.executable)} -m kzbuild "$@"; }}\n'
+    start += 'demo_results="${KZ_WORK_DIR:-$PWD/.kz}/demo-results"\n'
+    env = {**os.environ, "KZ_WORK_DIR": str(project.work), "KZ_VENV": sys.prefix, "COLUMNS": "80"}
+    env.pop("KZ_RESULTS_DIR", None)
+    env |= {"KZ_RESULTS_DIR": str(demo)}  # as the demo sets it for its own commands
+    ran = subprocess.run(["bash", "-c", start + ending], cwd=project.root, env=env, **TEXT)
     assert ran.returncode == 0, ran.stderr
     assert (demo / "plot.png").stat().st_size > 1000
-    assert f"The demo's results are in {demo} (results.jsonl, results.sqlite3, plot.png)." in ran.stdout
-    commands = [line.split(":", 1)[-1].strip() if line.startswith(("See", "Plot")) else line.strip() for line in ran.stdout.splitlines() if "KZ_RESULTS_DIR=" in line]
-    assert len(commands) == 3
-    plain_env = {k: v for k, v in env.items() if k != "KZ_RESULTS_DIR"}  # as a new shell would run them
+    expected = f"The demo's results are in {demo} (results.jsonl, results.sqlite3, plot.png)."
+    assert expected in ran.stdout
+    commands = re.findall(r"scripts/kzbuild( results .*)", ran.stdout)
+    assert commands == [" results list", " results show latest", " results plot --out plot.png"]
+    wrapper = shlex.quote(str(REPO_ROOT / "scripts" / "kzbuild"))
+    plain_env = {k: v for k, v in env.items() if k != "KZ_RESULTS_DIR"}
+    plain_env["KZ_PROJECT"] = str(project.root)
     for command in commands:
-        again = subprocess.run(["bash", "-c", command], cwd=project.root, env=plain_env, capture_output=True, text=True, timeout=120)
+        again = subprocess.run(
+            ["bash", "-c", wrapper + command], cwd=project.root, env=plain_env, **TEXT
+        )
         assert again.returncode == 0, (command, again.stderr)
+        assert f"results from {demo.resolve()} (the demo's;" in again.stderr
+        assert "build-a" in again.stdout or "plot" in command  # the stored records
     assert (project.root / "plot.png").is_file()
