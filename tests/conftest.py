@@ -27,6 +27,7 @@ pytest_plugins = (
     "tests.fixtures_cache",
     "tests.fixtures_trees",
     "tests.adbdevice.fixtures",
+    "tests.heartbeat",  # a line at least once a minute while a test (a cold host build) runs long
 )
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

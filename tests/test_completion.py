@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild.measure.results import ResultsStore
+from kzbuild.measure.results import DEMO_RESULTS, ResultsStore
 from tests.bench.benchkit import record
 
 KZBUILD = Path(sys.prefix) / "bin" / "kzbuild"
@@ -62,6 +62,12 @@ def test_bash_completes_commands_recipes_devices_and_run_ids(project):
     assert bash_complete(project.root, "bench", "--device", "lo") == ["local"]
     assert bash_complete(project.root, "results", "show", "2026120") == ["20261203T104512Z-3f9a2c", "20261204T090000Z-77aa00"]
     assert bash_complete(project.root, "results", "compare", "20261203T104512Z-3f9a2c", "la") == ["latest"]
+
+
+def test_run_ids_come_from_the_dir_results_show_reads_the_demo_s_when_results_has_none(project):
+    with ResultsStore(project.root / ".kz" / DEMO_RESULTS) as store:
+        store.add([record(run_id="20261203T104512Z-3f9a2c")])
+    assert bash_complete(project.root, "results", "show", "2026") == ["20261203T104512Z-3f9a2c"]
 
 
 def test_outside_a_project_completion_offers_nothing_and_prints_no_error(tmp_path):

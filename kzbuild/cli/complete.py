@@ -50,7 +50,7 @@ def complete_run(ctx: typer.Context, incomplete: str) -> list[str]:
     from kzbuild.measure import results
 
     try:
-        folder = _settings(ctx).results
+        folder, _ = results.reading_dir(_settings(ctx))  # the dir `results show` would read
         if not folder.is_dir():
             return []
         with results.ResultsStore(folder) as store:

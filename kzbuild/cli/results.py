@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kzbuild.adapters.settings import Settings
+from kzbuild.cli import ui
 from kzbuild.cli.complete import complete_run
 from kzbuild.cli.options import JsonOpt, MarkdownOpt
 from kzbuild.cli.ui import command_group, console, context, not_empty, print_json
@@ -30,7 +31,7 @@ def register(app: typer.Typer) -> None:
 def results_list(ctx: typer.Context, json_out: JsonOpt = False, markdown: MarkdownOpt = False) -> None:
     """List stored runs (measured and manual), oldest first."""
     settings = context(ctx).settings
-    with results.ResultsStore(settings.results) as store:
+    with _reading(settings) as store:
         runs = store.runs()
     if json_out:
         print_json([run.__dict__ for run in runs])
@@ -55,7 +56,7 @@ def results_show(
 ) -> None:
     """Show the records of a run or build: median and spread of the samples, with provenance."""
     settings = context(ctx).settings
-    with results.ResultsStore(settings.results) as store, _pointing_elsewhere(store, settings):
+    with _reading(settings) as store:
         records = store.records(selector)
     if json_out:
         print_json([record_json(r) for r in records])
@@ -86,7 +87,7 @@ def results_compare(
     """
     limit = results.parse_threshold(threshold)
     settings = context(ctx).settings
-    with results.ResultsStore(settings.results) as store, _pointing_elsewhere(store, settings):
+    with _reading(settings) as store:
         comparison = results.compare(store.records(a), store.records(b), a_label=a, b_label=b, metric=metric, threshold_pct=limit)
     if json_out:
         print_json(_comparison_json(comparison))
@@ -107,10 +108,10 @@ def results_plot(
 ) -> None:
     """Write a PNG of prefill and decode throughput over builds, or along one sweep axis."""
     settings = context(ctx).settings
-    with results.ResultsStore(settings.results) as store, _pointing_elsewhere(store, settings):
+    with _reading(settings) as store:
         # Manual reference rows are drawn only when selected by name: they come from other devices.
         records = [r for s in selectors for r in store.records(s)] if selectors else [r for r in store.records() if r.kind == "bench"]
-        written = results.plot(records, out or settings.results / "plot.png", axis=axis, metric=metric)
+        written = results.plot(records, out or store.folder / "plot.png", axis=axis, metric=metric)
     say(f"wrote {written}")
 
 
@@ -129,15 +130,20 @@ def results_import_seed(
 
 
 @contextmanager
-def _pointing_elsewhere(store: results.ResultsStore, settings: Settings) -> Iterator[None]:
-    """A selection that fails in a results dir without measured results names the dirs that hold some."""
-    try:
-        yield
-    except ResultsError as exc:
-        elsewhere = None if store.has_measurements() else results.elsewhere_hint(settings)
-        if elsewhere is None:
-            raise
-        raise ResultsError(exc.message, hint=elsewhere) from exc
+def _reading(settings: Settings) -> Iterator[results.ResultsStore]:
+    """The store the reading commands use, saying where it is when it is not the one in use; a
+    selection that fails in a results dir without measured results names the dirs that hold some."""
+    folder, note = results.reading_dir(settings)
+    if note:
+        ui.say(note, err=True)
+    with results.ResultsStore(folder) as store:
+        try:
+            yield store
+        except ResultsError as exc:
+            elsewhere = None if store.has_measurements() else results.elsewhere_hint(settings)
+            if elsewhere is None:
+                raise
+            raise ResultsError(exc.message, hint=elsewhere) from exc
 
 
 # --- rendering ---

@@ -664,7 +664,8 @@ def axis_value(record: BenchRecord, axis: str) -> str | None:
 
 
 def plot(records: Sequence[BenchRecord], out: Path, *, axis: str = "build", metric: str | None = None) -> Path:
-    """Write a PNG: prefill and decode medians (with min-max bars) along builds or one sweep axis.
+    """Write a PNG: prefill and decode throughput, each sample and their median, along builds
+    or one sweep axis.
 
     Manual reference rows are drawn as dashed lines. Series never mix devices, models or env.
     """
@@ -680,24 +681,27 @@ def plot(records: Sequence[BenchRecord], out: Path, *, axis: str = "build", metr
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, panels = plt.subplots(2, 1, figsize=(9, 9), squeeze=False)
+    # constrained layout keeps titles, tick labels and legends from running into each other
+    figure, panels = plt.subplots(2, 1, figsize=(10, 9), squeeze=False, layout="constrained")
     panel_of = {"prefill": panels[0][0], "decode": panels[1][0]}
     builds = _unique(r.build.build_id or "?" for r in measured)
     for name, axes in panel_of.items():
         axes.set_title(f"{name} ({'over builds' if axis == 'build' else 'along ' + axis})")
-        axes.set_ylabel("tokens/s (median, min-max)")
+        axes.set_ylabel("tokens/s (dots: samples; line: median)")
         axes.set_xlabel("build" if axis == "build" else axis)
         axes.grid(True, alpha=0.3)
     for label, points in _series(measured, axis, builds).items():
-        xs = [x for x, _ in points]
-        summaries = [s for _, s in points]
-        medians = [s.median for s in summaries]
-        errors = [
-            [(s.median - s.low) if s.median is not None and s.low is not None else 0 for s in summaries],
-            [(s.high - s.median) if s.median is not None and s.high is not None else 0 for s in summaries],
-        ]
         axes = panel_of[_panel(label[0])]
-        axes.errorbar(xs, medians, yerr=errors, marker="o", capsize=3, label=label[1])
+        medians = [math.nan if g.summary.median is None else g.summary.median for _, g in points]
+        xs = [x for x, _ in points]
+        (line,) = axes.plot(xs, medians, marker="_", markersize=24, mew=2, label=label[1])
+        for x, group in points:
+            samples = [s for r in group.records for s in r.samples_ts]
+            samples = samples or [r.avg_ts for r in group.records if r.avg_ts is not None]
+            at: list[float | int | str] = [x] * len(samples)
+            if axis == "build" and isinstance(x, int):  # side by side: equal samples stay apart
+                at = [x + 0.05 * (i - (len(samples) - 1) / 2) for i in range(len(samples))]
+            axes.scatter(at, samples, s=18, alpha=0.7, color=line.get_color(), zorder=3)
     for record in references:
         axes = panel_of[_panel(record.test)]
         reference_label = f"{record.label or record.test}: {record.device.name} {record.model.name} (manual)"
@@ -708,9 +712,10 @@ def plot(records: Sequence[BenchRecord], out: Path, *, axis: str = "build", metr
     if axis == "build":
         for axes in panel_of.values():
             axes.set_xticks(range(len(builds)), [b[:12] for b in builds], rotation=30, ha="right", fontsize=8)
+            axes.set_xlim(-0.5, len(builds) - 0.5)
     for axes in panel_of.values():
         if axes.get_legend_handles_labels()[0]:
-            axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+            axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), markerscale=0.5)
     return save_png(figure, out, option="--out")
 
 
@@ -734,8 +739,9 @@ def _panel(test: str) -> str:
 
 def _series(
     records: Sequence[BenchRecord], axis: str, builds: Sequence[str]
-) -> dict[tuple[str, str], list[tuple[float | int | str, Summary]]]:
-    """(test, legend label) -> points (x, summary); one series per comparable group minus the axis."""
+) -> dict[tuple[str, str], list[tuple[float | int | str, Group]]]:
+    """(test, legend label) -> points (x, its records); a series per group of records that
+    compare, minus the axis."""
     grouped: dict[tuple[object, ...], list[BenchRecord]] = defaultdict(list)
     xs: dict[tuple[object, ...], dict[object, list[BenchRecord]]] = defaultdict(lambda: defaultdict(list))
     for record in records:
@@ -759,17 +765,18 @@ def _series(
             for part in (
                 first.test if axis not in ("p", "n") else "",
                 first.device.name,
-                first.model.name or (first.model.sha256 or "")[:8],
+                first.model.name or Path(first.model.path).name or (first.model.sha256 or "")[:8],
                 describe_config(first, skip=skip),
                 describe_env((k, v) for k, v in first.env_set if k in shown_env),
                 f"build {(first.build.build_id or '')[:12]}" if axis != "build" else "",
             )
             if part
         )
-        points: list[tuple[float | int | str, Summary]] = []
+        points: list[tuple[float | int | str, Group]] = []
         for x, rs in xs[key].items():
             number = _axis_number(x)
-            points.append((number if numeric and number is not None else str(x), Group(key, tuple(rs)).summary))
+            at = number if numeric and number is not None else str(x)
+            points.append((at, Group(key, tuple(rs))))
         points.sort(key=lambda p: (isinstance(p[0], str), p[0] if not isinstance(p[0], str) else 0, str(p[0])))
         series[(first.test, label)] = points
     return series
@@ -824,14 +831,32 @@ def other_results_dirs(settings: Settings) -> list[tuple[Path, int]]:
         if folder in seen:
             continue
         seen.add(folder)
-        try:
-            with open(folder / JSONL_FILE, "rb") as jsonl:
-                count = sum(1 for line in jsonl if line.strip())
-        except OSError:
-            continue
+        count = measured_count(folder)
         if count:
             found.append((folder, count))
     return found
+
+
+def measured_count(folder: Path) -> int:
+    """How many measured records the results dir's JSONL holds (0 when it has none)."""
+    try:
+        with open(folder / JSONL_FILE, "rb") as jsonl:
+            return sum(1 for line in jsonl if line.strip())
+    except OSError:
+        return 0
+
+
+def reading_dir(settings: Settings) -> tuple[Path, str | None]:
+    """The results dir to read, and a line saying where it is when it is not the one in use.
+
+    With no dir chosen (--results-dir, KZ_RESULTS_DIR) and no measured results in the project's
+    results/, the reading commands show what scripts/demo measured (WORK/demo-results).
+    """
+    demo = settings.work / DEMO_RESULTS
+    chosen = settings.results_dir is not None
+    if chosen or measured_count(settings.results) or not measured_count(demo):
+        return settings.results, None
+    return demo, f"results from {demo} (the demo's; {settings.results} holds no measured results)"
 
 
 def elsewhere_hint(settings: Settings) -> str | None:

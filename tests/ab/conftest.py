@@ -24,10 +24,18 @@ SPEED = "double ggml_speed(void) {\n    return 100.0;\n}\n"
 
 @pytest.fixture
 def bench_tiny(project: Project, upstream: UpstreamRepo) -> Tiny:
+    return make_bench_tiny(project, upstream)
+
+
+def make_bench_tiny(
+    project: Project, upstream: UpstreamRepo, recipe: str = "tiny", extra: str = ""
+) -> Tiny:
+    """The recipe ``recipe`` builds, for the host, a tiny upstream whose llama-bench prints JSON."""
     commit = upstream.commit(
         {"CMakeLists.txt": TINY_CMAKE, "tools/main.c": BENCH_MAIN, "ggml/src/ggml.c": SPEED},
         "tiny llama.cpp-shaped build whose llama-bench prints JSON",
     )
     install_toolchains(project)
-    project.recipe("tiny", commit=commit, sources=[f"path: {upstream.path}"], extra="build:\n  targets: [host]\n")
+    build = "build:\n  targets: [host]\n"
+    project.recipe(recipe, commit=commit, sources=[f"path: {upstream.path}"], extra=build + extra)
     return Tiny(project, upstream, commit)

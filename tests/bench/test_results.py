@@ -262,6 +262,34 @@ def test_plot_over_builds_and_along_a_sweep_axis_writes_pngs(kz, project):
     assert png_size(along)[1] > 300
 
 
+def test_the_plot_shows_each_sample_names_the_model_and_no_text_overlaps(tmp_path, monkeypatch):
+    drawn = []
+    monkeypatch.setattr(results, "save_png", lambda figure, out, option: drawn.append(figure))
+    build = "host-0123456789abcdef"
+    runs = [
+        record(run_id="r1", build_id=build, samples=(7000.0, 52000.0, 54000.0)),
+        record(run_id="r1", build_id=build, test="tg16", seq=1, samples=(2800.0, 11400.0, 13500.0)),
+    ]
+    results.plot(runs, tmp_path / "plot.png")
+    (figure,) = drawn
+    figure.canvas.draw()
+    drawn_samples = ([7000.0, 52000.0, 54000.0], [2800.0, 11400.0, 13500.0])
+    for axes, samples in zip(figure.axes, drawn_samples, strict=True):
+        (dots,) = axes.collections
+        assert sorted(y for _, y in dots.get_offsets()) == samples  # every sample, not a bar
+        (label,) = [text.get_text() for text in axes.get_legend().get_texts()]
+        assert " q.gguf " in label  # the model by its file name, not a hash
+    renderer = figure.canvas.get_renderer()
+    texts = [
+        text
+        for axes in figure.axes
+        for text in (axes.title, axes.xaxis.label, axes.yaxis.label, *axes.get_xticklabels())
+    ]
+    boxes = [text.get_window_extent(renderer) for text in texts if text.get_text()]
+    overlapping = [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1 :] if a.overlaps(b)]
+    assert not overlapping
+
+
 def test_plot_refuses_an_unknown_axis_and_an_empty_selection(kz, project):
     store_with(project, record(run_id="r1"))
     bad_axis = kz("results", "plot", "--axis", "colour", "--out", str(project.root / "x.png"))

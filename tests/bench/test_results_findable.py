@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+from typing import Any
 
 from kzbuild.measure.results import DEMO_RESULTS, ResultsStore
 from tests.bench.benchkit import flat, record
@@ -16,22 +18,46 @@ from tests.conftest import REPO_ROOT
 
 RUN_ID = "20261203T104512Z-3f9a2c"
 BUILD_ID = "host-20f562fbe4eda1aa"
+TEXT: dict[str, Any] = {"capture_output": True, "text": True, "timeout": 120}
 
 
-def test_an_empty_results_dir_points_to_the_dirs_that_hold_results(kz, project):
+def test_without_a_chosen_dir_the_reading_commands_show_the_demo_s_results_and_say_so(kz, project):
     demo = project.work / DEMO_RESULTS
     with ResultsStore(demo) as store:
         store.add([record(run_id="r1"), record(run_id="r1", test="tg128", seq=1)])
-    pointer = f"{project.root / 'results'} holds no measured results; they are in {demo.resolve()} (2 records): pass --results-dir DIR or set KZ_RESULTS_DIR=DIR"
-    for command in (["show", "latest"], ["compare", "r1", "r1"], ["plot"]):
+    committed = project.root / "results"  # as in the repo: the seed figures, no measurements
+    committed.mkdir()
+    shutil.copy(REPO_SEED, committed)
+    before = sorted(committed.iterdir())
+    note = f"results from {demo.resolve()} (the demo's; {committed} holds no measured results)"
+    for command in (["list"], ["show", "latest"], ["compare", "r1", "r1"], ["plot"]):
         result = kz("results", *command)
+        assert result.code == 0, (command, result.err)
+        assert note in flat(result.err), command
+    assert "r1" in kz("results", "list").out
+    assert (demo / "plot.png").stat().st_size > 1000  # the plot goes beside the results it shows
+    assert sorted(committed.iterdir()) == before  # the project's results/ is only read
+    # manual reference rows are not measurements: the demo's results are still the ones shown
+    assert kz("results", "import-seed").code == 0
+    assert note in flat(kz("results", "show", "r1").err)
+
+
+def test_a_chosen_results_dir_without_measurements_points_to_the_dirs_that_hold_some(kz, project):
+    demo = project.work / DEMO_RESULTS
+    with ResultsStore(demo) as store:
+        store.add([record(run_id="r1"), record(run_id="r1", test="tg128", seq=1)])
+    chosen = project.root / "results"
+    pointer = (
+        f"{chosen} holds no measured results; they are in {demo.resolve()} (2 records): "
+        "pass --results-dir DIR or set KZ_RESULTS_DIR=DIR"
+    )
+    for command in (["show", "latest"], ["compare", "r1", "r1"], ["plot"]):
+        result = kz("--results-dir", str(chosen), "results", *command)
         assert result.code == 13, command
         assert pointer in flat(result.err), command
-    listed = kz("results", "list")
+    listed = kz("--results-dir", str(chosen), "results", "list")
     assert listed.code == 0 and pointer in flat(listed.out)
-    # manual reference rows are not measurements: the pointer stays
-    kz("results", "import-seed", str(REPO_SEED))
-    assert pointer in flat(kz("results", "show", "latest").err)
+    assert "results from" not in flat(listed.err)
     # the pointer works: the demo's results are there
     assert kz("--results-dir", str(demo), "results", "show", "r1").code == 0
 
@@ -83,22 +109,33 @@ def test_ids_are_whole_at_80_columns_and_each_shown_id_selects_its_results(kz, p
 
 
 def test_the_demo_ends_by_plotting_and_printing_where_its_results_are_and_how_to_see_them(project):
-    """The end of scripts/demo (from its results table on), run as written against stored results."""
+    """The end of scripts/demo (from its results table on), run as written against stored results;
+    the commands it prints then run as a new shell would: scripts/kzbuild, no KZ_RESULTS_DIR."""
     demo = project.work / DEMO_RESULTS
     with ResultsStore(demo) as store:
         store.add([record(run_id="r1"), record(run_id="r1", test="tg128", seq=1)])
     script = (REPO_ROOT / "scripts" / "demo").read_text()
-    ending = script[script.index("kz results show latest"):]
-    kz = f'set -euo pipefail\nkz() {{ {shlex.quote(sys.executable)} -m kzbuild "$@"; }}\n'
-    env = {**os.environ, "KZ_RESULTS_DIR": str(demo), "KZ_VENV": sys.prefix, "COLUMNS": "80"}
-    ran = subprocess.run(["bash", "-c", kz + ending], cwd=project.root, env=env, capture_output=True, text=True, timeout=120)
+    ending = script[script.index("kz results show latest") :]
+    start = f'set -euo pipefail\nkz() {{ {shlex.quote(sys.executable)} -m kzbuild "$@"; }}\n'
+    start += 'demo_results="${KZ_WORK_DIR:-$PWD/.kz}/demo-results"\n'
+    env = {**os.environ, "KZ_WORK_DIR": str(project.work), "KZ_VENV": sys.prefix, "COLUMNS": "80"}
+    env.pop("KZ_RESULTS_DIR", None)
+    env |= {"KZ_RESULTS_DIR": str(demo)}  # as the demo sets it for its own commands
+    ran = subprocess.run(["bash", "-c", start + ending], cwd=project.root, env=env, **TEXT)
     assert ran.returncode == 0, ran.stderr
     assert (demo / "plot.png").stat().st_size > 1000
-    assert f"The demo's results are in {demo} (results.jsonl, results.sqlite3, plot.png)." in ran.stdout
-    commands = [line.split(":", 1)[-1].strip() if line.startswith(("See", "Plot")) else line.strip() for line in ran.stdout.splitlines() if "KZ_RESULTS_DIR=" in line]
-    assert len(commands) == 3
-    plain_env = {k: v for k, v in env.items() if k != "KZ_RESULTS_DIR"}  # as a new shell would run them
+    expected = f"The demo's results are in {demo} (results.jsonl, results.sqlite3, plot.png)."
+    assert expected in ran.stdout
+    commands = re.findall(r"scripts/kzbuild( results .*)", ran.stdout)
+    assert commands == [" results list", " results show latest", " results plot --out plot.png"]
+    wrapper = shlex.quote(str(REPO_ROOT / "scripts" / "kzbuild"))
+    plain_env = {k: v for k, v in env.items() if k != "KZ_RESULTS_DIR"}
+    plain_env["KZ_PROJECT"] = str(project.root)
     for command in commands:
-        again = subprocess.run(["bash", "-c", command], cwd=project.root, env=plain_env, capture_output=True, text=True, timeout=120)
+        again = subprocess.run(
+            ["bash", "-c", wrapper + command], cwd=project.root, env=plain_env, **TEXT
+        )
         assert again.returncode == 0, (command, again.stderr)
+        assert f"results from {demo.resolve()} (the demo's;" in again.stderr
+        assert "build-a" in again.stdout or "plot" in command  # the stored records
     assert (project.root / "plot.png").is_file()
