@@ -42,7 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("kzbuild.cli.doctor", "Check the toolchains, cmake, ninja and ccache a target needs, naming the file that proved each version."),
     "ci": ("kzbuild.cli.ci", "Sync, check the patches, build each target whose toolchain is here (others: skipped, with why); print a JSON summary."),
     "deploy": ("kzbuild.cli.deploy", "Deploy a build to a device: only contents it lacks are sent, then `current` switches in one rename."),
-    "device": ("kzbuild.cli.device", "Check what is stored on a device."),
+    "device": ("kzbuild.cli.device", "Devices: list them with their pools and lock holders, check what is stored on one."),
     "models": ("kzbuild.cli.models", "Model files: generate tiny test models, store models on devices."),
     "run": ("kzbuild.cli.run", "Run TOOL from the device's current release with the device env; exits with the tool's code."),
     "bench": ("kzbuild.cli.bench", "Run llama-bench -o json on the device and store one record per test with its provenance."),

@@ -15,7 +15,7 @@ from kzbuild.device.integrity import verify_store
 from kzbuild.device.store import Layout, Remote
 from kzbuild.errors import DeviceError
 
-device_app = command_group("device", "Check what is stored on a device.")
+device_app = command_group("device", "Devices: list them with their pools and lock holders, check what is stored on one.")
 
 
 def register(app: typer.Typer) -> None:
