@@ -1,0 +1,95 @@
+"""No device is left needing a person: locks with garbage owners or skewed heartbeats are
+recovered, bad lock settings are refused before the device is touched; on local, ssh and adb."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from kzbuild.device import devicelock
+from kzbuild.errors import Busy, ConfigError
+from tests.deploy.test_deploy_faults import Target, clean_lock_env, target  # noqa: F401  (fixtures)
+from tests.fixtures_deploy import assert_store_invariant
+
+DAY = 86400
+
+
+def plant_lock(root: Path, owner: str, *, heartbeat: float) -> None:
+    """A lock left on the device: ``owner`` as the owner file, its mtime ``heartbeat``."""
+    lock = root / ".lock"
+    lock.mkdir(parents=True)
+    (lock / "owner").write_text(owner)
+    os.utime(lock / "owner", (heartbeat, heartbeat))
+
+
+OWNERS = {
+    # a host name holding a newline shifts every field: the pid reads as "evil"
+    "newline-host": ("machine\nevil\n123\n2026-01-01T00:00:00Z\ndeploy\ntok-1\n", -2 * DAY),
+    "future-heartbeat": ("elsewhere\n123\n2030-01-01T00:00:00Z\ndeploy\ntok-2\n", +30 * DAY),
+    "pid-0-here": ("{host}\n0\n2026-01-01T00:00:00Z\ndeploy\ntok-3\n", 0),
+    "pid-huge": (
+        "elsewhere\n99999999999999999999999\n2026-01-01T00:00:00Z\ndeploy\ntok-4\n",
+        -2 * DAY,
+    ),
+    "pid-huge-here": ("{host}\n9999999999\n2026-01-01T00:00:00Z\ndeploy\ntok-5\n", 0),
+    "empty": ("", -2 * DAY),
+    "binary": ("\x00\xff\n\n\n\n\n", -2 * DAY),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OWNERS))
+def test_a_lock_with_a_garbage_owner_is_recovered(kz, target, artifacts, case, clean_lock_env):  # noqa: F811
+    first = kz("deploy", "--device", target.spec, "--artifact", str(artifacts.make("b1")), "--json")
+    assert first.code == 0, first.err
+    owner, offset = OWNERS[case]
+    plant_lock(target.root, owner.format(host=socket.gethostname()), heartbeat=time.time() + offset)
+    build2 = artifacts.make("b2", greeting="v2", blob_seed=2)
+    result = kz("deploy", "--device", target.spec, "--artifact", str(build2), "--json")
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["release"] == "b2" and "breaking the stale lock" in result.err
+    assert assert_store_invariant(target.root) == "b2" and not (target.root / ".lock").exists()
+
+
+@pytest.mark.parametrize("target", ["local"], indirect=True)
+def test_a_live_lock_with_an_unreadable_owner_waits_for_the_lease(
+    kz, target, artifacts, clean_lock_env
+):  # noqa: F811
+    plant_lock(
+        target.root, "elsewhere\n99999999999999999999999\nx\ndeploy\ntok\n", heartbeat=time.time()
+    )
+    result = kz("deploy", "--device", target.spec, "--artifact", str(artifacts.make("b1")))
+    assert result.code == Busy.exit_code and "is busy" in " ".join(result.err.split())
+    assert (target.root / ".lock").is_dir()
+
+
+@pytest.mark.parametrize("lease", ["nan", "inf", "-inf", "-1", "0", "1e400", "ten", "", " 5"])
+@pytest.mark.parametrize("target", ["local"], indirect=True)
+def test_a_bad_lease_is_refused_before_the_device_is_touched(
+    kz, target, artifacts, lease, monkeypatch
+):  # noqa: F811
+    monkeypatch.setenv(devicelock.LEASE_ENV, lease)
+    result = kz("deploy", "--device", target.spec, "--artifact", str(artifacts.make("b1")))
+    if lease == " 5":  # float() takes blanks around a number
+        assert result.code == 0, result.err
+        return
+    assert result.code == ConfigError.exit_code, result.err
+    assert devicelock.LEASE_ENV in result.err and "Traceback" not in result.err
+    assert not (target.root / ".lock").exists()
+
+
+@pytest.mark.parametrize("host", ["two\nlines", "tab\there", ""])
+@pytest.mark.parametrize("target", ["local"], indirect=True)
+def test_a_host_name_that_would_garble_the_owner_file_is_refused(
+    kz, target, artifacts, host, monkeypatch
+):  # noqa: F811
+    monkeypatch.setenv(devicelock.HOST_ENV, host)
+    result = kz("deploy", "--device", target.spec, "--artifact", str(artifacts.make("b1")))
+    assert result.code == (0 if host == "" else ConfigError.exit_code), (
+        result.err
+    )  # "" is the real name
+    assert not (target.root / ".lock").exists()
