@@ -39,6 +39,9 @@ RESERVED_ARGS = ("-o", "--output", "-m", "--model")  # kzbuild sets these itself
 MAX_TESTS = 4096  # tests in one llama-bench run (the product of its option lists)
 MAX_POINTS = 4096  # points of one sweep (the product of its axes), checked when a bench or plan is read
 MAX_TOKENS = 2**31 - 1  # llama-bench's token counts are C ints
+MAX_FIELD_TEXT = 4096  # characters of one text field of a llama-bench test (cpu_info is ~100)
+# C ints in llama-bench's JSON, and their least value (n_gpu_layers -1: all layers)
+COUNT_FIELDS = {"n_threads": 0, "n_batch": 0, "n_ubatch": 0, "n_gpu_layers": -1}
 SHA256SUM_RE = re.compile(r"([0-9a-f]{64})\s")  # "<sha256>  <path>"
 STORED_MODEL_RE = re.compile(r"^([0-9a-f]{64})\.gguf$")  # kzbuild models push: models/<sha256>.gguf
 
@@ -252,6 +255,12 @@ def parse_llama_bench_test(data: object, *, where: str) -> LlamaBenchTest:
     config = {key: value for key, value in fields.data.items() if key not in NOT_CONFIG_FIELDS}
     for key, value in config.items():
         check_scalar(value, where=f"{where}: {key}")
+    for key, least in COUNT_FIELDS.items():  # n_threads: true would be stored as t=True
+        if key in fields.data:
+            fields.count(key, minimum=least, maximum=MAX_TOKENS)
+    for key, value in fields.data.items():
+        if isinstance(value, str) and len(value) > MAX_FIELD_TEXT:
+            raise fields.error(key, f"a text of at most {MAX_FIELD_TEXT} characters")
     return LlamaBenchTest(
         n_prompt=n_prompt,
         n_gen=n_gen,
