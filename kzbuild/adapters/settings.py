@@ -32,6 +32,26 @@ class Settings:
         work: Path | None = None,
         results: Path | None = None,
     ) -> Settings:
+        try:
+            return cls._resolve(environ, cwd=cwd, project=project, cache=cache, work=work, results=results)
+        except OSError as exc:  # a path too long, a loop of symlinks: the user's to fix
+            shown = os.fsdecode(exc.filename) if exc.filename is not None else "a folder"
+            raise ConfigError(
+                f"cannot use {shown[:200]}: {exc.strerror}",
+                hint="check --project, --cache-dir, --work-dir, --results-dir and their KZ_* variables",
+            ) from None
+
+    @classmethod
+    def _resolve(
+        cls,
+        environ: Mapping[str, str],
+        *,
+        cwd: Path,
+        project: Path | None,
+        cache: Path | None,
+        work: Path | None,
+        results: Path | None,
+    ) -> Settings:
         project = project or _env_path(environ, "KZ_PROJECT") or find_project(cwd)
         project = project.resolve()
         if cache is None:
