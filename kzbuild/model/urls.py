@@ -28,7 +28,8 @@ def remember_secrets(url: str) -> None:
         return
     raw_user, _, raw = userinfo.partition(":")
     user, password = unquote(raw_user), unquote(raw)
-    for secret in (raw, password, quote(password, safe=""), password.replace(" ", "%20")):
+    forms = (raw, password)  # as written in the URL, and decoded
+    for secret in {*forms, *(f.replace(" ", "%20") for f in forms), quote(password, safe="")}:
         if len(secret) >= MIN_SECRET:
             _secrets.add(secret)
     if not password and len(user) >= MIN_SECRET and f"{scheme.lower()}://" in BARE_SECRET_SCHEMES:
