@@ -214,7 +214,10 @@ GARBAGE_OWNERS = {
     "newline host": ("machine\nevil\n123\n2026-01-01T00:00:00Z\ndeploy\ntok-1\n", -2 * 86400),
     "future heartbeat": ("elsewhere\n123\n2030-01-01T00:00:00Z\ndeploy\ntok-2\n", 30 * 86400),
     "pid 0 here": ("{host}\n0\n2026-01-01T00:00:00Z\ndeploy\ntok-3\n", 0),
-    "pid too large": ("elsewhere\n" + "9" * 30 + "\n2026-01-01T00:00:00Z\ndeploy\ntok-4\n", -2 * 86400),
+    "pid too large": (
+        "elsewhere\n" + "9" * 30 + "\n2026-01-01T00:00:00Z\ndeploy\ntok-4\n",
+        -2 * 86400,
+    ),
     "empty owner": ("", -2 * 86400),
 }
 
@@ -246,8 +249,12 @@ class TrustBench:
         self.maker = maker
         self.outputs: list[str] = []  # every stdout and stderr, for the secrets grep
         self.grepped = 0  # files
-        upstream = UpstreamRepo(work / "upstream")  # as tests/conftest.py's upstream and tiny fixtures
-        upstream.commit({"ggml/src/ggml.c": "int ggml_answer(void) { return 42; }\n"}, "initial import")
+        upstream = UpstreamRepo(
+            work / "upstream"
+        )  # as tests/conftest.py's upstream and tiny fixtures
+        upstream.commit(
+            {"ggml/src/ggml.c": "int ggml_answer(void) { return 42; }\n"}, "initial import"
+        )
         commit = upstream.commit({"CMakeLists.txt": TINY_CMAKE, "tools/main.c": TINY_MAIN}, "tiny")
         self.project = work / "project"
         for folder in ("recipes", "patches", "kernels"):
@@ -255,22 +262,45 @@ class TrustBench:
         (self.project / "patches" / "series").write_text("")
         (self.project / "recipes" / "tiny.yaml").write_text(
             "description: tiny\nupstream:\n  remote: https://example.invalid/llama.cpp\n"
-            f"  commit: {commit}\n  sources:\n    - path: {upstream.path}\nbuild:\n  targets: [host]\n"
+            f"  commit: {commit}\n  sources:\n    - path: {upstream.path}\n"
+            "build:\n  targets: [host]\n"
         )
         install_toolchains(_ProjectRoot(self.project))  # type: ignore[arg-type]
         self.machines = 0
-        self.builds = tuple(maker.make(f"t{n}", greeting=f"t{n}", blob_seed=10 + n, blob_size=256 << 10) for n in (1, 2))
+        self.builds = tuple(
+            maker.make(f"t{n}", greeting=f"t{n}", blob_seed=10 + n, blob_size=256 << 10)
+            for n in (1, 2)
+        )
 
-    def kz(self, machine: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> Finished:
-        argv = [sys.executable, "-m", "kzbuild", "--project", str(machine / "project"),
-                "--cache-dir", str(machine / "cache"), "--work-dir", str(machine / "work"),
-                "--results-dir", str(machine / "results"), *args]  # fmt: skip
+    def kz(
+        self, machine: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300
+    ) -> Finished:
+        argv = [
+            sys.executable,
+            "-m",
+            "kzbuild",
+            "--project",
+            str(machine / "project"),
+            "--cache-dir",
+            str(machine / "cache"),
+            "--work-dir",
+            str(machine / "work"),
+            "--results-dir",
+            str(machine / "results"),
+            *args,
+        ]
         full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
-        done = subprocess.run(argv, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            argv, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout
+        )
         output = done.stdout + done.stderr
         self.outputs.append(output)
         shows_traceback = "Traceback" in output and "-vv" not in args  # -vv shows every error's
-        if done.returncode == INTERNAL or "internal error (a kzbuild bug)" in output or shows_traceback:
+        if (
+            done.returncode == INTERNAL
+            or "internal error (a kzbuild bug)" in output
+            or shows_traceback
+        ):
             self.tally.internal_errors += 1
             self.tally.fail(f"kzbuild {' '.join(args[:3])}", f"internal error: {output[-600:]}")
         return Finished(done.returncode, output)
@@ -318,10 +348,16 @@ class TrustBench:
         self.tally.worst_overhead = max(self.tally.worst_overhead, overhead)
         if built.code != 0:
             self.tally.hostile_failed += 1
-            return self.tally.fail(case, f"the build failed (exit {built.code}): {built.output[-400:]}")
+            return self.tally.fail(
+                case, f"the build failed (exit {built.code}): {built.output[-400:]}"
+            )
         if overhead > HOSTILE_BUDGET:
             self.tally.fail(case, f"{overhead:.1f} s slower than a local build")
-        if kind == "http" and mode == "redirect" and any("authorization" in h for h in server.elsewhere_headers):
+        if (
+            kind == "http"
+            and mode == "redirect"
+            and any("authorization" in h for h in server.elsewhere_headers)
+        ):
             self.tally.secrets_found += 1
             self.tally.fail(case, "the credentials followed the redirect to another host")
 
@@ -339,8 +375,13 @@ class TrustBench:
             url = f"redis://:{quote(ENCODED_PASSWORD, safe='')}@127.0.0.1:{server.port}/0"
             machine = self.machine(f"remote-cache:\n  url: {url}\n")
             machines.append(machine)
-            for args in (["-v", "build", "tiny"], ["build", "tiny", "--json"], ["-vv", "build", "tiny", "--dry-run"],
-                         ["cache", "stats"], ["cache", "stats", "--json"]):  # fmt: skip
+            for args in (
+                ["-v", "build", "tiny"],
+                ["build", "tiny", "--json"],
+                ["-vv", "build", "tiny", "--dry-run"],
+                ["cache", "stats"],
+                ["cache", "stats", "--json"],
+            ):
                 self.kz(machine, *args)
             if not server.data:
                 self.tally.fail("secrets", "the build with the password configured pushed nothing")
@@ -374,7 +415,9 @@ class TrustBench:
             self.tally.secrets_found += 1
             self.tally.fail("secrets", f"{path} holds a password")
         if sum(path.name == "config.yaml" for path in holders) != 2:  # the grep's own check
-            self.tally.fail("secrets", "the grep did not find the passwords in the two config files")
+            self.tally.fail(
+                "secrets", "the grep did not find the passwords in the two config files"
+            )
 
     # --- stuck devices ---
     def stuck(self, label: str, spec_for: Callable[[Path], str], state: str) -> None:
@@ -407,8 +450,15 @@ class TrustBench:
             moment = time.time() + offset
             os.utime(root / ".lock" / "owner", (moment, moment))
         elif state.startswith("KZ_LOCK_LEASE="):
-            refused = self.kz(machine, "deploy", "--device", spec, "--artifact", str(b2),
-                              env={"KZ_LOCK_LEASE": state.partition("=")[2]})  # fmt: skip
+            refused = self.kz(
+                machine,
+                "deploy",
+                "--device",
+                spec,
+                "--artifact",
+                str(b2),
+                env={"KZ_LOCK_LEASE": state.partition("=")[2]},
+            )
             if refused.code != 2 or (root / ".lock").exists():
                 self.tally.fail(case, f"expected exit 2 and no lock left, got {refused.code}")
         elif state == "damaged deploy log":
@@ -418,7 +468,9 @@ class TrustBench:
             refused = self.kz(machine, "deploy", "--device", spec, "--rollback")
             if refused.code != DEVICE_ERROR or "deploys.log" not in refused.output:
                 self.tally.fail(case, f"--rollback did not refuse naming the log: {refused.code}")
-            log.write_text("")  # a person's fix is to remove the bad lines; deploy must work regardless
+            log.write_text(
+                ""
+            )  # a person's fix is to remove the bad lines; deploy must work regardless
         # what a person would otherwise do: nothing. A plain deploy and verify must succeed.
         again = self.kz(machine, "deploy", "--device", spec, "--artifact", str(b2))
         verify = self.kz(machine, "device", "verify", "--device", spec)
@@ -428,7 +480,10 @@ class TrustBench:
             current = f"broken: {exc}"
         if again.code != 0 or verify.code != 0 or current != "t2":
             self.tally.stuck_devices += 1
-            self.tally.fail(case, f"needs a person: deploy {again.code}, verify {verify.code}, current {current}")
+            self.tally.fail(
+                case,
+                f"needs a person: deploy {again.code}, verify {verify.code}, current {current}",
+            )
 
     # --- runaway inputs and unwritable places ---
     def runaway(self) -> None:
@@ -436,30 +491,47 @@ class TrustBench:
         values = "[" + ", ".join(str(v) for v in range(1, 1001)) + "]"
         plan = machine / "huge-plan.yaml"
         plan.write_text(
-            "model:\n  path: models/m.gguf\n  sha256: " + "a" * 64 + "\nruns:\n  - name: r\n    options: {n: 0}\n"
-            "    sweep:\n" + "".join(f"      {axis}: {values}\n" for axis in ("p", "b", "ub", "env:A"))
+            "model:\n  path: models/m.gguf\n  sha256: "
+            + "a" * 64
+            + "\nruns:\n  - name: r\n    options: {n: 0}\n"
+            "    sweep:\n"
+            + "".join(f"      {axis}: {values}\n" for axis in ("p", "b", "ub", "env:A"))
         )
         fifo = machine / "fifo"
         os.mkfifo(fifo)
         checks = [
-            ("a 10^12-point plan", ["bench", "--plan", str(plan), "--device", f"local:{machine / 'dev'}"], 2),
+            (
+                "a 10^12-point plan",
+                ["bench", "--plan", str(plan), "--device", f"local:{machine / 'dev'}"],
+                2,
+            ),
             ("profile --from-log /dev/zero", ["profile", "--from-log", "/dev/zero"], 2),
             ("profile --from-log FIFO", ["profile", "--from-log", str(fifo)], 2),
-            ("non-UTF-8 work dir", ["--work-dir", os.fsdecode(bytes(machine) + b"/w\xff"), "recipes"], 2),
+            (
+                "non-UTF-8 work dir",
+                ["--work-dir", os.fsdecode(bytes(machine) + b"/w\xff"), "recipes"],
+                2,
+            ),
         ]
         for label, args, code in checks:
             self.tally.cases += 1
             started = time.perf_counter()
             done = self.kz(machine, *args, timeout=60)
             if done.code != code or time.perf_counter() - started > 10:
-                self.tally.fail(label, f"exit {done.code} after {time.perf_counter() - started:.1f} s, expected {code}")
+                self.tally.fail(
+                    label,
+                    f"exit {done.code} after {time.perf_counter() - started:.1f} s, "
+                    f"expected {code}",
+                )
 
     def read_only(self, place: str) -> None:
         self.tally.cases += 1
         machine = self.machine()
         folder = machine / place
         folder.mkdir()
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "kz-bench", str(folder)], check=True)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "ro,size=64k", "kz-bench", str(folder)], check=True
+        )
         try:
             done = self.kz(machine, "build", "tiny")
             if done.code != 14 or str(folder) not in " ".join(done.output.split()):
@@ -473,19 +545,30 @@ class _ProjectRoot:
     root: Path
 
 
-def run_trust(work: Path, transports: list[tuple[str, Callable[[Path], str]]], can_mount_here: bool) -> TrustTally:
+def run_trust(
+    work: Path, transports: list[tuple[str, Callable[[Path], str]]], can_mount_here: bool
+) -> TrustTally:
     from tests.hostileservers import HTTP_MODES, REDIS_MODES
 
     tally = TrustTally()
-    bench = TrustBench(work / "trust", tally, ArtifactMaker(work / "trust-artifacts", work / "trust-parts"))
+    bench = TrustBench(
+        work / "trust", tally, ArtifactMaker(work / "trust-artifacts", work / "trust-parts")
+    )
     bench.local_baseline()
     for kind, modes in (("redis", REDIS_MODES), ("http", HTTP_MODES)):
         for mode in modes:
             bench.hostile(kind, mode)
     bench.secrets()
     tally.grepped_outputs, tally.grepped_files = len(bench.outputs), bench.grepped
-    states = ["object is a directory", "object is a symlink", "chunk is a symlink", "incoming links out of the root",
-              *GARBAGE_OWNERS, *(f"KZ_LOCK_LEASE={v}" for v in ("nan", "inf", "-1", "1e400")), "damaged deploy log"]  # fmt: skip
+    states = [
+        "object is a directory",
+        "object is a symlink",
+        "chunk is a symlink",
+        "incoming links out of the root",
+        *GARBAGE_OWNERS,
+        *(f"KZ_LOCK_LEASE={v}" for v in ("nan", "inf", "-1", "1e400")),
+        "damaged deploy log",
+    ]
     for label, spec_for in transports:
         for state in states:
             bench.stuck(label, spec_for, state)
@@ -501,16 +584,31 @@ def print_trust(tally: TrustTally) -> bool:
     print(f"  cases tried                       {tally.cases}")
     print(f"  internal errors                   {tally.internal_errors}")
     print(f"  devices left needing a person     {tally.stuck_devices}")
-    print(f"  secrets found by grep             {tally.secrets_found} (in {tally.grepped_outputs} outputs, "
-          f"{tally.grepped_files} files)")  # fmt: skip
-    print(f"  hostile-cache builds              {tally.hostile_builds} ({tally.hostile_failed} failed)")
-    print(f"  local build / worst overhead      {tally.local_seconds:.1f} s / {tally.worst_overhead:+.1f} s "
-          f"(goal <= +{HOSTILE_BUDGET:.0f} s)")  # fmt: skip
+    print(
+        f"  secrets found by grep             {tally.secrets_found} "
+        f"(in {tally.grepped_outputs} outputs, "
+        f"{tally.grepped_files} files)"
+    )
+    print(
+        f"  hostile-cache builds              {tally.hostile_builds} "
+        f"({tally.hostile_failed} failed)"
+    )
+    print(
+        f"  local build / worst overhead      {tally.local_seconds:.1f} s / "
+        f"{tally.worst_overhead:+.1f} s "
+        f"(goal <= +{HOSTILE_BUDGET:.0f} s)"
+    )
     print(f"  failed checks                     {len(tally.failures)}")
     for failure in tally.failures:
         print(f"    {failure}")
-    return not (tally.internal_errors or tally.stuck_devices or tally.secrets_found or tally.hostile_failed
-                or tally.worst_overhead > HOSTILE_BUDGET or tally.failures)  # fmt: skip
+    return not (
+        tally.internal_errors
+        or tally.stuck_devices
+        or tally.secrets_found
+        or tally.hostile_failed
+        or tally.worst_overhead > HOSTILE_BUDGET
+        or tally.failures
+    )
 
 
 def can_mount(work: Path) -> str | None:
@@ -538,7 +636,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="rounds of each concurrency case per transport")
     parser.add_argument("--no-ssh", action="store_true", help="the local transport only")
     parser.add_argument("--corruptions", type=int, default=40, help="corruptions injected into a device store (see bench_store.py)")
-    parser.add_argument("--trust-only", action="store_true", help="only the cases of issue 25 (hostile caches, secrets, stuck devices, ...)")
+    parser.add_argument(
+        "--trust-only", action="store_true",
+        help="only the cases of issue 25 (hostile caches, secrets, stuck devices, ...)",
+    )
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="kz-bench-faults-"))
@@ -572,7 +673,8 @@ def main() -> None:
         if server:
             server.stop()
     if args.trust_only:
-        print(f"transports: {', '.join(label for label, _ in transports)}; {time.perf_counter() - started:.1f} s")
+        names = ", ".join(label for label, _ in transports)
+        print(f"transports: {names}; {time.perf_counter() - started:.1f} s")
         passed = print_trust(trust)
         shutil.rmtree(work, ignore_errors=True)
         sys.exit(0 if passed else 1)
@@ -594,7 +696,8 @@ def main() -> None:
     for failure in tally.failures:
         print(f"  {failure}")
     trusted = print_trust(trust)
-    passed = tally.tracebacks == 0 and tally.lost == 0 and complete == 100.0 and not tally.failures and corruptions.passed and trusted
+    faults_passed = not (tally.tracebacks or tally.lost or tally.failures) and complete == 100.0
+    passed = faults_passed and corruptions.passed and trusted
     print(f"targets (0 tracebacks, 0 lost, 100% detected and repaired, 100% complete, no failed case): {'PASS' if passed else 'FAIL'}")
     shutil.rmtree(work, ignore_errors=True)
     sys.exit(0 if passed else 1)

@@ -76,7 +76,7 @@ def hostile_manifest(raw: bytes) -> bytes:
 def send_hostile(
     conn: socket.socket, mode: str, honest: bytes, framed: Callable[[bytes], bytes], server: Server
 ) -> None:
-    """Answer with ``mode`` where ``honest`` is the honest answer and ``framed`` frames a payload."""
+    """Answer with ``mode``; ``honest`` is the honest answer, ``framed`` frames a payload."""
     if mode == "drip":
         for i in range(len(honest)):
             if server.closed:

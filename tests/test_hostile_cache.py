@@ -1,5 +1,6 @@
 """Hostile cache servers (tests/hostileservers.py, on 127.0.0.1): whatever they answer, the build
-finishes locally within the cache's time budget, with one warning, and no credential leaves its host."""
+finishes locally within the cache's time budget, with one warning, and no credential leaves its
+host."""
 
 from __future__ import annotations
 
@@ -25,7 +26,11 @@ CASES = [("redis", mode) for mode in REDIS_MODES] + [("http", mode) for mode in 
 
 
 @pytest.mark.parametrize(("kind", "mode"), CASES)
-def test_a_hostile_cache_costs_one_warning_and_at_most_the_timeout(machines, kind, mode):  # noqa: F811
+def test_a_hostile_cache_costs_one_warning_and_at_most_the_timeout(
+    machines,  # noqa: F811
+    kind,
+    mode,
+):
     a, b = machines
     server = hostile(kind)
     try:

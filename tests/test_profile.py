@@ -98,8 +98,13 @@ def test_pmu_suffix_and_log_prefixes_are_read(tmp_path):
         "ggml-hex: HTP0 profile-op MUL_MAT|a|b|c|d|e|usec -12 cycles 3 start 1 mhz 1.0",
         "ggml-hex: HTP0 profile-op OPBATCH|----|n-ops x|----|----|----|usec 1 cycles 3 start 1 mhz 1.0",
         "ggml-hex: HTP0 profile-op MUL_MAT|a|b|c|d|e|usec 99999999999 cycles 3 start 1 mhz 1.0",  # more than %u prints
-        "ggml-hex: HTP0 profile-op MUL_MAT|a|b|c|d|e|usec " + "9" * 5000 + " cycles 3 start 1 mhz 1.0",  # past int()
-        "ggml-hex: HTP0 profile-op OPBATCH|----|n-ops " + "9" * 5000 + "|x|----|----|usec 1 cycles 3 start 1 mhz 1.0",
+        # numbers past what int() reads
+        "ggml-hex: HTP0 profile-op MUL_MAT|a|b|c|d|e|usec "
+        + "9" * 5000
+        + " cycles 3 start 1 mhz 1.0",
+        "ggml-hex: HTP0 profile-op OPBATCH|----|n-ops "
+        + "9" * 5000
+        + "|x|----|----|usec 1 cycles 3 start 1 mhz 1.0",
     ],
 )
 def test_a_profile_op_line_of_another_shape_is_refused_naming_file_and_line(kz, tmp_path, line):
@@ -132,7 +137,8 @@ def test_from_log_refuses_a_log_past_its_size_bound(kz, tmp_path, monkeypatch):
     log.write_text(op_line("ADD", 3) * 100)
     monkeypatch.setattr(profiling, "MAX_LOG", 1000)
     result = kz("profile", "--from-log", str(log))
-    assert result.code == 2 and "more than the 1000 a saved log may have" in flat(result.err), result.err
+    said = "more than the 1000 a saved log may have"
+    assert result.code == 2 and said in flat(result.err), result.err
 
 
 def test_a_log_without_profile_lines_says_so(kz, tmp_path):

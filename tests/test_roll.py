@@ -406,12 +406,13 @@ def test_a_second_roll_of_the_recipe_exits_10_naming_the_holder(project, upstrea
     """Another kzbuild (a real process) holds the stage of recipe r: this roll never shares it."""
     two_candidates(project, upstream)
     lock = project.work / "roll" / "r.lock"
+    script = (
+        "import sys, time; from pathlib import Path; from kzbuild.adapters.filelock import locked\n"
+        "with locked(Path(sys.argv[1]), what='x'):\n    print('held', flush=True); time.sleep(60)"
+    )
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; "
-         "from kzbuild.adapters.filelock import locked\n"
-         "with locked(Path(sys.argv[1]), what='x'):\n    print('held', flush=True); time.sleep(60)", str(lock)],
-        stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT,
-    )  # fmt: skip
+        [sys.executable, "-c", script, str(lock)], stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         result = kz("roll", "r", *FAST)

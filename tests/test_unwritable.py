@@ -18,7 +18,8 @@ from tests.fixtures_build import Tiny
 
 @pytest.fixture
 def read_only(tmp_path: Path) -> Iterator[Path]:
-    """An empty read-only tmpfs (root writes through permission bits); skipped where mounting is not permitted."""
+    """An empty read-only tmpfs (root writes through permission bits); skipped where mounting is
+    not permitted."""
     folder = tmp_path / "read-only"
     folder.mkdir()
     mounted = subprocess.run(

@@ -75,7 +75,8 @@ class TextCache:
         entries = self._load()
         dropped = [
             key for key, entry in entries.items()
-            if not isinstance(entry, list) or any(not isinstance(p, str) or unwanted(p) for p in entry)
+            if not isinstance(entry, list)
+            or any(not isinstance(part, str) or unwanted(part) for part in entry)
         ]
         for key in dropped:
             del entries[key]

@@ -33,12 +33,15 @@ class Settings:
         results: Path | None = None,
     ) -> Settings:
         try:
-            return cls._resolve(environ, cwd=cwd, project=project, cache=cache, work=work, results=results)
+            return cls._resolve(
+                environ, cwd=cwd, project=project, cache=cache, work=work, results=results
+            )
         except OSError as exc:  # a path too long, a loop of symlinks: the user's to fix
             shown = os.fsdecode(exc.filename) if exc.filename is not None else "a folder"
             raise ConfigError(
                 f"cannot use {shown[:200]}: {exc.strerror}",
-                hint="check --project, --cache-dir, --work-dir, --results-dir and their KZ_* variables",
+                hint="check --project, --cache-dir, --work-dir, --results-dir and their KZ_* "
+                "variables",
             ) from None
 
     @classmethod
@@ -68,8 +71,8 @@ class Settings:
         for option, folder in folders:
             if folder is not None and not _is_utf8(folder):
                 raise ConfigError(
-                    f"{option}: {os.fsencode(folder)!r} is not a UTF-8 path (kzbuild writes its paths into "
-                    "JSON manifests and cmake's files)",
+                    f"{option}: {os.fsencode(folder)!r} is not a UTF-8 path (kzbuild writes "
+                    "its paths into JSON manifests and cmake's files)",
                     hint="choose a folder whose path is UTF-8",
                 )
             if folder is not None and folder.exists() and not folder.is_dir():

@@ -117,7 +117,8 @@ def check_url(text: str, error: _ErrorFactory) -> str:
     remember_secrets(text)  # before anything shows it: a password holding a space splits the URL
     shown = redact(text)
     if any(c.isspace() or ord(c) < 32 for c in text):
-        raise error("the URL holds whitespace or a control character")  # not shown: it may split a password
+        # not shown: a password holding a space splits the URL where redaction looks for it
+        raise error("the URL holds whitespace or a control character")
     try:
         parts = urllib.parse.urlsplit(text)
         _ = parts.port  # a port that is not a number raises here
@@ -156,7 +157,8 @@ MAX_DEPTH = 4  # arrays in arrays of a redis reply (kzbuild's commands answer fl
 MAX_ITEMS = 1 << 16  # elements of one redis array
 MAX_REPLY = MAX_MANIFEST  # a reply with no limit of its own (PING, INFO, an error page)
 MAX_REDIRECTS = 4
-MIN_RATE = 4 << 20  # bytes a second a store must move: each transfer adds its size / MIN_RATE to the deadline
+# bytes a second a store must move: each transfer adds its size / MIN_RATE to the deadline
+MIN_RATE = 4 << 20
 CHUNK = 1 << 16
 REDIRECTS = (301, 302, 303, 307, 308)
 
@@ -179,7 +181,9 @@ class Clock:
     def left(self) -> float:
         left = self.end - time.monotonic()
         if left <= 0:
-            raise StoreError(f"no complete answer within the timeout ({self.seconds:.1f} s for the exchange)")
+            raise StoreError(
+                f"no complete answer within the timeout ({self.seconds:.1f} s for the exchange)"
+            )
         return left
 
 
@@ -197,7 +201,7 @@ class _Wire:
             sock = socket.create_connection((host, port), timeout=clock.left())
         except TimeoutError:
             raise StoreError(TIMED_OUT) from None
-        except (OSError, ValueError) as exc:  # refused, unreachable; a host IDNA cannot encode: ValueError
+        except (OSError, ValueError) as exc:  # refused, unreachable; a host IDNA cannot encode
             raise StoreError(f"cannot connect: {getattr(exc, 'strerror', None) or exc}") from None
         if tls:
             import ssl  # only an https store needs it (start-up time)
@@ -339,7 +343,9 @@ class RedisStore:
         if kind == b"*":
             count = _number(body)
             if depth >= MAX_DEPTH or count > MAX_ITEMS:
-                raise StoreError(f"a reply nested deeper than {MAX_DEPTH} or longer than {MAX_ITEMS} items")
+                raise StoreError(
+                    f"a reply nested deeper than {MAX_DEPTH} or longer than {MAX_ITEMS} items"
+                )
             return [self._reply(MAX_REPLY, depth + 1) for _ in range(max(count, 0))]
         raise StoreError(f"not a redis reply: {line[:40]!r}")
 
@@ -380,7 +386,7 @@ class RedisStore:
 
 
 def _number(text: bytes) -> int:
-    """A RESP length or integer: at most 19 digits, so no server's number is too large for a size."""
+    """A RESP length or integer: at most 19 digits, so no number is too large for a size."""
     digits = text[1:] if text[:1] == b"-" else text
     if not digits.isdigit() or len(digits) > 19:
         raise StoreError(f"not a redis number: {text[:40]!r}")
@@ -396,9 +402,10 @@ class _Answer:
 
 
 class HttpStore:
-    """Plain HTTP GET/PUT/HEAD against a WebDAV server (nginx's dav module: PUT with create_full_put_path),
-    one connection a request. A redirect is followed for GET and HEAD, without the credentials when it
-    names another host, scheme or port; the whole exchange, redirects included, has one deadline."""
+    """Plain HTTP GET/PUT/HEAD against a WebDAV server (nginx's dav module: PUT with
+    create_full_put_path), one connection a request. A redirect is followed for GET and HEAD,
+    without the credentials when it names another host, scheme or port; the whole exchange,
+    redirects included, has one deadline."""
 
     def __init__(self, url: str, timeout: float, clock: Clock | None = None) -> None:
         clean, credentials = split_credentials(url)
@@ -408,18 +415,24 @@ class HttpStore:
             self.headers["Authorization"] = basic_auth(*credentials)
         self.clock = clock or Clock(timeout)
 
-    def _request(self, method: str, key: str, data: bytes | None = None, limit: int | None = None) -> bytes | None:
+    def _request(
+        self, method: str, key: str, data: bytes | None = None, limit: int | None = None
+    ) -> bytes | None:
         url, headers = self.base + key, dict(self.headers)
         for _ in range(MAX_REDIRECTS + 1):
-            answer = _guarded(f"{method} {key}", partial(self._once, method, url, headers, data, limit))
+            once = partial(self._once, method, url, headers, data, limit)
+            answer = _guarded(f"{method} {key}", once)
             location = answer.headers.get("location")
             if answer.status not in REDIRECTS or location is None:
                 break
             if method not in ("GET", "HEAD"):
-                raise StoreError(f"{method} {key}: redirected (HTTP {answer.status}); a store must take it where it is asked")
+                raise StoreError(
+                    f"{method} {key}: redirected (HTTP {answer.status}); a store must take it "
+                    "where it is asked"
+                )
             target = urllib.parse.urljoin(url, location)
             if _origin(target) != _origin(url):
-                headers.pop("Authorization", None)  # the credentials are for the configured host only
+                headers.pop("Authorization", None)  # the credentials are for the configured host
             url = target
         else:
             raise StoreError(f"{method} {key}: more than {MAX_REDIRECTS} redirects")
@@ -450,18 +463,23 @@ class HttpStore:
     def close(self) -> None:
         pass
 
-    def _once(self, method: str, url: str, headers: dict[str, str], data: bytes | None, limit: int | None) -> _Answer:
+    def _once(
+        self, method: str, url: str, headers: dict[str, str], data: bytes | None, limit: int | None
+    ) -> _Answer:
         """One request on its own connection, and its answer (a body only for a 2xx GET)."""
         parts = urllib.parse.urlsplit(url)
         target = parts.path or "/"
         if parts.query:
             target += "?" + parts.query
-        if parts.scheme not in ("http", "https") or not target.isascii() or not target.isprintable() or " " in target:
+        plain = target.isascii() and target.isprintable() and " " not in target
+        if parts.scheme not in ("http", "https") or not plain:
             raise StoreError(f"{method}: not a URL this store can ask: {url[:80]!r}")
         tls = parts.scheme == "https"
-        wire = _Wire.connect(parts.hostname or "", parts.port or (443 if tls else 80), self.clock, tls=tls)
+        port = parts.port or (443 if tls else 80)
+        wire = _Wire.connect(parts.hostname or "", port, self.clock, tls=tls)
         try:
-            lines = [f"{method} {target} HTTP/1.1", f"Host: {parts.netloc.rpartition('@')[2]}", "Connection: close"]
+            host = parts.netloc.rpartition("@")[2]
+            lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", "Connection: close"]
             lines += [f"{name}: {value}" for name, value in headers.items()]
             if data is not None:
                 lines.append(f"Content-Length: {len(data)}")
@@ -469,7 +487,8 @@ class HttpStore:
             status, reason = _status_line(wire.line())
             fields = _header_lines(wire)
             wanted = limit is not None and method == "GET" and 200 <= status < 300
-            return _Answer(status, reason, fields, _body(wire, fields, limit) if wanted and limit is not None else None)
+            body = _body(wire, fields, limit) if wanted and limit is not None else None
+            return _Answer(status, reason, fields, body)
         finally:
             wire.close()
 
@@ -696,7 +715,10 @@ def check_manifest(raw: bytes, plan: BuildPlan) -> tuple[ArtifactFile, ...]:
         raise ArtifactRefused(f"its manifest: {exc}") from None
     total = sum(entry.size for entry in files)
     if total > MAX_ARTIFACT:  # before anything is fetched
-        raise ArtifactRefused(f"its manifest claims {total} bytes of files, more than the {MAX_ARTIFACT} an artifact may hold")
+        raise ArtifactRefused(
+            f"its manifest claims {total} bytes of files, more than the {MAX_ARTIFACT} an "
+            "artifact may hold"
+        )
     return files
 
 

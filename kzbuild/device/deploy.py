@@ -279,8 +279,8 @@ def _rollback(transport: Transport, device: Device, *, keep: int | None, lock: D
     if damaged := damaged_history_lines(history_result):
         lines = ", ".join(map(str, damaged[:5])) + (" ..." if len(damaged) > 5 else "")
         raise DeviceError(
-            f"{transport.address}: the deploy log {layout.history} is damaged (line {lines}), so the release "
-            "current was switched from is not known; nothing was switched",
+            f"{transport.address}: the deploy log {layout.history} is damaged (line {lines}), "
+            "so the release current was switched from is not known; nothing was switched",
             hint="fix or remove those lines, or deploy the release wanted with --artifact",
         )
     history = parse_history(history_result)
@@ -351,7 +351,7 @@ def _push_model(
     stored_name = f"{sha}.gguf"
     remote = Remote(transport)
     layout = Layout(device.root)
-    read_state(remote, layout)  # the layout, with a wrong kind of file where a store dir should be replaced
+    read_state(remote, layout)  # the layout; a wrong kind of file at a store dir is replaced
     have = inventory(remote, layout, layout.models)
     present = stored_name in have.stored
     stats = SendStats()

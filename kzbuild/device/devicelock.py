@@ -103,7 +103,8 @@ def lease_seconds() -> float:
         lease = math.nan
     if not MIN_LEASE <= lease <= MAX_LEASE:  # false for nan
         raise ConfigError(
-            f"{LEASE_ENV} must be a number of seconds from {MIN_LEASE:g} to {MAX_LEASE:g}, not {raw[:40]!r}"
+            f"{LEASE_ENV} must be a number of seconds from {MIN_LEASE:g} to {MAX_LEASE:g}, "
+            f"not {raw[:40]!r}"
         )
     return lease
 
@@ -111,7 +112,9 @@ def lease_seconds() -> float:
 def host_name() -> str:
     host = os.environ.get(HOST_ENV) or socket.gethostname()
     if not host.isprintable() or any(c.isspace() for c in host) or len(host) > 255:
-        raise ConfigError(f"{HOST_ENV} must be a host name (printable, no blanks), not {host[:40]!r}")
+        raise ConfigError(
+            f"{HOST_ENV} must be a host name (printable, no blanks), not {host[:40]!r}"
+        )
     return host
 
 
@@ -254,9 +257,13 @@ def _parse_sighting(text: str) -> LockSighting:
     the device's future (its clock went back) ages as far as it is ahead: a live holder's next
     touch brings it back to now."""
     lines = text.splitlines()
-    now, beat = (int(line) if re.fullmatch(r"[0-9]{1,12}", line.strip()) else 0 for line in (lines + ["", ""])[:2])
+    now, beat = (
+        int(line) if re.fullmatch(r"[0-9]{1,12}", line.strip()) else 0
+        for line in (lines + ["", ""])[:2]
+    )
     owner_lines = lines[2:]
-    return LockSighting(LockOwner.parse(owner_lines), float(abs(now - beat)), token_line(owner_lines))
+    owner = LockOwner.parse(owner_lines)
+    return LockSighting(owner, float(abs(now - beat)), token_line(owner_lines))
 
 
 def remove_if_held_by(remote: Remote, layout: Layout, token: str) -> bool:

@@ -294,7 +294,8 @@ def parse_history(result: RemoteResult) -> list[HistoryEntry]:
 
 def damaged_history_lines(result: RemoteResult) -> list[int]:
     """The numbers of the deploy log's lines that are not ``time<TAB>action<TAB>release``."""
-    return [number for number, parts in enumerate(_history_fields(result), 1) if not _is_entry(parts)]
+    fields = enumerate(_history_fields(result), 1)
+    return [number for number, parts in fields if not _is_entry(parts)]
 
 
 def _history_fields(result: RemoteResult) -> list[list[str]]:
@@ -302,7 +303,9 @@ def _history_fields(result: RemoteResult) -> list[list[str]]:
 
 
 def _is_entry(parts: list[str]) -> bool:
-    return len(parts) == 3 and parts[1] in ("deploy", "rollback") and bool(parts[2]) and parts[2].isprintable()
+    if len(parts) != 3 or parts[1] not in ("deploy", "rollback"):
+        return False
+    return bool(parts[2]) and parts[2].isprintable()
 
 
 def by_recency(state: DeviceState, history: Sequence[HistoryEntry]) -> list[str]:

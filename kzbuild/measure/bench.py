@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 LLAMA_BENCH = "llama-bench"
 RESERVED_ARGS = ("-o", "--output", "-m", "--model")  # kzbuild sets these itself
 MAX_TESTS = 4096  # tests in one llama-bench run (the product of its option lists)
-MAX_POINTS = 4096  # points of one sweep (the product of its axes), checked when a bench or plan is read
+MAX_POINTS = 4096  # points of one sweep (the product of its axes), checked when it is read
 MAX_TOKENS = 2**31 - 1  # llama-bench's token counts are C ints
 MAX_FIELD_TEXT = 4096  # characters of one text field of a llama-bench test (cpu_info is ~100)
 # C ints in llama-bench's JSON, and their least value (n_gpu_layers -1: all layers)
@@ -197,7 +197,8 @@ def sweep_size_check(axes: Sequence[SweepAxis]) -> None:
     if count > MAX_POINTS:
         sizes = " x ".join(f"{len(axis.values)} {axis.name}" for axis in axes)
         raise ConfigError(
-            f"the sweep expands to {count} points ({sizes}), more than the {MAX_POINTS} one bench may run",
+            f"the sweep expands to {count} points ({sizes}), more than the {MAX_POINTS} one "
+            "bench may run",
             hint="split it into several runs or plans",
         )
 

@@ -129,7 +129,7 @@ def _usec(text: str, where: str) -> int:
 
 
 def _unsigned(text: str, what: str, where: str) -> int:
-    """A number printed with %u; one of more digits than a %u has is refused before int() reads it."""
+    """A number printed with %u; one of more digits than a %u has is refused before int()."""
     if len(text) > len(str(MAX_USEC)) or int(text) > MAX_USEC:
         raise BadRecord(f"{where}: {what} {_cut(text, 40)} is more than a %u can print")
     return int(text)

@@ -16,7 +16,13 @@ from kzbuild.adapters import yamlconf
 from kzbuild.device.base import Transport, check_env_name
 from kzbuild.device.run import check_seconds
 from kzbuild.errors import ConfigError
-from kzbuild.measure.bench import check_spec, model_sha256, option_value_problem, parse_sweep, sweep_size_check
+from kzbuild.measure.bench import (
+    check_spec,
+    model_sha256,
+    option_value_problem,
+    parse_sweep,
+    sweep_size_check,
+)
 from kzbuild.measure.interleave import MAX_BLOCKS, parse_temperature
 from kzbuild.model.bench import ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchSpec
 from kzbuild.model.device import Device

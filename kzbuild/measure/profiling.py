@@ -338,13 +338,15 @@ def plot(record: ProfileRecord, out: Path, *, source: str = "graph") -> Path:
 
 
 def read_log(path: Path) -> bytes:
-    """A saved log: a regular file (not a FIFO or a device such as /dev/zero) of at most MAX_LOG bytes."""
+    """A saved log: a regular file (not a FIFO or a device like /dev/zero) of at most MAX_LOG
+    bytes."""
     try:
         info = path.stat()  # before opening: opening a FIFO blocks
         if not stat.S_ISREG(info.st_mode):
             raise ConfigError("is not a regular file (a saved log is)", path=path)
         if info.st_size > MAX_LOG:
-            raise ConfigError(f"is {info.st_size} bytes, more than the {MAX_LOG} a saved log may have", path=path)
+            message = f"is {info.st_size} bytes, more than the {MAX_LOG} a saved log may have"
+            raise ConfigError(message, path=path)
         with open(path, "rb") as handle:
             data = handle.read(MAX_LOG + 1)
     except OSError as exc:

@@ -451,7 +451,7 @@ def jsonl_objects(path: Path, *, hint: str | None = None) -> list[tuple[str, Any
     except OSError as exc:
         raise ConfigError(f"cannot read file: {exc.strerror}", path=path) from None
     # a UTF-8 byte order mark (an editor on Windows put it there) is not part of the first record
-    lines = data.removeprefix(codecs.BOM_UTF8).split(b"\n")  # the last item follows the last newline
+    lines = data.removeprefix(codecs.BOM_UTF8).split(b"\n")  # the last follows the last newline
     found = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():

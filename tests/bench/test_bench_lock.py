@@ -105,7 +105,7 @@ def test_a_running_bench_holds_the_device_and_its_records_name_the_build_it_ran(
 
 @pytest.mark.parametrize("command", ["bench", "run"])
 def test_ctrl_c_while_the_device_is_held_releases_its_lock(project, device_root, command):
-    """SIGINT to kzbuild alone (not its tool's process group): the tool is stopped, the lock released."""
+    """SIGINT to kzbuild alone (not its tool's process group): the tool stops, the lock goes."""
     device_root.add_tool("llama-bench", HOLD_BENCH)
     device_root.add_file("models/tiny.gguf", b"GGUF stand-in")
     args = ["-m", "models/tiny.gguf"] if command == "bench" else ["llama-bench"]
