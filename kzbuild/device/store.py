@@ -54,17 +54,17 @@ ARGV_BUDGET = 60_000  # bytes of arguments per remote command (Android allows fa
 COMMAND_TIMEOUT = 120.0
 VERIFY_TIMEOUT = 1800.0  # sha256sum of a multi-GB model on a phone takes a while
 
-STORE_DIRS = "objects chunks chunklists incoming releases models .switch damaged"
+STORE_DIRS = "objects chunks chunklists incoming releases .switch damaged"
 # $1 = ROOT. Makes the layout, repairing what a person would have to: a store dir that is a
 # symlink (incoming/ pointing out of the root would have chunks written there) or not a dir is
-# replaced, and an entry of objects/ or chunks/ that is not a regular file (a directory, a
+# replaced (models/ may be a link to a bigger partition: it is left as it is), and an entry of objects/ or chunks/ that is not a regular file (a directory, a
 # symlink) is removed, so deploy sends its content again. Prints the current link's target on
 # the first line, then the release names, a "/" line, then the releases marked damaged.
 STATE_SCRIPT = (
     'mkdir -p "$1" && cd "$1" || exit 1; '
     f'for d in {STORE_DIRS}; do '
     'if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then rm -f "$d" || exit 1; fi; '
-    'mkdir -p "$d" || exit 1; done; '
+    'mkdir -p "$d" || exit 1; done; mkdir -p models || exit 1; '
     'for f in objects/* chunks/*; do '
     'if [ -L "$f" ] || { [ -e "$f" ] && [ ! -f "$f" ]; }; then rm -rf "$f" || exit 1; fi; done; '
     'printf "%s\\n" "$(readlink current)"; ls -1 releases && echo / && ls -1 damaged'

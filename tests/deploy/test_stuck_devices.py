@@ -157,3 +157,14 @@ def test_rollback_with_a_damaged_deploy_log_refuses_naming_it(kz, target, artifa
     err = "".join(result.err.split())  # rich may wrap inside the path
     assert "/deploys.logisdamaged(line2)" in err and "nothingwasswitched" in err
     assert assert_store_invariant(target.root) == "b2"
+
+
+@pytest.mark.parametrize("target", ["local"], indirect=True)
+def test_a_models_dir_linked_to_a_bigger_partition_is_kept(kz, target, artifacts, tmp_path):
+    bigger = tmp_path / "sdcard-models"
+    bigger.mkdir()
+    target.root.mkdir(parents=True)
+    (target.root / "models").symlink_to(bigger)
+    result = kz("deploy", "--device", target.spec, "--artifact", str(artifacts.make("b1")))
+    assert result.code == 0, result.err
+    assert (target.root / "models").is_symlink() and bigger.is_dir()
