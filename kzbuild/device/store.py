@@ -57,8 +57,9 @@ VERIFY_TIMEOUT = 1800.0  # sha256sum of a multi-GB model on a phone takes a whil
 STORE_DIRS = "objects chunks chunklists incoming releases .switch damaged"
 # $1 = ROOT. Makes the layout, repairing what a person would have to: a store dir that is a
 # symlink (incoming/ pointing out of the root would have chunks written there) or not a dir is
-# replaced (models/ may be a link to a bigger partition: it is left as it is), and an entry of objects/ or chunks/ that is not a regular file (a directory, a
-# symlink) is removed, so deploy sends its content again. Prints the current link's target on
+# replaced (models/ may be a link to a bigger partition: it is left as it is), and an entry
+# of objects/ or chunks/ that is not a regular file (a directory, a symlink) is removed, so
+# deploy sends its content again. Prints the current link's target on
 # the first line, then the release names, a "/" line, then the releases marked damaged.
 STATE_SCRIPT = (
     'mkdir -p "$1" && cd "$1" || exit 1; '
