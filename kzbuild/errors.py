@@ -6,6 +6,8 @@ Library code raises these; only the CLI turns them into a message and an exit co
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -126,6 +128,29 @@ class ProfileFormatChanged(ResultsError):
 class ResultsDatabaseDamaged(ResultsError):
     """results.sqlite3 is unreadable, or not the schema this kzbuild writes. The results store
     rebuilds it from results.jsonl (the source of truth); it reaches the user only when that fails too."""
+
+
+class Unwritable(KzError):
+    """A place on this machine kzbuild must write cannot be written: a read-only or full file
+    system, or no permission (the work dir, the cache dir, the results dir)."""
+
+    exit_code = 14
+
+
+UNWRITABLE_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT})
+
+
+def unwritable(exc: OSError) -> Unwritable | None:
+    """The Unwritable error an OSError of a named path on this machine stands for, if it is one
+    (a read-only, full or forbidden place, which the user fixes, not a bug); else None."""
+    if exc.errno not in UNWRITABLE_ERRNOS or exc.filename is None:
+        return None
+    path = os.fsdecode(exc.filename)
+    return Unwritable(
+        f"cannot write {path}: {exc.strerror}",
+        hint="free or remount it, or point kzbuild elsewhere (--work-dir/KZ_WORK_DIR, "
+        "--cache-dir/KZ_CACHE_DIR, --results-dir/KZ_RESULTS_DIR)",
+    )
 
 
 class CommandFailed(KzError):

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import shutil
+import time
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -95,6 +98,13 @@ def test_pmu_suffix_and_log_prefixes_are_read(tmp_path):
         "ggml-hex: HTP0 profile-op MUL_MAT|a|b|c|d|e|usec -12 cycles 3 start 1 mhz 1.0",
         "ggml-hex: HTP0 profile-op OPBATCH|----|n-ops x|----|----|----|usec 1 cycles 3 start 1 mhz 1.0",
         "ggml-hex: HTP0 profile-op MUL_MAT|a|b|c|d|e|usec 99999999999 cycles 3 start 1 mhz 1.0",  # more than %u prints
+        # numbers past what int() reads
+        "ggml-hex: HTP0 profile-op MUL_MAT|a|b|c|d|e|usec "
+        + "9" * 5000
+        + " cycles 3 start 1 mhz 1.0",
+        "ggml-hex: HTP0 profile-op OPBATCH|----|n-ops "
+        + "9" * 5000
+        + "|x|----|----|usec 1 cycles 3 start 1 mhz 1.0",
     ],
 )
 def test_a_profile_op_line_of_another_shape_is_refused_naming_file_and_line(kz, tmp_path, line):
@@ -104,6 +114,31 @@ def test_a_profile_op_line_of_another_shape_is_refused_naming_file_and_line(kz, 
         parse_htp_log(log.read_bytes(), source=str(log))
     result = kz("profile", "--from-log", str(log))
     assert result.code == 13 and f"{log}:2" in flat(result.err) and "Traceback" not in flat(result.err)
+
+
+def test_a_layer_number_too_long_for_int_is_no_layer(tmp_path):
+    parsed = parse_htp_log(op_line("ADD", 3, dst="out-" + "9" * 5000).encode(), source="log")
+    assert [(r.op, r.layer) for r in parsed.phases[0].ops] == [("ADD", -1)]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory"])
+def test_from_log_refuses_what_is_not_a_regular_file_without_reading_it(kz, tmp_path, kind):
+    path = {"fifo": tmp_path / "fifo", "dev-zero": Path("/dev/zero"), "directory": tmp_path}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)  # opening it would block until a writer came
+    started = time.monotonic()
+    result = kz("profile", "--from-log", str(path))
+    assert result.code == 2 and "is not a regular file" in flat(result.err), result.err
+    assert str(path) in flat(result.err) and time.monotonic() - started < 10
+
+
+def test_from_log_refuses_a_log_past_its_size_bound(kz, tmp_path, monkeypatch):
+    log = tmp_path / "big.log"
+    log.write_text(op_line("ADD", 3) * 100)
+    monkeypatch.setattr(profiling, "MAX_LOG", 1000)
+    result = kz("profile", "--from-log", str(log))
+    said = "more than the 1000 a saved log may have"
+    assert result.code == 2 and said in flat(result.err), result.err
 
 
 def test_a_log_without_profile_lines_says_so(kz, tmp_path):

@@ -19,7 +19,7 @@ from kzbuild.errors import RegressionFound
 from kzbuild.measure import roll
 from kzbuild.model.roll import Outcome, pr_number
 from kzbuild.source.recipes import load_recipe
-from tests.conftest import UpstreamRepo, git
+from tests.conftest import REPO_ROOT, UpstreamRepo, git
 from tests.fixtures_build import install_toolchains
 from tests.fixtures_git import free_port, serve
 from tests.fixtures_stack import add_patch, file_source, fit, make_patch
@@ -418,3 +418,27 @@ def test_an_unreachable_source_is_said_and_exits_3(project, upstream, kz, tmp_pa
     report = json.loads(kz("roll", "r", *FAST, "--json").out)
     (unchecked,) = report["unchecked"]
     assert unchecked["source"] == f"git:{url}" and "Connection refused" in unchecked["why"]
+
+
+def test_a_second_roll_of_the_recipe_exits_10_naming_the_holder(project, upstream, kz):
+    """Another kzbuild (a real process) holds the stage of recipe r: this roll never shares it."""
+    two_candidates(project, upstream)
+    lock = project.work / "roll" / "r.lock"
+    script = (
+        "import sys, time; from pathlib import Path; from kzbuild.adapters.filelock import locked\n"
+        "with locked(Path(sys.argv[1]), what='x'):\n    print('held', flush=True); time.sleep(60)"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script, str(lock)], stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        result = kz("roll", "r", *FAST)
+        assert result.code == 10, result.err
+        err = " ".join(result.err.split())
+        assert f"pid {holder.pid}" in err and "roll stage" in err
+        assert not (project.work / "roll" / "r" / "project").exists()  # never touched
+    finally:
+        holder.kill()
+        holder.wait()
+    assert kz("roll", "r", *FAST).code == 0  # the lock went with its holder

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -67,8 +68,25 @@ class TextCache:
         entries[key] = [hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(), text]
         while len(entries) > self.limit:
             del entries[next(iter(entries))]  # the oldest first
+        self._write(entries)
+
+    def discard(self, unwanted: Callable[[str], bool]) -> None:
+        """Drop every entry whose text is ``unwanted`` (and every malformed one) from the file."""
+        entries = self._load()
+        dropped = [
+            key for key, entry in entries.items()
+            if not isinstance(entry, list)
+            or any(not isinstance(part, str) or unwanted(part) for part in entry)
+        ]
+        for key in dropped:
+            del entries[key]
+        if dropped:
+            self._write(entries)
+
+    def _write(self, entries: dict[str, list[str]]) -> None:
         try:
-            write_atomic(self.path, json.dumps({"format": self.FORMAT, "entries": entries}).encode(), durable=False)
+            data = json.dumps({"format": self.FORMAT, "entries": entries}).encode()
+            write_atomic(self.path, data, durable=False)
         except OSError as exc:
             log.debug("cannot keep %s: %s", self.path, exc)
 

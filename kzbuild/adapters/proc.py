@@ -23,6 +23,7 @@ from kzbuild.errors import CommandFailed, NotAvailableHere
 from kzbuild.model.urls import redact as redact  # proc.redact: what every logged command and error goes through
 
 log = logging.getLogger("kzbuild.adapters.proc")
+STOP_GRACE = 2.0  # seconds an interrupted command gets to end after SIGTERM
 
 class RedactCredentials(logging.Filter):
     """A logging filter that redacts URL credentials from every record (warnings name caches by URL)."""
@@ -212,18 +213,21 @@ def stream(
         except FileNotFoundError as exc:
             raise NotAvailableHere(f"'{args[0]}' is not installed or not on PATH") from exc
         assert proc.stdout is not None
-        for line in _lines(proc.stdout):
-            if sink:
-                sink.write(redact(line) + "\n")
-            tail.append(line)
-            del tail[:-40]
-            if on_line:
-                on_line(line)
         try:
+            for line in _lines(proc.stdout):
+                if sink:
+                    sink.write(redact(line) + "\n")
+                tail.append(line)
+                del tail[:-40]
+                if on_line:
+                    on_line(line)
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             code = proc.wait()
+        except BaseException:  # Ctrl-C: the command ends too
+            _stop(proc)
+            raise
     finally:
         if sink:
             sink.close()
@@ -296,20 +300,35 @@ def run_split(
         pumps.append(threading.Thread(target=feed, args=(child.stdin, stdin), daemon=True))
     for thread in pumps:
         thread.start()
+    interrupted = False
     try:
         code = child.wait(timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         child.kill()
         child.wait()
         raise _failed(args, -1, f"timed out after {timeout} s") from exc
+    except BaseException:  # Ctrl-C: the command ends too, so the caller's cleanup (a lock) runs
+        interrupted = True
+        _stop(child)
+        raise
     finally:
-        for thread in pumps:
-            thread.join()
+        for thread in pumps:  # after an interrupt, a grandchild may still hold a pipe open
+            thread.join(timeout=STOP_GRACE if interrupted else None)
         for pipe in pipes:
             pipe.close()
     if sink_failures:
         raise sink_failures[0]
     return code, bytes(kept[0]), bytes(kept[1])
+
+
+def _stop(child: subprocess.Popen[Any]) -> None:
+    """End a command whose caller was interrupted: SIGTERM, then SIGKILL after STOP_GRACE."""
+    child.terminate()
+    try:
+        child.wait(timeout=STOP_GRACE)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
 
 
 def _lines(handle: Iterable[str]) -> Iterable[str]:

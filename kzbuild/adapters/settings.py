@@ -6,6 +6,7 @@ KZ_RESULTS_DIR, XDG_CACHE_HOME) < command-line flag. The environment is passed i
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,29 @@ class Settings:
         work: Path | None = None,
         results: Path | None = None,
     ) -> Settings:
+        try:
+            return cls._resolve(
+                environ, cwd=cwd, project=project, cache=cache, work=work, results=results
+            )
+        except OSError as exc:  # a path too long, a loop of symlinks: the user's to fix
+            shown = os.fsdecode(exc.filename) if exc.filename is not None else "a folder"
+            raise ConfigError(
+                f"cannot use {shown[:200]}: {exc.strerror}",
+                hint="check --project, --cache-dir, --work-dir, --results-dir and their KZ_* "
+                "variables",
+            ) from None
+
+    @classmethod
+    def _resolve(
+        cls,
+        environ: Mapping[str, str],
+        *,
+        cwd: Path,
+        project: Path | None,
+        cache: Path | None,
+        work: Path | None,
+        results: Path | None,
+    ) -> Settings:
         project = project or _env_path(environ, "KZ_PROJECT") or find_project(cwd)
         project = project.resolve()
         if cache is None:
@@ -42,7 +66,15 @@ class Settings:
         results = results or _env_path(environ, "KZ_RESULTS_DIR")
         if not project.is_dir():
             raise ConfigError(f"the project {project} is not a folder", hint="pass --project / set KZ_PROJECT to the folder that holds recipes/")
-        for option, folder in (("--cache-dir / KZ_CACHE_DIR", cache), ("--work-dir / KZ_WORK_DIR", work), ("--results-dir / KZ_RESULTS_DIR", results)):
+        folders = (("--project / KZ_PROJECT", project), ("--cache-dir / KZ_CACHE_DIR", cache),
+                   ("--work-dir / KZ_WORK_DIR", work), ("--results-dir / KZ_RESULTS_DIR", results))
+        for option, folder in folders:
+            if folder is not None and not _is_utf8(folder):
+                raise ConfigError(
+                    f"{option}: {os.fsencode(folder)!r} is not a UTF-8 path (kzbuild writes "
+                    "its paths into JSON manifests and cmake's files)",
+                    hint="choose a folder whose path is UTF-8",
+                )
             if folder is not None and folder.exists() and not folder.is_dir():
                 raise ConfigError(f"{option}: {folder} is not a folder")
         return cls(project=project, cache=cache.resolve(), work=work.resolve(), results_dir=results.resolve() if results else None)
@@ -100,6 +132,14 @@ class Settings:
     @property
     def scratch(self) -> Path:
         return self.work / "scratch"
+
+
+def _is_utf8(path: Path) -> bool:
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:  # a byte that is not UTF-8, kept by Python as a lone surrogate
+        return False
+    return True
 
 
 def _env_path(environ: Mapping[str, str], name: str) -> Path | None:

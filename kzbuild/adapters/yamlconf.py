@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from kzbuild.adapters.files import TextCache
 from kzbuild.errors import ConfigError
+from kzbuild.model.urls import redact
 
 if TYPE_CHECKING:
     import yaml
@@ -214,11 +215,20 @@ class ParsedDocuments:
         return doc if isinstance(doc, Mapping) else None
 
     def put(self, digest: str, doc: Mapping) -> None:
+        """Remember ``doc``, unless it holds a credential (a URL with a password, such as the remote
+        cache's in ``.kz/config.yaml``): those are parsed every time, and an entry an older kzbuild
+        kept with one is dropped here."""
         try:
             text = json.dumps(_encode(doc))
         except (TypeError, ValueError, RecursionError):
             return  # a value JSON cannot hold (a date, binary data): this file is parsed every time
-        self.texts.put(digest, text)
+        self.texts.discard(_holds_credential)
+        if not _holds_credential(text):
+            self.texts.put(digest, text)
+
+
+def _holds_credential(text: str) -> bool:
+    return redact(text) != text
 
 
 _remembered: ParsedDocuments | None = None

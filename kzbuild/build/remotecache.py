@@ -31,13 +31,15 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import socket
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from kzbuild.adapters import proc, yamlconf
 from kzbuild.adapters.filelock import locked
@@ -56,7 +58,7 @@ from kzbuild.model.remotecache import (
     RemoteOutcome,
     RemoteUsage,
 )
-from kzbuild.model.urls import basic_auth, redact, split_credentials
+from kzbuild.model.urls import basic_auth, redact, remember_secrets, split_credentials
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,8 @@ CONFIG = Path(".kz") / "config.yaml"  # in the project (git-ignored: it may hold
 MAX_TIMEOUT = 60.0
 MAX_MANIFEST = 16 << 20
 LOOKUPS = "artifact-lookups.json"  # in the machine's cache dir
+MAX_ARTIFACT = 2 << 30  # bytes of one stored artifact's files: a manifest claiming more is refused
+T = TypeVar("T")
 
 
 # --- configuration -----------------------------------------------------------------------
@@ -110,9 +114,11 @@ def _flag(section: yamlconf.Mapping, key: str) -> bool:
 
 def check_url(text: str, error: _ErrorFactory) -> str:
     """A store URL kzbuild and ccache can both use; ``error`` makes the ConfigError naming where it was set."""
+    remember_secrets(text)  # before anything shows it: a password holding a space splits the URL
     shown = redact(text)
     if any(c.isspace() or ord(c) < 32 for c in text):
-        raise error(f"'{shown}' holds whitespace or a control character")
+        # not shown: a password holding a space splits the URL where redaction looks for it
+        raise error("the URL holds whitespace or a control character")
     try:
         parts = urllib.parse.urlsplit(text)
         _ = parts.port  # a port that is not a number raises here
@@ -136,14 +142,143 @@ class _ErrorFactory(Protocol):
 # --- stores ------------------------------------------------------------------------------
 
 class StoreError(Exception):
-    """The store failed to answer (down, slow, refused, a protocol error): the caller falls back to local."""
+    """The store failed to answer (down, slow, refused, a protocol error, past a bound): the caller
+    falls back to local."""
 
 
 class _TooBig(StoreError):
-    """A redis string reply longer than the caller's limit, left unread."""
+    """A reply longer than the caller's limit, left unread."""
+
+
+TIMED_OUT = "no answer within the timeout"
+MAX_LINE = 64 << 10  # bytes in a RESP line, an HTTP status or header line
+MAX_HEADERS = 100
+MAX_DEPTH = 4  # arrays in arrays of a redis reply (kzbuild's commands answer flat ones)
+MAX_ITEMS = 1 << 16  # elements of one redis array
+MAX_REPLY = MAX_MANIFEST  # a reply with no limit of its own (PING, INFO, an error page)
+MAX_REDIRECTS = 4
+# bytes a second a store must move: each transfer adds its size / MIN_RATE to the deadline
+MIN_RATE = 4 << 20
+CHUNK = 1 << 16
+REDIRECTS = (301, 302, 303, 307, 308)
+
+
+class Clock:
+    """The deadline of one exchange with a store: every connect, send and receive waits at most
+    what is left of it, so a server that drips its answer cannot stretch the exchange."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def restart(self, seconds: float) -> None:
+        self.seconds, self.end = seconds, time.monotonic() + seconds
+
+    def extend(self, seconds: float) -> None:
+        self.seconds += seconds
+        self.end += seconds
+
+    def left(self) -> float:
+        left = self.end - time.monotonic()
+        if left <= 0:
+            raise StoreError(
+                f"no complete answer within the timeout ({self.seconds:.1f} s for the exchange)"
+            )
+        return left
+
+
+class _Wire:
+    """One connection, read and written in bounded pieces before the clock's deadline."""
+
+    def __init__(self, sock: socket.socket, clock: Clock) -> None:
+        self.sock = sock
+        self.clock = clock
+        self.buffer = bytearray()
+
+    @classmethod
+    def connect(cls, host: str, port: int, clock: Clock, *, tls: bool = False) -> _Wire:
+        try:
+            sock = socket.create_connection((host, port), timeout=clock.left())
+        except TimeoutError:
+            raise StoreError(TIMED_OUT) from None
+        except (OSError, ValueError) as exc:  # refused, unreachable; a host IDNA cannot encode
+            raise StoreError(f"cannot connect: {getattr(exc, 'strerror', None) or exc}") from None
+        if tls:
+            import ssl  # only an https store needs it (start-up time)
+
+            try:
+                sock.settimeout(clock.left())
+                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+            except (OSError, ValueError) as exc:
+                sock.close()
+                raise StoreError(f"TLS failed: {exc}") from None
+        return cls(sock, clock)
+
+    def send(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            self._wait()
+            view = view[self.sock.send(view[:CHUNK]) :]
+
+    def line(self) -> bytes:
+        """The next line, with its end; longer than MAX_LINE: refused."""
+        start = 0
+        while (end := self.buffer.find(b"\n", start)) < 0:
+            if len(self.buffer) > MAX_LINE:
+                raise StoreError(f"a reply line longer than {MAX_LINE} bytes")
+            start = len(self.buffer)
+            self._fill()
+        return self._take(end + 1)
+
+    def exact(self, size: int) -> bytes:
+        while len(self.buffer) < size:
+            self._fill()
+        return self._take(size)
+
+    def rest(self, limit: int) -> bytes:
+        """Everything up to the end of the connection, at most ``limit`` bytes."""
+        while self._fill(eof_ok=True):
+            if len(self.buffer) > limit:
+                raise _TooBig(f"is more than the {limit} bytes expected")
+        return self._take(len(self.buffer))
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _take(self, size: int) -> bytes:
+        data = bytes(self.buffer[:size])
+        del self.buffer[:size]
+        return data
+
+    def _wait(self) -> None:
+        self.sock.settimeout(self.clock.left())
+
+    def _fill(self, *, eof_ok: bool = False) -> bool:
+        self._wait()
+        chunk = self.sock.recv(CHUNK)
+        if not chunk:
+            if eof_ok:
+                return False
+            raise StoreError("the connection closed mid-reply")
+        self.buffer += chunk
+        return True
+
+
+def _guarded(what: str, action: Callable[[], T]) -> T:
+    """``action``, with every failure of the network or of a server's answer as a StoreError."""
+    try:
+        return action()
+    except StoreError:
+        raise
+    except TimeoutError:
+        raise StoreError(TIMED_OUT) from None
+    except (OSError, ValueError, UnicodeError) as exc:  # resets, a number that is not one
+        raise StoreError(f"{what}: {exc}") from None
 
 
 class Store(Protocol):
+    clock: Clock
+
     def ping(self) -> None: ...
     def get(self, key: str, limit: int) -> bytes | None: ...
     def put(self, key: str, data: bytes) -> None: ...
@@ -153,17 +288,16 @@ class Store(Protocol):
 
 
 class RedisStore:
-    """A minimal RESP2 client over one socket: AUTH, SELECT, PING, GET, SET, EXISTS, INFO, DBSIZE."""
+    """A minimal RESP2 client over one socket: AUTH, SELECT, PING, GET, SET, EXISTS, INFO, DBSIZE.
+    Replies are bounded: line length, nesting depth, array length, string size."""
 
     PREFIX = "kz:"
 
-    def __init__(self, url: str, timeout: float) -> None:
+    def __init__(self, url: str, timeout: float, clock: Clock | None = None) -> None:
         parts = urllib.parse.urlsplit(url)
-        try:
-            self.sock = socket.create_connection((parts.hostname or "", parts.port or 6379), timeout=timeout)
-        except (OSError, ValueError) as exc:  # refused, unreachable, no such host (a host name IDNA cannot encode: ValueError)
-            raise StoreError(f"cannot connect: {getattr(exc, 'strerror', None) or exc}") from None
-        self.reader = self.sock.makefile("rb")
+        self.clock = clock or Clock(timeout)
+        port = _guarded("the URL's port", lambda: parts.port) or 6379
+        self.wire = _Wire.connect(parts.hostname or "", port, self.clock)
         try:
             _, credentials = split_credentials(url)
             if credentials is not None and any(credentials):
@@ -175,41 +309,44 @@ class RedisStore:
             self.close()
             raise
 
-    def call(self, *args: str | bytes, limit: int | None = None) -> object:
+    def call(self, *args: str | bytes, limit: int = MAX_REPLY) -> object:
         """Send one command and read its reply; a string reply longer than ``limit`` is refused unread."""
         out = [f"*{len(args)}\r\n".encode()]
         for arg in args:
             data = arg.encode() if isinstance(arg, str) else arg
             out += [f"${len(data)}\r\n".encode(), data, b"\r\n"]
-        try:
-            self.sock.sendall(b"".join(out))
-            return self._reply(limit)
-        except (OSError, ValueError) as exc:  # socket.timeout is an OSError
-            raise StoreError("no answer within the timeout" if isinstance(exc, TimeoutError) else f"connection failed: {exc}") from None
+        return _guarded("connection failed", lambda: self._exchange(b"".join(out), limit))
 
-    def _reply(self, limit: int | None = None) -> object:
-        line = self.reader.readline()
+    def _exchange(self, request: bytes, limit: int) -> object:
+        self.wire.send(request)
+        return self._reply(limit, 0)
+
+    def _reply(self, limit: int, depth: int) -> object:
+        line = self.wire.line()
         if not line.endswith(b"\r\n"):
-            raise StoreError("the connection closed mid-reply")
+            raise StoreError(f"not a redis reply: {line[:40]!r}")
         kind, body = line[:1], line[1:-2]
         if kind == b"+":
             return body.decode(errors="replace")
         if kind == b"-":
             raise StoreError(f"redis refused: {body.decode(errors='replace')}")
         if kind == b":":
-            return int(body)
+            return _number(body)
         if kind == b"$":
-            size = int(body)
+            size = _number(body)
             if size < 0:
                 return None
-            if limit is not None and size > limit:  # the connection is left mid-reply: the caller stops using the store
+            if size > limit:  # the connection is left mid-reply: the caller stops using the store
                 raise _TooBig(f"is {size} bytes, more than the {limit} expected")
-            data = self.reader.read(size + 2)
-            if len(data) != size + 2:
-                raise StoreError("the connection closed mid-reply")
+            data = self.wire.exact(size + 2)
             return data[:-2]
         if kind == b"*":
-            return [self._reply() for _ in range(max(int(body), 0))]
+            count = _number(body)
+            if depth >= MAX_DEPTH or count > MAX_ITEMS:
+                raise StoreError(
+                    f"a reply nested deeper than {MAX_DEPTH} or longer than {MAX_ITEMS} items"
+                )
+            return [self._reply(MAX_REPLY, depth + 1) for _ in range(max(count, 0))]
         raise StoreError(f"not a redis reply: {line[:40]!r}")
 
     def ping(self) -> None:
@@ -233,62 +370,86 @@ class RedisStore:
 
     def usage(self) -> RemoteUsage:
         info = self.call("INFO")
-        fields = dict(line.split(":", 1) for line in info.decode(errors="replace").splitlines() if ":" in line) if isinstance(info, bytes) else {}
+        text = info.decode(errors="replace") if isinstance(info, bytes) else ""
+        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
         entries = self.call("DBSIZE")
 
         def number(key: str) -> int | None:
             value = fields.get(key, "").strip()
-            return int(value) if value.isdigit() else None
+            return int(value) if value.isdigit() and len(value) < 20 else None
 
         return RemoteUsage(size_bytes=number("used_memory"), entries=entries if isinstance(entries, int) else None,
                            server_hits=number("keyspace_hits"), server_misses=number("keyspace_misses"))
 
     def close(self) -> None:
-        self.reader.close()
-        self.sock.close()
+        self.wire.close()
+
+
+def _number(text: bytes) -> int:
+    """A RESP length or integer: at most 19 digits, so no number is too large for a size."""
+    digits = text[1:] if text[:1] == b"-" else text
+    if not digits.isdigit() or len(digits) > 19:
+        raise StoreError(f"not a redis number: {text[:40]!r}")
+    return int(text)
+
+
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    reason: str
+    headers: dict[str, str]
+    body: bytes | None
 
 
 class HttpStore:
-    """Plain HTTP GET/PUT/HEAD against a WebDAV server (nginx's dav module: PUT with create_full_put_path)."""
+    """Plain HTTP GET/PUT/HEAD against a WebDAV server (nginx's dav module: PUT with
+    create_full_put_path), one connection a request. A redirect is followed for GET and HEAD,
+    without the credentials when it names another host, scheme or port; the whole exchange,
+    redirects included, has one deadline."""
 
-    def __init__(self, url: str, timeout: float) -> None:
+    def __init__(self, url: str, timeout: float, clock: Clock | None = None) -> None:
         clean, credentials = split_credentials(url)
         self.base = clean.rstrip("/") + "/kz/"
         self.headers: dict[str, str] = {}
         if credentials is not None and any(credentials):
             self.headers["Authorization"] = basic_auth(*credentials)
-        self.timeout = timeout
-        from urllib.request import ProxyHandler, build_opener  # http.client, ssl: only a WebDAV store needs them (start-up time)
+        self.clock = clock or Clock(timeout)
 
-        # the cache is on the team's network: a proxy from the environment is not asked
-        self.opener = build_opener(ProxyHandler({}))
-
-    def _request(self, method: str, key: str, data: bytes | None = None, limit: int | None = None) -> bytes | None:
-        from urllib.error import HTTPError
-        from urllib.request import Request
-
-        request = Request(self.base + key, data=data, method=method, headers=self.headers)
-        try:
-            with self.opener.open(request, timeout=self.timeout) as response:
-                if limit is None:
-                    return b""
-                body: bytes = response.read(limit + 1)
-                if len(body) > limit:
-                    raise StoreError(f"{key} is more than the {limit} bytes expected")
-                return body
-        except HTTPError as exc:
-            if exc.code == 404 and method in ("GET", "HEAD"):
-                return None
-            raise StoreError(f"{method} {key}: HTTP {exc.code} {exc.reason}") from None
-        except (OSError, ValueError) as exc:  # URLError, timeouts, resets, a bad status line
-            reason = getattr(exc, "reason", exc)
-            raise StoreError("no answer within the timeout" if isinstance(reason, TimeoutError) else f"{method} {key}: {reason}") from None
+    def _request(
+        self, method: str, key: str, data: bytes | None = None, limit: int | None = None
+    ) -> bytes | None:
+        url, headers = self.base + key, dict(self.headers)
+        for _ in range(MAX_REDIRECTS + 1):
+            once = partial(self._once, method, url, headers, data, limit)
+            answer = _guarded(f"{method} {key}", once)
+            location = answer.headers.get("location")
+            if answer.status not in REDIRECTS or location is None:
+                break
+            if method not in ("GET", "HEAD"):
+                raise StoreError(
+                    f"{method} {key}: redirected (HTTP {answer.status}); a store must take it "
+                    "where it is asked"
+                )
+            target = urllib.parse.urljoin(url, location)
+            if _origin(target) != _origin(url):
+                headers.pop("Authorization", None)  # the credentials are for the configured host
+            url = target
+        else:
+            raise StoreError(f"{method} {key}: more than {MAX_REDIRECTS} redirects")
+        if answer.status == 404 and method in ("GET", "HEAD"):
+            return None
+        if not 200 <= answer.status < 300:
+            raise StoreError(f"{method} {key}: HTTP {answer.status} {answer.reason}")
+        return answer.body if limit is not None else b""
 
     def ping(self) -> None:
         self._request("HEAD", "ping")  # any answer (404 included) shows the server is there
 
     def get(self, key: str, limit: int) -> bytes | None:
-        return self._request("GET", key, limit=limit)
+        try:
+            return self._request("GET", key, limit=limit)
+        except _TooBig as exc:
+            raise StoreError(f"{key} {exc}") from None
 
     def put(self, key: str, data: bytes) -> None:
         self._request("PUT", key, data=data)
@@ -302,9 +463,97 @@ class HttpStore:
     def close(self) -> None:
         pass
 
+    def _once(
+        self, method: str, url: str, headers: dict[str, str], data: bytes | None, limit: int | None
+    ) -> _Answer:
+        """One request on its own connection, and its answer (a body only for a 2xx GET)."""
+        parts = urllib.parse.urlsplit(url)
+        target = parts.path or "/"
+        if parts.query:
+            target += "?" + parts.query
+        plain = target.isascii() and target.isprintable() and " " not in target
+        if parts.scheme not in ("http", "https") or not plain:
+            raise StoreError(f"{method}: not a URL this store can ask: {url[:80]!r}")
+        tls = parts.scheme == "https"
+        port = parts.port or (443 if tls else 80)
+        wire = _Wire.connect(parts.hostname or "", port, self.clock, tls=tls)
+        try:
+            host = parts.netloc.rpartition("@")[2]
+            lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", "Connection: close"]
+            lines += [f"{name}: {value}" for name, value in headers.items()]
+            if data is not None:
+                lines.append(f"Content-Length: {len(data)}")
+            wire.send(("\r\n".join(lines) + "\r\n\r\n").encode("ascii") + (data or b""))
+            status, reason = _status_line(wire.line())
+            fields = _header_lines(wire)
+            wanted = limit is not None and method == "GET" and 200 <= status < 300
+            body = _body(wire, fields, limit) if wanted and limit is not None else None
+            return _Answer(status, reason, fields, body)
+        finally:
+            wire.close()
 
-def open_store(config: RemoteConfig) -> Store:
-    return RedisStore(config.url, config.timeout) if config.kind == "redis" else HttpStore(config.url, config.timeout)
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port
+
+
+def _status_line(line: bytes) -> tuple[int, str]:
+    match = re.fullmatch(rb"HTTP/1\.[01] ([1-5][0-9][0-9])(?: ([^\r\n]*))?\r?\n", line)
+    if match is None:
+        raise StoreError(f"not an HTTP answer: {line[:40]!r}")
+    return int(match.group(1)), (match.group(2) or b"").decode("latin-1")
+
+
+def _header_lines(wire: _Wire) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for _ in range(MAX_HEADERS + 1):
+        line = wire.line()
+        if line in (b"\r\n", b"\n"):
+            return fields
+        name, colon, value = line.decode("latin-1").partition(":")
+        if not colon:
+            raise StoreError(f"not an HTTP header: {line[:40]!r}")
+        fields[name.strip().lower()] = value.strip()
+    raise StoreError(f"more than {MAX_HEADERS} header lines")
+
+
+def _body(wire: _Wire, fields: dict[str, str], limit: int) -> bytes:
+    """The body, refused unread when its announced size is past ``limit``."""
+    if "chunked" in fields.get("transfer-encoding", "").lower():
+        return _chunked(wire, limit)
+    length = fields.get("content-length")
+    if length is None:
+        return wire.rest(limit)
+    if not length.isdigit() or len(length) > 19:
+        raise StoreError(f"a Content-Length that is not a size: {length[:40]!r}")
+    if int(length) > limit:
+        raise _TooBig(f"is {int(length)} bytes, more than the {limit} expected")
+    return wire.exact(int(length))
+
+
+def _chunked(wire: _Wire, limit: int) -> bytes:
+    parts: list[bytes] = []
+    total = 0
+    while True:
+        text = wire.line().split(b";")[0].strip()
+        if not re.fullmatch(rb"[0-9a-fA-F]{1,15}", text):
+            raise StoreError(f"not a chunk size: {text[:40]!r}")
+        if not (size := int(text, 16)):
+            break
+        total += size
+        if total > limit:
+            raise _TooBig(f"is more than the {limit} bytes expected")
+        parts.append(wire.exact(size))
+        wire.exact(2)
+    while wire.line() not in (b"\r\n", b"\n"):  # trailer fields
+        pass
+    return b"".join(parts)
+
+
+def open_store(config: RemoteConfig, clock: Clock | None = None) -> Store:
+    kind = RedisStore if config.kind == "redis" else HttpStore
+    return kind(config.url, config.timeout, clock)
 
 
 # --- one build's use of the cache --------------------------------------------------------
@@ -329,19 +578,29 @@ class RemoteCache:
     uploaded: int = 0
     downloaded: int = 0
     damaged: set[str] = field(default_factory=set)  # contents the store held wrong: the push replaces them
+    allowance: float = DEFAULT_TIMEOUT  # seconds this build may spend with the store (see _begin)
 
     @classmethod
     def open(cls, config: RemoteConfig) -> RemoteCache:
         started = time.monotonic()
-        cache = cls(config, None, [])
+        cache = cls(config, None, [], allowance=config.timeout)
         try:
-            store = open_store(config)
+            store = open_store(config, Clock(config.timeout))
             store.ping()
             cache.store = store
         except StoreError as exc:
             cache._down(exc)
         cache.spent = time.monotonic() - started
         return cache
+
+    def _begin(self, store: Store) -> None:
+        """One deadline for all of this build's exchanges with the store: the timeout, plus the
+        time each transfer's size needs at MIN_RATE; the time spent so far is taken from it."""
+        store.clock.restart(max(self.allowance - self.spent, 1e-3))
+
+    def _allow(self, store: Store, size: int) -> None:
+        self.allowance += size / MIN_RATE
+        store.clock.extend(size / MIN_RATE)
 
     def _down(self, exc: StoreError) -> None:
         message = f"remote cache {self.config.shown}: {exc}; building with the local caches only"
@@ -368,6 +627,7 @@ class RemoteCache:
             return None
         started = time.monotonic()
         try:
+            self._begin(self.store)
             return self._pull(self.store, plan)
         except StoreError as exc:
             self._down(exc)
@@ -383,6 +643,7 @@ class RemoteCache:
         if raw is None:
             return None
         files = check_manifest(raw, plan)
+        self._allow(store, sum(entry.size for entry in files))
         with staged(plan.artifact_dir.parent, plan.build_id) as staging:
             for entry in files:
                 data = store.get(f"objects/{entry.sha256}", entry.size)
@@ -408,6 +669,8 @@ class RemoteCache:
             return
         started = time.monotonic()
         try:
+            self._begin(self.store)
+            self._allow(self.store, sum(entry.size for entry in artifact.files))
             for entry in artifact.files:
                 key = f"objects/{entry.sha256}"
                 if entry.sha256 in self.damaged or not self.store.exists(key):
@@ -447,9 +710,16 @@ def check_manifest(raw: bytes, plan: BuildPlan) -> tuple[ArtifactFile, ...]:
     if _canonical(doc.get("inputs")) != _canonical(plan.inputs):
         raise ArtifactRefused("its manifest's inputs are not the ones this build id is the hash of")
     try:
-        return parse_files(doc.get("files"))
+        files = parse_files(doc.get("files"))
     except ValueError as exc:
         raise ArtifactRefused(f"its manifest: {exc}") from None
+    total = sum(entry.size for entry in files)
+    if total > MAX_ARTIFACT:  # before anything is fetched
+        raise ArtifactRefused(
+            f"its manifest claims {total} bytes of files, more than the {MAX_ARTIFACT} an "
+            "artifact may hold"
+        )
+    return files
 
 
 def _canonical(value: object) -> str:

@@ -17,7 +17,7 @@ import typer
 from typer.core import TyperGroup
 
 from kzbuild import __version__
-from kzbuild.errors import KzError
+from kzbuild.errors import KzError, unwritable
 
 if TYPE_CHECKING:  # typer's vendored click, for the types only
     from typer._click import Command, HelpFormatter
@@ -158,6 +158,13 @@ def main(argv: list[str] | None = None) -> int:
             code = INTERRUPTED
     except typer.Exit as exc:
         code = exc.exit_code
+    except OSError as exc:  # a read-only or full place is the user's to fix; any other is a bug
+        if (error := unwritable(exc)) is not None:
+            report_error(error)
+            code = error.exit_code
+        else:
+            report_bug(exc)
+            code = INTERNAL_ERROR
     except Exception as exc:
         if _is_click_error(exc):
             exc.show()  # type: ignore[attr-defined]

@@ -40,6 +40,7 @@ from kzbuild.device.store import (
     batches,
     by_recency,
     check_switch,
+    damaged_history_lines,
     history_step,
     inventory,
     inventory_step,
@@ -47,6 +48,7 @@ from kzbuild.device.store import (
     parse_inventory,
     parse_state,
     point,
+    read_state,
     send,
     state_step,
     switch_step,
@@ -274,6 +276,13 @@ def _rollback(transport: Transport, device: Device, *, keep: int | None, lock: D
     state = parse_state(state_result)
     if state.current is None:
         raise DeviceError(f"{transport.address}: nothing is deployed under {device.root}")
+    if damaged := damaged_history_lines(history_result):
+        lines = ", ".join(map(str, damaged[:5])) + (" ..." if len(damaged) > 5 else "")
+        raise DeviceError(
+            f"{transport.address}: the deploy log {layout.history} is damaged (line {lines}), "
+            "so the release current was switched from is not known; nothing was switched",
+            hint="fix or remove those lines, or deploy the release wanted with --artifact",
+        )
     history = parse_history(history_result)
     target = next((name for name in by_recency(state, history) if name != state.current), None)
     if target is None:
@@ -342,7 +351,7 @@ def _push_model(
     stored_name = f"{sha}.gguf"
     remote = Remote(transport)
     layout = Layout(device.root)
-    remote.run(["mkdir", "-p", layout.models, layout.incoming, layout.switch], what="creating the device layout")
+    read_state(remote, layout)  # the layout; a wrong kind of file at a store dir is replaced
     have = inventory(remote, layout, layout.models)
     present = stored_name in have.stored
     stats = SendStats()

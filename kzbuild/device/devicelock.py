@@ -20,7 +20,9 @@ All scripts are constant strings; paths and owner fields go in as positional arg
 from __future__ import annotations
 
 import logging
+import math
 import os
+import re
 import secrets
 import socket
 import time
@@ -32,12 +34,14 @@ from kzbuild.device.base import ByteSource, RemoteResult, Transport
 from kzbuild.device.steps import Step, run_steps
 from kzbuild.device.store import COMMAND_TIMEOUT, Layout, Remote
 from kzbuild.errors import Busy, ConfigError, KzError
-from kzbuild.model.devicelock import OWNER_FIELDS, LockOwner, LockSighting
+from kzbuild.model.devicelock import LockOwner, LockSighting, token_line
 
 log = logging.getLogger(__name__)
 
 LEASE_ENV = "KZ_LOCK_LEASE"
 DEFAULT_LEASE = 600.0
+MIN_LEASE, MAX_LEASE = 1.0, 30 * 86400.0
+PID_MAX = 1 << 22  # Linux's largest pid_max
 HOST_ENV = "KZ_LOCK_HOST"
 POLL_INTERVAL = 0.5  # seconds between attempts while waiting; each attempt is one round trip
 MUTEX_RETRIES = 50  # attempts at the break mutex (held for one short script at a time)
@@ -94,20 +98,35 @@ SIGHT_SCRIPT = (
 
 
 def lease_seconds() -> float:
+    """The lease; a value that is not a finite number of seconds from 1 to MAX_LEASE is refused
+    before any lock is touched (nan, inf and -1 would break live locks or keep dead ones)."""
     raw = os.environ.get(LEASE_ENV)
     if raw is None:
         return DEFAULT_LEASE
     try:
-        return float(raw)
+        lease = float(raw)
     except ValueError:
-        raise ConfigError(f"{LEASE_ENV} must be a number of seconds, not '{raw}'") from None
+        lease = math.nan
+    if not MIN_LEASE <= lease <= MAX_LEASE:  # false for nan
+        raise ConfigError(
+            f"{LEASE_ENV} must be a number of seconds from {MIN_LEASE:g} to {MAX_LEASE:g}, "
+            f"not {raw[:40]!r}"
+        )
+    return lease
 
 
 def host_name() -> str:
-    return os.environ.get(HOST_ENV) or socket.gethostname()
+    host = os.environ.get(HOST_ENV) or socket.gethostname()
+    if not host.isprintable() or any(c.isspace() for c in host) or len(host) > 255:
+        raise ConfigError(
+            f"{HOST_ENV} must be a host name (printable, no blanks), not {host[:40]!r}"
+        )
+    return host
 
 
 def pid_alive(pid: int) -> bool:
+    if not 0 < pid <= PID_MAX:  # pid 0 is a process group, not a holder; no pid is larger
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -215,6 +234,7 @@ def acquire(remote: Remote, layout: Layout, operation: str, *, wait: float, then
     deadline = time.monotonic() + wait
     step = Step(ACQUIRE_SCRIPT, (layout.root, layout.lock, *owner.lines()), "taking the device lock")
     argv = step.argv
+    broken: set[str] = set()  # tokens of stale locks removed: one seen again is not broken twice
     while True:
         results = run_steps(remote.transport, [step, *then], timeout=COMMAND_TIMEOUT)
         result = results[0]
@@ -226,10 +246,11 @@ def acquire(remote: Remote, layout: Layout, operation: str, *, wait: float, then
         if result.returncode != HELD:
             raise remote.error(argv, result, what="taking the device lock")
         sighting = _parse_sighting(result.text())
-        if is_stale(sighting, host=host, lease=lease):
+        if is_stale(sighting, host=host, lease=lease) and sighting.token not in broken:
+            broken.add(sighting.token)
             stale = sighting.owner
             log.warning("%s: breaking the stale lock %s (%s)", remote.address, layout.lock, stale.describe() if stale else "no owner")
-            remove_if_held_by(remote, layout, stale.token if stale else "")
+            remove_if_held_by(remote, layout, sighting.token)
             continue
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -238,9 +259,17 @@ def acquire(remote: Remote, layout: Layout, operation: str, *, wait: float, then
 
 
 def _parse_sighting(text: str) -> LockSighting:
+    """The device's time, the heartbeat by the device's clock, and the owner file. A heartbeat in
+    the device's future (its clock went back) ages as far as it is ahead: a live holder's next
+    touch brings it back to now."""
     lines = text.splitlines()
-    now, beat = (int(line) if line.strip().isdigit() else 0 for line in (lines + ["", ""])[:2])
-    return LockSighting(LockOwner.parse(lines[2 : 2 + OWNER_FIELDS]), max(0.0, float(now - beat)))
+    now, beat = (
+        int(line) if re.fullmatch(r"[0-9]{1,12}", line.strip()) else 0
+        for line in (lines + ["", ""])[:2]
+    )
+    owner_lines = lines[2:]
+    owner = LockOwner.parse(owner_lines)
+    return LockSighting(owner, float(abs(now - beat)), token_line(owner_lines))
 
 
 def remove_if_held_by(remote: Remote, layout: Layout, token: str) -> bool:

@@ -54,10 +54,20 @@ ARGV_BUDGET = 60_000  # bytes of arguments per remote command (Android allows fa
 COMMAND_TIMEOUT = 120.0
 VERIFY_TIMEOUT = 1800.0  # sha256sum of a multi-GB model on a phone takes a while
 
-# $1 = ROOT. Prints the current link's target on the first line, then the release names, a "/"
-# line, then the releases marked damaged.
+STORE_DIRS = "objects chunks chunklists incoming releases .switch damaged"
+# $1 = ROOT. Makes the layout, repairing what a person would have to: a store dir that is a
+# symlink (incoming/ pointing out of the root would have chunks written there) or not a dir is
+# replaced (models/ may be a link to a bigger partition: it is left as it is), and an entry
+# of objects/ or chunks/ that is not a regular file (a directory, a symlink) is removed, so
+# deploy sends its content again. Prints the current link's target on
+# the first line, then the release names, a "/" line, then the releases marked damaged.
 STATE_SCRIPT = (
-    'mkdir -p "$1/objects" "$1/chunks" "$1/chunklists" "$1/incoming" "$1/releases" "$1/.switch" "$1/damaged" && cd "$1" || exit 1; '
+    'mkdir -p "$1" && cd "$1" || exit 1; '
+    f'for d in {STORE_DIRS}; do '
+    'if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then rm -f "$d" || exit 1; fi; '
+    'mkdir -p "$d" || exit 1; done; mkdir -p models || exit 1; '
+    'for f in objects/* chunks/*; do '
+    'if [ -L "$f" ] || { [ -e "$f" ] && [ ! -f "$f" ]; }; then rm -rf "$f" || exit 1; fi; done; '
     'printf "%s\\n" "$(readlink current)"; ls -1 releases && echo / && ls -1 damaged'
 )
 # $1 = a store dir, $2 = incoming, optionally $3 = another dir. Prints the store's names, a "/" line,
@@ -279,12 +289,24 @@ def history_step(layout: Layout) -> Step:
 
 
 def parse_history(result: RemoteResult) -> list[HistoryEntry]:
-    history = []
-    for line in result.text().splitlines():
-        parts = line.split("\t")
-        if len(parts) == 3:
-            history.append(HistoryEntry(*parts))
-    return history
+    """The deploy log's entries; a damaged line is left out (see :func:`damaged_history_lines`)."""
+    return [HistoryEntry(*parts) for parts in _history_fields(result) if _is_entry(parts)]
+
+
+def damaged_history_lines(result: RemoteResult) -> list[int]:
+    """The numbers of the deploy log's lines that are not ``time<TAB>action<TAB>release``."""
+    fields = enumerate(_history_fields(result), 1)
+    return [number for number, parts in fields if not _is_entry(parts)]
+
+
+def _history_fields(result: RemoteResult) -> list[list[str]]:
+    return [line.split("\t") for line in result.text().splitlines()]
+
+
+def _is_entry(parts: list[str]) -> bool:
+    if len(parts) != 3 or parts[1] not in ("deploy", "rollback"):
+        return False
+    return bool(parts[2]) and parts[2].isprintable()
 
 
 def by_recency(state: DeviceState, history: Sequence[HistoryEntry]) -> list[str]:

@@ -37,7 +37,11 @@ log = logging.getLogger(__name__)
 LLAMA_BENCH = "llama-bench"
 RESERVED_ARGS = ("-o", "--output", "-m", "--model")  # kzbuild sets these itself
 MAX_TESTS = 4096  # tests in one llama-bench run (the product of its option lists)
+MAX_POINTS = 4096  # points of one sweep (the product of its axes), checked when it is read
 MAX_TOKENS = 2**31 - 1  # llama-bench's token counts are C ints
+MAX_FIELD_TEXT = 4096  # characters of one text field of a llama-bench test (cpu_info is ~100)
+# C ints in llama-bench's JSON, and their least value (n_gpu_layers -1: all layers)
+COUNT_FIELDS = {"n_threads": 0, "n_batch": 0, "n_ubatch": 0, "n_gpu_layers": -1}
 SHA256SUM_RE = re.compile(r"([0-9a-f]{64})\s")  # "<sha256>  <path>"
 STORED_MODEL_RE = re.compile(r"^([0-9a-f]{64})\.gguf$")  # kzbuild models push: models/<sha256>.gguf
 
@@ -176,6 +180,7 @@ def check_spec(spec: BenchSpec) -> None:
     for arg in spec.extra_args:
         if arg in RESERVED_ARGS:
             raise ConfigError(f"'{arg}' is set by kzbuild bench itself (-o json, -m from --model)")
+    sweep_size_check(spec.sweep)
     seen = set()
     for axis in spec.sweep:
         if axis.name in seen:
@@ -184,6 +189,18 @@ def check_spec(spec: BenchSpec) -> None:
         fixed = dict(spec.env) if axis.env_name else dict(spec.options)
         if (axis.env_name or axis.name) in fixed:
             raise ConfigError(f"{axis.name} is both swept and fixed", hint="drop the fixed value or the sweep")
+
+
+def sweep_size_check(axes: Sequence[SweepAxis]) -> None:
+    """Refuse a sweep of more than MAX_POINTS points before anything expands it."""
+    count = math.prod(len(axis.values) for axis in axes)
+    if count > MAX_POINTS:
+        sizes = " x ".join(f"{len(axis.values)} {axis.name}" for axis in axes)
+        raise ConfigError(
+            f"the sweep expands to {count} points ({sizes}), more than the {MAX_POINTS} one "
+            "bench may run",
+            hint="split it into several runs or plans",
+        )
 
 
 def plan(spec: BenchSpec) -> tuple[int, list[BenchPoint]]:
@@ -239,6 +256,12 @@ def parse_llama_bench_test(data: object, *, where: str) -> LlamaBenchTest:
     config = {key: value for key, value in fields.data.items() if key not in NOT_CONFIG_FIELDS}
     for key, value in config.items():
         check_scalar(value, where=f"{where}: {key}")
+    for key, least in COUNT_FIELDS.items():  # n_threads: true would be stored as t=True
+        if key in fields.data:
+            fields.count(key, minimum=least, maximum=MAX_TOKENS)
+    for key, value in fields.data.items():
+        if isinstance(value, str) and len(value) > MAX_FIELD_TEXT:
+            raise fields.error(key, f"a text of at most {MAX_FIELD_TEXT} characters")
     return LlamaBenchTest(
         n_prompt=n_prompt,
         n_gen=n_gen,

@@ -39,7 +39,7 @@ OP_TAIL_RE = re.compile(TIMES + r"(?: pmu \[\d+(?:,\d+){7}\])?")
 BATCH_RE = re.compile(r"OPBATCH\|----\|n-ops (?P<n_ops>\d+)\|(?P<events>[^|]*)\|----\|----\|" + TIMES)
 OP_FIELDS = 7  # op|names|dims|types|strides|kparams|times
 MARKER_RE = re.compile(r"kz-profile: phase (?P<phase>\w+) (?P<mode>\w+) rep (?P<rep>\d+) (?P<edge>begin|end)\s*$")
-LAYER_RE = re.compile(r"-(\d+)$")  # llama.cpp names a layer's tensors NAME-IL
+LAYER_RE = re.compile(r"-(\d{1,9})$")  # llama.cpp names a layer's tensors NAME-IL
 ALL = "all"
 MAX_USEC = 2**32 - 1  # printed with %u
 
@@ -95,7 +95,7 @@ def parse_htp_log(data: bytes, *, source: str) -> HtpProfile:
             if phase is not None:
                 sums = batches[phase]
                 sums[0] += 1
-                sums[1] += int(batch["n_ops"])
+                sums[1] += _unsigned(batch["n_ops"], "n-ops", where)
                 sums[2] += _usec(batch["usec"], where)
             continue
         parts = body.split("|")
@@ -125,10 +125,14 @@ def parse_htp_log(data: bytes, *, source: str) -> HtpProfile:
 
 
 def _usec(text: str, where: str) -> int:
-    value = int(text)
-    if value > MAX_USEC:
-        raise BadRecord(f"{where}: usec {text} is more than a %u can print")
-    return value
+    return _unsigned(text, "usec", where)
+
+
+def _unsigned(text: str, what: str, where: str) -> int:
+    """A number printed with %u; one of more digits than a %u has is refused before int()."""
+    if len(text) > len(str(MAX_USEC)) or int(text) > MAX_USEC:
+        raise BadRecord(f"{where}: {what} {_cut(text, 40)} is more than a %u can print")
+    return int(text)
 
 
 def _layer(names: str) -> int:

@@ -16,7 +16,13 @@ from kzbuild.adapters import yamlconf
 from kzbuild.device.base import Transport, check_env_name
 from kzbuild.device.run import check_seconds
 from kzbuild.errors import ConfigError
-from kzbuild.measure.bench import check_spec, model_sha256, option_value_problem, parse_sweep
+from kzbuild.measure.bench import (
+    check_spec,
+    model_sha256,
+    option_value_problem,
+    parse_sweep,
+    sweep_size_check,
+)
 from kzbuild.measure.interleave import MAX_BLOCKS, parse_temperature
 from kzbuild.model.bench import ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchSpec
 from kzbuild.model.device import Device
@@ -112,6 +118,10 @@ def _run(item: yamlconf.Mapping, index: int, model: str, common_env: dict[str, s
             axes.append(parse_sweep(f"{axis}={','.join(str(v) for v in values)}"))
         except ConfigError as exc:
             raise sweep_section.error(axis, exc.message.replace("--sweep ", "sweep "), hint=exc.hint) from None
+    try:
+        sweep_size_check(axes)
+    except ConfigError as exc:
+        raise item.error("sweep", exc.message, hint=exc.hint) from None
     args = item.get_str_list("args")
     spec = BenchSpec(
         model=model,

@@ -14,6 +14,7 @@ Runs are stored like bench results, with the same provenance, one line each in
 from __future__ import annotations
 
 import logging
+import stat
 import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -45,6 +46,7 @@ HEXAGON_LIB = "lib/libggml-hexagon.so"  # in a release's manifest: a build with 
 PHASES = ("prefill", "decode")
 SOURCE_NAMES = {"graph": "kz-profile timer", "npu": "ggml-hexagon profiler"}
 MAX_TOKENS = 2**31 - 1
+MAX_LOG = 1 << 30  # bytes of a saved log read by profile --from-log
 
 
 def check_spec(spec: ProfileSpec) -> None:
@@ -335,15 +337,30 @@ def plot(record: ProfileRecord, out: Path, *, source: str = "graph") -> Path:
     return save_png(figure, out, option="--plot")
 
 
+def read_log(path: Path) -> bytes:
+    """A saved log: a regular file (not a FIFO or a device like /dev/zero) of at most MAX_LOG
+    bytes."""
+    try:
+        info = path.stat()  # before opening: opening a FIFO blocks
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError("is not a regular file (a saved log is)", path=path)
+        if info.st_size > MAX_LOG:
+            message = f"is {info.st_size} bytes, more than the {MAX_LOG} a saved log may have"
+            raise ConfigError(message, path=path)
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_LOG + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the log: {exc.strerror}", path=path) from None
+    if len(data) > MAX_LOG:  # it grew since the stat
+        raise ConfigError(f"is more than the {MAX_LOG} bytes a saved log may have", path=path)
+    return data
+
+
 def from_log(settings: Settings, path: Path, *, recipe: str | None) -> tuple[PhaseProfile, ...]:
     """The per-op NPU times of a saved log; the recipe's tree (when given and synced) must print the format the parser reads."""
     if recipe is not None:
         check_recipe_formats(settings, recipe)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read the log: {exc.strerror}", path=path) from None
-    parsed = parse_htp_log(data, source=str(path))
+    parsed = parse_htp_log(read_log(path), source=str(path))
     if not parsed.lines:
         raise ResultsError(f"{path} holds no 'ggml-hex: ... profile-op' lines", hint=f"run with {PROFILE_ENV}=1 and debug logging (-v)")
     return parsed.phases

@@ -11,6 +11,7 @@ Record ids are content hashes, so importing anything twice stores it once.
 
 from __future__ import annotations
 
+import codecs
 import functools
 import logging
 import math
@@ -446,9 +447,11 @@ def jsonl_objects(path: Path, *, hint: str | None = None) -> list[tuple[str, Any
     file:line), except a last line that is not newline-terminated and not JSON: a writer killed
     mid-record left it, and it is skipped with a warning."""
     try:
-        lines = path.read_bytes().split(b"\n")  # the last item is what follows the last newline
+        data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read file: {exc.strerror}", path=path) from None
+    # a UTF-8 byte order mark (an editor on Windows put it there) is not part of the first record
+    lines = data.removeprefix(codecs.BOM_UTF8).split(b"\n")  # the last follows the last newline
     found = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():

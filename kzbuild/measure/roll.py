@@ -22,6 +22,7 @@ import re
 import shutil
 import sys
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
@@ -29,6 +30,7 @@ from typing import Protocol
 from packaging.version import InvalidVersion, Version
 
 from kzbuild.adapters import proc
+from kzbuild.adapters.filelock import locked
 from kzbuild.adapters.gitcmd import KZ_AUTHOR, Git, ls_remote, remote_failure
 from kzbuild.adapters.settings import Settings
 from kzbuild.build import builder
@@ -251,6 +253,14 @@ class Stage:
             shutil.copytree(self.source, self.project, ignore=lambda folder, names: [n for n in names if Path(folder) == self.source and n in skip])
         return recipes.load_recipe(self.project, self.recipe_name)
 
+    def hold(self) -> ExitStack:
+        """The stage's lock (``<stage>.lock``), held until the returned stack is closed; Busy,
+        naming the holder's pid, while another kzbuild holds it."""
+        stack = ExitStack()
+        lock = self.root.with_name(self.root.name + ".lock")
+        stack.enter_context(locked(lock, what=f"the roll stage {self.root}", wait=0))
+        return stack
+
     def remove(self) -> None:
         if self.repo is not None and (self.project / ".git").exists():
             self.repo.run("worktree", "remove", "--force", str(self.project), check=False)
@@ -290,6 +300,7 @@ def roll(
     found = find_candidates(settings, recipe, to, limit=limit, progress=progress)
     candidates, notes, unchecked = found
     stage = Stage(settings, recipe)
+    held = stage.hold()  # another roll of this recipe: Busy (exit 10), never a shared stage
     results: list[CandidateResult] = []
     pin_artifact: Path | None = None
     branch = commit = None
@@ -322,6 +333,7 @@ def roll(
                 branch, commit = _commit_branch(stage, target.commit, RollReport(recipe.name, recipe.upstream.commit, tuple(results)), notes)
     finally:
         stage.remove()
+        held.close()
     return RollReport(
         recipe.name, recipe.upstream.commit, tuple(results), tuple(notes), branch, commit,
         tuple(unchecked),

@@ -5,28 +5,56 @@ from __future__ import annotations
 
 import base64
 import re
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-# scheme://USERINFO@ : the userinfo of a URL, up to the authority's last '@' (a password may hold an unencoded '@')
-URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/?#\s]*)@")
+# scheme://USERINFO@ : the userinfo of a URL, up to the last '@' of its word (a password may hold
+# an unencoded '@', '/', '#' or '?'); quotes and angle brackets end a word, as in error messages
+URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^\s'\"<>]*)@")
 REDACTED = "****"
+MIN_SECRET = 4  # shorter remembered secrets are not searched for: they would hide ordinary words
+
+# ccache reads redis://PASSWORD@host; https://TOKEN@host
+BARE_SECRET_SCHEMES = ("redis://", "http://", "https://")
+
+_secrets: set[str] = set()  # passwords of the URLs configured in this process (remember_secrets)
 
 
-BARE_SECRET_SCHEMES = ("redis://", "http://", "https://")  # ccache reads redis://PASSWORD@host; https://TOKEN@host
+def remember_secrets(url: str) -> None:
+    """Hide the password (or bare token) of ``url`` wherever :func:`redact` sees it from now on,
+    even where no URL surrounds it (a password holding a space splits its URL in two words)."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, _ = rest.rpartition("@")  # the last '@': a password may hold '/', '#', '?' or '@'
+    if not (sep and at):
+        return
+    raw_user, _, raw = userinfo.partition(":")
+    user, password = unquote(raw_user), unquote(raw)
+    forms = (raw, password)  # as written in the URL, and decoded
+    for secret in {*forms, *(f.replace(" ", "%20") for f in forms), quote(password, safe="")}:
+        if len(secret) >= MIN_SECRET:
+            _secrets.add(secret)
+    if not password and len(user) >= MIN_SECRET and f"{scheme.lower()}://" in BARE_SECRET_SCHEMES:
+        _secrets.add(user)
 
 
 def redact(text: str) -> str:
-    """``text`` with the password of every URL in it replaced by ``****`` (as pip shows them). A user name stays; userinfo
-    without a colon is hidden too where it is a bare password or token (redis, http, https), not in
-    ``ssh://user@host``."""
+    """``text`` with the password of every URL in it replaced by ``****`` (as pip shows them), and
+    every remembered secret (:func:`remember_secrets`) too. A user name stays; userinfo without a
+    colon is hidden too where it is a bare password or token (redis, http, https) and holds no
+    '/', not in ``ssh://user@host`` or ``https://host/path@v1``."""
 
     def hide(match: re.Match[str]) -> str:
-        user, colon, _ = match.group(2).partition(":")
+        scheme, userinfo = match.group(1), match.group(2)
+        user, colon, _ = userinfo.partition(":")
         if colon:
-            return f"{match.group(1)}{user}:{REDACTED}@"
-        return f"{match.group(1)}{REDACTED}@" if match.group(1).lower() in BARE_SECRET_SCHEMES else match.group(0)
+            return f"{scheme}{user}:{REDACTED}@"
+        if scheme.lower() in BARE_SECRET_SCHEMES and "/" not in userinfo:
+            return f"{scheme}{REDACTED}@"
+        return match.group(0)
 
-    return URL_USERINFO.sub(hide, text)
+    shown = URL_USERINFO.sub(hide, text)
+    for secret in sorted(_secrets, key=len, reverse=True):
+        shown = shown.replace(secret, REDACTED)
+    return shown
 
 
 def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 from kzbuild.errors import ConfigError
+from kzbuild.measure.bench import MAX_POINTS
 from kzbuild.measure.plans import load_plan
 from tests.bench.benchkit import REPLAY_LLAMA_BENCH, make_device_root
 from tests.conftest import REPO_ROOT
@@ -126,3 +128,28 @@ def test_an_unpinned_model_runs_with_a_warning_naming_the_hash_to_pin(kz, tmp_pa
 def test_bench_options_beside_a_plan_are_refused(kz, tmp_path):
     result = kz("bench", "--plan", str(write(tmp_path, GOOD.format(sha="a" * 64))), "-t", "4", "--device", "local:/nowhere")
     assert result.code == 2 and "-t cannot be given with it" in result.err
+
+
+def test_a_sweep_of_a_trillion_points_is_refused_at_validation_with_its_count(tmp_path):
+    values = "[" + ", ".join(str(v) for v in range(1, 1001)) + "]"
+    axes = "".join(f"      {axis}: {values}\n" for axis in ("p", "b", "ub", "env:A"))
+    text = GOOD.format(sha="a" * 64).replace(
+        "    sweep:\n      env:GGML_HEXAGON_GDN_SELECT: [1, 2]\n", f"    sweep:\n{axes}"
+    ).replace("options: {p: 32, n: 0, t: 1}", "options: {n: 0, t: 1}")
+    started = time.monotonic()
+    with pytest.raises(ConfigError) as caught:
+        load_plan(write(tmp_path, text))
+    assert time.monotonic() - started < 5
+    message = str(caught.value)
+    assert "plan.yaml:11: sweep: the sweep expands to 1000000000000 points" in message, message
+    assert f"more than the {MAX_POINTS}" in message
+
+
+def test_a_sweep_at_the_limit_is_accepted(tmp_path):
+    values = "[" + ", ".join(str(v) for v in range(1, 65)) + "]"
+    axes = "".join(f"      {axis}: {values}\n" for axis in ("p", "b"))  # 64 x 64 = MAX_POINTS
+    text = GOOD.format(sha="a" * 64).replace(
+        "    sweep:\n      env:GGML_HEXAGON_GDN_SELECT: [1, 2]\n", f"    sweep:\n{axes}"
+    ).replace("options: {p: 32, n: 0, t: 1}", "options: {n: 0, t: 1}")
+    plan = load_plan(write(tmp_path, text))
+    assert len(plan.runs[0].spec.sweep) == 2 and MAX_POINTS == 64 * 64

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -15,6 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from kzbuild.device.devicelock import host_name
 from tests.bench.benchkit import CAPTURED_JSON, DeviceRoot, flat
@@ -98,3 +101,20 @@ def test_a_running_bench_holds_the_device_and_its_records_name_the_build_it_ran(
     run = json.loads(held.out)
     assert run["records"] and {record["build"]["build_id"] for record in run["records"]} == {device_root.build_id}
     assert kz("deploy", "--artifact", str(new), "--device", device_root.spec).code == 0
+
+
+@pytest.mark.parametrize("command", ["bench", "run"])
+def test_ctrl_c_while_the_device_is_held_releases_its_lock(project, device_root, command):
+    """SIGINT to kzbuild alone (not its tool's process group): the tool stops, the lock goes."""
+    device_root.add_tool("llama-bench", HOLD_BENCH)
+    device_root.add_file("models/tiny.gguf", b"GGUF stand-in")
+    args = ["-m", "models/tiny.gguf"] if command == "bench" else ["llama-bench"]
+    with holding(project, device_root, command, "--device", device_root.spec, *args) as held:
+        assert (device_root.root / ".lock").is_dir()
+        started = time.monotonic()
+        held.process.send_signal(signal.SIGINT)
+        held.process.wait(timeout=30)
+        assert time.monotonic() - started < 10
+    assert held.process.returncode == 130, held.err
+    assert "Traceback" not in held.err
+    assert not (device_root.root / ".lock").exists()

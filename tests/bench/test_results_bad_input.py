@@ -89,8 +89,21 @@ BAD_VALUES = {
     "build_commit": st.one_of(st.integers(), st.none(), st.lists(st.text(max_size=2), max_size=2), st.booleans()),
     "model_type": st.one_of(st.integers(), st.none(), st.dictionaries(st.text(max_size=2), st.text(max_size=2), max_size=2)),
     "test_time": st.one_of(st.integers(), st.lists(st.integers(), max_size=2)),
-    # configuration fields: any JSON scalar is fine, nested values and non-finite numbers are not
-    "n_threads": st.one_of(st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2), NON_FINITE),
+    # configuration fields: any JSON scalar is fine, nested values and non-finite numbers are not;
+    # llama-bench's counts are C ints (n_threads: true would be stored as t=True)
+    "n_threads": st.one_of(
+        st.lists(st.integers(), max_size=2),
+        st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+        NON_FINITE,
+        st.booleans(),
+        st.text(max_size=3),
+        st.integers(max_value=-1),
+        st.integers(min_value=2**31),
+    ),
+    "n_ubatch": st.one_of(st.booleans(), st.floats(allow_nan=False), st.none()),
+    # megabytes in a text field
+    "cpu_info": st.integers(4097, 3 << 20).map(lambda n: "x" * n),
+    "poll": st.integers(4097, 3 << 20).map(lambda n: "y" * n),
     "devices": st.one_of(st.lists(st.text(max_size=2), max_size=2), NON_FINITE),
     "made_up_config": st.one_of(st.lists(st.none(), max_size=2), st.dictionaries(st.text(max_size=2), st.none(), max_size=1)),
 }
@@ -151,7 +164,9 @@ def valid_llama_bench_output(draw) -> list[dict[str, object]]:
         test["samples_ns"] = [draw(st.integers(1, 10**12)) for _ in samples]
         test["devices"] = draw(VALID_TEXT)
         test["build_commit"] = draw(VALID_TEXT)
-        test[draw(st.sampled_from(["n_threads", "poll", "made_up_config"]))] = draw(st.one_of(st.integers(-(2**40), 2**40), st.booleans(), st.none(), VALID_TEXT))
+        any_scalar = st.one_of(st.integers(-(2**40), 2**40), st.booleans(), st.none(), VALID_TEXT)
+        test[draw(st.sampled_from(["poll", "made_up_config"]))] = draw(any_scalar)
+        test["n_threads"] = draw(st.integers(0, 2**31 - 1))
         for optional in draw(st.lists(st.sampled_from(["n_depth", "cpu_info", "gpu_info", "avg_ns", "stddev_ns", "samples_ns", "test_time"]), unique=True)):
             test.pop(optional, None)
     return tests
@@ -345,3 +360,12 @@ def test_a_plot_along_an_axis_of_numbers_and_words_draws_them_all_as_words(kz, p
     with ResultsStore(project.root / "results") as store:
         store.add([record(run_id="r1", seq=n, **({"config": {"n_threads": value}} if axis == "t" else {"env": {"GGML_X": str(value)}})) for n, value in enumerate(values)])
     assert_clean(kz("results", "plot", "--axis", axis, "--out", str(project.root / "axis.png")), 0)
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_a_results_jsonl_starting_with_a_utf8_bom_is_read(kz, tmp_path, count):
+    folder = fresh_results(tmp_path)
+    lines = record_lines(count)
+    text = "".join(f"{line}\n" for line in lines)
+    (folder / results.JSONL_FILE).write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert len(stored_records(kz, folder)) == count
