@@ -409,7 +409,7 @@ def bench_ab(runner: ABRunner, pin: Path, candidate: Path, *, blocks: int, seed:
     a, b = list(samples["pin"]), list(samples["candidate"])
     return BenchDelta(
         metric=runner.metric, order=tuple(name for block in order for name in block), pin=tuple(a), candidate=tuple(b),
-        effect=median_effect(a, b, seed=seed), spread_pin_pct=_spread(a), spread_candidate_pct=_spread(b), threshold_pct=threshold_pct,
+        effect=median_effect(a, b, seed=seed, min_effect_pct=threshold_pct), spread_pin_pct=_spread(a), spread_candidate_pct=_spread(b), threshold_pct=threshold_pct,
     )
 
 
