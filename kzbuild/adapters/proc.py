@@ -196,6 +196,7 @@ def stream(
     log.info("$ %s", describe(args, cwd, env))
     tail: list[str] = []
     sink = open(log_file, "a", encoding="utf-8") if log_file else None
+    proc: subprocess.Popen[str] | None = None
     try:
         if sink:
             sink.write(f"$ {describe(args, cwd, env)}\n")
@@ -224,12 +225,26 @@ def stream(
         except subprocess.TimeoutExpired:
             proc.kill()
             code = proc.wait()
+    except BaseException:  # interrupted (Ctrl-C, or SIGTERM where a command turns it into one)
+        if proc is not None and proc.poll() is None:
+            _stop(proc)  # the step stops with us, and leaves no writer in a folder being removed
+        raise
     finally:
         if sink:
             sink.close()
     if check and code != 0:
         raise _failed(args, code, "\n".join(tail))
     return code
+
+
+def _stop(proc: subprocess.Popen[str], grace: float = 10.0) -> None:
+    """SIGTERM first (ninja and cmake pass it on to their own children), then SIGKILL."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def run_split(
