@@ -40,10 +40,14 @@ def phase(walls: tuple[float, ...]) -> PhaseProfile:
 
 def record(run_id: str, walls: tuple[float, ...]) -> ProfileRecord:
     return ProfileRecord(
-        run_id=run_id, host_time=f"2026-12-04T00:00:0{run_id[-1]}+00:00", build=BuildInfo(build_id="host-1", recipe="demo-host"),
-        device=DeviceInfo(name="local"), model=ModelInfo(path="models/tiny.gguf", sha256="a" * 64),
-        config={"n_prompt": 64, "n_gen": 0, "reps": len(walls)}, graph=(phase(walls),),
-    )  # fmt: skip
+        run_id=run_id,
+        host_time=f"2026-12-04T00:00:0{run_id[-1]}+00:00",
+        build=BuildInfo(build_id="host-1", recipe="demo-host"),
+        device=DeviceInfo(name="local"),
+        model=ModelInfo(path="models/tiny.gguf", sha256="a" * 64),
+        config={"n_prompt": 64, "n_gen": 0, "reps": len(walls)},
+        graph=(phase(walls),),
+    )
 
 
 def test_the_ops_and_walls_shown_are_one_repetition_s_and_add_up():
@@ -132,9 +136,24 @@ def test_per_repetition_times_are_stored_and_read_back(project):
     )
 )
 def test_a_node_s_per_repetition_times_are_checked(us: list[object]):
-    data = {"tool": "kz-profile", "format": 2, "n_prompt": 8, "n_gen": 0, "n_ubatch": 8, "n_threads": 1, "reps": 2,
-            "phases": [{"phase": "prefill", "tokens": 8, "wall_us_plain": [5.0, 6.0], "wall_us_timed": [7.0, 8.0],
-                        "nodes": [{"op": "ADD", "backend": "CPU", "layer": 0, "count": 2, "us": us}]}]}  # fmt: skip
+    data = {
+        "tool": "kz-profile",
+        "format": 2,
+        "n_prompt": 8,
+        "n_gen": 0,
+        "n_ubatch": 8,
+        "n_threads": 1,
+        "reps": 2,
+        "phases": [
+            {
+                "phase": "prefill",
+                "tokens": 8,
+                "wall_us_plain": [5.0, 6.0],
+                "wall_us_timed": [7.0, 8.0],
+                "nodes": [{"op": "ADD", "backend": "CPU", "layer": 0, "count": 2, "us": us}],
+            }
+        ],
+    }
     try:
         _, phases = profiling.parse_tool_output(json.dumps(data).encode(), source="out.json")
     except BadRecord as exc:

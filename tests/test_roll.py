@@ -194,14 +194,17 @@ def test_write_puts_the_roll_on_a_branch_and_changes_nothing_else(project, upstr
     again = kz("roll", "r", "--no-build", "--no-tests", "--write", "--json")
     assert again.code == 0, again.err
     assert (json.loads(again.out)["branch"], json.loads(again.out)["commit"]) == (branch, made)
-    assert f"the branch {branch} already holds this roll" in " ".join(json.loads(again.out)["notes"])
+    notes = " ".join(json.loads(again.out)["notes"])
+    assert f"the branch {branch} already holds this roll" in notes
     assert snapshot(project) == before and git(project.root, "rev-parse", branch) == made
     # the branch with other content: left alone, exit 4 (documented), the report still written
     git(project.root, "branch", "-f", branch, before["head"])
     report_md = project.root.parent / "roll.md"
     other = kz("roll", "r", "--no-build", "--no-tests", "--write", "--report", str(report_md))
-    assert other.code == 4 and f"the branch {branch} exists with other content" in " ".join(other.err.split())
-    assert "exists with other content" in report_md.read_text() and git(project.root, "rev-parse", branch) == before["head"]
+    assert other.code == 4
+    assert f"the branch {branch} exists with other content" in " ".join(other.err.split())
+    assert "exists with other content" in report_md.read_text()
+    assert git(project.root, "rev-parse", branch) == before["head"]
     assert snapshot(project) == before
 
 
@@ -223,7 +226,8 @@ def test_write_refuses_uncommitted_recipes_or_patches(project, upstream, kz):
     report_md = project.root.parent / "roll.md"
     result = kz("roll", "r", *FAST, "--write", "--report", str(report_md))
     assert result.code == 4 and "patches/series" in result.err
-    assert "not written: --write: the project has uncommitted changes" in report_md.read_text()  # the report, as always
+    # the report, as always
+    assert "not written: --write: the project has uncommitted changes" in report_md.read_text()
 
 
 def test_write_needs_a_git_project(project, upstream, kz):
@@ -290,7 +294,8 @@ def test_pypi_candidates_come_from_pip_index_versions(project, upstream, kz, tmp
     blocked = kz("roll", "r", *FAST, "--to", "pypi:llama-cpp-python==0.3.40")
     assert blocked.code == 5
     hint = " ".join(blocked.err.split())
-    assert "no breaking commit was found for fix.patch" in hint and "names the upstream commit that broke" not in hint
+    assert "no breaking commit was found for fix.patch" in hint
+    assert "names the upstream commit that broke" not in hint
 
 
 # --- a rolled candidate: real host build (the tiny upstream), Kz-Test, v79 plan, bench A/B ---

@@ -117,7 +117,7 @@ def test_the_drop_records_the_patch_s_own_drop_when_and_the_description_says_wha
             "description: test recipe r", f"description: r at {base[:12]}, host  # ours"
         )
     )
-    # upstream takes the fix together with another change: no patch-id match, proven by reverse apply
+    # upstream takes the fix with another change: no patch-id match, proven by reverse apply
     rolled = upstream.commit(
         {"common/fit.cpp": fit(line20="fixed 20", line30="more 30")},
         "common: fix 20 and more (#51)",
@@ -176,9 +176,22 @@ def test_a_roll_killed_mid_build_removes_its_stage(tiny, tmp_path, signum):
     git_project(tiny.project)
     before = worktrees(tiny.project.root)
     settings = tiny.settings
-    argv = [sys.executable, "-c", "import sys; from kzbuild.cli import main; sys.exit(main(sys.argv[1:]))",
-            "--project", str(settings.project), "--cache-dir", str(settings.cache), "--work-dir", str(settings.work),
-            "roll", "tiny", "--no-tests", "--plan-target", "none"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-c",
+        "import sys; from kzbuild.cli import main; sys.exit(main(sys.argv[1:]))",
+        "--project",
+        str(settings.project),
+        "--cache-dir",
+        str(settings.cache),
+        "--work-dir",
+        str(settings.work),
+        "roll",
+        "tiny",
+        "--no-tests",
+        "--plan-target",
+        "none",
+    ]
     env = {**tiny.environ(), "PYTHONPATH": str(REPO_ROOT)}
     roll = subprocess.Popen(
         argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

@@ -39,14 +39,18 @@ def test_each_build_step_lists_what_it_compiled_and_for_which_target(project, up
         extra="build:\n  targets: [host]\n",
     )
     hexagon_cpp = files[f"{HEXAGON}/ggml-hexagon.cpp"]
-    Tiny(project, upstream, commit).add_patch("gdn.patch", {
-        "ggml/src/ggml.c": GGML_C.replace("TINY;", "TINY + 1;"),
-        "ggml/src/tiny.h": "#pragma once\n#define TINY 4\n",
-        f"{HEXAGON}/ggml-hexagon.cpp": hexagon_cpp + "int tiny_more() { return TINY; }\n",
-        f"{HTP}/tiny.c": files[f"{HTP}/tiny.c"] + "int tiny_more(void) { return TINY; }\n",
-        "ggml/src/ggml-metal/ggml-metal.m": "int metal_answer(void) { return 1; }\n",
-        "README.md": "documented\n",
-    }, "ggml: touch every side")  # fmt: skip
+    Tiny(project, upstream, commit).add_patch(
+        "gdn.patch",
+        {
+            "ggml/src/ggml.c": GGML_C.replace("TINY;", "TINY + 1;"),
+            "ggml/src/tiny.h": "#pragma once\n#define TINY 4\n",
+            f"{HEXAGON}/ggml-hexagon.cpp": hexagon_cpp + "int tiny_more() { return TINY; }\n",
+            f"{HTP}/tiny.c": files[f"{HTP}/tiny.c"] + "int tiny_more(void) { return TINY; }\n",
+            "ggml/src/ggml-metal/ggml-metal.m": "int metal_answer(void) { return 1; }\n",
+            "README.md": "documented\n",
+        },
+        "ggml: touch every side",
+    )
 
     result = kz("patches", "upstream", "gdn.patch", "--recipe", "hxt", "--json")
     assert result.code == 0, result.err
@@ -93,10 +97,18 @@ PLACEHOLDER = "kzbuild team <team@kzbuild.invalid>"
 @pytest.mark.parametrize(
     ("trailers", "env", "author"),
     [
-        (("Signed-off-by: Ann Dev <ann@kz.dev>", "Upstream-Status: Pending"), {}, "Ann Dev <ann@kz.dev>"),
-        (("Upstream-Status: Pending",), {"GIT_AUTHOR_NAME": "Bo Git", "GIT_AUTHOR_EMAIL": "bo@kz.dev"}, "Bo Git <bo@kz.dev>"),
+        (
+            ("Signed-off-by: Ann Dev <ann@kz.dev>", "Upstream-Status: Pending"),
+            {},
+            "Ann Dev <ann@kz.dev>",
+        ),
+        (
+            ("Upstream-Status: Pending",),
+            {"GIT_AUTHOR_NAME": "Bo Git", "GIT_AUTHOR_EMAIL": "bo@kz.dev"},
+            "Bo Git <bo@kz.dev>",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_placeholder_author_is_replaced_and_the_separator_added(
     project, upstream, kz, tmp_path, monkeypatch, trailers, env, author
 ):

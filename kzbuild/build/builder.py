@@ -170,7 +170,8 @@ def lock_sha256(lock: Lock) -> str:
     return hashlib.sha256(lock.to_json().encode()).hexdigest()
 
 
-SOURCE_LINK = "source"  # <work>/build/<recipe>/source -> the recipe's worktree; cmake -S goes through it
+# <work>/build/<recipe>/source -> the recipe's worktree; cmake -S goes through it
+SOURCE_LINK = "source"
 
 
 def recipe_build_dir(settings: Settings, recipe: Recipe) -> Path:
@@ -536,7 +537,7 @@ def _execute_locked(plan: BuildPlan, progress: Progress | None, synced: bool, sy
 
 
 def _link_source(link: Path, source: Path) -> None:
-    """Point the recipe's source link at its worktree (builds of its targets may race to make it)."""
+    """Point the recipe's source link at its worktree (its targets' builds may race to make it)."""
     if link.is_symlink() and link.readlink() == source:
         return
     link.unlink(missing_ok=True)
@@ -555,7 +556,14 @@ def _forget_other_source(build_dir: Path, source: str) -> None:
         text = cache.read_text(errors="replace")
     except FileNotFoundError:
         return
-    home = next((line.partition("=")[2] for line in text.splitlines() if line.startswith("CMAKE_HOME_DIRECTORY:")), None)
+    home = next(
+        (
+            line.partition("=")[2]
+            for line in text.splitlines()
+            if line.startswith("CMAKE_HOME_DIRECTORY:")
+        ),
+        None,
+    )
     if home is not None and home != source:
         cache.unlink()
         shutil.rmtree(build_dir / "CMakeFiles", ignore_errors=True)

@@ -31,7 +31,10 @@ from kzbuild.source.stack.patchfile import read_patch, require_entry, upstream_m
 from kzbuild.source.stack.series import read_series
 
 HOST_TARGET = "host"
-CODE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".inc", ".cu", ".cuh", ".m", ".mm", ".metal", ".comp", ".glsl", ".S")
+CODE_SUFFIXES = (
+    ".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".inc", ".cu", ".cuh", ".m", ".mm", ".metal",
+    ".comp", ".glsl", ".S",
+)  # fmt: skip
 
 
 def check_upstream(
@@ -79,13 +82,17 @@ def _applies_alone(settings: Settings, recipe: Recipe, patch: Patch, text: str, 
     return UpstreamStep("apply", label, StepStatus.FAILED, files=files, detail=result.stderr.strip())
 
 
-def _builds_alone(settings: Settings, recipe: Recipe, patch: Patch, text: str, environ: Mapping[str, str]) -> list[UpstreamStep]:
+def _builds_alone(
+    settings: Settings, recipe: Recipe, patch: Patch, text: str, environ: Mapping[str, str]
+) -> list[UpstreamStep]:
     """Build the pin plus this patch alone, with a one-patch series in a scratch work dir of its own
     (its worktree, lock and artifacts stay out of the project; ccache is shared, so it stays cheap):
     for the host, then the v79 check when it touches ggml-hexagon; then any touched code file
     neither compiled."""
     name = patch.name
-    root = settings.work / "alone" / recipe.name.replace("/", "--")  # not under scratch/, which holds one repo per recipe name
+    root = (
+        settings.work / "alone" / recipe.name.replace("/", "--")
+    )  # not under scratch/, which holds one repo per recipe name
     series = root / "patches" / "series"
     series.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(series.parent / name, text.encode("utf-8"))
@@ -98,8 +105,17 @@ def _builds_alone(settings: Settings, recipe: Recipe, patch: Patch, text: str, e
         prepared = builder.prepare(scratch_settings, alone, HOST_TARGET, environ=environ)
         builder.build(prepared)
     except BuildFailed as exc:
-        return [UpstreamStep("build", label, StepStatus.FAILED, detail="\n".join(filter(None, (exc.message, exc.hint))))]
-    host = ninja_compiled(prepared.plan.step("build").argv[0], prepared.plan.build_dir, prepared.plan.source)
+        return [
+            UpstreamStep(
+                "build",
+                label,
+                StepStatus.FAILED,
+                detail="\n".join(filter(None, (exc.message, exc.hint))),
+            )
+        ]
+    host = ninja_compiled(
+        prepared.plan.step("build").argv[0], prepared.plan.build_dir, prepared.plan.source
+    )
     steps = [_compiled_step(label, [path for path in touched if path in host], HOST_TARGET)]
     hexagon = [path for path in touched if path.startswith(v79check.HEXAGON + "/")]
     if hexagon:
@@ -107,13 +123,24 @@ def _builds_alone(settings: Settings, recipe: Recipe, patch: Patch, text: str, e
     done = {path for step in steps for path in step.files}
     missed = [path for path in touched if path not in done]
     if missed:
-        steps.append(UpstreamStep("compile", "compile every touched file", StepStatus.SKIPPED, files=tuple(missed),
-                                  detail=f"no build here compiled: {', '.join(missed)}"))  # fmt: skip
+        steps.append(
+            UpstreamStep(
+                "compile",
+                "compile every touched file",
+                StepStatus.SKIPPED,
+                files=tuple(missed),
+                detail=f"no build here compiled: {', '.join(missed)}",
+            )
+        )
     return steps
 
 
 def _compiled_step(label: str, files: list[str], target: str) -> UpstreamStep:
-    detail = f"compiled for {target}: {', '.join(files)}" if files else f"compiled for {target}: none of the touched files"
+    detail = (
+        f"compiled for {target}: {', '.join(files)}"
+        if files
+        else f"compiled for {target}: none of the touched files"
+    )
     return UpstreamStep("build", label, StepStatus.PASSED, files=tuple(files), detail=detail)
 
 
@@ -124,14 +151,25 @@ def _v79_step(settings: Settings, recipe: Recipe, hexagon: list[str]) -> Upstrea
     try:
         result = v79check.run_check(v79check.prepare_check(settings, recipe))
     except (BuildFailed, ToolchainMissing) as exc:
-        return UpstreamStep("build", label, StepStatus.FAILED, detail="\n".join(filter(None, (exc.message, exc.hint))))
-    sources = {str(c["source"]) for c in result.artifact.manifest.get("compiles", []) if isinstance(c, dict)}
+        return UpstreamStep(
+            "build",
+            label,
+            StepStatus.FAILED,
+            detail="\n".join(filter(None, (exc.message, exc.hint))),
+        )
+    sources = {
+        str(c["source"])
+        for c in result.artifact.manifest.get("compiles", [])
+        if isinstance(c, dict)
+    }
     included = v79check.included_headers(result.plan.source, sources)
-    return _compiled_step(label, [path for path in hexagon if path in sources or path in included], v79check.TARGET)
+    return _compiled_step(
+        label, [path for path in hexagon if path in sources or path in included], v79check.TARGET
+    )
 
 
 def ninja_compiled(ninja: str, build_dir: Path, source: Path) -> set[str]:
-    """The files under ``source`` that a build in ``build_dir`` compiled: each object's recorded deps
+    """The files under ``source`` that a build in ``build_dir`` compiled: each object's deps
     (``ninja -t deps``: its source and every header it read), relative to ``source``."""
     result = proc.run([ninja, "-C", str(build_dir), "-t", "deps"], check=False)
     root = source.resolve()
@@ -141,7 +179,12 @@ def ninja_compiled(ninja: str, build_dir: Path, source: Path) -> set[str]:
             continue
         path = Path(line.strip())
         try:
-            found.add((path if path.is_absolute() else build_dir / path).resolve().relative_to(root).as_posix())
+            found.add(
+                (path if path.is_absolute() else build_dir / path)
+                .resolve()
+                .relative_to(root)
+                .as_posix()
+            )
         except ValueError:
             continue  # a system header or a generated file
     return found

@@ -129,7 +129,8 @@ def ab_command(
                 blocks=blocks or (plan.ab.blocks if plan and plan.ab.blocks else DEFAULT_BLOCKS), selection=selection,
                 seed=seed if seed is not None else plan.seed if plan else None,
                 cooling=cooling, options=BuildOptions(), wait=wait, on_build=on_build, on_turn=on_turn, on_stderr=last_line_to(progress),
-                min_effect_pct=precision.min_effect_pct, max_width_pct=precision.max_width_pct, max_seconds=precision.max_seconds,
+                min_effect_pct=precision.min_effect_pct, max_width_pct=precision.max_width_pct,
+                max_seconds=precision.max_seconds,
             )  # fmt: skip
     if plot is not None:
         ab.plot_effects(result.effects, plot)

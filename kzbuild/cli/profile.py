@@ -67,10 +67,12 @@ def profile_command(
     if from_log is not None:
         phases = profiling.from_log(settings, from_log, recipe=recipe)
         if json_out:
-            print_json({"log": str(from_log), "phases": [_phase_json(p, 1, by, max_spread) for p in phases]})
+            shown = [_phase_json(p, 1, by, max_spread) for p in phases]
+            print_json({"log": str(from_log), "phases": shown})
             return
         for phase in phases:
-            _print_phase(phase, reps=1, by=by, title=f"{from_log}: {phase.phase} (ggml-hexagon profiler)", max_spread=max_spread)
+            title = f"{from_log}: {phase.phase} (ggml-hexagon profiler)"
+            _print_phase(phase, reps=1, by=by, title=title, max_spread=max_spread)
         return
     if compare is not None:
         a, b = store.select(compare[0]), store.select(compare[1])
@@ -112,7 +114,11 @@ def profile_command(
             say(f"wrote {written}")
     if json_out:
         reps = profiling.reps_of(record)
-        print_json(record.to_dict() | {"summary": {key: [_phase_json(p, reps, by, max_spread) for p in getattr(record, key)] for key in ("graph", "npu")}})
+        summary = {
+            key: [_phase_json(p, reps, by, max_spread) for p in getattr(record, key)]
+            for key in ("graph", "npu")
+        }
+        print_json(record.to_dict() | {"summary": summary})
         return
     _print_record(record, by=by, source=source, max_spread=max_spread)
 
@@ -123,17 +129,29 @@ def _phase_json(phase: PhaseProfile, reps: int, by: str, max_spread: float) -> d
     return {
         "phase": phase.phase,
         "tokens": phase.tokens,
-        "repetition": profiling.median_rep(phase),  # whose times these are; null: means over the repetitions
+        # whose times these are; null: means over the repetitions
+        "repetition": profiling.median_rep(phase),
         "graph_usec": graph,
         "wall_usec_plain": plain,
         "wall_usec_timed": timed,
         "wall_spread_pct": profiling.wall_spread_pct(phase),
         "repetitions_disagree": disagree,
-        "ops": [] if disagree else [  # no ranking of repetitions that disagree
-            {"layer": s.layer, "op": s.op, "backends": list(s.backends), "count": s.count, "usec": s.usec, "share": s.share, "spread_pct": s.spread_pct}
+        # no ranking of repetitions that disagree
+        "ops": []
+        if disagree
+        else [
+            {
+                "layer": s.layer,
+                "op": s.op,
+                "backends": list(s.backends),
+                "count": s.count,
+                "usec": s.usec,
+                "share": s.share,
+                "spread_pct": s.spread_pct,
+            }
             for s in profiling.summarize(phase, reps=reps, by=by)
         ],
-    }  # fmt: skip
+    }
 
 
 def _print_record(record: ProfileRecord, *, by: str, source: str, max_spread: float) -> None:
@@ -141,30 +159,52 @@ def _print_record(record: ProfileRecord, *, by: str, source: str, max_spread: fl
     say(f"profile {record.run_id}: {record.device.name}, build {record.build.build_id}, model {record.model.path} "
          f"(sha256 {(record.model.sha256 or '?')[:12]}), {reps} repetition(s); times per repetition")  # fmt: skip
     for phase in profiling.phases_of(record, source):
-        _print_phase(phase, reps=reps, by=by, title=f"{phase.phase}, {phase.tokens} tokens ({profiling.SOURCE_NAMES[source]})", max_spread=max_spread)
+        title = f"{phase.phase}, {phase.tokens} tokens ({profiling.SOURCE_NAMES[source]})"
+        _print_phase(phase, reps=reps, by=by, title=title, max_spread=max_spread)
     if source == "graph" and record.npu:
         say("ggml-hexagon's own profiler times are stored too: --show RUN --npu")
 
 
 def _print_phase(phase: PhaseProfile, *, reps: int, by: str, title: str, max_spread: float) -> None:
     if profiling.disagrees(phase, max_spread):
-        say(f"{phase.phase}: the {len(phase.wall_us_timed)} repetitions disagree ({profiling.describe_walls(phase)} > {max_spread:g}%): "
-            "no ranking of its ops; profile again with more repetitions on a quieter device")  # fmt: skip
+        say(
+            f"{phase.phase}: the {len(phase.wall_us_timed)} repetitions disagree "
+            f"({profiling.describe_walls(phase)} > {max_spread:g}%): "
+            "no ranking of its ops; profile again with more repetitions on a quieter device"
+        )
         return
     rows = profiling.summarize(phase, reps=reps, by=by)
     table = Table(title=escape(title))
-    headers = (["layer"] if by == "layer" else []) + ["op", "backend", "count", "time ms", "share", "spread"]
+    headers = (["layer"] if by == "layer" else []) + [
+        "op",
+        "backend",
+        "count",
+        "time ms",
+        "share",
+        "spread",
+    ]
     for header in headers:
         table.add_column(header, justify="left" if header in ("op", "backend") else "right")
     for row in rows:
         cells = [] if row.layer is None else ["-" if row.layer == NO_LAYER else str(row.layer)]
         spread = "-" if row.spread_pct is None else f"{row.spread_pct:.0f}%"
-        cells += [row.op, ", ".join(row.backends), str(row.count), f"{row.usec / 1000:.3f}", f"{row.share * 100:.1f}%", spread]
+        cells += [
+            row.op,
+            ", ".join(row.backends),
+            str(row.count),
+            f"{row.usec / 1000:.3f}",
+            f"{row.share * 100:.1f}%",
+            spread,
+        ]
         table.add_row(*(escape(cell) for cell in cells))
     console.print(table)
     graph, plain, timed = profiling.phase_times(phase, reps)
     rep = profiling.median_rep(phase)
-    which = f"repetition {rep + 1} of {len(phase.wall_us_timed)}, the median timed wall" if rep is not None else "means over the repetitions"
+    which = (
+        f"repetition {rep + 1} of {len(phase.wall_us_timed)}, the median timed wall"
+        if rep is not None
+        else "means over the repetitions"
+    )
     line = f"{phase.phase} ({which}): graph time {graph / 1000:.3f} ms (sum of the ops)"
     if plain is not None and timed is not None:
         overhead = (timed - plain) / plain * 100 if plain else 0.0

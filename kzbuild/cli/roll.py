@@ -110,8 +110,12 @@ def _exit(report: RollReport) -> None:
     if blocking.outcome is Outcome.CONFLICT:
         names = ", ".join(p.name for p in blocking.plan.check.conflicts)
         unknown = [b.patch for b in blocking.plan.bisects if b.culprit is None]
-        hint = ("the report names the upstream commit that broke each" if not unknown else
-                f"no breaking commit was found for {', '.join(unknown)}; the report says why (history missing: the bisect needs a git source with history)")  # fmt: skip
+        hint = "the report names the upstream commit that broke each"
+        if unknown:
+            hint = (
+                f"no breaking commit was found for {', '.join(unknown)}; the report says why "
+                "(history missing: the bisect needs a git source with history)"
+            )
         raise PatchError(f"no candidate is rollable: at {where} {names} conflict(s)", hint=hint)
     if blocking.outcome is Outcome.TESTS_FAILED:
         raise PatchError(f"no candidate is rollable: at {where} a live patch's Kz-Test fails")

@@ -222,7 +222,9 @@ def effects(
             if key not in full:
                 continue
             first = full[key][0]
-            effect = median_effect(_medians(turns), _medians(full[key]), seed=seed, min_effect_pct=min_effect_pct)
+            effect = median_effect(
+                _medians(turns), _medians(full[key]), seed=seed, min_effect_pct=min_effect_pct
+            )
             config = " ".join(part for part in (describe_config(first), describe_env((k, v) for k, v in first.env_set if k in shown_env)) if part)
             found.append(
                 PatchEffect(
@@ -318,12 +320,22 @@ def plot_effects(found: Sequence[PatchEffect], out: Path) -> Path:
 
 
 # --- the whole experiment ---
-def more_blocks(measured: Sequence[PatchEffect], max_width_pct: float | None, max_seconds: float | None, spent: float) -> bool:
-    """Whether another batch of blocks runs: a width is set, an interval is wider, and time is left."""
+def more_blocks(
+    measured: Sequence[PatchEffect],
+    max_width_pct: float | None,
+    max_seconds: float | None,
+    spent: float,
+) -> bool:
+    """Whether another batch of blocks runs: a width is set, an interval is wider, time is left."""
     if max_width_pct is None or not measured:
         return False
     if max_seconds is not None and spent >= max_seconds:
-        log.warning("ab: %.0f s spent (max_seconds %g); intervals still wider than %g%% stay undecided", spent, max_seconds, max_width_pct)
+        log.warning(
+            "ab: %.0f s spent (max_seconds %g); intervals still wider than %g%% stay undecided",
+            spent,
+            max_seconds,
+            max_width_pct,
+        )
         return False
     return any(e.effect.width_pct > max_width_pct for e in measured)
 
@@ -386,13 +398,24 @@ def run_ab(
                     on_turn(name, event)
 
             run = run_interleaved(
-                settings, transport, device, arms, spec, store, blocks=blocks, seed=batch_seed, cooling=cooling, on_turn=turn,
-                on_stderr=on_stderr, sleep=sleep,
-            )  # fmt: skip
+                settings,
+                transport,
+                device,
+                arms,
+                spec,
+                store,
+                blocks=blocks,
+                seed=batch_seed,
+                cooling=cooling,
+                on_turn=turn,
+                on_stderr=on_stderr,
+                sleep=sleep,
+            )
             runs.append(AbRun(name, run))
             for variant, found in run.records.items():
                 records[variant] += found
-        measured = effects(records, [v.spec for v in variants if v.release is not None], seed=seed, min_effect_pct=min_effect_pct)
+        benched = [v.spec for v in variants if v.release is not None]
+        measured = effects(records, benched, seed=seed, min_effect_pct=min_effect_pct)
     checks = check_expectations(expected, measured, device.name)
     return AbResult(
         recipe=recipe.name, device=device.name, target=target, seed=seed, variants=tuple(variants), runs=tuple(runs),

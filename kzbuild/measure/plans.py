@@ -28,7 +28,10 @@ log = logging.getLogger(__name__)
 PLAN_KEYS = ("description", "model", "device", "repetitions", "seed", "cooldown", "timeout", "env", "runs", "ab")
 MODEL_KEYS = ("path", "name", "sha256")
 RUN_KEYS = ("name", "options", "env", "sweep", "args")
-AB_KEYS = ("variants", "blocks", "cool_to", "cool_wait", "cool_zones", "min_effect_pct", "max_width_pct", "max_seconds")
+AB_KEYS = (
+    "variants", "blocks", "cool_to", "cool_wait", "cool_zones",
+    "min_effect_pct", "max_width_pct", "max_seconds",
+)  # fmt: skip
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 MAX_SEED = 2**32 - 1

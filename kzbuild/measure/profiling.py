@@ -98,10 +98,13 @@ def parse_tool_output(stdout: bytes, *, source: str) -> tuple[dict[str, int], tu
             layer = row.data.get("layer")
             if isinstance(layer, bool) or not isinstance(layer, int) or layer < NO_LAYER:
                 raise row.error("layer", f"an integer >= {NO_LAYER}")
-            per_rep = tuple(float(x) for x in row.numbers("us", max_items=config["reps"], zero_ok=True))
+            times = row.numbers("us", max_items=config["reps"], zero_ok=True)
+            per_rep = tuple(float(x) for x in times)
             if len(per_rep) != config["reps"]:
                 raise row.error("us", f"a list of {config['reps']} times, one per repetition")
-            ops.append(OpTime(row.text("op"), row.text("backend"), layer, row.count("count", minimum=1), sum(per_rep), per_rep))
+            count = row.count("count", minimum=1)
+            op, backend = row.text("op"), row.text("backend")
+            ops.append(OpTime(op, backend, layer, count, sum(per_rep), per_rep))
         phases.append(
             PhaseProfile(
                 phase=phase.choice("phase", PHASES),
@@ -270,7 +273,11 @@ def phase_times(phase: PhaseProfile, reps: int) -> tuple[float, float | None, fl
     a phase without per-repetition times (an NPU log), the ops' mean and the walls' medians."""
     rep = median_rep(phase)
     if rep is None:
-        return phase.op_usec / max(reps, 1), median(phase.wall_us_plain), median(phase.wall_us_timed)
+        return (
+            phase.op_usec / max(reps, 1),
+            median(phase.wall_us_plain),
+            median(phase.wall_us_timed),
+        )
     plain = phase.wall_us_plain[rep] if rep < len(phase.wall_us_plain) else None
     return phase.rep_usec(rep), plain, phase.wall_us_timed[rep]
 
@@ -290,12 +297,25 @@ def summarize(phase: PhaseProfile, *, reps: int = 1, by: str = "op") -> list[OpS
     rows = []
     for (layer, op), items in grouped.items():
         usec = sum(r.usec_in(rep, runs) for r in items)
-        per_rep = [sum(r.usec_reps[i] for r in items) for i in range(runs)] if rep is not None else []
-        rows.append(OpSummary(
-            layer=layer, op=op, backends=tuple(sorted({r.backend for r in items})), count=sum(r.count for r in items) // runs,
-            usec=usec, share=usec / total if total else 0.0, spread_pct=summarize_samples(per_rep).spread_pct if per_rep else None,
-        ))  # fmt: skip
-    key = (lambda s: (s.layer if s.layer is not None else 10**9, -s.usec, s.op)) if by == "layer" else (lambda s: (-s.usec, s.op))
+        per_rep = (
+            [sum(r.usec_reps[i] for r in items) for i in range(runs)] if rep is not None else []
+        )
+        rows.append(
+            OpSummary(
+                layer=layer,
+                op=op,
+                backends=tuple(sorted({r.backend for r in items})),
+                count=sum(r.count for r in items) // runs,
+                usec=usec,
+                share=usec / total if total else 0.0,
+                spread_pct=summarize_samples(per_rep).spread_pct if per_rep else None,
+            )
+        )
+    key = (
+        (lambda s: (s.layer if s.layer is not None else 10**9, -s.usec, s.op))
+        if by == "layer"
+        else (lambda s: (-s.usec, s.op))
+    )
     return sorted(rows, key=key)
 
 
@@ -314,29 +334,48 @@ def describe_walls(phase: PhaseProfile) -> str:
 
 
 # --- comparing two runs ---
-def compare(a: ProfileRecord, b: ProfileRecord, *, source: str = "graph", max_spread_pct: float = MAX_SPREAD_PCT) -> list[ComparedOp]:
+def compare(
+    a: ProfileRecord,
+    b: ProfileRecord,
+    *,
+    source: str = "graph",
+    max_spread_pct: float = MAX_SPREAD_PCT,
+) -> list[ComparedOp]:
     """Per phase and op type, B's time against A's (per repetition). Runs of different models or
     token counts are refused: their op times say nothing about each other; so are phases whose
     repetitions disagree (:func:`disagrees`)."""
     if a.model.sha256 != b.model.sha256:
-        raise ResultsError(f"profile runs {a.run_id} and {b.run_id} ran different models ({_short(a.model.sha256)} vs {_short(b.model.sha256)})")
+        raise ResultsError(
+            f"profile runs {a.run_id} and {b.run_id} ran different models ({_short(a.model.sha256)} vs {_short(b.model.sha256)})"
+        )
     phases_a, phases_b = _phases_of(a, source), _phases_of(b, source)
     rows = []
     for name in [p for p in phases_a if p in phases_b]:
         pa, pb = phases_a[name], phases_b[name]
         if pa.tokens != pb.tokens:
-            raise ResultsError(f"{name}: {a.run_id} ran {pa.tokens} tokens, {b.run_id} ran {pb.tokens}; per-op times of different token counts are not compared")
+            raise ResultsError(
+                f"{name}: {a.run_id} ran {pa.tokens} tokens, {b.run_id} ran {pb.tokens}; per-op times of different token counts are not compared"
+            )
         for run, phase in ((a, pa), (b, pb)):
             if disagrees(phase, max_spread_pct):
-                raise ResultsError(f"{name}: the repetitions of {run.run_id} disagree ({describe_walls(phase)}); per-op deltas would be noise",
-                                   hint=f"profile again with more repetitions on a quieter device, or --max-spread above {max_spread_pct:g}")  # fmt: skip
+                raise ResultsError(
+                    f"{name}: the repetitions of {run.run_id} disagree ({describe_walls(phase)}); "
+                    "per-op deltas would be noise",
+                    hint="profile again with more repetitions on a quieter device, "
+                    f"or --max-spread above {max_spread_pct:g}",
+                )
         sa = {s.op: s for s in summarize(pa, reps=reps_of(a))}
         sb = {s.op: s for s in summarize(pb, reps=reps_of(b))}
-        for op in sorted(sa.keys() | sb.keys(), key=lambda o: -max(sa[o].usec if o in sa else 0.0, sb[o].usec if o in sb else 0.0)):
+        for op in sorted(
+            sa.keys() | sb.keys(),
+            key=lambda o: -max(sa[o].usec if o in sa else 0.0, sb[o].usec if o in sb else 0.0),
+        ):
             rows.append(ComparedOp(name, op, sa[op].usec if op in sa else None, sb[op].usec if op in sb else None,
                                    sa[op].backends if op in sa else (), sb[op].backends if op in sb else ()))  # fmt: skip
     if not rows:
-        raise ResultsError(f"profile runs {a.run_id} and {b.run_id} share no phase with {SOURCE_NAMES[source]} times")
+        raise ResultsError(
+            f"profile runs {a.run_id} and {b.run_id} share no phase with {SOURCE_NAMES[source]} times"
+        )
     return rows
 
 

@@ -280,8 +280,11 @@ def roll(
     with _terminate_as_interrupt():
         for left in (stage, Stage(settings, recipe, PIN_STAGE)):
             left.remove()  # what a killed roll left: its worktree, registered in the project repo
-        return _roll(settings, recipe, stage, to=to, limit=limit, build=build, tests=tests, plan_target=plan_target, bench=bench,
-                     blocks=blocks, seed=seed, threshold_pct=threshold_pct, write=write, environ=environ, progress=progress)  # fmt: skip
+        return _roll(
+            settings, recipe, stage, to=to, limit=limit, build=build, tests=tests,
+            plan_target=plan_target, bench=bench, blocks=blocks, seed=seed,
+            threshold_pct=threshold_pct, write=write, environ=environ, progress=progress,
+        )  # fmt: skip
 
 
 @contextmanager
@@ -304,9 +307,10 @@ def _terminate_as_interrupt() -> Iterator[None]:
 
 
 def _roll(
-    settings: Settings, recipe: Recipe, stage: Stage, *, to: Sequence[str], limit: int, build: bool, tests: bool,
-    plan_target: str | None, bench: ABRunner | None, blocks: int, seed: int, threshold_pct: float, write: bool,
-    environ: Mapping[str, str], progress: Progress | None,
+    settings: Settings, recipe: Recipe, stage: Stage, *, to: Sequence[str], limit: int,
+    build: bool, tests: bool, plan_target: str | None, bench: ABRunner | None, blocks: int,
+    seed: int, threshold_pct: float, write: bool, environ: Mapping[str, str],
+    progress: Progress | None,
 ) -> RollReport:  # fmt: skip
     notes: list[str] = []
     if write and (problem := write_problem(settings)) is not None:
@@ -353,11 +357,19 @@ def write_problem(settings: Settings) -> str | None:
     """Why --write cannot write here: it needs a git project whose recipes/ and patches/ are
     committed (the branch starts at HEAD); None when it can."""
     if not is_git_repo(settings.project):
-        return f"--write needs the project {settings.project} to be a git repository (the roll goes on a branch of it)"
-    dirty = Git(settings.project)("status", "--porcelain", "--untracked-files=all", "--", *STAGED_DIRS)
+        return (
+            f"--write needs the project {settings.project} to be a git repository "
+            "(the roll goes on a branch of it)"
+        )
+    dirty = Git(settings.project)(
+        "status", "--porcelain", "--untracked-files=all", "--", *STAGED_DIRS
+    )
     if dirty:
-        return (f"--write: the project has uncommitted changes the roll branch would not hold (commit or stash them; "
-                f"the branch kz/roll/<sha7> starts at HEAD): {'; '.join(dirty.splitlines())}")  # fmt: skip
+        return (
+            "--write: the project has uncommitted changes the roll branch would not hold "
+            "(commit or stash them; the branch kz/roll/<sha7> starts at HEAD): "
+            + "; ".join(dirty.splitlines())
+        )
     return None
 
 
@@ -373,8 +385,9 @@ def _roll_steps(
         return steps, Outcome.BUILD_FAILED, None
     described = describe_roll(rolled, plan.target)
     after = recipes.load_recipe(stage.project, rolled.name)
-    steps.append(RollStep("sync", "write the pin and lock, sync the stack", StepStatus.PASSED,
-                          f"head {written.sync.lock.head[:12]}; description: {described}"))  # fmt: skip
+    detail = f"head {written.sync.lock.head[:12]}; description: {described}"
+    label = "write the pin and lock, sync the stack"
+    steps.append(RollStep("sync", label, StepStatus.PASSED, detail))
     artifact = None
     if build:
         if progress:
@@ -411,11 +424,19 @@ def describe_roll(recipe: Recipe, target: Target) -> str:
     its line changes; a description that is not one plain line is left as it is (and said so)."""
     old = recipe.description
     pin = recipe.upstream.commit
-    new = re.sub(rf"\b{pin[:7]}[0-9a-f]{{0,33}}\b", lambda m: target.commit[: len(m.group(0))], ROLLED_NOTE.sub("", old))
+    new = re.sub(
+        rf"\b{pin[:7]}[0-9a-f]{{0,33}}\b",
+        lambda m: target.commit[: len(m.group(0))],
+        ROLLED_NOTE.sub("", old),
+    )
     new = f"{new} (rolled to {target.label} {target.commit[:12]})".strip()
     lines = recipe.path.read_text(encoding="utf-8").splitlines(keepends=True)
     doc = yamlconf.load(recipe.path)
-    if doc.get("description") is None or not old or old not in lines[doc.line_of("description") - 1]:
+    if (
+        doc.get("description") is None
+        or not old
+        or old not in lines[doc.line_of("description") - 1]
+    ):
         return f"unchanged (not one plain line in {recipe.path.name}): {old!r}"
     number = doc.line_of("description") - 1
     saved = lines[number]
@@ -481,7 +502,8 @@ def bench_ab(runner: ABRunner, pin: Path, candidate: Path, *, blocks: int, seed:
     a, b = list(samples["pin"]), list(samples["candidate"])
     return BenchDelta(
         metric=runner.metric, order=tuple(name for block in order for name in block), pin=tuple(a), candidate=tuple(b),
-        effect=median_effect(a, b, seed=seed, min_effect_pct=threshold_pct), spread_pin_pct=_spread(a), spread_candidate_pct=_spread(b), threshold_pct=threshold_pct,
+        effect=median_effect(a, b, seed=seed, min_effect_pct=threshold_pct),
+        spread_pin_pct=_spread(a), spread_candidate_pct=_spread(b), threshold_pct=threshold_pct,
     )
 
 
@@ -497,25 +519,33 @@ def branch_name(commit: str) -> str:
     return BRANCH_PREFIX + commit[:7]
 
 
-def _commit_branch(stage: Stage, commit: str, report: RollReport, notes: list[str]) -> tuple[str | None, str | None]:
+def _commit_branch(
+    stage: Stage, commit: str, report: RollReport, notes: list[str]
+) -> tuple[str | None, str | None]:
     """Commit the stage's recipes/ and patches/ and point ``kz/roll/<sha7>`` at it. When that
     branch exists: reused if its tree is the one made, else left alone (the notes say so)."""
     assert stage.repo is not None  # write_problem found none
     branch = branch_name(commit)
     git = Git(stage.project)
-    staged = [d for d in STAGED_DIRS if (stage.project / d).exists() or git("ls-files", "--", d)]  # a missing one fails git add
+    # a folder neither in the stage nor tracked would fail git add
+    staged = [d for d in STAGED_DIRS if (stage.project / d).exists() or git("ls-files", "--", d)]
     git("add", "-A", "--", *staged)
-    git(*NO_HOOKS, "commit", "-q", "--no-verify", "-F", "-", input=commit_message(report), env=KZ_AUTHOR)
+    message = commit_message(report)
+    git(*NO_HOOKS, "commit", "-q", "--no-verify", "-F", "-", input=message, env=KZ_AUTHOR)
     made = git("rev-parse", "HEAD")
     existing = stage.repo.resolve(f"refs/heads/{branch}")
     if existing is None:
         git("branch", branch, made)
         return branch, made
     if git("rev-parse", f"{existing}^{{tree}}") == git("rev-parse", f"{made}^{{tree}}"):
-        notes.append(f"the branch {branch} already holds this roll (commit {existing[:12]}): reused")
+        notes.append(
+            f"the branch {branch} already holds this roll (commit {existing[:12]}): reused"
+        )
         return branch, existing
-    notes.append(f"not written: the branch {branch} exists with other content (compare: git diff {branch} {made[:12]}; "
-                 f"to replace it: git branch -D {branch}, then roll again)")  # fmt: skip
+    notes.append(
+        f"not written: the branch {branch} exists with other content (compare: git diff "
+        f"{branch} {made[:12]}; to replace it: git branch -D {branch}, then roll again)"
+    )
     return None, None
 
 

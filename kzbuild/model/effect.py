@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 CONFIDENCE = 0.95
-MIN_EFFECT_PCT = 2.0  # the smallest effect worth knowing about, unless a plan sets ab.min_effect_pct
+MIN_EFFECT_PCT = 2.0  # the smallest effect worth knowing, unless a plan sets ab.min_effect_pct
 
 
 class EffectVerdict(str, Enum):
@@ -28,7 +28,7 @@ class Effect:
     samples_a: int
     samples_b: int
     confidence: float = CONFIDENCE
-    min_effect_pct: float = MIN_EFFECT_PCT  # an interval within +-this says "no effect worth knowing"
+    min_effect_pct: float = MIN_EFFECT_PCT  # an interval within +-this: "no detectable effect"
 
     @property
     def detectable(self) -> bool:
@@ -50,10 +50,14 @@ class Effect:
         interval = f"{self.confidence:.0%} interval [{self.low_pct:+.1f}%, {self.high_pct:+.1f}%]"
         verdict = self.verdict
         if verdict is EffectVerdict.NONE:
-            return f"no detectable effect ({self.delta_pct:+.1f}%, {interval}, within +-{self.min_effect_pct:g}%)"
+            within = f"within +-{self.min_effect_pct:g}%"
+            return f"no detectable effect ({self.delta_pct:+.1f}%, {interval}, {within})"
         if verdict is EffectVerdict.UNDECIDED:
-            return (f"undecided: {interval} is too wide to exclude either 0 or +-{self.min_effect_pct:g}% "
-                    f"({self.delta_pct:+.1f}%; more blocks or a quieter device)")  # fmt: skip
+            return (
+                f"undecided: {interval} is too wide to exclude either 0 "
+                f"or +-{self.min_effect_pct:g}% "
+                f"({self.delta_pct:+.1f}%; more blocks or a quieter device)"
+            )
         return f"{self.delta_pct:+.1f}% ({interval})"
 
     def contradicts(self, expected_pct: float) -> bool:

@@ -31,7 +31,7 @@ class PlanAb:
     cool_to: float | None = None  # deg C
     cool_wait: float | None = None  # seconds
     cool_zones: tuple[str, ...] = ()
-    min_effect_pct: float = MIN_EFFECT_PCT  # "no detectable effect" only for an interval within +-this
+    min_effect_pct: float = MIN_EFFECT_PCT  # "no detectable effect": an interval within +-this
     max_width_pct: float | None = None  # more blocks, a batch at a time, while an interval is wider
     max_seconds: float | None = None  # ... until this long has been spent benching
 

@@ -31,11 +31,13 @@ class OpTime:
     layer: int
     count: int
     usec: float  # over all repetitions
-    usec_reps: tuple[float, ...] = ()  # per repetition (kz-profile's timer); () where only totals are known
+    usec_reps: tuple[float, ...] = ()  # per repetition (kz-profile's timer); () for totals only
 
     def usec_in(self, rep: int | None, reps: int) -> float:
         """Its time in repetition ``rep``; without per-repetition times, the mean per repetition."""
-        return self.usec_reps[rep] if rep is not None and self.usec_reps else self.usec / max(reps, 1)
+        if rep is not None and self.usec_reps:
+            return self.usec_reps[rep]
+        return self.usec / max(reps, 1)
 
     @classmethod
     def from_dict(cls, data: object, where: str) -> OpTime:
@@ -47,7 +49,9 @@ class OpTime:
         return cls(
             op=fields.text("op"), backend=fields.text("backend"), layer=layer,
             count=fields.count("count", minimum=1), usec=fields.number("usec", zero_ok=True),
-            usec_reps=tuple(float(x) for x in fields.numbers("usec_reps", (), max_items=MAX_REPS, zero_ok=True)),
+            usec_reps=tuple(
+                float(x) for x in fields.numbers("usec_reps", (), max_items=MAX_REPS, zero_ok=True)
+            ),
         )  # fmt: skip
 
 
@@ -67,7 +71,7 @@ class PhaseProfile:
 
     @property
     def per_rep(self) -> bool:
-        """Every op holds a time per timed repetition: each repetition's ops and wall are one run."""
+        """Every op holds a time per timed repetition: a repetition's ops and wall are one run."""
         reps = len(self.wall_us_timed)
         return reps > 0 and all(len(row.usec_reps) == reps for row in self.ops)
 
@@ -173,7 +177,8 @@ class OpSummary:
     count: int
     usec: float
     share: float  # of the phase's graph time (the sum over its ops)
-    spread_pct: float | None = None  # (max - min) / median over the repetitions; None without per-repetition times
+    # (max - min) / median over the repetitions; None without per-repetition times
+    spread_pct: float | None = None
 
 
 @dataclass(frozen=True)

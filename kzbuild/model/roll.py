@@ -86,14 +86,19 @@ class BenchDelta:
             f"{self.metric}: {effect.delta_pct:+.1f}% ({effect.confidence:.0%} interval [{effect.low_pct:+.1f}%, {effect.high_pct:+.1f}%]; "
             f"spread pin {self.spread_pin_pct:.1f}%, candidate {self.spread_candidate_pct:.1f}%; "
             f"{len(self.pin)}+{len(self.candidate)} runs interleaved)"
-        ) + ("" if effect.verdict is EffectVerdict.EFFECT else f"; {effect.verdict.value} at +-{effect.min_effect_pct:g}%")
+        ) + (
+            ""
+            if effect.verdict is EffectVerdict.EFFECT
+            else f"; {effect.verdict.value} at +-{effect.min_effect_pct:g}%"
+        )
 
     def to_dict(self) -> dict[str, object]:
         return {
             "metric": self.metric, "order": list(self.order), "pin": list(self.pin), "candidate": list(self.candidate),
             "delta_pct": self.effect.delta_pct, "low_pct": self.effect.low_pct, "high_pct": self.effect.high_pct,
             "spread_pin_pct": self.spread_pin_pct, "spread_candidate_pct": self.spread_candidate_pct,
-            "threshold_pct": self.threshold_pct, "regressed": self.regressed, "verdict": self.effect.verdict.value,
+            "threshold_pct": self.threshold_pct, "regressed": self.regressed,
+            "verdict": self.effect.verdict.value,
         }
 
 

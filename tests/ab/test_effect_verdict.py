@@ -81,8 +81,15 @@ def test_the_verdict_follows_the_interval(low: float, width: float, minimum: flo
 
 
 def patch_effect(effect: Effect) -> PatchEffect:
-    return PatchEffect(variant="minus:p.patch", patch="p.patch", test="pp32", config="", full_median=100.0,
-                       variant_median=100.0, effect=effect)  # fmt: skip
+    return PatchEffect(
+        variant="minus:p.patch",
+        patch="p.patch",
+        test="pp32",
+        config="",
+        full_median=100.0,
+        variant_median=100.0,
+        effect=effect,
+    )
 
 
 def test_a_declared_effect_measured_too_widely_is_undecided_not_unconfirmed():
@@ -121,8 +128,12 @@ def test_the_plan_sets_the_minimum_effect_and_the_adaptive_width(tmp_path: Path)
 
 
 @settings(max_examples=60, deadline=None)
-@given(key=st.sampled_from(["min_effect_pct", "max_width_pct"]),
-       value=st.one_of(st.floats(allow_nan=True), st.integers(-10, 2000), st.booleans(), st.text(max_size=5)))  # fmt: skip
+@given(
+    key=st.sampled_from(["min_effect_pct", "max_width_pct"]),
+    value=st.one_of(
+        st.floats(allow_nan=True), st.integers(-10, 2000), st.booleans(), st.text(max_size=5)
+    ),
+)
 def test_a_plan_s_percentages_load_or_name_file_line_and_key(
     tmp_path_factory: pytest.TempPathFactory, key: str, value: object
 ):

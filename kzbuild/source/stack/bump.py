@@ -151,10 +151,12 @@ def write(
         for result in bump.check.upstreamed:
             proof = result.proof
             assert proof is not None
-            # the commit that upstreamed it: the patch's own Drop-When, else the proof's, else the new pin
-            own = read_patch(require_entry(read_series(recipe.series), result.name).path, result.name).drop_when
+            # the commit that upstreamed it: the patch's own Drop-When, else the proof's, else
+            # the new pin
+            entry = require_entry(read_series(recipe.series), result.name)
+            upstream = read_patch(entry.path, result.name).drop_when or proof.commit
             drop_patch(
-                recipe.series, result.name, today=today, upstream=own or proof.commit or bump.target.commit,
+                recipe.series, result.name, today=today, upstream=upstream or bump.target.commit,
                 reason=f"upstreamed in {bump.target.commit[:12]} ({proof.describe()})",
             )
         bumped = recipes.load_recipe(settings.project, str(recipe.path))

@@ -315,7 +315,9 @@ def without_kz_trailers(patch: Patch) -> str:
 
 MAILBOX = re.compile(r"^(.*?)\s*<([^<>\s]+@[^<>\s]+)>")
 # reserved for examples and documentation (RFC 2606, 6761), and what git makes up without a config
-PLACEHOLDER_DOMAIN = re.compile(r"(?:^|\.)(?:invalid|localhost|test|example\.(?:com|org|net))$|\(none\)$", re.IGNORECASE)
+PLACEHOLDER_DOMAIN = re.compile(
+    r"(?:^|\.)(?:invalid|localhost|test|example\.(?:com|org|net))$|\(none\)$", re.IGNORECASE
+)
 
 
 def real_author(value: str) -> str | None:
@@ -333,13 +335,28 @@ def upstream_mbox(patch: Patch, user_ident: Callable[[], str | None]) -> str:
     diff, and the author from the patch's From:, else its Signed-off-by, else the user's git
     identity (``user_ident``); a placeholder address is never sent (ConfigError)."""
     signers = (t.value for t in patch.trailers if t.key == "Signed-off-by")
-    author = real_author(patch.author) or next(filter(None, map(real_author, signers)), None) or real_author(user_ident() or "")
+    author = (
+        real_author(patch.author)
+        or next(filter(None, map(real_author, signers)), None)
+        or real_author(user_ident() or "")
+    )
     if author is None:
-        raise ConfigError(f"{patch.name}: its author '{patch.author}' is a placeholder and git config names no one",
-                          path=patch.path, hint="set From: in the patch, or git config user.name and user.email")  # fmt: skip
+        raise ConfigError(
+            f"{patch.name}: its author '{patch.author}' is a placeholder "
+            "and git config names no one",
+            path=patch.path,
+            hint="set From: in the patch, or git config user.name and user.email",
+        )
     lines = without_kz_trailers(patch).split("\n")
     headers_end = next((i for i, line in enumerate(lines) if not line.strip()), len(lines))
-    start = next((i for i, line in enumerate(lines) if i > headers_end and is_patch_start(line.rstrip("\r"))), len(lines))
+    start = next(
+        (
+            i
+            for i, line in enumerate(lines)
+            if i > headers_end and is_patch_start(line.rstrip("\r"))
+        ),
+        len(lines),
+    )
     if start < len(lines) and lines[start].rstrip("\r").rstrip() != "---":
         lines[start:start] = ["---"]
     header = next((i for i in range(headers_end) if lines[i].startswith("From: ")), None)
