@@ -4,6 +4,7 @@ min_effect_pct / max_width_pct / max_seconds; when ab adds blocks. Seeded synthe
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -151,3 +152,44 @@ def test_a_plan_s_percentages_load_or_name_file_line_and_key(
         return
     got = getattr(plan.ab, key)
     assert got is None or 0 < got <= 1000
+
+
+NOISY = "#include <unistd.h>\ndouble ggml_speed(void) {\n    return 100.0 * (0.5 + (getpid() % 97) / 97.0);\n}\n"
+
+
+def test_ab_adds_blocks_while_an_interval_is_too_wide_until_the_time_limit(
+    kz, bench_tiny, tmp_path: Path
+):
+    import hashlib
+
+    root = tmp_path / "device"
+    (root / "models").mkdir(parents=True)
+    (root / "models" / "q.gguf").write_bytes(b"GGUF stand-in")
+    bench_tiny.add_patch(
+        "noisy.patch", {"ggml/src/ggml.c": NOISY}, "ggml: a speed that varies run to run"
+    )
+    sha = hashlib.sha256(b"GGUF stand-in").hexdigest()
+    plan = tmp_path / "plan.yaml"
+    base = (
+        f"model: {{path: models/q.gguf, sha256: {sha}}}\ndevice: local:{root}\nrepetitions: 1\nseed: 11\n"
+        "runs:\n  - {name: one, options: {t: 1}}\n"
+    )
+    plan.write_text(
+        base + "ab: {variants: [upstream], blocks: 2, max_width_pct: 1, max_seconds: 2}\n"
+    )
+    result = kz("ab", "tiny", "--plan", str(plan), "--json")
+    assert result.code == 0, result.err
+    report = json.loads(result.out)
+    seeds = [r["seed"] for r in report["runs"]]
+    assert len(seeds) >= 2 and seeds == list(
+        range(11, 11 + len(seeds))
+    )  # one batch of 2 blocks per seed
+    (effect,) = report["effects"]
+    assert effect["effect"]["samples_a"] == 2 * len(seeds)
+    shown = kz("ab", "tiny", "--plan", str(plan), "--markdown")
+    assert "undecided" in shown.out and "no detectable effect" not in shown.out
+    plan.write_text(
+        base + "ab: {variants: [upstream], blocks: 2}\n"
+    )  # no width: the blocks given, once
+    once = json.loads(kz("ab", "tiny", "--plan", str(plan), "--json").out)
+    assert [r["seed"] for r in once["runs"]] == [11]
