@@ -154,7 +154,10 @@ def test_a_plan_s_percentages_load_or_name_file_line_and_key(
     assert got is None or 0 < got <= 1000
 
 
-NOISY = "#include <unistd.h>\ndouble ggml_speed(void) {\n    return 100.0 * (0.5 + (getpid() % 97) / 97.0);\n}\n"
+NOISY = (
+    "#include <unistd.h>\n"
+    "double ggml_speed(void) {\n    return 100.0 * (0.5 + (getpid() % 97) / 97.0);\n}\n"
+)
 
 
 def test_ab_adds_blocks_while_an_interval_is_too_wide_until_the_time_limit(
@@ -171,7 +174,8 @@ def test_ab_adds_blocks_while_an_interval_is_too_wide_until_the_time_limit(
     sha = hashlib.sha256(b"GGUF stand-in").hexdigest()
     plan = tmp_path / "plan.yaml"
     base = (
-        f"model: {{path: models/q.gguf, sha256: {sha}}}\ndevice: local:{root}\nrepetitions: 1\nseed: 11\n"
+        f"model: {{path: models/q.gguf, sha256: {sha}}}\ndevice: local:{root}\n"
+        "repetitions: 1\nseed: 11\n"
         "runs:\n  - {name: one, options: {t: 1}}\n"
     )
     plan.write_text(
