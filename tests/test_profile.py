@@ -209,15 +209,15 @@ def test_from_log_checks_the_synced_trees_format_first(kz, project, upstream, tm
 
 # --- kz-profile's output ---
 TOOL_OUTPUT = {
-    "tool": "kz-profile", "format": 1, "n_prompt": 64, "n_gen": 4, "n_ubatch": 64, "n_threads": 1, "reps": 2,
+    "tool": "kz-profile", "format": 2, "n_prompt": 64, "n_gen": 4, "n_ubatch": 64, "n_threads": 1, "reps": 2,
     "phases": [
         {"phase": "prefill", "tokens": 64, "wall_us_plain": [900.0, 1000.0], "wall_us_timed": [1100.0, 1200.0],
-         "nodes": [{"op": "MUL_MAT", "backend": "CPU", "layer": 0, "count": 4, "us": 600.0},
-                   {"op": "MUL_MAT", "backend": "CPU", "layer": 1, "count": 4, "us": 600.0},
-                   {"op": "GATED_DELTA_NET", "backend": "CPU", "layer": 0, "count": 2, "us": 400.0},
-                   {"op": "GET_ROWS", "backend": "CPU", "layer": -1, "count": 2, "us": 0.0}]},
+         "nodes": [{"op": "MUL_MAT", "backend": "CPU", "layer": 0, "count": 4, "us": [300.0, 310.0]},
+                   {"op": "MUL_MAT", "backend": "CPU", "layer": 1, "count": 4, "us": [300.0, 290.0]},
+                   {"op": "GATED_DELTA_NET", "backend": "CPU", "layer": 0, "count": 2, "us": [200.0, 220.0]},
+                   {"op": "GET_ROWS", "backend": "CPU", "layer": -1, "count": 2, "us": [0.0, 0.0]}]},
         {"phase": "decode", "tokens": 4, "wall_us_plain": [50.0, 60.0], "wall_us_timed": [80.0, 90.0],
-         "nodes": [{"op": "MUL_MAT", "backend": "CPU", "layer": 0, "count": 16, "us": 100.0}]},
+         "nodes": [{"op": "MUL_MAT", "backend": "CPU", "layer": 0, "count": 16, "us": [50.0, 50.0]}]},
     ],
 }  # fmt: skip
 
@@ -226,15 +226,22 @@ def test_tool_output_is_read_and_summarized_per_repetition():
     config, phases = profiling.parse_tool_output(json.dumps(TOOL_OUTPUT).encode(), source="out.json")
     assert config["reps"] == 2 and [p.phase for p in phases] == ["prefill", "decode"]
     rows = profiling.summarize(phases[0], reps=2)
+    # the repetition of median timed wall (the lower middle of two: rep 0, 1100 us) and its own ops
+    assert profiling.median_rep(phases[0]) == 0
     assert [(r.op, r.count, r.usec) for r in rows] == [("MUL_MAT", 4, 600.0), ("GATED_DELTA_NET", 1, 200.0), ("GET_ROWS", 1, 0.0)]
     assert sum(r.share for r in rows) == pytest.approx(1.0)
     assert rows[0].share == pytest.approx(0.75)
+    assert rows[1].spread_pct == pytest.approx(20 / 210 * 100) and rows[2].spread_pct is None
+    assert profiling.phase_times(phases[0], 2) == (800.0, 900.0, 1100.0)
 
 
 @pytest.mark.parametrize(
     ("change", "named"),
     [
         (lambda d: d["phases"][0]["nodes"][0].update(us=-1), "nodes[0]: us"),
+        (lambda d: d["phases"][0]["nodes"][0].update(us=[1.0]), "nodes[0]: us"),
+        (lambda d: d["phases"][0]["nodes"][0].update(us=600.0), "nodes[0]: us"),
+        (lambda d: d.update(format=1), "format 2"),
         (lambda d: d["phases"][0]["nodes"][0].update(layer=-7), "nodes[0]: layer"),
         (lambda d: d["phases"][0].update(phase="warmup"), "phase"),
         (lambda d: d["phases"][0].update(wall_us_plain=[1, 2, 3]), "wall_us_plain"),

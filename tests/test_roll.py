@@ -78,6 +78,7 @@ def test_a_conflict_names_the_commit_pr_author_and_date(project, upstream, git_d
     assert "| fix.patch | conflict |" in text
     assert step_summary.read_text() == "earlier step\n" + text
     assert "no candidate is rollable" in result.err
+    assert "the report names the upstream commit that broke each" in " ".join(result.err.split())
 
 
 def test_upstreamed_under_another_subject_is_proven_by_patch_id_and_would_drop(project, upstream, kz):
@@ -189,9 +190,21 @@ def test_write_puts_the_roll_on_a_branch_and_changes_nothing_else(project, upstr
     assert message.startswith(f"r: roll upstream {base[:12]} -> {v1[:12]} (v1)")
     assert f"- master ({master[:12]}): conflict" in message and "fix.patch: broken by" in message and "(PR #99," in message
     assert "would drop as upstreamed: taken.patch" in message
-    # the same roll again: the branch exists, so nothing is written
-    again = kz("roll", "r", "--no-build", "--no-tests", "--write")
-    assert again.code == 4 and f"the branch {branch} exists already" in again.err
+    # the same roll again: the branch holds it already, and is reused
+    again = kz("roll", "r", "--no-build", "--no-tests", "--write", "--json")
+    assert again.code == 0, again.err
+    assert (json.loads(again.out)["branch"], json.loads(again.out)["commit"]) == (branch, made)
+    notes = " ".join(json.loads(again.out)["notes"])
+    assert f"the branch {branch} already holds this roll" in notes
+    assert snapshot(project) == before and git(project.root, "rev-parse", branch) == made
+    # the branch with other content: left alone, exit 4 (documented), the report still written
+    git(project.root, "branch", "-f", branch, before["head"])
+    report_md = project.root.parent / "roll.md"
+    other = kz("roll", "r", "--no-build", "--no-tests", "--write", "--report", str(report_md))
+    assert other.code == 4
+    assert f"the branch {branch} exists with other content" in " ".join(other.err.split())
+    assert "exists with other content" in report_md.read_text()
+    assert git(project.root, "rev-parse", branch) == before["head"]
     assert snapshot(project) == before
 
 
@@ -210,8 +223,11 @@ def test_write_refuses_uncommitted_recipes_or_patches(project, upstream, kz):
     two_candidates(project, upstream)
     git_project(project)
     (project.root / "patches" / "series").write_text("fix.patch\n")
-    result = kz("roll", "r", *FAST, "--write")
+    report_md = project.root.parent / "roll.md"
+    result = kz("roll", "r", *FAST, "--write", "--report", str(report_md))
     assert result.code == 4 and "patches/series" in result.err
+    # the report, as always
+    assert "not written: --write: the project has uncommitted changes" in report_md.read_text()
 
 
 def test_write_needs_a_git_project(project, upstream, kz):
@@ -274,6 +290,12 @@ def test_pypi_candidates_come_from_pip_index_versions(project, upstream, kz, tmp
     assert report["candidates"][0]["history"].startswith("missing")
     assert any("history missing" in note for note in report["candidates"][0]["notes"])
     assert "pip" not in " ".join(report["notes"])  # pip answered
+    # blocked there: the exit-5 hint promises no breaking commit the missing history could not give
+    blocked = kz("roll", "r", *FAST, "--to", "pypi:llama-cpp-python==0.3.40")
+    assert blocked.code == 5
+    hint = " ".join(blocked.err.split())
+    assert "no breaking commit was found for fix.patch" in hint
+    assert "names the upstream commit that broke" not in hint
 
 
 # --- a rolled candidate: real host build (the tiny upstream), Kz-Test, v79 plan, bench A/B ---

@@ -29,13 +29,14 @@ def test_a_real_effect_is_detected_and_its_interval_holds_the_truth():
     assert effect.contradicts(-5) and not effect.contradicts(+5)
 
 
-def test_noise_alone_is_no_detectable_effect():
+def test_noise_alone_is_no_detectable_effect_when_the_interval_excludes_the_minimum():
     rng = random.Random(2)
     a = [100 * rng.uniform(0.9, 1.1) for _ in range(9)]
     b = [100 * rng.uniform(0.9, 1.1) for _ in range(9)]
-    effect = median_effect(a, b, seed=4)
+    effect = median_effect(a, b, seed=4, min_effect_pct=15)
     assert not effect.detectable
     assert "no detectable effect" in effect.describe()
+    assert "too wide" in median_effect(a, b, seed=4).describe()  # +-10% noise cannot exclude +-2%
     assert not effect.contradicts(10) and not effect.contradicts(-10)
 
 

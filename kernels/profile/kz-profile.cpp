@@ -14,7 +14,10 @@
 // The backend of a node is the device of the buffer its result was allocated in: the scheduler
 // allocates a node's result in the compute buffer of the backend that runs it.
 //
-// Output: one JSON object on stdout (format 1). Logs, and with -v every ggml log line (the
+// The node times are kept per repetition, so that each repetition's op times and its timed wall
+// time come from the same graph run.
+//
+// Output: one JSON object on stdout (format 2: a node's "us" is a list, one time per repetition). Logs, and with -v every ggml log line (the
 // "ggml-hex: ... profile-op" lines of GGML_HEXAGON_PROFILE=1 are debug lines), go to stderr,
 // between "kz-profile: phase PHASE MODE rep N begin|end" markers.
 
@@ -113,15 +116,16 @@ Options parse_args(int argc, char ** argv) {
     return opt;
 }
 
-// what the timer has seen of one phase: (op, backend, layer) -> count and microseconds
+// what the timer has seen of one phase: (op, backend, layer) -> count, and microseconds per repetition
 using NodeKey = std::tuple<std::string, std::string, int>;
 struct NodeTotal {
     long long count = 0;
-    double usec = 0.0;
+    std::vector<double> usec;  // [rep]
 };
 
 struct Timer {
     std::map<NodeKey, NodeTotal> * sink = nullptr;  // the phase being measured
+    size_t rep = 0;                                  // the repetition being measured
     Clock::time_point started;
 };
 
@@ -174,7 +178,10 @@ bool eval_callback(ggml_tensor * t, bool ask, void * user_data) {
     const double usec = std::chrono::duration<double, std::micro>(Clock::now() - timer->started).count();
     NodeTotal & total = (*timer->sink)[NodeKey(ggml_op_desc(t), backend_of(t), layer_of(t->name))];
     total.count += 1;
-    total.usec += usec;
+    if (total.usec.size() <= timer->rep) {
+        total.usec.resize(timer->rep + 1, 0.0);
+    }
+    total.usec[timer->rep] += usec;
     return true;
 }
 
@@ -200,6 +207,7 @@ void run_once(llama_context * ctx, std::vector<llama_token> & prompt, int n_gen,
     llama_memory_clear(llama_get_memory(ctx), true);
     const bool timed = timer != nullptr;
     const bool record = prefill != nullptr;
+    if (timed) timer->rep = (size_t) rep;
 
     if (record) std::fprintf(stderr, "kz-profile: phase prefill %s rep %d begin\n", mode, rep);
     if (timed) timer->sink = record ? &prefill->nodes : nullptr;
@@ -324,7 +332,7 @@ int main(int argc, char ** argv) {
         run_once(timed, prompt, opt.n_gen, &timer, &prefill, &decode, "timed", rep);
     }
 
-    std::printf("{\"tool\":\"kz-profile\",\"format\":1,\"n_prompt\":%d,\"n_gen\":%d,\"n_ubatch\":%u,\"n_threads\":%d,\"reps\":%d,\"phases\":[",
+    std::printf("{\"tool\":\"kz-profile\",\"format\":2,\"n_prompt\":%d,\"n_gen\":%d,\"n_ubatch\":%u,\"n_threads\":%d,\"reps\":%d,\"phases\":[",
                 opt.n_prompt, opt.n_gen, llama_n_ubatch(timed), (int) llama_n_threads_batch(timed), opt.reps);
     bool first_phase = true;
     for (const Phase * phase : {&prefill, &decode}) {
@@ -337,8 +345,12 @@ int main(int argc, char ** argv) {
         std::printf(",\"nodes\":[");
         bool first_node = true;
         for (const auto & [key, total] : phase->nodes) {
-            std::printf("%s{\"op\":%s,\"backend\":%s,\"layer\":%d,\"count\":%lld,\"us\":%.3f}", first_node ? "" : ",",
-                        json_string(std::get<0>(key)).c_str(), json_string(std::get<1>(key)).c_str(), std::get<2>(key), total.count, total.usec);
+            std::vector<double> per_rep = total.usec;
+            per_rep.resize((size_t) opt.reps, 0.0);  // a node a later repetition did not run: 0 there
+            std::printf("%s{\"op\":%s,\"backend\":%s,\"layer\":%d,\"count\":%lld,\"us\":", first_node ? "" : ",",
+                        json_string(std::get<0>(key)).c_str(), json_string(std::get<1>(key)).c_str(), std::get<2>(key), total.count);
+            print_numbers(per_rep);
+            std::printf("}");
             first_node = false;
         }
         std::printf("]}");

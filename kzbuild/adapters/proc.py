@@ -197,6 +197,7 @@ def stream(
     log.info("$ %s", describe(args, cwd, env))
     tail: list[str] = []
     sink = open(log_file, "a", encoding="utf-8") if log_file else None
+    proc: subprocess.Popen[str] | None = None
     try:
         if sink:
             sink.write(f"$ {describe(args, cwd, env)}\n")
@@ -225,9 +226,10 @@ def stream(
         except subprocess.TimeoutExpired:
             proc.kill()
             code = proc.wait()
-        except BaseException:  # Ctrl-C: the command ends too
-            _stop(proc)
-            raise
+    except BaseException:  # interrupted (Ctrl-C, or SIGTERM where a command turns it into one)
+        if proc is not None and proc.poll() is None:
+            _stop(proc)  # the step stops with us, and leaves no writer in a folder being removed
+        raise
     finally:
         if sink:
             sink.close()

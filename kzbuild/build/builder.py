@@ -192,6 +192,10 @@ def lock_sha256(lock: Lock) -> str:
     return hashlib.sha256(lock.to_json().encode()).hexdigest()
 
 
+# <work>/build/<recipe>/source -> the recipe's worktree; cmake -S goes through it
+SOURCE_LINK = "source"
+
+
 def recipe_build_dir(settings: Settings, recipe: Recipe) -> Path:
     """The work dir's folder for the builds of ``recipe`` (one subfolder per target)."""
     return settings.work / "build" / recipe.name.replace("/", "--")
@@ -301,8 +305,18 @@ def plan_build(
     }
     for found in used:
         env.update(found.environment())
+    source_dir = synced.worktree
+    if container is None:
+        # The compiler sees the tree as ../source from every build dir (a link next to them), and
+        # ccache's base_dir makes that relative: one tree's objects hit the cache whatever the
+        # work dir or recipe name (tests/test_roll_honest.py). The prefix maps keep the absolute
+        # build dir out of debug info and __FILE__ too.
+        source_dir = build_dir.parent / SOURCE_LINK
+        maps = f"-ffile-prefix-map={build_dir}=. -ffile-prefix-map={source_dir}=../{SOURCE_LINK}"
+        for flags in ("CFLAGS", "CXXFLAGS"):
+            env[flags] = " ".join(filter(None, (env.get(flags), maps)))
 
-    configure = [program("cmake"), "-S", str(synced.worktree), "-B", str(build_dir), "-G", "Ninja"]
+    configure = [program("cmake"), "-S", str(source_dir), "-B", str(build_dir), "-G", "Ninja"]
     configure += [f"-D{key}={value}" for key, value in cmake_defs.items()]
     ninja = [program("ninja"), "-C", str(build_dir), "-j", str(jobs), *llama_tools]
     steps = [Step("configure", tuple(configure), tuple(env.items())), Step("build", tuple(ninja), tuple(env.items()))]
@@ -492,6 +506,7 @@ def build(prepared: Prepared, *, progress: Progress | None = None, remote: Remot
 def _build_locked(prepared: Prepared, progress: Progress | None, run_env: Mapping[str, str]) -> BuildResult:
     plan = prepared.plan
     plan.build_dir.mkdir(parents=True, exist_ok=True)
+    _link_source(plan.build_dir.parent / SOURCE_LINK, plan.source)
     with locked(plan.build_dir.with_name(plan.build_dir.name + ".lock"), what=f"the build dir {plan.build_dir}", wait=600):
         existing = existing_artifact(plan.artifact_dir.parent, plan.build_id)
         if existing is not None:  # another process built it while we waited
@@ -521,6 +536,7 @@ def _execute_locked(plan: BuildPlan, progress: Progress | None, synced: bool, sy
     wanted = json.dumps(configure.to_dict(), sort_keys=True)
     if _needs_configure(plan.build_dir, stamp, wanted):
         stamp.unlink(missing_ok=True)
+        _forget_other_source(plan.build_dir, configure.argv[configure.argv.index("-S") + 1])
         times["configure_s"] = _run_step(plan, configure, progress)
         stamp.write_text(wanted)
     else:
@@ -540,6 +556,39 @@ def _execute_locked(plan: BuildPlan, progress: Progress | None, synced: bool, sy
     ccache = read_ccache_log(stats_log)
     artifact = _collect(plan, ccache, times, started_at, collect_started)
     return BuildResult(plan, artifact, reused=False, synced=synced, ccache=ccache, times=dict(artifact.manifest["times"]))
+
+
+def _link_source(link: Path, source: Path) -> None:
+    """Point the recipe's source link at its worktree (its targets' builds may race to make it)."""
+    if link.is_symlink() and link.readlink() == source:
+        return
+    link.unlink(missing_ok=True)
+    try:
+        link.symlink_to(source, target_is_directory=True)
+    except FileExistsError:
+        if link.readlink() != source:
+            raise
+
+
+def _forget_other_source(build_dir: Path, source: str) -> None:
+    """A build dir configured from another source path (before the source link) is configured
+    afresh: cmake refuses a cache made for another source dir."""
+    cache = build_dir / "CMakeCache.txt"
+    try:
+        text = cache.read_text(errors="replace")
+    except FileNotFoundError:
+        return
+    home = next(
+        (
+            line.partition("=")[2]
+            for line in text.splitlines()
+            if line.startswith("CMAKE_HOME_DIRECTORY:")
+        ),
+        None,
+    )
+    if home is not None and home != source:
+        cache.unlink()
+        shutil.rmtree(build_dir / "CMakeFiles", ignore_errors=True)
 
 
 def _needs_configure(build_dir: Path, stamp: Path, wanted: str) -> bool:

@@ -93,6 +93,7 @@ UNDECLARED = re.compile(
     r"no member named \S+ in|incomplete definition of type|variable has incomplete type) '(?:struct )?([A-Za-z_]\w*)'"
 )
 NOT_FOUND = re.compile(r"fatal error: '([^']+)' file not found")
+INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 DIAG_PATH = re.compile(r"^(?:In file included from )?([^\s:][^:]*):\d+:\d+")
 
 
@@ -256,6 +257,29 @@ def plan_compiles(scratch: Path, stand_ins: StandIns) -> list[Compile]:
     if not any(c.side == "host" for c in compiles):
         raise ConfigError(f"the synced tree has no {HEXAGON}/ggml-hexagon.cpp: nothing for the host side to compile")
     return compiles
+
+
+def included_headers(tree: Path, sources: Iterable[str]) -> set[str]:
+    """The tree's headers that ``sources`` include with ``#include "..."``, directly or through
+    another such header, found next to the includer or in the check's include dirs; relative."""
+    dirs = [tree / "ggml/include", tree / "ggml/src", tree / HEXAGON, tree / HTP]
+    found: set[str] = set()
+    todo = list(sources)
+    while todo:
+        path = tree / todo.pop()
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for name in INCLUDE.findall(text):
+            hit = next((d / name for d in (path.parent, *dirs) if (d / name).is_file()), None)
+            if hit is None or not hit.resolve().is_relative_to(tree.resolve()):
+                continue  # a system header or one outside the tree
+            relative = hit.resolve().relative_to(tree.resolve()).as_posix()
+            if relative not in found:
+                found.add(relative)
+                todo.append(relative)
+    return found
 
 
 def run_compile(item: Compile, scratch: Path, out: Path, env: Mapping[str, str]) -> Outcome:

@@ -47,6 +47,7 @@ from kzbuild.measure.interleave import parse_temperature
 from kzbuild.model.ab import AbResult, VariantSpec
 from kzbuild.model.build import BuildEvent, BuildOptions
 from kzbuild.model.interleave import DEFAULT_COOL_WAIT, Cooling, Turn
+from kzbuild.model.plan import PlanAb
 
 DEFAULT_BLOCKS = 5
 
@@ -108,6 +109,7 @@ def ab_command(
         cooling = Cooling(limit_c=limit, max_wait_s=cool_wait if cool_wait is not None else plan_wait if plan_wait is not None else DEFAULT_COOL_WAIT, zones=zones)
     target_name = target or loaded_recipe.build.targets[0]
     selection = tuple(variant or (plan.ab.variants if plan else ()))
+    precision = plan.ab if plan else PlanAb()  # the minimum effect of interest, the adaptive width
     ab.check_selection(selection)  # before any work; a minus:PATCH that is not live fails after the full stack's sync
     chosen_device = device or (plan.device if plan else None)
     found, transport = open_device(settings, chosen_device, loaded_recipe.device, trust_new_host)
@@ -127,6 +129,8 @@ def ab_command(
                 blocks=blocks or (plan.ab.blocks if plan and plan.ab.blocks else DEFAULT_BLOCKS), selection=selection,
                 seed=seed if seed is not None else plan.seed if plan else None,
                 cooling=cooling, options=BuildOptions(), wait=wait, on_build=on_build, on_turn=on_turn, on_stderr=last_line_to(progress),
+                min_effect_pct=precision.min_effect_pct, max_width_pct=precision.max_width_pct,
+                max_seconds=precision.max_seconds,
             )  # fmt: skip
     if plot is not None:
         ab.plot_effects(result.effects, plot)

@@ -204,7 +204,7 @@ def upstream_command(
         for step in report.steps:
             mark = style[step.status.value]
             shown.print(f"[{mark}]{step.status.value}[/{mark}] {escape(step.label)}")
-            if step.files:
+            if step.files and step.kind == "apply":  # a build step's files are in its detail
                 shown.print(f"  does not apply: {escape(', '.join(step.files))}")
             if step.detail:
                 shown.print(escape("\n".join(f"  {line}" for line in step.detail.splitlines())))

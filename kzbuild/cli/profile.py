@@ -45,9 +45,12 @@ def profile_command(
     compare: Annotated[Optional[tuple[str, str]], typer.Option("--compare", help="RUN_A RUN_B: per-op deltas of B against A (run id prefixes or 'latest').")] = None,
     npu: Annotated[bool, typer.Option("--npu", help="With --show, --compare or --plot: ggml-hexagon's own profiler times instead of kz-profile's.")] = False,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG: a bar per op type, stacked by backend.")] = None,
+    max_spread: Annotated[float, typer.Option("--max-spread", min=0.0, help="Repetitions whose timed walls are further apart than this (%) get no ranking.")] = profiling.MAX_SPREAD_PCT,
     json_out: JsonOpt = False,
 ) -> None:
     """Where prefill and decode time goes: per op type its count, time, share of the graph time and the backend it ran on.
+
+    Each repetition's op times and wall times come from one graph run: the report shows the repetition of median timed wall, with each op's spread over the repetitions; a phase whose repetitions disagree by more than --max-spread gets no ranking.
 
     Runs the release's kz-profile (built with the artifact from kernels/profile/) on the device: every graph node is timed through ggml-backend's eval callback, and wall time with and without that timer is shown side by side. On a Hexagon build (unless --dev none) ggml-hexagon's own profiler (GGML_HEXAGON_PROFILE=1) runs too; its format is checked against the pinned tree first. The run is stored with its provenance in results/profiles.jsonl; logs go to WORK/profile/RUN-ID/.
 
@@ -64,14 +67,16 @@ def profile_command(
     if from_log is not None:
         phases = profiling.from_log(settings, from_log, recipe=recipe)
         if json_out:
-            print_json({"log": str(from_log), "phases": [_phase_json(p, 1, by) for p in phases]})
+            shown = [_phase_json(p, 1, by, max_spread) for p in phases]
+            print_json({"log": str(from_log), "phases": shown})
             return
         for phase in phases:
-            _print_phase(phase, reps=1, by=by, title=f"{from_log}: {phase.phase} (ggml-hexagon profiler)")
+            title = f"{from_log}: {phase.phase} (ggml-hexagon profiler)"
+            _print_phase(phase, reps=1, by=by, title=title, max_spread=max_spread)
         return
     if compare is not None:
         a, b = store.select(compare[0]), store.select(compare[1])
-        rows = profiling.compare(a, b, source=source)
+        rows = profiling.compare(a, b, source=source, max_spread_pct=max_spread)
         if json_out:
             print_json({"a": a.run_id, "b": b.run_id, "source": source, "rows": [
                 {"phase": r.phase, "op": r.op, "a_usec": r.a_usec, "b_usec": r.b_usec, "a_backends": list(r.a_backends),
@@ -109,49 +114,98 @@ def profile_command(
             say(f"wrote {written}")
     if json_out:
         reps = profiling.reps_of(record)
-        print_json(record.to_dict() | {"summary": {key: [_phase_json(p, reps, by) for p in getattr(record, key)] for key in ("graph", "npu")}})
+        summary = {
+            key: [_phase_json(p, reps, by, max_spread) for p in getattr(record, key)]
+            for key in ("graph", "npu")
+        }
+        print_json(record.to_dict() | {"summary": summary})
         return
-    _print_record(record, by=by, source=source)
+    _print_record(record, by=by, source=source, max_spread=max_spread)
 
 
-def _phase_json(phase: PhaseProfile, reps: int, by: str) -> dict[str, object]:
+def _phase_json(phase: PhaseProfile, reps: int, by: str, max_spread: float) -> dict[str, object]:
+    graph, plain, timed = profiling.phase_times(phase, reps)
+    disagree = profiling.disagrees(phase, max_spread)
     return {
         "phase": phase.phase,
         "tokens": phase.tokens,
-        "graph_usec": phase.op_usec / reps,
-        "wall_usec_plain": profiling.median(phase.wall_us_plain),
-        "wall_usec_timed": profiling.median(phase.wall_us_timed),
-        "ops": [
-            {"layer": s.layer, "op": s.op, "backends": list(s.backends), "count": s.count, "usec": s.usec, "share": s.share}
+        # whose times these are; null: means over the repetitions
+        "repetition": profiling.median_rep(phase),
+        "graph_usec": graph,
+        "wall_usec_plain": plain,
+        "wall_usec_timed": timed,
+        "wall_spread_pct": profiling.wall_spread_pct(phase),
+        "repetitions_disagree": disagree,
+        # no ranking of repetitions that disagree
+        "ops": []
+        if disagree
+        else [
+            {
+                "layer": s.layer,
+                "op": s.op,
+                "backends": list(s.backends),
+                "count": s.count,
+                "usec": s.usec,
+                "share": s.share,
+                "spread_pct": s.spread_pct,
+            }
             for s in profiling.summarize(phase, reps=reps, by=by)
         ],
     }
 
 
-def _print_record(record: ProfileRecord, *, by: str, source: str) -> None:
+def _print_record(record: ProfileRecord, *, by: str, source: str, max_spread: float) -> None:
     reps = profiling.reps_of(record)
     say(f"profile {record.run_id}: {record.device.name}, build {record.build.build_id}, model {record.model.path} "
          f"(sha256 {(record.model.sha256 or '?')[:12]}), {reps} repetition(s); times per repetition")  # fmt: skip
     for phase in profiling.phases_of(record, source):
-        _print_phase(phase, reps=reps, by=by, title=f"{phase.phase}, {phase.tokens} tokens ({profiling.SOURCE_NAMES[source]})")
+        title = f"{phase.phase}, {phase.tokens} tokens ({profiling.SOURCE_NAMES[source]})"
+        _print_phase(phase, reps=reps, by=by, title=title, max_spread=max_spread)
     if source == "graph" and record.npu:
         say("ggml-hexagon's own profiler times are stored too: --show RUN --npu")
 
 
-def _print_phase(phase: PhaseProfile, *, reps: int, by: str, title: str) -> None:
+def _print_phase(phase: PhaseProfile, *, reps: int, by: str, title: str, max_spread: float) -> None:
+    if profiling.disagrees(phase, max_spread):
+        say(
+            f"{phase.phase}: the {len(phase.wall_us_timed)} repetitions disagree "
+            f"({profiling.describe_walls(phase)} > {max_spread:g}%): "
+            "no ranking of its ops; profile again with more repetitions on a quieter device"
+        )
+        return
     rows = profiling.summarize(phase, reps=reps, by=by)
     table = Table(title=escape(title))
-    headers = (["layer"] if by == "layer" else []) + ["op", "backend", "count", "time ms", "share"]
+    headers = (["layer"] if by == "layer" else []) + [
+        "op",
+        "backend",
+        "count",
+        "time ms",
+        "share",
+        "spread",
+    ]
     for header in headers:
-        table.add_column(header, justify="right" if header in ("layer", "count", "time ms", "share") else "left")
+        table.add_column(header, justify="left" if header in ("op", "backend") else "right")
     for row in rows:
         cells = [] if row.layer is None else ["-" if row.layer == NO_LAYER else str(row.layer)]
-        cells += [row.op, ", ".join(row.backends), str(row.count), f"{row.usec / 1000:.3f}", f"{row.share * 100:.1f}%"]
+        spread = "-" if row.spread_pct is None else f"{row.spread_pct:.0f}%"
+        cells += [
+            row.op,
+            ", ".join(row.backends),
+            str(row.count),
+            f"{row.usec / 1000:.3f}",
+            f"{row.share * 100:.1f}%",
+            spread,
+        ]
         table.add_row(*(escape(cell) for cell in cells))
     console.print(table)
-    graph_ms = phase.op_usec / reps / 1000
-    plain, timed = profiling.median(phase.wall_us_plain), profiling.median(phase.wall_us_timed)
-    line = f"{phase.phase}: graph time {graph_ms:.3f} ms (sum of the ops)"
+    graph, plain, timed = profiling.phase_times(phase, reps)
+    rep = profiling.median_rep(phase)
+    which = (
+        f"repetition {rep + 1} of {len(phase.wall_us_timed)}, the median timed wall"
+        if rep is not None
+        else "means over the repetitions"
+    )
+    line = f"{phase.phase} ({which}): graph time {graph / 1000:.3f} ms (sum of the ops)"
     if plain is not None and timed is not None:
         overhead = (timed - plain) / plain * 100 if plain else 0.0
         line += f"; wall time {plain / 1000:.3f} ms without the per-node timer, {timed / 1000:.3f} ms with it ({overhead:+.1f}%)"

@@ -43,10 +43,7 @@ def roll_command(
 ) -> None:
     """Try newer upstream commits: verdict per patch, who broke each conflict (PR, author, date), build, Kz-Tests, v79 plan; the newest that passes is rollable.
 
-    Exit codes: 0 a candidate is rollable (or rolled with --write, or nothing is newer); 5 the
-    newest candidate conflicts, or a live patch's Kz-Test fails there; 7 its build or plan fails;
-    9 its bench regressed past --threshold; 3 otherwise, when a source could not be checked (its
-    host or index did not answer: newer upstream may be there). The report is written in every case.
+    Exit codes: 0 a candidate is rollable (or rolled with --write, or nothing is newer; an existing kz/roll/<sha7> branch holding the same roll is reused); 4 --write could not write the rollable candidate: the project is not a git repository, its recipes/ or patches/ have uncommitted changes, or kz/roll/<sha7> exists with other content; 5 the newest candidate conflicts, or a live patch's Kz-Test fails there; 7 its build or plan fails; 9 its bench regressed past --threshold; 3 otherwise, when a source could not be checked (its host or index did not answer: newer upstream may be there); 10 another roll of the recipe holds its stage; 130 interrupted (Ctrl-C, SIGTERM, SIGHUP: the stage is removed first). The report is written in every case.
     """
     from kzbuild.measure import roll
     from kzbuild.measure.stats import fresh_seed
@@ -118,7 +115,14 @@ def _exit(report: RollReport) -> None:
     where = f"{blocking.candidate.label} ({blocking.candidate.commit[:12]})"
     if blocking.outcome is Outcome.CONFLICT:
         names = ", ".join(p.name for p in blocking.plan.check.conflicts)
-        raise PatchError(f"no candidate is rollable: at {where} {names} conflict(s)", hint="the report names the upstream commit that broke each")
+        unknown = [b.patch for b in blocking.plan.bisects if b.culprit is None]
+        hint = "the report names the upstream commit that broke each"
+        if unknown:
+            hint = (
+                f"no breaking commit was found for {', '.join(unknown)}; the report says why "
+                "(history missing: the bisect needs a git source with history)"
+            )
+        raise PatchError(f"no candidate is rollable: at {where} {names} conflict(s)", hint=hint)
     if blocking.outcome is Outcome.TESTS_FAILED:
         raise PatchError(f"no candidate is rollable: at {where} a live patch's Kz-Test fails")
     if blocking.outcome is Outcome.REGRESSED:

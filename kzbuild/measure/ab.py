@@ -14,7 +14,10 @@ test and configuration the report gives the full stack's median against the vari
 95% bootstrap interval (:func:`kzbuild.measure.stats.median_effect`, over each turn's median: the
 repetitions of one llama-bench run are not independent). Patches may declare the effect they
 are for (``Kz-Expect: pp512 +10% on pad3``); one whose interval lies wholly on the other side
-of zero is contradicted.
+of zero is contradicted. "No detectable effect" is said only of an interval within +-the plan's
+``ab.min_effect_pct``; a wider one that spans 0 is "too wide to decide". With ``ab.max_width_pct``
+the blocks are run again, a batch at a time, while any interval is wider than that, until
+``ab.max_seconds`` of benching (or MAX_BLOCKS blocks) is reached.
 """
 
 from __future__ import annotations
@@ -37,14 +40,15 @@ from kzbuild.device.deploy import deploy
 from kzbuild.device.store import ProgressCallback
 from kzbuild.errors import ConfigError, PatchError
 from kzbuild.measure.bench import check_spec
-from kzbuild.measure.interleave import check_cooling, run_interleaved, thermal_zones
+from kzbuild.measure.interleave import MAX_BLOCKS, check_cooling, run_interleaved, thermal_zones
 from kzbuild.measure.results import ResultsStore, describe_config, describe_env, varying_env
-from kzbuild.measure.stats import fresh_seed, median_effect
+from kzbuild.measure.stats import SEEDS, fresh_seed, median_effect
 from kzbuild.model.ab import ALL_MINUS, FULL, MINUS, UPSTREAM, AbResult, AbRun, ExpectCheck, PatchEffect, VariantBuild, VariantSpec
 from kzbuild.model.artifact import Artifact
 from kzbuild.model.bench import BenchSpec
 from kzbuild.model.build import BuildEvent, BuildOptions
 from kzbuild.model.device import Device
+from kzbuild.model.effect import MIN_EFFECT_PCT, EffectVerdict
 from kzbuild.model.interleave import Arm, Cooling, Turn
 from kzbuild.model.patch import Expectation, Patch
 from kzbuild.model.recipe import Recipe
@@ -198,7 +202,13 @@ def stack_expectations(patches: Sequence[Patch]) -> list[Expectation]:
 
 
 # --- the report ---
-def effects(records: Mapping[str, Sequence[BenchRecord]], variants: Sequence[VariantSpec], *, seed: int = 0) -> list[PatchEffect]:
+def effects(
+    records: Mapping[str, Sequence[BenchRecord]],
+    variants: Sequence[VariantSpec],
+    *,
+    seed: int = 0,
+    min_effect_pct: float = MIN_EFFECT_PCT,
+) -> list[PatchEffect]:
     """For each variant besides the full stack, each test and configuration both measured: the full
     stack's median against the variant's (what the patch, or for upstream the whole stack, buys).
     Each turn's record counts once, by its median."""
@@ -212,7 +222,9 @@ def effects(records: Mapping[str, Sequence[BenchRecord]], variants: Sequence[Var
             if key not in full:
                 continue
             first = full[key][0]
-            effect = median_effect(_medians(turns), _medians(full[key]), seed=seed)
+            effect = median_effect(
+                _medians(turns), _medians(full[key]), seed=seed, min_effect_pct=min_effect_pct
+            )
             config = " ".join(part for part in (describe_config(first), describe_env((k, v) for k, v in first.env_set if k in shown_env)) if part)
             found.append(
                 PatchEffect(
@@ -250,8 +262,10 @@ def check_expectations(declared: Sequence[Expectation], measured: Sequence[Patch
             checks.append(ExpectCheck(expectation, "contradicted", tuple(e for e in matching if e.effect.contradicts(expectation.pct))))
         elif any(e.effect.detectable and (e.effect.delta_pct > 0) == (expectation.pct > 0) for e in matching):
             checks.append(ExpectCheck(expectation, "confirmed", matching))
-        else:
+        elif all(e.effect.verdict is EffectVerdict.NONE for e in matching):
             checks.append(ExpectCheck(expectation, "no detectable effect", matching))
+        else:
+            checks.append(ExpectCheck(expectation, "undecided (interval too wide)", matching))
     return checks
 
 
@@ -306,6 +320,26 @@ def plot_effects(found: Sequence[PatchEffect], out: Path) -> Path:
 
 
 # --- the whole experiment ---
+def more_blocks(
+    measured: Sequence[PatchEffect],
+    max_width_pct: float | None,
+    max_seconds: float | None,
+    spent: float,
+) -> bool:
+    """Whether another batch of blocks runs: a width is set, an interval is wider, time is left."""
+    if max_width_pct is None or not measured:
+        return False
+    if max_seconds is not None and spent >= max_seconds:
+        log.warning(
+            "ab: %.0f s spent (max_seconds %g); intervals still wider than %g%% stay undecided",
+            spent,
+            max_seconds,
+            max_width_pct,
+        )
+        return False
+    return any(e.effect.width_pct > max_width_pct for e in measured)
+
+
 def run_ab(
     settings: Settings,
     recipe: Recipe,
@@ -327,6 +361,10 @@ def run_ab(
     on_turn: Callable[[str, Turn], None] | None = None,
     on_stderr: ByteSink | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    min_effect_pct: float = MIN_EFFECT_PCT,
+    max_width_pct: float | None = None,
+    max_seconds: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> AbResult:
     """Build and deploy the variants, bench each spec in interleaved blocks (one experiment per
     spec, all with one seed), and report what each patch buys and which Kz-Expect it contradicts."""
@@ -345,21 +383,39 @@ def run_ab(
             hint="; ".join(f"{v.spec.name}: {v.problem}" for v in variants if v.problem) or "select more variants",
         )
     seed = fresh_seed(seed)
-    runs = []
-    for name, spec in specs:
-
-        def turn(event: Turn, name: str = name) -> None:
-            if on_turn:
-                on_turn(name, event)
-
-        runs.append(AbRun(name, run_interleaved(
-            settings, transport, device, arms, spec, store, blocks=blocks, seed=seed, cooling=cooling, on_turn=turn, on_stderr=on_stderr, sleep=sleep,
-        )))  # fmt: skip
+    started = clock()
+    runs: list[AbRun] = []
     records: dict[str, list[BenchRecord]] = defaultdict(list)
-    for ab_run in runs:
-        for variant, found in ab_run.run.records.items():
-            records[variant] += found
-    measured = effects(records, [v.spec for v in variants if v.release is not None], seed=seed)
+    measured: list[PatchEffect] = []
+    for batch in range(MAX_BLOCKS // blocks):
+        if batch and not more_blocks(measured, max_width_pct, max_seconds, clock() - started):
+            break
+        batch_seed = (seed + batch) % SEEDS  # the first batch draws with the recorded seed itself
+        for name, spec in specs:
+
+            def turn(event: Turn, name: str = name) -> None:
+                if on_turn:
+                    on_turn(name, event)
+
+            run = run_interleaved(
+                settings,
+                transport,
+                device,
+                arms,
+                spec,
+                store,
+                blocks=blocks,
+                seed=batch_seed,
+                cooling=cooling,
+                on_turn=turn,
+                on_stderr=on_stderr,
+                sleep=sleep,
+            )
+            runs.append(AbRun(name, run))
+            for variant, found in run.records.items():
+                records[variant] += found
+        benched = [v.spec for v in variants if v.release is not None]
+        measured = effects(records, benched, seed=seed, min_effect_pct=min_effect_pct)
     checks = check_expectations(expected, measured, device.name)
     return AbResult(
         recipe=recipe.name, device=device.name, target=target, seed=seed, variants=tuple(variants), runs=tuple(runs),

@@ -26,6 +26,7 @@ from kzbuild.measure.bench import (
 from kzbuild.measure.interleave import MAX_BLOCKS, parse_temperature
 from kzbuild.model.bench import ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchSpec
 from kzbuild.model.device import Device
+from kzbuild.model.effect import MIN_EFFECT_PCT
 from kzbuild.model.plan import Plan, PlanAb, PlanModel, PlanRun
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,10 @@ log = logging.getLogger(__name__)
 PLAN_KEYS = ("description", "model", "device", "repetitions", "seed", "cooldown", "timeout", "env", "runs", "ab")
 MODEL_KEYS = ("path", "name", "sha256")
 RUN_KEYS = ("name", "options", "env", "sweep", "args")
-AB_KEYS = ("variants", "blocks", "cool_to", "cool_wait", "cool_zones")
+AB_KEYS = (
+    "variants", "blocks", "cool_to", "cool_wait", "cool_zones",
+    "min_effect_pct", "max_width_pct", "max_seconds",
+)  # fmt: skip
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 MAX_SEED = 2**32 - 1
@@ -173,7 +177,19 @@ def _ab(doc: yamlconf.Mapping) -> PlanAb:
         cool_to=cool_to,
         cool_wait=_seconds(section, "cool_wait", zero_ok=True),
         cool_zones=section.get_str_list("cool_zones"),
+        min_effect_pct=_percent(section, "min_effect_pct") or MIN_EFFECT_PCT,
+        max_width_pct=_percent(section, "max_width_pct"),
+        max_seconds=_seconds(section, "max_seconds"),
     )
+
+
+def _percent(section: yamlconf.Mapping, key: str) -> float | None:
+    value = section.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1000:
+        raise section.error(key, "must be a percentage above 0 and at most 1000 (e.g. 2 for 2%)")
+    return float(value)
 
 
 def _count(section: yamlconf.Mapping, key: str, *, minimum: int, maximum: int = 2**31 - 1) -> int | None:

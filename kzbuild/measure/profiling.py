@@ -7,6 +7,12 @@ of the timed one. On a Hexagon build, unless ``--dev none``, ggml-hexagon's own 
 too (``GGML_HEXAGON_PROFILE=1``) and its lines in kz-profile's stderr become the ``npu`` phases
 (:mod:`kzbuild.measure.htpprofile`), after the tree's format strings were checked.
 
+One statistic everywhere: kz-profile keeps every node's time per repetition, and a report shows
+the repetition whose timed wall time is the median, its ops and its walls (so the sum of the ops
+is that run's graph time, never above its wall), with each op's spread over the repetitions. A
+phase whose repetitions' timed walls are further apart than ``--max-spread`` (15%) gets no
+ranking: one preempted repetition would reorder it.
+
 Runs are stored like bench results, with the same provenance, one line each in
 ``results/profiles.jsonl``; logs and the raw output go to ``WORK/profile/<run-id>/``.
 """
@@ -34,12 +40,13 @@ from kzbuild.model.device import Device
 from kzbuild.model.jsonfields import Fields, tool_json
 from kzbuild.model.profile import MAX_ROWS, NO_LAYER, ComparedOp, OpSummary, OpTime, PhaseProfile, ProfileRecord, ProfileRun, ProfileSpec
 from kzbuild.model.result import BuildInfo, DeviceInfo, ModelInfo
+from kzbuild.model.result import summarize as summarize_samples
 from kzbuild.model.run import Release
 
 log = logging.getLogger(__name__)
 
 KZ_PROFILE = "kz-profile"
-TOOL_FORMAT = 1
+TOOL_FORMAT = 2  # 2: a node's "us" is a list, one time per repetition
 PROFILES_FILE = "profiles.jsonl"
 PROFILE_ENV = "GGML_HEXAGON_PROFILE"
 HEXAGON_LIB = "lib/libggml-hexagon.so"  # in a release's manifest: a build with the NPU backend
@@ -47,6 +54,7 @@ PHASES = ("prefill", "decode")
 SOURCE_NAMES = {"graph": "kz-profile timer", "npu": "ggml-hexagon profiler"}
 MAX_TOKENS = 2**31 - 1
 MAX_LOG = 1 << 30  # bytes of a saved log read by profile --from-log
+MAX_SPREAD_PCT = 15.0  # repetitions' timed walls further apart than this: no ranking
 
 
 def check_spec(spec: ProfileSpec) -> None:
@@ -92,7 +100,13 @@ def parse_tool_output(stdout: bytes, *, source: str) -> tuple[dict[str, int], tu
             layer = row.data.get("layer")
             if isinstance(layer, bool) or not isinstance(layer, int) or layer < NO_LAYER:
                 raise row.error("layer", f"an integer >= {NO_LAYER}")
-            ops.append(OpTime(row.text("op"), row.text("backend"), layer, row.count("count", minimum=1), float(row.number("us", zero_ok=True))))
+            times = row.numbers("us", max_items=config["reps"], zero_ok=True)
+            per_rep = tuple(float(x) for x in times)
+            if len(per_rep) != config["reps"]:
+                raise row.error("us", f"a list of {config['reps']} times, one per repetition")
+            count = row.count("count", minimum=1)
+            op, backend = row.text("op"), row.text("backend")
+            ops.append(OpTime(op, backend, layer, count, sum(per_rep), per_rep))
         phases.append(
             PhaseProfile(
                 phase=phase.choice("phase", PHASES),
@@ -236,22 +250,74 @@ class ProfileStore:
 
 
 # --- reading a profile ---
+def median_rep(phase: PhaseProfile) -> int | None:
+    """The repetition whose timed wall is the median (the lower middle of an even count), whose
+    ops and walls a report shows; None for a phase without per-repetition op times."""
+    if not phase.per_rep:
+        return None
+    order = sorted(range(len(phase.wall_us_timed)), key=lambda rep: (phase.wall_us_timed[rep], rep))
+    return order[(len(order) - 1) // 2]
+
+
+def wall_spread_pct(phase: PhaseProfile) -> float | None:
+    """(max - min) / median of the repetitions' timed walls, in percent; None under two."""
+    return summarize_samples(phase.wall_us_timed).spread_pct
+
+
+def disagrees(phase: PhaseProfile, max_spread_pct: float = MAX_SPREAD_PCT) -> bool:
+    """The repetitions' timed walls are further apart than ``max_spread_pct``: no ranking holds."""
+    spread = wall_spread_pct(phase)
+    return spread is not None and spread > max_spread_pct
+
+
+def phase_times(phase: PhaseProfile, reps: int) -> tuple[float, float | None, float | None]:
+    """Graph time (the sum of the ops), plain and timed wall: all of the median repetition; for
+    a phase without per-repetition times (an NPU log), the ops' mean and the walls' medians."""
+    rep = median_rep(phase)
+    if rep is None:
+        return (
+            phase.op_usec / max(reps, 1),
+            median(phase.wall_us_plain),
+            median(phase.wall_us_timed),
+        )
+    plain = phase.wall_us_plain[rep] if rep < len(phase.wall_us_plain) else None
+    return phase.rep_usec(rep), plain, phase.wall_us_timed[rep]
+
+
 def summarize(phase: PhaseProfile, *, reps: int = 1, by: str = "op") -> list[OpSummary]:
-    """Per op type (``by="op"``) or per layer and op type (``by="layer"``), most time first; times per repetition."""
+    """Per op type (``by="op"``) or per layer and op type (``by="layer"``), most time first: the
+    times of the median repetition with their spread over all repetitions (:func:`median_rep`);
+    for a phase without per-repetition times, the mean per repetition."""
     if by not in ("op", "layer"):
         raise ConfigError(f"--by '{by}': give op or layer")
     grouped: dict[tuple[int | None, str], list[OpTime]] = defaultdict(list)
     for row in phase.ops:
         grouped[(row.layer if by == "layer" else None, row.op)].append(row)
-    total = phase.op_usec
-    rows = [
-        OpSummary(
-            layer=layer, op=op, backends=tuple(sorted({r.backend for r in items})), count=sum(r.count for r in items) // max(reps, 1),
-            usec=sum(r.usec for r in items) / max(reps, 1), share=(sum(r.usec for r in items) / total) if total else 0.0,
+    rep = median_rep(phase)
+    runs = len(phase.wall_us_timed) if rep is not None else max(reps, 1)
+    total = phase_times(phase, reps)[0]
+    rows = []
+    for (layer, op), items in grouped.items():
+        usec = sum(r.usec_in(rep, runs) for r in items)
+        per_rep = (
+            [sum(r.usec_reps[i] for r in items) for i in range(runs)] if rep is not None else []
         )
-        for (layer, op), items in grouped.items()
-    ]  # fmt: skip
-    key = (lambda s: (s.layer if s.layer is not None else 10**9, -s.usec, s.op)) if by == "layer" else (lambda s: (-s.usec, s.op))
+        rows.append(
+            OpSummary(
+                layer=layer,
+                op=op,
+                backends=tuple(sorted({r.backend for r in items})),
+                count=sum(r.count for r in items) // runs,
+                usec=usec,
+                share=usec / total if total else 0.0,
+                spread_pct=summarize_samples(per_rep).spread_pct if per_rep else None,
+            )
+        )
+    key = (
+        (lambda s: (s.layer if s.layer is not None else 10**9, -s.usec, s.op))
+        if by == "layer"
+        else (lambda s: (-s.usec, s.op))
+    )
     return sorted(rows, key=key)
 
 
@@ -264,25 +330,54 @@ def median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def describe_walls(phase: PhaseProfile) -> str:
+    walls = ", ".join(f"{w:.0f}" for w in phase.wall_us_timed)
+    return f"timed walls {walls} us, spread {wall_spread_pct(phase) or 0.0:.0f}%"
+
+
 # --- comparing two runs ---
-def compare(a: ProfileRecord, b: ProfileRecord, *, source: str = "graph") -> list[ComparedOp]:
+def compare(
+    a: ProfileRecord,
+    b: ProfileRecord,
+    *,
+    source: str = "graph",
+    max_spread_pct: float = MAX_SPREAD_PCT,
+) -> list[ComparedOp]:
     """Per phase and op type, B's time against A's (per repetition). Runs of different models or
-    token counts are refused: their op times say nothing about each other."""
+    token counts are refused: their op times say nothing about each other; so are phases whose
+    repetitions disagree (:func:`disagrees`)."""
     if a.model.sha256 != b.model.sha256:
-        raise ResultsError(f"profile runs {a.run_id} and {b.run_id} ran different models ({_short(a.model.sha256)} vs {_short(b.model.sha256)})")
+        raise ResultsError(
+            f"profile runs {a.run_id} and {b.run_id} ran different models ({_short(a.model.sha256)} vs {_short(b.model.sha256)})"
+        )
     phases_a, phases_b = _phases_of(a, source), _phases_of(b, source)
     rows = []
     for name in [p for p in phases_a if p in phases_b]:
         pa, pb = phases_a[name], phases_b[name]
         if pa.tokens != pb.tokens:
-            raise ResultsError(f"{name}: {a.run_id} ran {pa.tokens} tokens, {b.run_id} ran {pb.tokens}; per-op times of different token counts are not compared")
+            raise ResultsError(
+                f"{name}: {a.run_id} ran {pa.tokens} tokens, {b.run_id} ran {pb.tokens}; per-op times of different token counts are not compared"
+            )
+        for run, phase in ((a, pa), (b, pb)):
+            if disagrees(phase, max_spread_pct):
+                raise ResultsError(
+                    f"{name}: the repetitions of {run.run_id} disagree ({describe_walls(phase)}); "
+                    "per-op deltas would be noise",
+                    hint="profile again with more repetitions on a quieter device, "
+                    f"or --max-spread above {max_spread_pct:g}",
+                )
         sa = {s.op: s for s in summarize(pa, reps=reps_of(a))}
         sb = {s.op: s for s in summarize(pb, reps=reps_of(b))}
-        for op in sorted(sa.keys() | sb.keys(), key=lambda o: -max(sa[o].usec if o in sa else 0.0, sb[o].usec if o in sb else 0.0)):
+        for op in sorted(
+            sa.keys() | sb.keys(),
+            key=lambda o: -max(sa[o].usec if o in sa else 0.0, sb[o].usec if o in sb else 0.0),
+        ):
             rows.append(ComparedOp(name, op, sa[op].usec if op in sa else None, sb[op].usec if op in sb else None,
                                    sa[op].backends if op in sa else (), sb[op].backends if op in sb else ()))  # fmt: skip
     if not rows:
-        raise ResultsError(f"profile runs {a.run_id} and {b.run_id} share no phase with {SOURCE_NAMES[source]} times")
+        raise ResultsError(
+            f"profile runs {a.run_id} and {b.run_id} share no phase with {SOURCE_NAMES[source]} times"
+        )
     return rows
 
 
@@ -319,10 +414,11 @@ def plot(record: ProfileRecord, out: Path, *, source: str = "graph") -> Path:
     reps = reps_of(record)
     for axes, phase in zip((row[0] for row in panels), phases, strict=True):
         ops = [s.op for s in summarize(phase, reps=reps)][:TOP_OPS]
+        rep = median_rep(phase)
         per_backend: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         for row in phase.ops:
             if row.op in ops:
-                per_backend[row.backend][row.op] += row.usec / reps / 1000.0
+                per_backend[row.backend][row.op] += row.usec_in(rep, reps) / 1000.0
         bottom = [0.0] * len(ops)
         for backend in sorted(per_backend):
             heights = [per_backend[backend].get(op, 0.0) for op in ops]

@@ -12,7 +12,13 @@ copy, under ``<work>/roll/``, with a work dir of its own; the user's checkout an
 are never touched): pin and lock written and upstreamed patches dropped as ``bump --write``
 does, a host build, each live patch's ``Kz-Test:`` run with pytest, the v79 build plan, and, with
 a bench runner, the pin and the candidate benched interleaved. With ``write``, the rollable
-candidate's stage is committed on the branch ``kz/roll/<sha7>`` of the project repo.
+candidate's stage is committed on the branch ``kz/roll/<sha7>`` of the project repo; a project
+with uncommitted recipes/ or patches/, or such a branch holding other content, is not written
+(the report's notes say why; the CLI exits 4 after writing the report). A branch holding the
+same content is reused.
+
+The stages never outlive a roll: SIGTERM and SIGHUP end it like Ctrl-C (the stage removed on the
+way out), and a roll starts by removing what a killed one left (its worktree unregistered).
 """
 
 from __future__ import annotations
@@ -20,21 +26,23 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+import signal
 import sys
-from collections.abc import Mapping, Sequence
-from contextlib import ExitStack
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
 from packaging.version import InvalidVersion, Version
 
-from kzbuild.adapters import proc
+from kzbuild.adapters import proc, yamlconf
 from kzbuild.adapters.filelock import locked
 from kzbuild.adapters.gitcmd import KZ_AUTHOR, Git, ls_remote, remote_failure
 from kzbuild.adapters.settings import Settings
 from kzbuild.build import builder
-from kzbuild.errors import KzError, SourceError, WorktreeError
+from kzbuild.errors import KzError, SourceError
 from kzbuild.measure.stats import interleaved_order, median_effect
 from kzbuild.model.patch import KZ_TEST
 from kzbuild.model.recipe import Recipe, Source
@@ -63,6 +71,7 @@ log = logging.getLogger(__name__)
 
 HOST_TARGET = "host"
 BRANCH_PREFIX = "kz/roll/"
+PIN_STAGE = "--pin"  # the stage the pin is built in, for the bench
 TEST_TIMEOUT = 3600.0
 STAGED_DIRS = ("recipes", "patches", "kernels", "toolchains")  # what the stage takes from the working tree
 LIVE = (Verdict.CLEAN, Verdict.THREE_WAY)
@@ -295,12 +304,52 @@ def roll(
 ) -> RollReport:
     """Try each candidate, newest first; roll (build, test, plan, bench) the first whose stack holds,
     and the next one whenever a rolled candidate fails; with ``write``, commit the rollable one."""
-    if write:
-        check_writable(settings)
-    found = find_candidates(settings, recipe, to, limit=limit, progress=progress)
-    candidates, notes, unchecked = found
     stage = Stage(settings, recipe)
     held = stage.hold()  # another roll of this recipe: Busy (exit 10), never a shared stage
+    try:
+        with _terminate_as_interrupt():
+            for left in (stage, Stage(settings, recipe, PIN_STAGE)):
+                left.remove()  # what a killed roll left: its worktree, registered in the project repo
+            return _roll(
+                settings, recipe, stage, to=to, limit=limit, build=build, tests=tests,
+                plan_target=plan_target, bench=bench, blocks=blocks, seed=seed,
+                threshold_pct=threshold_pct, write=write, environ=environ, progress=progress,
+            )  # fmt: skip
+    finally:
+        held.close()
+
+
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread, as Ctrl-C does, so every
+    ``finally`` runs (the stage is removed, a running build is stopped) before the exit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    saved = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+
+
+def _roll(
+    settings: Settings, recipe: Recipe, stage: Stage, *, to: Sequence[str], limit: int,
+    build: bool, tests: bool, plan_target: str | None, bench: ABRunner | None, blocks: int,
+    seed: int, threshold_pct: float, write: bool, environ: Mapping[str, str],
+    progress: Progress | None,
+) -> RollReport:  # fmt: skip
+    notes: list[str] = []
+    if write and (problem := write_problem(settings)) is not None:
+        notes.append(f"not written: {problem}")
+        write = False
+    candidates, found_notes, unchecked = find_candidates(settings, recipe, to, limit=limit, progress=progress)
+    notes += found_notes
     results: list[CandidateResult] = []
     pin_artifact: Path | None = None
     branch = commit = None
@@ -333,23 +382,30 @@ def roll(
                 branch, commit = _commit_branch(stage, target.commit, RollReport(recipe.name, recipe.upstream.commit, tuple(results)), notes)
     finally:
         stage.remove()
-        held.close()
     return RollReport(
         recipe.name, recipe.upstream.commit, tuple(results), tuple(notes), branch, commit,
         tuple(unchecked),
     )
 
 
-def check_writable(settings: Settings) -> None:
-    """--write needs a git project whose recipes/ and patches/ are committed (the branch starts at HEAD)."""
+def write_problem(settings: Settings) -> str | None:
+    """Why --write cannot write here: it needs a git project whose recipes/ and patches/ are
+    committed (the branch starts at HEAD); None when it can."""
     if not is_git_repo(settings.project):
-        raise WorktreeError(f"--write needs the project {settings.project} to be a git repository (the roll goes on a branch of it)")
-    dirty = Git(settings.project)("status", "--porcelain", "--untracked-files=all", "--", *STAGED_DIRS)
-    if dirty:
-        raise WorktreeError(
-            f"--write: the project has uncommitted changes the roll branch would not hold:\n  {dirty.replace(chr(10), chr(10) + '  ')}",
-            hint="commit (or stash) them first; the branch kz/roll/<sha7> starts at HEAD",
+        return (
+            f"--write needs the project {settings.project} to be a git repository "
+            "(the roll goes on a branch of it)"
         )
+    dirty = Git(settings.project)(
+        "status", "--porcelain", "--untracked-files=all", "--", *STAGED_DIRS
+    )
+    if dirty:
+        return (
+            "--write: the project has uncommitted changes the roll branch would not hold "
+            "(commit or stash them; the branch kz/roll/<sha7> starts at HEAD): "
+            + "; ".join(dirty.splitlines())
+        )
+    return None
 
 
 def _roll_steps(
@@ -362,8 +418,11 @@ def _roll_steps(
     except KzError as exc:
         steps.append(RollStep("sync", "write the pin and lock, sync the stack", StepStatus.FAILED, _error_text(exc)))
         return steps, Outcome.BUILD_FAILED, None
+    described = describe_roll(rolled, plan.target)
     after = recipes.load_recipe(stage.project, rolled.name)
-    steps.append(RollStep("sync", "write the pin and lock, sync the stack", StepStatus.PASSED, f"head {written.sync.lock.head[:12]}"))
+    detail = f"head {written.sync.lock.head[:12]}; description: {described}"
+    label = "write the pin and lock, sync the stack"
+    steps.append(RollStep("sync", label, StepStatus.PASSED, detail))
     artifact = None
     if build:
         if progress:
@@ -389,6 +448,40 @@ def _roll_steps(
         if steps[-1].status is StepStatus.FAILED:
             return steps, Outcome.BUILD_FAILED, artifact
     return steps, Outcome.ROLLABLE, artifact
+
+
+ROLLED_NOTE = re.compile(r"\s*\(rolled to [^()]*\)$")
+
+
+def describe_roll(recipe: Recipe, target: Target) -> str:
+    """Say in the rolled recipe's description what it is now: the old pin's sha (7+ hex) in it
+    becomes the new one's, and a ``(rolled to LABEL SHA12)`` note replaces an earlier one. Only
+    its line changes; a description that is not one plain line is left as it is (and said so)."""
+    old = recipe.description
+    pin = recipe.upstream.commit
+    new = re.sub(
+        rf"\b{pin[:7]}[0-9a-f]{{0,33}}\b",
+        lambda m: target.commit[: len(m.group(0))],
+        ROLLED_NOTE.sub("", old),
+    )
+    new = f"{new} (rolled to {target.label} {target.commit[:12]})".strip()
+    lines = recipe.path.read_text(encoding="utf-8").splitlines(keepends=True)
+    doc = yamlconf.load(recipe.path)
+    if (
+        doc.get("description") is None
+        or not old
+        or old not in lines[doc.line_of("description") - 1]
+    ):
+        return f"unchanged (not one plain line in {recipe.path.name}): {old!r}"
+    number = doc.line_of("description") - 1
+    saved = lines[number]
+    lines[number] = saved.replace(old, new, 1)
+    recipe.path.write_text("".join(lines), encoding="utf-8")
+    if yamlconf.load(recipe.path).get("description") != new:  # the new text needs quoting there
+        lines[number] = saved
+        recipe.path.write_text("".join(lines), encoding="utf-8")
+        return f"unchanged (the new text would need quoting): {old!r}"
+    return new
 
 
 def _error_text(exc: KzError) -> str:
@@ -429,7 +522,7 @@ def _plan_step(settings: Settings, recipe: Recipe, target_name: str, environ: Ma
 
 def _pin_artifact(settings: Settings, recipe: Recipe, environ: Mapping[str, str], progress: Progress | None) -> Path:
     """The current pin built for the host, in a stage of its own (never the user's worktree)."""
-    stage = Stage(settings, recipe, "--pin")
+    stage = Stage(settings, recipe, PIN_STAGE)
     try:
         staged = stage.create()
         return builder.build(builder.prepare(stage.settings, staged, HOST_TARGET, environ=environ), progress=None).artifact.path
@@ -444,7 +537,8 @@ def bench_ab(runner: ABRunner, pin: Path, candidate: Path, *, blocks: int, seed:
     a, b = list(samples["pin"]), list(samples["candidate"])
     return BenchDelta(
         metric=runner.metric, order=tuple(name for block in order for name in block), pin=tuple(a), candidate=tuple(b),
-        effect=median_effect(a, b, seed=seed), spread_pin_pct=_spread(a), spread_candidate_pct=_spread(b), threshold_pct=threshold_pct,
+        effect=median_effect(a, b, seed=seed, min_effect_pct=threshold_pct),
+        spread_pin_pct=_spread(a), spread_candidate_pct=_spread(b), threshold_pct=threshold_pct,
     )
 
 
@@ -460,20 +554,34 @@ def branch_name(commit: str) -> str:
     return BRANCH_PREFIX + commit[:7]
 
 
-def _commit_branch(stage: Stage, commit: str, report: RollReport, notes: list[str]) -> tuple[str | None, str | None]:
-    """Commit the stage's recipes/ and patches/ and point ``kz/roll/<sha7>`` at it; nothing when
-    that branch exists (the report's notes say so)."""
-    assert stage.repo is not None  # check_writable ran
+def _commit_branch(
+    stage: Stage, commit: str, report: RollReport, notes: list[str]
+) -> tuple[str | None, str | None]:
+    """Commit the stage's recipes/ and patches/ and point ``kz/roll/<sha7>`` at it. When that
+    branch exists: reused if its tree is the one made, else left alone (the notes say so)."""
+    assert stage.repo is not None  # write_problem found none
     branch = branch_name(commit)
-    if stage.repo.resolve(f"refs/heads/{branch}"):
-        notes.append(f"not written: the branch {branch} exists already (push or delete it first: git branch -D {branch})")
-        return None, None
     git = Git(stage.project)
-    git("add", "-A", "--", *STAGED_DIRS)
-    git(*NO_HOOKS, "commit", "-q", "--no-verify", "-F", "-", input=commit_message(report), env=KZ_AUTHOR)
+    # a folder neither in the stage nor tracked would fail git add
+    staged = [d for d in STAGED_DIRS if (stage.project / d).exists() or git("ls-files", "--", d)]
+    git("add", "-A", "--", *staged)
+    message = commit_message(report)
+    git(*NO_HOOKS, "commit", "-q", "--no-verify", "-F", "-", input=message, env=KZ_AUTHOR)
     made = git("rev-parse", "HEAD")
-    git("branch", branch, made)
-    return branch, made
+    existing = stage.repo.resolve(f"refs/heads/{branch}")
+    if existing is None:
+        git("branch", branch, made)
+        return branch, made
+    if git("rev-parse", f"{existing}^{{tree}}") == git("rev-parse", f"{made}^{{tree}}"):
+        notes.append(
+            f"the branch {branch} already holds this roll (commit {existing[:12]}): reused"
+        )
+        return branch, existing
+    notes.append(
+        f"not written: the branch {branch} exists with other content (compare: git diff "
+        f"{branch} {made[:12]}; to replace it: git branch -D {branch}, then roll again)"
+    )
+    return None, None
 
 
 # --- the report ---

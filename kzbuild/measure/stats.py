@@ -4,7 +4,8 @@ Shared by `kzbuild ab` (what each patch buys) and `kzbuild roll` (the pin agains
 - run order: interleaved blocks, each running every variant once in a seeded random order, so
   that drift spreads over all variants instead of landing on whichever ran last;
 - effect: the relative difference of medians, B against A, with a percentile bootstrap interval;
-  an interval that spans 0 is "no detectable effect".
+  an interval that excludes 0 is an effect, one within +-the minimum effect of interest is "no
+  detectable effect", and any other is too wide to decide (:class:`kzbuild.model.effect.Verdict`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import statistics
 from collections.abc import Sequence
 from typing import TypeVar
 
-from kzbuild.model.effect import CONFIDENCE, Effect
+from kzbuild.model.effect import CONFIDENCE, MIN_EFFECT_PCT, Effect
 
 SEEDS = 2**32  # a seed is below this
 
@@ -43,7 +44,15 @@ def interleaved_order(variants: Sequence[Variant], blocks: int, seed: int) -> li
     return order
 
 
-def median_effect(a: Sequence[float], b: Sequence[float], *, seed: int = 0, resamples: int = RESAMPLES, confidence: float = CONFIDENCE) -> Effect:
+def median_effect(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    seed: int = 0,
+    resamples: int = RESAMPLES,
+    confidence: float = CONFIDENCE,
+    min_effect_pct: float = MIN_EFFECT_PCT,
+) -> Effect:
     """Relative difference of medians (B - A) / A in percent, with a percentile bootstrap interval.
 
     Samples must be finite and positive (throughputs); each side needs at least one."""
@@ -61,7 +70,7 @@ def median_effect(a: Sequence[float], b: Sequence[float], *, seed: int = 0, resa
     tail = (1 - confidence) / 2
     low = deltas[int(tail * (resamples - 1))]
     high = deltas[int(math.ceil((1 - tail) * (resamples - 1)))]
-    return Effect(point, low, high, len(a), len(b), confidence)
+    return Effect(point, low, high, len(a), len(b), confidence, min_effect_pct)
 
 
 def _relative(median_a: float, median_b: float) -> float:

@@ -55,7 +55,10 @@ class PatchEffect:
     effect: Effect  # in percent of the variant's median, with its bootstrap interval
 
 
-Verdict = Literal["confirmed", "contradicted", "no detectable effect", "not measured", "other device"]
+Verdict = Literal[
+    "confirmed", "contradicted", "no detectable effect", "undecided (interval too wide)",
+    "not measured", "other device",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)

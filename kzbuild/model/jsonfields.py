@@ -158,15 +158,19 @@ class Fields:
     def optional_number(self, key: str, *, zero_ok: bool = False) -> int | float | None:
         return None if self._value(key, None) is None else self.number(key, zero_ok=zero_ok)
 
-    def numbers(self, key: str, default: Any = _REQUIRED, *, max_items: int) -> tuple[int | float, ...]:
-        """A list of numbers > 0 (samples)."""
+    def numbers(
+        self, key: str, default: Any = _REQUIRED, *, max_items: int, zero_ok: bool = False
+    ) -> tuple[int | float, ...]:
+        """A list of numbers > 0 (samples; >= 0 with ``zero_ok``)."""
         value = self._value(key, default)
         if not isinstance(value, (list, tuple)) or len(value) > max_items:
             raise self.error(key, f"a list of at most {max_items} numbers")
         for index, item in enumerate(value):
             number = number_or_none(item)
-            if number is None or number <= 0:
-                raise BadRecord(f"{self.where}: {key}[{index}]: {show(item)} is not a number > 0")
+            if number is None or number < 0 or (number == 0 and not zero_ok):
+                bound = ">= 0" if zero_ok else "> 0"
+                where = f"{self.where}: {key}[{index}]"
+                raise BadRecord(f"{where}: {show(item)} is not a number {bound}")
         return tuple(value)
 
     def texts(self, key: str, default: Any = _REQUIRED) -> tuple[str, ...]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kzbuild.model.bench import BenchSpec
+from kzbuild.model.effect import MIN_EFFECT_PCT
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,9 @@ class PlanAb:
     cool_to: float | None = None  # deg C
     cool_wait: float | None = None  # seconds
     cool_zones: tuple[str, ...] = ()
+    min_effect_pct: float = MIN_EFFECT_PCT  # "no detectable effect": an interval within +-this
+    max_width_pct: float | None = None  # more blocks, a batch at a time, while an interval is wider
+    max_seconds: float | None = None  # ... until this long has been spent benching
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,14 @@ class OpTime:
     backend: str
     layer: int
     count: int
-    usec: float
+    usec: float  # over all repetitions
+    usec_reps: tuple[float, ...] = ()  # per repetition (kz-profile's timer); () for totals only
+
+    def usec_in(self, rep: int | None, reps: int) -> float:
+        """Its time in repetition ``rep``; without per-repetition times, the mean per repetition."""
+        if rep is not None and self.usec_reps:
+            return self.usec_reps[rep]
+        return self.usec / max(reps, 1)
 
     @classmethod
     def from_dict(cls, data: object, where: str) -> OpTime:
@@ -42,6 +49,9 @@ class OpTime:
         return cls(
             op=fields.text("op"), backend=fields.text("backend"), layer=layer,
             count=fields.count("count", minimum=1), usec=fields.number("usec", zero_ok=True),
+            usec_reps=tuple(
+                float(x) for x in fields.numbers("usec_reps", (), max_items=MAX_REPS, zero_ok=True)
+            ),
         )  # fmt: skip
 
 
@@ -58,6 +68,16 @@ class PhaseProfile:
     @property
     def op_usec(self) -> float:
         return sum(row.usec for row in self.ops)
+
+    @property
+    def per_rep(self) -> bool:
+        """Every op holds a time per timed repetition: a repetition's ops and wall are one run."""
+        reps = len(self.wall_us_timed)
+        return reps > 0 and all(len(row.usec_reps) == reps for row in self.ops)
+
+    def rep_usec(self, rep: int) -> float:
+        """The sum of the ops of repetition ``rep`` (per_rep phases only)."""
+        return sum(row.usec_reps[rep] for row in self.ops)
 
     @classmethod
     def from_dict(cls, data: object, where: str) -> PhaseProfile:
@@ -108,7 +128,7 @@ def _phase_dict(phase: PhaseProfile) -> dict[str, Any]:
     return {
         "phase": phase.phase,
         "tokens": phase.tokens,
-        "ops": [asdict(row) for row in phase.ops],
+        "ops": [asdict(row) | {"usec_reps": list(row.usec_reps)} for row in phase.ops],
         "wall_us_plain": list(phase.wall_us_plain),
         "wall_us_timed": list(phase.wall_us_timed),
     }
@@ -157,6 +177,8 @@ class OpSummary:
     count: int
     usec: float
     share: float  # of the phase's graph time (the sum over its ops)
+    # (max - min) / median over the repetitions; None without per-repetition times
+    spread_pct: float | None = None
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from kzbuild.model.effect import Effect
+from kzbuild.model.effect import Effect, EffectVerdict
 from kzbuild.model.stackcheck import BumpPlan, StepStatus
 
 # roll's defaults (kzbuild.measure.roll and its CLI take them from here)
@@ -86,6 +86,10 @@ class BenchDelta:
             f"{self.metric}: {effect.delta_pct:+.1f}% ({effect.confidence:.0%} interval [{effect.low_pct:+.1f}%, {effect.high_pct:+.1f}%]; "
             f"spread pin {self.spread_pin_pct:.1f}%, candidate {self.spread_candidate_pct:.1f}%; "
             f"{len(self.pin)}+{len(self.candidate)} runs interleaved)"
+        ) + (
+            ""
+            if effect.verdict is EffectVerdict.EFFECT
+            else f"; {effect.verdict.value} at +-{effect.min_effect_pct:g}%"
         )
 
     def to_dict(self) -> dict[str, object]:
@@ -94,6 +98,7 @@ class BenchDelta:
             "delta_pct": self.effect.delta_pct, "low_pct": self.effect.low_pct, "high_pct": self.effect.high_pct,
             "spread_pin_pct": self.spread_pin_pct, "spread_candidate_pct": self.spread_candidate_pct,
             "threshold_pct": self.threshold_pct, "regressed": self.regressed,
+            "verdict": self.effect.verdict.value,
         }
 
 

@@ -198,10 +198,11 @@ class StepStatus(str, Enum):
 class UpstreamStep:
     """One check of ``kzbuild patches upstream``: the patch applied alone at a commit, or built for the host."""
 
-    kind: str  # "apply" or "build"
+    kind: str  # "apply", "build" (for one target) or "compile" (touched files no build compiled)
     label: str  # what was checked, as a verb phrase: "apply alone at the pin 0c1e57098..."
     status: StepStatus
-    files: tuple[str, ...] = ()  # apply: the files that do not apply
+    # apply: the files that do not apply; build: the touched files it compiled; compile: none did
+    files: tuple[str, ...] = ()
     detail: str = ""  # apply: git's errors; build: the compiler's last lines and the log; skipped: why
 
     def to_dict(self) -> dict[str, object]:

@@ -97,6 +97,10 @@ def test_expectations_are_confirmed_contradicted_undetected_unmeasured_or_for_an
     assert verdicts == ["confirmed", "contradicted", "not measured", "other device", "not measured"]
     flat = {"full": turns("full", [100, 104, 96, 100]), "minus:a.patch": turns("minus:a.patch", [101, 97, 103, 100])}
     (check,) = ab.check_expectations([expectation(+10)], ab.effects(flat, SPECS[:2]), "pad3")
+    # +-4% noise on 4 turns cannot exclude +-2%
+    assert check.verdict == "undecided (interval too wide)"
+    wide_minimum = ab.effects(flat, SPECS[:2], min_effect_pct=10)
+    (check,) = ab.check_expectations([expectation(+10)], wide_minimum, "pad3")
     assert check.verdict == "no detectable effect" and "a.patch: Kz-Expect pp512 +10% on pad3: no detectable effect" in check.describe
 
 

@@ -28,7 +28,8 @@ from kzbuild.source import recipes
 from kzbuild.source.sources import Progress
 from kzbuild.source.stack.apply import apply_any, history_truncated, is_ancestor
 from kzbuild.source.stack.check import Scratch, check_patches, load_patches, resolve_target
-from kzbuild.source.stack.patchfile import DROPPED_LOG, drop_patch
+from kzbuild.source.stack.patchfile import DROPPED_LOG, drop_patch, read_patch, require_entry
+from kzbuild.source.stack.series import read_series
 from kzbuild.source.sync import Worktree, check_no_lost_work, inputs_match, read_lock, sync
 
 log = logging.getLogger(__name__)
@@ -150,8 +151,12 @@ def write(
         for result in bump.check.upstreamed:
             proof = result.proof
             assert proof is not None
+            # the commit that upstreamed it: the patch's own Drop-When, else the proof's, else
+            # the new pin
+            entry = require_entry(read_series(recipe.series), result.name)
+            upstream = read_patch(entry.path, result.name).drop_when or proof.commit
             drop_patch(
-                recipe.series, result.name, today=today, upstream=proof.commit or bump.target.commit,
+                recipe.series, result.name, today=today, upstream=upstream or bump.target.commit,
                 reason=f"upstreamed in {bump.target.commit[:12]} ({proof.describe()})",
             )
         bumped = recipes.load_recipe(settings.project, str(recipe.path))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timezone
 from email.header import decode_header, make_header
@@ -18,6 +19,7 @@ import yaml
 
 from kzbuild.adapters import yamlconf
 from kzbuild.adapters.files import write_atomic
+from kzbuild.adapters.gitcmd import KZ_EMAIL
 from kzbuild.errors import ConfigError
 from kzbuild.model.patch import (
     DROP_WHEN,
@@ -309,6 +311,61 @@ def without_kz_trailers(patch: Patch) -> str:
     while message_end > headers_end + 1 and not kept[message_end - 1].strip():
         message_end -= 1
     return "\n".join(kept[:message_end] + kept[end:])
+
+
+MAILBOX = re.compile(r"^(.*?)\s*<([^<>\s]+@[^<>\s]+)>")
+# reserved for examples and documentation (RFC 2606, 6761), and what git makes up without a config
+PLACEHOLDER_DOMAIN = re.compile(
+    r"(?:^|\.)(?:invalid|localhost|test|example\.(?:com|org|net))$|\(none\)$", re.IGNORECASE
+)
+
+
+def real_author(value: str) -> str | None:
+    """``Name <email>`` of ``value`` when it names someone; None for a placeholder address."""
+    match = MAILBOX.match(value.strip())
+    if not match or not match.group(1).strip() or match.group(2) == KZ_EMAIL:
+        return None
+    if PLACEHOLDER_DOMAIN.search(match.group(2).rsplit("@", 1)[1]):
+        return None
+    return f"{match.group(1).strip()} <{match.group(2)}>"
+
+
+def upstream_mbox(patch: Patch, user_ident: Callable[[], str | None]) -> str:
+    """:func:`without_kz_trailers`, as ``git am`` wants it: the ``---`` line between message and
+    diff, and the author from the patch's From:, else its Signed-off-by, else the user's git
+    identity (``user_ident``); a placeholder address is never sent (ConfigError)."""
+    signers = (t.value for t in patch.trailers if t.key == "Signed-off-by")
+    author = (
+        real_author(patch.author)
+        or next(filter(None, map(real_author, signers)), None)
+        or real_author(user_ident() or "")
+    )
+    if author is None:
+        raise ConfigError(
+            f"{patch.name}: its author '{patch.author}' is a placeholder "
+            "and git config names no one",
+            path=patch.path,
+            hint="set From: in the patch, or git config user.name and user.email",
+        )
+    lines = without_kz_trailers(patch).split("\n")
+    headers_end = next((i for i, line in enumerate(lines) if not line.strip()), len(lines))
+    start = next(
+        (
+            i
+            for i, line in enumerate(lines)
+            if i > headers_end and is_patch_start(line.rstrip("\r"))
+        ),
+        len(lines),
+    )
+    if start < len(lines) and lines[start].rstrip("\r").rstrip() != "---":
+        lines[start:start] = ["---"]
+    header = next((i for i in range(headers_end) if lines[i].startswith("From: ")), None)
+    if author != real_author(patch.author):  # else its own From: line stays byte for byte
+        if header is None:
+            lines.insert(1 if lines and lines[0].startswith("From ") else 0, f"From: {author}")
+        else:
+            lines[header] = f"From: {author}"
+    return "\n".join(lines)
 
 
 # --- trailers and lint ---
