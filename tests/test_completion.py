@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild.measure.results import ResultsStore
+from kzbuild.measure.resultsdb import ResultsStore
 from tests.bench.benchkit import record
 
 KZBUILD = Path(sys.prefix) / "bin" / "kzbuild"

@@ -12,6 +12,7 @@ import json
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal, TypedDict, cast, get_args
 
 from kzbuild.model.jsonfields import Fields, number_or_none
@@ -364,3 +365,24 @@ class Comparison:
     @property
     def regressions(self) -> tuple[ComparedRow, ...]:
         return tuple(row for row in self.rows if row.verdict == "regression")
+
+
+@dataclass(frozen=True)
+class StoredLine:
+    """A record read from a file with its stored form: a line already in the database is never parsed."""
+
+    record: BenchRecord
+    stored: str
+
+
+@dataclass(frozen=True)
+class Refused:
+    where: str  # file:line
+    reason: str
+
+
+@dataclass(frozen=True)
+class Merged:
+    path: Path
+    conflicts: int  # conflict blocks resolved
+    duplicates: int  # lines dropped as a copy of another

@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from kzbuild.measure.resultfiles import shard_name, shards
 from kzbuild.model.result import BenchRecord, BuildInfo, DeviceInfo, ModelInfo
 
 DATA = Path(__file__).parent / "data"
@@ -119,3 +120,11 @@ TRICKY = ["ADD|SUB", "$(touch pwned)", "`touch pwned`", "$HOME", "a b  c", "it's
 def env_options(values: list[str]) -> list[str]:
     """``--env KZ_T_0=v0 --env KZ_T_1=v1 ...``"""
     return [arg for n, value in enumerate(values) for arg in ("--env", f"KZ_T_{n}={value}")]
+
+
+SHARD = shard_name(record().host_time)  # the shard the records above go to
+
+
+def exported(folder: Path) -> str:
+    """Every shard of a results folder, oldest month first."""
+    return "".join(path.read_text() for path in shards(folder))

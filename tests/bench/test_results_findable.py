@@ -9,7 +9,8 @@ import shlex
 import subprocess
 import sys
 
-from kzbuild.measure.results import DEMO_RESULTS, ResultsStore
+from kzbuild.measure.resultfiles import DEMO_RESULTS
+from kzbuild.measure.resultsdb import ResultsStore
 from tests.bench.benchkit import flat, record
 from tests.bench.test_results import REPO_SEED
 from tests.conftest import REPO_ROOT
@@ -94,11 +95,13 @@ def test_the_demo_ends_by_plotting_and_printing_where_its_results_are_and_how_to
     ran = subprocess.run(["bash", "-c", kz + ending], cwd=project.root, env=env, capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stderr
     assert (demo / "plot.png").stat().st_size > 1000
-    assert f"The demo's results are in {demo} (results.jsonl, results.sqlite3, plot.png)." in ran.stdout
-    commands = [line.split(":", 1)[-1].strip() if line.startswith(("See", "Plot")) else line.strip() for line in ran.stdout.splitlines() if "KZ_RESULTS_DIR=" in line]
-    assert len(commands) == 3
+    assert f"The demo's results are in {demo} (YYYY-MM.jsonl shards, results.sqlite3, plot.png)." in ran.stdout
+    assert f"The history report: {demo}/report.html" in ran.stdout and "<!DOCTYPE html>" in (demo / "report.html").read_text()[:50]
+    assert f"report to {demo}/report.html" in script.replace("$KZ_RESULTS_DIR", str(demo))  # said before the demo starts
+    commands = [line.split(":", 1)[-1].strip() if line.startswith(("See", "Plot", "Report")) else line.strip() for line in ran.stdout.splitlines() if "KZ_RESULTS_DIR=" in line]
+    assert len(commands) == 4
     plain_env = {k: v for k, v in env.items() if k != "KZ_RESULTS_DIR"}  # as a new shell would run them
     for command in commands:
         again = subprocess.run(["bash", "-c", command], cwd=project.root, env=plain_env, capture_output=True, text=True, timeout=120)
         assert again.returncode == 0, (command, again.stderr)
-    assert (project.root / "plot.png").is_file()
+    assert (project.root / "plot.png").is_file() and (project.root / "report.html").is_file()
