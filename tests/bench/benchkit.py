@@ -6,11 +6,11 @@ import json
 import os
 import stat
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kzbuild.measure.resultfiles import shard_name, shards
-from kzbuild.model.result import BenchRecord, BuildInfo, DeviceInfo, ModelInfo
+from kzbuild.model.result import BenchRecord, BuildInfo, DeviceInfo, ModelInfo, VariantInfo
 
 DATA = Path(__file__).parent / "data"
 CAPTURED_JSON = DATA / "llama-bench-0c1e570-cpu.json"  # real llama-bench -o json output (host build at the pin)
@@ -128,3 +128,28 @@ SHARD = shard_name(record().host_time)  # the shard the records above go to
 def exported(folder: Path) -> str:
     """Every shard of a results folder, oldest month first."""
     return "".join(path.read_text() for path in shards(folder))
+
+
+def history(builds: int, *, devices: tuple[str, ...] = ("pad3",), step_at: int | None = None, runs_per_build: int = 1) -> list[BenchRecord]:
+    """Nightly builds over time: a pp512 and a tg128 record per run, a new upstream commit every
+    third build, an A/B run (full, minus:x.patch) every fifth, and a 20 % drop in prefill from
+    build ``step_at`` on."""
+    found = []
+    for b in range(builds):
+        commit = f"{b // 3:07x}" + "c0ffee" * 6
+        build = BuildInfo(build_id=f"b{b:05d}", lock_sha256=f"{b // 3:064x}", build_commit=commit[:40], release_dir=f"/r/b{b:05d}")
+        variants = [None, VariantInfo("full", 0, 2, 7), VariantInfo("minus:x.patch", 1, 2, 7)] if b % 5 == 4 else [None]
+        for device in devices:
+            for run in range(runs_per_build):
+                for variant in variants:
+                    time = f"2026-{1 + b * 11 // max(builds, 1):02d}-{1 + b % 28:02d}T{run % 24:02d}:00:00+00:00"
+                    for seq, (test, base) in enumerate((("pp512", 100.0), ("tg128", 20.0))):
+                        level = base * (0.8 if step_at is not None and b >= step_at and test == "pp512" else 1.0)
+                        found.append(
+                            replace(
+                                record(run_id=f"{device}-{b:05d}-{run}-{variant.name if variant else 'main'}", device=device, test=test,
+                                       samples=(level, level * 1.01, level * 0.99), host_time=time, seq=seq),
+                                build=build, variant=variant,
+                            )
+                        )  # fmt: skip
+    return found
