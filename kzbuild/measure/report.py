@@ -235,6 +235,54 @@ def find_step(points: Sequence[Point]) -> tuple[float, Point, Point] | None:
 
 
 # --- drawing ---
+MAX_POINTS = 150  # per series: more builds are drawn in buckets of consecutive builds
+MAX_EVENTS = 150  # per kind of event and device
+
+
+def thin(points: Sequence[Point], most: int = MAX_POINTS) -> list[Point]:
+    """At most ``most`` points: consecutive builds pooled into one, named by their range, so
+    the page stays small and quick to open however long the history is."""
+    if len(points) <= most:
+        return list(points)
+    size = math.ceil(len(points) / most)
+    return [_bucket(points[i : i + size]) for i in range(0, len(points), size)]
+
+
+def _span(values: Sequence[str], width: int) -> str:
+    first, last = values[0][:width], values[-1][:width]
+    return first if first == last else f"{first}..{last}"
+
+
+def _bucket(points: Sequence[Point]) -> Point:
+    return Point(
+        time=points[len(points) // 2].time,
+        median=statistics.median(p.median for p in points),
+        low=min(p.low for p in points),
+        high=max(p.high for p in points),
+        samples=sum(p.samples for p in points),
+        runs=sum(p.runs for p in points),
+        build_id=f"{_span([p.build_id for p in points], 12)} ({len(points)} builds)",
+        lock=_span([p.lock for p in points], 16),
+        device=points[0].device,
+        model_sha=_span([p.model_sha for p in points], 16),
+        commit=_span([p.commit for p in points], 12),
+        variant=points[0].variant,
+    )
+
+
+def thin_events(events: Sequence[Event], most: int = MAX_EVENTS) -> list[Event]:
+    """At most ``most`` events of each kind; consecutive ones merged into one mark."""
+    found: list[Event] = []
+    for kind in EVENT_ROWS:
+        marks = [e for e in events if e.kind == kind]
+        size = max(1, math.ceil(len(marks) / most))
+        for i in range(0, len(marks), size):
+            group = marks[i : i + size]
+            more = f" (+{len(group) - 1} more to {group[-1].time})" if len(group) > 1 else ""
+            found.append(Event(kind, group[0].time, group[0].text + more))
+    return found
+
+
 HOVER = (
     "%{y:.4g} (min %{customdata[6]:.4g}, max %{customdata[7]:.4g}; %{customdata[5]})<br>"
     "build %{customdata[0]}<br>lock %{customdata[1]}<br>device %{customdata[2]}<br>"
@@ -257,8 +305,9 @@ def figure(device: DeviceHistory) -> Any:
         row_heights=[0.4] + [1.0] * len(metrics),
         subplot_titles=["events", *metrics],
     )
+    events = thin_events(device.events)
     for kind in EVENT_ROWS:
-        marks = [e for e in device.events if e.kind == kind]
+        marks = [e for e in events if e.kind == kind]
         if marks:
             fig.add_scatter(
                 x=[e.time for e in marks],
@@ -272,7 +321,8 @@ def figure(device: DeviceHistory) -> Any:
                 col=1,
             )
     for row, metric in enumerate(metrics, start=2):
-        for label, points in sorted(device.series[metric].items()):
+        for label, every in sorted(device.series[metric].items()):
+            points = thin(every)
             fig.add_scatter(
                 x=[p.time for p in points],
                 y=[p.median for p in points],
@@ -317,14 +367,19 @@ def figure(device: DeviceHistory) -> Any:
     return fig
 
 
+def _short(value: str, width: int) -> str:
+    """A hash cut to ``width``; a bucket's range of hashes is already cut."""
+    return (value if ".." in value else value[:width]) or "-"
+
+
 def _provenance(point: Point) -> list[object]:
     runs = f"{point.runs} run{'s' * (point.runs != 1)}, n={point.samples}"
     return [
         point.build_id,
-        point.lock[:16] or "-",
+        _short(point.lock, 16),
         point.device,
-        point.model_sha[:16] or "-",
-        point.commit[:12] or "-",
+        _short(point.model_sha, 16),
+        _short(point.commit, 12),
         runs,
         point.low,
         point.high,

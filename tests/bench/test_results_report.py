@@ -143,6 +143,17 @@ def test_a_step_needs_builds_on_both_sides_beyond_noise():
     assert (dropped[1].build_id, dropped[2].build_id) == ("b00005", "b00006")
 
 
+def test_a_long_history_is_drawn_in_buckets_of_builds_named_by_their_range():
+    [device] = report.history(r.to_dict() for r in history(400))
+    every = device.series["prefill tok/s"]["pp512 aaaaaaaa t=8 ngl=99 b=512"]
+    drawn = report.thin(every)
+    assert len(every) == 400 and len(drawn) == 134 <= report.MAX_POINTS
+    assert re.fullmatch(r"b00000\.\.b\d{5} \(3 builds\)", drawn[0].build_id) and drawn[0].runs == 3 and drawn[0].samples == 9
+    assert sum(p.runs for p in drawn) == 400
+    pins = [e for e in report.thin_events(device.events, 10) if e.kind == report.PIN]
+    assert len(pins) == 10 and "(+13 more to " in pins[0].text
+
+
 def test_an_empty_history_has_no_report(kz, project):
     result = kz("results", "report")
     assert result.code == 13 and "nothing to report" in result.err
