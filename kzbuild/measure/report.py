@@ -286,7 +286,8 @@ def thin_events(events: Sequence[Event], most: int = MAX_EVENTS) -> list[Event]:
 HOVER = (
     "%{y:.4g} (min %{customdata[6]:.4g}, max %{customdata[7]:.4g}; %{customdata[5]})<br>"
     "build %{customdata[0]}<br>lock %{customdata[1]}<br>device %{customdata[2]}<br>"
-    "model sha256 %{customdata[3]}<br>upstream %{customdata[4]}<br>%{x}<extra>%{fullData.name}</extra>"
+    "model sha256 %{customdata[3]}<br>upstream %{customdata[4]}<br>%{x}"
+    "<extra>%{fullData.name}</extra>"
 )
 EVENT_ROWS = (PIN, CANDIDATE, PATCH)
 EVENT_SYMBOLS = {PIN: "line-ns-open", CANDIDATE: "diamond", PATCH: "square"}
@@ -353,7 +354,8 @@ def figure(device: DeviceHistory) -> Any:
             line_width=0,
             opacity=0.25,
             fillcolor="red" if step.change_pct < 0 else "green",
-            annotation_text=f"{step.change_pct:+.1f}% {step.series}: {step.before.commit[:10]}..{step.after.commit[:10]}",
+            annotation_text=f"{step.change_pct:+.1f}% {step.series}: "
+            f"{step.before.commit[:10]}..{step.after.commit[:10]}",
             annotation_position="top left",
             annotation_font_size=10,
         )
@@ -386,11 +388,14 @@ def _provenance(point: Point) -> list[object]:
     ]
 
 
-PAGE_STYLE = "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
+PAGE_STYLE = (
+    "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}"
+    "td,th{border:1px solid #ccc;padding:2px 6px}"
+)
 
 
 def render(histories: Sequence[DeviceHistory], *, records: int) -> str:
-    """The whole page: a table of the steps found, then each device's figure; plotly.js inlined once."""
+    """The page: a table of the steps found, then each device's figure; plotly.js inlined once."""
     import plotly.io as pio
 
     if not histories:
@@ -399,8 +404,10 @@ def render(histories: Sequence[DeviceHistory], *, records: int) -> str:
         )
     made = datetime.now(timezone.utc).isoformat(timespec="seconds")
     parts = [
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>kzbuild results report</title><style>{PAGE_STYLE}</style></head><body>",
-        f"<h1>kzbuild results</h1><p>{records} records, {len(histories)} device(s); made {made}. Hover a point for its provenance.</p>",
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>kzbuild results report</title>"
+        f"<style>{PAGE_STYLE}</style></head><body><h1>kzbuild results</h1>",
+        f"<p>{records} records, {len(histories)} device(s); made {made}. "
+        "Hover a point for its provenance.</p>",
         _steps_table([step for h in histories for step in h.steps]),
     ]
     for index, device in enumerate(histories):

@@ -74,7 +74,7 @@ def sources(folder: Path) -> list[Path]:
 
 
 def mark_union_merge(folder: Path) -> None:
-    """Tell git to merge the shards as the union of their lines (once; a file of the user's stays)."""
+    """Tell git to merge the shards as the union of their lines (once; a user's file stays)."""
     path = folder / GITATTRIBUTES
     if not path.exists():
         write_atomic(path, UNION_MERGE.encode())
@@ -120,7 +120,8 @@ def jsonl_objects(path: Path, *, hint: str | None = None) -> list[tuple[str, Any
 
 
 def _parse(line: Line) -> tuple[Any] | BadRecord | None:
-    """(a line's JSON value,), or why it has none; None for a truncated last line (skipped, with a warning)."""
+    """(a line's JSON value,), or why it has none; None for a truncated last line (skipped, with
+    a warning)."""
     try:
         if line.bad:
             raise BadRecord(line.bad)
@@ -265,7 +266,7 @@ def _merge_shard(path: Path) -> Merged:
 
 
 def _line_order(line: str) -> tuple[object, ...]:
-    """A line's place in time order (host time, run, position); a line that is not a record sorts last."""
+    """A line's place in time order (host time, run, position); a line not a record sorts last."""
     try:
         data = json.loads(line)
         return (0, str(data["host_time"]), str(data["run_id"]), int(data["seq"]), line)

@@ -11,6 +11,7 @@ importing anything twice stores it once.
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import logging
 import os
@@ -289,7 +290,7 @@ class ResultsStore:
         return self.add(resultfiles.load_records_file(path))
 
     def _add(self, items: Sequence[StoredLine]) -> int:
-        self._import_changed()  # another kzbuild or a git pull may have added lines: a rewrite must keep them
+        self._import_changed()  # another kzbuild or a git pull may have added lines: keep them
         with (
             self._transaction()
         ):  # a record that cannot be stored raises before the insert: nothing is written
@@ -306,7 +307,7 @@ class ResultsStore:
                     resultfiles.append_line(
                         path, "".join(lines)
                     )  # the usual case: a bench that just ran
-                else:  # new, or its last line unterminated (a killed writer): never glue a record onto it
+                else:  # new, or its last line unterminated (a killed writer): never glue onto it
                     self._export(name)
                 self._stamp_file(path)
             if by_shard:
@@ -316,7 +317,10 @@ class ResultsStore:
     def _insert(self, items: Iterable[StoredLine]) -> list[StoredLine]:
         """Insert (inside the caller's transaction); returns the records that were not there yet."""
         new = []
-        insert = f"INSERT OR IGNORE INTO records ({', '.join(RECORD_COLUMNS)}) VALUES ({', '.join('?' * len(RECORD_COLUMNS))})"
+        insert = (
+            f"INSERT OR IGNORE INTO records ({', '.join(RECORD_COLUMNS)}) "
+            f"VALUES ({', '.join('?' * len(RECORD_COLUMNS))})"
+        )
         for item in items:
             r = item.record
             row = (
@@ -421,12 +425,14 @@ class ResultsStore:
         )
 
     def records(self, selector: str | None = None) -> list[BenchRecord]:
-        """Records in (host time, run, position) order; ``selector`` is a run id or build id (prefix), or ``latest``.
+        """Records in (host time, run, position) order; ``selector`` is a run id or build id
+        (a prefix), or ``latest``.
 
         Selection happens in SQL; each row returned is checked against its content id and parsed,
         so a damaged row rebuilds the database rather than show a wrong number.
         """
-        return self._with_rebuild(lambda: self._select(selector))
+        with _gc_paused():
+            return self._with_rebuild(lambda: self._select(selector))
 
     def _select(self, selector: str | None) -> list[BenchRecord]:
         if selector is None:
@@ -436,7 +442,8 @@ class ResultsStore:
             ]
         if selector == LATEST:
             newest = self.conn.execute(
-                "SELECT run_id FROM records WHERE kind = 'bench' ORDER BY host_time DESC, run_id DESC LIMIT 1"
+                "SELECT run_id FROM records WHERE kind = 'bench' "
+                "ORDER BY host_time DESC, run_id DESC LIMIT 1"
             ).fetchone()
             if newest is None:
                 raise ResultsError("there are no measured results yet", hint="run kzbuild bench")
@@ -444,7 +451,8 @@ class ResultsStore:
         else:
             bounds = (selector, selector + PREFIX_END)
             rows = self.conn.execute(
-                f"{SELECT_ROWS} WHERE (run_id >= ? AND run_id < ?) OR (build_id >= ? AND build_id < ?) {RECORD_ORDER}",
+                f"{SELECT_ROWS} WHERE (run_id >= ? AND run_id < ?) "
+                f"OR (build_id >= ? AND build_id < ?) {RECORD_ORDER}",
                 bounds + bounds,
             )
         chosen = [self._parse(data) for data in self._checked(rows)]
@@ -458,13 +466,11 @@ class ResultsStore:
     def stored(self, kind: str = "bench") -> list[dict[str, Any]]:
         """The stored JSON of every record of ``kind``, in time order, checked but not parsed into
         records: for views over the whole history (the report)."""
-        return self._with_rebuild(
-            lambda: list(
-                self._checked(
-                    self.conn.execute(f"{SELECT_ROWS} WHERE kind = ? {RECORD_ORDER}", (kind,))
-                )
+        query = f"{SELECT_ROWS} WHERE kind = ? {RECORD_ORDER}"
+        with _gc_paused():
+            return self._with_rebuild(
+                lambda: list(self._checked(self.conn.execute(query, (kind,))))
             )
-        )
 
     def _checked(self, rows: Iterable[tuple[Any, ...]]) -> Iterator[dict[str, Any]]:
         """Each row's stored JSON, checked against its content id and its indexed columns."""
@@ -523,7 +529,7 @@ class ResultsStore:
 
 
 def _columns(data: dict[str, Any]) -> tuple[object, ...]:
-    """The indexed columns of a row, as its stored JSON says they are (a row was checked in full when stored)."""
+    """The indexed columns of a row as its stored JSON says (checked in full when stored)."""
     try:
         return (
             data["run_id"],
@@ -546,6 +552,19 @@ def _damage(exc: Exception, db_path: Path) -> str:
             hint="wait for it to finish",
         ) from None
     return str(exc)
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while many acyclic records are made: its passes over every
+    live object made reading twice the records take more than twice the time."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _stamp(path: Path) -> str:

@@ -130,26 +130,26 @@ def exported(folder: Path) -> str:
     return "".join(path.read_text() for path in shards(folder))
 
 
-def history(builds: int, *, devices: tuple[str, ...] = ("pad3",), step_at: int | None = None, runs_per_build: int = 1) -> list[BenchRecord]:
+def history(
+    builds: int, *, devices: tuple[str, ...] = ("pad3",), step_at: int | None = None
+) -> list[BenchRecord]:
     """Nightly builds over time: a pp512 and a tg128 record per run, a new upstream commit every
     third build, an A/B run (full, minus:x.patch) every fifth, and a 20 % drop in prefill from
     build ``step_at`` on."""
     found = []
+    ab = [None, VariantInfo("full", 0, 2, 7), VariantInfo("minus:x.patch", 1, 2, 7)]
     for b in range(builds):
-        commit = f"{b // 3:07x}" + "c0ffee" * 6
-        build = BuildInfo(build_id=f"b{b:05d}", lock_sha256=f"{b // 3:064x}", build_commit=commit[:40], release_dir=f"/r/b{b:05d}")
-        variants = [None, VariantInfo("full", 0, 2, 7), VariantInfo("minus:x.patch", 1, 2, 7)] if b % 5 == 4 else [None]
+        commit = (f"{b // 3:07x}" + "c0ffee" * 6)[:40]
+        lock = f"{b // 3:064x}"
+        build = BuildInfo(f"b{b:05d}", lock_sha256=lock, build_commit=commit)
+        time = f"2026-{1 + b * 11 // builds:02d}-{1 + b % 28:02d}T00:00:00+00:00"
         for device in devices:
-            for run in range(runs_per_build):
-                for variant in variants:
-                    time = f"2026-{1 + b * 11 // max(builds, 1):02d}-{1 + b % 28:02d}T{run % 24:02d}:00:00+00:00"
-                    for seq, (test, base) in enumerate((("pp512", 100.0), ("tg128", 20.0))):
-                        level = base * (0.8 if step_at is not None and b >= step_at and test == "pp512" else 1.0)
-                        found.append(
-                            replace(
-                                record(run_id=f"{device}-{b:05d}-{run}-{variant.name if variant else 'main'}", device=device, test=test,
-                                       samples=(level, level * 1.01, level * 0.99), host_time=time, seq=seq),
-                                build=build, variant=variant,
-                            )
-                        )  # fmt: skip
+            for variant in ab if b % 5 == 4 else [None]:
+                run_id = f"{device}-{b:05d}-{variant.name if variant else 'main'}"
+                for seq, (test, base) in enumerate((("pp512", 100.0), ("tg128", 20.0))):
+                    dropped = step_at is not None and b >= step_at and test == "pp512"
+                    level = base * (0.8 if dropped else 1.0)
+                    samples = (level, level * 1.01, level * 0.99)
+                    made = record(run_id=run_id, device=device, test=test, samples=samples, seq=seq)
+                    found.append(replace(made, host_time=time, build=build, variant=variant))
     return found

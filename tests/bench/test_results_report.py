@@ -25,7 +25,8 @@ const kzConsoleError = console.error;
 console.error = (...a) => { window.kzErrors.push(a.join(' ')); kzConsoleError(...a); };</script>"""
 PROBE = """<script>window.addEventListener('load', () => setTimeout(() => {
   const divs = [...document.querySelectorAll('.plotly-graph-div')];
-  const drawn = divs.filter(g => g._fullLayout && g.querySelectorAll('.scatterlayer .trace').length > 0).length;
+  const drawn = divs.filter(g => g._fullLayout
+    && g.querySelectorAll('.scatterlayer .trace').length > 0).length;
   const g = divs[0];
   const i = g.data.findIndex(t => t.customdata);
   const t = g.data[i];
@@ -107,7 +108,7 @@ def test_the_report_renders_in_chromium_and_a_hover_shows_provenance(kz, project
 
 
 def test_memory_and_quality_are_drawn_when_records_carry_them():
-    """Fields another kzbuild may add to the stored form; absent or not numbers, they are left out."""
+    """Fields another kzbuild may add to the stored form; absent or not numbers, left out."""
     base = json.loads(json.dumps(history(1)[0].to_dict()))
     rows = [
         base | {"peak_rss_bytes": 2.5e9, "kld_mean": 0.012},
@@ -148,7 +149,8 @@ def test_a_long_history_is_drawn_in_buckets_of_builds_named_by_their_range():
     every = device.series["prefill tok/s"]["pp512 aaaaaaaa t=8 ngl=99 b=512"]
     drawn = report.thin(every)
     assert len(every) == 400 and len(drawn) == 134 <= report.MAX_POINTS
-    assert re.fullmatch(r"b00000\.\.b\d{5} \(3 builds\)", drawn[0].build_id) and drawn[0].runs == 3 and drawn[0].samples == 9
+    assert re.fullmatch(r"b00000\.\.b\d{5} \(3 builds\)", drawn[0].build_id)
+    assert (drawn[0].runs, drawn[0].samples) == (3, 9)
     assert sum(p.runs for p in drawn) == 400
     pins = [e for e in report.thin_events(device.events, 10) if e.kind == report.PIN]
     assert len(pins) == 10 and "(+13 more to " in pins[0].text

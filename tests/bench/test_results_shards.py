@@ -132,7 +132,8 @@ def test_the_shard_of_a_host_time_is_the_same_in_python_and_in_sql(host_time):
     conn = sqlite3.connect(":memory:")
     resultsdb.migrate(conn, Path(":memory:"), resultsdb.MIGRATIONS[:2])
     conn.execute(
-        "INSERT INTO records (record_id, run_id, kind, host_time, seq, device, test, record) VALUES ('i', 'r', 'bench', ?, 0, 'd', 't', '{}')",
+        "INSERT INTO records (record_id, run_id, kind, host_time, seq, device, test, record) "
+        "VALUES ('i', 'r', 'bench', ?, 0, 'd', 't', '{}')",
         (host_time,),
     )
     resultsdb.migrate(conn, Path(":memory:"))
