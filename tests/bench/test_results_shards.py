@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from kzbuild.measure import resultfiles, resultsdb
 from kzbuild.measure.resultsdb import ResultsStore
-from kzbuild.model.result import canonical_json
+from kzbuild.model.result import Merged, canonical_json
 from tests.bench.benchkit import SHARD, exported, record
 from tests.conftest import REPO_ROOT
 
@@ -140,3 +140,46 @@ def test_the_shard_of_a_host_time_is_the_same_in_python_and_in_sql(host_time):
     assert conn.execute("SELECT shard FROM records").fetchone()[0] == resultfiles.shard_name(
         host_time
     )
+
+
+@given(
+    ours=st.lists(st.integers(0, 30), max_size=8),
+    theirs=st.lists(st.integers(0, 30), max_size=8),
+    base=st.integers(0, 3),
+    conflicted=st.booleans(),
+)
+def test_merge_keeps_the_union_of_both_sides_once_in_time_order(
+    tmp_path_factory, ours, theirs, base, conflicted
+):
+    folder = tmp_path_factory.mktemp("merge")
+    line = {
+        n: canonical_json(
+            record(
+                run_id=f"r{n:02d}", host_time=f"2026-10-{1 + n % 28:02d}T00:00:00+00:00"
+            ).to_dict()
+        )
+        for n in range(31)
+    }
+    common = [line[n] for n in range(base)]
+    if conflicted:
+        body = [
+            *common,
+            "<<<<<<< HEAD",
+            *(line[n] for n in ours),
+            "=======",
+            *(line[n] for n in theirs),
+            ">>>>>>> other",
+        ]
+    else:  # what git's union driver leaves: both sides, repeats included
+        body = [*common, *(line[n] for n in ours), *(line[n] for n in theirs)]
+    (folder / SHARD).write_text("".join(text + "\n" for text in body))
+    [merged] = resultfiles.merge_shards(folder)
+    expected = sorted(
+        {*common, *(line[n] for n in [*ours, *theirs])},
+        key=lambda text: (json.loads(text)["host_time"], json.loads(text)["run_id"]),
+    )
+    assert (folder / SHARD).read_text() == "".join(text + "\n" for text in expected)
+    assert merged.conflicts == int(conflicted)
+    assert resultfiles.merge_shards(folder)[0] == Merged(
+        folder / SHARD, 0, 0
+    )  # a second merge changes nothing
