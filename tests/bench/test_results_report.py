@@ -159,3 +159,13 @@ def test_a_long_history_is_drawn_in_buckets_of_builds_named_by_their_range():
 def test_an_empty_history_has_no_report(kz, project):
     result = kz("results", "report")
     assert result.code == 13 and "nothing to report" in result.err
+
+
+def test_a_report_that_cannot_be_written_says_where(kz, project, tmp_path):
+    with ResultsStore(project.root / "results") as store:
+        store.add(history(2))
+    (tmp_path / "a-file").write_text("")
+    result = kz("results", "report", "-o", str(tmp_path / "a-file" / "report.html"))
+    assert (
+        result.code == 2 and "cannot write the report to" in result.err and "-o names" in result.err
+    )
