@@ -35,7 +35,7 @@ from kzbuild.device.local import LocalTransport  # noqa: E402
 from kzbuild.device.registry import parse_device_spec  # noqa: E402
 from kzbuild.device.run import current_release, invocation  # noqa: E402
 from kzbuild.measure import bench  # noqa: E402
-from kzbuild.measure.results import ResultsStore  # noqa: E402
+from kzbuild.measure.resultsdb import ResultsStore  # noqa: E402
 from kzbuild.measure.tinymodel import write_tiny_model  # noqa: E402
 from kzbuild.model.bench import BenchSpec  # noqa: E402
 

@@ -127,7 +127,7 @@ class ProfileFormatChanged(ResultsError):
 
 class ResultsDatabaseDamaged(ResultsError):
     """results.sqlite3 is unreadable, or not the schema this kzbuild writes. The results store
-    rebuilds it from results.jsonl (the source of truth); it reaches the user only when that fails too."""
+    rebuilds it from the JSONL shards (the source of truth); it reaches the user only when that fails too."""
 
 
 class Unwritable(KzError):

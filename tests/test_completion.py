@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild.measure.results import DEMO_RESULTS, ResultsStore
+from kzbuild.measure.resultfiles import DEMO_RESULTS
+from kzbuild.measure.resultsdb import ResultsStore
 from tests.bench.benchkit import record
 
 KZBUILD = Path(sys.prefix) / "bin" / "kzbuild"

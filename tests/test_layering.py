@@ -47,7 +47,7 @@ def test_only_the_cli_imports_the_cli():
 
 
 def test_build_does_not_import_what_consumes_its_artifacts():
-    consumers = {"kzbuild.device.deploy", "kzbuild.measure.bench", "kzbuild.device.run", "kzbuild.measure.results"}
+    consumers = {"kzbuild.device.deploy", "kzbuild.measure.bench", "kzbuild.device.run", "kzbuild.measure.resultsdb"}
     assert not GRAPH["kzbuild.build.builder"] & consumers
 
 

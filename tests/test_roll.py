@@ -419,7 +419,7 @@ def test_a_roll_without_a_device_loads_no_device_or_bench_module():
     """What `kzbuild roll` loads before --device is looked at: the command and kzbuild.measure.roll."""
     code = "import sys, kzbuild.cli.roll, kzbuild.measure.roll; print(sorted(m for m in sys.modules if m.startswith('kzbuild.')))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    for module in ("kzbuild.measure.rolldevice", "kzbuild.device.deploy", "kzbuild.measure.interleave", "kzbuild.measure.bench", "kzbuild.device.run", "kzbuild.measure.results",
+    for module in ("kzbuild.measure.rolldevice", "kzbuild.device.deploy", "kzbuild.measure.interleave", "kzbuild.measure.bench", "kzbuild.device.run", "kzbuild.measure.resultsdb",
                    "kzbuild.measure.plans", "kzbuild.cli.connect", "kzbuild.device.devicelock", "kzbuild.device.store"):
         assert f"'{module}'" not in loaded, module
 

@@ -9,7 +9,7 @@ import pytest
 
 from kzbuild.cli import main
 from kzbuild.measure import roll
-from kzbuild.measure.results import ResultsStore
+from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.tinymodel import write_tiny_model
 from kzbuild.model.roll import Outcome
 from kzbuild.model.stackcheck import StepStatus, Verdict

@@ -42,7 +42,7 @@ from kzbuild.cli.options import (
 from kzbuild.cli.results import say
 from kzbuild.cli.ui import activity, console, context, not_empty, print_json
 from kzbuild.errors import RegressionFound
-from kzbuild.measure import ab, plans, results
+from kzbuild.measure import ab, plans, resultsdb
 from kzbuild.measure.interleave import parse_temperature
 from kzbuild.model.ab import AbResult, VariantSpec
 from kzbuild.model.build import BuildEvent, BuildOptions
@@ -113,7 +113,7 @@ def ab_command(
     ab.check_selection(selection)  # before any work; a minus:PATCH that is not live fails after the full stack's sync
     chosen_device = device or (plan.device if plan else None)
     found, transport = open_device(settings, chosen_device, loaded_recipe.device, trust_new_host)
-    with closing(transport), results.ResultsStore(settings.results) as store:
+    with closing(transport), resultsdb.ResultsStore(settings.results) as store:
         if plan is not None:
             plans.check_model(plan, transport, found)
         with activity(f"ab of {loaded_recipe.name} on {found.name}") as progress:

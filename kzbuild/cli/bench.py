@@ -37,7 +37,7 @@ from kzbuild.cli.ui import activity, context, print_json
 from kzbuild.device.devicelock import DeviceLock, device_lock
 from kzbuild.device.run import parse_env_assignments
 from kzbuild.errors import ConfigError
-from kzbuild.measure import bench, plans, results
+from kzbuild.measure import bench, plans, resultsdb
 from kzbuild.model.bench import BenchPoint, BenchRun, BenchSpec
 from kzbuild.model.plan import Plan
 
@@ -70,7 +70,7 @@ def bench_command(
 ) -> None:
     """Run llama-bench -o json on the device and store one record per test with its provenance.
 
-    Only the given options reach llama-bench (plus -o json and -m). With --plan, each run of the plan in turn (its model's sha256 checked first). Results go to results/results.sqlite3 and results/results.jsonl; logs to WORK/bench/RUN-ID/.
+    Only the given options reach llama-bench (plus -o json and -m). With --plan, each run of the plan in turn (its model's sha256 checked first). Results go to results/results.sqlite3 and the monthly shards results/YYYY-MM.jsonl; logs to WORK/bench/RUN-ID/.
 
     It holds the device root's lock (ROOT/.lock) from the model check to the last run, so no deploy switches or prunes the release under it; another kzbuild holding it exits 10 naming the holder (--wait waits).
     """
@@ -89,7 +89,7 @@ def bench_command(
         with device_lock(transport, target.root, "bench", wait=wait) as lock:
             if loaded is not None:
                 plans.check_model(loaded, transport, target)
-            with results.ResultsStore(settings.results) as store:
+            with resultsdb.ResultsStore(settings.results) as store:
                 for name, spec in specs:
                     with bench_progress(f"llama-bench on {target.name}" + (f": {name}" if name else "")) as (on_point, on_stderr):
                         runs.append(bench.bench(settings, transport, target, spec, store, on_point=heartbeat(lock, on_point), on_stderr=on_stderr))

@@ -47,14 +47,14 @@ def complete_device(ctx: typer.Context, incomplete: str) -> list[str]:
 
 def complete_run(ctx: typer.Context, incomplete: str) -> list[str]:
     """Run ids (newest last) and 'latest'; a results dir that is not there is not created."""
-    from kzbuild.measure import results
+    from kzbuild.measure import resultfiles, resultsdb
 
     try:
-        folder, _ = results.reading_dir(_settings(ctx))  # the dir `results show` would read
+        folder, _ = resultfiles.reading_dir(_settings(ctx))  # the dir `results show` would read
         if not folder.is_dir():
             return []
-        with results.ResultsStore(folder) as store:
-            names = [run.run_id for run in store.runs()] + [results.LATEST]
+        with resultsdb.ResultsStore(folder) as store:
+            names = [run.run_id for run in store.runs()] + [resultsdb.LATEST]
     except (KzError, OSError):
         return []
     return [name for name in names if name.startswith(incomplete)]

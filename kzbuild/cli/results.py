@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,12 +16,14 @@ from kzbuild.adapters.settings import Settings
 from kzbuild.cli import ui
 from kzbuild.cli.complete import complete_run
 from kzbuild.cli.options import JsonOpt, MarkdownOpt
-from kzbuild.cli.ui import command_group, console, context, not_empty, print_json
-from kzbuild.errors import RegressionFound, ResultsError
-from kzbuild.measure import results
+from kzbuild.cli.ui import command_group, console, context, not_empty, print_json, say_grid
+from kzbuild.errors import BadRecord, RegressionFound, ResultsError
+from kzbuild.measure import compare, report, resultfiles, resultplot, resultsdb
 from kzbuild.model.result import BenchRecord, Comparison, Group, Summary
 
-results_app = command_group("results", "Stored benchmark results: list, show, compare, plot, import the seed figures.")
+results_app = command_group(
+    "results", "Stored benchmark results: list, show, compare, plot, report, import, check, merge."
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -28,7 +31,9 @@ def register(app: typer.Typer) -> None:
 
 
 @results_app.command("list")
-def results_list(ctx: typer.Context, json_out: JsonOpt = False, markdown: MarkdownOpt = False) -> None:
+def results_list(
+    ctx: typer.Context, json_out: JsonOpt = False, markdown: MarkdownOpt = False
+) -> None:
     """List stored runs (measured and manual), oldest first."""
     settings = context(ctx).settings
     with _reading(settings) as store:
@@ -36,7 +41,9 @@ def results_list(ctx: typer.Context, json_out: JsonOpt = False, markdown: Markdo
     if json_out:
         print_json([run.__dict__ for run in runs])
         return
-    elsewhere = results.elsewhere_hint(settings) if all(run.kind != "bench" for run in runs) else None
+    elsewhere = (
+        resultfiles.elsewhere_hint(settings) if all(run.kind != "bench" for run in runs) else None
+    )
     if elsewhere:
         say(f"hint: {elsewhere}")
     rows = [
@@ -44,13 +51,25 @@ def results_list(ctx: typer.Context, json_out: JsonOpt = False, markdown: Markdo
          ", ".join(run.models), " ".join(run.tests), str(run.records)]
         for run in runs
     ]  # fmt: skip
-    _render("results", ["run", "kind", "time", "device", "build", "model", "tests", "records"], rows, markdown=markdown)
+    _render(
+        "results",
+        ["run", "kind", "time", "device", "build", "model", "tests", "records"],
+        rows,
+        markdown=markdown,
+    )
 
 
 @results_app.command("show")
 def results_show(
     ctx: typer.Context,
-    selector: Annotated[str, typer.Argument(callback=not_empty, help="Run id or build id (a prefix is enough), or 'latest'.", autocompletion=complete_run)],
+    selector: Annotated[
+        str,
+        typer.Argument(
+            callback=not_empty,
+            help="Run id or build id (a prefix is enough), or 'latest'.",
+            autocompletion=complete_run,
+        ),
+    ],
     json_out: JsonOpt = False,
     markdown: MarkdownOpt = False,
 ) -> None:
@@ -66,18 +85,46 @@ def results_show(
     if first.kind == "manual":
         say(f"manual reference figures; source: {first.source.split(': ', 1)[-1]}")
         return
-    say(f"build {first.build.build_id} (recipe {first.build.recipe}, commit {first.build.build_commit})")
-    say(f"device {results.describe_device(first)}; model {first.model.path} sha256 {first.model.sha256}")
+    say(
+        f"build {first.build.build_id} (recipe {first.build.recipe}, commit {first.build.build_commit})"
+    )
+    say(
+        f"device {compare.describe_device(first)}; model {first.model.path} sha256 {first.model.sha256}"
+    )
     say(f"argv: {' '.join(first.argv)}")
 
 
 @results_app.command("compare")
 def results_compare(
     ctx: typer.Context,
-    a: Annotated[str, typer.Argument(callback=not_empty, help="Baseline: run id or build id (prefix), or 'latest'.", autocompletion=complete_run)],
-    b: Annotated[str, typer.Argument(callback=not_empty, help="Candidate: run id or build id (prefix), or 'latest'.", autocompletion=complete_run)],
-    metric: Annotated[Optional[str], typer.Option("--metric", callback=not_empty, help="Only this test, e.g. pp512 or tg128.")] = None,
-    threshold: Annotated[str, typer.Option("--threshold", callback=not_empty, help="A drop of B's median beyond this is a regression.")] = "5%",
+    a: Annotated[
+        str,
+        typer.Argument(
+            callback=not_empty,
+            help="Baseline: run id or build id (prefix), or 'latest'.",
+            autocompletion=complete_run,
+        ),
+    ],
+    b: Annotated[
+        str,
+        typer.Argument(
+            callback=not_empty,
+            help="Candidate: run id or build id (prefix), or 'latest'.",
+            autocompletion=complete_run,
+        ),
+    ],
+    metric: Annotated[
+        Optional[str],
+        typer.Option("--metric", callback=not_empty, help="Only this test, e.g. pp512 or tg128."),
+    ] = None,
+    threshold: Annotated[
+        str,
+        typer.Option(
+            "--threshold",
+            callback=not_empty,
+            help="A drop of B's median beyond this is a regression.",
+        ),
+    ] = "5%",
     markdown: MarkdownOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -85,62 +132,151 @@ def results_compare(
 
     Only results of the same device, model, env set and configuration are paired; when nothing pairs, it says what differs and compares nothing.
     """
-    limit = results.parse_threshold(threshold)
+    limit = compare.parse_threshold(threshold)
     settings = context(ctx).settings
     with _reading(settings) as store:
-        comparison = results.compare(store.records(a), store.records(b), a_label=a, b_label=b, metric=metric, threshold_pct=limit)
+        comparison = compare.compare(
+            store.records(a),
+            store.records(b),
+            a_label=a,
+            b_label=b,
+            metric=metric,
+            threshold_pct=limit,
+        )
     if json_out:
         print_json(_comparison_json(comparison))
     else:
         _print_comparison(comparison, markdown=markdown)
     if comparison.regressions:
         worst = min(row.change_pct or 0.0 for row in comparison.regressions)
-        raise RegressionFound(f"{len(comparison.regressions)} test(s) of {b} regressed past {limit:g}% against {a} (worst {worst:+.1f}%)")
+        raise RegressionFound(
+            f"{len(comparison.regressions)} test(s) of {b} regressed past {limit:g}% against {a} (worst {worst:+.1f}%)"
+        )
 
 
 @results_app.command("plot")
 def results_plot(
     ctx: typer.Context,
-    selectors: Annotated[Optional[list[str]], typer.Argument(help="Runs or builds to plot (default: every measured result).")] = None,
-    axis: Annotated[str, typer.Option("--axis", callback=not_empty, help="build, or a sweep axis: p n ngl t b ub dev, env:NAME.")] = "build",
-    metric: Annotated[Optional[str], typer.Option("--metric", callback=not_empty, help="Only this test, e.g. pp512.")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="PNG file to write (default: results/plot.png).")] = None,
+    selectors: Annotated[
+        Optional[list[str]],
+        typer.Argument(help="Runs or builds to plot (default: every measured result)."),
+    ] = None,
+    axis: Annotated[
+        str,
+        typer.Option(
+            "--axis",
+            callback=not_empty,
+            help="build, or a sweep axis: p n ngl t b ub dev, env:NAME.",
+        ),
+    ] = "build",
+    metric: Annotated[
+        Optional[str],
+        typer.Option("--metric", callback=not_empty, help="Only this test, e.g. pp512."),
+    ] = None,
+    out: Annotated[
+        Optional[Path],
+        typer.Option("--out", "-o", help="PNG file to write (default: results/plot.png)."),
+    ] = None,
 ) -> None:
     """Write a PNG of prefill and decode throughput over builds, or along one sweep axis."""
     settings = context(ctx).settings
     with _reading(settings) as store:
         # Manual reference rows are drawn only when selected by name: they come from other devices.
-        records = [r for s in selectors for r in store.records(s)] if selectors else [r for r in store.records() if r.kind == "bench"]
-        written = results.plot(records, out or store.folder / "plot.png", axis=axis, metric=metric)
+        records = (
+            [r for s in selectors for r in store.records(s)]
+            if selectors
+            else [r for r in store.records() if r.kind == "bench"]
+        )
+        written = resultplot.plot(
+            records, out or store.folder / "plot.png", axis=axis, metric=metric
+        )
     say(f"wrote {written}")
 
 
 @results_app.command("import-seed")
 def results_import_seed(
     ctx: typer.Context,
-    path: Annotated[Optional[Path], typer.Argument(help="A seed YAML or a results JSONL (default: results/seed-*.yaml).")] = None,
+    path: Annotated[
+        Optional[Path],
+        typer.Argument(help="A seed YAML or a results JSONL (default: results/seed-*.yaml)."),
+    ] = None,
 ) -> None:
     """Import historical figures (manual rows that name their source) or another results export."""
     settings = context(ctx).settings
-    with results.ResultsStore(settings.results) as store:
-        paths = [path] if path else sorted(settings.results.glob(results.SEED_GLOB))
+    with resultsdb.ResultsStore(settings.results) as store:
+        paths = [path] if path else sorted(settings.results.glob(resultfiles.SEED_GLOB))
         for item in paths:
             added = store.import_file(item)
             say(f"{item}: {added} new records")
 
 
+@results_app.command("report")
+def results_report(
+    ctx: typer.Context,
+    out: Annotated[
+        Optional[Path],
+        typer.Option("--out", "-o", help="HTML file to write (default: results/report.html)."),
+    ] = None,
+) -> None:
+    """Write one self-contained HTML file: every device's prefill, decode, memory and quality over time.
+
+    Upstream pin changes, roll candidates and patch variants are marked, step changes shaded with
+    their commit range; hovering a point shows its build, lock, device and model. No network needed.
+    """
+    settings = context(ctx).settings
+    with _reading(settings) as store:
+        written = report.write_report(store.stored(), out or store.folder / report.REPORT_FILE)
+    say(f"wrote {written}")
+
+
+@results_app.command("check")
+def results_check(ctx: typer.Context) -> None:
+    """Read every shard and seed file line by line and list each line the database refuses, and why; exits 13 if any."""
+    settings = context(ctx).settings
+    refused = [
+        item
+        for path in resultfiles.sources(settings.results)
+        if path.suffix == ".jsonl"
+        for item in resultfiles.check_file(path)
+    ]
+    for item in refused:
+        say(f"refused {item.where}: {item.reason}")
+    if refused:
+        raise BadRecord(
+            f"{len(refused)} line(s) refused in {settings.results}", hint=resultfiles.JSONL_HINT
+        )
+    with resultsdb.ResultsStore(settings.results) as store:  # seed files are checked as they load
+        say(f"{settings.results}: every line reads as a record; {len(store.runs())} runs stored")
+
+
+@results_app.command("merge")
+def results_merge(ctx: typer.Context) -> None:
+    """Resolve a git merge conflict in the shards as the union of both sides, then sort and dedupe them."""
+    settings = context(ctx).settings
+    merged = resultfiles.merge_shards(settings.results)
+    with resultsdb.ResultsStore(settings.results) as store:
+        for item in merged:
+            if item.conflicts or item.duplicates:
+                say(
+                    f"{item.path.name}: {item.conflicts} conflict(s) resolved, {item.duplicates} repeated line(s) dropped"
+                )
+        say(
+            f"{len(merged)} shard(s) merged; {len(store.runs())} runs stored; git add {settings.results} to finish a merge"
+        )
+
+
 @contextmanager
-def _reading(settings: Settings) -> Iterator[results.ResultsStore]:
+def _reading(settings: Settings) -> Iterator[resultsdb.ResultsStore]:
     """The store the reading commands use, saying where it is when it is not the one in use; a
     selection that fails in a results dir without measured results names the dirs that hold some."""
-    folder, note = results.reading_dir(settings)
+    folder, note = resultfiles.reading_dir(settings)
     if note:
         ui.say(note, err=True)
-    with results.ResultsStore(folder) as store:
+    with resultsdb.ResultsStore(folder) as store:
         try:
             yield store
         except ResultsError as exc:
-            elsewhere = None if store.has_measurements() else results.elsewhere_hint(settings)
+            elsewhere = None if store.has_measurements() else resultfiles.elsewhere_hint(settings)
             if elsewhere is None:
                 raise
             raise ResultsError(exc.message, hint=elsewhere) from exc
@@ -159,11 +295,23 @@ def say(text: str) -> None:
 ID_COLUMNS = ("run", "build")
 
 
-def _render(table_title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *, markdown: bool) -> None:
+def _render(
+    table_title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *, markdown: bool
+) -> None:
     if markdown:
-        lines = [f"**{table_title}**", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+        lines = [
+            f"**{table_title}**",
+            "",
+            "| " + " | ".join(headers) + " |",
+            "|" + "---|" * len(headers),
+        ]
+        lines += [
+            "| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows
+        ]
         say("\n".join(lines))
+        return
+    if not sys.stdout.isatty():  # a pipe or a file: plain lines, every cell whole
+        say_grid(table_title, headers, rows, alert="regression")
         return
     table = Table(title=escape(table_title))
     for header in headers:
@@ -180,7 +328,11 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 
 def _median(record_or_group: BenchRecord | Group) -> str:
     summary = record_or_group.summary
-    if summary.median is None and isinstance(record_or_group, BenchRecord) and record_or_group.range_ts:
+    if (
+        summary.median is None
+        and isinstance(record_or_group, BenchRecord)
+        and record_or_group.range_ts
+    ):
         low, high = record_or_group.range_ts
         return f"{low:g}-{high:g}"
     return _fmt(summary.median)
@@ -189,7 +341,9 @@ def _median(record_or_group: BenchRecord | Group) -> str:
 def _spread(summary: Summary) -> str:
     if summary.spread_pct is None:
         return "-"
-    return f"{summary.spread_pct:.1f}% (n={summary.n})" + (" !" if results.is_noisy(summary) else "")
+    return f"{summary.spread_pct:.1f}% (n={summary.n})" + (
+        " !" if compare.is_noisy(summary) else ""
+    )
 
 
 def _spread_footnote(summaries: Sequence[Summary]) -> None:
@@ -197,53 +351,84 @@ def _spread_footnote(summaries: Sequence[Summary]) -> None:
     if all(summary.spread_pct is None for summary in summaries):
         return
     say("spread: (max - min) of the samples as % of their median; n: samples")
-    noisy = sum(1 for summary in summaries if results.is_noisy(summary))
+    noisy = sum(1 for summary in summaries if compare.is_noisy(summary))
     if noisy:
         say(
-            f"!: {noisy} spread(s) above {results.NOISY_SPREAD_PCT:g}%: too noisy to trust small differences; "
+            f"!: {noisy} spread(s) above {compare.NOISY_SPREAD_PCT:g}%: too noisy to trust small differences; "
             "raise -r (more repetitions) or add --cooldown SECONDS between runs"
         )
 
 
 def print_records(records: Sequence[BenchRecord], *, title: str, markdown: bool) -> None:
-    varying = results.varying_env(records)
+    varying = compare.varying_env(records)
     rows = [
         [
-            r.test, r.device.name, r.model.name or r.model.path, results.describe_config(r),
-            results.describe_env((k, v) for k, v in r.env_set if k in varying), _median(r), r.unit, _spread(r.summary),
+            r.test, r.device.name, r.model.name or r.model.path, compare.describe_config(r),
+            compare.describe_env((k, v) for k, v in r.env_set if k in varying), _median(r), r.unit, _spread(r.summary),
         ]
         for r in records
     ]  # fmt: skip
-    _render(title, ["test", "device", "model", "config", "env", "median", "unit", "spread"], rows, markdown=markdown)
+    _render(
+        title,
+        ["test", "device", "model", "config", "env", "median", "unit", "spread"],
+        rows,
+        markdown=markdown,
+    )
     _spread_footnote([r.summary for r in records])
 
 
 def _print_comparison(comparison: Comparison, *, markdown: bool) -> None:
     groups = [g.first for row in comparison.rows for g in (row.a, row.b)]
-    varying = results.varying_env(groups)
+    varying = compare.varying_env(groups)
     rows = []
     for row in comparison.rows:
         first = row.a.first
         rows.append(
             [
-                first.test, first.device.name, results.describe_config(first),
-                results.describe_env((k, v) for k, v in first.env_set if k in varying),
+                first.test, first.device.name, compare.describe_config(first),
+                compare.describe_env((k, v) for k, v in first.env_set if k in varying),
                 _fmt(row.a.summary.median), _spread(row.a.summary), _fmt(row.b.summary.median), _spread(row.b.summary),
                 "-" if row.change_pct is None else f"{row.change_pct:+.1f}%", row.verdict,
             ]
         )  # fmt: skip
-    title = f"{comparison.b_label} vs {comparison.a_label} (threshold {comparison.threshold_pct:g}%)"
-    _render(title, ["test", "device", "config", "env", "A median", "A spread", "B median", "B spread", "change", "verdict"], rows, markdown=markdown)
+    title = (
+        f"{comparison.b_label} vs {comparison.a_label} (threshold {comparison.threshold_pct:g}%)"
+    )
+    _render(
+        title,
+        [
+            "test",
+            "device",
+            "config",
+            "env",
+            "A median",
+            "A spread",
+            "B median",
+            "B spread",
+            "change",
+            "verdict",
+        ],
+        rows,
+        markdown=markdown,
+    )
     _spread_footnote([group.summary for row in comparison.rows for group in (row.a, row.b)])
     for label, unpaired in (("only in A", comparison.only_a), ("only in B", comparison.only_b)):
         for group in unpaired:
-            say(f"not compared ({label}): {group.first.test} {group.first.device.name} {results.describe_config(group.first)}")
+            say(
+                f"not compared ({label}): {group.first.test} {group.first.device.name} {compare.describe_config(group.first)}"
+            )
 
 
 def _comparison_json(comparison: Comparison) -> dict[str, object]:
     def side(group: Group) -> dict[str, object]:
         s = group.summary
-        return {"median": s.median, "low": s.low, "high": s.high, "n": s.n, "records": [r.record_id for r in group.records]}
+        return {
+            "median": s.median,
+            "low": s.low,
+            "high": s.high,
+            "n": s.n,
+            "records": [r.record_id for r in group.records],
+        }
 
     return {
         "a": comparison.a_label,
@@ -251,8 +436,16 @@ def _comparison_json(comparison: Comparison) -> dict[str, object]:
         "threshold_pct": comparison.threshold_pct,
         "metric": comparison.metric,
         "rows": [
-            {"test": row.a.first.test, "device": row.a.first.device.name, "config": dict(row.a.first.config),
-             "env": dict(row.a.first.env_set), "a": side(row.a), "b": side(row.b), "change_pct": row.change_pct, "verdict": row.verdict}
+            {
+                "test": row.a.first.test,
+                "device": row.a.first.device.name,
+                "config": dict(row.a.first.config),
+                "env": dict(row.a.first.env_set),
+                "a": side(row.a),
+                "b": side(row.b),
+                "change_pct": row.change_pct,
+                "verdict": row.verdict,
+            }
             for row in comparison.rows
         ],  # fmt: skip
         "only_a": [g.first.record_id for g in comparison.only_a],

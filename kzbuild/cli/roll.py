@@ -60,13 +60,13 @@ def roll_command(
         if bench_plan is not None:
             # the device and bench modules load only for a roll that benches
             from kzbuild.cli.connect import open_device
-            from kzbuild.measure import plans, results
+            from kzbuild.measure import plans, resultsdb
             from kzbuild.measure.rolldevice import DeviceRunner
 
             plan = plans.load_plan(bench_plan)
             found, transport = open_device(settings, device, None, trust_new_host)
             open_things.enter_context(closing(transport))
-            store = open_things.enter_context(results.ResultsStore(settings.results))
+            store = open_things.enter_context(resultsdb.ResultsStore(settings.results))
             plans.check_model(plan, transport, found)
             bench = DeviceRunner(settings, transport, found, plan.runs[0].spec, store, wait=wait)
             blocks = plan.ab.blocks or blocks

@@ -17,7 +17,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -118,6 +118,20 @@ def say_table(rows: list[tuple[str | Styled, ...]]) -> None:
     width = max((len(_text(row[0])) for row in rows), default=0)
     for key, *rest in rows:
         say(key, " " * (width - len(_text(key)) + 2), *rest)
+
+
+def say_grid(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *, alert: str = "") -> None:
+    """A table as plain lines, columns padded to their widest cell: for pipes and files, where a
+    rich table costs its layout and cuts or wraps cells. Rows holding ``alert`` show in red."""
+    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
+
+    say(title)
+    say(line(headers))
+    for row in rows:
+        say(styled("red", line(row)) if alert and alert in row else line(row))
 
 
 def _text(part: str | Styled) -> str:

@@ -40,8 +40,9 @@ from kzbuild.device.deploy import deploy
 from kzbuild.device.store import ProgressCallback
 from kzbuild.errors import ConfigError, PatchError
 from kzbuild.measure.bench import check_spec
+from kzbuild.measure.compare import describe_config, describe_env, varying_env
 from kzbuild.measure.interleave import MAX_BLOCKS, check_cooling, run_interleaved, thermal_zones
-from kzbuild.measure.results import ResultsStore, describe_config, describe_env, varying_env
+from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.stats import SEEDS, fresh_seed, median_effect
 from kzbuild.model.ab import ALL_MINUS, FULL, MINUS, UPSTREAM, AbResult, AbRun, ExpectCheck, PatchEffect, VariantBuild, VariantSpec
 from kzbuild.model.artifact import Artifact

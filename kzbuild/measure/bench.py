@@ -24,7 +24,7 @@ from kzbuild.adapters.settings import Settings
 from kzbuild.device.base import ByteSink, Transport, check_env_name
 from kzbuild.device.run import check_seconds, check_tool, current_release, env_warnings, invocation, run_logged
 from kzbuild.errors import BadRecord, ConfigError, DeviceError
-from kzbuild.measure.results import ResultsStore
+from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.stats import fresh_seed
 from kzbuild.model.bench import BENCH_OPTIONS, ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchPart, BenchPoint, BenchRun, BenchSpec, DeviceState, LlamaBenchTest, SweepAxis
 from kzbuild.model.device import Device

@@ -39,7 +39,7 @@ from kzbuild.device.base import Transport
 from kzbuild.device.deploy import deploy
 from kzbuild.errors import BuildFailed, ConfigError, PatchError, ResultsError
 from kzbuild.measure.interleave import run_interleaved
-from kzbuild.measure.results import ResultsStore
+from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.stats import median_effect
 from kzbuild.model.bench import BenchSpec
 from kzbuild.model.bisect import (

@@ -25,7 +25,7 @@ from kzbuild.device.devicelock import device_lock
 from kzbuild.device.run import check_seconds, env_warnings, release_named
 from kzbuild.errors import ConfigError, DeviceError
 from kzbuild.measure.bench import bench, check_spec, model_sha256, new_run_id, probe, spec_env_names
-from kzbuild.measure.results import ResultsStore
+from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.stats import fresh_seed, interleaved_order
 from kzbuild.model.bench import BenchPart, BenchSpec
 from kzbuild.model.device import Device

@@ -35,7 +35,9 @@ from kzbuild.device.run import check_seconds, check_tool, current_release, env_w
 from kzbuild.errors import BadRecord, ConfigError, ResultsError
 from kzbuild.measure.bench import model_sha256, new_run_id, probe
 from kzbuild.measure.htpprofile import HEXAGON_CPP, check_tree_formats, parse_htp_log
-from kzbuild.measure.results import LATEST, append_line, checked_line, ends_with_newline, jsonl_objects, save_png
+from kzbuild.measure.resultfiles import append_line, checked_line, ends_with_newline, jsonl_objects
+from kzbuild.measure.resultplot import save_png
+from kzbuild.measure.resultsdb import LATEST
 from kzbuild.model.device import Device
 from kzbuild.model.jsonfields import Fields, tool_json
 from kzbuild.model.profile import MAX_ROWS, NO_LAYER, ComparedOp, OpSummary, OpTime, PhaseProfile, ProfileRecord, ProfileRun, ProfileSpec

@@ -14,7 +14,7 @@ from kzbuild.device.base import Transport
 from kzbuild.device.deploy import deploy
 from kzbuild.errors import ResultsError
 from kzbuild.measure.interleave import run_interleaved
-from kzbuild.measure.results import ResultsStore
+from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.model.bench import BenchSpec
 from kzbuild.model.device import Device
 from kzbuild.model.interleave import Arm

@@ -11,7 +11,8 @@ import hashlib
 import json
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, TypedDict, cast, get_args
 
 from kzbuild.model.jsonfields import Fields, number_or_none
@@ -193,7 +194,10 @@ class BenchRecord:
         return (self.device.key, self.model.key, self.env_set, self.test, self.config_key, self.unit)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = _fields_dict(self)
+        for name in ("build", "device", "model", "sweep"):
+            data[name] = _fields_dict(data[name])
+        data["variant"] = self.variant and _fields_dict(self.variant)
         data["samples_ts"] = list(self.samples_ts)
         data["argv"] = list(self.argv)
         data["range_ts"] = list(self.range_ts) if self.range_ts else None
@@ -228,6 +232,16 @@ class BenchRecord:
             raw=fields.json_map("raw", {}),
             variant=_variant(fields),
         )  # fmt: skip
+
+
+def _fields_dict(instance: Any) -> dict[str, Any]:
+    """A dataclass's fields as a dict, mappings copied one level deep: dataclasses.asdict's deep
+    copy was most of the cost of storing or importing a record."""
+    return {
+        name: dict(value) if isinstance(value, Mapping) else value
+        for name in FIELD_NAMES[type(instance)]
+        for value in (getattr(instance, name),)
+    }
 
 
 class RunFields(TypedDict):
@@ -364,3 +378,24 @@ class Comparison:
     @property
     def regressions(self) -> tuple[ComparedRow, ...]:
         return tuple(row for row in self.rows if row.verdict == "regression")
+
+
+@dataclass(frozen=True)
+class StoredLine:
+    """A record read from a file with its stored form: a line already in the database is never parsed."""
+
+    record: BenchRecord
+    stored: str
+
+
+@dataclass(frozen=True)
+class Refused:
+    where: str  # file:line
+    reason: str
+
+
+@dataclass(frozen=True)
+class Merged:
+    path: Path
+    conflicts: int  # conflict blocks resolved
+    duplicates: int  # lines dropped as a copy of another

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kzbuild.cli import main
-from kzbuild.measure.results import ResultsStore
+from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.tinymodel import write_tiny_model
 from kzbuild.model.build import BuildResult
 from tests.conftest import CliResult, Project

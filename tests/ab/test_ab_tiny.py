@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kzbuild.measure.results import ResultsStore
+from kzbuild.measure.resultsdb import ResultsStore
 from tests.ab.conftest import SPEED
 from tests.fixtures_build import Tiny
 

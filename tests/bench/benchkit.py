@@ -6,10 +6,11 @@ import json
 import os
 import stat
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kzbuild.model.result import BenchRecord, BuildInfo, DeviceInfo, ModelInfo
+from kzbuild.measure.resultfiles import shard_name, shards
+from kzbuild.model.result import BenchRecord, BuildInfo, DeviceInfo, ModelInfo, VariantInfo
 
 DATA = Path(__file__).parent / "data"
 CAPTURED_JSON = DATA / "llama-bench-0c1e570-cpu.json"  # real llama-bench -o json output (host build at the pin)
@@ -119,3 +120,36 @@ TRICKY = ["ADD|SUB", "$(touch pwned)", "`touch pwned`", "$HOME", "a b  c", "it's
 def env_options(values: list[str]) -> list[str]:
     """``--env KZ_T_0=v0 --env KZ_T_1=v1 ...``"""
     return [arg for n, value in enumerate(values) for arg in ("--env", f"KZ_T_{n}={value}")]
+
+
+SHARD = shard_name(record().host_time)  # the shard the records above go to
+
+
+def exported(folder: Path) -> str:
+    """Every shard of a results folder, oldest month first."""
+    return "".join(path.read_text() for path in shards(folder))
+
+
+def history(
+    builds: int, *, devices: tuple[str, ...] = ("pad3",), step_at: int | None = None
+) -> list[BenchRecord]:
+    """Nightly builds over time: a pp512 and a tg128 record per run, a new upstream commit every
+    third build, an A/B run (full, minus:x.patch) every fifth, and a 20 % drop in prefill from
+    build ``step_at`` on."""
+    found = []
+    ab = [None, VariantInfo("full", 0, 2, 7), VariantInfo("minus:x.patch", 1, 2, 7)]
+    for b in range(builds):
+        commit = (f"{b // 3:07x}" + "c0ffee" * 6)[:40]
+        lock = f"{b // 3:064x}"
+        build = BuildInfo(f"b{b:05d}", lock_sha256=lock, build_commit=commit)
+        time = f"2026-{1 + b * 11 // builds:02d}-{1 + b % 28:02d}T00:00:00+00:00"
+        for device in devices:
+            for variant in ab if b % 5 == 4 else [None]:
+                run_id = f"{device}-{b:05d}-{variant.name if variant else 'main'}"
+                for seq, (test, base) in enumerate((("pp512", 100.0), ("tg128", 20.0))):
+                    dropped = step_at is not None and b >= step_at and test == "pp512"
+                    level = base * (0.8 if dropped else 1.0)
+                    samples = (level, level * 1.01, level * 0.99)
+                    made = record(run_id=run_id, device=device, test=test, samples=samples, seq=seq)
+                    found.append(replace(made, host_time=time, build=build, variant=variant))
+    return found

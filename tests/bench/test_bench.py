@@ -13,12 +13,12 @@ import pytest
 from kzbuild.device.local import LocalTransport
 from kzbuild.errors import ConfigError, ResultsError
 from kzbuild.measure import bench
-from kzbuild.measure.results import ResultsStore
+from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.model.bench import BenchPoint, BenchSpec, SweepAxis
 from kzbuild.model.device import Device
 from kzbuild.model.run import Release
 from kzbuild.model.sync import Lock
-from tests.bench.benchkit import CAPTURED_JSON, REPLAY_LLAMA_BENCH, flat
+from tests.bench.benchkit import CAPTURED_JSON, REPLAY_LLAMA_BENCH, exported, flat
 from tests.conftest import GIT_ENV, git
 
 MODEL_BYTES = b"GGUF tiny stand-in model bytes"
@@ -209,8 +209,7 @@ def test_bench_stores_records_with_full_provenance(kz, project, bench_root):
     assert json.loads((logs / "000.json").read_text()) == json.loads(CAPTURED_JSON.read_text())
     with ResultsStore(project.root / "results") as store:
         assert len(store.records(out["run_id"])) == 4
-    exported = (project.root / "results" / "results.jsonl").read_text().splitlines()
-    assert len(exported) == 4
+    assert len(exported(project.root / "results").splitlines()) == 4
 
 
 def test_bench_prints_a_table_of_medians(kz, bench_root):

@@ -16,7 +16,7 @@ from kzbuild.adapters.settings import Settings
 from kzbuild.cli import main
 from kzbuild.device.registry import parse_device_spec
 from kzbuild.device.run import hexagon_env_names
-from kzbuild.measure.results import ResultsStore
+from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.tinymodel import write_tiny_model
 from kzbuild.model.build import BuildResult
 from tests.adbdevice import AdbTestDevice

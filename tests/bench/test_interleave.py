@@ -12,7 +12,7 @@ from kzbuild.device.local import LocalTransport
 from kzbuild.device.registry import resolve_device
 from kzbuild.errors import ConfigError, DeviceError
 from kzbuild.measure import interleave
-from kzbuild.measure.results import ResultsStore
+from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.stats import interleaved_order
 from kzbuild.model.bench import BenchSpec, SweepAxis
 from kzbuild.model.device import Device

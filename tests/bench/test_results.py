@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from kzbuild.errors import ConfigError, ResultsError
-from kzbuild.measure import results
-from kzbuild.measure.results import ResultsStore
+from kzbuild.measure import resultfiles, resultplot, resultsdb
+from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.model.result import BenchRecord, Migration
-from tests.bench.benchkit import flat, record
+from tests.bench.benchkit import SHARD, flat, record
 
 REPO_SEED = Path(__file__).resolve().parents[2] / "results" / "seed-2026-05.yaml"
 
@@ -22,19 +22,19 @@ REPO_SEED = Path(__file__).resolve().parents[2] / "results" / "seed-2026-05.yaml
 # --- schema ---
 def test_a_new_database_records_its_schema_version(tmp_path):
     with ResultsStore(tmp_path) as store:
-        assert store.schema_version() == results.MIGRATIONS[-1].version
+        assert store.schema_version() == resultsdb.MIGRATIONS[-1].version
         rows = store.conn.execute("SELECT version, description FROM schema_migrations").fetchall()
-    assert rows == [(m.version, m.description) for m in results.MIGRATIONS]
+    assert rows == [(m.version, m.description) for m in resultsdb.MIGRATIONS]
     with ResultsStore(tmp_path) as store:  # reopening applies nothing again
-        assert store.conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0] == len(results.MIGRATIONS)
+        assert store.conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0] == len(resultsdb.MIGRATIONS)
 
 
 def test_an_older_database_is_migrated_and_keeps_its_rows(tmp_path):
     with ResultsStore(tmp_path) as store:
         store.add([record()])
-    later = Migration(results.MIGRATIONS[-1].version + 1, "index by test", "CREATE INDEX records_test ON records (test)")
-    conn = sqlite3.connect(tmp_path / results.DB_FILE, isolation_level=None)
-    assert results.migrate(conn, tmp_path, [*results.MIGRATIONS, later]) == [later.version]
+    later = Migration(resultsdb.MIGRATIONS[-1].version + 1, "index by test", "CREATE INDEX records_test ON records (test)")
+    conn = sqlite3.connect(tmp_path / resultsdb.DB_FILE, isolation_level=None)
+    assert resultsdb.migrate(conn, tmp_path, [*resultsdb.MIGRATIONS, later]) == [later.version]
     assert conn.execute("SELECT COUNT(*) FROM records").fetchone()[0] == 1
     assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'records_test'").fetchone() == ("records_test",)
     conn.close()
@@ -43,32 +43,40 @@ def test_an_older_database_is_migrated_and_keeps_its_rows(tmp_path):
 def test_a_database_from_a_newer_kzbuild_is_rebuilt_from_the_export(tmp_path, caplog):
     with ResultsStore(tmp_path) as store:
         store.add([record()])
-    conn = sqlite3.connect(tmp_path / results.DB_FILE)
+    conn = sqlite3.connect(tmp_path / resultsdb.DB_FILE)
     conn.execute("INSERT INTO schema_migrations VALUES (99, 'future', 'x')")
     conn.commit()
     conn.close()
     with ResultsStore(tmp_path) as store:
-        assert store.schema_version() == results.MIGRATIONS[-1].version
+        assert store.schema_version() == resultsdb.MIGRATIONS[-1].version
         assert store.records() == [record()]
-    assert "has schema version 99, not one this kzbuild knows" in caplog.text and "rebuilt it from results.jsonl" in caplog.text
+    assert "has schema version 99, not one this kzbuild knows" in caplog.text and "rebuilt it from the JSONL shards" in caplog.text
 
 
 # --- JSONL export ---
-def test_the_jsonl_export_is_deterministic_sorted_and_one_record_per_line(tmp_path):
+def test_shards_take_records_by_month_in_arrival_order_and_merge_sorts_them(tmp_path):
     batch = [
         record(run_id="r2", host_time="2026-10-02T00:00:00+00:00", test="tg128", seq=1),
         record(run_id="r2", host_time="2026-10-02T00:00:00+00:00", test="pp512", seq=0),
         record(run_id="r1", host_time="2026-10-01T00:00:00+00:00"),
+        record(run_id="r3", host_time="2026-11-05T00:00:00+00:00"),
+        record(run_id="r0", host_time="recently"),
     ]
-    with ResultsStore(tmp_path / "a") as first:  # in time order: each add appends
+    with ResultsStore(tmp_path / "a") as first:  # in time order
         for item in sorted(batch, key=lambda r: (r.host_time, r.seq)):
             first.add([item])
-    with ResultsStore(tmp_path / "b") as second:  # older records arrive later: rewrites
+    with ResultsStore(tmp_path / "b") as second:  # older records arrive later: appended all the same
         for item in batch:
             second.add([item])
         assert second.add(batch) == 0  # already there: nothing changes
-    text = (tmp_path / "a" / results.JSONL_FILE).read_text()
-    assert text == (tmp_path / "b" / results.JSONL_FILE).read_text()
+    assert sorted(path.name for path in resultfiles.shards(tmp_path / "b")) == ["2026-10.jsonl", "2026-11.jsonl", "undated.jsonl"]
+    arrived = (tmp_path / "b" / SHARD).read_text().splitlines()
+    assert [json.loads(line)["run_id"] for line in arrived] == ["r2", "r2", "r1"]
+    assert (tmp_path / "b" / ".gitattributes").read_text().endswith("*.jsonl merge=union\n")
+    for folder in ("a", "b"):
+        resultfiles.merge_shards(tmp_path / folder)
+    text = (tmp_path / "a" / SHARD).read_text()
+    assert text == (tmp_path / "b" / SHARD).read_text()
     lines = text.splitlines()
     assert [(json.loads(line)["run_id"], json.loads(line)["test"]) for line in lines] == [("r1", "pp512"), ("r2", "pp512"), ("r2", "tg128")]
     for line in lines:
@@ -78,20 +86,20 @@ def test_the_jsonl_export_is_deterministic_sorted_and_one_record_per_line(tmp_pa
 def test_the_database_is_rebuilt_from_the_export_and_follows_its_changes(tmp_path):
     with ResultsStore(tmp_path) as store:
         store.add([record(run_id="r1")])
-    (tmp_path / results.DB_FILE).unlink()
+    (tmp_path / resultsdb.DB_FILE).unlink()
     with ResultsStore(tmp_path) as store:
         assert [r.run_id for r in store.records()] == ["r1"]
     # a teammate's result arrives through git: the export changed, the database follows
     extra = record(run_id="r9", host_time="2026-11-01T00:00:00+00:00")
-    with open(tmp_path / results.JSONL_FILE, "a") as export:
+    with open(tmp_path / SHARD, "a") as export:
         export.write(json.dumps(extra.to_dict(), sort_keys=True) + "\n")
     with ResultsStore(tmp_path) as store:
         assert [r.run_id for r in store.records()] == ["r1", "r9"]
 
 
 def test_a_damaged_export_names_its_line(tmp_path):
-    (tmp_path / results.JSONL_FILE).write_text(json.dumps(record().to_dict()) + "\n{not json\n")
-    with pytest.raises(ResultsError, match=r"results.jsonl:2: not valid JSON"):
+    (tmp_path / SHARD).write_text(json.dumps(record().to_dict()) + "\n{not json\n")
+    with pytest.raises(ResultsError, match=r"2026-10.jsonl:2: not valid JSON"):
         ResultsStore(tmp_path)
 
 
@@ -115,7 +123,7 @@ def test_the_seed_figures_load_as_manual_rows_with_their_source(tmp_path):
     assert by_id["qwen3-htp-prefill"].avg_ts == 159 and by_id["qwen3-htp-prefill"].model.name == "Qwen3-4B"
     assert by_id["executorch-ttft"].unit == "ms"
     assert {r.device.name for r in seed} == {"pad3"}
-    assert not (tmp_path / results.JSONL_FILE).exists()  # manual rows live in their yaml, not the export
+    assert not (tmp_path / SHARD).exists()  # manual rows live in their yaml, not the export
 
 
 def test_a_bad_seed_figure_names_file_line_and_key(tmp_path):
@@ -264,13 +272,13 @@ def test_plot_over_builds_and_along_a_sweep_axis_writes_pngs(kz, project):
 
 def test_the_plot_shows_each_sample_names_the_model_and_no_text_overlaps(tmp_path, monkeypatch):
     drawn = []
-    monkeypatch.setattr(results, "save_png", lambda figure, out, option: drawn.append(figure))
+    monkeypatch.setattr(resultplot, "save_png", lambda figure, out, option: drawn.append(figure))
     build = "host-0123456789abcdef"
     runs = [
         record(run_id="r1", build_id=build, samples=(7000.0, 52000.0, 54000.0)),
         record(run_id="r1", build_id=build, test="tg16", seq=1, samples=(2800.0, 11400.0, 13500.0)),
     ]
-    results.plot(runs, tmp_path / "plot.png")
+    resultplot.plot(runs, tmp_path / "plot.png")
     (figure,) = drawn
     figure.canvas.draw()
     drawn_samples = ([7000.0, 52000.0, 54000.0], [2800.0, 11400.0, 13500.0])

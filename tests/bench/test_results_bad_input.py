@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kzbuild.measure import results
-from kzbuild.measure.results import ResultsStore
+from kzbuild.measure import resultfiles, resultsdb
+from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.model.result import BenchRecord, canonical_json
-from tests.bench.benchkit import CAPTURED_JSON, record
+from tests.bench.benchkit import CAPTURED_JSON, SHARD, record
 
 MODEL = "models/tiny.gguf"
 HEALTH = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large]
@@ -197,7 +197,7 @@ def test_bad_llama_bench_output_is_refused_before_anything_is_stored(kz, tmp_pat
     assert mentions(result.err, fragment)
     assert mentions(result.err, "000.json")  # names the saved output
     assert stored_records(kz, folder) == []
-    assert not (folder / results.JSONL_FILE).exists()
+    assert not (folder / SHARD).exists()
 
 
 @generated(20)
@@ -273,7 +273,7 @@ def test_bad_results_jsonl_lines_are_refused_or_a_truncated_tail_skipped(kz, tmp
     position = min(position, good)
     last = position == good
     folder = fresh_results(tmp_path)
-    export = folder / results.JSONL_FILE
+    export = folder / SHARD
     export.write_bytes(b"".join(text.encode() + b"\n" for text in lines[:position]) + line + (b"\n" if terminated or not last else b"") + b"".join(text.encode() + b"\n" for text in lines[position:]))
     listed = kz("--results-dir", str(folder), "results", "list", "--json")
     where = f"{export}:{position + 1}"
@@ -282,7 +282,7 @@ def test_bad_results_jsonl_lines_are_refused_or_a_truncated_tail_skipped(kz, tmp
         assert mentions(listed.err, where) and "skipped" in listed.err
         assert len(stored_records(kz, folder)) == good
         with ResultsStore(folder) as store:  # the next record starts on a line of its own
-            store.add([record(run_id="next", host_time="2027-01-01T00:00:00+00:00")])
+            store.add([record(run_id="next", host_time="2026-10-28T00:00:00+00:00")])  # the same shard
         assert [json.loads(text)["run_id"] for text in export.read_text().splitlines()] == [*(f"r{n}" for n in range(good)), "next"]
         return
     assert_clean(listed, 13)
@@ -321,7 +321,7 @@ def healthy_store(tmp_path) -> tuple[Path, bytes, list[BenchRecord]]:
     stored = [record(run_id=f"r{n}", host_time=f"2026-10-{n + 1:02d}T00:00:00+00:00", samples=(100.0 + n, 99.0, 101.0)) for n in range(6)]
     with ResultsStore(folder) as store:
         store.add(stored)
-    return folder, (folder / results.DB_FILE).read_bytes(), stored
+    return folder, (folder / resultsdb.DB_FILE).read_bytes(), stored
 
 
 @generated(30)
@@ -329,8 +329,8 @@ def healthy_store(tmp_path) -> tuple[Path, bytes, list[BenchRecord]]:
 def test_a_damaged_database_is_rebuilt_and_never_shows_wrong_numbers(kz, tmp_path, healthy_store, data):
     source, original, stored = healthy_store
     folder = fresh_results(tmp_path)
-    (folder / results.JSONL_FILE).write_bytes((source / results.JSONL_FILE).read_bytes())
-    (folder / results.DB_FILE).write_bytes(data.draw(damaged_database(original)))
+    (folder / SHARD).write_bytes((source / SHARD).read_bytes())
+    (folder / resultsdb.DB_FILE).write_bytes(data.draw(damaged_database(original)))
     shown = stored_records(kz, folder)
     assert [(r["run_id"], r["samples_ts"], r["record_id"]) for r in shown] == [(r.run_id, list(r.samples_ts), r.record_id) for r in stored]
     compared = kz("--results-dir", str(folder), "results", "compare", "r0", "r5", "--json")
@@ -367,5 +367,5 @@ def test_a_results_jsonl_starting_with_a_utf8_bom_is_read(kz, tmp_path, count):
     folder = fresh_results(tmp_path)
     lines = record_lines(count)
     text = "".join(f"{line}\n" for line in lines)
-    (folder / results.JSONL_FILE).write_bytes(b"\xef\xbb\xbf" + text.encode())
+    (folder / resultfiles.LEGACY_FILE).write_bytes(b"\xef\xbb\xbf" + text.encode())
     assert len(stored_records(kz, folder)) == count

@@ -1,5 +1,5 @@
 """A results store survives what happens to files: a damaged database (each form), a bad or
-truncated results.jsonl, a crash between the export and the database, two writers at once."""
+truncated shard, a crash between the shard and the database, two writers at once."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild.errors import BadRecord
-from kzbuild.measure import bench, results
-from kzbuild.measure.results import ResultsStore
-from tests.bench.benchkit import CAPTURED_JSON, REPLAY_LLAMA_BENCH, flat, make_device_root, record
+from kzbuild.errors import BadRecord, Busy, ConfigError
+from kzbuild.measure import bench, resultsdb
+from kzbuild.measure.resultsdb import ResultsStore
+from tests.bench.benchkit import CAPTURED_JSON, REPLAY_LLAMA_BENCH, SHARD, exported, flat, make_device_root, record
 
 STORED = [record(run_id=f"r{n}", host_time=f"2026-10-0{n + 1}T00:00:00+00:00", samples=(10.0 * (n + 1), 9.0, 11.0)) for n in range(3)]
 
@@ -43,7 +43,7 @@ def listed_records(kz) -> list[tuple[str, list[float]]]:
 EXPECTED = [(r.run_id, list(r.samples_ts)) for r in STORED]
 
 
-# --- a damaged database is rebuilt from results.jsonl ---
+# --- a damaged database is rebuilt from the shards ---
 def drop_table(db: Path) -> None:
     with sqlite3.connect(db) as conn:
         conn.execute("DROP TABLE records")
@@ -86,23 +86,24 @@ DAMAGE = {  # form -> (how, whether the database must be rebuilt)
 
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_each_form_of_a_damaged_database_is_rebuilt_from_the_export(kz, folder, damage):
+    """Found by the first query that reads the damaged part: a changed row, when it is selected."""
     how, rebuilt = DAMAGE[damage]
-    how(folder / results.DB_FILE)
-    first = kz("results", "list")
-    assert first.code == 0 and ("rebuilt it from results.jsonl" in flat(first.err)) == rebuilt
-    assert (folder / "results.sqlite3.damaged").exists() == rebuilt
-    assert listed_records(kz) == EXPECTED
+    how(folder / resultsdb.DB_FILE)
     compared = kz("results", "compare", "r0", "r1", "--json")
-    assert compared.code == 0 and json.loads(compared.out)["rows"][0]["b"]["median"] == 11.0
-    assert "rebuilt" not in compared.err  # once is enough
+    assert compared.code == 0 and ("rebuilt it from the JSONL shards" in flat(compared.err)) == rebuilt
+    assert json.loads(compared.out)["rows"][0]["b"]["median"] == 11.0
+    assert (folder / "results.sqlite3.damaged").exists() == rebuilt
+    listed = kz("results", "list")
+    assert listed.code == 0 and "rebuilt" not in listed.err  # once is enough
+    assert listed_records(kz) == EXPECTED
 
 
 def test_a_rebuild_says_why_and_keeps_the_damaged_file(kz, folder):
-    (folder / results.DB_FILE).write_bytes(b"not a database" * 100)
+    (folder / resultsdb.DB_FILE).write_bytes(b"not a database" * 100)
     result = kz("results", "list")
     assert result.code == 0
     err = unwrapped(result.err)
-    assert "cannotbeused(fileisnotadatabase)" in err and "movedittoresults.sqlite3.damagedandrebuiltitfromresults.jsonl" in err
+    assert "cannotbeused(fileisnotadatabase)" in err and "movedittoresults.sqlite3.damagedandrebuiltitfromtheJSONLshards" in err
     assert (folder / "results.sqlite3.damaged").read_bytes() == b"not a database" * 100
 
 
@@ -119,7 +120,7 @@ def test_a_journal_from_a_crashed_writer_of_another_database_is_not_trusted(kz, 
     journal = other.with_name(other.name + "-journal").read_bytes()
     conn.execute("ROLLBACK")
     conn.close()
-    (folder / (results.DB_FILE + "-journal")).write_bytes(journal)
+    (folder / (resultsdb.DB_FILE + "-journal")).write_bytes(journal)
     result = kz("results", "list")
     assert result.code == 0 and "database disk image is malformed" in flat(result.err)
     assert listed_records(kz) == EXPECTED
@@ -128,11 +129,11 @@ def test_a_journal_from_a_crashed_writer_of_another_database_is_not_trusted(kz, 
 def test_a_database_locked_by_another_process_is_busy_not_damaged(folder):
     """Lock errors never look like damage: a rebuild would pull the database from under its writer."""
     with ResultsStore(folder) as store:
-        holder = sqlite3.connect(folder / results.DB_FILE, timeout=0, isolation_level=None)
+        holder = sqlite3.connect(folder / resultsdb.DB_FILE, timeout=0, isolation_level=None)
         holder.execute("BEGIN EXCLUSIVE")
         try:
             store.conn.execute("PRAGMA busy_timeout=0")
-            with pytest.raises(results.Busy, match="is locked by another process"):
+            with pytest.raises(Busy, match="is locked by another process"):
                 store.add([record(run_id="r9", host_time="2027-01-01T00:00:00+00:00")])
         finally:
             holder.execute("ROLLBACK")
@@ -140,18 +141,18 @@ def test_a_database_locked_by_another_process_is_busy_not_damaged(folder):
     assert not (folder / "results.sqlite3.damaged").exists()
 
 
-# --- results.jsonl ---
+# --- the JSONL shards ---
 def test_a_line_that_is_not_utf8_is_refused_naming_file_and_line(kz, folder):
-    export = folder / results.JSONL_FILE
+    export = folder / SHARD
     lines = export.read_bytes().splitlines(keepends=True)
     export.write_bytes(lines[0] + lines[1].replace(b'"pad3"', b'"pad\xff"') + lines[2])
     result = kz("results", "list")
     assert result.code == 13
-    assert unwrapped(f"{export}:2: not UTF-8 text") in unwrapped(result.err) and "source of truth" in flat(result.err)
+    assert unwrapped(f"{export}:2: not UTF-8 text") in unwrapped(result.err) and "kzbuildresultschecklistseverybadline" in unwrapped(result.err)
 
 
 def test_a_record_of_the_wrong_shape_is_refused_naming_key_and_value(kz, folder):
-    export = folder / results.JSONL_FILE
+    export = folder / SHARD
     lines = export.read_text().splitlines()
     broken = json.loads(lines[2]) | {"samples_ts": [100.0, "fast"]}
     export.write_text("\n".join([*lines[:2], json.dumps(broken)]) + "\n")
@@ -161,7 +162,7 @@ def test_a_record_of_the_wrong_shape_is_refused_naming_key_and_value(kz, folder)
 
 
 def test_a_truncated_last_line_is_skipped_and_the_next_record_starts_a_line_of_its_own(kz, folder):
-    export = folder / results.JSONL_FILE
+    export = folder / SHARD
     whole = export.read_text()
     cut = whole[: whole.rindex("\n", 0, len(whole) - 1) + 1 + 40]  # a writer killed 40 bytes into the last record
     export.write_text(cut)
@@ -169,23 +170,23 @@ def test_a_truncated_last_line_is_skipped_and_the_next_record_starts_a_line_of_i
     assert result.code == 0
     assert unwrapped(f"{export}:3: skipped the unterminated last line") in unwrapped(result.err)
     assert [run["run_id"] for run in json.loads(result.out)] == ["r0", "r1", "r2"]  # the database still had r2
-    with ResultsStore(folder) as store:
-        store.add([record(run_id="r9", host_time="2027-01-01T00:00:00+00:00")])
+    with ResultsStore(folder) as store:  # to the same shard
+        store.add([record(run_id="r9", host_time="2026-10-30T00:00:00+00:00")])
     assert [json.loads(line)["run_id"] for line in export.read_text().splitlines()] == ["r0", "r1", "r2", "r9"]
 
 
 def test_an_unterminated_but_whole_last_line_is_a_record(folder):
-    export = folder / results.JSONL_FILE
+    export = folder / SHARD
     export.write_text(export.read_text().rstrip("\n"))  # an editor that drops the final newline
-    with ResultsStore(folder) as store:
-        store.add([record(run_id="r9", host_time="2027-01-01T00:00:00+00:00")])
+    with ResultsStore(folder) as store:  # to the same shard
+        store.add([record(run_id="r9", host_time="2026-10-30T00:00:00+00:00")])
     assert [json.loads(line)["run_id"] for line in export.read_text().splitlines()] == ["r0", "r1", "r2", "r9"]
 
 
 def test_crlf_line_ends_are_read(folder):
-    export = folder / results.JSONL_FILE
+    export = folder / SHARD
     export.write_bytes(export.read_bytes().replace(b"\n", b"\r\n"))
-    (folder / results.DB_FILE).unlink()
+    (folder / resultsdb.DB_FILE).unlink()
     with ResultsStore(folder) as store:
         assert store.records() == STORED
 
@@ -194,20 +195,20 @@ def test_lines_that_arrive_while_a_bench_runs_are_kept(folder):
     """A git pull during a bench: the store was opened before it, the records are added after."""
     with ResultsStore(folder) as store:
         pulled = record(run_id="teammate", host_time="2026-09-01T00:00:00+00:00")
-        with open(folder / results.JSONL_FILE, "a") as export:
+        with open(folder / SHARD, "a") as export:
             export.write(json.dumps(pulled.to_dict()) + "\n")
-        store.add([record(run_id="mine", host_time="2026-09-02T00:00:00+00:00")])  # sorts early: a rewrite
-    lines = (folder / results.JSONL_FILE).read_text().splitlines()
-    assert [json.loads(line)["run_id"] for line in lines] == ["teammate", "mine", "r0", "r1", "r2"]
+        store.add([record(run_id="mine", host_time="2026-10-02T00:00:00+00:00")])  # sorts early: appended all the same
+    lines = (folder / SHARD).read_text().splitlines()
+    assert [json.loads(line)["run_id"] for line in lines] == ["r0", "r1", "r2", "teammate", "mine"]
 
 
 def test_a_crash_after_the_export_is_written_loses_nothing(folder, monkeypatch):
-    """results.jsonl is written before the database commits: the next open reads the record back."""
+    """The shard is written before the database commits: the next open reads the record back."""
 
-    def crash(self: ResultsStore) -> None:
+    def crash(self: ResultsStore, path: Path) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ResultsStore, "_stamp_export", crash)
+    monkeypatch.setattr(ResultsStore, "_stamp_file", crash)
     with ResultsStore(folder) as store, pytest.raises(KeyboardInterrupt):
         store.add([record(run_id="r9", host_time="2027-01-01T00:00:00+00:00")])
     monkeypatch.undo()
@@ -216,7 +217,7 @@ def test_a_crash_after_the_export_is_written_loses_nothing(folder, monkeypatch):
 
 
 def test_a_record_that_cannot_be_stored_is_refused_before_anything_is_written(folder):
-    before = (folder / results.JSONL_FILE).read_bytes()
+    before = (folder / SHARD).read_bytes()
     nan_record = record(run_id="r9", host_time="2027-01-01T00:00:00+00:00", samples=(float("nan"),))
     with ResultsStore(folder) as store:
         with pytest.raises(BadRecord, match=r"record 'pp512' of run 'r9': avg_ts: nan is not a number > 0"):
@@ -224,7 +225,7 @@ def test_a_record_that_cannot_be_stored_is_refused_before_anything_is_written(fo
         not_utf8 = record(run_id="r9", env={"KZ": "\udcff"})  # a non-UTF-8 argument decoded by Python
         with pytest.raises(BadRecord, match="cannot be stored"):
             store.add([not_utf8])
-    assert (folder / results.JSONL_FILE).read_bytes() == before
+    assert (folder / SHARD).read_bytes() == before
 
 
 def test_a_seed_figure_that_is_not_a_positive_number_or_has_nested_config_names_its_line(tmp_path):
@@ -234,7 +235,7 @@ def test_a_seed_figure_that_is_not_a_positive_number_or_has_nested_config_names_
                           ("    value: 0\n", r"seed-bad.yaml:8: value: must be a number > 0"),
                           ("    value: 1\n    config: {t: [1, 2]}\n", r"seed-bad.yaml:5: .*config.t: \[1, 2\] is not a string, number, bool or null")):  # fmt: skip
         seed.write_text(head + tail)
-        with pytest.raises(results.ConfigError, match=message):
+        with pytest.raises(ConfigError, match=message):
             ResultsStore(tmp_path)
 
 
@@ -274,10 +275,10 @@ def test_two_processes_storing_at_once_lose_and_interleave_nothing(tmp_path):
     for process in writers:
         process.join(timeout=120)
         assert process.exitcode == 0
-    lines = (tmp_path / results.JSONL_FILE).read_text().splitlines()
+    lines = exported(tmp_path).splitlines()
     expected = {f"w{writer}-{n}" for writer in (1, 2) for n in range(25)}
     assert sorted(json.loads(line)["run_id"] for line in lines) == sorted(expected)
-    (tmp_path / results.DB_FILE).unlink()  # and the export alone rebuilds all of them
+    (tmp_path / resultsdb.DB_FILE).unlink()  # and the export alone rebuilds all of them
     with ResultsStore(tmp_path) as store:
         assert {r.run_id for r in store.records()} == expected
 
@@ -295,7 +296,7 @@ def test_two_bench_commands_at_once_store_every_record(project, device_root, tmp
     for process, (_, err) in zip(benches, outputs, strict=True):
         assert process.returncode == 0, err
     run_ids = {json.loads(out)["run_id"] for out, _ in outputs}
-    lines = (project.root / "results" / results.JSONL_FILE).read_text().splitlines()
+    lines = exported(project.root / "results").splitlines()
     assert len(lines) == 16 and {json.loads(line)["run_id"] for line in lines} == run_ids
     with ResultsStore(project.root / "results") as store:
         assert len(store.records()) == 16

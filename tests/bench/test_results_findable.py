@@ -11,7 +11,8 @@ import subprocess
 import sys
 from typing import Any
 
-from kzbuild.measure.results import DEMO_RESULTS, ResultsStore
+from kzbuild.measure.resultfiles import DEMO_RESULTS
+from kzbuild.measure.resultsdb import ResultsStore
 from tests.bench.benchkit import flat, record
 from tests.bench.test_results import REPO_SEED
 from tests.conftest import REPO_ROOT
@@ -124,10 +125,15 @@ def test_the_demo_ends_by_plotting_and_printing_where_its_results_are_and_how_to
     ran = subprocess.run(["bash", "-c", start + ending], cwd=project.root, env=env, **TEXT)
     assert ran.returncode == 0, ran.stderr
     assert (demo / "plot.png").stat().st_size > 1000
-    expected = f"The demo's results are in {demo} (results.jsonl, results.sqlite3, plot.png)."
+    expected = f"The demo's results are in {demo} (YYYY-MM.jsonl shards, results.sqlite3, plot.png)."
     assert expected in ran.stdout
+    assert f"The history report: {demo}/report.html" in ran.stdout
+    assert "<!DOCTYPE html>" in (demo / "report.html").read_text()[:50]
     commands = re.findall(r"scripts/kzbuild( results .*)", ran.stdout)
-    assert commands == [" results list", " results show latest", " results plot --out plot.png"]
+    assert commands == [
+        " results list", " results show latest", " results plot --out plot.png",
+        " results report -o report.html",
+    ]
     wrapper = shlex.quote(str(REPO_ROOT / "scripts" / "kzbuild"))
     plain_env = {k: v for k, v in env.items() if k != "KZ_RESULTS_DIR"}
     plain_env["KZ_PROJECT"] = str(project.root)
@@ -137,5 +143,5 @@ def test_the_demo_ends_by_plotting_and_printing_where_its_results_are_and_how_to
         )
         assert again.returncode == 0, (command, again.stderr)
         assert f"results from {demo.resolve()} (the demo's;" in again.stderr
-        assert "build-a" in again.stdout or "plot" in command  # the stored records
-    assert (project.root / "plot.png").is_file()
+        assert "build-a" in again.stdout or "plot" in command or "report" in command
+    assert (project.root / "plot.png").is_file() and (project.root / "report.html").is_file()

@@ -9,9 +9,9 @@ import sqlite3
 import pytest
 
 from kzbuild.errors import BadRecord
-from kzbuild.measure import results
-from kzbuild.measure.results import ResultsStore
-from kzbuild.model.result import BenchRecord, VariantInfo
+from kzbuild.measure import resultfiles, resultsdb
+from kzbuild.measure.resultsdb import ResultsStore
+from kzbuild.model.result import BenchRecord, VariantInfo, content_id
 from tests.bench.benchkit import record
 
 VARIANT = VariantInfo(name="minus:x.patch", block=2, blocks=5, seed=11, start_c=44.5, waited_s=30.0)
@@ -20,10 +20,10 @@ VARIANT = VariantInfo(name="minus:x.patch", block=2, blocks=5, seed=11, start_c=
 def test_a_record_without_a_variant_keeps_the_stored_form_and_id_it_had():
     plain = record()
     old_keys = {f.name for f in dataclasses.fields(BenchRecord)} - {"variant"}  # the fields of schema 1's records
-    assert set(json.loads(results.stored_form(plain))) == old_keys
+    assert set(json.loads(resultfiles.stored_form(plain))) == old_keys
     with_variant = dataclasses.replace(plain, variant=VARIANT)
     assert with_variant.record_id != plain.record_id
-    stored = results.stored_form(with_variant)
+    stored = resultfiles.stored_form(with_variant)
     assert json.loads(stored)["variant"] == dataclasses.asdict(VARIANT)
     assert BenchRecord.from_dict(json.loads(stored)) == with_variant
 
@@ -46,14 +46,14 @@ def test_a_bad_variant_is_refused_naming_the_key(variant, message):
 
 def test_a_version_1_database_gains_the_variant_column_filled_from_its_rows(tmp_path):
     plain, tagged = record(run_id="r1"), dataclasses.replace(record(run_id="r2", seq=0), variant=VARIANT)
-    conn = sqlite3.connect(tmp_path / results.DB_FILE, isolation_level=None)
-    results.migrate(conn, tmp_path, results.MIGRATIONS[:1])
+    conn = sqlite3.connect(tmp_path / resultsdb.DB_FILE, isolation_level=None)
+    resultsdb.migrate(conn, tmp_path, resultsdb.MIGRATIONS[:1])
     for r in (plain, tagged):  # rows as a kzbuild of schema 1 wrote them
-        stored = results.stored_form(r)
-        conn.execute("INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (results.content_id(stored), r.run_id, r.kind, r.host_time, r.seq, r.build.build_id, r.device.name, r.test, stored))
+        stored = resultfiles.stored_form(r)
+        conn.execute("INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (content_id(stored), r.run_id, r.kind, r.host_time, r.seq, r.build.build_id, r.device.name, r.test, stored))
     conn.close()
     with ResultsStore(tmp_path) as store:
-        assert store.schema_version() == 2
+        assert store.schema_version() == resultsdb.MIGRATIONS[-1].version
         assert store.conn.execute("SELECT run_id, variant FROM records ORDER BY run_id").fetchall() == [("r1", None), ("r2", "minus:x.patch")]
         assert store.records() == [plain, tagged]
         store.add([dataclasses.replace(tagged, seq=1, variant=dataclasses.replace(VARIANT, name="full"))])

@@ -1,0 +1,271 @@
+#!/usr/bin/env python3
+"""Results at a team's scale: what `results show`, `compare`, an import and the report cost as
+the stored history grows. Every goal is a ratio (or a bound) measured in this one run.
+
+    python benchmarks/bench_results.py [--large 1000000] [--small 1000] [--report 100000]
+
+Records are generated in their stored form (canonical JSON lines in monthly shards, two tests
+and two thread counts per run, three devices, a build every three runs) and the database is
+built from the shards by opening the store, as a clone does. Goals (issue 26):
+- `results show RUN` at --large stored records <= 1.5x the same at --small (CPU of the command);
+- `compare` of two builds with 1k records each <= 0.5 s CPU;
+- adding 100 records to the --large database <= 2x adding them to an empty one;
+- doubling the records shown at most doubles the time (show and varying_env);
+- a table of 250 runs: rich (terminal) and plain (pipe) rendering times;
+- the report of --report records: file <= 20 MB, opened in headless Chromium in <= 3 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from kzbuild.measure import compare, report  # noqa: E402
+from kzbuild.measure.resultfiles import shard_name  # noqa: E402
+from kzbuild.measure.resultsdb import ResultsStore  # noqa: E402
+from kzbuild.model.result import BenchRecord, canonical_json  # noqa: E402
+from tests.bench.benchkit import record  # noqa: E402
+
+TESTS = (("pp512", 8, 100.0), ("tg128", 8, 20.0), ("pp512", 4, 60.0), ("tg128", 4, 14.0))
+DEVICES = ("pad3", "pad4", "pad5")
+SPAN_S = 2 * 365 * 86400  # the generated history covers two years
+
+
+def stored_lines(count: int, *, start: int = 0, prefix: str = "run", build: str | None = None) -> list[str]:
+    """``count`` records in their stored form, fast: a template's dict with the fields that vary."""
+    template = record().to_dict()
+    runs = max(count // len(TESTS), 1)
+    lines = []
+    for i in range(start, start + count):
+        run = i // len(TESTS)
+        test, threads, base = TESTS[i % len(TESTS)]
+        build_id = build or f"b{run // 3:06d}"
+        stamp = 1_735_689_600 + (run * SPAN_S) // max(runs, 1)
+        data = dict(template)
+        level = base * (1 + (run % 7) / 100)
+        data.update(
+            run_id=f"{prefix}-{run:07d}",
+            seq=i % len(TESTS),
+            test=test,
+            host_time=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(stamp)),
+            samples_ts=[level, level * 1.01, level * 0.99],
+            avg_ts=level,
+            config={**template["config"], "n_threads": threads},
+            device={**template["device"], "name": DEVICES[run % len(DEVICES)]},
+            build={**template["build"], "build_id": build_id, "build_commit": f"{run // 30:040x}", "lock_sha256": f"{run // 30:064x}"},
+            env={"GGML_SEED": str(run % 3)},
+        )
+        lines.append(canonical_json(data))
+    return lines
+
+
+def write_shards(folder: Path, lines: list[str]) -> None:
+    by_shard: dict[str, list[str]] = defaultdict(list)
+    for line in lines:
+        by_shard[shard_name(json.loads(line)["host_time"])].append(line + "\n")
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, shard in by_shard.items():
+        with open(folder / name, "a") as file:
+            file.write("".join(shard))
+
+
+def cpu() -> float:
+    return time.process_time()
+
+
+def child_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def kz_cpu(folder: Path, *args: str, repeat: int = 3) -> float:
+    """Median CPU seconds of a kzbuild command (a fresh process, output to a pipe)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    times = []
+    for _ in range(repeat):
+        before = child_cpu()
+        done = subprocess.run([sys.executable, "-m", "kzbuild", "--results-dir", str(folder), *args], capture_output=True, text=True, env=env)
+        times.append(child_cpu() - before)
+        assert done.returncode in (0, 9), done.stderr
+    return statistics.median(times)
+
+
+def timed(action: Callable[[], object], repeat: int = 3) -> float:
+    times = []
+    for _ in range(repeat):
+        before = cpu()
+        action()
+        times.append(cpu() - before)
+    return statistics.median(times)
+
+
+def build_store(folder: Path, count: int) -> float:
+    write_shards(folder, stored_lines(count))
+    started = time.perf_counter()
+    ResultsStore(folder).close()  # the first open imports every shard
+    return time.perf_counter() - started
+
+
+def verdict(ok: bool) -> str:
+    return "ok" if ok else "MISSED"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--large", type=int, default=1_000_000)
+    parser.add_argument("--small", type=int, default=1_000)
+    parser.add_argument("--report", type=int, default=100_000)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-results-"))
+    try:
+        run(work, args)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(work: Path, args: argparse.Namespace) -> None:
+    small, large = work / "small", work / "large"
+    print(f"building stores: {args.small} and {args.large} records")
+    built_small = build_store(small, args.small)
+    built_large = build_store(large, args.large)
+    print(f"  first import (database built from the shards): {args.small}: {built_small:.2f} s, {args.large}: {built_large:.1f} s")
+    for folder in (small, large):
+        add_compared_builds(folder)
+        ResultsStore(folder).close()  # reads the two builds in before anything is timed
+
+    # show one run: cost follows what is shown, not what is stored
+    show_small = kz_cpu(small, "results", "show", "run-0000000", repeat=5)
+    show_large = kz_cpu(large, "results", "show", "run-0000000", repeat=5)
+    print(f"results show RUN (CPU of the command): {show_small:.3f} s at {args.small}, {show_large:.3f} s at {args.large}: "
+          f"{show_large / show_small:.2f}x (goal <= 1.5x) {verdict(show_large <= 1.5 * show_small)}")  # fmt: skip
+
+    # compare two builds of 1k records each, in the large store
+    with ResultsStore(large) as store:
+        spent = timed(lambda: compare.compare(store.records("cmpA"), store.records("cmpB"), a_label="A", b_label="B"))
+    command = kz_cpu(large, "results", "compare", "cmpA", "cmpB")
+    print(f"compare two builds of 1000 records: {spent:.3f} s CPU in-process (goal <= 0.5 s) {verdict(spent <= 0.5)}; "
+          f"the whole command {command:.2f} s CPU")  # fmt: skip
+
+    # an import is incremental: five batches of 100 into each, the median
+    adds: dict[str, list[float]] = {"empty": [], "large": []}
+    for round_ in range(5):
+        lines = stored_lines(100, start=10_000_000 + 100 * round_, prefix="new")
+        records = [BenchRecord.from_dict(json.loads(line)) for line in lines]
+        for name, folder in (("empty", work / f"empty{round_}"), ("large", large)):
+            folder.mkdir(exist_ok=True)
+            before = cpu()
+            with ResultsStore(folder) as store:
+                assert store.add(records) == 100
+            adds[name].append(cpu() - before)
+    empty, full = statistics.median(adds["empty"]), statistics.median(adds["large"])
+    print(
+        f"add 100 records (open, add, close; CPU, median of 5): empty {empty:.3f} s, "
+        f"{args.large} stored {full:.3f} s: {full / empty:.2f}x (goal <= 2x) {verdict(full <= 2 * empty)}"
+    )
+
+    # doubling what is shown at most doubles the time
+    sizes = (1000, 2000, 4000, 8000)
+    folder = work / "doubling"
+    write_shards(folder, [line for n in sizes for line in stored_lines(n, prefix=f"big{n}", build=f"big{n}")])
+    ResultsStore(folder).close()
+    with ResultsStore(folder) as store:
+        costs = [timed(lambda n=n: compare.varying_env(store.records(f"big{n}"))) for n in sizes]
+    steps = [later / earlier for earlier, later in zip(costs, costs[1:], strict=False)]
+    print("show N records (select, check, parse, varying_env): " + ", ".join(f"{n}: {c:.3f} s" for n, c in zip(sizes, costs, strict=True))
+          + f"; doubling ratios {', '.join(f'{s:.2f}' for s in steps)} (goal <= 2; 10 % noise allowed) {verdict(max(steps) <= 2.2)}")  # fmt: skip
+
+    table_times()
+    report_figures(work, args.report, large if args.report == args.large else None)
+
+
+def add_compared_builds(folder: Path) -> None:
+    write_shards(folder, stored_lines(1000, start=0, prefix="cmpa", build="cmpA") + stored_lines(1000, start=0, prefix="cmpb", build="cmpB"))
+
+
+def table_times() -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from kzbuild.cli import ui
+
+    rows = [[f"2026120{n % 10}T10{n:04d}Z-3f9a2c", "bench", "2026-12-01T10:00:00+00:00", "pad3", f"b{n:016x}", "qwen35-4b q4_0", "pp512 tg128", "4"]
+            for n in range(250)]  # fmt: skip
+    headers = ["run", "kind", "time", "device", "build", "model", "tests", "records"]
+
+    def rich_table() -> None:
+        table = Table(title="results")
+        for header in headers:
+            table.add_column(header, overflow="fold", no_wrap=header in ("run", "build"))
+        for row in rows:
+            table.add_row(*row)
+        Console(file=io.StringIO(), width=120, force_terminal=True).print(table)
+
+    def plain_table() -> None:
+        stdout, sys.stdout = sys.stdout, io.StringIO()
+        try:
+            ui.say_grid("results", headers, rows)
+        finally:
+            sys.stdout = stdout
+
+    print(f"a table of 250 runs: rich (a terminal) {timed(rich_table):.3f} s, plain (a pipe) {timed(plain_table):.4f} s")
+
+
+PROBE = """<script>window.addEventListener('load', () => {
+  const divs = [...document.querySelectorAll('.plotly-graph-div')];
+  document.title = 'drawn ' + divs.filter(g => g._fullLayout).length + '/' + divs.length + ' at ' + Math.round(performance.now()) + ' ms';
+});</script>"""
+
+
+def report_figures(work: Path, count: int, existing: Path | None) -> None:
+    folder = existing or work / "report"
+    if existing is None:
+        build_store(folder, count)
+    out = work / "report.html"
+    with ResultsStore(folder) as store:
+        started = time.perf_counter()
+        report.write_report(store.stored(), out)
+        made = time.perf_counter() - started
+    size = out.stat().st_size / 1e6
+    print(f"report of {count} records: written in {made:.1f} s, {size:.1f} MB (goal <= 20 MB) {verdict(size <= 20)}")
+    chromium = shutil.which("chromium")
+    if not chromium:
+        print("  chromium missing: scripts/setup installs it")
+        return
+    probe = work / "probe.html"
+    probe.write_text(out.read_text().replace("</body>", PROBE + "</body>", 1))
+    blank = work / "blank.html"
+    blank.write_text("<html><body>blank</body></html>")
+    argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"]
+    walls = {}
+    for name, page in (("blank", blank), ("report", probe)):
+        times = []
+        for _ in range(3):
+            started = time.perf_counter()
+            dumped = subprocess.run([*argv, page.as_uri()], capture_output=True, text=True, timeout=300)
+            times.append(time.perf_counter() - started)
+        walls[name] = statistics.median(times)
+        if name == "report":
+            title = dumped.stdout.split("<title>", 1)[-1].split("</title>", 1)[0]
+            print(f"  in the page: {title}")
+    net = walls["report"] - walls["blank"]
+    print(f"  opened in headless Chromium: {walls['report']:.2f} s wall, {net:.2f} s beyond a blank page's {walls['blank']:.2f} s "
+          f"(goal <= 3 s) {verdict(net <= 3)}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
