@@ -320,5 +320,5 @@ def test_in_a_pipe_results_list_keeps_each_run_on_one_line(kz, project):
     (row,) = [line for line in listed.out.splitlines() if "long-run-name" in line]
     assert "2026-10-01T10-00-00-long-run-name" in row and "pad3" in row
     assert ", ".join(b[:12] for b in builds) in row and "pp512 tg128 pp2048 tg512" in row
-    assert "│ 4 " in row  # the records count
+    assert row.rstrip().endswith(" 4")  # the records count
     assert len(row) > 80
