@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, TypedDict, cast, get_args
 
 from kzbuild.model.jsonfields import Fields, number_or_none
+from kzbuild.model.memory import MemoryInfo
+from kzbuild.model.provenance import Provenance
 from kzbuild.model.run import Release
 
 RecordKind = Literal["bench", "manual"]
@@ -167,6 +169,8 @@ class BenchRecord:
     label: str = ""
     raw: Mapping[str, Any] = field(default_factory=dict)  # llama-bench's record as printed
     variant: VariantInfo | None = None  # set by interleaved experiments; absent from the stored form when None
+    memory: MemoryInfo | None = None  # measured runs: peak memory and llama.cpp's buffers; absent when None
+    provenance: Provenance | None = None  # measured runs: the hash of every input; absent when None
 
     @property
     def record_id(self) -> str:
@@ -197,8 +201,13 @@ class BenchRecord:
         data["samples_ts"] = list(self.samples_ts)
         data["argv"] = list(self.argv)
         data["range_ts"] = list(self.range_ts) if self.range_ts else None
-        if self.variant is None:  # records from before variants existed keep their stored form and id
-            del data["variant"]
+        for optional in ("variant", "memory", "provenance"):  # older records keep their stored form and id
+            if getattr(self, optional) is None:
+                del data[optional]
+        if self.memory is not None:
+            data["memory"] = self.memory.to_dict()
+        if self.provenance is not None:
+            data["provenance"] = self.provenance.to_dict()
         return data
 
     @classmethod
@@ -227,6 +236,8 @@ class BenchRecord:
             label=fields.text("label", ""),
             raw=fields.json_map("raw", {}),
             variant=_variant(fields),
+            memory=MemoryInfo.from_fields(fields.object("memory")) if fields.data.get("memory") is not None else None,
+            provenance=Provenance.from_fields(fields.object("provenance")) if fields.data.get("provenance") is not None else None,
         )  # fmt: skip
 
 
