@@ -13,6 +13,14 @@ from rich.table import Table
 
 from kzbuild.adapters.settings import Settings
 from kzbuild.cli.complete import complete_run
+from kzbuild.cli.memoryview import (
+    COMPARED_MEMORY_HEADERS,
+    MEMORY_HEADERS,
+    check_memory_regressions,
+    compared_memory_cells,
+    memory_cells,
+    memory_json,
+)
 from kzbuild.cli.options import JsonOpt, MarkdownOpt
 from kzbuild.cli.ui import command_group, console, context, not_empty, print_json
 from kzbuild.errors import RegressionFound, ResultsError
@@ -77,17 +85,20 @@ def results_compare(
     b: Annotated[str, typer.Argument(callback=not_empty, help="Candidate: run id or build id (prefix), or 'latest'.", autocompletion=complete_run)],
     metric: Annotated[Optional[str], typer.Option("--metric", callback=not_empty, help="Only this test, e.g. pp512 or tg128.")] = None,
     threshold: Annotated[str, typer.Option("--threshold", callback=not_empty, help="A drop of B's median beyond this is a regression.")] = "5%",
+    memory_threshold: Annotated[str, typer.Option("--memory-threshold", callback=not_empty, help="A rise of B's median peak memory beyond this is a regression too.")] = "5%",
     markdown: MarkdownOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Compare medians of B against A, test by test; exits 9 when B regresses past the threshold.
+    """Compare medians of B against A, test by test, with their peak memory; exits 9 when B regresses past the threshold (slower, or more memory).
 
     Only results of the same device, model, env set and configuration are paired; when nothing pairs, it says what differs and compares nothing.
     """
-    limit = results.parse_threshold(threshold)
+    limit, memory_limit = results.parse_threshold(threshold), results.parse_threshold(memory_threshold)
     settings = context(ctx).settings
     with results.ResultsStore(settings.results) as store, _pointing_elsewhere(store, settings):
-        comparison = results.compare(store.records(a), store.records(b), a_label=a, b_label=b, metric=metric, threshold_pct=limit)
+        comparison = results.compare(
+            store.records(a), store.records(b), a_label=a, b_label=b, metric=metric, threshold_pct=limit, memory_threshold_pct=memory_limit,
+        )  # fmt: skip
     if json_out:
         print_json(_comparison_json(comparison))
     else:
@@ -95,6 +106,7 @@ def results_compare(
     if comparison.regressions:
         worst = min(row.change_pct or 0.0 for row in comparison.regressions)
         raise RegressionFound(f"{len(comparison.regressions)} test(s) of {b} regressed past {limit:g}% against {a} (worst {worst:+.1f}%)")
+    check_memory_regressions(comparison, a, b)
 
 
 @results_app.command("plot")
@@ -142,7 +154,7 @@ def _pointing_elsewhere(store: results.ResultsStore, settings: Settings) -> Iter
 
 # --- rendering ---
 def record_json(record: BenchRecord) -> dict[str, object]:
-    return record.to_dict() | {"record_id": record.record_id}
+    return record.to_dict() | {"record_id": record.record_id} | memory_json(record.memory)
 
 
 def say(text: str) -> None:
@@ -164,7 +176,8 @@ def _render(table_title: str, headers: Sequence[str], rows: Sequence[Sequence[st
         # a narrow terminal wraps cells instead of cutting them; ids stay whole on one line, to be copied
         table.add_column(header, overflow="fold", no_wrap=header in ID_COLUMNS)
     for row in rows:
-        table.add_row(*(escape(cell) for cell in row), style="red" if "regression" in row else None)
+        flagged = "regression" in row or any(cell.startswith("OVER ") for cell in row)
+        table.add_row(*(escape(cell) for cell in row), style="red" if flagged else None)
     console.print(table)
 
 
@@ -205,10 +218,11 @@ def print_records(records: Sequence[BenchRecord], *, title: str, markdown: bool)
         [
             r.test, r.device.name, r.model.name or r.model.path, results.describe_config(r),
             results.describe_env((k, v) for k, v in r.env_set if k in varying), _median(r), r.unit, _spread(r.summary),
+            *memory_cells(r.memory),
         ]
         for r in records
     ]  # fmt: skip
-    _render(title, ["test", "device", "model", "config", "env", "median", "unit", "spread"], rows, markdown=markdown)
+    _render(title, ["test", "device", "model", "config", "env", "median", "unit", "spread", *MEMORY_HEADERS], rows, markdown=markdown)
     _spread_footnote([r.summary for r in records])
 
 
@@ -224,10 +238,12 @@ def _print_comparison(comparison: Comparison, *, markdown: bool) -> None:
                 results.describe_env((k, v) for k, v in first.env_set if k in varying),
                 _fmt(row.a.summary.median), _spread(row.a.summary), _fmt(row.b.summary.median), _spread(row.b.summary),
                 "-" if row.change_pct is None else f"{row.change_pct:+.1f}%", row.verdict,
+                *compared_memory_cells(row),
             ]
         )  # fmt: skip
-    title = f"{comparison.b_label} vs {comparison.a_label} (threshold {comparison.threshold_pct:g}%)"
-    _render(title, ["test", "device", "config", "env", "A median", "A spread", "B median", "B spread", "change", "verdict"], rows, markdown=markdown)
+    title = f"{comparison.b_label} vs {comparison.a_label} (threshold {comparison.threshold_pct:g}%, memory {comparison.memory_threshold_pct:g}%)"
+    headers = ["test", "device", "config", "env", "A median", "A spread", "B median", "B spread", "change", "verdict", *COMPARED_MEMORY_HEADERS]
+    _render(title, headers, rows, markdown=markdown)
     _spread_footnote([group.summary for row in comparison.rows for group in (row.a, row.b)])
     for label, unpaired in (("only in A", comparison.only_a), ("only in B", comparison.only_b)):
         for group in unpaired:
@@ -243,10 +259,12 @@ def _comparison_json(comparison: Comparison) -> dict[str, object]:
         "a": comparison.a_label,
         "b": comparison.b_label,
         "threshold_pct": comparison.threshold_pct,
+        "memory_threshold_pct": comparison.memory_threshold_pct,
         "metric": comparison.metric,
         "rows": [
             {"test": row.a.first.test, "device": row.a.first.device.name, "config": dict(row.a.first.config),
-             "env": dict(row.a.first.env_set), "a": side(row.a), "b": side(row.b), "change_pct": row.change_pct, "verdict": row.verdict}
+             "env": dict(row.a.first.env_set), "a": side(row.a), "b": side(row.b), "change_pct": row.change_pct, "verdict": row.verdict,
+             "memory": {"a_peak_kib": row.a.peak_kib, "b_peak_kib": row.b.peak_kib, "change_pct": row.memory_change_pct, "verdict": row.memory_verdict}}
             for row in comparison.rows
         ],  # fmt: skip
         "only_a": [g.first.record_id for g in comparison.only_a],

@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import sqlite3
+from dataclasses import replace
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -552,6 +553,7 @@ def compare(
     b_label: str,
     metric: str | None = None,
     threshold_pct: float = 5.0,
+    memory_threshold_pct: float = 5.0,
 ) -> Comparison:
     """Pair the groups of A and B that ran the same test on the same device, model and env.
 
@@ -569,7 +571,7 @@ def compare(
     for group_a in groups_a:
         group_b = by_key_b.get(group_a.key)
         if group_b is not None:
-            rows.append(_compare_pair(group_a, group_b, threshold_pct))
+            rows.append(_with_memory(_compare_pair(group_a, group_b, threshold_pct), memory_threshold_pct))
     if not rows:
         raise ResultsError(f"nothing in {a_label} is comparable with {b_label}: {explain_mismatch(a, b)}")
     rows.sort(key=lambda row: (row.a.first.device.name, row.a.first.test, describe_config(row.a.first), row.a.first.env_set))
@@ -582,6 +584,7 @@ def compare(
         rows=tuple(rows),
         only_a=tuple(g for g in groups_a if g.key not in paired),
         only_b=tuple(g for g in groups_b if g.key not in paired),
+        memory_threshold_pct=memory_threshold_pct,
     )
 
 
@@ -592,6 +595,16 @@ def _compare_pair(a: Group, b: Group, threshold_pct: float) -> ComparedRow:
     change = (median_b - median_a) / median_a * 100.0
     verdict = "regression" if change < -threshold_pct else "improvement" if change > threshold_pct else "same"
     return ComparedRow(a, b, change, verdict)
+
+
+def _with_memory(row: ComparedRow, threshold_pct: float) -> ComparedRow:
+    """The row with B's median peak memory against A's: more memory past the threshold is a regression."""
+    peak_a, peak_b = row.a.peak_kib, row.b.peak_kib
+    if not peak_a or peak_b is None:
+        return row
+    change = (peak_b - peak_a) / peak_a * 100.0
+    verdict = "regression" if change > threshold_pct else "improvement" if change < -threshold_pct else "same"
+    return replace(row, memory_change_pct=change, memory_verdict=verdict)
 
 
 def explain_mismatch(a: Sequence[BenchRecord], b: Sequence[BenchRecord]) -> str:

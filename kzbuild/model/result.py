@@ -353,6 +353,12 @@ class Group:
         samples = [s for r in self.records for s in r.samples_ts]
         return summarize(samples or [r.avg_ts for r in self.records if r.avg_ts is not None])
 
+    @property
+    def peak_kib(self) -> float | None:
+        """The median peak resident memory of the records' processes (KiB); None when none was measured."""
+        peaks = [r.memory.peak_rss_kib for r in self.records if r.memory is not None and r.memory.peak_rss_kib is not None]
+        return statistics.median(peaks) if peaks else None
+
 
 @dataclass(frozen=True)
 class ComparedRow:
@@ -360,6 +366,8 @@ class ComparedRow:
     b: Group
     change_pct: float | None
     verdict: str  # regression, improvement, same, n/a
+    memory_change_pct: float | None = None  # of the median peak memory, B against A
+    memory_verdict: str = "n/a"  # regression (more memory past the threshold), improvement, same, n/a
 
 
 @dataclass(frozen=True)
@@ -372,6 +380,12 @@ class Comparison:
     only_a: tuple[Group, ...]
     only_b: tuple[Group, ...]
 
+    memory_threshold_pct: float = 5.0
+
     @property
     def regressions(self) -> tuple[ComparedRow, ...]:
         return tuple(row for row in self.rows if row.verdict == "regression")
+
+    @property
+    def memory_regressions(self) -> tuple[ComparedRow, ...]:
+        return tuple(row for row in self.rows if row.memory_verdict == "regression")
