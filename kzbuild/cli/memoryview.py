@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 
-from kzbuild.cli.ui import console
-from kzbuild.errors import OverMemoryBudget, RegressionFound
+from kzbuild.cli.ui import console, print_json
+from kzbuild.errors import ConfigError, OverMemoryBudget, RegressionFound, ResultsError
+from kzbuild.measure.turn import turn_time
 from kzbuild.model.memory import MIB, MemoryInfo
+from kzbuild.model.plan import Plan
 from kzbuild.model.result import BenchRecord, ComparedRow, Comparison
 from kzbuild.model.turn import REFERENCE_DECODE_TPS, REFERENCE_NAME, REFERENCE_TTFT_S, TurnTime, reference_turn_s
 
@@ -57,6 +60,14 @@ def check_budget(records: Sequence[BenchRecord]) -> None:
         raise OverMemoryBudget(f"{len(over)} run(s) over the plan's memory limits: {shown}", hint="the table marks them OVER; --json lists memory_over")
 
 
+def plan_turn(plan: Plan, records: Mapping[str, Sequence[BenchRecord]]) -> TurnTime | None:
+    """The plan's turn from the records of its prefill and decode runs (by run name); None without a turn."""
+    if plan.turn is None:
+        return None
+    turn = plan.turn
+    return turn_time(records.get(turn.prefill, ()), records.get(turn.decode, ()), prompt=turn.prompt, generate=turn.generate)
+
+
 def turn_lines(name: str, turn: TurnTime) -> list[str]:
     fast, slow = reference_turn_s(turn.generate)
     low, high = REFERENCE_DECODE_TPS
@@ -82,3 +93,41 @@ def turn_json(turn: TurnTime) -> dict[str, object]:
         "prefill_config": turn.prefill_config, "decode_config": turn.decode_config,
         "reference": {"name": REFERENCE_NAME, "ttft_s": REFERENCE_TTFT_S, "decode_tps": list(REFERENCE_DECODE_TPS), "turn_s": [fast, slow]},
     }  # fmt: skip
+
+
+TURN_RE = re.compile(r"^(\d+):(\d+)$")
+
+
+def parse_turn(text: str | None) -> tuple[int, int]:
+    found = TURN_RE.match(text or "")
+    if not found or not int(found[1]) or not int(found[2]):
+        raise ConfigError(f"--turn {text!r} is not PROMPT:GENERATE, two token counts above 0 such as 512:64")
+    return int(found[1]), int(found[2])
+
+
+def provenance_records(records: Sequence[BenchRecord], wanted: str) -> list[BenchRecord]:
+    """The records whose provenance id starts with ``wanted``; ResultsError when none or several ids match."""
+    found = [r for r in records if r.provenance and r.provenance.id.startswith(wanted)]
+    ids = {r.provenance.id for r in found if r.provenance}
+    if not ids:
+        raise ResultsError(f"no record has provenance id {wanted!r}", hint="kzbuild results show RUN lists the ids of a run")
+    if len(ids) > 1:
+        raise ResultsError(f"provenance id {wanted!r} is ambiguous: {', '.join(sorted(ids))}")
+    return found
+
+
+def show_provenance(records: Sequence[BenchRecord], wanted: str, *, json_out: bool) -> None:
+    """Every part of the id the records share, then the records (run, test)."""
+    provenance = records[0].provenance
+    assert provenance is not None  # provenance_records keeps records with one
+    if json_out:
+        print_json({"provenance": provenance.to_dict(), "records": [r.record_id for r in records]})
+        return
+    lines = [f"provenance {provenance.id}", f"  lock sha256: {provenance.lock_sha256 or '-'}", f"  build id: {provenance.build_id or '-'}"]
+    lines += [f"  toolchain {name}: {version}" for name, version in sorted(provenance.toolchains.items())] or ["  toolchains: -"]
+    lines += [f"  model sha256: {provenance.model_sha256 or '-'}", f"  corpus sha256: {provenance.corpus_sha256 or '- (not a quality record)'}"]
+    lines += [f"  device {key}: {value}" for key, value in sorted(provenance.device.items())] or ["  device: -"]
+    runs = sorted({r.run_id for r in records})
+    lines.append(f"{len(records)} record(s) in run(s) {', '.join(runs)}")
+    for line in lines:
+        console.print(line, markup=False, soft_wrap=True)

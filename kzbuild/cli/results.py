@@ -19,13 +19,21 @@ from kzbuild.cli.memoryview import (
     check_memory_regressions,
     compared_memory_cells,
     memory_cells,
+    check_budget,
     memory_json,
+    parse_turn,
+    print_turn,
+    provenance_records,
+    show_provenance,
+    turn_json,
 )
 from kzbuild.cli.options import JsonOpt, MarkdownOpt
 from kzbuild.cli.ui import command_group, console, context, not_empty, print_json
-from kzbuild.errors import RegressionFound, ResultsError
+from kzbuild.errors import ConfigError, RegressionFound, ResultsError
 from kzbuild.measure import results
+from kzbuild.measure.turn import turn_time
 from kzbuild.model.result import BenchRecord, Comparison, Group, Summary
+from kzbuild.model.turn import TurnTime
 
 results_app = command_group("results", "Stored benchmark results: list, show, compare, plot, import the seed figures.")
 
@@ -57,25 +65,45 @@ def results_list(ctx: typer.Context, json_out: JsonOpt = False, markdown: Markdo
 @results_app.command("show")
 def results_show(
     ctx: typer.Context,
-    selector: Annotated[str, typer.Argument(callback=not_empty, help="Run id or build id (a prefix is enough), or 'latest'.", autocompletion=complete_run)],
+    selector: Annotated[Optional[str], typer.Argument(callback=not_empty, help="Run id or build id (a prefix is enough), or 'latest'.", autocompletion=complete_run)] = None,
+    provenance: Annotated[Optional[str], typer.Option("--provenance", callback=not_empty, help="Instead: every part of this provenance id, and its records.")] = None,
+    turn: Annotated[Optional[str], typer.Option("--turn", callback=not_empty, help="PROMPT:GENERATE, e.g. 512:64: time to first token and the whole turn from the selection's best pp and tg.")] = None,
     json_out: JsonOpt = False,
     markdown: MarkdownOpt = False,
 ) -> None:
-    """Show the records of a run or build: median and spread of the samples, with provenance."""
+    """Show the records of a run or build: median and spread of the samples, peak memory and buffers, with provenance."""
     settings = context(ctx).settings
+    if (selector is None) == (provenance is None):
+        raise ConfigError("give a run or build (SELECTOR) or --provenance ID, one of them")
+    asked = parse_turn(turn) if turn is not None else None  # a usage error before anything is read
     with results.ResultsStore(settings.results) as store, _pointing_elsewhere(store, settings):
-        records = store.records(selector)
-    if json_out:
-        print_json([record_json(r) for r in records])
+        records = store.records(selector) if selector is not None else provenance_records(store.records(), provenance or "")
+    if provenance is not None:
+        show_provenance(records, provenance, json_out=json_out)
         return
-    print_records(records, title=selector, markdown=markdown)
+    turned = turn_time(records, records, prompt=asked[0], generate=asked[1]) if asked else None
+    if json_out:
+        shown = [record_json(r) for r in records]
+        print_json({"records": shown, "turn": turn_json(turned)} if turned else shown)
+    else:
+        print_details(records, selector or "", turned, markdown=markdown)
+    check_budget(records)
+
+
+def print_details(records: Sequence[BenchRecord], title: str, turned: TurnTime | None, *, markdown: bool) -> None:
+    print_records(records, title=title, markdown=markdown)
     first = records[0]
+    if turned:
+        print_turn("", turned)
     if first.kind == "manual":
         say(f"manual reference figures; source: {first.source.split(': ', 1)[-1]}")
         return
     say(f"build {first.build.build_id} (recipe {first.build.recipe}, commit {first.build.build_commit})")
     say(f"device {results.describe_device(first)}; model {first.model.path} sha256 {first.model.sha256}")
     say(f"argv: {' '.join(first.argv)}")
+    ids = sorted({r.provenance.id for r in records if r.provenance})
+    if ids:
+        say(f"provenance: {', '.join(ids)} (kzbuild results show --provenance ID lists its parts)")
 
 
 @results_app.command("compare")
