@@ -115,7 +115,8 @@ class OverMemoryBudget(KzError):
 
 
 class LogFormatChanged(KzError):
-    """The synced tree's llama.cpp logs its buffer sizes in a format kzbuild's parser was not written for."""
+    """The synced tree's llama.cpp logs its buffer sizes in a format kzbuild's parser was not
+    written for."""
 
     exit_code = 16
 

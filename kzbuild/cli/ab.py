@@ -28,6 +28,7 @@ from kzbuild.cli.benchoptions import (
     UbatchOpt,
 )
 from kzbuild.cli.connect import open_device
+from kzbuild.cli.memoryview import check_budget, plan_turn, print_turn, turn_json
 from kzbuild.cli.options import (
     DeviceOpt,
     EnvOpt,
@@ -39,7 +40,6 @@ from kzbuild.cli.options import (
     WaitOpt,
     load_recipe,
 )
-from kzbuild.cli.memoryview import check_budget, plan_turn, print_turn, turn_json
 from kzbuild.cli.results import say
 from kzbuild.cli.ui import activity, console, context, not_empty, print_json
 from kzbuild.errors import RegressionFound
@@ -135,7 +135,8 @@ def ab_command(
         ab.plot_effects(result.effects, plot)
     turns = variant_turns(plan, result) if plan is not None else {}
     if json_out:
-        print_json(result_json(result) | ({"plot": str(plot)} if plot else {}) | ({"turns": {k: turn_json(t) for k, t in turns.items()}} if turns else {}))
+        shown_turns = {"turns": {k: turn_json(t) for k, t in turns.items()}} if turns else {}
+        print_json(result_json(result) | ({"plot": str(plot)} if plot else {}) | shown_turns)
     elif markdown:
         print(ab.markdown(result.effects, result.variants, result.checks), end="")
     else:
@@ -146,11 +147,12 @@ def ab_command(
             say(f"plot: {plot}")
     if result.contradicted:
         raise RegressionFound("; ".join(check.describe for check in result.contradicted))
-    check_budget([r for run in result.runs for records in run.run.records.values() for r in records])
+    check_budget([r for run in result.runs for rs in run.run.records.values() for r in rs])
 
 
 def variant_turns(plan: Plan, result: AbResult) -> dict[str, TurnTime]:
-    """Each variant's turn, from its records of the plan's prefill and decode runs (none without a turn)."""
+    """Each variant's turn, from its records of the plan's prefill and decode runs (none
+    without a turn)."""
     variants = dict.fromkeys(name for run in result.runs for name in run.run.records)
     turns = {}
     for variant in variants:

@@ -24,6 +24,7 @@ from kzbuild.cli.benchoptions import (
     UbatchOpt,
 )
 from kzbuild.cli.connect import open_device
+from kzbuild.cli.memoryview import check_budget, plan_turn, print_turn, turn_json
 from kzbuild.cli.options import (
     DeviceOpt,
     EnvOpt,
@@ -31,7 +32,6 @@ from kzbuild.cli.options import (
     TimeoutOpt,
     WaitOpt,
 )
-from kzbuild.cli.memoryview import check_budget, plan_turn, print_turn, turn_json
 from kzbuild.cli.results import print_records, record_json, say
 from kzbuild.cli.run import PASSTHROUGH
 from kzbuild.cli.ui import activity, context, print_json
@@ -100,12 +100,18 @@ def bench_command(
     turned = plan_turn(loaded, by_name) if loaded is not None else None
     if json_out:
         shown = [{"run_id": run.run_id, "seed": run.seed, "logs": str(run.logs), "records": [record_json(r) for r in run.records]} for run in runs]
-        planned = {"plan": str(loaded.path), "runs": [{"name": n} | s for (n, _), s in zip(specs, shown, strict=True)]} if loaded else {}
-        print_json(shown[0] if loaded is None else planned | ({"turn": turn_json(turned)} if turned else {}))
+        if loaded is None:
+            print_json(shown[0])
+        else:
+            named = [{"name": n} | s for (n, _), s in zip(specs, shown, strict=True)]
+            shown_turn = {"turn": turn_json(turned)} if turned else {}
+            print_json({"plan": str(loaded.path), "runs": named} | shown_turn)
     else:
         for (name, _), run in zip(specs, runs, strict=True):
-            print_records(run.records, title=f"run {run.run_id} on {target.name}" + (f" ({name})" if name else ""), markdown=False)
-            say(f"stored {len(run.records)} records as run {run.run_id} (sweep seed {run.seed}); logs in {run.logs}")
+            title = f"run {run.run_id} on {target.name}" + (f" ({name})" if name else "")
+            print_records(run.records, title=title, markdown=False)
+            say(f"stored {len(run.records)} records as run {run.run_id} (sweep seed {run.seed}); "
+                f"logs in {run.logs}")
         if turned:
             print_turn("", turned)
     check_budget([r for run in runs for r in run.records])

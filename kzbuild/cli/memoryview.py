@@ -11,7 +11,13 @@ from kzbuild.measure.turn import turn_time
 from kzbuild.model.memory import MIB, MemoryInfo
 from kzbuild.model.plan import Plan
 from kzbuild.model.result import BenchRecord, ComparedRow, Comparison
-from kzbuild.model.turn import REFERENCE_DECODE_TPS, REFERENCE_NAME, REFERENCE_TTFT_S, TurnTime, reference_turn_s
+from kzbuild.model.turn import (
+    REFERENCE_DECODE_TPS,
+    REFERENCE_NAME,
+    REFERENCE_TTFT_S,
+    TurnTime,
+    reference_turn_s,
+)
 
 MEMORY_HEADERS = ("peak MiB", "buffers MiB", "over")
 
@@ -32,18 +38,31 @@ COMPARED_MEMORY_HEADERS = ("A peak MiB", "B peak MiB", "memory", "memory verdict
 
 
 def compared_memory_cells(row: ComparedRow) -> list[str]:
-    peaks = ["-" if kib is None else f"{kib / 1024:.1f}" for kib in (row.a.peak_kib, row.b.peak_kib)]
+    peaks = [
+        "-" if kib is None else f"{kib / 1024:.1f}" for kib in (row.a.peak_kib, row.b.peak_kib)
+    ]
     change = "-" if row.memory_change_pct is None else f"{row.memory_change_pct:+.1f}%"
     return [*peaks, change, row.memory_verdict]
 
 
+def compared_memory_json(row: ComparedRow) -> dict[str, object]:
+    return {
+        "a_peak_kib": row.a.peak_kib,
+        "b_peak_kib": row.b.peak_kib,
+        "change_pct": row.memory_change_pct,
+        "verdict": row.memory_verdict,
+    }
+
+
 def check_memory_regressions(comparison: Comparison, a: str, b: str) -> None:
-    """RegressionFound (exit 9, as for speed) when B's peak memory rose past the memory threshold."""
+    """RegressionFound (exit 9, as for speed) when B's peak memory rose past the memory
+    threshold."""
     found = comparison.memory_regressions
     if found:
         worst = max(row.memory_change_pct or 0.0 for row in found)
         raise RegressionFound(
-            f"{len(found)} test(s) of {b} use more memory than {a} past {comparison.memory_threshold_pct:g}% (worst {worst:+.1f}%)"
+            f"{len(found)} test(s) of {b} use more memory than {a} "
+            f"past {comparison.memory_threshold_pct:g}% (worst {worst:+.1f}%)"
         )
 
 
@@ -53,19 +72,29 @@ def memory_json(memory: MemoryInfo | None) -> dict[str, object]:
 
 
 def check_budget(records: Sequence[BenchRecord]) -> None:
-    """OverMemoryBudget (exit 15) when a record exceeded its plan's memory_budget or htp_session_limit."""
+    """OverMemoryBudget (exit 15) when a record exceeded its plan's memory_budget or
+    htp_session_limit."""
     over = {(r.run_id, r.sweep.index, name) for r in records if r.memory for name in r.memory.over}
     if over:
         shown = "; ".join(f"run {run} point {index}: {name}" for run, index, name in sorted(over))
-        raise OverMemoryBudget(f"{len(over)} run(s) over the plan's memory limits: {shown}", hint="the table marks them OVER; --json lists memory_over")
+        raise OverMemoryBudget(
+            f"{len(over)} run(s) over the plan's memory limits: {shown}",
+            hint="the table marks them OVER; --json lists memory_over",
+        )
 
 
 def plan_turn(plan: Plan, records: Mapping[str, Sequence[BenchRecord]]) -> TurnTime | None:
-    """The plan's turn from the records of its prefill and decode runs (by run name); None without a turn."""
+    """The plan's turn from the records of its prefill and decode runs (by run name); None
+    without a turn."""
     if plan.turn is None:
         return None
     turn = plan.turn
-    return turn_time(records.get(turn.prefill, ()), records.get(turn.decode, ()), prompt=turn.prompt, generate=turn.generate)
+    return turn_time(
+        records.get(turn.prefill, ()),
+        records.get(turn.decode, ()),
+        prompt=turn.prompt,
+        generate=turn.generate,
+    )
 
 
 def turn_lines(name: str, turn: TurnTime) -> list[str]:
@@ -74,8 +103,10 @@ def turn_lines(name: str, turn: TurnTime) -> list[str]:
     return [
         f"turn{' (' + name + ')' if name else ''}: prompt {turn.prompt}, generate {turn.generate}: "
         f"TTFT {turn.ttft_s * 1000:.0f} ms, whole turn {turn.turn_s:.2f} s",
-        f"  prefill {turn.prefill_tps:.2f} tok/s ({turn.prefill_config}); decode {turn.decode_tps:.2f} tok/s ({turn.decode_config})",
-        f"  reference {REFERENCE_NAME}: TTFT {REFERENCE_TTFT_S * 1000:.0f} ms, decode {low:g}-{high:g} tok/s, "
+        f"  prefill {turn.prefill_tps:.2f} tok/s ({turn.prefill_config}); "
+        f"decode {turn.decode_tps:.2f} tok/s ({turn.decode_config})",
+        f"  reference {REFERENCE_NAME}: TTFT {REFERENCE_TTFT_S * 1000:.0f} ms, "
+        f"decode {low:g}-{high:g} tok/s, "
         f"whole turn {fast:.2f}-{slow:.2f} s",
     ]
 
@@ -88,11 +119,21 @@ def print_turn(name: str, turn: TurnTime) -> None:
 def turn_json(turn: TurnTime) -> dict[str, object]:
     fast, slow = reference_turn_s(turn.generate)
     return {
-        "prompt": turn.prompt, "generate": turn.generate, "ttft_s": turn.ttft_s, "turn_s": turn.turn_s,
-        "prefill_tps": turn.prefill_tps, "decode_tps": turn.decode_tps,
-        "prefill_config": turn.prefill_config, "decode_config": turn.decode_config,
-        "reference": {"name": REFERENCE_NAME, "ttft_s": REFERENCE_TTFT_S, "decode_tps": list(REFERENCE_DECODE_TPS), "turn_s": [fast, slow]},
-    }  # fmt: skip
+        "prompt": turn.prompt,
+        "generate": turn.generate,
+        "ttft_s": turn.ttft_s,
+        "turn_s": turn.turn_s,
+        "prefill_tps": turn.prefill_tps,
+        "decode_tps": turn.decode_tps,
+        "prefill_config": turn.prefill_config,
+        "decode_config": turn.decode_config,
+        "reference": {
+            "name": REFERENCE_NAME,
+            "ttft_s": REFERENCE_TTFT_S,
+            "decode_tps": list(REFERENCE_DECODE_TPS),
+            "turn_s": [fast, slow],
+        },
+    }
 
 
 TURN_RE = re.compile(r"^(\d+):(\d+)$")
@@ -101,16 +142,22 @@ TURN_RE = re.compile(r"^(\d+):(\d+)$")
 def parse_turn(text: str | None) -> tuple[int, int]:
     found = TURN_RE.match(text or "")
     if not found or not int(found[1]) or not int(found[2]):
-        raise ConfigError(f"--turn {text!r} is not PROMPT:GENERATE, two token counts above 0 such as 512:64")
+        raise ConfigError(
+            f"--turn {text!r} is not PROMPT:GENERATE, two token counts above 0 such as 512:64"
+        )
     return int(found[1]), int(found[2])
 
 
 def provenance_records(records: Sequence[BenchRecord], wanted: str) -> list[BenchRecord]:
-    """The records whose provenance id starts with ``wanted``; ResultsError when none or several ids match."""
+    """The records whose provenance id starts with ``wanted``; ResultsError when none or
+    several ids match."""
     found = [r for r in records if r.provenance and r.provenance.id.startswith(wanted)]
     ids = {r.provenance.id for r in found if r.provenance}
     if not ids:
-        raise ResultsError(f"no record has provenance id {wanted!r}", hint="kzbuild results show RUN lists the ids of a run")
+        raise ResultsError(
+            f"no record has provenance id {wanted!r}",
+            hint="kzbuild results show RUN lists the ids of a run",
+        )
     if len(ids) > 1:
         raise ResultsError(f"provenance id {wanted!r} is ambiguous: {', '.join(sorted(ids))}")
     return found
@@ -123,10 +170,21 @@ def show_provenance(records: Sequence[BenchRecord], wanted: str, *, json_out: bo
     if json_out:
         print_json({"provenance": provenance.to_dict(), "records": [r.record_id for r in records]})
         return
-    lines = [f"provenance {provenance.id}", f"  lock sha256: {provenance.lock_sha256 or '-'}", f"  build id: {provenance.build_id or '-'}"]
-    lines += [f"  toolchain {name}: {version}" for name, version in sorted(provenance.toolchains.items())] or ["  toolchains: -"]
-    lines += [f"  model sha256: {provenance.model_sha256 or '-'}", f"  corpus sha256: {provenance.corpus_sha256 or '- (not a quality record)'}"]
-    lines += [f"  device {key}: {value}" for key, value in sorted(provenance.device.items())] or ["  device: -"]
+    lines = [
+        f"provenance {provenance.id}",
+        f"  lock sha256: {provenance.lock_sha256 or '-'}",
+        f"  build id: {provenance.build_id or '-'}",
+    ]
+    lines += [
+        f"  toolchain {name}: {version}" for name, version in sorted(provenance.toolchains.items())
+    ] or ["  toolchains: -"]
+    lines += [
+        f"  model sha256: {provenance.model_sha256 or '-'}",
+        f"  corpus sha256: {provenance.corpus_sha256 or '- (not a quality record)'}",
+    ]
+    lines += [f"  device {key}: {value}" for key, value in sorted(provenance.device.items())] or [
+        "  device: -"
+    ]
     runs = sorted({r.run_id for r in records})
     lines.append(f"{len(records)} record(s) in run(s) {', '.join(runs)}")
     for line in lines:

@@ -16,10 +16,11 @@ from kzbuild.cli.complete import complete_run
 from kzbuild.cli.memoryview import (
     COMPARED_MEMORY_HEADERS,
     MEMORY_HEADERS,
+    check_budget,
     check_memory_regressions,
     compared_memory_cells,
+    compared_memory_json,
     memory_cells,
-    check_budget,
     memory_json,
     parse_turn,
     print_turn,
@@ -35,6 +36,10 @@ from kzbuild.measure.turn import turn_time
 from kzbuild.model.result import BenchRecord, Comparison, Group, Summary
 from kzbuild.model.turn import TurnTime
 
+SELECTOR_HELP = "Run id or build id (a prefix is enough), or 'latest'."
+PROVENANCE_HELP = "Instead of SELECTOR: every part of this provenance id, and its records."
+TURN_HELP = "PROMPT:GENERATE, e.g. 512:64: TTFT and the whole turn from the best pp and tg shown."
+MEMORY_THRESHOLD_HELP = "A rise of B's median peak memory beyond this is a regression too."
 results_app = command_group("results", "Stored benchmark results: list, show, compare, plot, import the seed figures.")
 
 
@@ -65,19 +70,30 @@ def results_list(ctx: typer.Context, json_out: JsonOpt = False, markdown: Markdo
 @results_app.command("show")
 def results_show(
     ctx: typer.Context,
-    selector: Annotated[Optional[str], typer.Argument(callback=not_empty, help="Run id or build id (a prefix is enough), or 'latest'.", autocompletion=complete_run)] = None,
-    provenance: Annotated[Optional[str], typer.Option("--provenance", callback=not_empty, help="Instead: every part of this provenance id, and its records.")] = None,
-    turn: Annotated[Optional[str], typer.Option("--turn", callback=not_empty, help="PROMPT:GENERATE, e.g. 512:64: time to first token and the whole turn from the selection's best pp and tg.")] = None,
+    selector: Annotated[
+        Optional[str],
+        typer.Argument(callback=not_empty, help=SELECTOR_HELP, autocompletion=complete_run),
+    ] = None,
+    provenance: Annotated[
+        Optional[str], typer.Option("--provenance", callback=not_empty, help=PROVENANCE_HELP)
+    ] = None,
+    turn: Annotated[
+        Optional[str], typer.Option("--turn", callback=not_empty, help=TURN_HELP)
+    ] = None,
     json_out: JsonOpt = False,
     markdown: MarkdownOpt = False,
 ) -> None:
-    """Show the records of a run or build: median and spread of the samples, peak memory and buffers, with provenance."""
+    """Show the records of a run or build: median and spread of the samples, peak memory and
+    buffers, with provenance; exits 15 when a run was over its plan's memory limits."""
     settings = context(ctx).settings
     if (selector is None) == (provenance is None):
         raise ConfigError("give a run or build (SELECTOR) or --provenance ID, one of them")
     asked = parse_turn(turn) if turn is not None else None  # a usage error before anything is read
     with results.ResultsStore(settings.results) as store, _pointing_elsewhere(store, settings):
-        records = store.records(selector) if selector is not None else provenance_records(store.records(), provenance or "")
+        if selector is not None:
+            records = store.records(selector)
+        else:
+            records = provenance_records(store.records(), provenance or "")
     if provenance is not None:
         show_provenance(records, provenance, json_out=json_out)
         return
@@ -90,7 +106,8 @@ def results_show(
     check_budget(records)
 
 
-def print_details(records: Sequence[BenchRecord], title: str, turned: TurnTime | None, *, markdown: bool) -> None:
+def print_details(records: Sequence[BenchRecord], title: str, turned: TurnTime | None, *,
+                  markdown: bool) -> None:
     print_records(records, title=title, markdown=markdown)
     first = records[0]
     if turned:
@@ -113,19 +130,24 @@ def results_compare(
     b: Annotated[str, typer.Argument(callback=not_empty, help="Candidate: run id or build id (prefix), or 'latest'.", autocompletion=complete_run)],
     metric: Annotated[Optional[str], typer.Option("--metric", callback=not_empty, help="Only this test, e.g. pp512 or tg128.")] = None,
     threshold: Annotated[str, typer.Option("--threshold", callback=not_empty, help="A drop of B's median beyond this is a regression.")] = "5%",
-    memory_threshold: Annotated[str, typer.Option("--memory-threshold", callback=not_empty, help="A rise of B's median peak memory beyond this is a regression too.")] = "5%",
+    memory_threshold: Annotated[
+        str, typer.Option("--memory-threshold", callback=not_empty, help=MEMORY_THRESHOLD_HELP)
+    ] = "5%",
     markdown: MarkdownOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Compare medians of B against A, test by test, with their peak memory; exits 9 when B regresses past the threshold (slower, or more memory).
+    """Compare medians of B against A, test by test, with their peak memory; exits 9 when B
+    regresses past the threshold (slower, or more memory).
 
     Only results of the same device, model, env set and configuration are paired; when nothing pairs, it says what differs and compares nothing.
     """
-    limit, memory_limit = results.parse_threshold(threshold), results.parse_threshold(memory_threshold)
+    limit = results.parse_threshold(threshold)
+    memory_limit = results.parse_threshold(memory_threshold)
     settings = context(ctx).settings
     with results.ResultsStore(settings.results) as store, _pointing_elsewhere(store, settings):
         comparison = results.compare(
-            store.records(a), store.records(b), a_label=a, b_label=b, metric=metric, threshold_pct=limit, memory_threshold_pct=memory_limit,
+            store.records(a), store.records(b), a_label=a, b_label=b, metric=metric,
+            threshold_pct=limit, memory_threshold_pct=memory_limit,
         )  # fmt: skip
     if json_out:
         print_json(_comparison_json(comparison))
@@ -250,7 +272,8 @@ def print_records(records: Sequence[BenchRecord], *, title: str, markdown: bool)
         ]
         for r in records
     ]  # fmt: skip
-    _render(title, ["test", "device", "model", "config", "env", "median", "unit", "spread", *MEMORY_HEADERS], rows, markdown=markdown)
+    headers = ["test", "device", "model", "config", "env", "median", "unit", "spread"]
+    _render(title, [*headers, *MEMORY_HEADERS], rows, markdown=markdown)
     _spread_footnote([r.summary for r in records])
 
 
@@ -269,8 +292,10 @@ def _print_comparison(comparison: Comparison, *, markdown: bool) -> None:
                 *compared_memory_cells(row),
             ]
         )  # fmt: skip
-    title = f"{comparison.b_label} vs {comparison.a_label} (threshold {comparison.threshold_pct:g}%, memory {comparison.memory_threshold_pct:g}%)"
-    headers = ["test", "device", "config", "env", "A median", "A spread", "B median", "B spread", "change", "verdict", *COMPARED_MEMORY_HEADERS]
+    limits = f"threshold {comparison.threshold_pct:g}%, memory {comparison.memory_threshold_pct:g}%"
+    title = f"{comparison.b_label} vs {comparison.a_label} ({limits})"
+    headers = ["test", "device", "config", "env", "A median", "A spread", "B median", "B spread"]
+    headers += ["change", "verdict", *COMPARED_MEMORY_HEADERS]
     _render(title, headers, rows, markdown=markdown)
     _spread_footnote([group.summary for row in comparison.rows for group in (row.a, row.b)])
     for label, unpaired in (("only in A", comparison.only_a), ("only in B", comparison.only_b)):
@@ -291,8 +316,9 @@ def _comparison_json(comparison: Comparison) -> dict[str, object]:
         "metric": comparison.metric,
         "rows": [
             {"test": row.a.first.test, "device": row.a.first.device.name, "config": dict(row.a.first.config),
-             "env": dict(row.a.first.env_set), "a": side(row.a), "b": side(row.b), "change_pct": row.change_pct, "verdict": row.verdict,
-             "memory": {"a_peak_kib": row.a.peak_kib, "b_peak_kib": row.b.peak_kib, "change_pct": row.memory_change_pct, "verdict": row.memory_verdict}}
+             "env": dict(row.a.first.env_set), "a": side(row.a), "b": side(row.b),
+             "change_pct": row.change_pct, "verdict": row.verdict,
+             "memory": compared_memory_json(row)}
             for row in comparison.rows
         ],  # fmt: skip
         "only_a": [g.first.record_id for g in comparison.only_a],

@@ -129,8 +129,10 @@ def invocation(device: Device, release: Release, tool: str, args: Sequence[str],
     )
 
 
-# kzbuild's own tool that runs another and prints its process's peak resident memory (kernels/peakrss/)
+# kzbuild's own tool that runs another and prints its process's peak resident memory
+# (kernels/peakrss/)
 PEAKRSS = "kz-peakrss"
+NO_PEAKRSS = "%s: release %s has no %s: peak memory is not measured (rebuild with it)"
 
 
 def has_tool(transport: Transport, release: Release, tool: str) -> bool:
@@ -138,7 +140,8 @@ def has_tool(transport: Transport, release: Release, tool: str) -> bool:
 
 
 def under_peakrss(call: Invocation, release: Release) -> Invocation:
-    """``call`` run by the release's kz-peakrss, which prints the process's peak memory on stderr when it ends."""
+    """``call`` run by the release's kz-peakrss, which prints the process's peak memory on
+    stderr when it ends."""
     return replace(call, argv=(f"{release.dir}/bin/{PEAKRSS}", *call.argv))
 
 
@@ -186,10 +189,10 @@ def run_tool(
         log.warning("%s", warning)
     call = invocation(device, release, tool, args, env)
     check_tool(transport, device, release, tool)
-    if has_tool(transport, release, PEAKRSS):  # its line on stderr, last, gives the run's peak memory
+    if has_tool(transport, release, PEAKRSS):  # its last stderr line: the run's peak memory
         call = under_peakrss(call, release)
     else:
-        log.warning("%s: release %s has no %s: the run's peak memory is not measured (rebuild with it)", device.name, release.build_id, PEAKRSS)
+        log.warning(NO_PEAKRSS, device.name, release.build_id, PEAKRSS)
     result = transport.run(call.argv, cwd=call.cwd, env=call.env, timeout=timeout, on_stdout=on_stdout, on_stderr=on_stderr)
     return result.returncode
 

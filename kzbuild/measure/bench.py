@@ -22,7 +22,18 @@ from typing import Any
 
 from kzbuild.adapters.settings import Settings
 from kzbuild.device.base import ByteSink, Transport, check_env_name
-from kzbuild.device.run import PEAKRSS, check_seconds, check_tool, current_release, env_warnings, has_tool, invocation, run_logged, under_peakrss
+from kzbuild.device.run import (
+    NO_PEAKRSS,
+    PEAKRSS,
+    check_seconds,
+    check_tool,
+    current_release,
+    env_warnings,
+    has_tool,
+    invocation,
+    run_logged,
+    under_peakrss,
+)
 from kzbuild.errors import BadRecord, ConfigError, DeviceError
 from kzbuild.measure.memory import check_recipe_formats, memory_of
 from kzbuild.measure.results import ResultsStore
@@ -331,7 +342,9 @@ def bench(
         stem = f"{point.index:03d}"
         stdout = run_logged(transport, call, logs, stem, timeout=spec.timeout, on_stderr=on_stderr)
         stderr_log = logs / f"{stem}.stderr.log"
-        memory = memory_of(stderr_log.read_text(errors="replace"), source=str(stderr_log), measured=measured, limits=spec.memory_limits)
+        log_text = stderr_log.read_text(errors="replace")
+        limits = spec.memory_limits
+        memory = memory_of(log_text, source=str(stderr_log), measured=measured, limits=limits)
         made = [
             make_record(test, run_id=run_id, host_time=host_time, seq=first_seq + len(records) + position, release=release, device=device,
                         state=state, spec=spec, model_hash=model_hash, argv=call.argv, env=call.env, cwd=call.cwd, point=point, seed=seed,
@@ -343,17 +356,19 @@ def bench(
     return BenchRun(run_id=run_id, seed=seed, records=tuple(records), logs=logs)
 
 
-def memory_measured(transport: Transport, device: Device, release: Release, spec: BenchSpec) -> bool:
+def memory_measured(transport: Transport, device: Device, release: Release,
+                    spec: BenchSpec) -> bool:
     """Whether the release's kz-peakrss can measure the runs' peak memory; without it a plan's
     memory_budget cannot be checked (ConfigError), else the records carry no peak (a warning)."""
     if has_tool(transport, release, PEAKRSS):
         return True
     if spec.memory_limits.budget_bytes is not None:
         raise ConfigError(
-            f"{device.name}: release {release.build_id} has no {PEAKRSS}, so the plan's memory_budget cannot be checked",
-            hint=f"build with the recipe's tools (build: tools: [..., {PEAKRSS}]) and deploy that build",
+            f"{device.name}: release {release.build_id} has no {PEAKRSS}, "
+            "so the plan's memory_budget cannot be checked",
+            hint=f"build with {PEAKRSS} in the recipe's build: tools: and deploy that build",
         )
-    log.warning("%s: release %s has no %s: peak memory is not measured (rebuild with it)", device.name, release.build_id, PEAKRSS)
+    log.warning(NO_PEAKRSS, device.name, release.build_id, PEAKRSS)
     return False
 
 
@@ -378,8 +393,9 @@ def make_record(
 ) -> BenchRecord:
     lock = release.manifest.get("lock_sha256")
     provenance = Provenance(
-        lock_sha256=lock if isinstance(lock, str) else None, toolchains=toolchain_versions(release.manifest), build_id=release.build_id,
-        model_sha256=model_hash, device=dict(state.fingerprint),
+        lock_sha256=lock if isinstance(lock, str) else None,
+        toolchains=toolchain_versions(release.manifest),
+        build_id=release.build_id, model_sha256=model_hash, device=dict(state.fingerprint),
     )  # fmt: skip
     return BenchRecord(
         run_id=run_id,

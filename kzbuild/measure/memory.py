@@ -35,16 +35,26 @@ log = logging.getLogger(__name__)
 
 PEAKRSS = "kz-peakrss"
 PEAKRSS_RE = re.compile(r"^kz-peakrss: format 1 peak_rss_kib (\d+) status (\d+)$")
-# The format strings, as written in the C sources (so "\n" is a backslash and an n), at upstream 0c1e57098.
+# The format strings, as written in the C sources (so "\n" is a backslash and an n), at upstream
+# 0c1e57098.
 EXPECTED_FORMATS: Mapping[str, frozenset[str]] = {
     "src/llama-model.cpp": frozenset({r"%s: %12s model buffer size = %8.2f MiB\n"}),
     "src/llama-kv-cache.cpp": frozenset({r"%s: %10s KV buffer size = %8.2f MiB\n"}),
     "src/llama-memory-recurrent.cpp": frozenset({r"%s: %10s RS buffer size = %8.2f MiB\n"}),
-    "src/llama-context.cpp": frozenset({r"%s: %10s  output buffer size = %8.2f MiB\n", r"%s: %10s compute buffer size = %8.2f MiB\n"}),
+    "src/llama-context.cpp": frozenset(
+        {
+            r"%s: %10s  output buffer size = %8.2f MiB\n",
+            r"%s: %10s compute buffer size = %8.2f MiB\n",
+        }
+    ),
 }
 FORMAT_LITERAL_RE = re.compile(r'"((?:[^"\\\n]|\\.)*buffer size = (?:[^"\\\n]|\\.)*)"')
 MARK = " buffer size = "
-BUFFER_RE = re.compile(r"^\w+: +(?P<buffer>\S+) +(?P<kind>model|KV|RS|compute|output) buffer size = +(?P<mib>\d+\.\d\d) MiB$")
+BUFFER_RE = re.compile(
+    r"^\w+: +(?P<buffer>\S+) +(?P<kind>model|KV|RS|compute|output)"
+    r" buffer size = +(?P<mib>\d+\.\d\d) MiB$"
+)
+UPDATE_HINT = "update kzbuild.measure.memory (EXPECTED_FORMATS and BUFFER_RE) for this llama.cpp"
 KINDS = {"model": "model", "KV": "kv", "RS": "rs", "compute": "compute", "output": "output"}
 
 
@@ -53,21 +63,31 @@ def check_tree_formats(sources: Mapping[str, str], where: str) -> None:
     problems = []
     for path, expected in EXPECTED_FORMATS.items():
         found = set(FORMAT_LITERAL_RE.findall(sources.get(path, "")))
-        problems += [f"  {path}: expected, not in the tree: {fmt}" for fmt in sorted(expected - found)]
-        problems += [f"  {path}: in the tree, unknown here: {fmt}" for fmt in sorted(found - expected)]
+        problems += [
+            f"  {path}: expected, not in the tree: {fmt}" for fmt in sorted(expected - found)
+        ]
+        problems += [
+            f"  {path}: in the tree, unknown here: {fmt}" for fmt in sorted(found - expected)
+        ]
     if problems:
         raise LogFormatChanged(
-            f"{where}: llama.cpp's buffer size lines differ from the ones kzbuild's parser reads:\n" + "\n".join(problems),
-            hint="update kzbuild.measure.memory (EXPECTED_FORMATS and BUFFER_RE) for this tree",
+            f"{where}: llama.cpp's buffer size lines differ from the ones kzbuild's parser reads:\n"
+            + "\n".join(problems),
+            hint=UPDATE_HINT,
         )
 
 
 def check_recipe_formats(settings: Settings, recipe: str | None) -> bool:
-    """Check the formats of the recipe's synced tree; False (with a warning) when it is not synced here.
+    """Check the formats of the recipe's synced tree; False (with a warning) when it is not
+    synced here.
     Lines of another shape are refused either way."""
     head = synced_head(settings, recipe) if recipe else None
     if recipe is None or head is None:
-        log.warning("cannot check llama.cpp's buffer size log format: recipe %s is not synced here; lines of another shape are still refused", recipe)
+        log.warning(
+            "cannot check llama.cpp's buffer size log format: recipe %s is not synced here; "
+            "lines of another shape are still refused",
+            recipe,
+        )
         return False
     git = Git(settings.worktree(recipe))
     sources = {}
@@ -76,7 +96,11 @@ def check_recipe_formats(settings: Settings, recipe: str | None) -> bool:
         if shown.returncode == 0:
             sources[path] = shown.stdout
     if not sources:  # not llama.cpp's layout (a test's tiny upstream): nothing to check against
-        log.warning("cannot check llama.cpp's buffer size log format: recipe %s's tree has none of %s", recipe, ", ".join(EXPECTED_FORMATS))
+        log.warning(
+            "cannot check llama.cpp's buffer size log format: recipe %s's tree has none of %s",
+            recipe,
+            ", ".join(EXPECTED_FORMATS),
+        )
         return False
     check_tree_formats(sources, f"recipe {recipe} at {head[:12]}")
     return True
@@ -91,8 +115,9 @@ def parse_buffers(text: str, *, source: str) -> tuple[BufferSize, ...]:
         found = BUFFER_RE.match(line.strip())
         if found is None:
             raise LogFormatChanged(
-                f"{source}:{number}: a buffer size line kzbuild does not read: {line.strip()[:200]!r}",
-                hint="update kzbuild.measure.memory (EXPECTED_FORMATS and BUFFER_RE) for this llama.cpp",
+                f"{source}:{number}: a buffer size line kzbuild does not read: "
+                f"{line.strip()[:200]!r}",
+                hint=UPDATE_HINT,
             )
         key = (found["buffer"], KINDS[found["kind"]])
         largest[key] = max(largest.get(key, 0.0), float(found["mib"]))
@@ -114,5 +139,10 @@ def memory_of(log_text: str, *, source: str, measured: bool, limits: MemoryLimit
     must then be there."""
     peak = parse_peak(log_text) if measured else None
     if measured and peak is None:
-        raise LogFormatChanged(f"{source}: the run went through {PEAKRSS} but its log has no '{PEAKRSS}: format 1 ...' line")
-    return MemoryInfo(peak_rss_kib=peak, buffers=parse_buffers(log_text, source=source), limits=limits)
+        raise LogFormatChanged(
+            f"{source}: the run went through {PEAKRSS} "
+            f"but its log has no '{PEAKRSS}: format 1 ...' line"
+        )
+    return MemoryInfo(
+        peak_rss_kib=peak, buffers=parse_buffers(log_text, source=source), limits=limits
+    )

@@ -26,7 +26,8 @@ from kzbuild.model.plan import Plan, PlanAb, PlanModel, PlanRun, PlanTurn
 
 log = logging.getLogger(__name__)
 
-PLAN_KEYS = ("description", "model", "device", "repetitions", "seed", "cooldown", "timeout", "env", "runs", "ab", "memory_budget", "htp_session_limit", "turn")
+PLAN_KEYS = ("description", "model", "device", "repetitions", "seed", "cooldown", "timeout", "env",
+             "runs", "ab", "memory_budget", "htp_session_limit", "turn")  # fmt: skip
 TURN_KEYS = ("prompt", "generate", "prefill", "decode")
 MODEL_KEYS = ("path", "name", "sha256")
 RUN_KEYS = ("name", "options", "env", "sweep", "args")
@@ -47,7 +48,8 @@ def load_plan(path: Path) -> Plan:
     timeout = _seconds(doc, "timeout")
     common_env = _env(doc, "env")
     model = _model(doc)
-    memory = MemoryLimits(budget_bytes=_size(doc, "memory_budget"), htp_session_bytes=_size(doc, "htp_session_limit"))
+    budget, session = _size(doc, "memory_budget"), _size(doc, "htp_session_limit")
+    memory = MemoryLimits(budget_bytes=budget, htp_session_bytes=session)
     runs_list = doc.get_list("runs")
     if not runs_list:
         raise doc.error("runs", "a plan needs at least one run")
@@ -79,7 +81,8 @@ def _size(doc: yamlconf.Mapping, key: str) -> int | None:
         return None
     size = parse_size(value) if isinstance(value, str) else None
     if size is None:
-        raise doc.error(key, f"{value!r} is not a size such as 4GiB, 3.5GiB or 4096MiB (KiB MiB GiB TiB: 1024; KB MB GB TB: 1000)")
+        raise doc.error(key, f"{value!r} is not a size such as 4GiB, 3.5GiB or 4096MiB",
+                        hint="KiB MiB GiB TiB count in 1024s, KB MB GB TB in 1000s")
     return size
 
 
@@ -87,10 +90,11 @@ def _turn(doc: yamlconf.Mapping, runs: list[PlanRun]) -> PlanTurn | None:
     if doc.get("turn") is None:
         return None
     section = doc.get_mapping("turn")
-    section.check_keys(TURN_KEYS, required=("prompt", "generate", "prefill", "decode"), context="turn")
+    section.check_keys(TURN_KEYS, required=TURN_KEYS, context="turn")
     prompt, generate = _count(section, "prompt", minimum=1), _count(section, "generate", minimum=1)
     if prompt is None or generate is None:
-        raise section.error("prompt" if prompt is None else "generate", "must be a whole number of tokens")
+        missing = "prompt" if prompt is None else "generate"
+        raise section.error(missing, "must be a whole number of tokens")
     by_name = {run.name: run for run in runs}
     names = {}
     for key, option, tokens in (("prefill", "p", prompt), ("decode", "n", generate)):
@@ -99,13 +103,15 @@ def _turn(doc: yamlconf.Mapping, runs: list[PlanRun]) -> PlanTurn | None:
             raise section.error(key, f"names no run of the plan (runs: {', '.join(by_name)})")
         if str(tokens) not in run_values(by_name[name].spec, option):
             what = "prompt" if key == "prefill" else "generate"
-            raise section.error(key, f"run '{name}' does not measure -{option} {tokens} (the turn's {what}); add it to its {option}")
+            raise section.error(key, f"run '{name}' does not measure -{option} {tokens} "
+                                     f"(the turn's {what}); add it to its {option}")
         names[key] = name
-    return PlanTurn(prompt=prompt, generate=generate, prefill=names["prefill"], decode=names["decode"])
+    return PlanTurn(prompt, generate, prefill=names["prefill"], decode=names["decode"])
 
 
 def run_values(spec: BenchSpec, option: str) -> set[str]:
-    """The values a run gives llama-bench's ``option``: its fixed list or its sweep (ranges are not expanded)."""
+    """The values a run gives llama-bench's ``option``: its fixed list or its sweep (ranges are
+    not expanded)."""
     given = dict(spec.options).get(option)
     swept = next((axis.values for axis in spec.sweep if axis.name == option), ())
     return {item for value in ([given] if given else []) + list(swept) for item in value.split(",")}

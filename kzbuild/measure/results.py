@@ -16,10 +16,10 @@ import logging
 import math
 import os
 import sqlite3
-from dataclasses import replace
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -571,7 +571,8 @@ def compare(
     for group_a in groups_a:
         group_b = by_key_b.get(group_a.key)
         if group_b is not None:
-            rows.append(_with_memory(_compare_pair(group_a, group_b, threshold_pct), memory_threshold_pct))
+            row = _compare_pair(group_a, group_b, threshold_pct)
+            rows.append(_with_memory(row, memory_threshold_pct))
     if not rows:
         raise ResultsError(f"nothing in {a_label} is comparable with {b_label}: {explain_mismatch(a, b)}")
     rows.sort(key=lambda row: (row.a.first.device.name, row.a.first.test, describe_config(row.a.first), row.a.first.env_set))
@@ -598,12 +599,15 @@ def _compare_pair(a: Group, b: Group, threshold_pct: float) -> ComparedRow:
 
 
 def _with_memory(row: ComparedRow, threshold_pct: float) -> ComparedRow:
-    """The row with B's median peak memory against A's: more memory past the threshold is a regression."""
+    """The row with B's median peak memory against A's: more memory past the threshold is a
+    regression."""
     peak_a, peak_b = row.a.peak_kib, row.b.peak_kib
     if not peak_a or peak_b is None:
         return row
     change = (peak_b - peak_a) / peak_a * 100.0
-    verdict = "regression" if change > threshold_pct else "improvement" if change < -threshold_pct else "same"
+    verdict = "same"
+    if abs(change) > threshold_pct:
+        verdict = "regression" if change > 0 else "improvement"
     return replace(row, memory_change_pct=change, memory_verdict=verdict)
 
 

@@ -58,7 +58,8 @@ class BenchSpec:
     seed: int | None = None  # randomizes the sweep order; None: a fresh seed, recorded
     cooldown: float = 0.0  # seconds between runs
     timeout: float | None = None  # per run
-    memory_limits: MemoryLimits = field(default_factory=MemoryLimits)  # a plan's memory_budget and htp_session_limit
+    # a plan's memory_budget and htp_session_limit
+    memory_limits: MemoryLimits = field(default_factory=MemoryLimits)
 
 
 @dataclass(frozen=True)

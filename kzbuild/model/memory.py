@@ -17,7 +17,9 @@ from typing import Any
 from kzbuild.model.jsonfields import Fields
 
 BUFFER_KINDS = ("model", "kv", "rs", "compute", "output")
-HTP_SESSION_RE = re.compile(r"^(HTP\d+)")  # HTP0, HTP0-REPACK, ...: the NPU session a buffer lives in
+HTP_SESSION_RE = re.compile(
+    r"^(HTP\d+)"
+)  # HTP0, HTP0-REPACK, ...: the NPU session a buffer lives in
 MIB = 1024 * 1024
 KIB = 1024
 
@@ -31,7 +33,8 @@ class BufferSize:
 
 @dataclass(frozen=True)
 class MemoryLimits:
-    """A plan's limits: the process's peak (memory_budget) and each HTP session's buffers (htp_session_limit)."""
+    """A plan's limits: the process's peak (memory_budget) and each HTP session's buffers
+    (htp_session_limit)."""
 
     budget_bytes: int | None = None
     htp_session_bytes: int | None = None
@@ -68,13 +71,23 @@ class MemoryInfo:
         if budget is not None and self.peak_bytes is not None and self.peak_bytes > budget:
             found.append("memory_budget")
         if session is not None:
-            found += [f"htp_session_limit:{name}" for name, mib in sorted(self.htp_sessions().items()) if mib * MIB > session]
+            found += [
+                f"htp_session_limit:{name}"
+                for name, mib in sorted(self.htp_sessions().items())
+                if mib * MIB > session
+            ]
         return tuple(found)
 
     def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"peak_rss_kib": self.peak_rss_kib, "buffers": [[b.buffer, b.kind, b.mib] for b in self.buffers]}
+        data: dict[str, Any] = {
+            "peak_rss_kib": self.peak_rss_kib,
+            "buffers": [[b.buffer, b.kind, b.mib] for b in self.buffers],
+        }
         if self.limits.any:
-            data["limits"] = {"budget_bytes": self.limits.budget_bytes, "htp_session_bytes": self.limits.htp_session_bytes}
+            data["limits"] = {
+                "budget_bytes": self.limits.budget_bytes,
+                "htp_session_bytes": self.limits.htp_session_bytes,
+            }
         return data
 
     @classmethod
@@ -85,16 +98,34 @@ class MemoryInfo:
         if not isinstance(listed, list):
             raise fields.error("buffers", "a list of [buffer, kind, MiB]")
         for index, item in enumerate(listed):
-            if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str) and item[0] and item[1] in BUFFER_KINDS
-                    and isinstance(item[2], (int, float)) and not isinstance(item[2], bool) and 0 <= item[2] < 2**53):
-                raise fields.error("buffers", f"a list of [buffer, kind, MiB] (item {index} is not; kinds: {', '.join(BUFFER_KINDS)})")
+            if not (
+                isinstance(item, list)
+                and len(item) == 3
+                and isinstance(item[0], str)
+                and item[0]
+                and item[1] in BUFFER_KINDS
+                and isinstance(item[2], (int, float))
+                and not isinstance(item[2], bool)
+                and 0 <= item[2] < 2**53
+            ):
+                raise fields.error(
+                    "buffers",
+                    f"a list of [buffer, kind, MiB] (item {index} is not; "
+                    f"kinds: {', '.join(BUFFER_KINDS)})",
+                )
             buffers.append(BufferSize(item[0], item[1], item[2]))
         limits = MemoryLimits()
         if fields.data.get("limits") is not None:
             section = fields.object("limits")
             section.check_known(frozenset({"budget_bytes", "htp_session_bytes"}))
-            limits = MemoryLimits(section.optional_count("budget_bytes"), section.optional_count("htp_session_bytes"))
-        return cls(peak_rss_kib=fields.optional_count("peak_rss_kib"), buffers=tuple(buffers), limits=limits)
+            limits = MemoryLimits(
+                section.optional_count("budget_bytes"), section.optional_count("htp_session_bytes")
+            )
+        return cls(
+            peak_rss_kib=fields.optional_count("peak_rss_kib"),
+            buffers=tuple(buffers),
+            limits=limits,
+        )
 
 
 # "4GiB", "3.5 GB", "512MiB", "4096 MiB": binary units only mean 1024; decimal ones 1000

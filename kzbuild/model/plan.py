@@ -54,5 +54,5 @@ class Plan:
     runs: tuple[PlanRun, ...]
     ab: PlanAb
     seed: int | None = None  # the sweep order of every run, and ab's interleaved order
-    memory: MemoryLimits = MemoryLimits()  # memory_budget, htp_session_limit: also in each run's spec
+    memory: MemoryLimits = MemoryLimits()  # memory_budget, htp_session_limit (in each run too)
     turn: PlanTurn | None = None

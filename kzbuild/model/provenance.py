@@ -17,7 +17,9 @@ from typing import Any
 from kzbuild.errors import BadRecord
 from kzbuild.model.jsonfields import Fields
 
-PROVENANCE_KEYS = frozenset({"id", "lock_sha256", "toolchains", "build_id", "model_sha256", "corpus_sha256", "device"})
+PROVENANCE_KEYS = frozenset(
+    {"id", "lock_sha256", "toolchains", "build_id", "model_sha256", "corpus_sha256", "device"}
+)
 
 
 @dataclass(frozen=True)
@@ -31,13 +33,19 @@ class Provenance:
 
     def parts_dict(self) -> dict[str, Any]:
         return {
-            "lock_sha256": self.lock_sha256, "toolchains": dict(sorted(self.toolchains.items())), "build_id": self.build_id,
-            "model_sha256": self.model_sha256, "corpus_sha256": self.corpus_sha256, "device": dict(sorted(self.device.items())),
-        }  # fmt: skip
+            "lock_sha256": self.lock_sha256,
+            "toolchains": dict(sorted(self.toolchains.items())),
+            "build_id": self.build_id,
+            "model_sha256": self.model_sha256,
+            "corpus_sha256": self.corpus_sha256,
+            "device": dict(sorted(self.device.items())),
+        }
 
     @property
     def id(self) -> str:
-        text = json.dumps(self.parts_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        text = json.dumps(
+            self.parts_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
@@ -47,13 +55,19 @@ class Provenance:
     def from_fields(cls, fields: Fields) -> Provenance:
         fields.check_known(PROVENANCE_KEYS)
         found = cls(
-            lock_sha256=fields.optional_text("lock_sha256"), toolchains=fields.text_map("toolchains", {}),
-            build_id=fields.optional_text("build_id"), model_sha256=fields.optional_text("model_sha256"),
-            device=fields.text_map("device", {}), corpus_sha256=fields.optional_text("corpus_sha256"),
-        )  # fmt: skip
+            lock_sha256=fields.optional_text("lock_sha256"),
+            toolchains=fields.text_map("toolchains", {}),
+            build_id=fields.optional_text("build_id"),
+            model_sha256=fields.optional_text("model_sha256"),
+            device=fields.text_map("device", {}),
+            corpus_sha256=fields.optional_text("corpus_sha256"),
+        )
         stored = fields.text("id")
         if stored != found.id:
-            raise BadRecord(f"{fields.where}: id {stored} is not the hash of its parts ({found.id}): a part was edited")
+            raise BadRecord(
+                f"{fields.where}: id {stored} is not the hash of its parts ({found.id}): "
+                "a part was edited"
+            )
         return found
 
 
@@ -62,4 +76,8 @@ def toolchain_versions(manifest: Mapping[str, Any]) -> dict[str, str]:
     found = manifest.get("toolchains")
     if not isinstance(found, dict):
         return {}
-    return {name: str(item["version"]) for name, item in found.items() if isinstance(item, dict) and isinstance(item.get("version"), (str, int, float))}
+    return {
+        name: str(item["version"])
+        for name, item in found.items()
+        if isinstance(item, dict) and isinstance(item.get("version"), (str, int, float))
+    }

@@ -10,9 +10,9 @@ import dataclasses
 import hashlib
 import json
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, TypedDict, cast, get_args
+from typing import Any, Literal, TypedDict, TypeVar, cast, get_args
 
 from kzbuild.model.jsonfields import Fields, number_or_none
 from kzbuild.model.memory import MemoryInfo
@@ -20,6 +20,7 @@ from kzbuild.model.provenance import Provenance
 from kzbuild.model.run import Release
 
 RecordKind = Literal["bench", "manual"]
+T = TypeVar("T")
 MAX_SAMPLES = 10_000  # repetitions of one test: more is junk, not a benchmark
 RELEASE_TOKEN = "{release}"  # stands for the release dir in env values, so builds compare
 
@@ -169,7 +170,7 @@ class BenchRecord:
     label: str = ""
     raw: Mapping[str, Any] = field(default_factory=dict)  # llama-bench's record as printed
     variant: VariantInfo | None = None  # set by interleaved experiments; absent from the stored form when None
-    memory: MemoryInfo | None = None  # measured runs: peak memory and llama.cpp's buffers; absent when None
+    memory: MemoryInfo | None = None  # peak memory and llama.cpp's buffers; absent when None
     provenance: Provenance | None = None  # measured runs: the hash of every input; absent when None
 
     @property
@@ -201,7 +202,8 @@ class BenchRecord:
         data["samples_ts"] = list(self.samples_ts)
         data["argv"] = list(self.argv)
         data["range_ts"] = list(self.range_ts) if self.range_ts else None
-        for optional in ("variant", "memory", "provenance"):  # older records keep their stored form and id
+        # records from before these fields existed keep their stored form and id
+        for optional in ("variant", "memory", "provenance"):
             if getattr(self, optional) is None:
                 del data[optional]
         if self.memory is not None:
@@ -236,8 +238,8 @@ class BenchRecord:
             label=fields.text("label", ""),
             raw=fields.json_map("raw", {}),
             variant=_variant(fields),
-            memory=MemoryInfo.from_fields(fields.object("memory")) if fields.data.get("memory") is not None else None,
-            provenance=Provenance.from_fields(fields.object("provenance")) if fields.data.get("provenance") is not None else None,
+            memory=_optional(fields, "memory", MemoryInfo.from_fields),
+            provenance=_optional(fields, "provenance", Provenance.from_fields),
         )  # fmt: skip
 
 
@@ -277,6 +279,10 @@ def run_fields(fields: Fields) -> RunFields:
         cwd=fields.text("cwd", ""),
         conditions=fields.json_map("conditions", {}),
     )  # fmt: skip
+
+
+def _optional(fields: Fields, key: str, read: Callable[[Fields], T]) -> T | None:
+    return None if fields.data.get(key) is None else read(fields.object(key))
 
 
 def _variant(fields: Fields) -> VariantInfo | None:
@@ -355,8 +361,10 @@ class Group:
 
     @property
     def peak_kib(self) -> float | None:
-        """The median peak resident memory of the records' processes (KiB); None when none was measured."""
-        peaks = [r.memory.peak_rss_kib for r in self.records if r.memory is not None and r.memory.peak_rss_kib is not None]
+        """The median peak resident memory of the records' processes (KiB); None when none was
+        measured."""
+        measured = [r.memory for r in self.records if r.memory]
+        peaks = [m.peak_rss_kib for m in measured if m.peak_rss_kib is not None]
         return statistics.median(peaks) if peaks else None
 
 
@@ -367,7 +375,7 @@ class ComparedRow:
     change_pct: float | None
     verdict: str  # regression, improvement, same, n/a
     memory_change_pct: float | None = None  # of the median peak memory, B against A
-    memory_verdict: str = "n/a"  # regression (more memory past the threshold), improvement, same, n/a
+    memory_verdict: str = "n/a"  # regression (more memory past the threshold), improvement, ...
 
 
 @dataclass(frozen=True)

@@ -69,8 +69,12 @@ def total_kib() -> int:
     raise AssertionError("no MemTotal in /proc/meminfo")
 
 
-def make_device_root(root: Path, build_id: str = "b0000000000000001", manifest: dict[str, object] | None = None, *, peakrss: bool = True) -> DeviceRoot:
-    """``peakrss``: the release has kz-peakrss (real, built for this host), as builds of the project's recipes have."""
+def make_device_root(
+    root: Path, build_id: str = "b0000000000000001", manifest: dict[str, object] | None = None,
+    *, peakrss: bool = True,
+) -> DeviceRoot:  # fmt: skip
+    """``peakrss``: the release has kz-peakrss (real, built for this host), as the project's
+    recipes build it."""
     device = DeviceRoot(root, build_id)
     for sub in ("bin", "lib"):
         (device.release / sub).mkdir(parents=True)
