@@ -5,8 +5,8 @@ names the buffers), under kz-peakrss, and both, as kzbuild bench runs it.
     python benchmarks/bench_memory.py --artifact .kz/artifacts/host-XXXX [--rounds 5]
 
 Writes a tiny Q4_0 model (kzbuild.measure.tinymodel) and runs the artifact's llama-bench
-(-p 64 -n 16 -r 3 -t 1 -o json) in interleaved rounds, each round every condition once in a
-shuffled order. Prints per condition the median pp64 and tg16 tok/s and its ratio to plain, the
+(-p 512 -n 64 -r 3 -t 1 -o json, or --prompt/--gen) in interleaved rounds, each round every condition once in a
+shuffled order. Prints per condition the median prefill and decode tok/s and its ratio to plain, the
 peak resident memory kz-peakrss measured and the model file's size.
 """
 
@@ -40,6 +40,8 @@ def main() -> None:
     parser.add_argument("--artifact", type=Path, required=True)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--arch", default="qwen35")
+    parser.add_argument("--prompt", type=int, default=512)
+    parser.add_argument("--gen", type=int, default=64)
     args = parser.parse_args()
     bench, peakrss = args.artifact / "bin" / "llama-bench", args.artifact / "bin" / "kz-peakrss"
     for tool in (bench, peakrss):
@@ -50,7 +52,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kz-bench-memory-") as tmp:
         model = write_tiny_model(Path(tmp) / "tiny.gguf", arch=args.arch, ftype="q4_0")
         tps: dict[str, dict[str, list[float]]] = {
-            name: {"pp64": [], "tg16": []} for name in CONDITIONS
+            name: {f"pp{args.prompt}": [], f"tg{args.gen}": []} for name in CONDITIONS
         }
         peaks: list[int] = []
         buffers = ()
@@ -83,7 +85,7 @@ def main() -> None:
                     check=True,
                 )
                 for test in json.loads(done.stdout):
-                    tps[name]["pp64" if test["n_prompt"] else "tg16"].append(test["avg_ts"])
+                    tps[name][f"pp{args.prompt}" if test["n_prompt"] else f"tg{args.gen}"].append(test["avg_ts"])
                 if wrapped and verbose:
                     peak = parse_peak(done.stderr)
                     assert peak is not None
@@ -92,7 +94,7 @@ def main() -> None:
         base = {test: statistics.median(values) for test, values in tps["plain"].items()}
         print(
             f"{args.rounds} rounds, tiny {args.arch} Q4_0 ({model.stat().st_size / 1024:.0f} KiB), "
-            "llama-bench -p 64 -n 16 -r 3 -t 1"
+            f"llama-bench -p {args.prompt} -n {args.gen} -r 3 -t 1"
         )
         for name, tests in tps.items():
             shown = ", ".join(

@@ -421,3 +421,24 @@ def test_a_budget_on_a_release_without_kz_peakrss_is_refused(kz, tmp_path):
         result.code == 2
         and "has no kz-peakrss, so the plan's memory_budget cannot be checked" in result.err
     )
+
+
+def test_ab_gives_each_variant_its_turn_from_its_own_records(tmp_path):
+    from kzbuild.cli.ab import variant_turns
+    from kzbuild.model.ab import AbResult, AbRun
+    from kzbuild.model.interleave import InterleavedRun
+
+    plan = plans.load_plan(write_plan(tmp_path, PLAN))
+
+    def run(name: str, test: str, full: float, upstream: float) -> AbRun:
+        records = {
+            "full": (record(test=test, samples=(full,)),),
+            "upstream": (record(test=test, samples=(upstream,)),),
+        }
+        return AbRun(name, InterleavedRun("r", 1, (("full", "upstream"),), records, (), tmp_path))
+
+    runs = (run("pp", "pp512", 64.0, 32.0), run("tg", "tg64", 16.0, 16.0))
+    result = AbResult("tiny", "pad3", "host", 1, (), runs, (), ())
+    turns = variant_turns(plan, result)
+    assert (turns["full"].ttft_s, turns["full"].turn_s) == (8.0, 12.0)
+    assert (turns["upstream"].ttft_s, turns["upstream"].turn_s) == (16.0, 20.0)
