@@ -85,7 +85,9 @@ def main() -> None:
                     check=True,
                 )
                 for test in json.loads(done.stdout):
-                    tps[name][f"pp{args.prompt}" if test["n_prompt"] else f"tg{args.gen}"].append(test["avg_ts"])
+                    tps[name][f"pp{args.prompt}" if test["n_prompt"] else f"tg{args.gen}"].append(
+                        test["avg_ts"]
+                    )
                 if wrapped and verbose:
                     peak = parse_peak(done.stderr)
                     assert peak is not None

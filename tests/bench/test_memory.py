@@ -141,6 +141,19 @@ def test_sizes(text, size):
     assert parse_size(text) == size
 
 
+@given(st.text(max_size=20))
+def test_any_text_is_a_size_above_zero_or_none(text):
+    size = parse_size(text)
+    assert size is None or size > 0
+
+
+@given(st.integers(1, 2**20), st.sampled_from(["KiB", "MiB", "GiB", "KB", "MB", "GB"]))
+def test_a_written_size_reads_back(count, unit):
+    base = 1024 if "i" in unit else 1000
+    power = {"K": 1, "M": 2, "G": 3}[unit[0]]
+    assert parse_size(f"{count}{unit}") == count * base**power
+
+
 def test_a_run_over_its_limits_names_each_one():
     buffers = (
         BufferSize("HTP0", "model", 3000.0),
