@@ -455,3 +455,23 @@ def test_ab_gives_each_variant_its_turn_from_its_own_records(tmp_path):
     turns = variant_turns(plan, result)
     assert (turns["full"].ttft_s, turns["full"].turn_s) == (8.0, 12.0)
     assert (turns["upstream"].ttft_s, turns["upstream"].turn_s) == (16.0, 20.0)
+
+
+HEX = st.text("0123456789abcdef", min_size=64, max_size=64)
+
+
+@given(
+    st.one_of(st.none(), HEX),
+    st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=8), max_size=3),
+    st.one_of(st.none(), st.text(max_size=20)),
+    st.one_of(st.none(), HEX),
+    st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=20), max_size=3),
+    st.one_of(st.none(), HEX),
+)
+def test_a_provenance_reads_back_as_itself_with_its_id(
+    lock, toolchains, build, model, device, corpus
+):
+    made = Provenance(lock, toolchains, build, model, device, corpus)
+    stored = dataclasses.replace(record(), provenance=made)
+    read = BenchRecord.from_dict(json.loads(json.dumps(stored.to_dict())))
+    assert read.provenance == made and read.provenance.id == made.id
