@@ -139,10 +139,11 @@ def has_tool(transport: Transport, release: Release, tool: str) -> bool:
     return transport.run(["test", "-x", f"{release.dir}/bin/{tool}"]).ok
 
 
-def under_peakrss(call: Invocation, release: Release) -> Invocation:
+def under_peakrss(call: Invocation, release: Release, device: Device) -> Invocation:
     """``call`` run by the release's kz-peakrss, which prints the process's peak memory on
-    stderr when it ends."""
-    return replace(call, argv=(f"{release.dir}/bin/{PEAKRSS}", *call.argv))
+    stderr when it ends. A device's runner (qemu) runs kz-peakrss too, which then runs the
+    call as it was, runner and all."""
+    return replace(call, argv=(*device.runner_prefix, f"{release.dir}/bin/{PEAKRSS}", *call.argv))
 
 
 def run_logged(transport: Transport, call: Invocation, logs: Path, stem: str, *, timeout: float | None, on_stderr: ByteSink | None = None) -> bytes:
@@ -190,7 +191,7 @@ def run_tool(
     call = invocation(device, release, tool, args, env)
     check_tool(transport, device, release, tool)
     if has_tool(transport, release, PEAKRSS):  # its last stderr line: the run's peak memory
-        call = under_peakrss(call, release)
+        call = under_peakrss(call, release, device)
     else:
         log.warning(NO_PEAKRSS, device.name, release.build_id, PEAKRSS)
     result = transport.run(call.argv, cwd=call.cwd, env=call.env, timeout=timeout, on_stdout=on_stdout, on_stderr=on_stderr)

@@ -337,7 +337,7 @@ def bench(
             on_point(point)
         state = probe(transport)
         call = invocation(device, release, LLAMA_BENCH, llama_bench_args(spec, point), point.env(spec))
-        call = under_peakrss(call, release) if measured else call
+        call = under_peakrss(call, release, device) if measured else call
         host_time = datetime.now(timezone.utc).isoformat(timespec="seconds")
         stem = f"{point.index:03d}"
         stdout = run_logged(transport, call, logs, stem, timeout=spec.timeout, on_stderr=on_stderr)

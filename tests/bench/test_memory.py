@@ -22,7 +22,14 @@ from kzbuild.model.memory import BUFFER_KINDS, BufferSize, MemoryInfo, MemoryLim
 from kzbuild.model.provenance import Provenance
 from kzbuild.model.result import BenchRecord
 from kzbuild.model.turn import reference_turn_s
-from tests.bench.benchkit import CAPTURED_LOG, REPLAY_LLAMA_BENCH, peakrss_binary, record, total_kib
+from tests.bench.benchkit import (
+    CAPTURED_LOG,
+    PEAKRSS_SOURCE,
+    REPLAY_LLAMA_BENCH,
+    peakrss_binary,
+    record,
+    total_kib,
+)
 
 MIB_KIB = 1024
 
@@ -475,3 +482,40 @@ def test_a_provenance_reads_back_as_itself_with_its_id(
     stored = dataclasses.replace(record(), provenance=made)
     read = BenchRecord.from_dict(json.loads(json.dumps(stored.to_dict())))
     assert read.provenance == made and read.provenance.id == made.id
+
+
+ALLOC_C = r"""
+#include <stdlib.h>
+int main(void) {
+    volatile char *p = malloc(64 << 20);
+    for (int i = 0; i < (64 << 20); i += 4096) p[i] = 1;
+    return 4;
+}
+"""
+
+
+def test_a_device_runner_runs_kz_peakrss_and_the_tool_under_it(tmp_path):
+    """linux-arm64 under qemu: the runner runs the aarch64 kz-peakrss, which runs the call as it
+    was (runner and tool), and measures it."""
+    from kzbuild.device.run import under_peakrss
+    from kzbuild.model.device import Device
+    from kzbuild.model.run import Invocation, Release
+
+    sysroot = "/usr/aarch64-linux-gnu"
+    release = tmp_path / "release"
+    (release / "bin").mkdir(parents=True)
+    (tmp_path / "alloc.c").write_text(ALLOC_C)
+    for out, source in (("kz-peakrss", str(PEAKRSS_SOURCE)), ("alloc", str(tmp_path / "alloc.c"))):
+        subprocess.run(
+            ["aarch64-linux-gnu-gcc", "-O1", "-o", str(release / "bin" / out), source], check=True
+        )
+    runner = ("qemu-aarch64", "-L", sysroot)
+    device = Device(name="arm", transport="local", root=str(tmp_path), runner_prefix=runner)
+    call = Invocation(argv=(*runner, str(release / "bin" / "alloc")), env={}, cwd=str(tmp_path))
+    wrapped = under_peakrss(
+        call, Release(build_id="b", dir=str(release), manifest={}, manifest_sha256=None), device
+    )
+    assert wrapped.argv == (*runner, str(release / "bin" / "kz-peakrss"), *call.argv)
+    done = subprocess.run(wrapped.argv, capture_output=True, text=True, timeout=120)
+    peak = memory.parse_peak(done.stderr)
+    assert done.returncode == 4 and peak is not None and 64 * MIB_KIB < peak < total_kib()
