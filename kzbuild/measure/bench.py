@@ -214,8 +214,8 @@ def spec_env_names(spec: BenchSpec) -> dict[str, str]:
 
 
 def llama_bench_args(spec: BenchSpec, point: BenchPoint) -> list[str]:
-    """-o json, -v (its log then names the buffers it allocates, at model load and context creation,
-    not during the timed repetitions), -m, the options, then the extra arguments."""
+    """-o json, -v (its log then names the buffers it allocates, at model load and context
+    creation; in the timed loop it adds one line per repetition), -m, the options, the extras."""
     chosen = point.options(spec)
     args = ["-o", "json", "-v", "-m", spec.model]
     for option in BENCH_OPTIONS:
