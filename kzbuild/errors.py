@@ -109,6 +109,20 @@ class NotAvailableHere(KzError):
     exit_code = 11
 
 
+class OverMemoryBudget(KzError):
+    """A measured run exceeded its plan's memory_budget (peak resident memory of the process) or
+    htp_session_limit (the buffers of one HTP session)."""
+
+    exit_code = 15
+
+
+class LogFormatChanged(KzError):
+    """The synced tree's llama.cpp logs its buffer sizes in a format kzbuild's parser was not
+    written for."""
+
+    exit_code = 16
+
+
 class ResultsError(KzError):
     """Benchmark output or stored results cannot answer: unusable llama-bench output or results
     files, a selector that matches nothing, or results that must not be compared (devices, models, env)."""

@@ -201,8 +201,11 @@ def recipe_build_dir(settings: Settings, recipe: Recipe) -> Path:
     return settings.work / "build" / recipe.name.replace("/", "--")
 
 
-def build_commit(lock: Lock) -> str:
-    return f"{lock.upstream_commit[:7]}-kz{stack_digest(lock)[:8]}"
+def build_commit(lock: Lock, build_id: str | None = None) -> str:
+    """What the binaries report as their commit (llama-bench's build_commit, every tool's
+    --version): the upstream commit and the stack's digest, then ``+BUILD-ID`` when given."""
+    commit = f"{lock.upstream_commit[:7]}-kz{stack_digest(lock)[:8]}"
+    return f"{commit}+{build_id}" if build_id else commit
 
 
 def effective_tools(recipe: Recipe, extra: Sequence[str]) -> tuple[str, ...]:
@@ -266,7 +269,8 @@ def plan_build(
     kernels = settings.project / "kernels"
     inputs = build_inputs(recipe, synced.lock, tgt, tools, used, kztools.inputs(kernels, own_tools))
     build_id = build_id_of(tgt.name, inputs)
-    commit = build_commit(synced.lock)
+    # not an input of the id: the binaries name the build they are
+    commit = build_commit(synced.lock, build_id)
     root = artifacts_root(settings, options.artifacts)
     build_dir = recipe_build_dir(settings, recipe) / "+".join([tgt.name, *options.overrides])
     jobs = options.jobs or os.cpu_count() or 1

@@ -18,7 +18,7 @@ from kzbuild.errors import ConfigError
 from kzbuild.model.build import Step
 
 # tool name -> its project folder under kernels/
-KZ_TOOLS: dict[str, str] = {"kz-profile": "profile"}
+KZ_TOOLS: dict[str, str] = {"kz-profile": "profile", "kz-peakrss": "peakrss"}
 
 
 def split_tools(tools: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -28,6 +28,7 @@ from kzbuild.cli.benchoptions import (
     UbatchOpt,
 )
 from kzbuild.cli.connect import open_device
+from kzbuild.cli.memoryview import check_budget, plan_turn, print_turn, turn_json
 from kzbuild.cli.options import (
     DeviceOpt,
     EnvOpt,
@@ -47,7 +48,8 @@ from kzbuild.measure.interleave import parse_temperature
 from kzbuild.model.ab import AbResult, VariantSpec
 from kzbuild.model.build import BuildEvent, BuildOptions
 from kzbuild.model.interleave import DEFAULT_COOL_WAIT, Cooling, Turn
-from kzbuild.model.plan import PlanAb
+from kzbuild.model.plan import Plan, PlanAb
+from kzbuild.model.turn import TurnTime
 
 DEFAULT_BLOCKS = 5
 
@@ -134,16 +136,34 @@ def ab_command(
             )  # fmt: skip
     if plot is not None:
         ab.plot_effects(result.effects, plot)
+    turns = variant_turns(plan, result) if plan is not None else {}
     if json_out:
-        print_json(result_json(result) | ({"plot": str(plot)} if plot else {}))
+        shown_turns = {"turns": {k: turn_json(t) for k, t in turns.items()}} if turns else {}
+        print_json(result_json(result) | ({"plot": str(plot)} if plot else {}) | shown_turns)
     elif markdown:
         print(ab.markdown(result.effects, result.variants, result.checks), end="")
     else:
         print_report(result)
+        for name, turned in turns.items():
+            print_turn(name, turned)
         if plot is not None:
             say(f"plot: {plot}")
     if result.contradicted:
         raise RegressionFound("; ".join(check.describe for check in result.contradicted))
+    check_budget([r for run in result.runs for rs in run.run.records.values() for r in rs])
+
+
+def variant_turns(plan: Plan, result: AbResult) -> dict[str, TurnTime]:
+    """Each variant's turn, from its records of the plan's prefill and decode runs (none
+    without a turn)."""
+    variants = dict.fromkeys(name for run in result.runs for name in run.run.records)
+    turns = {}
+    for variant in variants:
+        by_run = {run.name: run.run.records.get(variant, ()) for run in result.runs}
+        turned = plan_turn(plan, by_run)
+        if turned is not None:
+            turns[variant] = turned
+    return turns
 
 
 def result_json(result: AbResult) -> dict[str, object]:

@@ -24,6 +24,7 @@ from kzbuild.cli.benchoptions import (
     UbatchOpt,
 )
 from kzbuild.cli.connect import open_device
+from kzbuild.cli.memoryview import check_budget, plan_turn, print_turn, turn_json
 from kzbuild.cli.options import (
     DeviceOpt,
     EnvOpt,
@@ -95,13 +96,25 @@ def bench_command(
                         runs.append(bench.bench(settings, transport, target, spec, store, on_point=heartbeat(lock, on_point), on_stderr=on_stderr))
     finally:
         transport.close()
+    by_name = {name: run.records for (name, _), run in zip(specs, runs, strict=True)}
+    turned = plan_turn(loaded, by_name) if loaded is not None else None
     if json_out:
         shown = [{"run_id": run.run_id, "seed": run.seed, "logs": str(run.logs), "records": [record_json(r) for r in run.records]} for run in runs]
-        print_json(shown[0] if loaded is None else {"plan": str(loaded.path), "runs": [{"name": n} | s for (n, _), s in zip(specs, shown, strict=True)]})
-        return
-    for (name, _), run in zip(specs, runs, strict=True):
-        print_records(run.records, title=f"run {run.run_id} on {target.name}" + (f" ({name})" if name else ""), markdown=False)
-        say(f"stored {len(run.records)} records as run {run.run_id} (sweep seed {run.seed}); logs in {run.logs}")
+        if loaded is None:
+            print_json(shown[0])
+        else:
+            named = [{"name": n} | s for (n, _), s in zip(specs, shown, strict=True)]
+            shown_turn = {"turn": turn_json(turned)} if turned else {}
+            print_json({"plan": str(loaded.path), "runs": named} | shown_turn)
+    else:
+        for (name, _), run in zip(specs, runs, strict=True):
+            title = f"run {run.run_id} on {target.name}" + (f" ({name})" if name else "")
+            print_records(run.records, title=title, markdown=False)
+            say(f"stored {len(run.records)} records as run {run.run_id} (sweep seed {run.seed}); "
+                f"logs in {run.logs}")
+        if turned:
+            print_turn("", turned)
+    check_budget([r for run in runs for r in run.records])
 
 
 def spec_from_options(

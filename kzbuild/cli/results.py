@@ -15,12 +15,33 @@ from rich.table import Table
 from kzbuild.adapters.settings import Settings
 from kzbuild.cli import ui
 from kzbuild.cli.complete import complete_run
+from kzbuild.cli.memoryview import (
+    COMPARED_MEMORY_HEADERS,
+    MEMORY_HEADERS,
+    check_budget,
+    check_memory_regressions,
+    compared_memory_cells,
+    compared_memory_json,
+    memory_cells,
+    memory_json,
+    parse_turn,
+    print_turn,
+    provenance_records,
+    show_provenance,
+    turn_json,
+)
 from kzbuild.cli.options import JsonOpt, MarkdownOpt
 from kzbuild.cli.ui import command_group, console, context, not_empty, print_json, say_grid
-from kzbuild.errors import BadRecord, RegressionFound, ResultsError
+from kzbuild.errors import BadRecord, ConfigError, RegressionFound, ResultsError
 from kzbuild.measure import compare, report, resultfiles, resultplot, resultsdb
+from kzbuild.measure.turn import turn_time
 from kzbuild.model.result import BenchRecord, Comparison, Group, Summary
+from kzbuild.model.turn import TurnTime
 
+SELECTOR_HELP = "Run id or build id (a prefix is enough), or 'latest'."
+PROVENANCE_HELP = "Instead of SELECTOR: every part of this provenance id, and its records."
+TURN_HELP = "PROMPT:GENERATE, e.g. 512:64: TTFT and the whole turn from the best pp and tg shown."
+MEMORY_THRESHOLD_HELP = "A rise of B's median peak memory beyond this is a regression too."
 results_app = command_group(
     "results", "Stored benchmark results: list, show, compare, plot, report, import, check, merge."
 )
@@ -63,25 +84,47 @@ def results_list(
 def results_show(
     ctx: typer.Context,
     selector: Annotated[
-        str,
-        typer.Argument(
-            callback=not_empty,
-            help="Run id or build id (a prefix is enough), or 'latest'.",
-            autocompletion=complete_run,
-        ),
-    ],
+        Optional[str],
+        typer.Argument(callback=not_empty, help=SELECTOR_HELP, autocompletion=complete_run),
+    ] = None,
+    provenance: Annotated[
+        Optional[str], typer.Option("--provenance", callback=not_empty, help=PROVENANCE_HELP)
+    ] = None,
+    turn: Annotated[
+        Optional[str], typer.Option("--turn", callback=not_empty, help=TURN_HELP)
+    ] = None,
     json_out: JsonOpt = False,
     markdown: MarkdownOpt = False,
 ) -> None:
-    """Show the records of a run or build: median and spread of the samples, with provenance."""
+    """Show the records of a run or build: median and spread of the samples, peak memory and
+    buffers, with provenance; exits 15 when a run was over its plan's memory limits."""
     settings = context(ctx).settings
+    if (selector is None) == (provenance is None):
+        raise ConfigError("give a run or build (SELECTOR) or --provenance ID, one of them")
+    asked = parse_turn(turn) if turn is not None else None  # a usage error before anything is read
     with _reading(settings) as store:
-        records = store.records(selector)
-    if json_out:
-        print_json([record_json(r) for r in records])
+        if selector is not None:
+            records = store.records(selector)
+        else:
+            records = provenance_records(store.records(), provenance or "")
+    if provenance is not None:
+        show_provenance(records, provenance, json_out=json_out)
         return
-    print_records(records, title=selector, markdown=markdown)
+    turned = turn_time(records, records, prompt=asked[0], generate=asked[1]) if asked else None
+    if json_out:
+        shown = [record_json(r) for r in records]
+        print_json({"records": shown, "turn": turn_json(turned)} if turned else shown)
+    else:
+        print_details(records, selector or "", turned, markdown=markdown)
+    check_budget(records)
+
+
+def print_details(records: Sequence[BenchRecord], title: str, turned: TurnTime | None, *,
+                  markdown: bool) -> None:
+    print_records(records, title=title, markdown=markdown)
     first = records[0]
+    if turned:
+        print_turn("", turned)
     if first.kind == "manual":
         say(f"manual reference figures; source: {first.source.split(': ', 1)[-1]}")
         return
@@ -92,66 +135,45 @@ def results_show(
         f"device {compare.describe_device(first)}; model {first.model.path} sha256 {first.model.sha256}"
     )
     say(f"argv: {' '.join(first.argv)}")
+    ids = sorted({r.provenance.id for r in records if r.provenance})
+    if ids:
+        say(f"provenance: {', '.join(ids)} (kzbuild results show --provenance ID lists its parts)")
 
 
 @results_app.command("compare")
 def results_compare(
     ctx: typer.Context,
-    a: Annotated[
-        str,
-        typer.Argument(
-            callback=not_empty,
-            help="Baseline: run id or build id (prefix), or 'latest'.",
-            autocompletion=complete_run,
-        ),
-    ],
-    b: Annotated[
-        str,
-        typer.Argument(
-            callback=not_empty,
-            help="Candidate: run id or build id (prefix), or 'latest'.",
-            autocompletion=complete_run,
-        ),
-    ],
-    metric: Annotated[
-        Optional[str],
-        typer.Option("--metric", callback=not_empty, help="Only this test, e.g. pp512 or tg128."),
-    ] = None,
-    threshold: Annotated[
-        str,
-        typer.Option(
-            "--threshold",
-            callback=not_empty,
-            help="A drop of B's median beyond this is a regression.",
-        ),
+    a: Annotated[str, typer.Argument(callback=not_empty, help="Baseline: run id or build id (prefix), or 'latest'.", autocompletion=complete_run)],
+    b: Annotated[str, typer.Argument(callback=not_empty, help="Candidate: run id or build id (prefix), or 'latest'.", autocompletion=complete_run)],
+    metric: Annotated[Optional[str], typer.Option("--metric", callback=not_empty, help="Only this test, e.g. pp512 or tg128.")] = None,
+    threshold: Annotated[str, typer.Option("--threshold", callback=not_empty, help="A drop of B's median beyond this is a regression.")] = "5%",
+    memory_threshold: Annotated[
+        str, typer.Option("--memory-threshold", callback=not_empty, help=MEMORY_THRESHOLD_HELP)
     ] = "5%",
     markdown: MarkdownOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Compare medians of B against A, test by test; exits 9 when B regresses past the threshold.
+    """Compare medians of B against A, test by test, with their peak memory; exits 9 when B
+    regresses past the threshold (slower, or more memory).
 
     Only results of the same device, model, env set and configuration are paired; when nothing pairs, it says what differs and compares nothing.
     """
     limit = compare.parse_threshold(threshold)
+    memory_limit = compare.parse_threshold(memory_threshold)
     settings = context(ctx).settings
     with _reading(settings) as store:
         comparison = compare.compare(
-            store.records(a),
-            store.records(b),
-            a_label=a,
-            b_label=b,
-            metric=metric,
-            threshold_pct=limit,
-        )
+            store.records(a), store.records(b), a_label=a, b_label=b, metric=metric,
+            threshold_pct=limit, memory_threshold_pct=memory_limit,
+        )  # fmt: skip
     if json_out:
         print_json(_comparison_json(comparison))
     else:
         _print_comparison(comparison, markdown=markdown)
     if comparison.regressions:
         worst = min(row.change_pct or 0.0 for row in comparison.regressions)
-        raise RegressionFound(
-            f"{len(comparison.regressions)} test(s) of {b} regressed past {limit:g}% against {a} (worst {worst:+.1f}%)"
-        )
+        raise RegressionFound(f"{len(comparison.regressions)} test(s) of {b} regressed past {limit:g}% against {a} (worst {worst:+.1f}%)")
+    check_memory_regressions(comparison, a, b)
 
 
 @results_app.command("plot")
@@ -284,7 +306,7 @@ def _reading(settings: Settings) -> Iterator[resultsdb.ResultsStore]:
 
 # --- rendering ---
 def record_json(record: BenchRecord) -> dict[str, object]:
-    return record.to_dict() | {"record_id": record.record_id}
+    return record.to_dict() | {"record_id": record.record_id} | memory_json(record.memory)
 
 
 def say(text: str) -> None:
@@ -318,7 +340,8 @@ def _render(
         # a narrow terminal wraps cells instead of cutting them; ids stay whole on one line, to be copied
         table.add_column(header, overflow="fold", no_wrap=header in ID_COLUMNS)
     for row in rows:
-        table.add_row(*(escape(cell) for cell in row), style="red" if "regression" in row else None)
+        flagged = "regression" in row or any(cell.startswith("OVER ") for cell in row)
+        table.add_row(*(escape(cell) for cell in row), style="red" if flagged else None)
     console.print(table)
 
 
@@ -365,15 +388,12 @@ def print_records(records: Sequence[BenchRecord], *, title: str, markdown: bool)
         [
             r.test, r.device.name, r.model.name or r.model.path, compare.describe_config(r),
             compare.describe_env((k, v) for k, v in r.env_set if k in varying), _median(r), r.unit, _spread(r.summary),
+            *memory_cells(r.memory),
         ]
         for r in records
     ]  # fmt: skip
-    _render(
-        title,
-        ["test", "device", "model", "config", "env", "median", "unit", "spread"],
-        rows,
-        markdown=markdown,
-    )
+    headers = ["test", "device", "model", "config", "env", "median", "unit", "spread"]
+    _render(title, [*headers, *MEMORY_HEADERS], rows, markdown=markdown)
     _spread_footnote([r.summary for r in records])
 
 
@@ -389,28 +409,14 @@ def _print_comparison(comparison: Comparison, *, markdown: bool) -> None:
                 compare.describe_env((k, v) for k, v in first.env_set if k in varying),
                 _fmt(row.a.summary.median), _spread(row.a.summary), _fmt(row.b.summary.median), _spread(row.b.summary),
                 "-" if row.change_pct is None else f"{row.change_pct:+.1f}%", row.verdict,
+                *compared_memory_cells(row),
             ]
         )  # fmt: skip
-    title = (
-        f"{comparison.b_label} vs {comparison.a_label} (threshold {comparison.threshold_pct:g}%)"
-    )
-    _render(
-        title,
-        [
-            "test",
-            "device",
-            "config",
-            "env",
-            "A median",
-            "A spread",
-            "B median",
-            "B spread",
-            "change",
-            "verdict",
-        ],
-        rows,
-        markdown=markdown,
-    )
+    limits = f"threshold {comparison.threshold_pct:g}%, memory {comparison.memory_threshold_pct:g}%"
+    title = f"{comparison.b_label} vs {comparison.a_label} ({limits})"
+    headers = ["test", "device", "config", "env", "A median", "A spread", "B median", "B spread"]
+    headers += ["change", "verdict", *COMPARED_MEMORY_HEADERS]
+    _render(title, headers, rows, markdown=markdown)
     _spread_footnote([group.summary for row in comparison.rows for group in (row.a, row.b)])
     for label, unpaired in (("only in A", comparison.only_a), ("only in B", comparison.only_b)):
         for group in unpaired:
@@ -434,18 +440,13 @@ def _comparison_json(comparison: Comparison) -> dict[str, object]:
         "a": comparison.a_label,
         "b": comparison.b_label,
         "threshold_pct": comparison.threshold_pct,
+        "memory_threshold_pct": comparison.memory_threshold_pct,
         "metric": comparison.metric,
         "rows": [
-            {
-                "test": row.a.first.test,
-                "device": row.a.first.device.name,
-                "config": dict(row.a.first.config),
-                "env": dict(row.a.first.env_set),
-                "a": side(row.a),
-                "b": side(row.b),
-                "change_pct": row.change_pct,
-                "verdict": row.verdict,
-            }
+            {"test": row.a.first.test, "device": row.a.first.device.name, "config": dict(row.a.first.config),
+             "env": dict(row.a.first.env_set), "a": side(row.a), "b": side(row.b),
+             "change_pct": row.change_pct, "verdict": row.verdict,
+             "memory": compared_memory_json(row)}
             for row in comparison.rows
         ],  # fmt: skip
         "only_a": [g.first.record_id for g in comparison.only_a],

@@ -14,6 +14,7 @@ import logging
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -128,6 +129,23 @@ def invocation(device: Device, release: Release, tool: str, args: Sequence[str],
     )
 
 
+# kzbuild's own tool that runs another and prints its process's peak resident memory
+# (kernels/peakrss/)
+PEAKRSS = "kz-peakrss"
+NO_PEAKRSS = "%s: release %s has no %s: peak memory is not measured (rebuild with it)"
+
+
+def has_tool(transport: Transport, release: Release, tool: str) -> bool:
+    return transport.run(["test", "-x", f"{release.dir}/bin/{tool}"]).ok
+
+
+def under_peakrss(call: Invocation, release: Release, device: Device) -> Invocation:
+    """``call`` run by the release's kz-peakrss, which prints the process's peak memory on
+    stderr when it ends. A device's runner (qemu) runs kz-peakrss too, which then runs the
+    call as it was, runner and all."""
+    return replace(call, argv=(*device.runner_prefix, f"{release.dir}/bin/{PEAKRSS}", *call.argv))
+
+
 def run_logged(transport: Transport, call: Invocation, logs: Path, stem: str, *, timeout: float | None, on_stderr: ByteSink | None = None) -> bytes:
     """Run ``call``, keeping its stderr in ``logs/STEM.stderr.log`` (as it comes) and its stdout in
     ``logs/STEM.json``; returns stdout. A failure is CommandFailed naming the log."""
@@ -147,7 +165,7 @@ def run_logged(transport: Transport, call: Invocation, logs: Path, stem: str, *,
 
 
 def check_tool(transport: Transport, device: Device, release: Release, tool: str) -> None:
-    if transport.run(["test", "-x", f"{release.dir}/bin/{tool}"]).ok:
+    if has_tool(transport, release, tool):
         return
     listing = transport.run(["ls", f"{release.dir}/bin"])
     tools = " ".join(listing.text().split()) if listing.ok else "none"
@@ -172,6 +190,10 @@ def run_tool(
         log.warning("%s", warning)
     call = invocation(device, release, tool, args, env)
     check_tool(transport, device, release, tool)
+    if has_tool(transport, release, PEAKRSS):  # its last stderr line: the run's peak memory
+        call = under_peakrss(call, release, device)
+    else:
+        log.warning(NO_PEAKRSS, device.name, release.build_id, PEAKRSS)
     result = transport.run(call.argv, cwd=call.cwd, env=call.env, timeout=timeout, on_stdout=on_stdout, on_stderr=on_stderr)
     return result.returncode
 

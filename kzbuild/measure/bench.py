@@ -22,13 +22,27 @@ from typing import Any
 
 from kzbuild.adapters.settings import Settings
 from kzbuild.device.base import ByteSink, Transport, check_env_name
-from kzbuild.device.run import check_seconds, check_tool, current_release, env_warnings, invocation, run_logged
+from kzbuild.device.run import (
+    NO_PEAKRSS,
+    PEAKRSS,
+    check_seconds,
+    check_tool,
+    current_release,
+    env_warnings,
+    has_tool,
+    invocation,
+    run_logged,
+    under_peakrss,
+)
 from kzbuild.errors import BadRecord, ConfigError, DeviceError
+from kzbuild.measure.memory import check_recipe_formats, memory_of
 from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.stats import fresh_seed
 from kzbuild.model.bench import BENCH_OPTIONS, ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchPart, BenchPoint, BenchRun, BenchSpec, DeviceState, LlamaBenchTest, SweepAxis
 from kzbuild.model.device import Device
 from kzbuild.model.jsonfields import Fields, check_scalar, show, tool_json
+from kzbuild.model.memory import MemoryInfo
+from kzbuild.model.provenance import Provenance, toolchain_versions
 from kzbuild.model.result import MAX_SAMPLES, NOT_CONFIG_FIELDS, BenchRecord, BuildInfo, DeviceInfo, ModelInfo, SweepInfo, VariantInfo, bench_test_name
 from kzbuild.model.run import Release
 
@@ -217,8 +231,10 @@ def spec_env_names(spec: BenchSpec) -> dict[str, str]:
 
 
 def llama_bench_args(spec: BenchSpec, point: BenchPoint) -> list[str]:
+    """-o json, -v (its log then names the buffers it allocates, at model load and context
+    creation; in the timed loop it adds one line per repetition), -m, the options, the extras."""
     chosen = point.options(spec)
-    args = ["-o", "json", "-m", spec.model]
+    args = ["-o", "json", "-v", "-m", spec.model]
     for option in BENCH_OPTIONS:
         if option.name in chosen:
             args += [option.flag, chosen[option.name]]
@@ -324,9 +340,12 @@ def bench(
     check_spec(spec)
     release = release or current_release(transport, device)
     check_tool(transport, device, release, LLAMA_BENCH)
-    if part is None:  # an experiment warns once for all its turns
+    if part is None:  # an experiment warns (and checks the log formats) once for all its turns
         for warning in env_warnings(settings, release, spec_env_names(spec)):
             log.warning("%s", warning)
+        recipe = release.manifest.get("recipe")
+        check_recipe_formats(settings, recipe if isinstance(recipe, str) else None)
+    measured = memory_measured(transport, device, release, spec)
     model_hash = part.model_sha256 if part else model_sha256(transport, device, spec.model)
     seed, points = plan(spec)
     run_id = part.run_id if part else new_run_id(datetime.now(timezone.utc))
@@ -341,17 +360,39 @@ def bench(
             on_point(point)
         state = probe(transport)
         call = invocation(device, release, LLAMA_BENCH, llama_bench_args(spec, point), point.env(spec))
+        call = under_peakrss(call, release, device) if measured else call
         host_time = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        stdout = run_logged(transport, call, logs, f"{point.index:03d}", timeout=spec.timeout, on_stderr=on_stderr)
+        stem = f"{point.index:03d}"
+        stdout = run_logged(transport, call, logs, stem, timeout=spec.timeout, on_stderr=on_stderr)
+        stderr_log = logs / f"{stem}.stderr.log"
+        log_text = stderr_log.read_text(errors="replace")
+        limits = spec.memory_limits
+        memory = memory_of(log_text, source=str(stderr_log), measured=measured, limits=limits)
         made = [
             make_record(test, run_id=run_id, host_time=host_time, seq=first_seq + len(records) + position, release=release, device=device,
                         state=state, spec=spec, model_hash=model_hash, argv=call.argv, env=call.env, cwd=call.cwd, point=point, seed=seed,
-                        variant=part.variant if part else None)
+                        variant=part.variant if part else None, memory=memory)
             for position, test in enumerate(parse_llama_bench_json(stdout, source=str(logs / f"{point.index:03d}.json")))
         ]  # fmt: skip
         store.add(made)
         records += made
     return BenchRun(run_id=run_id, seed=seed, records=tuple(records), logs=logs)
+
+
+def memory_measured(transport: Transport, device: Device, release: Release,
+                    spec: BenchSpec) -> bool:
+    """Whether the release's kz-peakrss can measure the runs' peak memory; without it a plan's
+    memory_budget cannot be checked (ConfigError), else the records carry no peak (a warning)."""
+    if has_tool(transport, release, PEAKRSS):
+        return True
+    if spec.memory_limits.budget_bytes is not None:
+        raise ConfigError(
+            f"{device.name}: release {release.build_id} has no {PEAKRSS}, "
+            "so the plan's memory_budget cannot be checked",
+            hint=f"build with {PEAKRSS} in the recipe's build: tools: and deploy that build",
+        )
+    log.warning(NO_PEAKRSS, device.name, release.build_id, PEAKRSS)
+    return False
 
 
 def make_record(
@@ -371,7 +412,14 @@ def make_record(
     point: BenchPoint,
     seed: int,
     variant: VariantInfo | None = None,
+    memory: MemoryInfo | None = None,
 ) -> BenchRecord:
+    lock = release.manifest.get("lock_sha256")
+    provenance = Provenance(
+        lock_sha256=lock if isinstance(lock, str) else None,
+        toolchains=toolchain_versions(release.manifest),
+        build_id=release.build_id, model_sha256=model_hash, device=dict(state.fingerprint),
+    )  # fmt: skip
     return BenchRecord(
         run_id=run_id,
         kind="bench",
@@ -392,4 +440,6 @@ def make_record(
         sweep=SweepInfo(point=dict(point.values), seed=seed, index=point.index, total=point.total),
         raw=dict(test.raw),
         variant=variant,
+        memory=memory,
+        provenance=provenance,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from kzbuild.errors import ConfigError, ResultsError
 from kzbuild.model.result import BenchRecord, ComparedRow, Comparison, Group, Summary
@@ -40,6 +41,7 @@ def compare(
     b_label: str,
     metric: str | None = None,
     threshold_pct: float = 5.0,
+    memory_threshold_pct: float = 5.0,
 ) -> Comparison:
     """Pair the groups of A and B that ran the same test on the same device, model and env.
 
@@ -57,7 +59,8 @@ def compare(
     for group_a in groups_a:
         group_b = by_key_b.get(group_a.key)
         if group_b is not None:
-            rows.append(_compare_pair(group_a, group_b, threshold_pct))
+            row = _compare_pair(group_a, group_b, threshold_pct)
+            rows.append(_with_memory(row, memory_threshold_pct))
     if not rows:
         raise ResultsError(
             f"nothing in {a_label} is comparable with {b_label}: {explain_mismatch(a, b)}"
@@ -79,7 +82,21 @@ def compare(
         rows=tuple(rows),
         only_a=tuple(g for g in groups_a if g.key not in paired),
         only_b=tuple(g for g in groups_b if g.key not in paired),
+        memory_threshold_pct=memory_threshold_pct,
     )
+
+
+def _with_memory(row: ComparedRow, threshold_pct: float) -> ComparedRow:
+    """The row with B's median peak memory against A's: more memory past the threshold is a
+    regression."""
+    peak_a, peak_b = row.a.peak_kib, row.b.peak_kib
+    if not peak_a or peak_b is None:
+        return row
+    change = (peak_b - peak_a) / peak_a * 100.0
+    verdict = "same"
+    if abs(change) > threshold_pct:
+        verdict = "regression" if change > 0 else "improvement"
+    return replace(row, memory_change_pct=change, memory_verdict=verdict)
 
 
 def _compare_pair(a: Group, b: Group, threshold_pct: float) -> ComparedRow:

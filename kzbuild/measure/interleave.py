@@ -25,6 +25,7 @@ from kzbuild.device.devicelock import device_lock
 from kzbuild.device.run import check_seconds, env_warnings, release_named
 from kzbuild.errors import ConfigError, DeviceError
 from kzbuild.measure.bench import bench, check_spec, model_sha256, new_run_id, probe, spec_env_names
+from kzbuild.measure.memory import check_recipe_formats
 from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.stats import fresh_seed, interleaved_order
 from kzbuild.model.bench import BenchPart, BenchSpec
@@ -136,6 +137,8 @@ def run_interleaved(
         releases = {arm.name: release_named(transport, device, arm.release) for arm in arms}
         for warning in dict.fromkeys(w for release in releases.values() for w in env_warnings(settings, release, spec_env_names(spec))):
             log.warning("%s", warning)
+        for recipe in dict.fromkeys(r.manifest.get("recipe") for r in releases.values()):
+            check_recipe_formats(settings, recipe if isinstance(recipe, str) else None)
         model_hash = model_sha256(transport, device, spec.model)
         seed = fresh_seed(seed)
         if order is None:

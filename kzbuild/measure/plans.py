@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from kzbuild.adapters import yamlconf
@@ -27,11 +28,14 @@ from kzbuild.measure.interleave import MAX_BLOCKS, parse_temperature
 from kzbuild.model.bench import ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchSpec
 from kzbuild.model.device import Device
 from kzbuild.model.effect import MIN_EFFECT_PCT
-from kzbuild.model.plan import Plan, PlanAb, PlanModel, PlanRun
+from kzbuild.model.memory import MemoryLimits, parse_size
+from kzbuild.model.plan import Plan, PlanAb, PlanModel, PlanRun, PlanTurn
 
 log = logging.getLogger(__name__)
 
-PLAN_KEYS = ("description", "model", "device", "repetitions", "seed", "cooldown", "timeout", "env", "runs", "ab")
+PLAN_KEYS = ("description", "model", "device", "repetitions", "seed", "cooldown", "timeout", "env",
+             "runs", "ab", "memory_budget", "htp_session_limit", "turn")  # fmt: skip
+TURN_KEYS = ("prompt", "generate", "prefill", "decode")
 MODEL_KEYS = ("path", "name", "sha256")
 RUN_KEYS = ("name", "options", "env", "sweep", "args")
 AB_KEYS = (
@@ -54,6 +58,8 @@ def load_plan(path: Path) -> Plan:
     timeout = _seconds(doc, "timeout")
     common_env = _env(doc, "env")
     model = _model(doc)
+    budget, session = _size(doc, "memory_budget"), _size(doc, "htp_session_limit")
+    memory = MemoryLimits(budget_bytes=budget, htp_session_bytes=session)
     runs_list = doc.get_list("runs")
     if not runs_list:
         raise doc.error("runs", "a plan needs at least one run")
@@ -64,7 +70,7 @@ def load_plan(path: Path) -> Plan:
         run = _run(item, index, model.path, common_env, repetitions, seed, cooldown, timeout)
         if any(run.name == other.name for other in runs):
             raise item.error("name", f"run name '{run.name}' is used twice")
-        runs.append(run)
+        runs.append(replace(run, spec=replace(run.spec, memory_limits=memory)))
     return Plan(
         path=path,
         name=path.stem,
@@ -74,7 +80,51 @@ def load_plan(path: Path) -> Plan:
         runs=tuple(runs),
         ab=_ab(doc),
         seed=seed,
+        memory=memory,
+        turn=_turn(doc, runs),
     )
+
+
+def _size(doc: yamlconf.Mapping, key: str) -> int | None:
+    value = doc.get(key)
+    if value is None:
+        return None
+    size = parse_size(value) if isinstance(value, str) else None
+    if size is None:
+        raise doc.error(key, f"{value!r} is not a size such as 4GiB, 3.5GiB or 4096MiB",
+                        hint="KiB MiB GiB TiB count in 1024s, KB MB GB TB in 1000s")
+    return size
+
+
+def _turn(doc: yamlconf.Mapping, runs: list[PlanRun]) -> PlanTurn | None:
+    if doc.get("turn") is None:
+        return None
+    section = doc.get_mapping("turn")
+    section.check_keys(TURN_KEYS, required=TURN_KEYS, context="turn")
+    prompt, generate = _count(section, "prompt", minimum=1), _count(section, "generate", minimum=1)
+    if prompt is None or generate is None:
+        missing = "prompt" if prompt is None else "generate"
+        raise section.error(missing, "must be a whole number of tokens")
+    by_name = {run.name: run for run in runs}
+    names = {}
+    for key, option, tokens in (("prefill", "p", prompt), ("decode", "n", generate)):
+        name = _name(section, key)
+        if name not in by_name:
+            raise section.error(key, f"names no run of the plan (runs: {', '.join(by_name)})")
+        if str(tokens) not in run_values(by_name[name].spec, option):
+            what = "prompt" if key == "prefill" else "generate"
+            raise section.error(key, f"run '{name}' does not measure -{option} {tokens} "
+                                     f"(the turn's {what}); add it to its {option}")
+        names[key] = name
+    return PlanTurn(prompt, generate, prefill=names["prefill"], decode=names["decode"])
+
+
+def run_values(spec: BenchSpec, option: str) -> set[str]:
+    """The values a run gives llama-bench's ``option``: its fixed list or its sweep (ranges are
+    not expanded)."""
+    given = dict(spec.options).get(option)
+    swept = next((axis.values for axis in spec.sweep if axis.name == option), ())
+    return {item for value in ([given] if given else []) + list(swept) for item in value.split(",")}
 
 
 def _model(doc: yamlconf.Mapping) -> PlanModel:

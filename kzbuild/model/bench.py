@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kzbuild.model.memory import MemoryLimits
 from kzbuild.model.result import BenchRecord, VariantInfo
 
 ENV_AXIS_PREFIX = "env:"
@@ -57,6 +58,8 @@ class BenchSpec:
     seed: int | None = None  # randomizes the sweep order; None: a fresh seed, recorded
     cooldown: float = 0.0  # seconds between runs
     timeout: float | None = None  # per run
+    # a plan's memory_budget and htp_session_limit
+    memory_limits: MemoryLimits = field(default_factory=MemoryLimits)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from kzbuild.model.bench import BenchSpec
 from kzbuild.model.effect import MIN_EFFECT_PCT
+from kzbuild.model.memory import MemoryLimits
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,17 @@ class PlanAb:
 
 
 @dataclass(frozen=True)
+class PlanTurn:
+    """The team's turn: a prompt of ``prompt`` tokens prefilled with the run ``prefill``, then
+    ``generate`` tokens decoded with the run ``decode`` (runs of the plan)."""
+
+    prompt: int
+    generate: int
+    prefill: str
+    decode: str
+
+
+@dataclass(frozen=True)
 class Plan:
     path: Path
     name: str
@@ -46,3 +58,5 @@ class Plan:
     runs: tuple[PlanRun, ...]
     ab: PlanAb
     seed: int | None = None  # the sweep order of every run, and ab's interleaved order
+    memory: MemoryLimits = MemoryLimits()  # memory_budget, htp_session_limit (in each run too)
+    turn: PlanTurn | None = None

@@ -10,15 +10,18 @@ import dataclasses
 import hashlib
 import json
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypedDict, cast, get_args
+from typing import Any, Literal, TypedDict, TypeVar, cast, get_args
 
 from kzbuild.model.jsonfields import Fields, number_or_none
+from kzbuild.model.memory import MemoryInfo
+from kzbuild.model.provenance import Provenance
 from kzbuild.model.run import Release
 
 RecordKind = Literal["bench", "manual"]
+T = TypeVar("T")
 MAX_SAMPLES = 10_000  # repetitions of one test: more is junk, not a benchmark
 RELEASE_TOKEN = "{release}"  # stands for the release dir in env values, so builds compare
 
@@ -168,6 +171,8 @@ class BenchRecord:
     label: str = ""
     raw: Mapping[str, Any] = field(default_factory=dict)  # llama-bench's record as printed
     variant: VariantInfo | None = None  # set by interleaved experiments; absent from the stored form when None
+    memory: MemoryInfo | None = None  # peak memory and llama.cpp's buffers; absent when None
+    provenance: Provenance | None = None  # measured runs: the hash of every input; absent when None
 
     @property
     def record_id(self) -> str:
@@ -201,8 +206,14 @@ class BenchRecord:
         data["samples_ts"] = list(self.samples_ts)
         data["argv"] = list(self.argv)
         data["range_ts"] = list(self.range_ts) if self.range_ts else None
-        if self.variant is None:  # records from before variants existed keep their stored form and id
-            del data["variant"]
+        # records from before these fields existed keep their stored form and id
+        for optional in ("variant", "memory", "provenance"):
+            if getattr(self, optional) is None:
+                del data[optional]
+        if self.memory is not None:
+            data["memory"] = self.memory.to_dict()
+        if self.provenance is not None:
+            data["provenance"] = self.provenance.to_dict()
         return data
 
     @classmethod
@@ -231,6 +242,8 @@ class BenchRecord:
             label=fields.text("label", ""),
             raw=fields.json_map("raw", {}),
             variant=_variant(fields),
+            memory=_optional(fields, "memory", MemoryInfo.from_fields),
+            provenance=_optional(fields, "provenance", Provenance.from_fields),
         )  # fmt: skip
 
 
@@ -280,6 +293,10 @@ def run_fields(fields: Fields) -> RunFields:
         cwd=fields.text("cwd", ""),
         conditions=fields.json_map("conditions", {}),
     )  # fmt: skip
+
+
+def _optional(fields: Fields, key: str, read: Callable[[Fields], T]) -> T | None:
+    return None if fields.data.get(key) is None else read(fields.object(key))
 
 
 def _variant(fields: Fields) -> VariantInfo | None:
@@ -356,6 +373,14 @@ class Group:
         samples = [s for r in self.records for s in r.samples_ts]
         return summarize(samples or [r.avg_ts for r in self.records if r.avg_ts is not None])
 
+    @property
+    def peak_kib(self) -> float | None:
+        """The median peak resident memory of the records' processes (KiB); None when none was
+        measured."""
+        measured = [r.memory for r in self.records if r.memory]
+        peaks = [m.peak_rss_kib for m in measured if m.peak_rss_kib is not None]
+        return statistics.median(peaks) if peaks else None
+
 
 @dataclass(frozen=True)
 class ComparedRow:
@@ -363,6 +388,8 @@ class ComparedRow:
     b: Group
     change_pct: float | None
     verdict: str  # regression, improvement, same, n/a
+    memory_change_pct: float | None = None  # of the median peak memory, B against A
+    memory_verdict: str = "n/a"  # regression (more memory past the threshold), improvement, ...
 
 
 @dataclass(frozen=True)
@@ -375,10 +402,15 @@ class Comparison:
     only_a: tuple[Group, ...]
     only_b: tuple[Group, ...]
 
+    memory_threshold_pct: float = 5.0
+
     @property
     def regressions(self) -> tuple[ComparedRow, ...]:
         return tuple(row for row in self.rows if row.verdict == "regression")
 
+    @property
+    def memory_regressions(self) -> tuple[ComparedRow, ...]:
+        return tuple(row for row in self.rows if row.memory_verdict == "regression")
 
 @dataclass(frozen=True)
 class StoredLine:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
+import shutil
 import stat
+import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -14,6 +19,19 @@ from kzbuild.model.result import BenchRecord, BuildInfo, DeviceInfo, ModelInfo, 
 
 DATA = Path(__file__).parent / "data"
 CAPTURED_JSON = DATA / "llama-bench-0c1e570-cpu.json"  # real llama-bench -o json output (host build at the pin)
+# real llama-bench -v stderr (host build at the pin, tiny qwen35 Q4_0, -p 16 -n 4 -r 2 -t 1)
+CAPTURED_LOG = DATA / "llama-bench-0c1e570-cpu-v.stderr.log"
+PEAKRSS_SOURCE = Path(__file__).parents[2] / "kernels" / "peakrss" / "kz-peakrss.c"
+
+
+@functools.cache
+def peakrss_binary() -> Path:
+    """kz-peakrss compiled for this host from kernels/peakrss/ (once per test process)."""
+    folder = Path(tempfile.mkdtemp(prefix="kz-peakrss-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    out = folder / "kz-peakrss"
+    subprocess.run(["cc", "-O2", "-o", str(out), str(PEAKRSS_SOURCE)], check=True)
+    return out
 
 
 @dataclass
@@ -44,10 +62,25 @@ class DeviceRoot:
         return path
 
 
-def make_device_root(root: Path, build_id: str = "b0000000000000001", manifest: dict[str, object] | None = None) -> DeviceRoot:
+def total_kib() -> int:
+    """This machine's memory (MemTotal of /proc/meminfo), KiB."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1])
+    raise AssertionError("no MemTotal in /proc/meminfo")
+
+
+def make_device_root(
+    root: Path, build_id: str = "b0000000000000001", manifest: dict[str, object] | None = None,
+    *, peakrss: bool = True,
+) -> DeviceRoot:  # fmt: skip
+    """``peakrss``: the release has kz-peakrss (real, built for this host), as the project's
+    recipes build it."""
     device = DeviceRoot(root, build_id)
     for sub in ("bin", "lib"):
         (device.release / sub).mkdir(parents=True)
+    if peakrss:
+        shutil.copy2(peakrss_binary(), device.release / "bin" / "kz-peakrss")
     if manifest is not None:
         (device.release / "manifest.json").write_text(json.dumps(manifest))
     os.symlink(f"releases/{build_id}", root / "current")
@@ -109,6 +142,8 @@ with open("received.jsonl", "a") as out:
 if os.environ.get("KZ_T_FAIL") == "1":
     sys.stderr.write("replay: failing as asked\\n")
     sys.exit(3)
+if "-v" in sys.argv:
+    sys.stderr.write(open({str(CAPTURED_LOG)!r}).read())
 sys.stdout.write(open({str(CAPTURED_JSON)!r}).read())
 """
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -18,7 +19,7 @@ from kzbuild.model.bench import BenchPoint, BenchSpec, SweepAxis
 from kzbuild.model.device import Device
 from kzbuild.model.run import Release
 from kzbuild.model.sync import Lock
-from tests.bench.benchkit import CAPTURED_JSON, REPLAY_LLAMA_BENCH, exported, flat
+from tests.bench.benchkit import CAPTURED_JSON, CAPTURED_LOG, REPLAY_LLAMA_BENCH, exported, flat
 from tests.conftest import GIT_ENV, git
 
 MODEL_BYTES = b"GGUF tiny stand-in model bytes"
@@ -101,7 +102,9 @@ def test_probe_of_an_android_device_keeps_fingerprint_soc_and_battery():
 def test_only_the_given_options_reach_llama_bench():
     spec = BenchSpec(model="models/m.gguf", options=(("t", "8"), ("p", "512")), extra_args=("-fa", "1"))
     point = BenchPoint(0, 1, (("ngl", "99"), ("env:GGML_HEXAGON_GDN_SELECT", "2")))
-    assert bench.llama_bench_args(spec, point) == ["-o", "json", "-m", "models/m.gguf", "-p", "512", "-ngl", "99", "-t", "8", "-fa", "1"]
+    assert bench.llama_bench_args(spec, point) == [
+        "-o", "json", "-v", "-m", "models/m.gguf", "-p", "512", "-ngl", "99", "-t", "8", "-fa", "1",
+    ]  # fmt: skip
     assert point.env(BenchSpec(model="m", env=(("A", "1"),))) == {"A": "1", "GGML_HEXAGON_GDN_SELECT": "2"}
 
 
@@ -186,13 +189,16 @@ def test_bench_stores_records_with_full_provenance(kz, project, bench_root):
     calls = received(bench_root)
     order = [p.values for p in bench.plan(BenchSpec(model="m", sweep=(SweepAxis("ngl", ("0", "99")),), seed=5))[1]]
     assert [call["argv"] for call in calls] == [
-        ["-o", "json", "-m", "models/tiny.gguf", "-ngl", dict(values)["ngl"], "-t", "1", "-r", "3", "-fa", "1"] for values in order
+        ["-o", "json", "-v", "-m", "models/tiny.gguf", "-ngl", dict(values)["ngl"], "-t", "1",
+         "-r", "3", "-fa", "1"]
+        for values in order
     ]
     assert all(call["env"] == {"KZ_T_MODE": "ADD|SUB"} for call in calls)
 
     first = out["records"][0]
     lib = f"{bench_root.release}/lib"
-    assert first["argv"] == [f"{bench_root.release}/bin/llama-bench", *calls[0]["argv"]]
+    tools = [f"{bench_root.release}/bin/kz-peakrss", f"{bench_root.release}/bin/llama-bench"]
+    assert first["argv"] == [*tools, *calls[0]["argv"]]
     assert first["env"] == {"LD_LIBRARY_PATH": lib, "ADSP_LIBRARY_PATH": lib, "KZ_T_MODE": "ADD|SUB"}
     assert first["cwd"] == str(bench_root.root)
     assert first["build"]["build_id"] == bench_root.build_id
@@ -205,7 +211,18 @@ def test_bench_stores_records_with_full_provenance(kz, project, bench_root):
     assert first["sweep"] == {"point": {"ngl": dict(order[0])["ngl"]}, "seed": 5, "index": 0, "total": 2}
 
     logs = Path(out["logs"])
-    assert (logs / "000.stderr.log").read_text() == "replay: loading model\n"
+    log_text = (logs / "000.stderr.log").read_text()
+    replayed = CAPTURED_LOG.read_text()
+    assert log_text.startswith("replay: loading model\n" + replayed)
+    assert log_text.count("\n") == replayed.count("\n") + 2
+    last = log_text.splitlines()[-1]
+    assert re.fullmatch(r"kz-peakrss: format 1 peak_rss_kib \d+ status 0", last)
+    # the record's provenance: every part, and its id the hash of them
+    provenance = first["provenance"]
+    assert provenance["build_id"] == bench_root.build_id and provenance["lock_sha256"] == "0" * 64
+    assert provenance["model_sha256"] == first["model"]["sha256"]
+    assert provenance["device"] == first["device"]["fingerprint"]
+    assert len(provenance["id"]) == 16 and len({r["provenance"]["id"] for r in out["records"]}) == 1
     assert json.loads((logs / "000.json").read_text()) == json.loads(CAPTURED_JSON.read_text())
     with ResultsStore(project.root / "results") as store:
         assert len(store.records(out["run_id"])) == 4

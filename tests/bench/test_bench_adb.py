@@ -12,7 +12,15 @@ import pytest
 
 from tests.adbdevice import AdbTestDevice
 from tests.adbdevice.fs import DEFAULT_PROPS
-from tests.bench.benchkit import REPLAY_LLAMA_BENCH, SHOW_ARGS, TRICKY, DeviceRoot, env_options, make_device_root
+from tests.bench.benchkit import (
+    REPLAY_LLAMA_BENCH,
+    SHOW_ARGS,
+    TRICKY,
+    DeviceRoot,
+    env_options,
+    make_device_root,
+    total_kib,
+)
 
 ROOT = "/data/local/tmp/kz-engine"
 
@@ -62,9 +70,17 @@ def test_bench_over_adb_records_the_android_fingerprint(kz, tablet):
         "android.soc_model": DEFAULT_PROPS["ro.soc.model"],
     }
     assert first["build"]["build_id"] == "b-adb" and first["build"]["release_dir"] == f"{ROOT}/releases/b-adb"
-    assert first["argv"][0] == f"{ROOT}/releases/b-adb/bin/llama-bench"
+    tools = [f"{ROOT}/releases/b-adb/bin/kz-peakrss", f"{ROOT}/releases/b-adb/bin/llama-bench"]
+    assert first["argv"][:2] == tools
     assert first["env"]["LD_LIBRARY_PATH"] == f"{ROOT}/releases/b-adb/lib"
     received = [json.loads(line) for line in (release.root / "received.jsonl").read_text().splitlines()]
     assert sorted(call["env"]["GGML_HEXAGON_GDN_SELECT"] for call in received) == ["1", "2"]
     assert all(call["env"]["GGML_HEXAGON_OPFILTER"] == "ADD|SUB" for call in received)
-    assert all(call["argv"] == ["-o", "json", "-m", "models/q.gguf", "-t", "4"] for call in received)
+    wanted = ["-o", "json", "-v", "-m", "models/q.gguf", "-t", "4"]
+    assert all(call["argv"] == wanted for call in received)
+    # measured under the device's mksh and toybox by kz-peakrss: the replaying python's peak
+    # (well above 1 MiB, far below the machine's total); buffers from the replayed real log
+    for item in records:
+        assert 1024 < item["memory"]["peak_rss_kib"] < total_kib()
+        buffers = item["memory"]["buffers"]
+        assert ["CPU_REPACK", "model", 0.09] in buffers and ["CPU", "compute", 0.06] in buffers

@@ -66,7 +66,9 @@ def test_bench_runs_the_real_llama_bench_and_stores_its_samples(kz, project, rea
     for record in records:
         assert len(record["samples_ts"]) == 2 and all(s > 0 for s in record["samples_ts"])
         assert record["raw"]["build_commit"] and record["raw"]["backends"]
-        assert record["argv"][0] == f"{real_release.release}/bin/llama-bench"
+        bin_dir = f"{real_release.release}/bin"
+        assert record["argv"][:2] == [f"{bin_dir}/kz-peakrss", f"{bin_dir}/llama-bench"]
+        assert record["memory"]["peak_rss_kib"] > 0
         assert record["build"]["build_id"] == real_release.build_id and record["build"]["recipe"] == "demo-host"
         assert record["build"]["manifest_sha256"] == real_release.manifest_sha256
         assert record["model"]["sha256"] == real_release.model_sha256

@@ -53,7 +53,9 @@ def test_every_block_runs_every_variant_once_in_the_seeded_order_from_its_own_re
         records = run.records[name]
         assert len(records) == 8 and {r.build.build_id for r in records} == {build}
         assert {r.build.release_dir for r in records} == {f"{device_root.root}/releases/{build}"}
-        assert {r.argv[0] for r in records} == {f"{device_root.root}/releases/{build}/bin/llama-bench"}
+        bin_dir = f"{device_root.root}/releases/{build}/bin"
+        wrapped = (f"{bin_dir}/kz-peakrss", f"{bin_dir}/llama-bench")
+        assert {r.argv[:2] for r in records} == {wrapped}
         assert sorted(r.variant.block for r in records if r.test == "pp32") == [0, 1, 2, 3]
         assert {(r.variant.seed, r.variant.blocks, r.variant.start_c) for r in records} == {(7, 4, None)}
     assert [r.seq for r in stored] == list(range(16))

@@ -177,7 +177,9 @@ def test_compare_markdown_table(kz, project):
     result = kz("results", "compare", "r1", "r2", "--markdown")
     assert result.code == 0, result.err
     lines = result.out.splitlines()
-    assert "| test | device | config | env | A median | A spread | B median | B spread | change | verdict |" in lines
+    speed = "| test | device | config | env | A median | A spread | B median | B spread |"
+    memory = " A peak MiB | B peak MiB | memory | memory verdict |"
+    assert speed + " change | verdict |" + memory in lines
     assert any(line.startswith("| pp512 | pad3 | t=8 ngl=99 b=512 |") and "+20.0% | improvement |" in line for line in lines)
 
 
@@ -234,7 +236,8 @@ def test_show_and_latest(kz, project):
     result = kz("results", "show", "latest", "--markdown")
     assert result.code == 0, result.err
     row = next(line for line in result.out.splitlines() if line.startswith("| pp512"))
-    assert "| 2.00 | t/s | 150.0% (n=3) ! |" in row  # median 2, spread (4-1)/2, flagged as noisy
+    # median 2, spread (4-1)/2, flagged as noisy; no memory measured
+    assert "| 2.00 | t/s | 150.0% (n=3) ! | - | - |  |" in row
     assert json.loads(kz("results", "show", "latest", "--json").out)[0]["run_id"] == "r2"
 
 

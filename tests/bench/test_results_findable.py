@@ -78,8 +78,8 @@ def test_spread_is_explained_and_rows_above_the_noise_threshold_are_flagged(kz, 
     result = kz("results", "show", "r1", "--markdown")
     assert result.code == 0, result.err
     rows = {line.split("|")[1].strip(): line for line in result.out.splitlines() if line.startswith("| pp") or line.startswith("| tg")}
-    assert rows["pp512"].endswith("| 21.0% (n=3) ! |")  # (120 - 99) / 100
-    assert rows["tg128"].endswith("| 1.0% (n=3) |")
+    assert rows["pp512"].endswith("| 21.0% (n=3) ! | - | - |  |")  # (120 - 99) / 100
+    assert rows["tg128"].endswith("| 1.0% (n=3) | - | - |  |")
     out = flat(result.out)
     assert "spread: (max - min) of the samples as % of their median; n: samples" in out
     assert "!: 1 spread(s) above 5%: too noisy to trust small differences; raise -r (more repetitions) or add --cooldown SECONDS between runs" in out
