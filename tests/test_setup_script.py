@@ -1,4 +1,4 @@
-"""scripts/setup is quiet unless a step fails; then it prints that step and its whole output."""
+"""scripts/setup says each step in one line; a step's own output shows only when it fails."""
 
 from __future__ import annotations
 
@@ -27,16 +27,20 @@ def run_setup(tmp_path: Path, pip_script: str) -> subprocess.CompletedProcess[st
     return subprocess.run(["bash", str(tmp_path / "scripts" / "setup")], env=env, capture_output=True, text=True, timeout=60)
 
 
-def test_setup_prints_nothing_when_every_step_succeeds(tmp_path):
+def test_setup_says_each_step_and_nothing_of_their_output_when_every_step_succeeds(tmp_path):
     ran = run_setup(tmp_path, "echo 'Collecting typer'\necho 'WARNING: Location ignored' >&2\n")
-    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "", "")
+    assert (ran.returncode, ran.stdout) == (0, "")
+    lines = ran.stderr.splitlines()
+    assert all(line.startswith("setup: ") for line in lines), lines
+    assert [line.split(":")[1].strip() for line in lines] == ["apt", "venv", "pip", "done"]
+    assert "Collecting" not in ran.stderr and "WARNING" not in ran.stderr
 
 
 def test_setup_prints_the_failing_step_and_its_output(tmp_path):
     ran = run_setup(tmp_path, "echo 'Collecting nosuchpkg'\necho 'ERROR: No matching distribution found for nosuchpkg' >&2\nexit 1\n")
     assert ran.returncode == 1 and ran.stdout == ""
     venv_python = tmp_path / "venv" / "bin" / "python"
-    assert ran.stderr.splitlines() == [
+    assert [line for line in ran.stderr.splitlines() if not line.startswith("setup: ")] == [
         f"scripts/setup: this step failed: {venv_python} -m pip install -q --disable-pip-version-check -e .[test]",
         "Collecting nosuchpkg",
         "ERROR: No matching distribution found for nosuchpkg",

@@ -184,13 +184,18 @@ def not_empty(value: str | None) -> str | None:
 
 
 class _RichHandlerOnFirstRecord(logging.Handler):
-    """rich's log handler, made for the first record that passes the level (rich costs ~25 ms of imports)."""
+    """rich's log handler on a terminal, made for the first record that passes the level (rich
+    costs ~25 ms of imports); in a log or a pipe, plain "LEVEL message" lines: rich's handler
+    would pad every record to the console's width, which there has no bound."""
 
     def __init__(self) -> None:
         super().__init__()
         self._handler: logging.Handler | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
+        if self._handler is None and not sys.stderr.isatty():
+            self._handler = logging.StreamHandler(sys.stderr)
+            self._handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
         if self._handler is None:
             from rich.logging import RichHandler
 
