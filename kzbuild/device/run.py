@@ -128,9 +128,11 @@ def invocation(device: Device, release: Release, tool: str, args: Sequence[str],
     )
 
 
-def run_logged(transport: Transport, call: Invocation, logs: Path, stem: str, *, timeout: float | None, on_stderr: ByteSink | None = None) -> bytes:
+def run_logged(
+    transport: Transport, call: Invocation, logs: Path, stem: str, *, timeout: float | None, on_stderr: ByteSink | None = None, out_suffix: str = ".json"
+) -> bytes:
     """Run ``call``, keeping its stderr in ``logs/STEM.stderr.log`` (as it comes) and its stdout in
-    ``logs/STEM.json``; returns stdout. A failure is CommandFailed naming the log."""
+    ``logs/STEM`` + ``out_suffix``; returns stdout. A failure is CommandFailed naming the log."""
     stderr_log = logs / f"{stem}.stderr.log"
     with open(stderr_log, "wb") as sink:
 
@@ -140,7 +142,7 @@ def run_logged(transport: Transport, call: Invocation, logs: Path, stem: str, *,
                 on_stderr(chunk)
 
         result = transport.run(call.argv, cwd=call.cwd, env=call.env, timeout=timeout, on_stderr=tee)
-    (logs / f"{stem}.json").write_bytes(result.stdout)
+    (logs / f"{stem}{out_suffix}").write_bytes(result.stdout)
     if not result.ok:
         raise CommandFailed(call.argv, result.returncode, stderr_log.read_text(errors="replace")[-4000:], hint=f"full log: {stderr_log}")
     return result.stdout

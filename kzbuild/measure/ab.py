@@ -36,6 +36,7 @@ from kzbuild.device.base import ByteSink, Transport
 from kzbuild.device.deploy import deploy
 from kzbuild.device.store import ProgressCallback
 from kzbuild.errors import ConfigError, PatchError
+from kzbuild.measure import quality
 from kzbuild.measure.bench import check_spec
 from kzbuild.measure.interleave import check_cooling, run_interleaved, thermal_zones
 from kzbuild.measure.results import ResultsStore, describe_config, describe_env, varying_env
@@ -47,6 +48,7 @@ from kzbuild.model.build import BuildEvent, BuildOptions
 from kzbuild.model.device import Device
 from kzbuild.model.interleave import Arm, Cooling, Turn
 from kzbuild.model.patch import Expectation, Patch
+from kzbuild.model.quality import QualitySpec
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.result import BenchRecord
 from kzbuild.source.stack.check import load_patches
@@ -327,6 +329,8 @@ def run_ab(
     on_turn: Callable[[str, Turn], None] | None = None,
     on_stderr: ByteSink | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    quality_spec: QualitySpec | None = None,
+    on_quality: Callable[[str], None] | None = None,
 ) -> AbResult:
     """Build and deploy the variants, bench each spec in interleaved blocks (one experiment per
     spec, all with one seed), and report what each patch buys and which Kz-Expect it contradicts."""
@@ -336,7 +340,11 @@ def run_ab(
     if cooling is not None:
         check_cooling(cooling)
         thermal_zones(transport, device, cooling)  # a device without them fails before any build
+    if quality_spec is not None and selection and quality_spec.reference not in selection:
+        selection = (*selection, quality_spec.reference)  # the variant whose logits are the base
     built = build_variants(settings, recipe, target, environ=environ, selection=selection, options=options, progress=on_build)
+    if quality_spec is not None:  # before any run: a tree that prints other statistics is refused, not misread
+        quality.check_worktree_formats(replace(settings, work=ab_work(settings, recipe)).worktree(recipe.name))
     variants = deploy_variants(transport, device, built, wait=wait, on_progress=on_deploy)
     arms = [Arm(v.spec.name, v.release) for v in variants if v.release is not None]
     if len(arms) < 2:
@@ -361,7 +369,8 @@ def run_ab(
             records[variant] += found
     measured = effects(records, [v.spec for v in variants if v.release is not None], seed=seed)
     checks = check_expectations(expected, measured, device.name)
+    judged = quality.check_ab(settings, transport, device, variants, quality_spec, specs[0][1].model, on_variant=on_quality) if quality_spec else ((), ())
     return AbResult(
         recipe=recipe.name, device=device.name, target=target, seed=seed, variants=tuple(variants), runs=tuple(runs),
-        effects=tuple(measured), checks=tuple(checks),
+        effects=tuple(measured), checks=tuple(checks), quality=judged[0], patch_quality=judged[1],
     )  # fmt: skip

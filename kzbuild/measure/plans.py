@@ -18,13 +18,15 @@ from kzbuild.device.run import check_seconds
 from kzbuild.errors import ConfigError
 from kzbuild.measure.bench import check_spec, model_sha256, option_value_problem, parse_sweep
 from kzbuild.measure.interleave import MAX_BLOCKS, parse_temperature
+from kzbuild.measure.quality import parse_plan_quality
 from kzbuild.model.bench import ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchSpec
 from kzbuild.model.device import Device
 from kzbuild.model.plan import Plan, PlanAb, PlanModel, PlanRun
+from kzbuild.model.quality import QualitySpec
 
 log = logging.getLogger(__name__)
 
-PLAN_KEYS = ("description", "model", "device", "repetitions", "seed", "cooldown", "timeout", "env", "runs", "ab")
+PLAN_KEYS = ("description", "model", "device", "repetitions", "seed", "cooldown", "timeout", "env", "runs", "ab", "quality")
 MODEL_KEYS = ("path", "name", "sha256")
 RUN_KEYS = ("name", "options", "env", "sweep", "args")
 AB_KEYS = ("variants", "blocks", "cool_to", "cool_wait", "cool_zones")
@@ -64,6 +66,7 @@ def load_plan(path: Path) -> Plan:
         runs=tuple(runs),
         ab=_ab(doc),
         seed=seed,
+        quality=_quality(doc),
     )
 
 
@@ -129,6 +132,13 @@ def _run(item: yamlconf.Mapping, index: int, model: str, common_env: dict[str, s
         key = next((a.name for a in axes if a.name in exc.message or (a.env_name or "") in exc.message), None)
         raise (sweep_section if key else item).error(key or "args", exc.message, hint=exc.hint) from None
     return PlanRun(name=name, spec=spec)
+
+
+def _quality(doc: yamlconf.Mapping) -> QualitySpec | None:
+    if doc.get("quality") is None:
+        return None
+    section = doc.get_mapping("quality")
+    return parse_plan_quality(section, _env(section, "env"))
 
 
 def _env(section: yamlconf.Mapping, key: str) -> dict[str, str]:

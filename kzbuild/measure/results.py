@@ -402,6 +402,20 @@ def append_line(path: Path, text: str) -> None:
         os.close(fd)
 
 
+def append_to_jsonl(folder: Path, name: str, stored: str, *, what: str) -> None:
+    """Append one checked line (:func:`checked_line`) to ``folder/name``, under the folder's lock
+    ``.<stem>.lock``; never glued onto a line a killed writer left unterminated."""
+    path = folder / name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"results folder {folder} cannot be made: {exc.strerror}") from None
+    with locked(folder / f".{path.stem}.lock", what=f"{what} {path}"):
+        if path.is_file() and not ends_with_newline(path):
+            append_line(path, "\n")
+        append_line(path, stored + "\n")
+
+
 def ends_with_newline(path: Path) -> bool:
     with open(path, "rb") as file:
         size = file.seek(0, os.SEEK_END)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kzbuild.model.bench import BenchSpec
+from kzbuild.model.quality import QualitySpec
 
 
 @dataclass(frozen=True)
@@ -42,3 +43,4 @@ class Plan:
     runs: tuple[PlanRun, ...]
     ab: PlanAb
     seed: int | None = None  # the sweep order of every run, and ab's interleaved order
+    quality: QualitySpec | None = None  # kzbuild ab checks each variant's output (quality:)
