@@ -14,10 +14,10 @@ from kzbuild.errors import BadRecord, ConfigError, OutputFormatChanged, ResultsE
 from kzbuild.measure import plans
 from kzbuild.measure.quality import (
     EXPECTED_FORMATS,
-    QualityStore,
     check_tree_formats,
     parse_kld_output,
     patch_quality,
+    quality_store,
 )
 from kzbuild.model.quality import (
     CorpusInfo,
@@ -237,7 +237,7 @@ def test_verdicts_per_variant_and_per_patch():
 
 
 def test_quality_records_are_stored_and_read_back(tmp_path):
-    store = QualityStore(tmp_path / "results")
+    store = quality_store(tmp_path / "results")
     first = record("full", -0.000001, 100, QualityLimits(max_kld=0.01))
     store.add(first)
     store.add(record("upstream", 0.02, 100, QualityLimits(max_kld=0.01)))

@@ -46,6 +46,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("kzbuild.cli.bench", "Run llama-bench -o json on the device and store one record per test with its provenance."),
     "ab": ("kzbuild.cli.ab", "Measure what each patch buys: the full stack against the stack without each live patch, and bare upstream."),
     "results": ("kzbuild.cli.results", "Stored benchmark results: list, show, compare, plot, import the seed figures."),
+    "check": ("kzbuild.cli.check", "Run the Kz-Device-Test checks of the recipe's patches on the device; store each result with its provenance."),
     "profile": ("kzbuild.cli.profile", "Where prefill and decode time goes: per op type its count, time, share of the graph time and the backend it ran on."),
 }
 

@@ -170,12 +170,29 @@ def run_tool(
 ) -> int:
     """Run ``tool`` of the current release, streaming its output; returns its exit code."""
     release = current_release(transport, device)
+    return run_in_release(settings, transport, device, release, tool, args, env=env, timeout=timeout, on_stdout=on_stdout, on_stderr=on_stderr)[1]
+
+
+def run_in_release(
+    settings: Settings,
+    transport: Transport,
+    device: Device,
+    release: Release,
+    tool: str,
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    timeout: float | None = None,
+    on_stdout: ByteSink,
+    on_stderr: ByteSink,
+) -> tuple[Invocation, int]:
+    """Run ``tool`` of ``release``, streaming its output; returns what ran and its exit code."""
     for warning in env_warnings(settings, release, env):
         log.warning("%s", warning)
     call = invocation(device, release, tool, args, env)
     check_tool(transport, device, release, tool)
     result = transport.run(call.argv, cwd=call.cwd, env=call.env, timeout=timeout, on_stdout=on_stdout, on_stderr=on_stderr)
-    return result.returncode
+    return call, result.returncode
 
 
 # --- env names the pinned tree reads ---

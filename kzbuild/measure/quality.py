@@ -31,7 +31,7 @@ from kzbuild.device.base import ByteSink, Transport
 from kzbuild.device.run import check_tool, invocation, release_named, run_logged
 from kzbuild.errors import BadRecord, ConfigError, OutputFormatChanged, ResultsError
 from kzbuild.measure.bench import model_sha256, new_run_id, probe
-from kzbuild.measure.results import append_to_jsonl, checked_line, jsonl_objects
+from kzbuild.measure.results import JsonlStore
 from kzbuild.model.ab import FULL, VariantBuild
 from kzbuild.model.device import Device
 from kzbuild.model.quality import (
@@ -392,7 +392,7 @@ def check_variants(
     releases: Mapping[str, str],
     spec: QualitySpec,
     model_path: str,
-    store: QualityStore,
+    store: JsonlStore[QualityRecord],
     logs_root: Path,
     *,
     on_variant: Callable[[str], None] | None = None,
@@ -462,7 +462,7 @@ def check_ab(
         releases,
         spec,
         model_path,
-        QualityStore(settings.results),
+        quality_store(settings.results),
         settings.work / "quality",
         on_variant=on_variant,
     )
@@ -562,22 +562,6 @@ def markdown(records: Sequence[QualityRecord], patches: Sequence[PatchQuality]) 
 
 
 # --- storage ---
-class QualityStore:
+def quality_store(folder: Path) -> JsonlStore[QualityRecord]:
     """``results/quality.jsonl``: one quality record per line, beside the bench records."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.path = folder / QUALITY_FILE
-
-    def add(self, record: QualityRecord) -> None:
-        stored = checked_line(
-            record, QualityRecord.from_dict, f"quality record {record.run_id!r} {record.variant!r}"
-        )
-        append_to_jsonl(self.folder, QUALITY_FILE, stored, what="quality records")
-
-    def records(self) -> list[QualityRecord]:
-        if not self.path.exists():
-            return []
-        return [
-            QualityRecord.from_dict(data, where=where) for where, data in jsonl_objects(self.path)
-        ]
+    return JsonlStore(folder, QUALITY_FILE, QualityRecord.from_dict, "quality record")

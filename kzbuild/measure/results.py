@@ -21,7 +21,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from kzbuild.adapters import yamlconf
 from kzbuild.adapters.filelock import locked
@@ -414,6 +414,23 @@ def append_to_jsonl(folder: Path, name: str, stored: str, *, what: str) -> None:
         if path.is_file() and not ends_with_newline(path):
             append_line(path, "\n")
         append_line(path, stored + "\n")
+
+
+class JsonlStore(Generic[StorableT]):
+    """``folder/name``: one checked record per line (quality records, device checks), appended under
+    the folder's lock; ``read`` is the record type's from_dict."""
+
+    def __init__(self, folder: Path, name: str, read: Callable[[object, str], StorableT], what: str) -> None:
+        self.folder, self.name, self.read, self.what = folder, name, read, what
+        self.path = folder / name
+
+    def add(self, record: StorableT) -> None:
+        append_to_jsonl(self.folder, self.name, checked_line(record, self.read, f"a {self.what}"), what=f"{self.what}s")
+
+    def records(self) -> list[StorableT]:
+        if not self.path.exists():
+            return []
+        return [self.read(data, where) for where, data in jsonl_objects(self.path)]
 
 
 def ends_with_newline(path: Path) -> bool:

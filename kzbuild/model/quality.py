@@ -202,26 +202,3 @@ class PatchQuality:
     @property
     def kld_added(self) -> float:
         return self.full.stats.kld_mean - self.without.stats.kld_mean
-
-
-@dataclass(frozen=True)
-class DeviceTestResult:
-    """One ``Kz-Device-Test`` of a patch, run on a device (``kzbuild check RECIPE --device D``)."""
-
-    run_id: str
-    host_time: str
-    recipe: str
-    patch: str
-    command: str  # as the trailer gives it
-    build: BuildInfo
-    device: DeviceInfo
-    argv: tuple[str, ...]
-    env: Mapping[str, str]
-    returncode: int
-    passed: bool
-    log: str  # the folder with its stdout and stderr
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["argv"] = list(self.argv)
-        return data

@@ -8,7 +8,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from kzbuild.measure.quality import CORPORA, QualityStore
+from kzbuild.measure.quality import CORPORA, quality_store
 from tests.ab.conftest import LOGIT, SPEED
 from tests.ab.test_ab_tiny import TRAILERS
 from tests.fixtures_build import Tiny
@@ -104,7 +104,7 @@ def test_ab_reports_the_speed_patch_right_and_the_perturbing_patch_wrong_and_exi
     assert not list(
         (device_root / "quality").glob("*.kld")
     )  # the reference logits are removed after the run
-    stored = QualityStore(quality_tiny.project.root / "results").records()
+    stored = quality_store(quality_tiny.project.root / "results").records()
     assert {(r.variant, r.verdict) for r in stored} == {
         (name, r["verdict"]) for name, r in records.items()
     }
@@ -132,7 +132,7 @@ def test_ab_reports_the_speed_patch_right_and_the_perturbing_patch_wrong_and_exi
         "WRONG" in text and "right" in text and "perturb.patch: the stack is wrong with it" in text
     )
     assert {r["variant"] for r in report["quality"]} <= {
-        r.variant for r in QualityStore(quality_tiny.project.root / "results").records()
+        r.variant for r in quality_store(quality_tiny.project.root / "results").records()
     }
 
 
