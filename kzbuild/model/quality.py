@@ -170,6 +170,13 @@ class QualityRecord:
         )
 
 
+def describe_output(record: QualityRecord) -> str:
+    """One line: the figures and the verdict (with what broke the limits)."""
+    stats = record.stats
+    figures = f"mean KLD {stats.kld_mean:.6f}, 99% KLD {stats.kld_p99:.6f}, top-1 {stats.top1_pct:.3f}%, PPL ratio {stats.ppl_ratio:.4f}"
+    return f"{figures}: {record.verdict}" + (f" ({'; '.join(record.problems)})" if record.problems else "")
+
+
 def _finite(fields: Fields, key: str) -> float:
     """Any finite number: llama-perplexity's mean KLD rounds to a hair below zero when nothing changed."""
     value = number_or_none(fields.data.get(key))
