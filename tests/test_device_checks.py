@@ -12,7 +12,7 @@ import pytest
 from kzbuild.measure.devicetest import device_test_store
 from kzbuild.source.stack.patchfile import device_tests, read_patch
 from tests.conftest import REPO_ROOT, Project, UpstreamRepo
-from tests.fixtures_build import TINY_MAIN, Tiny, install_toolchains
+from tests.fixtures_build import TINY_CMAKE, TINY_MAIN, Tiny, install_toolchains
 
 # test-backend-ops shaped: checks each -o OP against ggml (which a patch can break), exits 1 on a failure
 BACKEND_OPS = r"""
@@ -33,23 +33,9 @@ int main(int argc, char ** argv) {
 }
 """
 GGML = "int ggml_answer(void) { return 42; }\nint ggml_op_ok(const char * op) { (void) op; return 1; }\n"
-CMAKE = """\
-cmake_minimum_required(VERSION 3.14)
-project(tinyllama C)
-set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
-set(CMAKE_LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
-if (NOT DEFINED LLAMA_BUILD_COMMIT)
-    set(LLAMA_BUILD_COMMIT unknown)
-endif()
-add_library(ggml ggml/src/ggml.c)
-foreach(tool llama-bench llama-completion)
-    add_executable(${tool} tools/main.c)
-    target_link_libraries(${tool} PRIVATE ggml)
-    target_compile_definitions(${tool} PRIVATE LLAMA_BUILD_COMMIT="${LLAMA_BUILD_COMMIT}")
-endforeach()
-add_executable(test-backend-ops tests/test-backend-ops.c)
-target_link_libraries(test-backend-ops PRIVATE ggml)
-"""
+CMAKE = TINY_CMAKE.replace("llama-completion test-backend-ops)", "llama-completion)") + (
+    "add_executable(test-backend-ops tests/test-backend-ops.c)\ntarget_link_libraries(test-backend-ops PRIVATE ggml)\n"
+)
 TRAILERS = "\n\nUpstream-Status: Pending\nKz-Test: tests/test_device_checks.py"
 
 

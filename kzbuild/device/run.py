@@ -156,23 +156,6 @@ def check_tool(transport: Transport, device: Device, release: Release, tool: str
     raise ConfigError(f"{device.name}: release {release.build_id} has no tool '{tool}'", hint=f"its tools: {tools}")
 
 
-def run_tool(
-    settings: Settings,
-    transport: Transport,
-    device: Device,
-    tool: str,
-    args: Sequence[str],
-    *,
-    env: Mapping[str, str],
-    timeout: float | None = None,
-    on_stdout: ByteSink,
-    on_stderr: ByteSink,
-) -> int:
-    """Run ``tool`` of the current release, streaming its output; returns its exit code."""
-    release = current_release(transport, device)
-    return run_in_release(settings, transport, device, release, tool, args, env=env, timeout=timeout, on_stdout=on_stdout, on_stderr=on_stderr)[1]
-
-
 def run_in_release(
     settings: Settings,
     transport: Transport,
@@ -186,7 +169,8 @@ def run_in_release(
     on_stdout: ByteSink,
     on_stderr: ByteSink,
 ) -> tuple[Invocation, int]:
-    """Run ``tool`` of ``release``, streaming its output; returns what ran and its exit code."""
+    """Run ``tool`` of ``release`` (kzbuild run: the current one), streaming its output; returns what
+    ran and its exit code."""
     for warning in env_warnings(settings, release, env):
         log.warning("%s", warning)
     call = invocation(device, release, tool, args, env)

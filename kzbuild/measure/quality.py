@@ -23,11 +23,10 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kzbuild.adapters import yamlconf
 from kzbuild.adapters.files import sha256_file
 from kzbuild.adapters.gitcmd import Git
 from kzbuild.adapters.settings import Settings
-from kzbuild.device.base import ByteSink, Transport
+from kzbuild.device.base import Transport
 from kzbuild.device.run import check_tool, invocation, release_named, run_logged
 from kzbuild.errors import BadRecord, ConfigError, OutputFormatChanged, ResultsError
 from kzbuild.measure.bench import model_sha256, new_run_id, probe
@@ -35,9 +34,6 @@ from kzbuild.measure.results import JsonlStore
 from kzbuild.model.ab import FULL, VariantBuild
 from kzbuild.model.device import Device
 from kzbuild.model.quality import (
-    DEFAULT_CHUNKS,
-    DEFAULT_CONTEXT,
-    DEFAULT_CORPUS,
     OPTION_FLAGS,
     RIGHT,
     WRONG,
@@ -50,6 +46,7 @@ from kzbuild.model.quality import (
     QualitySpec,
 )
 from kzbuild.model.result import BuildInfo, DeviceInfo, ModelInfo
+from kzbuild.model.run import Invocation, Release
 
 log = logging.getLogger(__name__)
 
@@ -58,20 +55,7 @@ PERPLEXITY_CPP = "tools/perplexity/perplexity.cpp"
 CORPORA = Path(__file__).parent / "corpora"
 QUALITY_FILE = "quality.jsonl"
 DEVICE_DIR = "quality"  # ROOT/quality/: the corpus and the reference logits
-QUALITY_KEYS = (
-    "max_kld",
-    "min_top1",
-    "corpus",
-    "context",
-    "chunks",
-    "options",
-    "env",
-    "reference",
-    "reference_options",
-    "timeout",
-)
 MIN_TOKENS = 100  # llama-perplexity prints no statistics over fewer scored tokens
-MAX_CONTEXT = 1 << 20
 
 # The printf formats of the lines kzbuild reads, as written in the C source (so "\n" is a
 # backslash and an n), at upstream 0c1e57098; the label before the colon names the figure.
@@ -166,41 +150,7 @@ def check_worktree_formats(worktree: Path) -> None:
     check_tree_formats(shown.stdout, f"{worktree.name}'s {PERPLEXITY_CPP}")
 
 
-# --- the plan's quality: section ---
-def parse_plan_quality(section: yamlconf.Mapping, env: Mapping[str, str]) -> QualitySpec:
-    """``quality:`` of a plan (its ``env:`` read by the caller, as a run's): limits, corpus, context,
-    chunks, how the variants and the reference run."""
-    section.check_keys(QUALITY_KEYS, context="quality")
-    limits = QualityLimits(
-        max_kld=_number(section, "max_kld", 0, float("inf")),
-        min_top1=_number(section, "min_top1", 0, 100),
-    )
-    if limits.max_kld is None and limits.min_top1 is None:
-        raise section.error(
-            "max_kld",
-            "a quality check needs a limit: max_kld (mean KL divergence), min_top1 (percent), or both",
-        )
-    corpus = section.get_str("corpus") or DEFAULT_CORPUS
-    try:
-        corpus_path(corpus)
-    except ConfigError as exc:
-        raise section.error("corpus", exc.message, hint=exc.hint) from None
-    context = _whole(section, "context", 8, MAX_CONTEXT) or DEFAULT_CONTEXT
-    chunks = _whole(section, "chunks", 1, 10_000) or DEFAULT_CHUNKS
-    spec = QualitySpec(
-        limits=limits, corpus=corpus, context=context, chunks=chunks,
-        options=_options(section, "options"), env=tuple(env.items()),
-        reference=section.get_str("reference") or "upstream",
-        reference_options=_options(section, "reference_options") if section.get("reference_options") is not None else QualitySpec().reference_options,
-        timeout=_number(section, "timeout", 0, float("inf")),
-    )  # fmt: skip
-    try:
-        check_quality_spec(spec)
-    except ConfigError as exc:
-        raise section.error("chunks", exc.message, hint=exc.hint) from None
-    return spec
-
-
+# --- the plan's quality: section (read by kzbuild.measure.plans) ---
 def check_quality_spec(spec: QualitySpec) -> None:
     scored = (spec.context - 1 - spec.context // 2) * spec.chunks
     if scored < MIN_TOKENS:
@@ -208,52 +158,6 @@ def check_quality_spec(spec: QualitySpec) -> None:
             f"context {spec.context} x {spec.chunks} chunks scores {scored} tokens; llama-perplexity prints its statistics over {MIN_TOKENS} or more",
             hint="raise chunks or context",
         )
-
-
-def _number(section: yamlconf.Mapping, key: str, low: float, high: float) -> float | None:
-    value = section.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise section.error(key, f"must be a number from {low:g} to {high:g}")
-    return float(value)
-
-
-def _whole(section: yamlconf.Mapping, key: str, low: int, high: int) -> int | None:
-    value = section.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise section.error(key, f"must be a whole number from {low} to {high}")
-    return value
-
-
-def _options(section: yamlconf.Mapping, key: str) -> tuple[tuple[str, str], ...]:
-    options = section.get_mapping(key)
-    found = []
-    for name, value in options.items():
-        if name not in OPTION_FLAGS:
-            raise options.error(
-                name,
-                f"unknown llama-perplexity option '{name}'",
-                hint=f"options: {', '.join(OPTION_FLAGS)}",
-            )
-        text = str(value)
-        if (
-            not yamlconf.is_scalar_text(value)
-            or not text.strip()
-            or text.startswith("-")
-            or any(c.isspace() for c in text)
-        ):
-            raise options.error(name, "must be one value such as HTP0, none or 8")
-        if (
-            name != "dev"
-            and not text.isdigit()
-            and not (name == "fa" and text in ("on", "off", "auto"))
-        ):
-            raise options.error(name, "must be a whole number")
-        found.append((name, text))
-    return tuple(found)
 
 
 # --- the corpus ---
@@ -309,6 +213,27 @@ def perplexity_args(
     return args + (["--kl-divergence"] if compare else [])
 
 
+def run_perplexity(
+    transport: Transport,
+    device: Device,
+    release_name: str,
+    spec: QualitySpec,
+    args: Sequence[str],
+    logs: Path,
+    stem: str,
+) -> tuple[Release, Invocation, bytes]:
+    """llama-perplexity of a deployed release with ``args`` and the spec's env; its stdout is kept
+    in ``logs/STEM.log``, its stderr in ``logs/STEM.stderr.log``."""
+    release = release_named(transport, device, release_name)
+    check_tool(transport, device, release, TOOL)
+    call = invocation(device, release, TOOL, args, dict(spec.env))
+    return (
+        release,
+        call,
+        run_logged(transport, call, logs, stem, timeout=spec.timeout, out_suffix=".log"),
+    )
+
+
 def record_reference(
     transport: Transport,
     device: Device,
@@ -317,28 +242,17 @@ def record_reference(
     model: str,
     corpus: str,
     logs: Path,
-    *,
-    on_stderr: ByteSink | None = None,
 ) -> str:
     """The reference's logits over the corpus, as ROOT/quality/<run>.kld on the device; returns its path."""
-    release = release_named(transport, device, release_name)
-    check_tool(transport, device, release, TOOL)
     base = f"{device.root}/{DEVICE_DIR}/{logs.name}.kld"
-    call = invocation(
-        device,
-        release,
-        TOOL,
-        perplexity_args(spec, model, corpus, base, spec.reference_options, compare=False),
-        dict(spec.env),
-    )
-    run_logged(
+    run_perplexity(
         transport,
-        call,
+        device,
+        release_name,
+        spec,
+        perplexity_args(spec, model, corpus, base, spec.reference_options, compare=False),
         logs,
         "reference",
-        timeout=spec.timeout,
-        on_stderr=on_stderr,
-        out_suffix=".log",
     )
     return base
 
@@ -355,22 +269,11 @@ def check_variant(
     base: str,
     reference: QualityReference,
     logs: Path,
-    on_stderr: ByteSink | None = None,
 ) -> QualityRecord:
     """One variant's llama-perplexity against the reference logits, judged by the spec's limits."""
-    release = release_named(transport, device, release_name)
-    check_tool(transport, device, release, TOOL)
-    call = invocation(
-        device,
-        release,
-        TOOL,
-        perplexity_args(spec, model.path, corpus[1], base, spec.options, compare=True),
-        dict(spec.env),
-    )
     stem = variant.replace(":", "-").replace("/", "--")
-    stdout = run_logged(
-        transport, call, logs, stem, timeout=spec.timeout, on_stderr=on_stderr, out_suffix=".log"
-    )
+    args = perplexity_args(spec, model.path, corpus[1], base, spec.options, compare=True)
+    release, call, stdout = run_perplexity(transport, device, release_name, spec, args, logs, stem)
     stats = parse_kld_output(
         stdout.decode("utf-8", errors="replace"), source=str(logs / f"{stem}.log")
     )

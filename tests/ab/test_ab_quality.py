@@ -32,28 +32,16 @@ def stack(tiny: Tiny, device_root: Path) -> None:
     (device_root / "models" / "q.gguf").write_bytes(b"GGUF stand-in")
 
 
+def ab(kz, *args: str):  # type: ignore[no-untyped-def]
+    return kz("ab", "tiny", "--device", "bench-box", "-m", "models/q.gguf", "--blocks", "1", *args)
+
+
 def test_ab_reports_the_speed_patch_right_and_the_perturbing_patch_wrong_and_exits_14(
     kz, quality_tiny, tmp_path
 ):
     device_root = tmp_path / "device"
     stack(quality_tiny, device_root)
-    result = kz(
-        "ab",
-        "tiny",
-        "--device",
-        "bench-box",
-        "-m",
-        "models/q.gguf",
-        "--blocks",
-        "1",
-        "--seed",
-        "3",
-        "--max-kld",
-        "0.01",
-        "--min-top1",
-        "90",
-        "--json",
-    )
+    result = ab(kz, "--seed", "3", "--max-kld", "0.01", "--min-top1", "90", "--json")
     assert result.code == 14, result.err
     report = json.loads(result.out)
     records = {r["variant"]: r for r in report["quality"]}
@@ -110,22 +98,7 @@ def test_ab_reports_the_speed_patch_right_and_the_perturbing_patch_wrong_and_exi
     }
 
     # the table: beside each speed effect, the mean KLD without -> with the patch, and the verdict
-    shown = kz(
-        "ab",
-        "tiny",
-        "--device",
-        "bench-box",
-        "-m",
-        "models/q.gguf",
-        "--blocks",
-        "1",
-        "--seed",
-        "4",
-        "--variant",
-        "minus:perturb.patch",
-        "--max-kld",
-        "0.01",
-    )
+    shown = ab(kz, "--seed", "4", "--variant", "minus:perturb.patch", "--max-kld", "0.01")
     assert shown.code == 14, shown.err
     text = " ".join(shown.out.split())
     assert (
@@ -139,21 +112,7 @@ def test_ab_reports_the_speed_patch_right_and_the_perturbing_patch_wrong_and_exi
 def test_ab_without_a_limit_checks_no_output(kz, quality_tiny, tmp_path):
     device_root = tmp_path / "device"
     stack(quality_tiny, device_root)
-    result = kz(
-        "ab",
-        "tiny",
-        "--device",
-        "bench-box",
-        "-m",
-        "models/q.gguf",
-        "--blocks",
-        "1",
-        "--seed",
-        "3",
-        "--variant",
-        "upstream",
-        "--json",
-    )
+    result = ab(kz, "--seed", "3", "--variant", "upstream", "--json")
     assert result.code == 0, result.err
     assert json.loads(result.out)["quality"] == []
     assert not (device_root / "quality").exists()
