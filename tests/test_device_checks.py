@@ -5,14 +5,18 @@ result stored with its provenance; a failing check exits 14."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kzbuild.measure.devicetest import device_test_store
-from kzbuild.source.stack.patchfile import device_tests, read_patch
+from kzbuild.source.stack.patchfile import device_tests, parse_patch, read_patch, trailer_problems
 from tests.conftest import REPO_ROOT, Project, UpstreamRepo
 from tests.fixtures_build import TINY_CMAKE, TINY_MAIN, Tiny, install_toolchains
+from tests.test_stack_lint import GOOD
 
 # test-backend-ops shaped: checks each -o OP against ggml (which a patch can break), exits 1 on a failure
 BACKEND_OPS = r"""
@@ -62,6 +66,35 @@ def ops_tiny(project: Project, upstream: UpstreamRepo, tmp_path: Path) -> Tiny:
         f"devices:\n  box:\n    transport: local\n    root: {tmp_path / 'device'}\n",
     )
     return Tiny(project, upstream, commit)
+
+
+ARG = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True), st.lists(ARG, max_size=6))
+def test_a_device_test_trailer_gives_back_its_tool_and_arguments(tool, args):
+    value = shlex.join([tool, *args])
+    text = GOOD.replace(
+        "Kz-Test: tests/test_fit.py::test_breakdown", f"Kz-Test: t\nKz-Device-Test: {value}"
+    )
+    patch = parse_patch(text, Path("fix.patch"))
+    assert trailer_problems(patch) == []
+    (test,) = device_tests(patch)
+    assert (test.tool, test.args, test.line) == (tool, tuple(args), 10)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=40))
+def test_a_device_test_trailer_is_either_read_or_a_lint_problem_on_its_line(value):
+    text = GOOD.replace(
+        "Kz-Test: tests/test_fit.py::test_breakdown", f"Kz-Test: t\nKz-Device-Test: {value}"
+    )
+    patch = parse_patch(text, Path("fix.patch"))
+    found = device_tests(patch)
+    problems = [p for p in trailer_problems(patch) if "Kz-Device-Test" in p.message]
+    assert (len(found), len(problems)) in ((1, 0), (0, 1))
+    assert all(p.line == 10 for p in problems)
 
 
 def test_the_gdn_patch_names_its_op():

@@ -3,6 +3,7 @@ checked against a tree, the plan's quality: section, the verdicts, and the quali
 
 from __future__ import annotations
 
+import hashlib
 import math
 from pathlib import Path
 
@@ -10,15 +11,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kzbuild.errors import BadRecord, ConfigError, OutputFormatChanged, ResultsError
+from kzbuild.device.local import LocalTransport
+from kzbuild.errors import BadRecord, ConfigError, DeviceError, OutputFormatChanged, ResultsError
 from kzbuild.measure import plans
 from kzbuild.measure.quality import (
+    CORPORA,
     EXPECTED_FORMATS,
     check_tree_formats,
     parse_kld_output,
     patch_quality,
+    push_corpus,
     quality_store,
 )
+from kzbuild.model.device import Device
 from kzbuild.model.quality import (
     CorpusInfo,
     KldStats,
@@ -249,3 +254,38 @@ def test_quality_records_are_stored_and_read_back(tmp_path):
     )
     with pytest.raises(BadRecord, match="quality.jsonl:1: verdict"):
         store.records()
+
+
+def test_the_corpus_reaches_the_device_whole_after_a_killed_push_or_damage(tmp_path):
+    root = tmp_path / "device"
+    device = Device(name="box", transport="local", root=str(root))
+    transport = LocalTransport(str(root))
+    local = CORPORA / "fr-atelier.txt"
+    sha = hashlib.sha256(local.read_bytes()).hexdigest()
+    (root / "quality").mkdir(parents=True)
+    (root / "quality" / f"{sha}.txt.part").write_bytes(
+        local.read_bytes()[:100]
+    )  # a push killed halfway
+    info, remote = push_corpus(transport, device, "fr-atelier")
+    assert (info.sha256, remote) == (sha, f"{root}/quality/{sha}.txt")
+    assert Path(remote).read_bytes() == local.read_bytes() and not list(
+        (root / "quality").glob("*.part")
+    )
+    Path(remote).write_bytes(b"damaged")  # other bytes under the corpus's name are replaced
+    push_corpus(transport, device, "fr-atelier")
+    assert Path(remote).read_bytes() == local.read_bytes()
+
+
+def test_a_device_that_cannot_hold_the_corpus_is_a_device_error_naming_the_path(tmp_path):
+    root = tmp_path / "device"
+    root.mkdir()
+    (root / "quality").write_text("a file where the folder goes")
+    with pytest.raises(
+        DeviceError, match=r"quality/[0-9a-f]{64}\.txt\.part failed after 0 bytes: Not a directory"
+    ) as found:
+        push_corpus(
+            LocalTransport(str(root)),
+            Device(name="box", transport="local", root=str(root)),
+            "fr-atelier",
+        )
+    assert found.value.exit_code == 8

@@ -28,7 +28,7 @@ from kzbuild.adapters.gitcmd import Git
 from kzbuild.adapters.settings import Settings
 from kzbuild.device.base import Transport
 from kzbuild.device.run import check_tool, invocation, release_named, run_logged
-from kzbuild.errors import BadRecord, ConfigError, OutputFormatChanged, ResultsError
+from kzbuild.errors import BadRecord, ConfigError, DeviceError, OutputFormatChanged, ResultsError
 from kzbuild.measure.bench import model_sha256, new_run_id, probe
 from kzbuild.measure.results import JsonlStore
 from kzbuild.model.ab import FULL, VariantBuild
@@ -170,16 +170,18 @@ def corpus_path(name: str) -> Path:
 
 
 def push_corpus(transport: Transport, device: Device, name: str) -> tuple[CorpusInfo, str]:
-    """The corpus on the device (sent only when absent), and its device path."""
+    """The corpus on the device, and its device path: sent as ``.part`` and renamed into place when
+    the device lacks it or holds other bytes under its name (a killed or damaged copy)."""
     local = corpus_path(name)
     info = CorpusInfo(name=name, sha256=sha256_file(local))
     folder = f"{device.root}/{DEVICE_DIR}"
     remote = f"{folder}/{info.sha256}.txt"
-    if not transport.run(["test", "-f", remote]).ok:
+    present = transport.run(["sha256sum", remote])
+    if not (present.ok and present.text().split()[:1] == [info.sha256]):
         transport.run(["mkdir", "-p", folder])
         transport.push(local, remote + ".part")
         if not transport.run(["mv", "-f", remote + ".part", remote]).ok:
-            raise ConfigError(f"{device.name}: cannot store the corpus as {remote}")
+            raise DeviceError(f"{device.name}: cannot store the corpus as {remote}")
     return info, remote
 
 

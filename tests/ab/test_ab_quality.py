@@ -108,6 +108,14 @@ def test_ab_reports_the_speed_patch_right_and_the_perturbing_patch_wrong_and_exi
         r.variant for r in quality_store(quality_tiny.project.root / "results").records()
     }
 
+    md = ab(kz, "--seed", "5", "--variant", "minus:faster.patch", "--max-kld", "0.01", "--markdown")
+    assert md.code == 14, md.err
+    kld = f"{full['stats']['kld_mean']:.6f}"
+    assert (
+        f"| faster.patch | {kld} -> {kld} | right |" in md.out
+    )  # speed only: the output is as wrong without it
+    assert f"| full | {kld} |" in md.out and "| upstream | 0.000000 |" in md.out
+
 
 def test_ab_without_a_limit_checks_no_output(kz, quality_tiny, tmp_path):
     device_root = tmp_path / "device"
