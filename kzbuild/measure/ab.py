@@ -346,6 +346,8 @@ def run_ab(
     if quality_spec is not None:  # before any run: a tree that prints other statistics is refused, not misread
         quality.check_worktree_formats(replace(settings, work=ab_work(settings, recipe)).worktree(recipe.name))
     variants = deploy_variants(transport, device, built, wait=wait, on_progress=on_deploy)
+    if quality_spec is not None:
+        quality.check_tools(transport, device, variants)
     arms = [Arm(v.spec.name, v.release) for v in variants if v.release is not None]
     if len(arms) < 2:
         raise ConfigError(

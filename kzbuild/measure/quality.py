@@ -347,6 +347,14 @@ def check_variants(
     return found
 
 
+def check_tools(transport: Transport, device: Device, variants: Sequence[VariantBuild]) -> None:
+    """Every deployed variant has llama-perplexity: checked before the bench, so a release without
+    it fails in seconds rather than after the whole interleaved run."""
+    for variant in variants:
+        if variant.release is not None:
+            check_tool(transport, device, release_named(transport, device, variant.release), TOOL)
+
+
 def check_ab(
     settings: Settings,
     transport: Transport,

@@ -124,3 +124,21 @@ def test_ab_without_a_limit_checks_no_output(kz, quality_tiny, tmp_path):
     assert result.code == 0, result.err
     assert json.loads(result.out)["quality"] == []
     assert not (device_root / "quality").exists()
+
+
+def test_a_tree_without_llama_perplexity_is_refused_before_anything_is_benched(
+    kz, bench_tiny, tmp_path
+):
+    device_root = tmp_path / "device"
+    bench_tiny.project.write(
+        "recipes/devices.yaml",
+        f"devices:\n  bench-box:\n    transport: local\n    root: {device_root}\n",
+    )
+    (device_root / "models").mkdir(parents=True)
+    (device_root / "models" / "q.gguf").write_bytes(b"GGUF stand-in")
+    result = ab(kz, "--seed", "1", "--max-kld", "0.01")
+    assert result.code == 13, result.err
+    assert "has no tools/perplexity/perplexity.cpp" in " ".join(result.err.split())
+    assert not (
+        bench_tiny.project.root / "results" / "results.jsonl"
+    ).exists()  # nothing was benched
