@@ -14,7 +14,7 @@ a temp dir, and every run goes through kzbuild's own code, as kzbuild ab runs it
   variants costs one reference run and two comparisons: the figure per variant is the second
   half), at the plan's defaults: -c 512, 4 chunks.
 
-Prints the medians of --repeats and the ratio (goal: the check of one variant at most 1.5x one
+The two alternate, --repeats times each. Prints the medians and the ratio (goal: the check of one variant at most 1.5x one
 llama-bench run).
 """
 
@@ -94,8 +94,10 @@ def main() -> int:
             # marks: reference started, upstream compared, full compared
             return marks[2] - start, end - marks[2]
 
-        benches = [bench() for _ in range(args.repeats)]
-        checks = [check() for _ in range(args.repeats)]
+        benches, checks = [], []
+        for _ in range(args.repeats):  # alternated, so a shared machine's load weighs on both alike
+            benches.append(bench())
+            checks.append(check())
     one_bench = statistics.median(benches)
     first = statistics.median(c[0] for c in checks)
     per_variant = statistics.median(c[1] for c in checks)

@@ -56,6 +56,12 @@ CORPORA = Path(__file__).parent / "corpora"
 QUALITY_FILE = "quality.jsonl"
 DEVICE_DIR = "quality"  # ROOT/quality/: the corpus and the reference logits
 MIN_TOKENS = 100  # llama-perplexity prints no statistics over fewer scored tokens
+# llama-perplexity logs through a queue that a worker thread writes out; now and then (about one
+# run in 10 to 20 on a loaded 2-core host, the same with stdout a file or a pipe) the process exits
+# 0 with the queue's last lines unwritten. A variant whose output lacks the last line of the
+# statistics is run again (its logits do not change), up to this many runs in all.
+ATTEMPTS = 3
+LAST_LINE_RE = re.compile(r"^Same top p:", re.MULTILINE)
 
 # The printf formats of the lines kzbuild reads, as written in the C source (so "\n" is a
 # backslash and an n), at upstream 0c1e57098; the label before the colon names the figure.
@@ -273,12 +279,16 @@ def check_variant(
     logs: Path,
 ) -> QualityRecord:
     """One variant's llama-perplexity against the reference logits, judged by the spec's limits."""
-    stem = variant.replace(":", "-").replace("/", "--")
     args = perplexity_args(spec, model.path, corpus[1], base, spec.options, compare=True)
-    release, call, stdout = run_perplexity(transport, device, release_name, spec, args, logs, stem)
-    stats = parse_kld_output(
-        stdout.decode("utf-8", errors="replace"), source=str(logs / f"{stem}.log")
-    )
+    for attempt in range(1, ATTEMPTS + 1):
+        stem = variant.replace(":", "-").replace("/", "--") + (f".try{attempt}" if attempt > 1 else "")
+        release, call, stdout = run_perplexity(transport, device, release_name, spec, args, logs, stem)
+        text = stdout.decode("utf-8", errors="replace")
+        if LAST_LINE_RE.search(text) or attempt == ATTEMPTS:
+            break
+        log.warning("%s: llama-perplexity exited 0 but its output stops before its statistics (its "
+                    "asynchronous log lost its last lines at exit); running it again", logs / f"{stem}.log")  # fmt: skip
+    stats = parse_kld_output(text, source=str(logs / f"{stem}.log"))
     problems = spec.limits.problems(stats)
     state = probe(transport)
     return QualityRecord(

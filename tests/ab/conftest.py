@@ -82,6 +82,10 @@ int main(int argc, char ** argv) {
     }
     FILE * f = fopen(base, "rb");
     if (!f) { fprintf(stderr, "kl_divergence: failed to open %s\n", base); return 1; }
+    if (remove("lose-tail-once") == 0) {  // as upstream's asynchronous log can: exit 0, the last lines unwritten
+        printf("chunk             PPL               ln(PPL(Q)/PPL(base))          KL Divergence\n");
+        return 0;
+    }
     double * kld = (double *) malloc(sizeof(double) * n);
     double nll = 0, nll_base = 0, sum = 0, sum2 = 0; int same = 0;
     for (int i = 0; i < n; i++) {

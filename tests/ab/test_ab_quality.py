@@ -41,8 +41,14 @@ def test_ab_reports_the_speed_patch_right_and_the_perturbing_patch_wrong_and_exi
 ):
     device_root = tmp_path / "device"
     stack(quality_tiny, device_root)
+    (device_root / "lose-tail-once").write_text(
+        ""
+    )  # the first comparison's output loses its last lines
     result = ab(kz, "--seed", "3", "--max-kld", "0.01", "--min-top1", "90", "--json")
     assert result.code == 14, result.err
+    assert "output stops before its statistics" in result.err and "running it again" in result.err
+    (retried,) = (quality_tiny.project.work / "quality").glob("*/*.try2.log")
+    assert "Same top p:" in retried.read_text() and not (device_root / "lose-tail-once").exists()
     report = json.loads(result.out)
     records = {r["variant"]: r for r in report["quality"]}
     assert set(records) == {"full", "minus:faster.patch", "minus:perturb.patch", "upstream"}
