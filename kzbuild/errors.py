@@ -139,6 +139,10 @@ class ProfileFormatChanged(ResultsError):
     """The tree's ggml-hexagon prints its profiler lines in a format kzbuild's parser was not written for."""
 
 
+class OutputFormatChanged(ResultsError):
+    """The tree's llama-perplexity prints its KL divergence statistics in a format kzbuild's parser was not written for."""
+
+
 class ResultsDatabaseDamaged(ResultsError):
     """results.sqlite3 is unreadable, or not the schema this kzbuild writes. The results store
     rebuilds it from the JSONL shards (the source of truth); it reaches the user only when that fails too."""
@@ -165,6 +169,12 @@ def unwritable(exc: OSError) -> Unwritable | None:
         hint="free or remount it, or point kzbuild elsewhere (--work-dir/KZ_WORK_DIR, "
         "--cache-dir/KZ_CACHE_DIR, --results-dir/KZ_RESULTS_DIR)",
     )
+
+
+class WrongOutput(KzError):
+    """A variant's output is past the plan's quality limits (max_kld, min_top1): it is wrong, whatever its speed."""
+
+    exit_code = 17
 
 
 class CommandFailed(KzError):

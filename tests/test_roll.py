@@ -15,14 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild.errors import RegressionFound
+from kzbuild.errors import RegressionFound, WrongOutput
 from kzbuild.measure import roll
+from kzbuild.model.quality import QualityLimits
 from kzbuild.model.roll import Outcome, pr_number
 from kzbuild.source.recipes import load_recipe
 from tests.conftest import REPO_ROOT, UpstreamRepo, git
 from tests.fixtures_build import install_toolchains
 from tests.fixtures_git import free_port, serve
 from tests.fixtures_stack import add_patch, file_source, fit, make_patch
+from tests.test_quality import record as quality_record
 
 FAST = ("--no-build", "--no-tests", "--plan-target", "none")
 JANE = {"GIT_AUTHOR_NAME": "Jane Upstream", "GIT_AUTHOR_EMAIL": "jane@upstream.example"}
@@ -316,6 +318,7 @@ class AnswerRunner:
     number the binary prints (ggml_answer), so a candidate that lowers it is a measured regression."""
 
     metric = "answer"
+    quality: tuple[object, ...] = ()  # no quality check
 
     def __init__(self) -> None:
         self.ran: list[str] = []
@@ -375,6 +378,35 @@ def test_a_bench_regression_blocks_the_roll_with_exit_9(rolled_tiny):
     with pytest.raises(RegressionFound) as raised:
         _exit(report)
     assert raised.value.exit_code == 9
+
+
+class JudgingRunner(AnswerRunner):
+    """AnswerRunner plus what a plan's quality check would leave: the candidate's output drifts from
+    the pin's by its answer's difference (mean KLD 0.1 per unit), against max_kld 0.01."""
+
+    def run(self, variants, order, seed):
+        samples = super().run(variants, order, seed)
+        limits = QualityLimits(max_kld=0.01)
+        drift = abs(samples["candidate"][0] - samples["pin"][0]) / 10
+        self.quality = (quality_record("pin", 0.0, 100, limits), quality_record("candidate", drift, 100, limits))
+        return samples
+
+
+def test_a_faster_candidate_whose_output_is_wrong_blocks_the_roll_with_exit_14(rolled_tiny):
+    from kzbuild.cli.roll import _exit
+
+    tiny = rolled_tiny
+    tiny.upstream.commit(tiny_answer(43), "ggml: answer 43, faster but wrong (#7)")
+    report = roll.roll(tiny.settings, load_recipe(tiny.project.root, "tiny"), bench=JudgingRunner(), blocks=2, plan_target=None, environ=tiny.environ())
+    (result,) = report.results
+    assert result.bench is not None and result.bench.effect.delta_pct > 0 and not result.bench.regressed  # faster
+    assert result.bench.wrong and result.outcome is Outcome.WRONG and result.steps[-1].status.value == "fail"
+    text = roll.markdown(report)
+    assert "candidate output: mean KLD 0.100000" in text and "wrong (mean KLD 0.100000 > max_kld 0.01)" in text
+    assert report.to_dict()["candidates"][0]["bench"]["wrong"] is True
+    with pytest.raises(WrongOutput) as raised:
+        _exit(report)
+    assert raised.value.exit_code == 17
 
 
 def test_a_failing_kz_test_blocks_the_candidate(rolled_tiny, kz, monkeypatch):

@@ -84,6 +84,9 @@ def test_good_patch_parses_and_passes(project, kz):
         (("Upstream-Stauts: Pending", "Kz-Test: t"), ["fix.patch:8: unknown trailer 'Upstream-Stauts'; did you mean 'Upstream-Status'?", "fix.patch:9: missing trailer 'Upstream-Status:'"]),
         (("Upstream-Status: Pending", "kz-test: t"), ["fix.patch:9: unknown trailer 'kz-test'; did you mean 'Kz-Test'?", "fix.patch:9: missing trailer 'Kz-Test:'"]),
         (("Upstream-Status: Pending", "Kz-Test: t", "this is prose"), ["fix.patch:10: line in the trailer block is not a 'Key: value' trailer"]),
+        (("Upstream-Status: Pending", "Kz-Test: t", "Kz-Device-Test: /system/bin/sh -c x"), ["fix.patch:10: Kz-Device-Test '/system/bin/sh -c x' does not start with a tool of the release (e.g. 'test-backend-ops -o GATED_DELTA_NET -b HTP0')"]),
+        (("Upstream-Status: Pending", "Kz-Test: t", "Kz-Device-Test: test-backend-ops -o 'GDN"), ["fix.patch:10: Kz-Device-Test 'test-backend-ops -o 'GDN' cannot be split into arguments: No closing quotation"]),
+        (("Upstream-Status: Pending", "Kz-Test: t", "Kz-Device-Tset: test-backend-ops"), ["fix.patch:10: unknown trailer 'Kz-Device-Tset'; did you mean 'Kz-Device-Test'?"]),
     ],
 )
 def test_trailer_errors(project, kz, trailers, expected):

@@ -49,6 +49,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bisect": ("kzbuild.cli.bisect", "Find the first upstream commit between --good and --bad that moved a number beyond the noise."),
     "ab": ("kzbuild.cli.ab", "Measure what each patch buys: the full stack against the stack without each live patch, and bare upstream."),
     "results": ("kzbuild.cli.results", "Stored benchmark results: list, show, compare, plot, report, import, check, merge."),
+    "check": ("kzbuild.cli.check", "Run the Kz-Device-Test checks of the recipe's patches on the device; store each result with its provenance."),
     "profile": ("kzbuild.cli.profile", "Where prefill and decode time goes: per op type its count, time, share of the graph time and the backend it ran on."),
 }
 

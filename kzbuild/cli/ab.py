@@ -42,8 +42,8 @@ from kzbuild.cli.options import (
 )
 from kzbuild.cli.results import say
 from kzbuild.cli.ui import activity, console, context, not_empty, print_json
-from kzbuild.errors import RegressionFound
-from kzbuild.measure import ab, plans, resultsdb
+from kzbuild.errors import RegressionFound, WrongOutput
+from kzbuild.measure import ab, plans, quality, resultsdb
 from kzbuild.measure.interleave import parse_temperature
 from kzbuild.model.ab import AbResult, VariantSpec
 from kzbuild.model.build import BuildEvent, BuildOptions
@@ -87,12 +87,14 @@ def ab_command(
     wait: WaitOpt = 0.0,
     trust_new_host: TrustOpt = False,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG of each patch's effect with its interval.")] = None,
+    max_kld: Annotated[Optional[float], typer.Option("--max-kld", min=0, help="Check each variant's output: the mean KL divergence it may reach against the reference (overrides the plan's quality.max_kld).")] = None,
+    min_top1: Annotated[Optional[float], typer.Option("--min-top1", min=0, max=100, help="Check each variant's output: the percent of tokens whose top-1 must agree with the reference (overrides the plan's).")] = None,
     markdown: MarkdownOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Measure what each patch buys: the full stack against the stack without each live patch, and bare upstream.
 
-    Each variant is synced into WORK/ab/RECIPE/VARIANT, built (content-addressed, ccache) and deployed; then all are benched in interleaved blocks in a seeded random order. For each patch, test and configuration: the full stack's median against the variant's with a 95% bootstrap interval. Exits 9 when a patch's Kz-Expect trailer is contradicted.
+    Each variant is synced into WORK/ab/RECIPE/VARIANT, built (content-addressed, ccache) and deployed; then all are benched in interleaved blocks in a seeded random order. For each patch, test and configuration: the full stack's median against the variant's with a 95% bootstrap interval. Exits 9 when a patch's Kz-Expect trailer is contradicted; 17 when a variant's output is past the quality limits (plan quality:, --max-kld, --min-top1): it is wrong, whatever its speed.
     """
     settings = context(ctx).settings
     loaded_recipe = load_recipe(settings, recipe)
@@ -113,6 +115,7 @@ def ab_command(
     selection = tuple(variant or (plan.ab.variants if plan else ()))
     precision = plan.ab if plan else PlanAb()  # the minimum effect of interest, the adaptive width
     ab.check_selection(selection)  # before any work; a minus:PATCH that is not live fails after the full stack's sync
+    quality_spec = quality.spec_with_limits(plan.quality if plan else None, max_kld=max_kld, min_top1=min_top1)
     chosen_device = device or (plan.device if plan else None)
     found, transport = open_device(settings, chosen_device, loaded_recipe.device, trust_new_host)
     with closing(transport), resultsdb.ResultsStore(settings.results) as store:
@@ -126,6 +129,9 @@ def ab_command(
             def on_turn(name: str, turn: Turn) -> None:
                 progress(f"{name + ': ' if name else ''}block {turn.block + 1}/{turn.blocks}, {turn.variant}")
 
+            def on_quality(variant: str) -> None:
+                progress(f"quality: {variant}")
+
             result = ab.run_ab(
                 settings, loaded_recipe, transport, found, specs, store, target=target_name, environ=os.environ,
                 blocks=blocks or (plan.ab.blocks if plan and plan.ab.blocks else DEFAULT_BLOCKS), selection=selection,
@@ -133,6 +139,7 @@ def ab_command(
                 cooling=cooling, options=BuildOptions(), wait=wait, on_build=on_build, on_turn=on_turn, on_stderr=last_line_to(progress),
                 min_effect_pct=precision.min_effect_pct, max_width_pct=precision.max_width_pct,
                 max_seconds=precision.max_seconds,
+                quality_spec=quality_spec, on_quality=on_quality,
             )  # fmt: skip
     if plot is not None:
         ab.plot_effects(result.effects, plot)
@@ -141,13 +148,15 @@ def ab_command(
         shown_turns = {"turns": {k: turn_json(t) for k, t in turns.items()}} if turns else {}
         print_json(result_json(result) | ({"plot": str(plot)} if plot else {}) | shown_turns)
     elif markdown:
-        print(ab.markdown(result.effects, result.variants, result.checks), end="")
+        print(ab.markdown(result.effects, result.variants, result.checks) + quality.markdown(result.quality, result.patch_quality), end="")
     else:
         print_report(result)
         for name, turned in turns.items():
             print_turn(name, turned)
         if plot is not None:
             say(f"plot: {plot}")
+    if result.wrong:
+        raise WrongOutput("; ".join(f"{r.variant} is wrong: {'; '.join(r.problems)}" for r in result.wrong))
     if result.contradicted:
         raise RegressionFound("; ".join(check.describe for check in result.contradicted))
     check_budget([r for run in result.runs for rs in run.run.records.values() for r in rs])
@@ -189,13 +198,41 @@ def print_report(result: AbResult) -> None:
             state = "cooled" if start.cooled else "NOT cooled"
             say(f"  block {start.block + 1}: {state}, hottest {start.hottest_c:.1f} C after {start.waited_s:.0f} s")
     table = Table(title="what each patch buys: full stack vs the stack without it (median of turns, 95% bootstrap interval)")
-    for column in ("patch", "test", "configuration", "full t/s", "without t/s", "effect"):
+    output = {q.variant: q for q in result.patch_quality}
+    columns = ("patch", "test", "configuration", "full t/s", "without t/s", "effect") + (("mean KLD without -> full", "output") if output else ())
+    for column in columns:
         table.add_column(column, overflow="fold", justify="right" if column.endswith("t/s") else "left")
     for e in result.effects:
         text = escape(e.effect.describe())
         shown = f"[green]{text}[/green]" if e.effect.low_pct > 0 else f"[red]{text}[/red]" if e.effect.high_pct < 0 else text
-        table.add_row(escape(e.patch or "whole stack (vs upstream)"), e.test, escape(e.config), f"{e.full_median:.2f}", f"{e.variant_median:.2f}", shown)
+        judged = output.get(e.variant)
+        beside = (quality.kld_change(judged), verdict_text(judged.verdict)) if judged else ("", "") if output else ()
+        table.add_row(escape(e.patch or "whole stack (vs upstream)"), e.test, escape(e.config), f"{e.full_median:.2f}", f"{e.variant_median:.2f}", shown, *beside)
     console.print(table)
+    print_quality(result)
     for check in result.checks:
         colour = {"contradicted": "red", "confirmed": "green"}.get(check.verdict, "yellow")
         console.print(f"[{colour}]{escape(check.describe)}[/{colour}]")
+
+
+def verdict_text(verdict: str) -> str:
+    return "[green]right[/green]" if verdict == "right" else "[bold red]WRONG[/bold red]"
+
+
+def print_quality(result: AbResult) -> None:
+    """Each variant's output against the reference: mean KLD, its 99th percentile, top-1 agreement, PPL ratio."""
+    if not result.quality:
+        return
+    first = result.quality[0]
+    table = Table(title=f"output against {first.reference.variant} ({' '.join(f'{k}={v}' for k, v in first.reference.options.items())}), "
+                  f"corpus {first.corpus.name} ({first.corpus.sha256[:12]}), model {first.model.sha256 and first.model.sha256[:12]}")  # fmt: skip
+    for column in ("variant", "mean KLD", "99% KLD", "top-1 %", "PPL ratio", "output"):
+        table.add_column(column, justify="left" if column in ("variant", "output") else "right")
+    for record in result.quality:
+        stats = record.stats
+        shown = verdict_text(record.verdict) + (f" ({escape('; '.join(record.problems))})" if record.problems else "")
+        table.add_row(escape(record.variant), f"{stats.kld_mean:.6f}", f"{stats.kld_p99:.6f}", f"{stats.top1_pct:.3f}", f"{stats.ppl_ratio:.4f}", shown)
+    console.print(table)
+    for judged in result.patch_quality:
+        if judged.why:
+            console.print(f"[red]{escape(judged.patch or 'the whole stack')}: {escape(judged.why)}[/red]")

@@ -12,7 +12,7 @@ from kzbuild.cli.connect import open_device
 from kzbuild.cli.options import DeviceOpt, EnvOpt, TimeoutOpt, WaitOpt
 from kzbuild.cli.ui import context, not_empty
 from kzbuild.device.devicelock import device_lock
-from kzbuild.device.run import check_seconds, parse_env_assignments, run_tool
+from kzbuild.device.run import check_seconds, current_release, parse_env_assignments, run_in_release
 
 # everything after TOOL (options too) belongs to the tool
 PASSTHROUGH = {"ignore_unknown_options": True, "allow_interspersed_args": False}
@@ -43,10 +43,11 @@ def run_command(
     target, transport = open_device(settings, device, None, trust_new_host=False)
     try:
         with device_lock(transport, target.root, "run", wait=wait):
-            return run_tool(
-                settings, transport, target, tool, args or [], env=extra_env, timeout=timeout,
+            release = current_release(transport, target)
+            return run_in_release(
+                settings, transport, target, release, tool, args or [], env=extra_env, timeout=timeout,
                 on_stdout=_writer(sys.stdout), on_stderr=_writer(sys.stderr),
-            )  # fmt: skip
+            )[1]  # fmt: skip
     finally:
         transport.close()
 

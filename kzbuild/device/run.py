@@ -146,9 +146,11 @@ def under_peakrss(call: Invocation, release: Release, device: Device) -> Invocat
     return replace(call, argv=(*device.runner_prefix, f"{release.dir}/bin/{PEAKRSS}", *call.argv))
 
 
-def run_logged(transport: Transport, call: Invocation, logs: Path, stem: str, *, timeout: float | None, on_stderr: ByteSink | None = None) -> bytes:
+def run_logged(
+    transport: Transport, call: Invocation, logs: Path, stem: str, *, timeout: float | None, on_stderr: ByteSink | None = None, out_suffix: str = ".json"
+) -> bytes:
     """Run ``call``, keeping its stderr in ``logs/STEM.stderr.log`` (as it comes) and its stdout in
-    ``logs/STEM.json``; returns stdout. A failure is CommandFailed naming the log."""
+    ``logs/STEM`` + ``out_suffix``; returns stdout. A failure is CommandFailed naming the log."""
     stderr_log = logs / f"{stem}.stderr.log"
     with open(stderr_log, "wb") as sink:
 
@@ -158,7 +160,7 @@ def run_logged(transport: Transport, call: Invocation, logs: Path, stem: str, *,
                 on_stderr(chunk)
 
         result = transport.run(call.argv, cwd=call.cwd, env=call.env, timeout=timeout, on_stderr=tee)
-    (logs / f"{stem}.json").write_bytes(result.stdout)
+    (logs / f"{stem}{out_suffix}").write_bytes(result.stdout)
     if not result.ok:
         raise CommandFailed(call.argv, result.returncode, stderr_log.read_text(errors="replace")[-4000:], hint=f"full log: {stderr_log}")
     return result.stdout
@@ -172,10 +174,11 @@ def check_tool(transport: Transport, device: Device, release: Release, tool: str
     raise ConfigError(f"{device.name}: release {release.build_id} has no tool '{tool}'", hint=f"its tools: {tools}")
 
 
-def run_tool(
+def run_in_release(
     settings: Settings,
     transport: Transport,
     device: Device,
+    release: Release,
     tool: str,
     args: Sequence[str],
     *,
@@ -183,9 +186,9 @@ def run_tool(
     timeout: float | None = None,
     on_stdout: ByteSink,
     on_stderr: ByteSink,
-) -> int:
-    """Run ``tool`` of the current release, streaming its output; returns its exit code."""
-    release = current_release(transport, device)
+) -> tuple[Invocation, int]:
+    """Run ``tool`` of ``release`` (kzbuild run: the current one), streaming its output; returns what
+    ran and its exit code."""
     for warning in env_warnings(settings, release, env):
         log.warning("%s", warning)
     call = invocation(device, release, tool, args, env)
@@ -195,7 +198,7 @@ def run_tool(
     else:
         log.warning(NO_PEAKRSS, device.name, release.build_id, PEAKRSS)
     result = transport.run(call.argv, cwd=call.cwd, env=call.env, timeout=timeout, on_stdout=on_stdout, on_stderr=on_stderr)
-    return result.returncode
+    return call, result.returncode
 
 
 # --- env names the pinned tree reads ---

@@ -39,6 +39,7 @@ from kzbuild.device.base import ByteSink, Transport
 from kzbuild.device.deploy import deploy
 from kzbuild.device.store import ProgressCallback
 from kzbuild.errors import ConfigError, PatchError
+from kzbuild.measure import quality
 from kzbuild.measure.bench import check_spec
 from kzbuild.measure.compare import describe_config, describe_env, varying_env
 from kzbuild.measure.interleave import MAX_BLOCKS, check_cooling, run_interleaved, thermal_zones
@@ -52,6 +53,7 @@ from kzbuild.model.device import Device
 from kzbuild.model.effect import MIN_EFFECT_PCT, EffectVerdict
 from kzbuild.model.interleave import Arm, Cooling, Turn
 from kzbuild.model.patch import Expectation, Patch
+from kzbuild.model.quality import QualitySpec
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.result import BenchRecord
 from kzbuild.source.stack.check import load_patches
@@ -366,6 +368,8 @@ def run_ab(
     max_width_pct: float | None = None,
     max_seconds: float | None = None,
     clock: Callable[[], float] = time.monotonic,
+    quality_spec: QualitySpec | None = None,
+    on_quality: Callable[[str], None] | None = None,
 ) -> AbResult:
     """Build and deploy the variants, bench each spec in interleaved blocks (one experiment per
     spec, all with one seed), and report what each patch buys and which Kz-Expect it contradicts."""
@@ -375,8 +379,14 @@ def run_ab(
     if cooling is not None:
         check_cooling(cooling)
         thermal_zones(transport, device, cooling)  # a device without them fails before any build
+    if quality_spec is not None and selection and quality_spec.reference not in selection:
+        selection = (*selection, quality_spec.reference)  # the variant whose logits are the base
     built = build_variants(settings, recipe, target, environ=environ, selection=selection, options=options, progress=on_build)
+    if quality_spec is not None:  # before any run: a tree that prints other statistics is refused, not misread
+        quality.check_worktree_formats(replace(settings, work=ab_work(settings, recipe)).worktree(recipe.name))
     variants = deploy_variants(transport, device, built, wait=wait, on_progress=on_deploy)
+    if quality_spec is not None:
+        quality.check_tools(transport, device, variants)
     arms = [Arm(v.spec.name, v.release) for v in variants if v.release is not None]
     if len(arms) < 2:
         raise ConfigError(
@@ -418,7 +428,8 @@ def run_ab(
         benched = [v.spec for v in variants if v.release is not None]
         measured = effects(records, benched, seed=seed, min_effect_pct=min_effect_pct)
     checks = check_expectations(expected, measured, device.name)
+    judged = quality.check_ab(settings, transport, device, variants, quality_spec, specs[0][1].model, on_variant=on_quality) if quality_spec else ((), ())
     return AbResult(
         recipe=recipe.name, device=device.name, target=target, seed=seed, variants=tuple(variants), runs=tuple(runs),
-        effects=tuple(measured), checks=tuple(checks),
+        effects=tuple(measured), checks=tuple(checks), quality=judged[0], patch_quality=judged[1],
     )  # fmt: skip

@@ -25,16 +25,25 @@ from kzbuild.measure.bench import (
     sweep_size_check,
 )
 from kzbuild.measure.interleave import MAX_BLOCKS, parse_temperature
+from kzbuild.measure.quality import check_quality_spec, corpus_path
 from kzbuild.model.bench import ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchSpec
 from kzbuild.model.device import Device
 from kzbuild.model.effect import MIN_EFFECT_PCT
 from kzbuild.model.memory import MemoryLimits, parse_size
 from kzbuild.model.plan import Plan, PlanAb, PlanModel, PlanRun, PlanTurn
+from kzbuild.model.quality import (
+    DEFAULT_CHUNKS,
+    DEFAULT_CONTEXT,
+    DEFAULT_CORPUS,
+    OPTION_FLAGS,
+    QualityLimits,
+    QualitySpec,
+)
 
 log = logging.getLogger(__name__)
 
 PLAN_KEYS = ("description", "model", "device", "repetitions", "seed", "cooldown", "timeout", "env",
-             "runs", "ab", "memory_budget", "htp_session_limit", "turn")  # fmt: skip
+             "runs", "ab", "memory_budget", "htp_session_limit", "turn", "quality")  # fmt: skip
 TURN_KEYS = ("prompt", "generate", "prefill", "decode")
 MODEL_KEYS = ("path", "name", "sha256")
 RUN_KEYS = ("name", "options", "env", "sweep", "args")
@@ -42,6 +51,9 @@ AB_KEYS = (
     "variants", "blocks", "cool_to", "cool_wait", "cool_zones",
     "min_effect_pct", "max_width_pct", "max_seconds",
 )  # fmt: skip
+QUALITY_KEYS = ("max_kld", "min_top1", "corpus", "context", "chunks", "options", "env",
+                "reference", "reference_options", "timeout")  # fmt: skip
+MAX_CONTEXT = 1 << 20
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 MAX_SEED = 2**32 - 1
@@ -82,6 +94,7 @@ def load_plan(path: Path) -> Plan:
         seed=seed,
         memory=memory,
         turn=_turn(doc, runs),
+        quality=_quality(doc),
     )
 
 
@@ -193,6 +206,61 @@ def _run(item: yamlconf.Mapping, index: int, model: str, common_env: dict[str, s
         key = next((a.name for a in axes if a.name in exc.message or (a.env_name or "") in exc.message), None)
         raise (sweep_section if key else item).error(key or "args", exc.message, hint=exc.hint) from None
     return PlanRun(name=name, spec=spec)
+
+
+def _quality(doc: yamlconf.Mapping) -> QualitySpec | None:
+    """``quality:``: the limits, the corpus, context and chunks, how the variants and the reference run (docs/quality.md)."""
+    if doc.get("quality") is None:
+        return None
+    section = doc.get_mapping("quality")
+    section.check_keys(QUALITY_KEYS, context="quality")
+    limits = QualityLimits(max_kld=_limit(section, "max_kld", float("inf")), min_top1=_limit(section, "min_top1", 100))
+    if limits.max_kld is None and limits.min_top1 is None:
+        raise section.error("max_kld", "a quality check needs a limit: max_kld (mean KL divergence), min_top1 (percent), or both")
+    corpus = section.get_str("corpus") or DEFAULT_CORPUS
+    try:
+        corpus_path(corpus)
+    except ConfigError as exc:
+        raise section.error("corpus", exc.message, hint=exc.hint) from None
+    spec = QualitySpec(
+        limits=limits, corpus=corpus,
+        context=_count(section, "context", minimum=8, maximum=MAX_CONTEXT) or DEFAULT_CONTEXT,
+        chunks=_count(section, "chunks", minimum=1, maximum=10_000) or DEFAULT_CHUNKS,
+        options=_quality_options(section, "options"), env=tuple(_env(section, "env").items()),
+        reference=_name(section, "reference") or "upstream",
+        reference_options=_quality_options(section, "reference_options") if section.get("reference_options") is not None else QualitySpec().reference_options,
+        timeout=_seconds(section, "timeout"),
+    )  # fmt: skip
+    try:
+        check_quality_spec(spec)
+    except ConfigError as exc:
+        raise section.error("chunks", exc.message, hint=exc.hint) from None
+    return spec
+
+
+def _limit(section: yamlconf.Mapping, key: str, high: float) -> float | None:
+    value = section.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= high:
+        raise section.error(key, f"must be a number from 0 to {high:g}")
+    return float(value)
+
+
+def _quality_options(section: yamlconf.Mapping, key: str) -> tuple[tuple[str, str], ...]:
+    """llama-perplexity options by the names the runs use: dev, ngl, t, ub, fa."""
+    options = section.get_mapping(key)
+    found = []
+    for name, value in options.items():
+        if name not in OPTION_FLAGS:
+            raise options.error(name, f"unknown llama-perplexity option '{name}'", hint=f"options: {', '.join(OPTION_FLAGS)}")
+        text = str(value)
+        if not yamlconf.is_scalar_text(value) or not text.strip() or text.startswith("-") or any(c.isspace() for c in text):
+            raise options.error(name, "must be one value such as HTP0, none or 8")
+        if name != "dev" and not text.isdigit() and not (name == "fa" and text in ("on", "off", "auto")):
+            raise options.error(name, "must be a whole number")
+        found.append((name, text))
+    return tuple(found)
 
 
 def _env(section: yamlconf.Mapping, key: str) -> dict[str, str]:

@@ -27,7 +27,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kzbuild.adapters.filelock import locked
 from kzbuild.adapters.gitcmd import Git
 from kzbuild.adapters.settings import Settings
 from kzbuild.device.base import ByteSink, Transport
@@ -35,7 +34,7 @@ from kzbuild.device.run import check_seconds, check_tool, current_release, env_w
 from kzbuild.errors import BadRecord, ConfigError, ResultsError
 from kzbuild.measure.bench import model_sha256, new_run_id, probe
 from kzbuild.measure.htpprofile import HEXAGON_CPP, check_tree_formats, parse_htp_log
-from kzbuild.measure.resultfiles import append_line, checked_line, ends_with_newline, jsonl_objects
+from kzbuild.measure.resultfiles import append_to_jsonl, checked_line, jsonl_objects
 from kzbuild.measure.resultplot import save_png
 from kzbuild.measure.resultsdb import LATEST
 from kzbuild.model.device import Device
@@ -222,14 +221,7 @@ class ProfileStore:
 
     def add(self, record: ProfileRecord) -> None:
         stored = checked_line(record, ProfileRecord.from_dict, f"profile run {record.run_id!r}")
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"results folder {self.folder} cannot be made: {exc.strerror}") from None
-        with locked(self.folder / ".profiles.lock", what=f"profiles {self.path}"):
-            if self.path.is_file() and not ends_with_newline(self.path):
-                append_line(self.path, "\n")  # never glue a record onto a line a killed writer left
-            append_line(self.path, stored + "\n")
+        append_to_jsonl(self.folder, PROFILES_FILE, stored, what="profiles")
 
     def records(self) -> list[ProfileRecord]:
         if not self.path.exists():

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from kzbuild.adapters import yamlconf
 from kzbuild.adapters.filelock import locked
@@ -233,6 +233,40 @@ def append_line(path: Path, text: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def append_to_jsonl(folder: Path, name: str, stored: str, *, what: str) -> None:
+    """Append one checked line (:func:`checked_line`) to ``folder/name``, under the folder's lock
+    ``.<stem>.lock``; never glued onto a line a killed writer left unterminated."""
+    path = folder / name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"results folder {folder} cannot be made: {exc.strerror}") from None
+    with locked(folder / f".{path.stem}.lock", what=f"{what} {path}"):
+        if path.is_file() and not ends_with_newline(path):
+            append_line(path, "\n")
+        append_line(path, stored + "\n")
+
+
+class JsonlStore(Generic[StorableT]):
+    """``folder/name``: one checked record per line (quality records, device checks), appended
+    under the folder's lock; ``read`` is the record type's from_dict."""
+
+    def __init__(
+        self, folder: Path, name: str, read: Callable[[object, str], StorableT], what: str
+    ) -> None:
+        self.folder, self.name, self.read, self.what = folder, name, read, what
+        self.path = folder / name
+
+    def add(self, record: StorableT) -> None:
+        stored = checked_line(record, self.read, f"a {self.what}")
+        append_to_jsonl(self.folder, self.name, stored, what=f"{self.what}s")
+
+    def records(self) -> list[StorableT]:
+        if not self.path.exists():
+            return []
+        return [self.read(data, where) for where, data in jsonl_objects(self.path)]
 
 
 def ends_with_newline(path: Path) -> bool:

@@ -45,6 +45,7 @@ from kzbuild.build import builder
 from kzbuild.errors import KzError, SourceError
 from kzbuild.measure.stats import interleaved_order, median_effect
 from kzbuild.model.patch import KZ_TEST
+from kzbuild.model.quality import QualityRecord
 from kzbuild.model.recipe import Recipe, Source
 from kzbuild.model.result import summarize
 from kzbuild.model.roll import (
@@ -86,6 +87,7 @@ class ABRunner(Protocol):
     one per run."""
 
     metric: str
+    quality: Sequence[QualityRecord]  # after run: each variant's output against the reference, when the plan checks it
 
     def run(self, variants: Mapping[str, Path], order: Sequence[Sequence[str]], seed: int) -> Mapping[str, Sequence[float]]: ...
 
@@ -372,8 +374,10 @@ def _roll(
                     pin_artifact = _pin_artifact(settings, recipe, environ, progress)
                 delta = bench_ab(bench, pin_artifact, artifact, blocks=blocks, seed=seed, threshold_pct=threshold_pct)
                 steps.append(RollStep("bench", f"bench the pin against {candidate.label} interleaved on the device",
-                                      StepStatus.FAILED if delta.regressed else StepStatus.PASSED, delta.describe()))
-                if delta.regressed:
+                                      StepStatus.FAILED if delta.regressed or delta.wrong else StepStatus.PASSED, delta.describe()))
+                if delta.wrong:  # wrong whatever its speed
+                    outcome = Outcome.WRONG
+                elif delta.regressed:
                     outcome = Outcome.REGRESSED
             elif outcome is Outcome.ROLLABLE and bench is not None:
                 steps.append(RollStep("bench", "bench the pin against the candidate", StepStatus.SKIPPED, "no host build to bench (--no-build)"))
@@ -539,6 +543,7 @@ def bench_ab(runner: ABRunner, pin: Path, candidate: Path, *, blocks: int, seed:
         metric=runner.metric, order=tuple(name for block in order for name in block), pin=tuple(a), candidate=tuple(b),
         effect=median_effect(a, b, seed=seed, min_effect_pct=threshold_pct),
         spread_pin_pct=_spread(a), spread_candidate_pct=_spread(b), threshold_pct=threshold_pct,
+        quality=tuple(runner.quality),
     )
 
 

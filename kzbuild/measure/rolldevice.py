@@ -6,6 +6,7 @@ Its own module so that a roll without ``--device`` loads none of deploy, interle
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from kzbuild.adapters.settings import Settings
@@ -14,10 +15,12 @@ from kzbuild.device.base import Transport
 from kzbuild.device.deploy import deploy
 from kzbuild.errors import ResultsError
 from kzbuild.measure.interleave import run_interleaved
+from kzbuild.measure.quality import check_variants, quality_store
 from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.model.bench import BenchSpec
 from kzbuild.model.device import Device
 from kzbuild.model.interleave import Arm
+from kzbuild.model.quality import QualityRecord, QualitySpec
 
 
 class DeviceRunner:
@@ -26,9 +29,13 @@ class DeviceRunner:
     roll's order, each record stored with its variant. The pin is deployed last, so `current` stays
     on it. A sample is one run's median of its first test (e.g. pp512), in tokens per second."""
 
-    def __init__(self, settings: Settings, transport: Transport, device: Device, spec: BenchSpec, store: ResultsStore, *, wait: float = 0.0) -> None:
+    def __init__(
+        self, settings: Settings, transport: Transport, device: Device, spec: BenchSpec, store: ResultsStore, *, wait: float = 0.0, quality_spec: QualitySpec | None = None
+    ) -> None:
         self.settings, self.transport, self.device, self.spec, self.store, self.wait = settings, transport, device, spec, store, wait
         self.metric = "the first test's t/s"  # named after the run, by the test it measured
+        self.quality_spec = quality_spec
+        self.quality: Sequence[QualityRecord] = ()
 
     def run(self, variants: Mapping[str, Path], order: Sequence[Sequence[str]], seed: int) -> Mapping[str, Sequence[float]]:
         arms = [
@@ -40,5 +47,9 @@ class DeviceRunner:
         if first is None:
             raise ResultsError(f"run {done.run_id}: llama-bench measured nothing")
         self.metric = f"{first.test} t/s"
+        if self.quality_spec is not None:  # a roll has no bare-upstream variant: the pin's logits on the CPU are the reference
+            releases = {arm.name: arm.release for arm in arms}
+            spec = self.quality_spec if self.quality_spec.reference in releases else replace(self.quality_spec, reference="pin")
+            self.quality = tuple(check_variants(self.transport, self.device, releases, spec, self.spec.model, quality_store(self.settings.results), self.settings.work / "quality"))
         # one sample per run: its median, of the first test's group (same test, configuration and env)
         return {name: [r.summary.median for r in records if r.group_key == first.group_key and r.summary.median] for name, records in done.records.items()}

@@ -8,6 +8,7 @@ from typing import Literal
 from kzbuild.model.effect import Effect
 from kzbuild.model.interleave import InterleavedRun
 from kzbuild.model.patch import Expectation
+from kzbuild.model.quality import WRONG, PatchQuality, QualityRecord
 
 FULL = "full"  # the whole stack: the reference every other variant is compared with
 UPSTREAM = "upstream"  # the pin with no patches
@@ -91,6 +92,13 @@ class AbResult:
     runs: tuple[AbRun, ...]
     effects: tuple[PatchEffect, ...]
     checks: tuple[ExpectCheck, ...]
+    quality: tuple[QualityRecord, ...] = ()  # each variant's output against the reference's
+    patch_quality: tuple[PatchQuality, ...] = ()
+
+    @property
+    def wrong(self) -> tuple[QualityRecord, ...]:
+        """The variants past the quality limits."""
+        return tuple(record for record in self.quality if record.verdict == WRONG)
 
     @property
     def contradicted(self) -> tuple[ExpectCheck, ...]:

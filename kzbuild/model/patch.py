@@ -13,9 +13,10 @@ UPSTREAM_PR = "Upstream-PR"
 DROP_WHEN = "Drop-When"
 KZ_TEST = "Kz-Test"
 KZ_EXPECT = "Kz-Expect"  # an effect kzbuild ab checks: "pp512 +10% on pad3"
-KZ_TRAILERS = (UPSTREAM_STATUS, UPSTREAM_PR, DROP_WHEN, KZ_TEST, KZ_EXPECT)
+KZ_DEVICE_TEST = "Kz-Device-Test"  # a check kzbuild check runs on a device: "test-backend-ops -o GATED_DELTA_NET -b HTP0"
+KZ_TRAILERS = (UPSTREAM_STATUS, UPSTREAM_PR, DROP_WHEN, KZ_TEST, KZ_EXPECT, KZ_DEVICE_TEST)
 REQUIRED_TRAILERS = (UPSTREAM_STATUS, KZ_TEST)
-REPEATABLE_TRAILERS = (KZ_EXPECT,)  # one per metric and device
+REPEATABLE_TRAILERS = (KZ_EXPECT, KZ_DEVICE_TEST)  # one per metric and device; one per device check
 # Upstream-Status kinds and what follows the kind word.
 STATUS_KINDS = {
     "Pending": "nothing",

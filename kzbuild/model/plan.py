@@ -8,6 +8,7 @@ from pathlib import Path
 from kzbuild.model.bench import BenchSpec
 from kzbuild.model.effect import MIN_EFFECT_PCT
 from kzbuild.model.memory import MemoryLimits
+from kzbuild.model.quality import QualitySpec
 
 
 @dataclass(frozen=True)
@@ -60,3 +61,4 @@ class Plan:
     seed: int | None = None  # the sweep order of every run, and ab's interleaved order
     memory: MemoryLimits = MemoryLimits()  # memory_budget, htp_session_limit (in each run too)
     turn: PlanTurn | None = None
+    quality: QualitySpec | None = None  # kzbuild ab checks each variant's output (quality:)

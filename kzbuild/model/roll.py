@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from kzbuild.model.effect import Effect, EffectVerdict
+from kzbuild.model.quality import WRONG, QualityRecord, describe_output
 from kzbuild.model.stackcheck import BumpPlan, StepStatus
 
 # roll's defaults (kzbuild.measure.roll and its CLI take them from here)
@@ -33,6 +34,7 @@ class Outcome(str, Enum):
     BUILD_FAILED = "build failed"
     TESTS_FAILED = "tests failed"  # a live patch's Kz-Test fails
     REGRESSED = "regressed"  # the bench A/B fell past the threshold
+    WRONG = "wrong output"  # the candidate's output is past the plan's quality limits
     NOT_TRIED = "not tried"  # the stack holds, but a newer candidate is rollable: no build, no bench
 
 
@@ -74,6 +76,12 @@ class BenchDelta:
     spread_pin_pct: float  # (max - min) / median of each side's samples
     spread_candidate_pct: float
     threshold_pct: float
+    quality: tuple[QualityRecord, ...] = ()  # the plan's quality check: pin and candidate against the reference
+
+    @property
+    def wrong(self) -> bool:
+        """The candidate's output is past the quality limits."""
+        return any(record.variant == "candidate" and record.verdict == WRONG for record in self.quality)
 
     @property
     def regressed(self) -> bool:
@@ -90,6 +98,8 @@ class BenchDelta:
             ""
             if effect.verdict is EffectVerdict.EFFECT
             else f"; {effect.verdict.value} at +-{effect.min_effect_pct:g}%"
+        ) + "".join(
+            f"; {record.variant} output: {describe_output(record)}" for record in self.quality
         )
 
     def to_dict(self) -> dict[str, object]:
@@ -99,6 +109,7 @@ class BenchDelta:
             "spread_pin_pct": self.spread_pin_pct, "spread_candidate_pct": self.spread_candidate_pct,
             "threshold_pct": self.threshold_pct, "regressed": self.regressed,
             "verdict": self.effect.verdict.value,
+            "quality": [record.to_dict() for record in self.quality], "wrong": self.wrong,
         }
 
 

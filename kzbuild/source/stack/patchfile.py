@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timezone
@@ -21,8 +22,10 @@ from kzbuild.adapters import yamlconf
 from kzbuild.adapters.files import write_atomic
 from kzbuild.adapters.gitcmd import KZ_EMAIL
 from kzbuild.errors import ConfigError
+from kzbuild.model.devicetest import DeviceTest
 from kzbuild.model.patch import (
     DROP_WHEN,
+    KZ_DEVICE_TEST,
     KZ_EXPECT,
     KZ_TRAILERS,
     REPEATABLE_TRAILERS,
@@ -426,6 +429,8 @@ def trailer_value_problem(key: str, value: str) -> str | None:
         return f"Drop-When needs an upstream commit sha (7 to 40 hex; got '{value}')"
     elif key == KZ_EXPECT:
         return expect_problem(value)
+    elif key == KZ_DEVICE_TEST:
+        return device_test_problem(value)
     return None
 
 
@@ -448,6 +453,30 @@ def expectations(patch: Patch) -> tuple[Expectation, ...]:
         match = EXPECT.match(trailer.value.strip()) if trailer.key == KZ_EXPECT else None
         if match and float(match[2]):
             found.append(Expectation(patch=patch.name, metric=match[1], pct=float(match[2]), device=match[3], line=trailer.line))
+    return tuple(found)
+
+
+TOOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def device_test_problem(value: str) -> str | None:
+    """A Kz-Device-Test is a tool of the release (no path) and its arguments, split as a shell would."""
+    try:
+        words = shlex.split(value)
+    except ValueError as exc:
+        return f"Kz-Device-Test '{value}' cannot be split into arguments: {exc}"
+    if not words or not TOOL_NAME.match(words[0]):
+        return f"Kz-Device-Test '{value}' does not start with a tool of the release (e.g. 'test-backend-ops -o GATED_DELTA_NET -b HTP0')"
+    return None
+
+
+def device_tests(patch: Patch) -> tuple[DeviceTest, ...]:
+    """The patch's well-formed Kz-Device-Test trailers (lint reports the others)."""
+    found = []
+    for trailer in patch.trailers:
+        if trailer.key == KZ_DEVICE_TEST and device_test_problem(trailer.value) is None:
+            tool, *args = shlex.split(trailer.value)
+            found.append(DeviceTest(patch=patch.name, tool=tool, args=tuple(args), line=trailer.line))
     return tuple(found)
 
 
