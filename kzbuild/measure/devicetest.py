@@ -20,7 +20,7 @@ from kzbuild.device.base import ByteSink, Transport
 from kzbuild.device.run import current_release, run_in_release
 from kzbuild.errors import ConfigError
 from kzbuild.measure.bench import new_run_id, probe
-from kzbuild.measure.results import JsonlStore
+from kzbuild.measure.resultfiles import JsonlStore
 from kzbuild.model.device import Device
 from kzbuild.model.devicetest import DeviceTest, DeviceTestResult
 from kzbuild.model.recipe import Recipe

@@ -30,7 +30,7 @@ from kzbuild.device.base import Transport
 from kzbuild.device.run import check_tool, invocation, release_named, run_logged
 from kzbuild.errors import BadRecord, ConfigError, DeviceError, OutputFormatChanged, ResultsError
 from kzbuild.measure.bench import model_sha256, new_run_id, probe
-from kzbuild.measure.results import JsonlStore
+from kzbuild.measure.resultfiles import JsonlStore
 from kzbuild.model.ab import FULL, VariantBuild
 from kzbuild.model.device import Device
 from kzbuild.model.quality import (
