@@ -50,7 +50,8 @@ def test_check_runs_the_gdn_patchs_op_test_on_the_tablet(kz, tablet):
         found["command"] == "test-backend-ops -o GATED_DELTA_NET -b HTP0"
         and found["passed"] is True
     )
-    assert found["argv"] == [
+    assert found["argv"][0] == f"{ROOT}/releases/b-adb/bin/kz-peakrss"  # the run's peak memory too
+    assert found["argv"][1:] == [
         f"{ROOT}/releases/b-adb/bin/test-backend-ops",
         "-o",
         "GATED_DELTA_NET",
