@@ -117,6 +117,14 @@ class AdbTransport:
         if progress:
             progress(size)
 
+    def push_tree(self, local: Path, remote: str) -> None:
+        """``adb push DIR/. REMOTE``: the sync protocol, one transfer for every file (adbd
+        removes a file whose transfer was cut)."""
+        result = self._transfer("push", f"{local}/.", remote)
+        if not result.ok:
+            self._check_online(f"while pushing to {remote}")
+            raise DeviceError(f"{self.address}: push {local} -> {remote} failed: {adb_error(result)}")
+
     def pull(self, remote: str, local: Path) -> None:
         result = self._transfer("pull", remote, str(local))
         if not result.ok:
