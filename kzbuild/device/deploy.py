@@ -78,9 +78,10 @@ def deploy(
     Waits up to ``wait`` seconds for another writer to the device root, then raises Busy.
 
     Round trips: taking the lock, reading the state and listing the store are one; a first deploy
-    then sends its contents (:func:`~kzbuild.device.chunkstore.deliver`: a tar stream, then the
-    move into the store), renews the lock and completes the release in one, and renews the lock,
-    switches and releases it in one.
+    then sends its contents (:func:`~kzbuild.device.chunkstore.deliver`: a tar stream that ends in
+    the check and the move into the store; over adb a push, then that command), and renews the
+    lock, completes the release, switches and releases the lock in one. A release that keeps
+    contents the device held before has them hashed first (one more), then switches in its own.
     """
     started = time.monotonic()
     layout = Layout(device.root)
@@ -106,20 +107,24 @@ def _deploy(
     uploads: list[Upload] = []
     stats = SendStats()
     metadata = 0
+    switch = switch_step(layout, release, "deploy") if state.current != release else None
+    # what this deploy just sent was hashed on the device as it entered the store: not again
+    verified: frozenset[str] = frozenset()
     if not complete:
         have = parse_inventory(inventory_result, layout.chunks)
         uploads = _plan_uploads(artifact, have.stored)
         stats = deliver(remote, layout, uploads, have.partial, on_progress, chunks_empty=have.other_empty)
-        metadata = _assemble(remote, layout, artifact, release, lock)
-    # what this deploy just sent was hashed on the device as it entered the store: not again
-    verified = frozenset(up.sha256 for up in uploads)
+        verified = frozenset(up.sha256 for up in uploads)
+        # a release made of contents all verified just now needs no check: switch in the same round trip
+        fresh = release not in state.damaged and all(entry.sha256 in verified for entry in artifact.files)
+        metadata = _assemble(remote, layout, artifact, release, lock, then=switch if fresh else None, unlock=keep is None)
+        switch = None if fresh else switch
     repaired = _verify_release(remote, layout, state, artifact, release, on_progress, verified)
-    switched = state.current != release
-    if switched:
+    if switch is not None:
         # renew the lock right before the switch; with nothing to prune, release it in the same round trip
-        switch = switch_step(layout, release, "deploy")
         results = lock.release_after([switch]) if keep is None else lock.refresh_then([switch])
         check_switch(remote, layout.current, switch, results[0])
+    switched = state.current != release
     pruned: tuple[str, ...] = ()
     if keep is not None:
         pruned = prune(remote, layout, keep)
@@ -238,8 +243,11 @@ def _repair(
     return repaired
 
 
-def _assemble(remote: Remote, layout: Layout, artifact: Artifact, release: str, lock: DeviceLock) -> int:
-    """Build a staging dir of hard links into the store, add the manifest, and rename it into place.
+def _assemble(
+    remote: Remote, layout: Layout, artifact: Artifact, release: str, lock: DeviceLock, *, then: Step | None, unlock: bool,
+) -> int:
+    """Build a staging dir of hard links into the store, add the manifest, and rename it into place;
+    then, in the same command, the switch ``then`` (and the lock's release, with ``unlock``).
 
     One command, which renews the lock first: a tar stream of the manifest (under a name of its own in incoming/), the list of
     executables and the release's dirs and hard links (which tar makes without a process per
@@ -256,7 +264,12 @@ def _assemble(remote: Remote, layout: Layout, artifact: Artifact, release: str, 
     headers += [tar_header(f"{staging}/{entry.path}", 0, kind=HARDLINK, linkname=f"objects/{entry.sha256}") for entry in artifact.files]
     stream = chain(tar_stream(members, end=False), (b"".join(headers), bytes(2 * TAR_BLOCK)))
     step = Step(RELEASE_SCRIPT, (layout.root, staging, manifest, f"releases/{release}"), "completing the release")
-    remote.checked([step], lock.refresh_then([step], data=stream))
+    if then is None:
+        remote.checked([step], lock.refresh_then([step], data=stream))
+        return len(manifest_bytes)
+    results = lock.release_after([step, then], data=stream) if unlock else lock.refresh_then([step, then], data=stream)
+    remote.checked([step], results[:1])
+    check_switch(remote, layout.current, then, results[1])
     return len(manifest_bytes)
 
 
