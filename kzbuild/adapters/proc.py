@@ -296,17 +296,29 @@ def run_split(
         pumps.append(threading.Thread(target=feed, args=(child.stdin, stdin), daemon=True))
     for thread in pumps:
         thread.start()
-    try:
-        code = child.wait(timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
+    # a timer kills the command at the timeout: wait(timeout=...) polls, sleeping up to 50 ms past
+    # the command's end (for every device command of a deploy)
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
         child.kill()
-        child.wait()
-        raise _failed(args, -1, f"timed out after {timeout} s") from exc
+
+    timer = threading.Timer(timeout, expire) if timeout is not None else None
+    if timer:
+        timer.daemon = True
+        timer.start()
+    try:
+        code = child.wait()
     finally:
+        if timer:
+            timer.cancel()
         for thread in pumps:
             thread.join()
         for pipe in pipes:
             pipe.close()
+    if expired.is_set():
+        raise _failed(args, -1, f"timed out after {timeout} s")
     if sink_failures:
         raise sink_failures[0]
     return code, bytes(kept[0]), bytes(kept[1])

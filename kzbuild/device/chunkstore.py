@@ -113,6 +113,10 @@ RECEIVE_SCRIPT = (
     '|| exit 1; done; rm -rf "$k"'
 )
 WHOLE_FILE_MAX = 64 << 20  # files up to this size are read once for all their chunks
+# Staging for a transport's bulk copy (adb push) goes to memory when it is this small: making 250
+# files of 64 KiB took 0.40 s on the ext4 /tmp of a busy build machine, 0.026 s on /dev/shm.
+MEMORY_STAGE = Path("/dev/shm")
+MEMORY_STAGE_MAX = 512 << 20
 
 
 
@@ -416,7 +420,8 @@ def _stream(
     argv = ["sh", "-c", RECEIVE_SCRIPT, "kz", layout.incoming + "/", token, "1" if fresh else "0"]
     transport = remote.transport
     if isinstance(transport, TreePush):
-        with tempfile.TemporaryDirectory(prefix="kz-stage-") as staging:
+        in_memory = total <= MEMORY_STAGE_MAX and os.access(MEMORY_STAGE, os.W_OK)
+        with tempfile.TemporaryDirectory(prefix="kz-stage-", dir=MEMORY_STAGE if in_memory else None) as staging:
             stage(members, Path(staging))
             transport.push_tree(Path(staging), layout.incoming)
         for member in members:
