@@ -20,7 +20,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kzbuild.adapters import proc
-from kzbuild.device.base import NO_SPACE, ByteSink, ByteSource, ProgressFn, RemoteResult, device_full, remote_command
+from kzbuild.device.base import (
+    NO_SPACE,
+    ByteSink,
+    ByteSource,
+    ProgressFn,
+    RemoteResult,
+    device_full,
+    remote_command,
+)
 from kzbuild.errors import CommandFailed, DeviceError
 from kzbuild.model.device import Device
 

@@ -83,7 +83,8 @@ REGULAR, HARDLINK, DIRECTORY = b"0", b"1", b"5"  # ustar type flags
 # $1 = ROOT, $2 = token; stdin: a tar of chunk lists (one file per object). Unpacks them into
 # incoming/.kz-<token>/lists/ and prints the name of every listed chunk chunks/ lacks.
 PROBE_SCRIPT = (
-    'd="$1/incoming/.kz-$2/lists"; rm -rf "$d" && mkdir -p "$d" && cd "$d" && tar -x -f - || exit 1; '
+    'd="$1/incoming/.kz-$2/lists"; rm -rf "$d" && mkdir -p "$d" && cd "$d" '
+    '&& tar -x -f - || exit 1; '
     'cat * | while read -r c s; do [ -f "../../../chunks/$c" ] || echo "$c"; done; true'
 )
 # $1 = incoming/, $2 = token, $3 = 1 to use only chunks sent now. stdin: a tar of the chunks and
@@ -96,20 +97,29 @@ PROBE_SCRIPT = (
 # chunklists/; the chunks they were built from that arrived now (in incoming/, at the size their
 # list says, and not taken from chunks/) move into chunks/. The rest stays in incoming/.
 RECEIVE_SCRIPT = (
-    'cd "$1" || exit 1; if [ "$4" != staged ]; then tar -x -f - || exit 1; fi; k=".kz-$2"; fresh=$3; '
+    'cd "$1" || exit 1; if [ "$4" != staged ]; then tar -x -f - || exit 1; fi; '
+    'k=".kz-$2"; fresh=$3; '
     'while read -r op o; do if [ "$op" = a ]; then rm -f "$o"; '
-    'while read -r c s; do if [ "$fresh" = 0 ] && [ -f "../chunks/$c" ]; then echo "../chunks/$c"; else echo "$c"; fi; '
-    'done < "$k/lists/$o" | xargs cat > "$o"; fi; echo "$o"; done < "$k/plan" | xargs sha256sum > "$k/sums"; '
-    'cat "$k/sums"; echo /; LC_ALL=C sort "$k/sums" | comm -12 - "$k/expect" | cut -d " " -f 1 > "$k/good" '
+    'while read -r c s; do '
+    'if [ "$fresh" = 0 ] && [ -f "../chunks/$c" ]; then echo "../chunks/$c"; else echo "$c"; fi; '
+    'done < "$k/lists/$o" | xargs cat > "$o"; fi; echo "$o"; '
+    'done < "$k/plan" | xargs sha256sum > "$k/sums"; cat "$k/sums"; echo /; '
+    'LC_ALL=C sort "$k/sums" | comm -12 - "$k/expect" | cut -d " " -f 1 > "$k/good" '
     '&& comm -12 "$k/good" "$k/chunked" > "$k/built" || exit 1; '
-    'if [ -s "$k/built" ]; then (cd "$k/lists" && xargs cat < ../built) | LC_ALL=C sort -u > "$k/want" || exit 1; '
+    'if [ -s "$k/built" ]; then '
+    '(cd "$k/lists" && xargs cat < ../built) | LC_ALL=C sort -u > "$k/want" || exit 1; '
     'cut -d " " -f 1 "$k/want" | xargs stat -c "%n %s" 2>/dev/null | LC_ALL=C sort > "$k/have"; '
-    'if [ "$fresh" = 1 ]; then : > "$k/old"; else ls -1 ../chunks | LC_ALL=C sort > "$k/old"; fi || exit 1; '
-    'comm -12 "$k/want" "$k/have" | cut -d " " -f 1 | comm -23 - "$k/old" > "$k/proven" || exit 1; '
-    'if [ -s "$k/proven" ]; then xargs sh -c \'mv -f "$@" ../chunks/\' kz < "$k/proven" || exit 1; fi; '
-    '(cd "$k/lists" && xargs sh -c \'mv -f "$@" ../../../chunklists/\' kz < ../built) || exit 1; fi; '
-    'for f in "$k"/mode/*; do [ -f "$f" ] || continue; comm -12 "$k/good" "$f" > "$k/moving" || exit 1; '
-    '[ -s "$k/moving" ] || continue; xargs sh -c \'chmod "$0" "$@" && mv -f "$@" ../objects/\' "${f##*/}" < "$k/moving" '
+    'if [ "$fresh" = 1 ]; then : > "$k/old"; '
+    'else ls -1 ../chunks | LC_ALL=C sort > "$k/old"; fi || exit 1; '
+    'comm -12 "$k/want" "$k/have" | cut -d " " -f 1 | comm -23 - "$k/old" > "$k/proven" '
+    '|| exit 1; '
+    'if [ -s "$k/proven" ]; then '
+    'xargs sh -c \'mv -f "$@" ../chunks/\' kz < "$k/proven" || exit 1; fi; '
+    '(cd "$k/lists" && xargs sh -c \'mv -f "$@" ../../../chunklists/\' kz < ../built) '
+    '|| exit 1; fi; '
+    'for f in "$k"/mode/*; do [ -f "$f" ] || continue; '
+    'comm -12 "$k/good" "$f" > "$k/moving" || exit 1; [ -s "$k/moving" ] || continue; '
+    'xargs sh -c \'chmod "$0" "$@" && mv -f "$@" ../objects/\' "${f##*/}" < "$k/moving" '
     '|| exit 1; done; rm -rf "$k"'
 )
 WHOLE_FILE_MAX = 64 << 20  # files up to this size are read once for all their chunks
@@ -164,7 +174,10 @@ class Member:
     def check(self, written: int) -> None:
         """That ``written`` bytes, what was read of it, is its size."""
         if written != self.size:
-            raise DeviceError(f"{self.label or self.name} changed while it was being sent ({written} bytes instead of {self.size})")
+            raise DeviceError(
+                f"{self.label or self.name} changed while it was being sent"
+                f" ({written} bytes instead of {self.size})"
+            )
 
 
 def chunk_name(data: bytes | memoryview) -> str:
@@ -340,8 +353,8 @@ def _deliver(
     fresh: bool,
     probe: bool,
 ) -> tuple[SendStats, list[tuple[Content, str]]]:
-    """One pass: (lists up, the device answers which chunks it lacks), then one transfer of the missing
-    chunks and whole files that ends in their assembly, check and store on the device.
+    """One pass: (lists up, the device answers which chunks it lacks), then one transfer of the
+    missing chunks and whole files that ends in their assembly, check and store on the device.
 
     Without ``probe`` every chunk counts as missing and the lists travel in the stream.
     Returns what was sent and the contents that did not match (with the sha256 found).
@@ -376,14 +389,16 @@ def _deliver(
                 resumed += size  # arrived whole before a cut; checked below with the rest
                 continue
             whole = up.local if (offset, size) == (0, up.size) else None
-            members.append(Member(name, size, reader.piece(up.local, offset, size), up.label, whole))
+            read = reader.piece(up.local, offset, size)
+            members.append(Member(name, size, read, up.label, whole))
     sent, found = _stream(remote, layout, token, members, fresh, on_progress)
     bad = [(content, found.get(content.sha256, "no checksum (is sha256sum installed?)")) for content in contents if found.get(content.sha256) != content.sha256]
     return SendStats(bytes_sent=sent, bytes_resumed=resumed), bad
 
 
 def _control(control: str, contents: Sequence[Content]) -> list[Member]:
-    """RECEIVE_SCRIPT's plan and its sorted name lists (what to expect, what is assembled, each mode)."""
+    """RECEIVE_SCRIPT's plan and its sorted name lists (what to expect, what is assembled, the
+    contents of each mode)."""
     plan = "".join(f"{'a' if content.pieces else 'h'} {content.sha256}\n" for content in contents)
     lists = {
         "plan": plan,
@@ -393,7 +408,11 @@ def _control(control: str, contents: Sequence[Content]) -> list[Member]:
     for content in sorted(contents, key=lambda content: content.sha256):
         key = f"mode/{content.upload.mode:o}"
         lists[key] = lists.get(key, "") + f"{content.sha256}\n"
-    return [Member(f"{control}/{name}", len(data), constant(data)) for name, text in lists.items() for data in [text.encode()]]
+    return [
+        Member(f"{control}/{name}", len(data), constant(data))
+        for name, text in lists.items()
+        for data in [text.encode()]
+    ]
 
 
 def _stream(
@@ -421,7 +440,8 @@ def _stream(
     transport = remote.transport
     if isinstance(transport, TreePush):
         in_memory = total <= MEMORY_STAGE_MAX and os.access(MEMORY_STAGE, os.W_OK)
-        with tempfile.TemporaryDirectory(prefix="kz-stage-", dir=MEMORY_STAGE if in_memory else None) as staging:
+        where = MEMORY_STAGE if in_memory else None
+        with tempfile.TemporaryDirectory(prefix="kz-stage-", dir=where) as staging:
             stage(members, Path(staging))
             transport.push_tree(Path(staging), layout.incoming)
         for member in members:
@@ -438,5 +458,6 @@ def _stream(
             lines = stderr.strip().splitlines()
             raise device_full(remote.address, f"{what} into {layout.incoming}/ failed" + (f": {lines[0]}" if lines else ""))
         raise remote.error(argv, result, what=what)
-    sums, _ = sections(result.text().split("\n"), 2, what=f"receiving {len(members)} file(s) and chunk(s)")
+    what = f"receiving {len(members)} file(s) and chunk(s)"
+    sums, _ = sections(result.text().split("\n"), 2, what=what)
     return total, parse_sha256sum(sums)

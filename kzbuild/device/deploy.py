@@ -128,11 +128,16 @@ def _deploy(
         # and the release is built, checked and repaired as below
         kept = sorted({entry.sha256 for entry in artifact.files} - verified)
         check = objects_check_step(layout, kept) if release not in state.damaged else None
-        metadata, checked = _assemble(remote, layout, artifact, release, lock, check=check, then=switch, unlock=keep is None)
+        unlock = keep is None
+        metadata, checked = _assemble(
+            remote, layout, artifact, release, lock, check=check, then=switch, unlock=unlock
+        )
         if checked:
             verified, switch = verified | set(kept), None
         elif check is not None:
-            metadata, _ = _assemble(remote, layout, artifact, release, lock, check=None, then=None, unlock=False)
+            metadata, _ = _assemble(
+                remote, layout, artifact, release, lock, check=None, then=None, unlock=False
+            )
     repaired = _verify_release(remote, layout, state, artifact, release, on_progress, verified)
     if switch is not None:
         # renew the lock right before the switch; with nothing to prune, release it in the same round trip
@@ -288,7 +293,10 @@ def _assemble(
         remote.checked([step], lock.refresh_then([step], data=stream))
         return len(manifest_bytes), False
     steps = [check, step, *([then] if then else [])]
-    results = lock.release_after(steps, data=stream) if unlock and then else lock.refresh_then(steps, data=stream)
+    if unlock and then:
+        results = lock.release_after(steps, data=stream)
+    else:
+        results = lock.refresh_then(steps, data=stream)
     if not results[0].ok:
         return len(manifest_bytes), False
     remote.checked(steps[1:2], results[1:2])

@@ -156,8 +156,11 @@ class DeviceLock:
         self.remote.checked([refresh], results[:1])
         return results[1:]
 
-    def release_after(self, steps: Sequence[Step], *, data: ByteSource | None = None) -> list[RemoteResult]:
-        """Renew the heartbeat, run ``steps`` (with ``data`` as their stdin), then release the lock, in one round trip.
+    def release_after(
+        self, steps: Sequence[Step], *, data: ByteSource | None = None
+    ) -> list[RemoteResult]:
+        """Renew the heartbeat, run ``steps`` (with ``data`` as their stdin), then release the
+        lock, in one round trip.
 
         When a step fails (or the removal finds the break mutex taken) the lock stays held and
         ``release`` removes it as usual. Returns the steps' results, up to the first that failed.

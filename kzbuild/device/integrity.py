@@ -49,7 +49,8 @@ RELINK_SCRIPT = (
 # its name (sha256sum prints them in order, so the sums must equal those lines byte for byte), 9
 # when one does not or is missing.
 OBJECTS_CHECK_SCRIPT = (
-    'cd "$1" || exit 1; s=$2; shift 2; [ "$#" -gt 0 ] || exit 0; sha256sum "$@" > "$s.sums" 2>/dev/null; '
+    'cd "$1" || exit 1; s=$2; shift 2; [ "$#" -gt 0 ] || exit 0; '
+    'sha256sum "$@" > "$s.sums" 2>/dev/null; '
     'for a; do printf "%s  %s\\n" "$a" "$a"; done > "$s.want" || exit 1; '
     'cmp -s "$s.sums" "$s.want"; rc=$?; rm -f "$s.sums" "$s.want"; [ "$rc" = 0 ] || exit 9'
 )

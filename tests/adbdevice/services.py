@@ -308,7 +308,9 @@ def receive_file(stream: Stream, fs: DeviceFs, budget: SendBudget, request: byte
     return True
 
 
-def receive_data(stream: Stream, budget: SendBudget, sink: IO[bytes] | None = None) -> tuple[bytes, int] | None:
+def receive_data(
+    stream: Stream, budget: SendBudget, sink: IO[bytes] | None = None
+) -> tuple[bytes, int] | None:
     """Read DATA chunks until DONE: (data kept when no sink, mtime); None if the transfer broke."""
     kept = bytearray()
     try:

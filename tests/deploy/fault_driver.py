@@ -4,7 +4,7 @@
 
 ``--kill-at N`` SIGKILLs this process at its N-th device operation, as kill -9 or a crash
 would: after a command ran (the device did it, kzbuild never saw the answer), half-way
-through an upload (half the file arrived; of a pushed dir, the files that make up half its bytes), or half-way through a command's input (the device
+through an upload (half the file arrived; of a pushed dir, the files of half its bytes), or half-way through a command's input (the device
 ran it on the first half of its stdin: half a tar stream, half the files to assemble). ``--slow S`` sleeps S seconds after every
 operation so that concurrent runs overlap. Used by tests/deploy/test_deploy_faults.py and
 benchmarks/bench_faults.py.
@@ -118,7 +118,8 @@ def install(faults: Faults) -> None:
         setattr(transport, "push", faulty_push(faults, transport.push))  # noqa: B010
         setattr(transport, "run_input", faulty_run_input(faults, transport.run_input))  # noqa: B010
         if hasattr(transport, "push_tree"):
-            setattr(transport, "push_tree", faulty_push_tree(faults, transport.push_tree))  # noqa: B010
+            wrapped = faulty_push_tree(faults, transport.push_tree)
+            setattr(transport, "push_tree", wrapped)  # noqa: B010
 
 
 def command(kzbuild_args: Sequence[str], *, kill_at: int | None = None, slow: float = 0.0) -> list[str]:

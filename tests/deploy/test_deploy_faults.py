@@ -154,7 +154,8 @@ def test_concurrent_deploys_one_waits_one_finishes_first(kz, spawn, target, arti
 @pytest.mark.parametrize("target", ["local"], indirect=True)
 def test_concurrent_deploy_without_wait_the_loser_exits_10_naming_the_holder(kz, spawn, target, artifacts, clean_lock_env):
     deployed(kz, target, artifacts.make("b1"))
-    slow = spawn.start(*deploy_args(target, artifacts.make("b2", greeting="v2", blob_seed=2)), slow=1.0)
+    build2 = artifacts.make("b2", greeting="v2", blob_seed=2)
+    slow = spawn.start(*deploy_args(target, build2), slow=1.0)
     while not lock_left(target.root):
         assert slow.poll() is None, spawn.finish(slow).err
     loser = spawn.run(*deploy_args(target, artifacts.make("b3", greeting="v3", blob_seed=3)))
@@ -364,7 +365,7 @@ def test_verify_reports_and_drops_a_damaged_chunk_and_deploy_sends_it_again(kz, 
 def test_an_assembly_cut_short_is_assembled_again_never_stored(kz, target, artifacts, clean_lock_env):
     build1, build2, _ = data_builds(artifacts)
     deployed(kz, target, build1)
-    # what a device that died in the middle of cat leaves: b2's libdata.so, half assembled, in incoming/
+    # what a device that died in the middle of cat leaves: b2's libdata.so, half assembled
     # (assembly, check and store are one device command, so no kill of kzbuild can leave it)
     entry = json.loads((build2 / "manifest.json").read_text())["files"]["lib/libdata.so"]
     data = (build2 / "lib" / "libdata.so").read_bytes()
