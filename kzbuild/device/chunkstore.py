@@ -36,6 +36,7 @@ import logging
 import os
 import posixpath
 import secrets
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -45,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kzbuild.device.base import NO_SPACE, TreePush, device_full, lacks_space
+from kzbuild.device.devicelock import pid_alive
 from kzbuild.device.store import (
     COMMAND_TIMEOUT,
     NAME_HEX,
@@ -127,6 +129,7 @@ WHOLE_FILE_MAX = 64 << 20  # files up to this size are read once for all their c
 # files of 64 KiB took 0.40 s on the ext4 /tmp of a busy build machine, 0.026 s on /dev/shm.
 MEMORY_STAGE = Path("/dev/shm")
 MEMORY_STAGE_MAX = 512 << 20
+STAGE_PREFIX = "kz-stage-"  # then the pid of the kzbuild that stages
 
 
 
@@ -298,6 +301,19 @@ def stage(members: Iterable[Member], into: Path) -> None:
         member.check(written)
 
 
+def sweep_stages(parent: Path) -> None:
+    """Remove the staging dirs under ``parent`` that a killed kzbuild of this user left (its pid
+    is in the name and gone): in /dev/shm they would hold memory until a reboot."""
+    for path in parent.glob(f"{STAGE_PREFIX}*-*"):
+        pid = path.name.removeprefix(STAGE_PREFIX).split("-")[0]
+        try:
+            mine = path.lstat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if mine and pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def _file_range(path: Path, offset: int, size: int) -> Iterator[bytes]:
     with open(path, "rb") as handle:
         handle.seek(offset)
@@ -440,8 +456,9 @@ def _stream(
     transport = remote.transport
     if isinstance(transport, TreePush):
         in_memory = total <= MEMORY_STAGE_MAX and os.access(MEMORY_STAGE, os.W_OK)
-        where = MEMORY_STAGE if in_memory else None
-        with tempfile.TemporaryDirectory(prefix="kz-stage-", dir=where) as staging:
+        where = MEMORY_STAGE if in_memory else Path(tempfile.gettempdir())
+        sweep_stages(where)
+        with tempfile.TemporaryDirectory(prefix=f"{STAGE_PREFIX}{os.getpid()}-", dir=where) as staging:
             stage(members, Path(staging))
             transport.push_tree(Path(staging), layout.incoming)
         for member in members:
