@@ -1,28 +1,42 @@
 #!/usr/bin/env python3
-"""Deploy figures for issue 13: kzbuild deploy next to rsync and scp, in the same run, over the same sshd.
+"""Deploy figures (issues 13 and 27): kzbuild deploy next to scp, rsync and adb push, same run.
 
-    python benchmarks/bench_deploy.py [--from DIR --to DIR] [--small-files 3000] [--runs 3]
+    python benchmarks/bench_deploy.py [--from DIR --to DIR] [--files 100,1000,10000] [--runs 3]
+                                      [--no-ssh] [--no-adb]
 
-A real OpenSSH server on 127.0.0.1 (throwaway keys, as in the tests) is the device for
-kzbuild (paramiko), scp and rsync (OpenSSH's client) alike. Bytes are counted by a loopback
-TCP relay in front of it, both directions, ssh handshake included, for every tool; times are
-taken on the direct port (median of ``--runs``; kzbuild's time is connect + deploy through the
-library: Python's start-up is issue 13's start-up part, measured by the start-up benchmark).
+Two devices, each with its anchors:
 
-The artifacts are real builds: ``--from`` and ``--to`` are two `kzbuild build` outputs of one
-target whose patch stacks differ (default: the first such pair of host artifacts in the test
-cache, ``$KZ_TEST_CACHE/kz-work/artifacts``, which the slow test tier builds).
+- ssh: a real OpenSSH server on 127.0.0.1 (throwaway keys, as in the tests) is the device for
+  kzbuild (paramiko), scp and rsync (OpenSSH's client) alike. Bytes are counted by a loopback
+  TCP relay in front of it, both directions, ssh handshake included; times are taken on the
+  direct port.
+- adb: the adb test device of tests/adbdevice (the real adb client and server, mksh and toybox
+  as on Android), run in a process of its own so that its work is not counted as the client's.
 
-cases, each with its anchor:
-1. first deploy of FROM to an empty device: seconds, against ``scp -r`` (goal <= 1.3x) and rsync;
-2. ``--small-files`` files of 0.5-4 KB, first deploy: seconds, against rsync (goal <= 2x);
-3. one changed library: FROM deployed, then FROM with its largest library taken from TO (a
-   real rebuild of it): bytes, against rsync of the same change (goal <= 3x);
-4. a real patch rebuild: FROM deployed, then TO: bytes, against rsync (goal <= 3x);
-5. no-op redeploy: bytes and seconds (no anchor: 0 content bytes);
-6. over adb (the adb test device of tests/adbdevice: the real adb client and server, mksh and
-   toybox as on Android): first deploy of FROM and the one changed library of case 3, seconds,
-   against ``adb push`` of the same files (no goal: the anchor for the adb line).
+Every time is reported twice: wall seconds and the client's CPU seconds (this process and the
+children it waited for: kzbuild's library call and its adb clients; scp, rsync, adb and their
+ssh). Medians of ``--runs``, the tools taking turns. The machine this runs on is often shared:
+the ratios hold within one run, the seconds do not carry over.
+
+The release: ``--from`` and ``--to`` are two `kzbuild build` outputs of one target whose patch
+stacks differ (default: the first such pair of host artifacts in the test cache,
+``$KZ_TEST_CACHE/kz-work/artifacts``, which the slow test tier builds; without one, a synthetic
+17.5 MB release of eight libraries and twenty tools, whose rebuild edits two libraries).
+
+cases (goal in brackets):
+1. first deploy of FROM: against scp (<= 1.3x) and rsync; against adb push (<= 2x);
+2. first deploy of N files of 0.5-4 KB for each N of ``--files``: against rsync (<= 2x) and
+   scp; against adb push (<= 2x);
+3. one changed library (FROM, then FROM with its largest changed library from TO): bytes
+   against rsync (<= 3x); time against ``adb push --sync`` of the changed tree (<= 2x);
+4. a real patch rebuild (FROM, then TO): bytes against rsync (<= 3x);
+5. a small edit: a 6 MB library with a 4 KiB insertion and eight scattered 64-byte edits:
+   bytes against rsync (<= 3x);
+6. no-op redeploy over ssh (no anchor: 0 content bytes).
+
+The adb rows also show the device's ``sha256sum`` (toybox) of the bytes a deploy checks, timed
+alone: the share of a deploy's time that is hashing, which this test device does about 4x
+slower than GNU's (and a phone's toybox, built with its crypto library, far faster).
 """
 
 from __future__ import annotations
@@ -48,49 +62,118 @@ from kzbuild.device import deploy  # noqa: E402
 from kzbuild.device.adb import AdbTransport  # noqa: E402
 from kzbuild.device.registry import parse_device_spec  # noqa: E402
 from kzbuild.device.ssh import SshTransport  # noqa: E402
-from tests.adbdevice import AdbTestDevice, PrivateAdbServer  # noqa: E402
-from tests.fixtures_deploy import ArtifactMaker, write_manifest  # noqa: E402
+from kzbuild.model.device import Device  # noqa: E402
+from tests.adbdevice import PrivateAdbServer  # noqa: E402
+from tests.fixtures_deploy import write_manifest  # noqa: E402
 from tests.fixtures_ssh import Relay, SshServer, free_port, keygen  # noqa: E402
 
-GOALS = {"first deploy / scp": 1.3, "3,000 small files / rsync": 2.0, "one changed library / rsync": 3.0, "patch rebuild / rsync": 3.0}
+GOALS = {
+    ("first deploy", "scp"): 1.3,
+    ("first deploy (adb)", "adb push"): 2.0,
+    ("one changed library", "rsync"): 3.0,
+    ("one changed library (adb)", "adb push --sync"): 2.0,
+    ("patch rebuild", "rsync"): 3.0,
+    ("small edit", "rsync"): 3.0,
+}
+FILES_GOALS = {"rsync": 2.0, "adb push": 2.0}  # first deploy of N small files
+# the adb test device in its own process: prints its port, serves until stdin closes
+DEVICE_MAIN = (
+    "import sys; from pathlib import Path; from tests.adbdevice import AdbTestDevice; "
+    "d = AdbTestDevice(Path(sys.argv[1])); print(d.port, flush=True); sys.stdin.read(); d.stop()"
+)
 
 
-@dataclass
-class Link:
-    server: SshServer
-    relay: Relay
-    home: Path
-
-    def ssh_options(self, port: int) -> list[str]:
-        return [
-            "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={self.home / '.ssh' / 'known_hosts'}",
-            "-i", str(self.server.client_key), "-o", f"Port={port}",
-        ]  # fmt: skip
-
-    def remote(self, root: Path) -> str:
-        return f"{self.server.user}@{self.server.host}:{root}"
+@dataclass(frozen=True)
+class Timing:
+    wall: float
+    cpu: float
 
 
+def timed(action: Callable[[], object]) -> Timing:
+    """Wall and client CPU seconds of ``action`` (this process and its waited-for children)."""
+    before, started = os.times(), time.perf_counter()
+    action()
+    wall, after = time.perf_counter() - started, os.times()
+    cpu = sum(after[i] - before[i] for i in range(4))  # user, system, children's user and system
+    return Timing(wall, cpu)
+
+
+def median(timings: list[Timing]) -> Timing:
+    return Timing(
+        statistics.median(t.wall for t in timings), statistics.median(t.cpu for t in timings)
+    )
+
+
+Row = tuple[str, str, Timing | int, str, Timing | int]  # case, unit, kzbuild, anchor, anchor's
+
+
+# --- releases ---
 def test_cache_artifacts() -> Path:
-    return Path(os.environ.get("KZ_TEST_CACHE", Path.home() / ".cache" / "kzbuild-test")) / "kz-work" / "artifacts"
+    cache = os.environ.get("KZ_TEST_CACHE", Path.home() / ".cache" / "kzbuild-test")
+    return Path(cache) / "kz-work" / "artifacts"
+
+
+def tree(root: Path) -> dict[str, Path]:
+    return {
+        p.relative_to(root).as_posix(): p
+        for p in root.rglob("*")
+        if p.is_file() and p.name != "manifest.json"
+    }
 
 
 def differing(a: Path, b: Path) -> list[str]:
-    files_a = {p.relative_to(a).as_posix(): p for p in a.rglob("*") if p.is_file() and p.name != "manifest.json"}
-    files_b = {p.relative_to(b).as_posix(): p for p in b.rglob("*") if p.is_file() and p.name != "manifest.json"}
+    files_a, files_b = tree(a), tree(b)
     if set(files_a) != set(files_b):
         return []
-    return [rel for rel in sorted(files_b) if files_a[rel].read_bytes() != files_b[rel].read_bytes()]
+    return [
+        rel for rel in sorted(files_b) if files_a[rel].read_bytes() != files_b[rel].read_bytes()
+    ]
 
 
-def find_rebuild_pair() -> tuple[Path, Path]:
+def find_rebuild_pair() -> tuple[Path, Path] | None:
     """Two host artifacts in the test cache with the same files, some of them different."""
-    candidates = sorted(p for p in test_cache_artifacts().glob("host-*") if (p / "manifest.json").is_file())
+    candidates = sorted(
+        p for p in test_cache_artifacts().glob("host-*") if (p / "manifest.json").is_file()
+    )
     for index, first in enumerate(candidates):
         for second in candidates[index + 1 :]:
             if differing(first, second):
                 return first, second
-    raise SystemExit(f"no two differing host artifacts under {test_cache_artifacts()}: run the slow tier (pytest -m slow) or pass --from/--to")
+    return None
+
+
+def small_edit(data: bytes, rng: random.Random) -> bytes:
+    """A 4 KiB insertion and eight scattered 64-byte edits (issue 27's small edit)."""
+    edited = bytearray(data)
+    for index in range(8):
+        at = (index * 2 + 1) * len(data) // 17
+        edited[at : at + 64] = rng.randbytes(64)
+    middle = len(edited) // 2
+    return bytes(edited[:middle]) + rng.randbytes(4096) + bytes(edited[middle:])
+
+
+def synthetic_pair(work: Path) -> tuple[Path, Path]:
+    """A 17.5 MB release (eight libraries, twenty tools) and a rebuild that edits two libraries."""
+    rng = random.Random(27)
+    base, rebuilt = work / "synthetic-from", work / "synthetic-to"
+    sizes = (6_000_000, 4_000_000, 3_000_000, 2_000_000, 1_000_000, 500_000, 300_000, 200_000)
+    for index, size in enumerate(sizes):
+        data = rng.randbytes(size)
+        for root, content in (
+            (base, data),
+            (rebuilt, small_edit(data, rng) if index < 2 else data),
+        ):
+            (root / "lib").mkdir(parents=True, exist_ok=True)
+            (root / "lib" / f"lib{index}.so").write_bytes(content)
+    for index in range(20):
+        data = rng.randbytes(rng.randint(2_000, 60_000))
+        for root in (base, rebuilt):
+            (root / "bin").mkdir(exist_ok=True)
+            (root / "bin" / f"tool{index}").write_bytes(data)
+            (root / "bin" / f"tool{index}").chmod(0o755)
+    write_manifest(base, "synthetic-from")
+    write_manifest(rebuilt, "synthetic-to")
+    return base, rebuilt
 
 
 def one_library_changed(base: Path, rebuilt: Path, work: Path) -> tuple[Path, str]:
@@ -100,70 +183,110 @@ def one_library_changed(base: Path, rebuilt: Path, work: Path) -> tuple[Path, st
     shutil.copytree(base, copy)
     (copy / changed).unlink()
     shutil.copy2(rebuilt / changed, copy / changed)
+    os.utime(copy / changed)  # newer than the device's copy, for adb push --sync
     write_manifest(copy, "one-lib")
     return copy, changed
 
 
-def small_files_artifact(work: Path, count: int) -> Path:
-    rng = random.Random(13)
-    extra = {f"share/d{index % 30:02d}/f{index:05d}.txt": rng.randbytes(rng.randint(500, 4000)) for index in range(count)}
-    return ArtifactMaker(work / "small", work / "parts").make("small", extra=extra)
+def small_edit_pair(work: Path) -> tuple[Path, Path]:
+    rng = random.Random(6)
+    data = rng.randbytes(6 << 20)
+    before, after = work / "edit-before", work / "edit-after"
+    for root, content in ((before, data), (after, small_edit(data, rng))):
+        (root / "lib").mkdir(parents=True)
+        (root / "lib" / "libbig.so").write_bytes(content)
+        write_manifest(root, root.name)
+    return before, after
 
 
-def kz_deploy(link: Link, root: Path, artifact: Path, port: int) -> tuple[deploy.DeployResult, float]:
-    device = parse_device_spec(link.server.spec(root, port))
-    assert device is not None
-    started = time.perf_counter()
-    transport = SshTransport(device)
-    try:
-        result = deploy.deploy(transport, device, load_artifact(artifact))
-    finally:
-        transport.close()
-    return result, time.perf_counter() - started
+def small_files(work: Path, count: int) -> Path:
+    rng = random.Random(count)
+    root = work / f"files-{count}"
+    for index in range(count):
+        path = root / f"share/d{index % 30:02d}/f{index:05d}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(rng.randbytes(rng.randint(500, 4000)))
+    write_manifest(root, f"files-{count}")
+    return root
 
 
-def scp(link: Link, root: Path, artifact: Path, port: int) -> float:
-    started = time.perf_counter()
-    subprocess.run(["scp", "-q", "-r", *link.ssh_options(port), str(artifact), link.remote(root)], check=True)
-    return time.perf_counter() - started
+# --- ssh ---
+@dataclass
+class Link:
+    server: SshServer
+    relay: Relay
+    home: Path
+    work: Path
+    roots: int = 0
 
-
-def rsync(link: Link, root: Path, artifact: Path, port: int) -> float:
-    started = time.perf_counter()
-    ssh = " ".join(["ssh", *link.ssh_options(port)])
-    subprocess.run(["rsync", "-a", "--delete", "-e", ssh, f"{artifact}/", f"{link.remote(root)}/"], check=True)
-    return time.perf_counter() - started
-
-
-def counted(link: Link, action: Callable[[int], object]) -> int:
-    """Bytes both ways through the relay while ``action(relay port)`` runs."""
-    link.relay.count_from_zero()
-    action(link.relay.port)
-    return sum(link.relay.moved)
-
-
-class Case:
-    def __init__(self, work: Path) -> None:
-        self.work = work
-        self.roots = 0
+    def ssh_options(self, port: int) -> list[str]:
+        known = self.home / ".ssh" / "known_hosts"
+        return [
+            "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+            "-o", f"UserKnownHostsFile={known}", "-i", str(self.server.client_key),
+            "-o", f"Port={port}",
+        ]  # fmt: skip
 
     def root(self) -> Path:
         self.roots += 1
         return self.work / f"device-{self.roots}"
 
+    def kz(self, root: Path, artifact: Path, port: int | None = None) -> deploy.DeployResult:
+        device = parse_device_spec(self.server.spec(root, port or self.server.port))
+        assert device is not None
+        transport = SshTransport(device)
+        try:
+            return deploy.deploy(transport, device, load_artifact(artifact))
+        finally:
+            transport.close()
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--from", dest="base", type=Path, help="an artifact dir (default: from the test cache)")
-    parser.add_argument("--to", dest="rebuilt", type=Path, help="the same target rebuilt with another patch stack")
-    parser.add_argument("--small-files", type=int, default=3000)
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
-    if shutil.which("rsync") is None or shutil.which("scp") is None:
-        raise SystemExit("rsync and scp are the anchors: install rsync and openssh-client (scripts/setup does)")
-    base, rebuilt = (args.base.resolve(), args.rebuilt.resolve()) if args.base and args.rebuilt else find_rebuild_pair()
+    def scp(self, root: Path, artifact: Path, port: int | None = None) -> None:
+        options = self.ssh_options(port or self.server.port)
+        target = f"{self.server.user}@{self.server.host}:{root}"
+        subprocess.run(["scp", "-q", "-r", *options, str(artifact), target], check=True)
 
-    work = Path(tempfile.mkdtemp(prefix="kz-bench-deploy-"))
+    def rsync(self, root: Path, artifact: Path, port: int | None = None) -> None:
+        ssh = " ".join(["ssh", *self.ssh_options(port or self.server.port)])
+        target = f"{self.server.user}@{self.server.host}:{root}/"
+        subprocess.run(["rsync", "-a", "--delete", "-e", ssh, f"{artifact}/", target], check=True)
+
+    def counted(self, action: Callable[[int], object]) -> int:
+        """Bytes both ways through the relay while ``action(relay port)`` runs."""
+        self.relay.count_from_zero()
+        action(self.relay.port)
+        return sum(self.relay.moved)
+
+
+def first_deploys(
+    link: Link, label: str, artifact: Path, runs: int, anchors: list[str]
+) -> list[Row]:
+    """kzbuild and each anchor in turn, ``runs`` times, each to a fresh root."""
+    tools: dict[str, Callable[[Path, Path], object]] = {
+        "kzbuild": link.kz, "scp": link.scp, "rsync": link.rsync,
+    }  # fmt: skip
+    times: dict[str, list[Timing]] = {name: [] for name in ["kzbuild", *anchors]}
+    for _ in range(runs):
+        for name in times:
+            root = link.root()
+            times[name].append(timed(lambda tool=tools[name], root=root: tool(root, artifact)))
+    mine = median(times["kzbuild"])
+    return [(label, "s", mine, name, median(times[name])) for name in anchors]
+
+
+def delta_bytes(link: Link, label: str, before: Path, after: Path) -> Row:
+    kz_root, rsync_root = link.root(), link.root()
+    link.kz(kz_root, before)
+    link.rsync(rsync_root, before)
+    result: list[deploy.DeployResult] = []
+    kz_b = link.counted(lambda port: result.append(link.kz(kz_root, after, port)))
+    rsync_b = link.counted(lambda port: link.rsync(rsync_root, after, port))
+    sent = result[0]
+    print(f"{label}: kzbuild sent {sent.bytes_sent:,} content bytes for {sent.files_sent} file(s)")
+    return (label, "bytes", kz_b, "rsync", rsync_b)
+
+
+def measure_ssh(work: Path, releases: Releases, runs: int) -> list[Row]:
+    work.mkdir()
     server = SshServer(work, free_port(), keygen(work / "host_key"), keygen(work / "client_key"))
     server.start()
     relay = Relay(server.port)
@@ -171,111 +294,213 @@ def main() -> None:
         home = work / "home"
         (home / ".ssh").mkdir(parents=True)
         shutil.copy(server.client_key, home / ".ssh" / "id_ed25519")
-        (home / ".ssh" / "known_hosts").write_text(server.known_hosts_line() + server.known_hosts_line(relay.port))
+        lines = server.known_hosts_line() + server.known_hosts_line(relay.port)
+        (home / ".ssh" / "known_hosts").write_text(lines)
         os.environ["HOME"] = str(home)
         os.environ.pop("SSH_AUTH_SOCK", None)
-        link = Link(server, relay, home)
-        rows = measure(link, Case(work), base, rebuilt, args.small_files, args.runs)
+        link = Link(server, relay, home, work)
+        rows = first_deploys(link, "first deploy", releases.base, runs, ["scp", "rsync"])
+        kz_b = link.counted(lambda port: link.kz(link.root(), releases.base, port))
+        scp_b = link.counted(lambda port: link.scp(link.root(), releases.base, port))
+        rows.append(("first deploy", "bytes", kz_b, "scp", scp_b))
+        for count, artifact in releases.files.items():
+            rows += first_deploys(link, f"{count:,} files", artifact, runs, ["rsync", "scp"])
+        rows.append(delta_bytes(link, "one changed library", releases.base, releases.one_lib))
+        rows.append(delta_bytes(link, "patch rebuild", releases.base, releases.rebuilt))
+        rows.append(delta_bytes(link, "small edit", *releases.edit))
+        root = link.root()
+        link.kz(root, releases.base)
+        noop = median([timed(lambda: link.kz(root, releases.base)) for _ in range(runs)])
+        rows.append(("no-op redeploy", "s", noop, "-", Timing(0.0, 0.0)))
+        return rows
     finally:
         relay.close()
         server.stop()
-    rows += measure_adb(work, base, rebuilt, args.runs)
-    report(rows, base, rebuilt)
-    shutil.rmtree(work, ignore_errors=True)
 
 
-Row = tuple[str, str, float, str, float]  # case, unit, kzbuild, anchor name, anchor
+# --- adb ---
+class AdbBench:
+    """The private adb server and the test device (in a process of its own)."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.server = PrivateAdbServer(work / "adb-server")
+        self.server.start()
+        self.device = subprocess.Popen(
+            [sys.executable, "-c", DEVICE_MAIN, str(work / "adb-device")],
+            cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert self.device.stdout is not None
+        self.serial = f"127.0.0.1:{self.device.stdout.readline().strip()}"
+        self.server.adb("connect", self.serial)
+        self.roots = 0
+
+    def root(self) -> str:
+        self.roots += 1
+        return f"/data/local/tmp/kz-{self.roots}"
+
+    def adb(self, *args: str) -> subprocess.CompletedProcess[bytes]:
+        argv = [self.server.adb_path, "-P", str(self.server.port), "-s", self.serial, *args]
+        return subprocess.run(argv, check=True, capture_output=True)
+
+    def kz(self, root: str, artifact: Path) -> None:
+        device = Device(name="bench", transport="adb", serial=self.serial, root=root)
+        transport = AdbTransport(device, server_port=self.server.port)
+        deploy.deploy(transport, device, load_artifact(artifact))
+
+    def push(self, root: str, artifact: Path, *sync: str) -> None:
+        self.adb("push", *sync, f"{artifact}/.", root)
+
+    def hashing(self, root: str) -> Timing:
+        """The device's sha256sum of every file under ``root``, alone (what a deploy hashes)."""
+        script = 'cd "$1" && find . -type f | xargs sha256sum > /dev/null'
+        return timed(lambda: self.adb("shell", "-n", "-T", "--", f"sh -c '{script}' kz {root}"))
+
+    def stop(self) -> None:
+        self.server.adb("disconnect", self.serial)
+        if self.device.stdin:
+            self.device.stdin.close()
+        self.device.wait(timeout=30)
+        self.server.stop()
 
 
-def measure(link: Link, case: Case, base: Path, rebuilt: Path, small_count: int, runs: int) -> list[Row]:
-    direct = link.server.port
-    rows: list[Row] = []
-
-    # 1. first deploy: time against scp and rsync (fresh roots each run), bytes through the relay
-    kz_s = statistics.median(kz_deploy(link, case.root(), base, direct)[1] for _ in range(runs))
-    scp_s = statistics.median(scp(link, case.root(), base, direct) for _ in range(runs))
-    rsync_s = statistics.median(rsync(link, case.root(), base, direct) for _ in range(runs))
-    rows += [("first deploy", "s", kz_s, "scp", scp_s), ("first deploy", "s", kz_s, "rsync", rsync_s)]
-    kz_b = counted(link, lambda port: kz_deploy(link, case.root(), base, port))
-    scp_b = counted(link, lambda port: scp(link, case.root(), base, port))
-    rows.append(("first deploy", "bytes", kz_b, "scp", scp_b))
-
-    # 2. many small files
-    small = small_files_artifact(case.work, small_count)
-    kz_s = statistics.median(kz_deploy(link, case.root(), small, direct)[1] for _ in range(runs))
-    rsync_s = statistics.median(rsync(link, case.root(), small, direct) for _ in range(runs))
-    rows.append((f"{small_count:,} small files", "s", kz_s, "rsync", rsync_s))
-
-    # 3, 4. deltas: the device holds BASE, then gets the change
-    one_lib, changed = one_library_changed(base, rebuilt, case.work)
-    print(f"one changed library: {changed} ({(one_lib / changed).stat().st_size:,} bytes)")
-    for label, target in (("one changed library", one_lib), ("patch rebuild", rebuilt)):
-        kz_root, rsync_root = case.root(), case.root()
-        kz_deploy(link, kz_root, base, direct)
-        rsync(link, rsync_root, base, direct)
-        result: list[deploy.DeployResult] = []
-        kz_b = counted(link, lambda port, root=kz_root, to=target: result.append(kz_deploy(link, root, to, port)[0]))
-        rsync_b = counted(link, lambda port, root=rsync_root, to=target: rsync(link, root, to, port))
-        rows.append((label, "bytes", kz_b, "rsync", rsync_b))
-        print(f"{label}: kzbuild sent {result[0].bytes_sent:,} content bytes for {result[0].files_sent} file(s)")
-
-    # 5. no-op redeploy
-    root = case.root()
-    kz_deploy(link, root, base, direct)
-    noop = [kz_deploy(link, root, base, direct) for _ in range(runs)]
-    assert all(result.bytes_sent == 0 for result, _ in noop)
-    rows.append(("no-op redeploy", "s", statistics.median(seconds for _, seconds in noop), "-", 0.0))
-    return rows
-
-
-def measure_adb(work: Path, base: Path, rebuilt: Path, runs: int) -> list[Row]:
-    """Case 6: kzbuild deploy over adb to the test device, against ``adb push`` of the same files."""
-    server = PrivateAdbServer(work / "adb-server")
-    server.start()
-    device = AdbTestDevice(work / "adb-device")
+def measure_adb(work: Path, releases: Releases, runs: int) -> list[Row]:
+    work.mkdir()
+    bench = AdbBench(work)
     try:
-        one_lib, changed = one_library_changed(base, rebuilt, work / "adb")
-        roots = iter(f"/data/local/tmp/kz-{n}" for n in range(10 * runs))
-
-        def kz(root: str, artifact: Path) -> float:
-            started = time.perf_counter()
-            deploy.deploy(AdbTransport(device.device(root=root), server_port=server.port), device.device(root=root), load_artifact(artifact))
-            return time.perf_counter() - started
-
-        def push(local: Path) -> float:
-            started = time.perf_counter()
-            subprocess.run([server.adb_path, "-P", str(server.port), "-s", device.serial, "push", str(local), f"{next(roots)}/"], check=True, capture_output=True)
-            return time.perf_counter() - started
-
-        kz_first = statistics.median(kz(next(roots), base) for _ in range(runs))
-        push_first = statistics.median(push(base) for _ in range(runs))
-        deltas = []
+        rows: list[Row] = []
+        cases = [("first deploy (adb)", releases.base), *[
+            (f"{count:,} files (adb)", artifact) for count, artifact in releases.files.items()
+        ]]  # fmt: skip
+        for label, artifact in cases:
+            kz, push = [], []
+            for _ in range(runs):
+                kz.append(timed(lambda root=bench.root(), a=artifact: bench.kz(root, a)))
+                push.append(timed(lambda root=bench.root(), a=artifact: bench.push(root, a)))
+            rows.append((label, "s", median(kz), "adb push", median(push)))
+            hashed = bench.root()
+            bench.push(hashed, artifact)
+            rows.append(
+                (label, "s", median([bench.hashing(hashed) for _ in range(runs)]), "sha256", 0)
+            )
+        kz, push = [], []
         for _ in range(runs):
-            root = next(roots)
-            kz(root, base)
-            deltas.append(kz(root, one_lib))
-        push_delta = statistics.median(push(one_lib / changed) for _ in range(runs))
-        return [("first deploy (adb)", "s", kz_first, "adb push", push_first), ("one changed library (adb)", "s", statistics.median(deltas), "adb push", push_delta)]
+            kz_root, push_root = bench.root(), bench.root()
+            bench.kz(kz_root, releases.base)
+            kz.append(timed(lambda root=kz_root: bench.kz(root, releases.one_lib)))
+            bench.push(push_root, releases.base)
+            push.append(timed(lambda root=push_root: bench.push(root, releases.one_lib, "--sync")))
+        label = "one changed library (adb)"
+        rows.append((label, "s", median(kz), "adb push --sync", median(push)))
+        # a deploy that keeps stored contents hashes them all (the changed file as it is stored)
+        rows.append(
+            (label, "s", median([bench.hashing(push_root) for _ in range(runs)]), "sha256", 0)
+        )
+        return rows
     finally:
-        device.stop()
-        server.stop()
+        bench.stop()
+
+
+# --- main ---
+@dataclass(frozen=True)
+class Releases:
+    base: Path
+    rebuilt: Path
+    one_lib: Path
+    edit: tuple[Path, Path]
+    files: dict[int, Path]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--from", dest="base", type=Path, help="an artifact dir")
+    parser.add_argument("--to", dest="rebuilt", type=Path, help="the same target, other patches")
+    parser.add_argument("--files", default="100,1000,10000", help="counts of small files")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--no-ssh", action="store_true")
+    parser.add_argument("--no-adb", action="store_true")
+    args = parser.parse_args()
+    if not args.no_ssh and (shutil.which("rsync") is None or shutil.which("scp") is None):
+        raise SystemExit("rsync and scp are the anchors: install rsync and openssh-client")
+
+    work = Path(tempfile.mkdtemp(prefix="kz-bench-deploy-"))
+    try:
+        if args.base and args.rebuilt:
+            pair = (args.base.resolve(), args.rebuilt.resolve())
+        else:
+            pair = find_rebuild_pair() or synthetic_pair(work)
+        base, rebuilt = pair
+        one_lib, changed = one_library_changed(base, rebuilt, work)
+        print(f"one changed library: {changed} ({(one_lib / changed).stat().st_size:,} bytes)")
+        counts = [int(text) for text in args.files.split(",") if text]
+        releases = Releases(
+            base, rebuilt, one_lib, small_edit_pair(work), {n: small_files(work, n) for n in counts}
+        )
+        rows: list[Row] = []
+        if not args.no_ssh:
+            rows += measure_ssh(work / "ssh", releases, args.runs)
+        if not args.no_adb:
+            rows += measure_adb(work / "adb", releases, args.runs)
+        report(rows, base, rebuilt)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def goal_of(label: str, unit: str, anchor: str) -> float | None:
+    if " files" in label and unit == "s":
+        return FILES_GOALS.get(anchor)
+    if label == "first deploy" and unit == "bytes":
+        return None
+    return GOALS.get((label, anchor))
 
 
 def report(rows: list[Row], base: Path, rebuilt: Path) -> None:
-    files = load_artifact(base)
-    print(f"\nartifacts: {base.name} ({len(files.files)} files, {files.total_size / 1e6:.2f} MB) -> {rebuilt.name}: {', '.join(differing(base, rebuilt))} differ")
-    print(f"\n{'case':26} {'unit':5} {'kzbuild':>12} {'anchor':>7} {'anchor value':>13} {'ratio':>7} {'goal':>6}")
+    release = load_artifact(base)
+    size = release.total_size / 1e6
+    print(f"\nrelease: {base.name} ({len(release.files)} files, {size:.2f} MB) -> {rebuilt.name}")
+    print("times: wall / client CPU seconds, medians; the machine may be shared with other work")
+    head = f"{'case':27} {'anchor':16} {'kzbuild':>17} {'anchor':>17} {'ratio':>12} {'goal':>6}"
+    print(f"\n{head}")
     passed = True
+    hashing: dict[str, float] = {}
     for label, unit, mine, anchor, theirs in rows:
-        ratio = mine / theirs if theirs else float("nan")
-        goal = GOALS.get(f"{label} / {anchor}") if unit == "s" or label != "first deploy" else None
-        mark = "" if goal is None else (" ok" if ratio <= goal else " MISSED")
-        passed &= goal is None or ratio <= goal
-        value = f"{mine:.3f}" if unit == "s" else f"{int(mine):,}"
-        anchor_value = f"{theirs:.3f}" if unit == "s" else f"{int(theirs):,}"
-        shown = f"{ratio:.2f}" if theirs else "-"
-        print(f"{label:26} {unit:5} {value:>12} {anchor:>7} {anchor_value if theirs else '-':>13} {shown:>7} {('' if goal is None else f'<={goal:g}'):>6}{mark}")
-    print(f"\ngoals (issue 13): {'PASS' if passed else 'FAIL'}")
+        if anchor == "sha256" and isinstance(mine, Timing):
+            hashing[label] = mine.wall
+            line = f"{label:27} {'device sha256sum':16} {mine.wall:>8.3f} s{'':>9}"
+            print(line + f"{'':>18} share of kzbuild: {share(rows, label, mine.wall)}")
+            continue
+        goal = goal_of(label, unit, anchor)
+        if isinstance(mine, Timing) and isinstance(theirs, Timing):
+            ratio = (
+                mine.wall / theirs.wall if theirs.wall else 0.0,
+                ratio_of(mine.cpu, theirs.cpu),
+            )
+            values = f"{mine.wall:7.3f}/{mine.cpu:<7.3f} {theirs.wall:8.3f}/{theirs.cpu:<7.3f}"
+            shown = f"{ratio[0]:5.2f}/{ratio[1]:<5.2f}" if theirs.wall else "-"
+            worst = max(ratio)
+        else:
+            ratio_b = int(mine) / int(theirs) if theirs else 0.0
+            values = f"{int(mine):>17,} {int(theirs):>17,}"
+            shown, worst = f"{ratio_b:.2f}", ratio_b
+        ok = goal is None or worst <= goal
+        passed &= ok
+        mark = "" if goal is None else (" ok" if ok else " MISSED")
+        goal_text = "" if goal is None else f"<={goal:g}"
+        print(f"{label:27} {anchor:16} {values} {shown:>12} {goal_text:>6}{mark}")
+    print(f"\ngoals (wall and CPU): {'PASS' if passed else 'FAIL'}")
+
+
+def ratio_of(mine: float, theirs: float) -> float:
+    return mine / theirs if theirs > 0.005 else 0.0  # below the clock's grain: no ratio
+
+
+def share(rows: list[Row], label: str, seconds: float) -> str:
+    total = next(
+        (mine.wall for case, unit, mine, anchor, _ in rows
+         if case == label and anchor != "sha256" and isinstance(mine, Timing)),
+        0.0,
+    )  # fmt: skip
+    return f"{seconds / total:.0%}" if total else "-"
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ from tests.deploy import fault_driver  # noqa: E402
 from tests.fixtures_deploy import ArtifactMaker, assert_store_invariant  # noqa: E402
 from tests.fixtures_ssh import SshServer, free_port, keygen  # noqa: E402
 
-OPERATIONS = 7  # device commands of a deploy of b2 over b1 (see tests/deploy/test_deploy_faults.py)
+OPERATIONS = 4  # device commands of a deploy of b2 over b1 (local, ssh) (see tests/deploy/test_deploy_faults.py)
 BUSY, DEVICE_ERROR = 10, 8
 
 

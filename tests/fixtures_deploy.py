@@ -216,7 +216,27 @@ class NoSpaceTransport:
         self.budget = budget
 
     def __getattr__(self, name: str) -> Any:
+        if name == "push_tree" and hasattr(self.inner, name):
+            return self._push_tree
         return getattr(self.inner, name)  # address, run, pull, close; append only where inner has it
+
+    def _push_tree(self, local: Path, remote: str) -> None:
+        """The files in order until the budget runs out, the last one cut there."""
+        arrived = local.with_name(local.name + ".arrived")
+        for path in sorted(p for p in local.rglob("*") if p.is_file()):
+            data = path.read_bytes()[: self.budget]
+            self.budget -= len(data)
+            target = arrived / path.relative_to(local)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            if not self.budget:
+                break
+        try:
+            self.inner.push_tree(arrived, remote)
+        finally:
+            shutil.rmtree(arrived)
+        if not self.budget:
+            raise device_full(self.inner.address, f"writing {remote}/ failed: {NO_SPACE}")
 
     def run_input(self, argv: Sequence[str], data: Iterable[bytes], *, timeout: float | None = None) -> RemoteResult:
         spent = [0, 0]

@@ -302,22 +302,34 @@ def run_split(
         pumps.append(threading.Thread(target=feed, args=(child.stdin, stdin), daemon=True))
     for thread in pumps:
         thread.start()
+    # a timer kills the command at the timeout: wait(timeout=...) polls, sleeping up to 50 ms past
+    # the command's end (for every device command of a deploy)
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        child.kill()
+
+    timer = threading.Timer(timeout, expire) if timeout is not None else None
+    if timer:
+        timer.daemon = True
+        timer.start()
     interrupted = False
     try:
-        code = child.wait(timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        child.kill()
-        child.wait()
-        raise _failed(args, -1, f"timed out after {timeout} s") from exc
+        code = child.wait()
     except BaseException:  # Ctrl-C: the command ends too, so the caller's cleanup (a lock) runs
         interrupted = True
         _stop(child)
         raise
     finally:
+        if timer:
+            timer.cancel()
         for thread in pumps:  # after an interrupt, a grandchild may still hold a pipe open
             thread.join(timeout=STOP_GRACE if interrupted else None)
         for pipe in pipes:
             pipe.close()
+    if expired.is_set():
+        raise _failed(args, -1, f"timed out after {timeout} s")
     if sink_failures:
         raise sink_failures[0]
     return code, bytes(kept[0]), bytes(kept[1])

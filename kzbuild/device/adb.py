@@ -20,7 +20,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kzbuild.adapters import proc
-from kzbuild.device.base import ByteSink, ByteSource, ProgressFn, RemoteResult, remote_command
+from kzbuild.device.base import (
+    NO_SPACE,
+    ByteSink,
+    ByteSource,
+    ProgressFn,
+    RemoteResult,
+    device_full,
+    remote_command,
+)
 from kzbuild.errors import CommandFailed, DeviceError
 from kzbuild.model.device import Device
 
@@ -117,6 +125,17 @@ class AdbTransport:
             raise DeviceError(f"{self.address}: push {local} -> {remote} failed: {adb_error(result)}")
         if progress:
             progress(size)
+
+    def push_tree(self, local: Path, remote: str) -> None:
+        """``adb push DIR/. REMOTE``: the sync protocol, one transfer for every file (adbd
+        removes a file whose transfer was cut)."""
+        result = self._transfer("push", f"{local}/.", remote)
+        if not result.ok:
+            self._check_online(f"while pushing to {remote}")
+            words = adb_error(result)
+            if NO_SPACE in words:
+                raise device_full(self.address, f"writing {remote}/ failed: {words}")
+            raise DeviceError(f"{self.address}: push {local} -> {remote} failed: {words}")
 
     def pull(self, remote: str, local: Path) -> None:
         result = self._transfer("pull", remote, str(local))

@@ -93,6 +93,19 @@ class Resumable(Protocol):
         ...
 
 
+@runtime_checkable
+class TreePush(Protocol):
+    """A transport with a bulk file copy cheaper than a command's stdin (adb's sync protocol).
+
+    Deploy stages the files it sends in a local dir and copies them with one call.
+    """
+
+    def push_tree(self, local: Path, remote: str) -> None:
+        """Copy every file under the dir ``local`` into the existing device dir ``remote``
+        (keeping their relative paths); a cut copy leaves only whole files behind it."""
+        ...
+
+
 def device_full(address: str, detail: str) -> DeviceError:
     """The error for a device whose filesystem is full; ``detail`` names the path or command."""
     return DeviceError(f"device {address} is full: {detail}", hint=FULL_HINT)

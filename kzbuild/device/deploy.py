@@ -24,7 +24,15 @@ from kzbuild.adapters.files import sha256_file
 from kzbuild.device.base import Transport
 from kzbuild.device.chunkstore import DIRECTORY, HARDLINK, TAR_BLOCK, Member, constant, deliver, tar_header, tar_stream
 from kzbuild.device.devicelock import DeviceLock, device_lock
-from kzbuild.device.integrity import check, manifest_files, release_expectations, release_files, relink, update_markers
+from kzbuild.device.integrity import (
+    check,
+    manifest_files,
+    objects_check_step,
+    release_expectations,
+    release_files,
+    relink,
+    update_markers,
+)
 from kzbuild.device.steps import Step, run_steps
 from kzbuild.device.store import (
     CHUNK_GC_SCRIPT,
@@ -80,9 +88,10 @@ def deploy(
     Waits up to ``wait`` seconds for another writer to the device root, then raises Busy.
 
     Round trips: taking the lock, reading the state and listing the store are one; a first deploy
-    then sends its contents (:func:`~kzbuild.device.chunkstore.deliver`: a tar stream, then the
-    move into the store), renews the lock and completes the release in one, and renews the lock,
-    switches and releases it in one.
+    then sends its contents (:func:`~kzbuild.device.chunkstore.deliver`: a tar stream that ends in
+    the check and the move into the store; over adb a push, then that command), and renews the
+    lock, completes the release, switches and releases the lock in one. A release that keeps
+    contents the device held before has them hashed first (one more), then switches in its own.
     """
     started = time.monotonic()
     layout = Layout(device.root)
@@ -108,24 +117,40 @@ def _deploy(
     uploads: list[Upload] = []
     stats = SendStats()
     metadata = 0
+    switch = switch_step(layout, release, "deploy") if state.current != release else None
+    # what this deploy just sent was hashed on the device as it entered the store: not again
+    verified: frozenset[str] = frozenset()
     if not complete:
         have = parse_inventory(inventory_result, layout.chunks)
         uploads = _plan_uploads(artifact, have.stored)
         stats = deliver(remote, layout, uploads, have.partial, on_progress, chunks_empty=have.other_empty)
-        metadata = _assemble(remote, layout, artifact, release, lock)
-    # what this deploy just sent was hashed on the device as it entered the store: not again
-    verified = frozenset(up.sha256 for up in uploads)
+        verified = frozenset(up.sha256 for up in uploads)
+        # the contents stored before are hashed (as objects/SHA) in the command that builds the
+        # release and switches to it; should one not match, the sequence stops before the release
+        # and the release is built, checked and repaired as below
+        kept = sorted({entry.sha256 for entry in artifact.files} - verified)
+        check = objects_check_step(layout, kept) if release not in state.damaged else None
+        unlock = keep is None
+        metadata, checked = _assemble(
+            remote, layout, artifact, release, lock, check=check, then=switch, unlock=unlock
+        )
+        if checked:
+            verified, switch = verified | set(kept), None
+        elif check is not None:
+            metadata, _ = _assemble(
+                remote, layout, artifact, release, lock, check=None, then=None, unlock=False
+            )
     repaired = _verify_release(remote, layout, state, artifact, release, on_progress, verified)
-    switched = state.current != release
-    if switched:
+    if switch is not None:
         # renew the lock right before the switch; with nothing to prune, release it in the same round trip
-        switch = switch_step(layout, release, "deploy")
         results = lock.release_after([switch]) if keep is None else lock.refresh_then([switch])
         check_switch(remote, layout.current, switch, results[0])
+    switched = state.current != release
     pruned: tuple[str, ...] = ()
     if keep is not None:
         pruned = prune(remote, layout, keep)
-    sent_files = [entry for entry in artifact.files if entry.sha256 in verified]
+    sent = {up.sha256 for up in uploads}
+    sent_files = [entry for entry in artifact.files if entry.sha256 in sent]
     return DeployResult(
         device=transport.address,
         build_id=artifact.build_id,
@@ -240,8 +265,16 @@ def _repair(
     return repaired
 
 
-def _assemble(remote: Remote, layout: Layout, artifact: Artifact, release: str, lock: DeviceLock) -> int:
+def _assemble(
+    remote: Remote, layout: Layout, artifact: Artifact, release: str, lock: DeviceLock, *,
+    check: Step | None, then: Step | None, unlock: bool,
+) -> tuple[int, bool]:
     """Build a staging dir of hard links into the store, add the manifest, and rename it into place.
+
+    With ``check`` (a content check, :func:`~kzbuild.device.integrity.objects_check_step`) it runs
+    first, and the switch ``then`` (and the lock's release, with ``unlock``) follows the release,
+    all in one command. Returns the manifest's size and whether the check passed and the rest ran
+    (False: the check failed, nothing else ran). Without ``check``, only the release is built.
 
     One command, which renews the lock first: a tar stream of the manifest (under a name of its own in incoming/), the list of
     executables and the release's dirs and hard links (which tar makes without a process per
@@ -258,8 +291,20 @@ def _assemble(remote: Remote, layout: Layout, artifact: Artifact, release: str, 
     headers += [tar_header(f"{staging}/{entry.path}", 0, kind=HARDLINK, linkname=f"objects/{entry.sha256}") for entry in artifact.files]
     stream = chain(tar_stream(members, end=False), (b"".join(headers), bytes(2 * TAR_BLOCK)))
     step = Step(RELEASE_SCRIPT, (layout.root, staging, manifest, f"releases/{release}"), "completing the release")
-    remote.checked([step], lock.refresh_then([step], data=stream))
-    return len(manifest_bytes)
+    if check is None:
+        remote.checked([step], lock.refresh_then([step], data=stream))
+        return len(manifest_bytes), False
+    steps = [check, step, *([then] if then else [])]
+    if unlock and then:
+        results = lock.release_after(steps, data=stream)
+    else:
+        results = lock.refresh_then(steps, data=stream)
+    if not results[0].ok:
+        return len(manifest_bytes), False
+    remote.checked(steps[1:2], results[1:2])
+    if then:
+        check_switch(remote, layout.current, then, results[2])
+    return len(manifest_bytes), True
 
 
 def rollback(transport: Transport, device: Device, *, keep: int | None = None, wait: float = 0.0) -> RollbackResult:

@@ -181,14 +181,17 @@ class DeviceLock:
         self.remote.checked([refresh], results[:1])
         return results[1:]
 
-    def release_after(self, steps: Sequence[Step]) -> list[RemoteResult]:
-        """Renew the heartbeat, run ``steps``, then release the lock, in one round trip.
+    def release_after(
+        self, steps: Sequence[Step], *, data: ByteSource | None = None
+    ) -> list[RemoteResult]:
+        """Renew the heartbeat, run ``steps`` (with ``data`` as their stdin), then release the
+        lock, in one round trip.
 
         When a step fails (or the removal finds the break mutex taken) the lock stays held and
         ``release`` removes it as usual. Returns the steps' results, up to the first that failed.
         """
         remove = remove_step(self.layout, self.owner.token)
-        results = self.refresh_then([*steps, remove])
+        results = self.refresh_then([*steps, remove], data=data)
         if len(results) > len(steps) and results[-1].returncode in (0, NOT_OURS):
             self._released(results[-1].ok)
         return results[: len(steps)]

@@ -11,10 +11,20 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from kzbuild.device.store import NAME_HEX, Layout, Remote, device_sha256, read_state, sections
+from kzbuild.device.steps import Step
+from kzbuild.device.store import (
+    ARGV_BUDGET,
+    NAME_HEX,
+    Layout,
+    Remote,
+    device_sha256,
+    read_state,
+    sections,
+)
 from kzbuild.model.artifact import MANIFEST, SHA256_RE, ArtifactFile, parse_files
 from kzbuild.model.integrity import MISSING, Damage, DamageKind, StoreReport
 
@@ -32,6 +42,17 @@ LISTING_SCRIPT = 'ls -1 "$1" || exit 1; echo /; ls -1 "$2" 2>/dev/null; echo /; 
 RELINK_SCRIPT = (
     'while [ "$#" -gt 1 ]; do t="$2.kz-relink"; mkdir -p "$(dirname "$2")" && rm -f "$t" && ln "$1" "$t" && mv -f "$t" "$2" || exit 1; '
     "shift 2; done"
+)
+
+# $1 = objects/, $2 = a scratch path prefix, then content names (none: nothing to do, and stdin is
+# left to the steps that follow). Exit 0 when each of them hashes to
+# its name (sha256sum prints them in order, so the sums must equal those lines byte for byte), 9
+# when one does not or is missing.
+OBJECTS_CHECK_SCRIPT = (
+    'cd "$1" || exit 1; s=$2; shift 2; [ "$#" -gt 0 ] || exit 0; '
+    'sha256sum "$@" > "$s.sums" 2>/dev/null; '
+    'for a; do printf "%s  %s\\n" "$a" "$a"; done > "$s.want" || exit 1; '
+    'cmp -s "$s.sums" "$s.want"; rc=$?; rm -f "$s.sums" "$s.want"; [ "$rc" = 0 ] || exit 9'
 )
 
 
@@ -80,6 +101,15 @@ def check(remote: Remote, layout: Layout, expected: Sequence[Expected]) -> list[
         if digest[: len(item.sha256)] != item.sha256:
             damage.append(Damage(item.kind, item.name, item.path, item.sha256, digest))
     return damage
+
+
+def objects_check_step(layout: Layout, names: Sequence[str]) -> Step | None:
+    """The step that hashes ``objects/NAME`` for each name and fails (exit 9) unless each matches;
+    None when the names are more than one command's arguments hold (check them another way)."""
+    scratch = layout.join("incoming", f".kz-check-{secrets.token_hex(4)}")
+    if sum(len(name) + 3 for name in names) + len(scratch) > ARGV_BUDGET:
+        return None
+    return Step(OBJECTS_CHECK_SCRIPT, (layout.objects, scratch, *names), "checking stored contents")
 
 
 def relink(remote: Remote, layout: Layout, files_by_release: Mapping[str, Iterable[ArtifactFile]]) -> tuple[str, ...]:

@@ -91,7 +91,8 @@ RELEASE_SCRIPT = (
 # $1 = ROOT, then releases to remove (with their damage markers); what cut deploys left behind goes too.
 PRUNE_SCRIPT = (
     'cd "$1" || exit 1; shift; for r in "$@"; do rm -rf "releases/$r" "damaged/$r" || exit 1; done; '
-    "rm -rf releases/.staging-* incoming/manifest.json-* incoming/.lists-* incoming/.plan-* incoming/.store-*"
+    "rm -rf releases/.staging-* incoming/manifest.json-* incoming/.kz-* "
+    "incoming/.lists-* incoming/.plan-* incoming/.store-*"  # the last three: what older kzbuilds left
 )
 # $1 = ROOT. Drops the chunk lists of objects that are gone, then the chunks no list names.
 CHUNK_GC_SCRIPT = (

@@ -31,9 +31,10 @@ The device's filesystem: device path ``P`` is host path ``adb_device.host_path(P
 
 Hooks on an ``AdbTestDevice``:
 
-- ``drop_send_after(nbytes)``: the next push loses the TCP connection after ``nbytes`` bytes
-  of file data (the partial file is removed, as adbd does), or the next shell command fed
-  ``nbytes`` bytes of stdin (shell protocol v2) loses it there; the adb server reconnects.
+- ``drop_send_after(nbytes)``: the next push (one ``adb push``, however many files it
+  sends) loses the TCP connection after ``nbytes`` bytes of file data (the partial file is
+  removed, as adbd does), or the next shell command fed ``nbytes`` bytes of stdin (shell
+  protocol v2) loses it there; the adb server reconnects.
 - ``faults.send_delay = seconds``: the device stalls after each 64 KiB chunk of a push.
 - ``disconnect_all()``: drop every connection now (a pulled cable).
 - ``mode = "unauthorized" | "offline"`` for new connections (or ``make_adb_device(mode=...)``).

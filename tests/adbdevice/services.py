@@ -196,8 +196,28 @@ def fail(stream: Stream, message: str) -> None:
     stream.write(sync_status(b"FAIL", message.encode()))
 
 
+class SendBudget:
+    """Where an armed drop cuts one sync stream (one ``adb push``, however many files it sends):
+    armed by the stream's first SEND, counted over all of its files."""
+
+    def __init__(self, faults: Faults) -> None:
+        self.faults = faults
+        self.armed = False
+        self.left: int | None = None
+
+    def take(self, size: int) -> int | None:
+        """How many of the next ``size`` bytes arrive before the drop (None: all, no drop)."""
+        if not self.armed:
+            self.armed, self.left = True, self.faults.send_limit()
+        if self.left is None or size < self.left:
+            self.left = None if self.left is None else self.left - size
+            return None
+        return self.left
+
+
 def sync(stream: Stream, fs: DeviceFs, faults: Faults) -> None:
     """``sync:``: STAT/STA2/LST2, LIST/LIS2, SEND, RECV until QUIT."""
+    budget = SendBudget(faults)
     while True:
         try:
             ident, length = SYNC_HEADER.unpack(stream.read_exact(SYNC_HEADER.size))
@@ -215,7 +235,7 @@ def sync(stream: Stream, fs: DeviceFs, faults: Faults) -> None:
         elif ident in (b"LIST", b"LIS2"):
             list_dir(stream, fs, request, v2=ident == b"LIS2")
         elif ident == b"SEND":
-            if not receive_file(stream, fs, faults, request):
+            if not receive_file(stream, fs, budget, request):
                 return
         elif ident == b"RECV":
             if not send_file(stream, fs, request):
@@ -250,7 +270,7 @@ def drain_send(stream: Stream) -> None:
         stream.read_exact(length)
 
 
-def receive_file(stream: Stream, fs: DeviceFs, faults: Faults, request: bytes) -> bool:
+def receive_file(stream: Stream, fs: DeviceFs, budget: SendBudget, request: bytes) -> bool:
     """SEND "path,mode": DATA chunks, then DONE with the mtime. Like adbd, a regular file is
     unlinked first and a transfer that fails removes the partial file."""
     path_text, _, mode_text = request.rpartition(b",")
@@ -261,7 +281,7 @@ def receive_file(stream: Stream, fs: DeviceFs, faults: Faults, request: bytes) -
         return False
     target = fs.host_path(path_text)
     if stat.S_ISLNK(mode):
-        link = receive_data(stream, faults)
+        link = receive_data(stream, budget)
         if link is None:
             return False
         target.unlink(missing_ok=True)
@@ -278,7 +298,7 @@ def receive_file(stream: Stream, fs: DeviceFs, faults: Faults, request: bytes) -
         drain_send(stream)
         return False
     with open(handle, "wb") as sink:
-        received = receive_data(stream, faults, sink)
+        received = receive_data(stream, budget, sink)
     if received is None:
         target.unlink(missing_ok=True)
         return False
@@ -288,11 +308,11 @@ def receive_file(stream: Stream, fs: DeviceFs, faults: Faults, request: bytes) -
     return True
 
 
-def receive_data(stream: Stream, faults: Faults, sink: IO[bytes] | None = None) -> tuple[bytes, int] | None:
+def receive_data(
+    stream: Stream, budget: SendBudget, sink: IO[bytes] | None = None
+) -> tuple[bytes, int] | None:
     """Read DATA chunks until DONE: (data kept when no sink, mtime); None if the transfer broke."""
-    limit = faults.send_limit()
     kept = bytearray()
-    received = 0
     try:
         while True:
             ident, length = SYNC_HEADER.unpack(stream.read_exact(SYNC_HEADER.size))
@@ -302,18 +322,17 @@ def receive_data(stream: Stream, faults: Faults, sink: IO[bytes] | None = None) 
                 fail(stream, f"invalid data message {ident!r}")
                 return None
             data = stream.read_exact(length)
-            if limit is not None and received + len(data) >= limit:
-                data = data[: limit - received]
+            if (cut := budget.take(len(data))) is not None:
+                data = data[:cut]
                 stream.owner.drop()  # the injected fault: the device vanishes mid-file
             if sink:
                 sink.write(data)
             else:
                 kept += data
-            received += len(data)
             if stream.closed.is_set():
                 return None
-            if faults.send_delay:
-                time.sleep(faults.send_delay)
+            if budget.faults.send_delay:
+                time.sleep(budget.faults.send_delay)
     except StreamClosed:
         return None
 

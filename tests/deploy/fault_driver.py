@@ -4,7 +4,7 @@
 
 ``--kill-at N`` SIGKILLs this process at its N-th device operation, as kill -9 or a crash
 would: after a command ran (the device did it, kzbuild never saw the answer), half-way
-through an upload (half the file arrived), or half-way through a command's input (the device
+through an upload (half the file arrived; of a pushed dir, the files of half its bytes), or half-way through a command's input (the device
 ran it on the first half of its stdin: half a tar stream, half the files to assemble). ``--slow S`` sleeps S seconds after every
 operation so that concurrent runs overlap. Used by tests/deploy/test_deploy_faults.py and
 benchmarks/bench_faults.py.
@@ -75,6 +75,30 @@ def faulty_push(faults: Faults, push: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
+def faulty_push_tree(faults: Faults, push_tree: Callable[..., Any]) -> Callable[..., Any]:
+    """A fatal push copies the files that make up the first half of the bytes, then dies."""
+
+    def wrapped(self: Any, local: Path, remote: str) -> Any:
+        if faults.next_is_fatal():
+            files = sorted(path for path in local.rglob("*") if path.is_file())
+            budget = sum(path.stat().st_size for path in files) // 2
+            with tempfile.TemporaryDirectory() as half:
+                for path in files:
+                    budget -= path.stat().st_size
+                    if budget < 0:
+                        break
+                    target = Path(half) / path.relative_to(local)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(path.read_bytes())
+                push_tree(self, Path(half), remote)
+            die()
+        result = push_tree(self, local, remote)
+        time.sleep(faults.slow)
+        return result
+
+    return wrapped
+
+
 def faulty_run_input(faults: Faults, run_input: Callable[..., Any]) -> Callable[..., Any]:
     def wrapped(self: Any, argv: Any, data: Any, **options: Any) -> Any:
         if faults.next_is_fatal():
@@ -93,6 +117,9 @@ def install(faults: Faults) -> None:
         setattr(transport, "run", faulty_run(faults, transport.run))  # noqa: B010 (patching a class)
         setattr(transport, "push", faulty_push(faults, transport.push))  # noqa: B010
         setattr(transport, "run_input", faulty_run_input(faults, transport.run_input))  # noqa: B010
+        if hasattr(transport, "push_tree"):
+            wrapped = faulty_push_tree(faults, transport.push_tree)
+            setattr(transport, "push_tree", wrapped)  # noqa: B010
 
 
 def command(kzbuild_args: Sequence[str], *, kill_at: int | None = None, slow: float = 0.0) -> list[str]:

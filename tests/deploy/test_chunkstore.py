@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import random
 import subprocess
 import tarfile
@@ -23,6 +24,7 @@ from kzbuild.device.chunkstore import (
     Member,
     constant,
     split,
+    sweep_stages,
     tar_header,
     tar_stream,
 )
@@ -88,3 +90,14 @@ def test_gnu_tar_unpacks_a_stream_with_long_names_and_hard_links(tmp_path: Path)
     subprocess.run(["tar", "-x", "-f", "-"], cwd=tmp_path, input=archive, check=True)
     assert (tmp_path / "plain").read_bytes() == b"hello" and (tmp_path / long_name).read_bytes() == b"xyz"
     assert (tmp_path / "rel" / "lib.so").stat().st_ino == (tmp_path / "objects" / "abc").stat().st_ino
+
+
+def test_staging_dirs_a_killed_kzbuild_left_are_swept(tmp_path: Path) -> None:
+    gone = subprocess.run(["sh", "-c", "echo $$"], check=True, capture_output=True, text=True)
+    dead = tmp_path / f"kz-stage-{gone.stdout.strip()}-x1"
+    alive = tmp_path / f"kz-stage-{os.getpid()}-x2"
+    for folder in (dead, alive):
+        (folder / "sub").mkdir(parents=True)
+        (folder / "sub" / "chunk").write_bytes(b"data")
+    sweep_stages(tmp_path)
+    assert not dead.exists() and (alive / "sub" / "chunk").read_bytes() == b"data"

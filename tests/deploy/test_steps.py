@@ -210,12 +210,13 @@ def test_a_rollback_makes_two_device_commands(artifacts, tmp_path):
 
 
 @pytest.mark.parametrize("keep", [None, 1])
-def test_a_first_deploy_makes_five_device_commands(artifacts, tmp_path, keep):
-    """lock+state+inventory, the tar stream, the store moves, refresh+release, refresh+switch+unlock
-    (with --keep the lock stays held for the prune's four commands, then goes in a command of its own)."""
+def test_a_first_deploy_makes_three_device_commands(artifacts, tmp_path, keep):
+    """lock+state+inventory, the tar stream that ends in the check and the store moves, and
+    refresh+release+switch+unlock (with --keep the lock stays held for the prune's four
+    commands, then goes in a command of its own)."""
     root = tmp_path / "device"
     counting = CountingTransport(str(root))
     result = deploy.deploy(counting, Device(name="t", transport="local", root=str(root)), load_artifact(artifacts.make("b1")), keep=keep)
     assert result.switched and result.files_sent > 0
-    assert counting.commands == (5 if keep is None else 5 + 4 + 1)
+    assert counting.commands == (3 if keep is None else 3 + 4 + 1)
     assert (root / "current").resolve().name == "b1" and not (root / ".lock").exists()
