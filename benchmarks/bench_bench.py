@@ -11,7 +11,8 @@ For each workload, rounds alternate between:
   direct      llama-bench as a subprocess with exactly the argv, env and cwd kzbuild uses;
   kzbuild     `python -m kzbuild bench ...` as a subprocess: what a user waits for, including
               interpreter start, device probe, model hash, storing and the JSONL export;
-  in-process  kzbuild.measure.bench.bench() called directly (kzbuild's own work, no interpreter start).
+  in-process  kzbuild.measure.bench.bench() called directly (kzbuild's own work, no interpreter
+  start).
 Medians are reported with the overhead over direct, in ms and percent.
 """
 
@@ -51,7 +52,11 @@ WORKLOADS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
 
 
 def make_device(root: Path, llama_bin: Path, arch: str) -> None:
-    tools, libs = (llama_bin / "bin", llama_bin / "lib") if (llama_bin / "bin" / "llama-bench").is_file() else (llama_bin, llama_bin)
+    tools, libs = (
+        (llama_bin / "bin", llama_bin / "lib")
+        if (llama_bin / "bin" / "llama-bench").is_file()
+        else (llama_bin, llama_bin)
+    )
     release = root / "releases" / "bench-host"
     (release / "bin").mkdir(parents=True)
     (release / "lib").mkdir()
@@ -71,7 +76,9 @@ def timed(action) -> float:  # type: ignore[no-untyped-def]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--llama-bin", type=Path, default=os.environ.get("KZ_LLAMA_BIN_DIR"))
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--arch", default="llama", choices=("llama", "qwen35"))
@@ -94,31 +101,83 @@ def main() -> int:
         release = current_release(transport, device)
 
         print(f"device local:{root}  model: tiny {args.arch} f32  rounds: {args.rounds}  (medians)")
-        print(f"{'workload':44} {'direct':>9} {'kzbuild':>9} {'overhead':>17} {'in-process':>11} {'overhead':>17}")
+        print(
+            f"{'workload':44} {'direct':>9} {'kzbuild':>9} {'overhead':>17} {'in-process':>11} "
+            f"{'overhead':>17}"
+        )
         for name, (options, sweeps) in WORKLOADS.items():
-            spec = BenchSpec(model="models/tiny.gguf", options=options, sweep=tuple(bench.parse_sweep(t) for t in sweeps), seed=0)
-            calls = [invocation(device, release, "llama-bench", bench.llama_bench_args(spec, point), point.env(spec)) for point in bench.plan(spec)[1]]
-            cli = [sys.executable, "-m", "kzbuild", "--project", str(project), "--work-dir", str(base / "work"),
-                   "bench", "--device", f"local:{root}", "-m", spec.model, "--seed", "0"]  # fmt: skip
-            cli += [arg for option, value in options for arg in (f"-{option}", value)]  # -p -n -r -t, as llama-bench
+            spec = BenchSpec(
+                model="models/tiny.gguf",
+                options=options,
+                sweep=tuple(bench.parse_sweep(t) for t in sweeps),
+                seed=0,
+            )
+            calls = [
+                invocation(
+                    device,
+                    release,
+                    "llama-bench",
+                    bench.llama_bench_args(spec, point),
+                    point.env(spec),
+                )
+                for point in bench.plan(spec)[1]
+            ]
+            cli = [
+                sys.executable,
+                "-m",
+                "kzbuild",
+                "--project",
+                str(project),
+                "--work-dir",
+                str(base / "work"),
+                "bench",
+                "--device",
+                f"local:{root}",
+                "-m",
+                spec.model,
+                "--seed",
+                "0",
+            ]
+            cli += [
+                arg for option, value in options for arg in (f"-{option}", value)
+            ]  # -p -n -r -t, as llama-bench
             cli += [arg for sweep in sweeps for arg in ("--sweep", sweep)]
 
             def direct() -> None:
                 for call in calls:
-                    subprocess.run(call.argv, cwd=call.cwd, env={**os.environ, **call.env}, check=True, capture_output=True)
+                    subprocess.run(
+                        call.argv,
+                        cwd=call.cwd,
+                        env={**os.environ, **call.env},
+                        check=True,
+                        capture_output=True,
+                    )
 
             times: dict[str, list[float]] = {"direct": [], "kzbuild": [], "in-process": []}
             with ResultsStore(settings.results) as store:
                 for _ in range(args.rounds):
                     times["direct"].append(timed(direct))
-                    times["kzbuild"].append(timed(lambda: subprocess.run(cli, cwd=REPO, check=True, capture_output=True)))
-                    times["in-process"].append(timed(lambda: bench.bench(settings, transport, device, spec, store)))
-            direct, cli_time, inproc = (statistics.median(times[k]) for k in ("direct", "kzbuild", "in-process"))
+                    times["kzbuild"].append(
+                        timed(
+                            lambda: subprocess.run(cli, cwd=REPO, check=True, capture_output=True)
+                        )
+                    )
+                    times["in-process"].append(
+                        timed(lambda: bench.bench(settings, transport, device, spec, store))
+                    )
+            direct, cli_time, inproc = (
+                statistics.median(times[k]) for k in ("direct", "kzbuild", "in-process")
+            )
 
             def overhead(total: float) -> str:
-                return f"{(total - direct) * 1000:+7.0f} ms {100 * (total - direct) / direct:+6.1f}%"
+                return (
+                    f"{(total - direct) * 1000:+7.0f} ms {100 * (total - direct) / direct:+6.1f}%"
+                )
 
-            print(f"{name:44} {direct:8.3f}s {cli_time:8.3f}s {overhead(cli_time):>17} {inproc:10.3f}s {overhead(inproc):>17}")
+            print(
+                f"{name:44} {direct:8.3f}s {cli_time:8.3f}s {overhead(cli_time):>17} "
+                f"{inproc:10.3f}s {overhead(inproc):>17}"
+            )
     return 0
 
 

@@ -32,13 +32,21 @@ sys.path.insert(0, str(REPO))
 
 from tests.fixtures_build import real_project  # noqa: E402
 
-GIT_ENV = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
-           "GIT_AUTHOR_NAME": "Bench", "GIT_AUTHOR_EMAIL": "bench@localhost",
-           "GIT_COMMITTER_NAME": "Bench", "GIT_COMMITTER_EMAIL": "bench@localhost"}
+GIT_ENV = {
+    **os.environ,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_AUTHOR_NAME": "Bench",
+    "GIT_AUTHOR_EMAIL": "bench@localhost",
+    "GIT_COMMITTER_NAME": "Bench",
+    "GIT_COMMITTER_EMAIL": "bench@localhost",
+}
 
 
 def git(*args: str, cwd: Path) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, env=GIT_ENV, check=True, capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=GIT_ENV, check=True, capture_output=True, text=True
+    ).stdout
 
 
 class Bench:
@@ -48,8 +56,24 @@ class Bench:
         self.jobs = jobs
 
     def build(self) -> tuple[float, dict]:
-        argv = [sys.executable, "-m", "kzbuild", "--project", str(self.project), "--cache-dir", str(self.cache),
-                "--work-dir", str(self.work), "build", "demo-host", "--target", "host", "-j", str(self.jobs), "--json"]
+        argv = [
+            sys.executable,
+            "-m",
+            "kzbuild",
+            "--project",
+            str(self.project),
+            "--cache-dir",
+            str(self.cache),
+            "--work-dir",
+            str(self.work),
+            "build",
+            "demo-host",
+            "--target",
+            "host",
+            "-j",
+            str(self.jobs),
+            "--json",
+        ]
         start = time.perf_counter()
         result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
         seconds = time.perf_counter() - start
@@ -58,7 +82,8 @@ class Bench:
         return seconds, json.loads(result.stdout)
 
     def set_bench_patch(self, rel: str, marker: int) -> None:
-        """A real format-patch that adds a function to one upstream file; the series gets it once."""
+        """A real format-patch that adds a function to one upstream file; the series gets it
+        once."""
         source = self.work / "src" / "demo-host"
         scratch = self.project.parent / "patch-scratch"
         shutil.rmtree(scratch, ignore_errors=True)
@@ -70,7 +95,10 @@ class Bench:
         target.write_text(base)
         git("add", "-A", cwd=scratch)
         git("commit", "-qm", "base", cwd=scratch)
-        target.write_text(base + f"\nint kz_bench_marker(void);\nint kz_bench_marker(void) {{ return {marker}; }}\n")
+        target.write_text(
+            base
+            + f"\nint kz_bench_marker(void);\nint kz_bench_marker(void) {{ return {marker}; }}\n"
+        )
         git("commit", "-qam", f"bench: marker {marker}", cwd=scratch)
         patch = git("format-patch", "-1", "--stdout", "--full-index", "HEAD", cwd=scratch)
         (self.project / "patches" / "bench.patch").write_text(patch)
@@ -85,8 +113,10 @@ def describe(label: str, seconds: float, data: dict) -> str:
     rate = ccache.get("hit_rate")
     parts = [f"{label:28} {seconds:8.1f} s"]
     if not data.get("reused"):
-        parts.append(f"(sync {times.get('sync_s', 0):.1f}, configure {times.get('configure_s', 0):.1f}, "
-                     f"ninja {times.get('build_s', 0):.1f}, collect {times.get('collect_s', 0):.1f})")
+        parts.append(
+            f"(sync {times.get('sync_s', 0):.1f}, configure {times.get('configure_s', 0):.1f}, "
+            f"ninja {times.get('build_s', 0):.1f}, collect {times.get('collect_s', 0):.1f})"
+        )
         if rate is not None:
             parts.append(f"ccache {rate:.0%} of {ccache['hits'] + ccache['misses']} compiles")
     else:
@@ -95,9 +125,13 @@ def describe(label: str, seconds: float, data: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--file", default="src/llama-context.cpp", help="upstream file the bench patch edits")
+    parser.add_argument(
+        "--file", default="src/llama-context.cpp", help="upstream file the bench patch edits"
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="kz-bench-build-"))
     try:
@@ -106,7 +140,10 @@ def main() -> None:
         print(describe("cold build", cold, data))
 
         noops = [bench.build()[0] for _ in range(7)]
-        print(f"{'no-op build':28} {statistics.median(noops):8.2f} s  median of 7, max {max(noops):.2f} s (target < 2 s)")
+        print(
+            f"{'no-op build':28} {statistics.median(noops):8.2f} s  median of 7, max "
+            f"{max(noops):.2f} s (target < 2 s)"
+        )
 
         bench.set_bench_patch(args.file, 1)
         added, data = bench.build()

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Remote build cache figures for issue 17: a second machine through the shared cache, as ratios of a cold build.
+"""Remote build cache figures for issue 17: a second machine through the shared cache, as ratios of
+a cold build.
 
     python benchmarks/bench_cache.py [--jobs 2] [--store redis|webdav]
 
@@ -64,21 +65,50 @@ def start_store(kind: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]
     port = free_port()
     workdir.mkdir(parents=True)
     if kind == "redis":
-        argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                "--requirepass", "bench-pw", "--dir", str(workdir), "--logfile", str(workdir / "redis.log")]
+        argv = [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--requirepass",
+            "bench-pw",
+            "--dir",
+            str(workdir),
+            "--logfile",
+            str(workdir / "redis.log"),
+        ]
         url = f"redis://:bench-pw@127.0.0.1:{port}"
     else:
         for sub in ("tmp", "data"):
             (workdir / sub).mkdir()
-        temp = "\n".join(f"    {name}_temp_path {workdir}/tmp/{name};" for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+        temp = "\n".join(
+            f"    {name}_temp_path {workdir}/tmp/{name};"
+            for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+        )
         user = "user root root;" if os.geteuid() == 0 else ""
         (workdir / "nginx.conf").write_text(
-            f"daemon off;\nworker_processes 1;\n{user}\npid {workdir}/nginx.pid;\nerror_log {workdir}/error.log warn;\n"
-            f"events {{ worker_connections 64; }}\nhttp {{\n    access_log off;\n{temp}\n    client_max_body_size 0;\n"
+            f"daemon off;\nworker_processes 1;\n{user}\npid {workdir}/nginx.pid;\nerror_log "
+            f"{workdir}/error.log warn;\n"
+            f"events {{ worker_connections 64; }}\nhttp {{\n    access_log off;\n{temp}\n    "
+            "client_max_body_size 0;\n"
             f"    server {{\n        listen 127.0.0.1:{port};\n        root {workdir}/data;\n"
-            "        location / { dav_methods PUT DELETE MKCOL; create_full_put_path on; }\n    }\n}\n"
+            "        location / { dav_methods PUT DELETE MKCOL; create_full_put_path on; }\n    "
+            "}\n}\n"
         )
-        argv = ["nginx", "-p", str(workdir), "-c", str(workdir / "nginx.conf"), "-e", str(workdir / "error.log")]
+        argv = [
+            "nginx",
+            "-p",
+            str(workdir),
+            "-c",
+            str(workdir / "nginx.conf"),
+            "-e",
+            str(workdir / "error.log"),
+        ]
         url = f"http://127.0.0.1:{port}/cache"
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_listening(process, port, argv[0])
@@ -87,7 +117,9 @@ def start_store(kind: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]
 
 class Machine:
     def __init__(self, tmp: Path, name: str, jobs: int, url: str, config: str = "") -> None:
-        project = real_project(tmp / name, fresh_cache=True)  # only the downloaded sdists are shared
+        project = real_project(
+            tmp / name, fresh_cache=True
+        )  # only the downloaded sdists are shared
         self.project, self.cache, self.work = project.root, project.cache, project.work
         self.jobs = jobs
         self.url = url
@@ -95,13 +127,28 @@ class Machine:
             (self.project / ".kz").mkdir()
             (self.project / ".kz" / "config.yaml").write_text(config)
 
-    def kzbuild(self, *args: str, env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess[str]]:
-        argv = [sys.executable, "-m", "kzbuild", "--project", str(self.project), "--cache-dir", str(self.cache), "--work-dir", str(self.work), *args]
+    def kzbuild(
+        self, *args: str, env: dict[str, str]
+    ) -> tuple[float, subprocess.CompletedProcess[str]]:
+        argv = [
+            sys.executable,
+            "-m",
+            "kzbuild",
+            "--project",
+            str(self.project),
+            "--cache-dir",
+            str(self.cache),
+            "--work-dir",
+            str(self.work),
+            *args,
+        ]
         start = time.perf_counter()
         result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=env)
         seconds = time.perf_counter() - start
         if result.returncode != 0:
-            sys.exit(f"kzbuild {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+            sys.exit(
+                f"kzbuild {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-3000:]}"
+            )
         return seconds, result
 
     def build(self) -> tuple[float, dict[str, object]]:
@@ -109,7 +156,9 @@ class Machine:
         self.kzbuild("sync", "demo-host", env=env)  # untimed: every machine needs the tree
         if not (self.project / ".kz" / "config.yaml").exists():
             env["KZ_REMOTE_CACHE"] = self.url
-        seconds, result = self.kzbuild("build", "demo-host", "--target", "host", "-j", str(self.jobs), "--json", env=env)
+        seconds, result = self.kzbuild(
+            "build", "demo-host", "--target", "host", "-j", str(self.jobs), "--json", env=env
+        )
         data: dict[str, object] = json.loads(result.stdout)
         return seconds, data
 
@@ -121,29 +170,44 @@ def describe(label: str, seconds: float, data: dict[str, object], cold: float | 
     ccache = data.get("ccache")
     if isinstance(ccache, dict) and ccache.get("hits", 0) + ccache.get("misses", 0):
         compiles = ccache["hits"] + ccache["misses"]
-        parts.append(f"ccache: {compiles} compiles, {ccache['misses']} compiled, {ccache['local_hits']} local hits, "
-                     f"{ccache['remote_hits']} remote hits ({100 * ccache['remote_hits'] / compiles:.0f} %)")
+        parts.append(
+            f"ccache: {compiles} compiles, {ccache['misses']} compiled, {ccache['local_hits']} "
+            "local hits, "
+            f"{ccache['remote_hits']} remote hits ({100 * ccache['remote_hits'] / compiles:.0f} %)"
+        )
     remote = data.get("remote")
     if isinstance(remote, dict):
         if remote.get("pulled"):
-            parts.append(f"pulled {remote['downloaded_bytes'] / 1e6:.1f} MB in {remote['seconds']:.2f} s, nothing compiled")
+            parts.append(
+                f"pulled {remote['downloaded_bytes'] / 1e6:.1f} MB in {remote['seconds']:.2f} s, "
+                "nothing compiled"
+            )
         if remote.get("pushed"):
-            parts.append(f"pushed {remote['uploaded_bytes'] / 1e6:.1f} MB in {remote['seconds']:.2f} s")
+            parts.append(
+                f"pushed {remote['uploaded_bytes'] / 1e6:.1f} MB in {remote['seconds']:.2f} s"
+            )
     return "  ".join(parts)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--store", choices=("redis", "webdav"), default="redis")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="kz-bench-cache-"))
     server, url = start_store(args.store, tmp / "store")
     try:
-        print(f"store: {args.store} on 127.0.0.1; jobs {args.jobs}; each figure is `kzbuild build` after an untimed sync")
+        print(
+            f"store: {args.store} on 127.0.0.1; jobs {args.jobs}; each figure is `kzbuild build` "
+            "after an untimed sync"
+        )
         cold, data = Machine(tmp, "a", args.jobs, url).build()
         print(describe("machine A: cold build, then push", cold, data, None))
-        b_cc, data = Machine(tmp, "b", args.jobs, url, f"remote-cache:\n  url: {url}\n  artifacts: false\n").build()
+        b_cc, data = Machine(
+            tmp, "b", args.jobs, url, f"remote-cache:\n  url: {url}\n  artifacts: false\n"
+        ).build()
         print(describe("machine B via remote ccache", b_cc, data, cold) + "   (goal <= 20 %)")
         b_pull, data = Machine(tmp, "c", args.jobs, url).build()
         print(describe("machine B via artifact pull", b_pull, data, cold) + "   (goal <= 2 %)")

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Cold sync vs the network floor (issue 13): goal ≤ 1.5× the time to download the sdist's bytes.
 
-    python benchmarks/bench_coldsync.py [--rounds 1] [--package llama-cpp-python==0.3.36] [--recipe demo-host]
+    python benchmarks/bench_coldsync.py [--rounds 1] [--package llama-cpp-python==0.3.36] [--recipe
+    demo-host]
 
 Each round runs, in turn (the order rotates between rounds, so a drift in the network does not
 favour one of them), with this machine's pip configuration:
@@ -38,7 +39,9 @@ from kzbuild.source import pipindex  # noqa: E402 (after the path above)
 
 def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
     start = time.perf_counter()
-    done = subprocess.run(argv, cwd=REPO, env={**os.environ, **(env or {})}, capture_output=True, text=True)
+    done = subprocess.run(
+        argv, cwd=REPO, env={**os.environ, **(env or {})}, capture_output=True, text=True
+    )
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
@@ -46,10 +49,14 @@ def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--package", default="llama-cpp-python==0.3.36")
-    parser.add_argument("--recipe", default="demo-host", help="a recipe whose source is --package's sdist")
+    parser.add_argument(
+        "--recipe", default="demo-host", help="a recipe whose source is --package's sdist"
+    )
     args = parser.parse_args()
     package, version = args.package.split("==", 1)
     client = pipindex.Client(pipindex.read_pip_config())
@@ -61,35 +68,76 @@ def main() -> None:
     for folder in ("recipes", "patches", "kernels", "toolchains"):
         if (REPO / folder).is_dir():
             shutil.copytree(REPO / folder, project / folder)
-    times: dict[str, list[float]] = {"pip alone": [], "raw GET (curl)": [], "kzbuild cold sync": [], "kzbuild sdist fetch": []}
+    times: dict[str, list[float]] = {
+        "pip alone": [],
+        "raw GET (curl)": [],
+        "kzbuild cold sync": [],
+        "kzbuild sdist fetch": [],
+    }
     size = 0
 
     def pip_alone(n: int) -> float:
-        return timed([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", package, "--progress-bar", "off",
-                      args.package, "-d", str(tmp / f"pip-{n}")])
+        return timed(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary",
+                package,
+                "--progress-bar",
+                "off",
+                args.package,
+                "-d",
+                str(tmp / f"pip-{n}"),
+            ]
+        )
 
     def raw_get(n: int) -> float:
         nonlocal size
         out = tmp / f"curl-{n}" / link.filename
         out.parent.mkdir()
-        elapsed = timed(["curl", "-sSfL", *(["--cacert", cert] if cert else []), "-o", str(out), link.url])
+        elapsed = timed(
+            ["curl", "-sSfL", *(["--cacert", cert] if cert else []), "-o", str(out), link.url]
+        )
         size = out.stat().st_size
         return elapsed
 
     def cold_sync(n: int) -> float:
         env = {"KZ_CACHE_DIR": str(tmp / f"cache-{n}"), "KZ_WORK_DIR": str(tmp / f"work-{n}")}
-        return timed([sys.executable, "-m", "kzbuild", "--project", str(project), "sync", args.recipe], env)
+        return timed(
+            [sys.executable, "-m", "kzbuild", "--project", str(project), "sync", args.recipe], env
+        )
 
     def sdist_fetch(n: int) -> float:
-        code = ("import sys; from pathlib import Path; from kzbuild.adapters.settings import Settings; from kzbuild.source.sources import ObjectCache; "
-                "ObjectCache(Settings(project=Path(sys.argv[1]), cache=Path(sys.argv[2]), work=Path(sys.argv[3]))).download_sdist(sys.argv[4])")
-        return timed([sys.executable, "-c", code, str(project), str(tmp / f"fetch-cache-{n}"), str(tmp / f"fetch-work-{n}"), args.package])
+        code = (
+            "import sys; from pathlib import Path; from kzbuild.adapters.settings import Settings; "
+            "from kzbuild.source.sources import ObjectCache; "
+            "ObjectCache(Settings(project=Path(sys.argv[1]), cache=Path(sys.argv[2]), "
+            "work=Path(sys.argv[3]))).download_sdist(sys.argv[4])"
+        )
+        return timed(
+            [
+                sys.executable,
+                "-c",
+                code,
+                str(project),
+                str(tmp / f"fetch-cache-{n}"),
+                str(tmp / f"fetch-work-{n}"),
+                args.package,
+            ]
+        )
 
     runs: list[tuple[str, Callable[[int], float]]] = [
-        ("pip alone", pip_alone), ("raw GET (curl)", raw_get), ("kzbuild cold sync", cold_sync), ("kzbuild sdist fetch", sdist_fetch)]
+        ("pip alone", pip_alone),
+        ("raw GET (curl)", raw_get),
+        ("kzbuild cold sync", cold_sync),
+        ("kzbuild sdist fetch", sdist_fetch),
+    ]
     try:
         for n in range(args.rounds):
-            order = runs[n % len(runs):] + runs[:n % len(runs)]
+            order = runs[n % len(runs) :] + runs[: n % len(runs)]
             for name, run in order:
                 times[name].append(run(n))
                 print(f"  round {n + 1}: {name:18s} {times[name][-1]:7.2f} s", flush=True)
@@ -98,20 +146,31 @@ def main() -> None:
         (warm / "sdists").mkdir(parents=True)
         for sdist in (tmp / "cache-0" / "sdists").iterdir():
             shutil.copy(sdist, warm / "sdists")
-        rest = timed([sys.executable, "-m", "kzbuild", "--project", str(project), "sync", args.recipe],
-                     {"KZ_CACHE_DIR": str(warm), "KZ_WORK_DIR": str(tmp / "work-sdist-only")})
+        rest = timed(
+            [sys.executable, "-m", "kzbuild", "--project", str(project), "sync", args.recipe],
+            {"KZ_CACHE_DIR": str(warm), "KZ_WORK_DIR": str(tmp / "work-sdist-only")},
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     median = {name: statistics.median(values) for name, values in times.items()}
     print(f"\n{args.package}: {size / 1e6:.1f} MB, {args.rounds} round(s), medians:")
     for name, value in median.items():
         print(f"  {name:32s} {value:7.2f} s")
-    print(f"  {'kzbuild sync, sdist cached':32s} {rest:7.2f} s  (the part of a cold sync that is not the download)")
+    print(
+        f"  {'kzbuild sync, sdist cached':32s} {rest:7.2f} s  (the part of a cold sync that is not "
+        "the download)"
+    )
     kz = median["kzbuild cold sync"]
-    print(f"\nratio kzbuild cold sync / pip alone:      {kz / median['pip alone']:.2f}  (goal <= 1.5)")
+    print(
+        f"\nratio kzbuild cold sync / pip alone:      {kz / median['pip alone']:.2f}  (goal <= 1.5)"
+    )
     print(f"ratio kzbuild cold sync / raw GET (curl): {kz / median['raw GET (curl)']:.2f}")
-    print(f"ratio kzbuild sdist fetch / raw GET (curl): {median['kzbuild sdist fetch'] / median['raw GET (curl)']:.2f}"
-          f"  (kzbuild's download part; the rest of a cold sync is extract, git fetch, worktree, patches)")
+    print(
+        "ratio kzbuild sdist fetch / raw GET (curl): "
+        f"{median['kzbuild sdist fetch'] / median['raw GET (curl)']:.2f}"
+        "  (kzbuild's download part; the rest of a cold sync is extract, git fetch, worktree, "
+        "patches)"
+    )
 
 
 if __name__ == "__main__":

@@ -36,8 +36,13 @@ def complete(repo: Path, words: list[str], *, cold: bool) -> tuple[float, str]:
     if cold:
         for cached in (repo / "kzbuild").rglob("__pycache__"):
             shutil.rmtree(cached)
-    env = {**os.environ, "PYTHONPATH": str(repo), "_KZBUILD_COMPLETE": "complete_bash",
-           "COMP_WORDS": " ".join(words), "COMP_CWORD": str(len(words) - 1)}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(repo),
+        "_KZBUILD_COMPLETE": "complete_bash",
+        "COMP_WORDS": " ".join(words),
+        "COMP_CWORD": str(len(words) - 1),
+    }
     if cold:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     start = time.perf_counter()

@@ -222,10 +222,17 @@ class Link:
     def ssh_options(self, port: int) -> list[str]:
         known = self.home / ".ssh" / "known_hosts"
         return [
-            "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-            "-o", f"UserKnownHostsFile={known}", "-i", str(self.server.client_key),
-            "-o", f"Port={port}",
-        ]  # fmt: skip
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            f"UserKnownHostsFile={known}",
+            "-i",
+            str(self.server.client_key),
+            "-o",
+            f"Port={port}",
+        ]
 
     def root(self) -> Path:
         self.roots += 1
@@ -262,8 +269,10 @@ def first_deploys(
 ) -> list[Row]:
     """kzbuild and each anchor in turn, ``runs`` times, each to a fresh root."""
     tools: dict[str, Callable[[Path, Path], object]] = {
-        "kzbuild": link.kz, "scp": link.scp, "rsync": link.rsync,
-    }  # fmt: skip
+        "kzbuild": link.kz,
+        "scp": link.scp,
+        "rsync": link.rsync,
+    }
     times: dict[str, list[Timing]] = {name: [] for name in ["kzbuild", *anchors]}
     for _ in range(runs):
         for name in times:
@@ -328,8 +337,11 @@ class AdbBench:
         self.server.start()
         self.device = subprocess.Popen(
             [sys.executable, "-c", DEVICE_MAIN, str(work / "adb-device")],
-            cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert self.device.stdout is not None
         self.serial = f"127.0.0.1:{self.device.stdout.readline().strip()}"
         self.server.adb("connect", self.serial)
@@ -369,9 +381,10 @@ def measure_adb(work: Path, releases: Releases, runs: int) -> list[Row]:
     bench = AdbBench(work)
     try:
         rows: list[Row] = []
-        cases = [("first deploy (adb)", releases.base), *[
-            (f"{count:,} files (adb)", artifact) for count, artifact in releases.files.items()
-        ]]  # fmt: skip
+        cases = [
+            ("first deploy (adb)", releases.base),
+            *[(f"{count:,} files (adb)", artifact) for count, artifact in releases.files.items()],
+        ]
         for label, artifact in cases:
             kz, push = [], []
             for _ in range(runs):
@@ -496,10 +509,13 @@ def ratio_of(mine: float, theirs: float) -> float:
 
 def share(rows: list[Row], label: str, seconds: float) -> str:
     total = next(
-        (mine.wall for case, unit, mine, anchor, _ in rows
-         if case == label and anchor != "sha256" and isinstance(mine, Timing)),
+        (
+            mine.wall
+            for case, unit, mine, anchor, _ in rows
+            if case == label and anchor != "sha256" and isinstance(mine, Timing)
+        ),
         0.0,
-    )  # fmt: skip
+    )
     return f"{seconds / total:.0%}" if total else "-"
 
 

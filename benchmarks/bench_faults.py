@@ -60,7 +60,8 @@ from tests.deploy import fault_driver  # noqa: E402
 from tests.fixtures_deploy import ArtifactMaker, assert_store_invariant  # noqa: E402
 from tests.fixtures_ssh import SshServer, free_port, keygen  # noqa: E402
 
-OPERATIONS = 4  # device commands of a deploy of b2 over b1 (local, ssh) (see tests/deploy/test_deploy_faults.py)
+# device commands of a deploy of b2 over b1 (local, ssh) (see tests/deploy/test_deploy_faults.py)
+OPERATIONS = 4
 BUSY, DEVICE_ERROR = 10, 8
 
 
@@ -94,7 +95,10 @@ class Bench:
         self.work = work
         self.tally = tally
         self.maker = ArtifactMaker(work / "artifacts", work / "parts")
-        self.builds = {n: self.maker.make(f"b{n}", greeting=f"v{n}", blob_seed=n, blob_size=256 * 1024) for n in (1, 2, 3)}
+        self.builds = {
+            n: self.maker.make(f"b{n}", greeting=f"v{n}", blob_seed=n, blob_size=256 * 1024)
+            for n in (1, 2, 3)
+        }
         self.roots = 0
 
     def fresh_root(self) -> Path:
@@ -105,8 +109,12 @@ class Bench:
         env = options.pop("env", {})
         kz = ["--project", str(REPO), "--work-dir", str(self.work / "kz"), *args]
         return subprocess.Popen(
-            fault_driver.command(kz, **options), cwd=REPO, env={**os.environ, "COLUMNS": "200", **env},
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            fault_driver.command(kz, **options),
+            cwd=REPO,
+            env={**os.environ, "COLUMNS": "200", **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
 
     def finish(self, process: subprocess.Popen[str]) -> Finished:
@@ -144,7 +152,9 @@ class Bench:
         self.check(case, root)
         recovered = self.run(self.deploy_args(spec, 2))
         if recovered.code != 0:
-            return self.tally.fail(case, f"recovery deploy exit {recovered.code}: {recovered.output}")
+            return self.tally.fail(
+                case, f"recovery deploy exit {recovered.code}: {recovered.output}"
+            )
         if self.check(case, root) != "b2":
             self.tally.fail(case, "current is not b2 after the recovery deploy")
 
@@ -164,7 +174,9 @@ class Bench:
             "rollback": ["deploy", "--device", spec, "--rollback", *wait],
             "keep": self.deploy_args(spec, 1, "--keep", "1", *wait),
         }[kind]
-        first = self.start(self.deploy_args(spec, 3, *wait), slow=0.05 if kind == "no-wait" else 0.02)
+        first = self.start(
+            self.deploy_args(spec, 3, *wait), slow=0.05 if kind == "no-wait" else 0.02
+        )
         if kind == "no-wait":
             while not (root / ".lock").exists() and first.poll() is None:
                 time.sleep(0.01)
@@ -184,7 +196,9 @@ class Bench:
         self.tally.cases += 1
         root = self.fresh_root()
         root.mkdir()
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "kz-bench", str(root)], check=True)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "kz-bench", str(root)], check=True
+        )
         try:
             spec = spec_for(root)
             if (setup := self.run(self.deploy_args(spec, 1))).code != 0:
@@ -192,13 +206,17 @@ class Bench:
             big = self.maker.make(f"big{size_kib}", greeting="big", blob_seed=9, blob_size=2 << 20)
             full = self.run(["deploy", "--device", spec, "--artifact", str(big)])
             if full.code != DEVICE_ERROR or " is full: " not in " ".join(full.output.split()):
-                self.tally.fail(case, f"expected exit 8 naming a full device, got {full.code}: {full.output}")
+                self.tally.fail(
+                    case, f"expected exit 8 naming a full device, got {full.code}: {full.output}"
+                )
             if self.check(case, root) != "b1":
                 self.tally.fail(case, "current moved off b1 on a full disk")
             subprocess.run(["mount", "-o", "remount,size=16m", str(root)], check=True)
             grown = self.run(["deploy", "--device", spec, "--artifact", str(big)])
             if grown.code != 0 or self.check(case, root) != big.name:
-                self.tally.fail(case, f"deploy after the disk grew: exit {grown.code}: {grown.output}")
+                self.tally.fail(
+                    case, f"deploy after the disk grew: exit {grown.code}: {grown.output}"
+                )
         finally:
             subprocess.run(["umount", "-l", str(root)], check=True)
 
@@ -615,7 +633,11 @@ def can_mount(work: Path) -> str | None:
     """None if a tmpfs can be mounted here, else why not."""
     probe = work / "mount-probe"
     probe.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "kz-probe", str(probe)], capture_output=True, text=True)
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "kz-probe", str(probe)],
+        capture_output=True,
+        text=True,
+    )
     if result.returncode != 0:
         return result.stderr.strip() or "mount failed"
     subprocess.run(["umount", str(probe)], check=True)
@@ -633,11 +655,19 @@ def ssh_home(work: Path, server: SshServer) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=2, help="rounds of each concurrency case per transport")
-    parser.add_argument("--no-ssh", action="store_true", help="the local transport only")
-    parser.add_argument("--corruptions", type=int, default=40, help="corruptions injected into a device store (see bench_store.py)")
     parser.add_argument(
-        "--trust-only", action="store_true",
+        "--rounds", type=int, default=2, help="rounds of each concurrency case per transport"
+    )
+    parser.add_argument("--no-ssh", action="store_true", help="the local transport only")
+    parser.add_argument(
+        "--corruptions",
+        type=int,
+        default=40,
+        help="corruptions injected into a device store (see bench_store.py)",
+    )
+    parser.add_argument(
+        "--trust-only",
+        action="store_true",
         help="only the cases of issue 25 (hostile caches, secrets, stuck devices, ...)",
     )
     args = parser.parse_args()
@@ -651,7 +681,9 @@ def main() -> None:
     server = None
     if not args.no_ssh:
         (work / "sshd").mkdir()
-        server = SshServer(work / "sshd", free_port(), keygen(work / "host_key"), keygen(work / "client_key"))
+        server = SshServer(
+            work / "sshd", free_port(), keygen(work / "host_key"), keygen(work / "client_key")
+        )
         server.start()
         ssh_home(work, server)
         transports.append(("ssh", server.spec))
@@ -667,7 +699,10 @@ def main() -> None:
                 for _ in range(args.rounds):
                     bench.concurrent(label, spec_for, kind)
             if no_mount is None:
-                for size in (768, 1024):  # b1 takes about 620 KiB: its libblob.so also lies in chunks/
+                for size in (
+                    768,
+                    1024,
+                ):  # b1 takes about 620 KiB: its libblob.so also lies in chunks/
                     bench.full_disk(label, spec_for, size)
     finally:
         if server:
@@ -689,16 +724,26 @@ def main() -> None:
     print(f"tracebacks                   {tally.tracebacks}")
     print(f"data lost                    {tally.lost}")
     injected, detected = sum(corruptions.injected.values()), sum(corruptions.detected.values())
-    print(f"corruptions detected         {100 * detected / max(injected, 1):.0f}% ({detected}/{injected}; "
-          f"repaired {sum(corruptions.repaired.values())}/{sum(corruptions.repairable.values())} of those deploy can repair)")
-    print(f"concurrent deploys complete  {complete:.0f}% ({tally.concurrent_complete}/{tally.concurrent})")
+    print(
+        f"corruptions detected         {100 * detected / max(injected, 1):.0f}% "
+        f"({detected}/{injected}; "
+        f"repaired {sum(corruptions.repaired.values())}/{sum(corruptions.repairable.values())} of "
+        "those deploy can repair)"
+    )
+    print(
+        f"concurrent deploys complete  {complete:.0f}% "
+        f"({tally.concurrent_complete}/{tally.concurrent})"
+    )
     print(f"failed checks                {len(tally.failures)}")
     for failure in tally.failures:
         print(f"  {failure}")
     trusted = print_trust(trust)
     faults_passed = not (tally.tracebacks or tally.lost or tally.failures) and complete == 100.0
     passed = faults_passed and corruptions.passed and trusted
-    print(f"targets (0 tracebacks, 0 lost, 100% detected and repaired, 100% complete, no failed case): {'PASS' if passed else 'FAIL'}")
+    print(
+        "targets (0 tracebacks, 0 lost, 100% detected and repaired, 100% complete, no failed "
+        f"case): {'PASS' if passed else 'FAIL'}"
+    )
     shutil.rmtree(work, ignore_errors=True)
     sys.exit(0 if passed else 1)
 

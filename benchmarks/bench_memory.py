@@ -5,7 +5,8 @@ names the buffers), under kz-peakrss, and both, as kzbuild bench runs it.
     python benchmarks/bench_memory.py --artifact .kz/artifacts/host-XXXX [--rounds 5]
 
 Writes a tiny Q4_0 model (kzbuild.measure.tinymodel) and runs the artifact's llama-bench
-(-p 512 -n 64 -r 3 -t 1 -o json, or --prompt/--gen) in interleaved rounds, each round every condition once in a
+(-p 512 -n 64 -r 3 -t 1 -o json, or --prompt/--gen) in interleaved rounds, each round every
+condition once in a
 shuffled order. Prints per condition the median prefill and decode tok/s and its ratio to plain, the
 peak resident memory kz-peakrss measured and the model file's size.
 """

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""What the quality check costs (issue 24) next to the bench it guards: one llama-bench run of the same model.
+"""What the quality check costs (issue 24) next to the bench it guards: one llama-bench run of the
+same model.
 
     python benchmarks/bench_quality.py --artifact DIR [--model FILE] [--repeats 3] [-t 2]
 
@@ -14,7 +15,8 @@ a temp dir, and every run goes through kzbuild's own code, as kzbuild ab runs it
   variants costs one reference run and two comparisons: the figure per variant is the second
   half), at the plan's defaults: -c 512, 4 chunks.
 
-The two alternate, --repeats times each. Prints the medians and the ratio (goal: the check of one variant at most 1.5x one
+The two alternate, --repeats times each. Prints the medians and the ratio (goal: the check of one
+variant at most 1.5x one
 llama-bench run).
 """
 
@@ -85,11 +87,20 @@ def main() -> int:
         store = quality.quality_store(base / "results")
 
         def check() -> tuple[float, float]:
-            """(reference + 1 variant, reference + 2 variants): the second variant's cost is the difference."""
+            """(reference + 1 variant, reference + 2 variants): the second variant's cost is the
+            difference."""
             start = time.perf_counter()
             marks: list[float] = []
-            quality.check_variants(transport, device, {"upstream": release, "full": release}, spec, "models/m.gguf", store, base / "logs",
-                                   on_variant=lambda name: marks.append(time.perf_counter()))  # fmt: skip
+            quality.check_variants(
+                transport,
+                device,
+                {"upstream": release, "full": release},
+                spec,
+                "models/m.gguf",
+                store,
+                base / "logs",
+                on_variant=lambda name: marks.append(time.perf_counter()),
+            )
             end = time.perf_counter()
             # marks: reference started, upstream compared, full compared
             return marks[2] - start, end - marks[2]
@@ -102,17 +113,21 @@ def main() -> int:
     first = statistics.median(c[0] for c in checks)
     per_variant = statistics.median(c[1] for c in checks)
     print(
-        f"model: {model.name if args.model else 'tiny qwen35 Q4_0'}, artifact {artifact.build_id}, -t {args.threads}, median of {args.repeats}"
+        f"model: {model.name if args.model else 'tiny qwen35 Q4_0'}, artifact {artifact.build_id}, "
+        f"-t {args.threads}, median of {args.repeats}"
     )
     print(f"one llama-bench run (pp512 + tg128, 5 reps):          {one_bench:7.2f} s")
     print(
-        f"quality: reference logits + first variant (-c 512 x 4): {first:7.2f} s  = {first / one_bench:.2f}x one llama-bench run"
+        f"quality: reference logits + first variant (-c 512 x 4): {first:7.2f} s  = "
+        f"{first / one_bench:.2f}x one llama-bench run"
     )
     print(
-        f"quality: each further variant:                         {per_variant:7.2f} s  = {per_variant / one_bench:.2f}x"
+        f"quality: each further variant:                         {per_variant:7.2f} s  = "
+        f"{per_variant / one_bench:.2f}x"
     )
     print(
-        f"goal: the check of one variant <= 1.5x one llama-bench run: {'met' if first <= 1.5 * one_bench else 'NOT met'}"
+        "goal: the check of one variant <= 1.5x one llama-bench run: "
+        f"{'met' if first <= 1.5 * one_bench else 'NOT met'}"
     )
     return 0
 

@@ -46,7 +46,9 @@ DEVICES = ("pad3", "pad4", "pad5")
 SPAN_S = 2 * 365 * 86400  # the generated history covers two years
 
 
-def stored_lines(count: int, *, start: int = 0, prefix: str = "run", build: str | None = None) -> list[str]:
+def stored_lines(
+    count: int, *, start: int = 0, prefix: str = "run", build: str | None = None
+) -> list[str]:
     """``count`` records in their stored form, fast: a template's dict with the fields that vary."""
     template = record().to_dict()
     runs = max(count // len(TESTS), 1)
@@ -67,7 +69,12 @@ def stored_lines(count: int, *, start: int = 0, prefix: str = "run", build: str 
             avg_ts=level,
             config={**template["config"], "n_threads": threads},
             device={**template["device"], "name": DEVICES[run % len(DEVICES)]},
-            build={**template["build"], "build_id": build_id, "build_commit": f"{run // 30:040x}", "lock_sha256": f"{run // 30:064x}"},
+            build={
+                **template["build"],
+                "build_id": build_id,
+                "build_commit": f"{run // 30:040x}",
+                "lock_sha256": f"{run // 30:064x}",
+            },
             env={"GGML_SEED": str(run % 3)},
         )
         lines.append(canonical_json(data))
@@ -99,7 +106,12 @@ def kz_cpu(folder: Path, *args: str, repeat: int = 3) -> float:
     times = []
     for _ in range(repeat):
         before = child_cpu()
-        done = subprocess.run([sys.executable, "-m", "kzbuild", "--results-dir", str(folder), *args], capture_output=True, text=True, env=env)
+        done = subprocess.run(
+            [sys.executable, "-m", "kzbuild", "--results-dir", str(folder), *args],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         times.append(child_cpu() - before)
         assert done.returncode in (0, 9), done.stderr
     return statistics.median(times)
@@ -143,7 +155,10 @@ def run(work: Path, args: argparse.Namespace) -> None:
     print(f"building stores: {args.small} and {args.large} records")
     built_small = build_store(small, args.small)
     built_large = build_store(large, args.large)
-    print(f"  first import (database built from the shards): {args.small}: {built_small:.2f} s, {args.large}: {built_large:.1f} s")
+    print(
+        f"  first import (database built from the shards): {args.small}: {built_small:.2f} s, "
+        f"{args.large}: {built_large:.1f} s"
+    )
     for folder in (small, large):
         add_compared_builds(folder)
         ResultsStore(folder).close()  # reads the two builds in before anything is timed
@@ -151,15 +166,25 @@ def run(work: Path, args: argparse.Namespace) -> None:
     # show one run: cost follows what is shown, not what is stored
     show_small = kz_cpu(small, "results", "show", "run-0000000", repeat=5)
     show_large = kz_cpu(large, "results", "show", "run-0000000", repeat=5)
-    print(f"results show RUN (CPU of the command): {show_small:.3f} s at {args.small}, {show_large:.3f} s at {args.large}: "
-          f"{show_large / show_small:.2f}x (goal <= 1.5x) {verdict(show_large <= 1.5 * show_small)}")  # fmt: skip
+    print(
+        f"results show RUN (CPU of the command): {show_small:.3f} s at {args.small}, "
+        f"{show_large:.3f} s at {args.large}: "
+        f"{show_large / show_small:.2f}x (goal <= 1.5x) {verdict(show_large <= 1.5 * show_small)}"
+    )
 
     # compare two builds of 1k records each, in the large store
     with ResultsStore(large) as store:
-        spent = timed(lambda: compare.compare(store.records("cmpA"), store.records("cmpB"), a_label="A", b_label="B"))
+        spent = timed(
+            lambda: compare.compare(
+                store.records("cmpA"), store.records("cmpB"), a_label="A", b_label="B"
+            )
+        )
     command = kz_cpu(large, "results", "compare", "cmpA", "cmpB")
-    print(f"compare two builds of 1000 records: {spent:.3f} s CPU in-process (goal <= 0.5 s) {verdict(spent <= 0.5)}; "
-          f"the whole command {command:.2f} s CPU")  # fmt: skip
+    print(
+        f"compare two builds of 1000 records: {spent:.3f} s CPU in-process (goal <= 0.5 s) "
+        f"{verdict(spent <= 0.5)}; "
+        f"the whole command {command:.2f} s CPU"
+    )
 
     # an import is incremental: five batches of 100 into each, the median
     adds: dict[str, list[float]] = {"empty": [], "large": []}
@@ -175,26 +200,37 @@ def run(work: Path, args: argparse.Namespace) -> None:
     empty, full = statistics.median(adds["empty"]), statistics.median(adds["large"])
     print(
         f"add 100 records (open, add, close; CPU, median of 5): empty {empty:.3f} s, "
-        f"{args.large} stored {full:.3f} s: {full / empty:.2f}x (goal <= 2x) {verdict(full <= 2 * empty)}"
+        f"{args.large} stored {full:.3f} s: {full / empty:.2f}x (goal <= 2x) "
+        f"{verdict(full <= 2 * empty)}"
     )
 
     # doubling what is shown at most doubles the time
     sizes = (1000, 2000, 4000, 8000)
     folder = work / "doubling"
-    write_shards(folder, [line for n in sizes for line in stored_lines(n, prefix=f"big{n}", build=f"big{n}")])
+    write_shards(
+        folder, [line for n in sizes for line in stored_lines(n, prefix=f"big{n}", build=f"big{n}")]
+    )
     ResultsStore(folder).close()
     with ResultsStore(folder) as store:
         costs = [timed(lambda n=n: compare.varying_env(store.records(f"big{n}"))) for n in sizes]
     steps = [later / earlier for earlier, later in zip(costs, costs[1:], strict=False)]
-    print("show N records (select, check, parse, varying_env): " + ", ".join(f"{n}: {c:.3f} s" for n, c in zip(sizes, costs, strict=True))
-          + f"; doubling ratios {', '.join(f'{s:.2f}' for s in steps)} (goal <= 2; 10 % noise allowed) {verdict(max(steps) <= 2.2)}")  # fmt: skip
+    print(
+        "show N records (select, check, parse, varying_env): "
+        + ", ".join(f"{n}: {c:.3f} s" for n, c in zip(sizes, costs, strict=True))
+        + f"; doubling ratios {', '.join(f'{s:.2f}' for s in steps)} (goal <= 2; 10 % noise "
+        f"allowed) {verdict(max(steps) <= 2.2)}"
+    )
 
     table_times()
     report_figures(work, args.report, large if args.report == args.large else None)
 
 
 def add_compared_builds(folder: Path) -> None:
-    write_shards(folder, stored_lines(1000, start=0, prefix="cmpa", build="cmpA") + stored_lines(1000, start=0, prefix="cmpb", build="cmpB"))
+    write_shards(
+        folder,
+        stored_lines(1000, start=0, prefix="cmpa", build="cmpA")
+        + stored_lines(1000, start=0, prefix="cmpb", build="cmpB"),
+    )
 
 
 def table_times() -> None:
@@ -203,8 +239,19 @@ def table_times() -> None:
 
     from kzbuild.cli import ui
 
-    rows = [[f"2026120{n % 10}T10{n:04d}Z-3f9a2c", "bench", "2026-12-01T10:00:00+00:00", "pad3", f"b{n:016x}", "qwen35-4b q4_0", "pp512 tg128", "4"]
-            for n in range(250)]  # fmt: skip
+    rows = [
+        [
+            f"2026120{n % 10}T10{n:04d}Z-3f9a2c",
+            "bench",
+            "2026-12-01T10:00:00+00:00",
+            "pad3",
+            f"b{n:016x}",
+            "qwen35-4b q4_0",
+            "pp512 tg128",
+            "4",
+        ]
+        for n in range(250)
+    ]
     headers = ["run", "kind", "time", "device", "build", "model", "tests", "records"]
 
     def rich_table() -> None:
@@ -222,7 +269,10 @@ def table_times() -> None:
         finally:
             sys.stdout = stdout
 
-    print(f"a table of 250 runs: rich (a terminal) {timed(rich_table):.3f} s, plain (a pipe) {timed(plain_table):.4f} s")
+    print(
+        f"a table of 250 runs: rich (a terminal) {timed(rich_table):.3f} s, plain (a pipe) "
+        f"{timed(plain_table):.4f} s"
+    )
 
 
 PROBE = """<script>window.addEventListener('load', () => {
@@ -241,7 +291,10 @@ def report_figures(work: Path, count: int, existing: Path | None) -> None:
         report.write_report(store.stored(), out)
         made = time.perf_counter() - started
     size = out.stat().st_size / 1e6
-    print(f"report of {count} records: written in {made:.1f} s, {size:.1f} MB (goal <= 20 MB) {verdict(size <= 20)}")
+    print(
+        f"report of {count} records: written in {made:.1f} s, {size:.1f} MB (goal <= 20 MB) "
+        f"{verdict(size <= 20)}"
+    )
     chromium = shutil.which("chromium")
     if not chromium:
         print("  chromium missing: scripts/setup installs it")
@@ -256,15 +309,20 @@ def report_figures(work: Path, count: int, existing: Path | None) -> None:
         times = []
         for _ in range(3):
             started = time.perf_counter()
-            dumped = subprocess.run([*argv, page.as_uri()], capture_output=True, text=True, timeout=300)
+            dumped = subprocess.run(
+                [*argv, page.as_uri()], capture_output=True, text=True, timeout=300
+            )
             times.append(time.perf_counter() - started)
         walls[name] = statistics.median(times)
         if name == "report":
             title = dumped.stdout.split("<title>", 1)[-1].split("</title>", 1)[0]
             print(f"  in the page: {title}")
     net = walls["report"] - walls["blank"]
-    print(f"  opened in headless Chromium: {walls['report']:.2f} s wall, {net:.2f} s beyond a blank page's {walls['blank']:.2f} s "
-          f"(goal <= 3 s) {verdict(net <= 3)}")  # fmt: skip
+    print(
+        f"  opened in headless Chromium: {walls['report']:.2f} s wall, {net:.2f} s beyond a blank "
+        f"page's {walls['blank']:.2f} s "
+        f"(goal <= 3 s) {verdict(net <= 3)}"
+    )
 
 
 if __name__ == "__main__":

@@ -35,9 +35,21 @@ KZ_TEST = "def test_ok():\n    assert True\n"
 
 
 def kzbuild(project: Project, *args: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "kzbuild", "--project", str(project.root), "--cache-dir", str(project.cache),
-            "--work-dir", str(project.work), *args]
-    return subprocess.run(argv, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "kzbuild",
+        "--project",
+        str(project.root),
+        "--cache-dir",
+        str(project.cache),
+        "--work-dir",
+        str(project.work),
+        *args,
+    ]
+    return subprocess.run(
+        argv, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True
+    )
 
 
 def setup(root: Path) -> Project:
@@ -50,17 +62,53 @@ def setup(root: Path) -> Project:
     project.write("tests/test_ok.py", KZ_TEST)
     shutil.copytree(REPO / "toolchains", project.root / "toolchains")
     trailers = ("Upstream-Status: Pending", "Kz-Test: tests/test_ok.py")
-    add_patch(project, "a.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: a", trailers=trailers))
-    add_patch(project, "b.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line20="fixed 20")}, "common: b", trailers=trailers))
-    add_patch(project, "c.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line35="fixed 35")}, "common: c", trailers=trailers))
+    add_patch(
+        project,
+        "a.patch",
+        make_patch(
+            upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: a", trailers=trailers
+        ),
+    )
+    add_patch(
+        project,
+        "b.patch",
+        make_patch(
+            upstream,
+            base,
+            {"common/fit.cpp": fit(line20="fixed 20")},
+            "common: b",
+            trailers=trailers,
+        ),
+    )
+    add_patch(
+        project,
+        "c.patch",
+        make_patch(
+            upstream,
+            base,
+            {"common/fit.cpp": fit(line35="fixed 35")},
+            "common: c",
+            trailers=trailers,
+        ),
+    )
     project.recipe("r", commit=base, sources=[file_source(upstream)])
     for i in range(1, 65):
         if i == 10:
             upstream.commit({"common/fit.cpp": fit(line20="fixed 20")}, "common: take b (#10)")
         elif i == 30:
-            upstream.commit({"common/fit.cpp": fit(line20="fixed 20", line35="upstream 35")}, "common: rework 35 (#30)")
+            upstream.commit(
+                {"common/fit.cpp": fit(line20="fixed 20", line35="upstream 35")},
+                "common: rework 35 (#30)",
+            )
         elif i == 50:
-            upstream.commit({"common/fit.cpp": fit(line5="upstream 5", line20="fixed 20", line35="upstream 35")}, "common: rework 5 (#50)")
+            upstream.commit(
+                {
+                    "common/fit.cpp": fit(
+                        line5="upstream 5", line20="fixed 20", line35="upstream 35"
+                    )
+                },
+                "common: rework 5 (#50)",
+            )
         else:
             upstream.commit({f"src/f{i}.c": f"int f{i};\n"}, f"src: f{i}")
         if i == 20:
@@ -80,10 +128,16 @@ def main() -> None:
         first = kzbuild(project, "roll", "r", "--no-build", "--json")
         cold = time.perf_counter() - start
         report = json.loads(first.stdout)
-        print(f"exit {first.returncode}; " + "; ".join(f"{c['label']}: {c['outcome']}" for c in report["candidates"]))
+        print(
+            f"exit {first.returncode}; "
+            + "; ".join(f"{c['label']}: {c['outcome']}" for c in report["candidates"])
+        )
         for c in report["candidates"]:
             for b in c["bisect"]:
-                print(f"  {c['label']}: {b['patch']} broken by #{b['pr']} ({b['apply_checks']} apply checks over {b['commits']} commits)")
+                print(
+                    f"  {c['label']}: {b['patch']} broken by #{b['pr']} ({b['apply_checks']} apply "
+                    f"checks over {b['commits']} commits)"
+                )
         print(f"  would drop: {', '.join(report['would_drop'])}")
         times = []
         for _ in range(args.runs):
@@ -91,8 +145,11 @@ def main() -> None:
             kzbuild(project, "roll", "r", "--no-build", "--json")
             times.append(time.perf_counter() - start)
         median = statistics.median(times)
-        print(f"roll over 3 candidates, no build: cold {cold:.2f} s; warm median {median:.2f} s, max {max(times):.2f} s "
-              f"over {args.runs} runs; {median / TARGET_S:.2f} x the {TARGET_S:.0f} s target")
+        print(
+            f"roll over 3 candidates, no build: cold {cold:.2f} s; warm median {median:.2f} s, max "
+            f"{max(times):.2f} s "
+            f"over {args.runs} runs; {median / TARGET_S:.2f} x the {TARGET_S:.0f} s target"
+        )
 
 
 if __name__ == "__main__":

@@ -44,7 +44,9 @@ def wall(argv: list[str]) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--cache-dir", type=Path, default=TEST_CACHE / "kz-cache")
     parser.add_argument("--work-dir", type=Path, default=TEST_CACHE / "kz-work")
@@ -54,15 +56,30 @@ def main() -> int:
         project = Path(tmp) / "project"
         for folder in ("recipes", "patches", "kernels", "toolchains"):
             shutil.copytree(REPO / folder, project / folder)
-        root = [*KZBUILD, "--project", str(project), "--cache-dir", str(args.cache_dir), "--work-dir", str(args.work_dir)]
+        root = [
+            *KZBUILD,
+            "--project",
+            str(project),
+            "--cache-dir",
+            str(args.cache_dir),
+            "--work-dir",
+            str(args.work_dir),
+        ]
         commands = {
             "--help": [*KZBUILD, "--help"],
             "status": [*root, "status", "demo-host"],
             "sync": [*root, "sync", "demo-host"],
             "build": [*root, "build", "demo-host"],
         }
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "kzbuild")], check=True, stdout=subprocess.DEVNULL)
-        print("preparing: sync and build demo-host once (no-op when the slow test tier has)", flush=True)
+        subprocess.run(
+            [sys.executable, "-m", "compileall", "-q", str(REPO / "kzbuild")],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        print(
+            "preparing: sync and build demo-host once (no-op when the slow test tier has)",
+            flush=True,
+        )
         subprocess.run([*root, "build", "demo-host"], check=True, stdout=subprocess.DEVNULL)
 
         times: dict[str, list[float]] = {"anchor": [], **{name: [] for name in commands}}
@@ -81,7 +98,9 @@ def main() -> int:
         ratio = median / anchor
         met = ratio <= GOALS[name]
         failed += not met
-        print(f"{name:10} {median:9.3f} {ratio:7.2f} {GOALS[name]:6.1f}  {'ok' if met else 'MISSED'}")
+        print(
+            f"{name:10} {median:9.3f} {ratio:7.2f} {GOALS[name]:6.1f}  {'ok' if met else 'MISSED'}"
+        )
     return 1 if failed else 0
 
 

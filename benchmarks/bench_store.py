@@ -77,7 +77,9 @@ def flip_model(rng: random.Random, root: Path) -> str:
 
 
 def release_files(root: Path) -> list[Path]:
-    return sorted(p for p in (root / "releases").glob("*/**/*") if p.is_file() and p.name != "manifest.json")
+    return sorted(
+        p for p in (root / "releases").glob("*/**/*") if p.is_file() and p.name != "manifest.json"
+    )
 
 
 KINDS: dict[str, Corruption] = {
@@ -99,11 +101,14 @@ class CorruptionTally:
 
     @property
     def passed(self) -> bool:
-        return sum(self.detected.values()) == sum(self.injected.values()) and sum(self.repaired.values()) == sum(self.repairable.values())
+        return sum(self.detected.values()) == sum(self.injected.values()) and sum(
+            self.repaired.values()
+        ) == sum(self.repairable.values())
 
 
 def run_corruptions(rounds: int, seed: int, libs: int = 4, lib_mb: float = 1.0) -> CorruptionTally:
-    """Inject ``rounds`` random corruptions into a local device store; count what is detected and repaired."""
+    """Inject ``rounds`` random corruptions into a local device store; count what is detected and
+    repaired."""
     rng = random.Random(seed)
     logging.getLogger("kzbuild").setLevel(logging.ERROR)  # each repair warns; the table says it all
     work = Path(tempfile.mkdtemp(prefix="kz-bench-store-"))
@@ -112,7 +117,9 @@ def run_corruptions(rounds: int, seed: int, libs: int = 4, lib_mb: float = 1.0) 
     for index, greeting in enumerate(("hello from v1", "hello from v2"), start=1):
         directory = maker.make(f"b{index}", greeting=greeting)
         for lib in range(libs):
-            (directory / "lib" / f"libbench{lib}.so").write_bytes(random.Random(lib).randbytes(int(lib_mb * 1e6)))
+            (directory / "lib" / f"libbench{lib}.so").write_bytes(
+                random.Random(lib).randbytes(int(lib_mb * 1e6))
+            )
         write_manifest(directory, f"b{index}")
         builds[f"b{index}"] = load_artifact(directory)
     root = work / "device"
@@ -159,16 +166,30 @@ def main() -> None:
     parser.add_argument("--lib-mb", type=float, default=1.0)
     args = parser.parse_args()
     tally = run_corruptions(args.rounds, args.seed, args.libs, args.lib_mb)
-    injected, detected, repaired, repairable = tally.injected, tally.detected, tally.repaired, tally.repairable
+    injected, detected, repaired, repairable = (
+        tally.injected,
+        tally.detected,
+        tally.repaired,
+        tally.repairable,
+    )
     print(f"{'corruption':24} {'injected':>9} {'detected':>9} {'repaired':>9}")
     for kind in sorted(KINDS):
         fixed = f"{repaired[kind]}" if repairable[kind] else "n/a"
         print(f"{kind:24} {injected[kind]:>9} {detected[kind]:>9} {fixed:>9}")
-    total, found, fixed, fixable = sum(injected.values()), sum(detected.values()), sum(repaired.values()), sum(repairable.values())
+    total, found, fixed, fixable = (
+        sum(injected.values()),
+        sum(detected.values()),
+        sum(repaired.values()),
+        sum(repairable.values()),
+    )
     print(f"{'total':24} {total:>9} {found:>9} {fixed:>9}")
     seconds = sorted(tally.verify_seconds)
-    print(f"\ndetected {found}/{total} ({100 * found / max(total, 1):.0f}%), repaired {fixed}/{fixable} of release and content damage "
-          f"({100 * fixed / max(fixable, 1):.0f}%); store check median {seconds[len(seconds) // 2]:.3f} s")
+    print(
+        f"\ndetected {found}/{total} ({100 * found / max(total, 1):.0f}%), repaired "
+        f"{fixed}/{fixable} of release and content damage "
+        f"({100 * fixed / max(fixable, 1):.0f}%); store check median "
+        f"{seconds[len(seconds) // 2]:.3f} s"
+    )
     print(f"targets (100% detected, 100% repaired): {'PASS' if tally.passed else 'FAIL'}")
 
 

@@ -40,9 +40,27 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kz-bench-v79check-") as tmp:
         fresh = real_project(Path(tmp), fresh_cache=True)  # only the downloaded sdists are shared
         project, cache, work = fresh.root, fresh.cache, fresh.work
-        argv = [sys.executable, "-m", "kzbuild", "--project", str(project), "--cache-dir", str(cache), "--work-dir", str(work),
-                "build", "demo-host", "--target", "v79-check", "-j", str(args.jobs), "--json"]
-        sync = subprocess.run([*argv[:9], "sync", "demo-host"], cwd=REPO, capture_output=True, text=True)
+        argv = [
+            sys.executable,
+            "-m",
+            "kzbuild",
+            "--project",
+            str(project),
+            "--cache-dir",
+            str(cache),
+            "--work-dir",
+            str(work),
+            "build",
+            "demo-host",
+            "--target",
+            "v79-check",
+            "-j",
+            str(args.jobs),
+            "--json",
+        ]
+        sync = subprocess.run(
+            [*argv[:9], "sync", "demo-host"], cwd=REPO, capture_output=True, text=True
+        )
         if sync.returncode != 0:
             sys.exit(f"kzbuild sync failed ({sync.returncode}):\n{sync.stderr[-3000:]}")
 
@@ -51,7 +69,10 @@ def main() -> None:
             result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
             seconds = time.perf_counter() - start
             if result.returncode != 0:
-                sys.exit(f"kzbuild build --target v79-check failed ({result.returncode}):\n{result.stderr[-3000:]}")
+                sys.exit(
+                    "kzbuild build --target v79-check failed "
+                    f"({result.returncode}):\n{result.stderr[-3000:]}"
+                )
             out = json.loads(result.stdout)
             shutil.rmtree(out["artifact"])  # the next run compiles again
             return seconds, out
@@ -62,11 +83,21 @@ def main() -> None:
         warm_compile = statistics.median(float(out["times"]["compile_s"]) for _, out in warm)
         cold_compile = float(cold["times"]["compile_s"])
         sources = cold["compiled"] + cold["cached"]
-        print(f"sources: {sources} (HTP for hexagonv79 + host backend for aarch64), jobs {args.jobs}")
-        print(f"cold: {cold_wall:6.1f} s wall, compile {cold_compile:6.1f} s ({cold['cached']} from ccache)")
-        print(f"warm: {warm_wall:6.1f} s wall, compile {warm_compile:6.1f} s (median of 3; "
-              f"{min(out['cached'] for _, out in warm)} of {sources} from ccache)")
-        print(f"ratio warm/cold: wall {warm_wall / cold_wall:.1%}, compile {warm_compile / cold_compile:.1%} (target <= 10%)")
+        print(
+            f"sources: {sources} (HTP for hexagonv79 + host backend for aarch64), jobs {args.jobs}"
+        )
+        print(
+            f"cold: {cold_wall:6.1f} s wall, compile {cold_compile:6.1f} s ({cold['cached']} from "
+            "ccache)"
+        )
+        print(
+            f"warm: {warm_wall:6.1f} s wall, compile {warm_compile:6.1f} s (median of 3; "
+            f"{min(out['cached'] for _, out in warm)} of {sources} from ccache)"
+        )
+        print(
+            f"ratio warm/cold: wall {warm_wall / cold_wall:.1%}, compile "
+            f"{warm_compile / cold_compile:.1%} (target <= 10%)"
+        )
 
 
 if __name__ == "__main__":

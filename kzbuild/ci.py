@@ -57,8 +57,15 @@ def run_ci(
             record(CiStep(f"build:{name}", "skipped", "sync failed"))
         return CiReport(recipe.name, tuple(steps))
     lock = synced.lock
-    record(CiStep("sync", "ok", f"upstream {lock.upstream_commit[:12]}, head {lock.head[:12]}" + (" (changed)" if synced.changed else " (up to date)"),
-                  time.monotonic() - started))
+    record(
+        CiStep(
+            "sync",
+            "ok",
+            f"upstream {lock.upstream_commit[:12]}, head {lock.head[:12]}"
+            + (" (changed)" if synced.changed else " (up to date)"),
+            time.monotonic() - started,
+        )
+    )
     record(check_patches(settings, recipe))
 
     detector = Detector.for_settings(settings, environ)
@@ -66,12 +73,17 @@ def run_ci(
         if name == v79check.TARGET:
             record(_check_v79(settings, recipe, options, progress))
         else:
-            record(_build_target(settings, recipe, name, detector, explicit, environ, options, progress, remote))
+            record(
+                _build_target(
+                    settings, recipe, name, detector, explicit, environ, options, progress, remote
+                )
+            )
     return CiReport(recipe.name, tuple(steps))
 
 
 def check_patches(settings: Settings, recipe: Recipe) -> CiStep:
-    """``kzbuild patches check`` against the pin: a conflict fails; 3-way merges and upstreamed patches are named."""
+    """``kzbuild patches check`` against the pin: a conflict fails; 3-way merges and upstreamed
+    patches are named."""
     from kzbuild.errors import PatchError
     from kzbuild.source.stack.check import check_stack  # loaded only when needed (start-up time)
 
@@ -82,7 +94,11 @@ def check_patches(settings: Settings, recipe: Recipe) -> CiStep:
         return CiStep("patches", "failed", exc.message, time.monotonic() - started, exc.exit_code)
     counts = Counter(p.verdict.value for p in report.patches)
     detail = ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items())) or "no patches"
-    remarks = [f"{p.name}: {p.verdict.value} ({p.describe()})" for p in report.patches if p.verdict.value != "clean"]
+    remarks = [
+        f"{p.name}: {p.verdict.value} ({p.describe()})"
+        for p in report.patches
+        if p.verdict.value != "clean"
+    ]
     if remarks:
         detail += "; " + "; ".join(remarks)
     seconds = time.monotonic() - started
@@ -103,36 +119,86 @@ def _build_target(
     remote: RemoteConfig | None,
 ) -> CiStep:
     step = f"build:{name}"
-    required, _ = builder.detect_for(builder.target(name), options.overrides, detector, f"recipe {recipe.name}")
+    required, _ = builder.detect_for(
+        builder.target(name), options.overrides, detector, f"recipe {recipe.name}"
+    )
     missing = [problem for found in required if not found.ok for problem in found.problems[:1]]
     if missing and not explicit:
         return CiStep(step, "skipped", "toolchain not here: " + "; ".join(missing))
     started = time.monotonic()
     try:
-        result = builder.build(builder.prepare(settings, recipe, name, environ=environ, options=options, progress=progress), progress=progress, remote=remote)
+        result = builder.build(
+            builder.prepare(
+                settings, recipe, name, environ=environ, options=options, progress=progress
+            ),
+            progress=progress,
+            remote=remote,
+        )
     except KzError as exc:
-        return CiStep(step, "failed", exc.message + (f" ({exc.hint})" if exc.hint else ""), time.monotonic() - started, exc.exit_code)
+        return CiStep(
+            step,
+            "failed",
+            exc.message + (f" ({exc.hint})" if exc.hint else ""),
+            time.monotonic() - started,
+            exc.exit_code,
+        )
     rate = result.ccache.hit_rate if result.ccache else None
-    detail = f"{result.artifact.build_id}" + (" (pulled from the remote cache)" if result.remote and result.remote.pulled else " (reused)" if result.reused else "")
+    detail = f"{result.artifact.build_id}" + (
+        " (pulled from the remote cache)"
+        if result.remote and result.remote.pulled
+        else " (reused)"
+        if result.reused
+        else ""
+    )
     if rate is not None:
         detail += f", ccache {rate:.0%} hits"
     return CiStep(
-        step, "ok", detail, time.monotonic() - started,
-        data={"build_id": result.artifact.build_id, "artifact": str(result.artifact.path), "reused": result.reused,
-              "ccache": result.ccache.to_dict() if result.ccache else None, "remote": result.remote.to_dict() if result.remote else None},
+        step,
+        "ok",
+        detail,
+        time.monotonic() - started,
+        data={
+            "build_id": result.artifact.build_id,
+            "artifact": str(result.artifact.path),
+            "reused": result.reused,
+            "ccache": result.ccache.to_dict() if result.ccache else None,
+            "remote": result.remote.to_dict() if result.remote else None,
+        },
     )
 
 
-def _check_v79(settings: Settings, recipe: Recipe, options: BuildOptions, progress: builder.Progress | None) -> CiStep:
+def _check_v79(
+    settings: Settings, recipe: Recipe, options: BuildOptions, progress: builder.Progress | None
+) -> CiStep:
     """The v79 compile check: needs no SDK, so it runs (and must pass) wherever it is asked for."""
     step = f"build:{v79check.TARGET}"
     started = time.monotonic()
     try:
-        result = v79check.run_check(v79check.prepare_check(settings, recipe, options=options, progress=progress), progress=progress)
+        result = v79check.run_check(
+            v79check.prepare_check(settings, recipe, options=options, progress=progress),
+            progress=progress,
+        )
     except KzError as exc:
-        return CiStep(step, "failed", exc.message + (f" ({exc.hint})" if exc.hint else ""), time.monotonic() - started, exc.exit_code)
-    detail = f"{result.artifact.build_id}" + (" (reused)" if result.reused else f", {result.cached} of {result.compiled + result.cached} from ccache")
+        return CiStep(
+            step,
+            "failed",
+            exc.message + (f" ({exc.hint})" if exc.hint else ""),
+            time.monotonic() - started,
+            exc.exit_code,
+        )
+    detail = f"{result.artifact.build_id}" + (
+        " (reused)"
+        if result.reused
+        else f", {result.cached} of {result.compiled + result.cached} from ccache"
+    )
     return CiStep(
-        step, "ok", f"{detail}; proves {v79check.PROVES}", time.monotonic() - started,
-        data={"build_id": result.artifact.build_id, "artifact": str(result.artifact.path), "reused": result.reused},
+        step,
+        "ok",
+        f"{detail}; proves {v79check.PROVES}",
+        time.monotonic() - started,
+        data={
+            "build_id": result.artifact.build_id,
+            "artifact": str(result.artifact.path),
+            "reused": result.reused,
+        },
     )

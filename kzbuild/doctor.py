@@ -21,15 +21,23 @@ from kzbuild.model.device import Device
 from kzbuild.model.doctor import DeviceCheck, DoctorReport, TargetCheck
 
 
-def check_device(device: Device, environ: Mapping[str, str], *, connect_timeout: float = 5.0) -> DeviceCheck:
-    """Reach the device the way deploy would; an adb server is only asked if it is already running."""
+def check_device(
+    device: Device, environ: Mapping[str, str], *, connect_timeout: float = 5.0
+) -> DeviceCheck:
+    """Reach the device the way deploy would; an adb server is only asked if it is already
+    running."""
     if device.transport == "local":
         program = device.runner_prefix[0] if device.runner_prefix else None
         if program is None:
             return DeviceCheck(device.name, "local", True, f"runs tools in {device.root}")
         path = shutil.which(program, path=environ.get("PATH", os.defpath))
         if path is None:
-            return DeviceCheck(device.name, "local", False, f"'{program}' is not on PATH; device {device.name} needs it")
+            return DeviceCheck(
+                device.name,
+                "local",
+                False,
+                f"'{program}' is not on PATH; device {device.name} needs it",
+            )
         return DeviceCheck(device.name, "local", True, f"{device.address} through {path}")
     if device.transport == "adb":
         return check_adb_device(device, environ, connect_timeout)
@@ -38,21 +46,36 @@ def check_device(device: Device, environ: Mapping[str, str], *, connect_timeout:
             address = transport.address
     except DeviceError as exc:
         return DeviceCheck(device.name, "ssh", False, exc.message, exc.hint)
-    return DeviceCheck(device.name, "ssh", True, f"{address}: logged in; its host key matches known_hosts")
+    return DeviceCheck(
+        device.name, "ssh", True, f"{address}: logged in; its host key matches known_hosts"
+    )
 
 
-def check_adb_device(device: Device, environ: Mapping[str, str], connect_timeout: float) -> DeviceCheck:
+def check_adb_device(
+    device: Device, environ: Mapping[str, str], connect_timeout: float
+) -> DeviceCheck:
     if shutil.which("adb", path=environ.get("PATH", os.defpath)) is None:
-        return DeviceCheck(device.name, "adb", False, f"'adb' is not on PATH; device {device.name} needs it", hint="Debian package 'adb'")
+        return DeviceCheck(
+            device.name,
+            "adb",
+            False,
+            f"'adb' is not on PATH; device {device.name} needs it",
+            hint="Debian package 'adb'",
+        )
     port = adb_server_port(environ)
     if not listening("localhost", port):
         # any adb client command would start a server that outlives doctor: ask none
         return DeviceCheck(
-            device.name, "adb", False, f"not checked: no adb server is running on port {port}, and doctor starts none",
+            device.name,
+            "adb",
+            False,
+            f"not checked: no adb server is running on port {port}, and doctor starts none",
             hint="run 'adb start-server' (or 'adb devices'), then doctor again",
         )
     try:
-        with closing(connect(device, server_port=port, connect_timeout=connect_timeout)) as transport:
+        with closing(
+            connect(device, server_port=port, connect_timeout=connect_timeout)
+        ) as transport:
             address = transport.address
     except DeviceError as exc:
         return DeviceCheck(device.name, "adb", False, exc.message, exc.hint)
@@ -82,7 +105,8 @@ def doctor(
     needed_by: str | None = None,
     device: Device | None = None,
 ) -> DoctorReport:
-    """Check what each target (and the device, when one is configured) needs, naming the file or program that proved each version."""
+    """Check what each target (and the device, when one is configured) needs, naming the file or
+    program that proved each version."""
     detector = Detector.for_settings(settings, environ)
     checks = []
     for name in targets:

@@ -125,7 +125,8 @@ class LogFormatChanged(KzError):
 
 class ResultsError(KzError):
     """Benchmark output or stored results cannot answer: unusable llama-bench output or results
-    files, a selector that matches nothing, or results that must not be compared (devices, models, env)."""
+    files, a selector that matches nothing, or results that must not be compared (devices, models,
+    env)."""
 
     exit_code = 13
 
@@ -136,16 +137,19 @@ class BadRecord(ResultsError):
 
 
 class ProfileFormatChanged(ResultsError):
-    """The tree's ggml-hexagon prints its profiler lines in a format kzbuild's parser was not written for."""
+    """The tree's ggml-hexagon prints its profiler lines in a format kzbuild's parser was not
+    written for."""
 
 
 class OutputFormatChanged(ResultsError):
-    """The tree's llama-perplexity prints its KL divergence statistics in a format kzbuild's parser was not written for."""
+    """The tree's llama-perplexity prints its KL divergence statistics in a format kzbuild's parser
+    was not written for."""
 
 
 class ResultsDatabaseDamaged(ResultsError):
     """results.sqlite3 is unreadable, or not the schema this kzbuild writes. The results store
-    rebuilds it from the JSONL shards (the source of truth); it reaches the user only when that fails too."""
+    rebuilds it from the JSONL shards (the source of truth); it reaches the user only when that
+    fails too."""
 
 
 class Unwritable(KzError):
@@ -172,7 +176,8 @@ def unwritable(exc: OSError) -> Unwritable | None:
 
 
 class WrongOutput(KzError):
-    """A variant's output is past the plan's quality limits (max_kld, min_top1): it is wrong, whatever its speed."""
+    """A variant's output is past the plan's quality limits (max_kld, min_top1): it is wrong,
+    whatever its speed."""
 
     exit_code = 17
 
@@ -182,7 +187,9 @@ class CommandFailed(KzError):
 
     exit_code = 12
 
-    def __init__(self, argv: Sequence[str], returncode: int, stderr: str = "", *, hint: str | None = None) -> None:
+    def __init__(
+        self, argv: Sequence[str], returncode: int, stderr: str = "", *, hint: str | None = None
+    ) -> None:
         import shlex
 
         tail = "\n".join(stderr.strip().splitlines()[-15:])

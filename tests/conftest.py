@@ -46,7 +46,8 @@ GIT_ENV = {
 
 
 def git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    """Plain git for building test fixtures (kzbuild's own calls go through kzbuild.adapters.proc)."""
+    """Plain git for building test fixtures (kzbuild's own calls go through
+    kzbuild.adapters.proc)."""
     result = subprocess.run(
         ["git", "-C", str(repo), *args],
         env={**os.environ, **GIT_ENV, **(env or {})},
@@ -150,7 +151,8 @@ def own_git_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(autouse=True)
 def parse_yaml_afresh() -> Iterator[None]:
-    """The CLI keeps parsed YAML in its settings' cache dir for the rest of the process: each test starts without."""
+    """The CLI keeps parsed YAML in its settings' cache dir for the rest of the process: each test
+    starts without."""
     yield
     yamlconf.remember_parsed_in(None)
 

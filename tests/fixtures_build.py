@@ -69,11 +69,16 @@ class Tiny:
         """This machine's PATH, and nothing that could point at a real NDK or SDK."""
         return {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(self.project.root), **extra}
 
-    def add_patch(self, name: str, files: dict[str, str], subject: str, *, base: str | None = None) -> Path:
-        """A real ``git format-patch`` of an edit on top of ``base`` (default: the pin), appended to the series."""
+    def add_patch(
+        self, name: str, files: dict[str, str], subject: str, *, base: str | None = None
+    ) -> Path:
+        """A real ``git format-patch`` of an edit on top of ``base`` (default: the pin), appended to
+        the series."""
         git(self.upstream.path, "checkout", "-q", "-b", f"patch-{name}", base or self.commit)
         self.upstream.commit(files, subject)
-        text = git(self.upstream.path, "format-patch", "-1", "--stdout", "--full-index", "HEAD") + "\n"
+        text = (
+            git(self.upstream.path, "format-patch", "-1", "--stdout", "--full-index", "HEAD") + "\n"
+        )
         git(self.upstream.path, "checkout", "-q", "master")
         git(self.upstream.path, "branch", "-q", "-D", f"patch-{name}")
         path = self.project.write(f"patches/{name}", text)
@@ -93,24 +98,38 @@ def tiny(project: Project, upstream: UpstreamRepo) -> Tiny:
         "tiny llama.cpp-shaped build",
     )
     install_toolchains(project)
-    project.recipe("tiny", commit=commit, sources=[f"path: {upstream.path}"], extra="build:\n  targets: [host]\n")
+    project.recipe(
+        "tiny",
+        commit=commit,
+        sources=[f"path: {upstream.path}"],
+        extra="build:\n  targets: [host]\n",
+    )
     return Tiny(project, upstream, commit)
 
 
 # --- toolchain layouts -----------------------------------------------------------------
 
+
 def ndk_layout(root: Path, revision: str = NDK_REVISION) -> Path:
     """An NDK folder with only what detection reads."""
     (root / "build" / "cmake").mkdir(parents=True)
-    (root / "build" / "cmake" / "android.toolchain.cmake").write_text("# layout for detection tests\n")
-    (root / "source.properties").write_text(f"Pkg.Desc = Android NDK\nPkg.Revision = {revision}\nPkg.BaseRevision = 27.0.0\n")
+    (root / "build" / "cmake" / "android.toolchain.cmake").write_text(
+        "# layout for detection tests\n"
+    )
+    (root / "source.properties").write_text(
+        f"Pkg.Desc = Android NDK\nPkg.Revision = {revision}\nPkg.BaseRevision = 27.0.0\n"
+    )
     return root
 
 
 def hexagon_layout(parent: Path, version: str = "6.5.0.0", tools: str = "19.0.07") -> Path:
     """``Hexagon_SDK/<version>/`` with the files detection reads and the tools folder."""
     root = parent / "Hexagon_SDK" / version
-    for rel in ("build/cmake/hexagon_fun.cmake", "ipc/fastrpc/qaic/bin/qaic", "setup_sdk_env.source"):
+    for rel in (
+        "build/cmake/hexagon_fun.cmake",
+        "ipc/fastrpc/qaic/bin/qaic",
+        "setup_sdk_env.source",
+    ):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text("# layout for detection tests\n")
     (root / "tools" / "HEXAGON_Tools" / tools).mkdir(parents=True)
@@ -127,6 +146,7 @@ def program(folder: Path, name: str, script: str) -> Path:
 
 
 # --- the real pinned tree (slow tier) --------------------------------------------------
+
 
 def real_project(tmp_path: Path, *, fresh_cache: bool = False) -> Project:
     """The repo's recipes, patches, kernels and toolchains in a temp project (locks removed).
@@ -149,7 +169,9 @@ def real_project(tmp_path: Path, *, fresh_cache: bool = False) -> Project:
     cache.mkdir(exist_ok=True)
     if not (cache / "sdists").exists():
         (cache / "sdists").symlink_to(base / "sdists")  # downloaded once per machine
-    return Project(root=root, cache=cache, work=tmp_path / "work" if fresh_cache else base / "kz-work")
+    return Project(
+        root=root, cache=cache, work=tmp_path / "work" if fresh_cache else base / "kz-work"
+    )
 
 
 def demo_settings() -> Settings:
@@ -187,21 +209,29 @@ def reuse_artifact_of(other: Settings, plan: BuildPlan) -> bool:
 
 
 def build_real(tmp_path: Path, target: str, recipe: str = "demo-host") -> BuildResult:
-    """Build ``recipe`` (default: the pinned upstream from the PyPI sdist, with the stack) for ``target`` through kzbuild.
+    """Build ``recipe`` (default: the pinned upstream from the PyPI sdist, with the stack) for
+    ``target`` through kzbuild.
 
     With the persistent caches, a build whose inputs did not change reuses its artifact in
     seconds; so does a build scripts/demo made on this machine (reuse_artifact_of). Other slow
     tests can take llama.cpp binaries from here (``result.artifact``).
     """
     project = real_project(tmp_path)
-    prepared = builder.prepare(project.settings, load_recipe(project.root, recipe), target, environ=os.environ, options=builder.BuildOptions(jobs=2))
+    prepared = builder.prepare(
+        project.settings,
+        load_recipe(project.root, recipe),
+        target,
+        environ=os.environ,
+        options=builder.BuildOptions(jobs=2),
+    )
     reuse_artifact_of(demo_settings(), prepared.plan)
     return builder.build(prepared)
 
 
 @pytest.fixture(scope="session")
 def real_host_build(tmp_path_factory: pytest.TempPathFactory) -> BuildResult:
-    """The real host build of demo-host, made (or reused) once per session for every slow test that runs llama.cpp.
+    """The real host build of demo-host, made (or reused) once per session for every slow test that
+    runs llama.cpp.
 
     Registered as a plugin by the root conftest: a session fixture imported into several test
     modules would run once per module.
@@ -209,11 +239,25 @@ def real_host_build(tmp_path_factory: pytest.TempPathFactory) -> BuildResult:
     return build_real(tmp_path_factory.mktemp("real-host-build"), "host")
 
 
-def run_from_artifact(artifact: Artifact, tool: str, *args: str, env: Mapping[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """Run a tool as a user would: from the artifact, with no LD_LIBRARY_PATH (the rpath finds lib/).
+def run_from_artifact(
+    artifact: Artifact,
+    tool: str,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 600,
+) -> subprocess.CompletedProcess[str]:
+    """Run a tool as a user would: from the artifact, with no LD_LIBRARY_PATH (the rpath finds
+    lib/).
 
     Output is decoded with replacement: tiny models' random weights generate arbitrary bytes.
     """
     environ = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     argv = [artifact.local(f"bin/{tool}"), *args]
-    return subprocess.run(argv, env={**environ, **(env or {})}, capture_output=True, text=True, errors="replace", timeout=timeout)
+    return subprocess.run(
+        argv,
+        env={**environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=timeout,
+    )

@@ -1,4 +1,5 @@
-"""Real cache servers on 127.0.0.1 for the remote-cache tests: redis-server and nginx with its dav module.
+"""Real cache servers on 127.0.0.1 for the remote-cache tests: redis-server and nginx with its dav
+module.
 
 Each is started once per session (per xdist worker) on a free port with its own config and
 data in a temp dir, as the current user, and stopped by its pid. Function-scoped wrappers
@@ -81,9 +82,27 @@ def redis_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSer
     port = free_port()
     log = workdir / "redis.log"
     process = subprocess.Popen(
-        [REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--requirepass", REDIS_PASSWORD,
-         "--dir", str(workdir), "--logfile", str(log), "--daemonize", "no"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            REDIS,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--requirepass",
+            REDIS_PASSWORD,
+            "--dir",
+            str(workdir),
+            "--logfile",
+            str(log),
+            "--daemonize",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     wait_listening(process, port, log, "redis-server")
     yield RedisServer(port, REDIS_PASSWORD, process)
@@ -147,11 +166,18 @@ class DavServer:
         return self.workdir / "access.log"
 
     def url(self, userinfo: str = "") -> str:
-        """The open store; with ``userinfo`` (``USER:PASSWORD``) the one behind basic auth (DAV_USER, DAV_PASSWORD)."""
-        return f"http://{userinfo}@127.0.0.1:{self.port}/private/cache" if userinfo else f"http://127.0.0.1:{self.port}/cache"
+        """The open store; with ``userinfo`` (``USER:PASSWORD``) the one behind basic auth
+        (DAV_USER, DAV_PASSWORD)."""
+        return (
+            f"http://{userinfo}@127.0.0.1:{self.port}/private/cache"
+            if userinfo
+            else f"http://127.0.0.1:{self.port}/cache"
+        )
 
     def stored(self) -> list[str]:
-        return sorted(p.relative_to(self.data).as_posix() for p in self.data.rglob("*") if p.is_file())
+        return sorted(
+            p.relative_to(self.data).as_posix() for p in self.data.rglob("*") if p.is_file()
+        )
 
 
 @pytest.fixture(scope="session")
@@ -165,10 +191,15 @@ def dav_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DavServer]
     # as root, nginx's workers would run as nobody, who cannot write the temp dirs
     user = "user root root;" if os.geteuid() == 0 else ""
     (workdir / "nginx.conf").write_text(NGINX_CONF.format(dir=workdir, port=port, user=user))
-    (workdir / "htpasswd").write_text(f"{DAV_USER}:{{PLAIN}}{DAV_PASSWORD}\n")  # nginx reads {PLAIN} passwords
+    (workdir / "htpasswd").write_text(
+        f"{DAV_USER}:{{PLAIN}}{DAV_PASSWORD}\n"
+    )  # nginx reads {PLAIN} passwords
     log = workdir / "error.log"
-    process = subprocess.Popen([NGINX, "-p", str(workdir), "-c", str(workdir / "nginx.conf"), "-e", str(log)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [NGINX, "-p", str(workdir), "-c", str(workdir / "nginx.conf"), "-e", str(log)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wait_listening(process, port, log, "nginx")
     yield DavServer(port, workdir, process)
     stop(process)

@@ -26,7 +26,8 @@ from kzbuild.model.artifact import parse_mode
 
 GREET_C = '#include <stdio.h>\nvoid greet(void) { puts("%s"); }\n'
 BLOB_C = (
-    'asm(".section .rodata\\n.global blob_data\\nblob_data:\\n.incbin \\"%s\\"\\n.global blob_end\\nblob_end:\\n.text");\n'
+    'asm(".section .rodata\\n.global blob_data\\nblob_data:\\n.incbin \\"%s\\"\\n.global '
+    'blob_end\\nblob_end:\\n.text");\n'
     "extern const char blob_data[], blob_end[];\n"
     "long blob_size(void) { return blob_end - blob_data; }\n"
 )
@@ -39,7 +40,9 @@ HELLO_C = (
 def compile_c(source: str, output: Path, *args: str) -> None:
     c_file = output.with_suffix(output.suffix + ".c")
     c_file.write_text(source)
-    subprocess.run(["gcc", "-O1", "-o", str(output), str(c_file), *args], check=True, capture_output=True)
+    subprocess.run(
+        ["gcc", "-O1", "-o", str(output), str(c_file), *args], check=True, capture_output=True
+    )
     c_file.unlink()
 
 
@@ -50,10 +53,22 @@ def sha256(path: Path) -> str:
 def write_manifest(directory: Path, build_id: str, *, recipe: str | None = None) -> Path:
     """manifest.json over every file under ``directory`` (as ``kzbuild build`` writes it)."""
     files = {}
-    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != "manifest.json"):
+    for path in sorted(
+        p for p in directory.rglob("*") if p.is_file() and p.name != "manifest.json"
+    ):
         rel = path.relative_to(directory).as_posix()
-        files[rel] = {"sha256": sha256(path), "size": path.stat().st_size, "mode": f"{path.stat().st_mode & 0o7777:04o}"}
-    manifest = {"build_id": build_id, "recipe": recipe, "target": "host", "files": files, "inputs": {"test": True}}
+        files[rel] = {
+            "sha256": sha256(path),
+            "size": path.stat().st_size,
+            "mode": f"{path.stat().st_mode & 0o7777:04o}",
+        }
+    manifest = {
+        "build_id": build_id,
+        "recipe": recipe,
+        "target": "host",
+        "files": files,
+        "inputs": {"test": True},
+    }
     target = directory / "manifest.json"
     target.write_text(json.dumps(manifest, indent=2, sort_keys=True))
     return target
@@ -65,7 +80,8 @@ def assert_store_invariant(root: Path) -> str | None:
 
     Every ``objects/<sha256>`` hashes to its name, every ``chunks/<name>`` to a sha256 that starts
     with its name; every release holds exactly what its
-    manifest.json lists, as regular files with those contents (executable where listed so); no manifest shares an inode with
+    manifest.json lists, as regular files with those contents (executable where listed so); no
+    manifest shares an inode with
     anything (a write through it would reach the store); nothing is setuid, setgid or sticky;
     ``current`` (if any) points at a complete release.
     """
@@ -74,7 +90,9 @@ def assert_store_invariant(root: Path) -> str | None:
         assert sha256(obj) == obj.name, f"objects/{obj.name} hashes to {sha256(obj)}"
     chunks = root / "chunks"
     for chunk in chunks.iterdir() if chunks.is_dir() else ():
-        assert sha256(chunk).startswith(chunk.name), f"chunks/{chunk.name} hashes to {sha256(chunk)}"
+        assert sha256(chunk).startswith(chunk.name), (
+            f"chunks/{chunk.name} hashes to {sha256(chunk)}"
+        )
     for path in root.rglob("*"):
         info = path.lstat()
         assert not info.st_mode & 0o7000, f"{path} has mode {info.st_mode & 0o7777:o}"
@@ -86,8 +104,12 @@ def assert_store_invariant(root: Path) -> str | None:
         manifest = release / "manifest.json"
         assert manifest.lstat().st_nlink == 1, f"{manifest} is hard-linked"
         files = json.loads(manifest.read_text())["files"]
-        on_disk = {p.relative_to(release).as_posix() for p in release.rglob("*") if not p.is_dir()} - {"manifest.json"}
-        assert on_disk == set(files), f"release {release.name}: {sorted(on_disk ^ set(files))} differ from its manifest"
+        on_disk = {
+            p.relative_to(release).as_posix() for p in release.rglob("*") if not p.is_dir()
+        } - {"manifest.json"}
+        assert on_disk == set(files), (
+            f"release {release.name}: {sorted(on_disk ^ set(files))} differ from its manifest"
+        )
         for rel, entry in files.items():
             path = release / rel
             assert stat.S_ISREG(path.lstat().st_mode), f"{path} is not a regular file"
@@ -98,16 +120,23 @@ def assert_store_invariant(root: Path) -> str | None:
     if not os.path.lexists(root / "current"):
         return None
     target = os.readlink(root / "current")
-    assert target.startswith("releases/") and target.removeprefix("releases/") in complete, f"current -> {target} is no complete release"
+    assert target.startswith("releases/") and target.removeprefix("releases/") in complete, (
+        f"current -> {target} is no complete release"
+    )
     return target.removeprefix("releases/")
 
 
 def whole_chunks(incoming: Path, original: Path) -> int:
-    """Bytes of the chunks of ``original`` that lie complete in ``incoming`` (what a resumed deploy need not send)."""
+    """Bytes of the chunks of ``original`` that lie complete in ``incoming`` (what a resumed deploy
+    need not send)."""
     from kzbuild.device.chunkstore import split
 
     sizes = {piece.name: piece.size for piece in split(original, original.stat().st_size)}
-    return sum(size for name, size in sizes.items() if (incoming / name).is_file() and (incoming / name).stat().st_size == size)
+    return sum(
+        size
+        for name, size in sizes.items()
+        if (incoming / name).is_file() and (incoming / name).stat().st_size == size
+    )
 
 
 def flip_byte(path: Path, offset: int = 100) -> None:
@@ -129,7 +158,11 @@ class ArtifactMaker:
         cache.mkdir(parents=True, exist_ok=True)
 
     def _greet(self, greeting: str) -> Path:
-        out = self.cache / f"greet-{hashlib.sha256(greeting.encode()).hexdigest()[:12]}" / "libgreet.so"
+        out = (
+            self.cache
+            / f"greet-{hashlib.sha256(greeting.encode()).hexdigest()[:12]}"
+            / "libgreet.so"
+        )
         if not out.exists():
             out.parent.mkdir()
             compile_c(GREET_C % greeting, out, "-shared", "-fPIC")
@@ -149,10 +182,26 @@ class ArtifactMaker:
         if not out.exists():
             out.parent.mkdir()
             libs = self._greet("x").parent, self._blob(0, 16).parent
-            compile_c(HELLO_C, out, *[f"-L{d}" for d in libs], "-lgreet", "-lblob", "-Wl,-rpath,$ORIGIN/../lib")
+            compile_c(
+                HELLO_C,
+                out,
+                *[f"-L{d}" for d in libs],
+                "-lgreet",
+                "-lblob",
+                "-Wl,-rpath,$ORIGIN/../lib",
+            )
         return out
 
-    def make(self, build_id: str, *, greeting: str = "hello from v1", blob_seed: int = 1, blob_size: int = 64 * 1024, recipe: str | None = None, extra: dict[str, bytes] | None = None) -> Path:
+    def make(
+        self,
+        build_id: str,
+        *,
+        greeting: str = "hello from v1",
+        blob_seed: int = 1,
+        blob_size: int = 64 * 1024,
+        recipe: str | None = None,
+        extra: dict[str, bytes] | None = None,
+    ) -> Path:
         directory = self.root / build_id
         if directory.exists():
             shutil.rmtree(directory)
@@ -169,7 +218,8 @@ class ArtifactMaker:
 
 
 def truncated(data: Iterable[bytes], budget: int, spent: list[int]) -> Iterator[bytes]:
-    """``data`` up to ``budget`` bytes; ``spent[0]`` counts what went out, ``spent[1]`` is 1 if some was cut off."""
+    """``data`` up to ``budget`` bytes; ``spent[0]`` counts what went out, ``spent[1]`` is 1 if some
+    was cut off."""
     for piece in data:
         kept = piece[: max(budget - spent[0], 0)]
         spent[0] += len(kept)
@@ -181,13 +231,16 @@ def truncated(data: Iterable[bytes], budget: int, spent: list[int]) -> Iterator[
 
 
 class CuttingTransport(LocalTransport):
-    """A local transport whose connection 'drops' after a number of bytes, as a dropped link would."""
+    """A local transport whose connection 'drops' after a number of bytes, as a dropped link
+    would."""
 
     def __init__(self, root: str, budget: int) -> None:
         super().__init__(root)
         self.budget = budget
 
-    def run_input(self, argv: Sequence[str], data: Iterable[bytes], *, timeout: float | None = None) -> RemoteResult:
+    def run_input(
+        self, argv: Sequence[str], data: Iterable[bytes], *, timeout: float | None = None
+    ) -> RemoteResult:
         spent = [0, 0]
         result = super().run_input(argv, truncated(data, self.budget, spent), timeout=timeout)
         self.budget -= spent[0]
@@ -218,7 +271,9 @@ class NoSpaceTransport:
     def __getattr__(self, name: str) -> Any:
         if name == "push_tree" and hasattr(self.inner, name):
             return self._push_tree
-        return getattr(self.inner, name)  # address, run, pull, close; append only where inner has it
+        return getattr(
+            self.inner, name
+        )  # address, run, pull, close; append only where inner has it
 
     def _push_tree(self, local: Path, remote: str) -> None:
         """The files in order until the budget runs out, the last one cut there."""
@@ -238,15 +293,21 @@ class NoSpaceTransport:
         if not self.budget:
             raise device_full(self.inner.address, f"writing {remote}/ failed: {NO_SPACE}")
 
-    def run_input(self, argv: Sequence[str], data: Iterable[bytes], *, timeout: float | None = None) -> RemoteResult:
+    def run_input(
+        self, argv: Sequence[str], data: Iterable[bytes], *, timeout: float | None = None
+    ) -> RemoteResult:
         spent = [0, 0]
         result = self.inner.run_input(argv, truncated(data, self.budget, spent), timeout=timeout)
         self.budget -= spent[0]
         if not spent[1]:
             return result
         written, self.budget = spent[0], 0
-        where = next(arg for arg in reversed(argv) if arg.startswith("/"))  # the dir the command writes to
-        raise device_full(self.inner.address, f"writing {where} failed after {written} bytes: {NO_SPACE}")
+        where = next(
+            arg for arg in reversed(argv) if arg.startswith("/")
+        )  # the dir the command writes to
+        raise device_full(
+            self.inner.address, f"writing {where} failed after {written} bytes: {NO_SPACE}"
+        )
 
     def push(self, local: Path, remote: str, *, progress: Any = None) -> None:
         size = local.stat().st_size
@@ -260,4 +321,6 @@ class NoSpaceTransport:
         finally:
             partial.unlink()
         written, self.budget = self.budget, 0
-        raise device_full(self.inner.address, f"writing {remote} failed after {written} bytes: {NO_SPACE}")
+        raise device_full(
+            self.inner.address, f"writing {remote} failed after {written} bytes: {NO_SPACE}"
+        )

@@ -1,6 +1,7 @@
 """A llama model with MiB-scale Q4_0 weights, for the params_fit tests.
 
-llama.cpp reports memory in whole MiB, so the tiny models (kzbuild.measure.tinymodel, a few hundred KB)
+llama.cpp reports memory in whole MiB, so the tiny models (kzbuild.measure.tinymodel, a few hundred
+KB)
 cannot show whether the repacked weights are counted. This one has about 15 MiB of Q4_0
 matrices, which the CPU backend repacks into an extra buffer type (CPU_REPACK on AVX2 and arm64,
 AMX on CPUs with AMX). It shares the tiny models' vocabulary; weights are seeded random numbers.
@@ -21,7 +22,9 @@ HEAD_DIM = 128
 KV_HEADS = 2
 
 
-def write_wide_q4_0_llama(path: Path, *, embedding: int = 1024, feed_forward: int = 2048, layers: int = 3, seed: int = 0) -> Path:
+def write_wide_q4_0_llama(
+    path: Path, *, embedding: int = 1024, feed_forward: int = 2048, layers: int = 3, seed: int = 0
+) -> Path:
     T = gguf.MODEL_TENSOR
     rng = np.random.default_rng(seed)
     n_vocab = len(vocabulary())

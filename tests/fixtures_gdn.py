@@ -1,4 +1,5 @@
-"""Both sides of the GDN patch (patches/ggml-hexagon-accept-gated_delta_net-when-its-hvx-kernel-fits.patch),
+"""Both sides of the GDN patch
+(patches/ggml-hexagon-accept-gated_delta_net-when-its-hvx-kernel-fits.patch),
 for its tests: the pin's own tree and the tree kzbuild synced with the stack."""
 
 from __future__ import annotations
@@ -14,21 +15,29 @@ HEXAGON_CPP = Path("ggml/src/ggml-hexagon/ggml-hexagon.cpp")
 
 @pytest.fixture(scope="module")
 def gdn_trees(pin_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """{"pin": the upstream pin (refs/kz/base of the synced tree, its ggml/ only), "patched": the synced tree}."""
+    """{"pin": the upstream pin (refs/kz/base of the synced tree, its ggml/ only), "patched": the
+    synced tree}."""
     unpatched = tmp_path_factory.mktemp("pin-unpatched")
-    archive = subprocess.run(["git", "-C", str(pin_tree), "archive", "refs/kz/base", "ggml"], capture_output=True, check=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(pin_tree), "archive", "refs/kz/base", "ggml"],
+        capture_output=True,
+        check=True,
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(unpatched)], input=archive, check=True)
-    assert (unpatched / HEXAGON_CPP).read_bytes() != (pin_tree / HEXAGON_CPP).read_bytes(), "the stack does not change ggml-hexagon.cpp"
+    assert (unpatched / HEXAGON_CPP).read_bytes() != (pin_tree / HEXAGON_CPP).read_bytes(), (
+        "the stack does not change ggml-hexagon.cpp"
+    )
     return {"pin": unpatched, "patched": pin_tree}
 
 
 def function_definition(source: str, name: str) -> str:
-    """The definition of the top-level ``static`` function ``name`` in C/C++ ``source`` (declarations are skipped)."""
+    """The definition of the top-level ``static`` function ``name`` in C/C++ ``source``
+    (declarations are skipped)."""
     for match in re.finditer(rf"^static [\w ]+\b{re.escape(name)}\(", source, re.M):
         params_end = _matching(source, match.end() - 1, "(", ")")
-        if source[params_end + 1:].lstrip().startswith("{"):
+        if source[params_end + 1 :].lstrip().startswith("{"):
             body = source.index("{", params_end)
-            return source[match.start():_matching(source, body, "{", "}") + 1] + "\n"
+            return source[match.start() : _matching(source, body, "{", "}") + 1] + "\n"
     raise AssertionError(f"no definition of {name}")
 
 

@@ -1,4 +1,5 @@
-"""A real git daemon on 127.0.0.1 serving bare copies of synthetic upstreams (sync and roll tests)."""
+"""A real git daemon on 127.0.0.1 serving bare copies of synthetic upstreams (sync and roll
+tests)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,16 @@ def git_daemon(tmp_path):
     base.mkdir()
     port = free_port()
     daemon = subprocess.Popen(
-        ["git", "daemon", "--reuseaddr", "--export-all", "--listen=127.0.0.1", f"--port={port}", f"--base-path={base}", str(base)],
+        [
+            "git",
+            "daemon",
+            "--reuseaddr",
+            "--export-all",
+            "--listen=127.0.0.1",
+            f"--port={port}",
+            f"--base-path={base}",
+            str(base),
+        ],
         stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 10
@@ -42,6 +52,11 @@ def git_daemon(tmp_path):
 def serve(upstream: UpstreamRepo, base: Path, *, allow_sha_want: bool) -> Path:
     served = base / "llama.cpp.git"
     subprocess.run(["git", "clone", "-q", "--bare", str(upstream.path), str(served)], check=True)
-    git(served, "config", "uploadpack.allowReachableSHA1InWant", "true" if allow_sha_want else "false")
+    git(
+        served,
+        "config",
+        "uploadpack.allowReachableSHA1InWant",
+        "true" if allow_sha_want else "false",
+    )
     git(served, "config", "uploadpack.allowFilter", "true")
     return served

@@ -33,13 +33,21 @@ def free_port() -> int:
 
 
 def keygen(path: Path) -> Path:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "kz-test", "-f", str(path)], check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "kz-test", "-f", str(path)],
+        check=True,
+    )
     return path
 
 
 def fingerprint(public_key: Path) -> str:
     """The SHA256:... fingerprint as ssh-keygen prints it."""
-    out = subprocess.run(["ssh-keygen", "-l", "-E", "sha256", "-f", str(public_key)], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["ssh-keygen", "-l", "-E", "sha256", "-f", str(public_key)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return out.split()[1]
 
 
@@ -97,7 +105,9 @@ class SshServer:
             )
         )
         log = open(self.workdir / "sshd.log", "ab")
-        self.process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=log, stderr=log)
+        self.process = subprocess.Popen(
+            [SSHD, "-D", "-e", "-f", str(config)], stdout=log, stderr=log
+        )
         log.close()
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -220,7 +230,8 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
 
 @dataclass
 class SshHome:
-    """A HOME whose ~/.ssh holds the test client key and a known_hosts that trusts the test server."""
+    """A HOME whose ~/.ssh holds the test client key and a known_hosts that trusts the test
+    server."""
 
     path: Path
 
@@ -243,7 +254,8 @@ def ssh_home(tmp_path: Path, sshd: SshServer, monkeypatch: pytest.MonkeyPatch) -
 
 @pytest.fixture
 def relay(sshd: SshServer, ssh_home: SshHome) -> Iterator[Relay]:
-    """A relay to the test sshd; ssh_home's known_hosts trusts the server behind the relay's port too."""
+    """A relay to the test sshd; ssh_home's known_hosts trusts the server behind the relay's port
+    too."""
     proxy = Relay(sshd.port)
     with open(ssh_home.known_hosts, "a") as handle:
         handle.write(sshd.known_hosts_line(proxy.port))

@@ -49,12 +49,26 @@ def make_patch(
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(content)
     git(dev, "add", "-A")
-    message = subject + ("\n\n" + body if body else "") + ("\n\n" + "\n".join(trailers) if trailers else "")
+    message = (
+        subject
+        + ("\n\n" + body if body else "")
+        + ("\n\n" + "\n".join(trailers) if trailers else "")
+    )
     name, email = author.split(" <")
     date = "1700100000 +0000"
     git(
-        dev, "commit", "-q", "--allow-empty", "-m", message,
-        env={"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email.rstrip(">"), "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date},
+        dev,
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        message,
+        env={
+            "GIT_AUTHOR_NAME": name,
+            "GIT_AUTHOR_EMAIL": email.rstrip(">"),
+            "GIT_AUTHOR_DATE": date,
+            "GIT_COMMITTER_DATE": date,
+        },
     )
     return git(dev, "format-patch", "--stdout", "--full-index", "-1", "HEAD") + "\n"
 
@@ -72,7 +86,9 @@ def file_source(upstream: UpstreamRepo) -> str:
 
 
 def tree_digest(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 def flat(text: str) -> str:
@@ -80,11 +96,13 @@ def flat(text: str) -> str:
     return " ".join(text.split())
 
 
-# --- real upstream: three patches made from llama.cpp f53577432 (0.3.21); see test_stack_upstream ---
+# --- real upstream: three patches made from llama.cpp f53577432 (0.3.21); see test_stack_upstream
+# ---
 
 UNDERFLOW = (
     "        const size_t unaccounted = total - self - free;\n",
-    "        const int64_t unaccounted = static_cast<int64_t>(total) - static_cast<int64_t>(free) - static_cast<int64_t>(self);\n",
+    "        const int64_t unaccounted = static_cast<int64_t>(total) - static_cast<int64_t>(free) "
+    "- static_cast<int64_t>(self);\n",
 )
 UNDERFLOW_PRINT = (
     "            std::to_string(unaccounted / MiB)});\n",
@@ -92,7 +110,8 @@ UNDERFLOW_PRINT = (
 )
 DEVICE_MEMORY = (
     "        ggml_backend_dev_memory(llama_model_get_device(model, i), &free, &total);\n",
-    "        ggml_backend_dev_memory(llama_model_get_device(model, i), &free, &total); // Hexagon reports 0/0\n",
+    "        ggml_backend_dev_memory(llama_model_get_device(model, i), &free, &total); // Hexagon "
+    "reports 0/0\n",
 )
 ND_COMMENT = (
     "    const size_t nd = devs.size(); // number of devices\n",
@@ -122,19 +141,39 @@ def edit(worktree: Path, *replacements: tuple[str, str]) -> None:
 
 
 REAL_PATCHES = (
-    ("fit-unaccounted-underflow", "common: compute unaccounted memory in int64 (size_t underflow)", (UNDERFLOW, UNDERFLOW_PRINT),
-     "Backport https://github.com/ggml-org/llama.cpp/pull/22424"),
-    ("device-memory-note", "common: note devices that report 0/0 memory", (DEVICE_MEMORY,), "Pending"),
-    ("nd-comment", "common: say which devices nd counts", (ND_COMMENT,), "Inappropriate comment only"),
+    (
+        "fit-unaccounted-underflow",
+        "common: compute unaccounted memory in int64 (size_t underflow)",
+        (UNDERFLOW, UNDERFLOW_PRINT),
+        "Backport https://github.com/ggml-org/llama.cpp/pull/22424",
+    ),
+    (
+        "device-memory-note",
+        "common: note devices that report 0/0 memory",
+        (DEVICE_MEMORY,),
+        "Pending",
+    ),
+    (
+        "nd-comment",
+        "common: say which devices nd counts",
+        (ND_COMMENT,),
+        "Inappropriate comment only",
+    ),
 )
 
 
 def make_real_patches(settings: Settings, recipe: Recipe) -> None:
-    """Sync the recipe (pinned at 0.3.21) and make the three patches there with kzbuild patches new."""
+    """Sync the recipe (pinned at 0.3.21) and make the three patches there with kzbuild patches
+    new."""
     worktree = sync.sync(settings, recipe).worktree
     for name, subject, replacements, status in REAL_PATCHES:
         edit(worktree, *replacements)
         export.new_patch(
-            settings, recipe, name, subject=subject, test="tests/test_stack_upstream.py", upstream_status=status,
+            settings,
+            recipe,
+            name,
+            subject=subject,
+            test="tests/test_stack_upstream.py",
+            upstream_status=status,
             author="Kz Dev <dev@kz.example>",
         )

@@ -1,6 +1,7 @@
 """Real upstream trees synced by kzbuild with the stack, for the tests of the patches themselves.
 
-The trees come from the PyPI sdists into the persistent test cache (tests/fixtures_build.real_project),
+The trees come from the PyPI sdists into the persistent test cache
+(tests/fixtures_build.real_project),
 so the first run on a machine downloads each sdist once and later runs sync in seconds.
 """
 
@@ -21,7 +22,8 @@ def private_project(tmp_path: Path) -> Project:
     """real_project with a work dir of its own. The shared work dir's worktrees are re-synced by
     other test sessions, and kzbuild's build does not hold the worktree while ninja runs, so a
     build there can compile a mix of two stacks (and cache it in ccache under the wrong key).
-    The object cache and ccache stay shared: ccache's base dir is the work dir, so they still hit."""
+    The object cache and ccache stay shared: ccache's base dir is the work dir, so they still
+    hit."""
     return dataclasses.replace(real_project(tmp_path), work=tmp_path / "work")
 
 

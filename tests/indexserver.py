@@ -22,7 +22,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 ROOT = Path(sys.argv[1]).resolve()
-AUTH = base64.b64encode(f"{sys.argv[2]}:{sys.argv[3]}".encode()).decode() if len(sys.argv) > 3 else None
+AUTH = (
+    base64.b64encode(f"{sys.argv[2]}:{sys.argv[3]}".encode()).decode()
+    if len(sys.argv) > 3
+    else None
+)
 
 
 class Handler(BaseHTTPRequestHandler):

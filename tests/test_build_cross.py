@@ -1,4 +1,5 @@
-"""Slow tier: the aarch64 cross build (``--target linux-arm64``) of the pinned upstream, run under qemu-aarch64.
+"""Slow tier: the aarch64 cross build (``--target linux-arm64``) of the pinned upstream, run under
+qemu-aarch64.
 
 This is the stand-in tablet: the same CPU code the tablet runs, on this machine. Caches
 persist between runs like the host build's.
@@ -19,7 +20,10 @@ from tests.fixtures_build import build_real
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (have("aarch64-linux-gnu-g++") and have("qemu-aarch64")), reason="needs g++-aarch64-linux-gnu and qemu-user"),
+    pytest.mark.skipif(
+        not (have("aarch64-linux-gnu-g++") and have("qemu-aarch64")),
+        reason="needs g++-aarch64-linux-gnu and qemu-user",
+    ),
 ]
 
 
@@ -41,8 +45,22 @@ def test_llama_bench_runs_under_qemu_on_a_tiny_qwen35(arm64_build, tmp_path):
     artifact = arm64_build.artifact
     model = write_tiny_model(tmp_path / "tiny-qwen35-q4_0.gguf", arch="qwen35", ftype="q4_0")
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-    argv = [*artifact.manifest["runner"], str(artifact.local("bin/llama-bench")),
-            "-m", str(model), "-p", "8", "-n", "2", "-t", "1", "-r", "1", "-o", "json"]
+    argv = [
+        *artifact.manifest["runner"],
+        str(artifact.local("bin/llama-bench")),
+        "-m",
+        str(model),
+        "-p",
+        "8",
+        "-n",
+        "2",
+        "-t",
+        "1",
+        "-r",
+        "1",
+        "-o",
+        "json",
+    ]
     result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-2000:]
     records = json.loads(result.stdout)

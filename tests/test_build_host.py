@@ -1,4 +1,5 @@
-"""Slow tier: a real host build of the pinned upstream (recipe demo-host, from the PyPI sdist) with the stack.
+"""Slow tier: a real host build of the pinned upstream (recipe demo-host, from the PyPI sdist) with
+the stack.
 
 The build is the session's ``real_host_build`` (fixtures_build), shared with the other slow tests
 that run llama.cpp. Caches persist between runs (see fixtures_build.real_project): the first run
@@ -31,7 +32,9 @@ def test_artifact_holds_the_tools_and_their_libraries(real_host_build):
 
 
 def test_gated_delta_net_passes_on_the_cpu(real_host_build):
-    result = run_from_artifact(real_host_build.artifact, "test-backend-ops", "test", "-b", "CPU", "-o", "GATED_DELTA_NET")
+    result = run_from_artifact(
+        real_host_build.artifact, "test-backend-ops", "test", "-b", "CPU", "-o", "GATED_DELTA_NET"
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     match = re.search(r"(\d+)/(\d+) tests passed", result.stdout)
     assert match, result.stdout[-2000:]
@@ -41,7 +44,22 @@ def test_gated_delta_net_passes_on_the_cpu(real_host_build):
 
 def test_llama_bench_runs_a_tiny_qwen35_and_reports_this_build(real_host_build, tmp_path):
     model = write_tiny_model(tmp_path / "tiny-qwen35.gguf", arch="qwen35", ftype="f32")
-    result = run_from_artifact(real_host_build.artifact, "llama-bench", "-m", str(model), "-p", "16", "-n", "4", "-t", "1", "-r", "1", "-o", "json")
+    result = run_from_artifact(
+        real_host_build.artifact,
+        "llama-bench",
+        "-m",
+        str(model),
+        "-p",
+        "16",
+        "-n",
+        "4",
+        "-t",
+        "1",
+        "-r",
+        "1",
+        "-o",
+        "json",
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     records = json.loads(result.stdout)
     assert [(r["n_prompt"], r["n_gen"]) for r in records] == [(16, 0), (0, 4)]

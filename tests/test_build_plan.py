@@ -21,10 +21,19 @@ from tests.fixtures_build import NDK_REVISION, hexagon_layout, ndk_layout
 
 
 def clear_toolchain_env(monkeypatch):
-    for var in ("ANDROID_NDK_ROOT", "ANDROID_NDK_HOME", "ANDROID_HOME", "ANDROID_SDK_ROOT",
-                "HEXAGON_SDK_ROOT", "HEXAGON_TOOLS_ROOT", "OPENCL_SDK_ROOT"):
+    for var in (
+        "ANDROID_NDK_ROOT",
+        "ANDROID_NDK_HOME",
+        "ANDROID_HOME",
+        "ANDROID_SDK_ROOT",
+        "HEXAGON_SDK_ROOT",
+        "HEXAGON_TOOLS_ROOT",
+        "OPENCL_SDK_ROOT",
+    ):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("HOME", "/nonexistent-home")  # no ~/Android/Sdk or ~/Qualcomm from the real user
+    monkeypatch.setenv(
+        "HOME", "/nonexistent-home"
+    )  # no ~/Android/Sdk or ~/Qualcomm from the real user
 
 
 def unwrapped(text: str) -> str:
@@ -47,20 +56,41 @@ def test_v79_plan_without_an_ndk(tiny, kz, monkeypatch):
     clear_toolchain_env(monkeypatch)
     plan = dry_run(kz, "--target", "v79", "-j", "2")
     options = cmake_options(plan)
-    flags = "-march=armv8.7a+fp16+dotprod+i8mm -fvectorize -ffp-model=fast -fno-finite-math-only -flto -D_GNU_SOURCE"
+    flags = (
+        "-march=armv8.7a+fp16+dotprod+i8mm -fvectorize -ffp-model=fast -fno-finite-math-only -flto "
+        "-D_GNU_SOURCE"
+    )
     for key, value in {
-        "ANDROID_ABI": "arm64-v8a", "ANDROID_PLATFORM": "android-34", "CMAKE_C_FLAGS": flags, "CMAKE_CXX_FLAGS": flags,
-        "PREBUILT_LIB_DIR": "android_aarch64", "GGML_OPENMP": "OFF", "GGML_LLAMAFILE": "OFF", "GGML_OPENCL": "OFF",
-        "GGML_HEXAGON": "ON", "LLAMA_OPENSSL": "OFF", "BUILD_SHARED_LIBS": "ON", "CMAKE_BUILD_TYPE": "Release",
+        "ANDROID_ABI": "arm64-v8a",
+        "ANDROID_PLATFORM": "android-34",
+        "CMAKE_C_FLAGS": flags,
+        "CMAKE_CXX_FLAGS": flags,
+        "PREBUILT_LIB_DIR": "android_aarch64",
+        "GGML_OPENMP": "OFF",
+        "GGML_LLAMAFILE": "OFF",
+        "GGML_OPENCL": "OFF",
+        "GGML_HEXAGON": "ON",
+        "LLAMA_OPENSSL": "OFF",
+        "BUILD_SHARED_LIBS": "ON",
+        "CMAKE_BUILD_TYPE": "Release",
         "CMAKE_TOOLCHAIN_FILE": "<ndk-r27d:root>/build/cmake/android.toolchain.cmake",
-        "HEXAGON_SDK_ROOT": "<hexagon-sdk-6.5:root>", "HEXAGON_TOOLS_ROOT": "<hexagon-sdk-6.5:tools>",
+        "HEXAGON_SDK_ROOT": "<hexagon-sdk-6.5:root>",
+        "HEXAGON_TOOLS_ROOT": "<hexagon-sdk-6.5:tools>",
         "LLAMA_BUILD_COMMIT": plan["build_commit"],
     }.items():
         assert options[key] == value, key
     assert plan["build_commit"].startswith(tiny.commit[:7] + "-kz")
     assert plan["build_id"].startswith("v79-")
     ninja = plan["steps"][1]["argv"]
-    assert ninja[1:] == ["-C", plan["build_dir"], "-j", "2", "llama-bench", "llama-completion", "test-backend-ops"]
+    assert ninja[1:] == [
+        "-C",
+        plan["build_dir"],
+        "-j",
+        "2",
+        "llama-bench",
+        "llama-completion",
+        "test-backend-ops",
+    ]
     assert len(plan["missing"]) == 2
     assert plan["missing"][0].startswith("NDK r27d not found")
     assert plan["missing"][1].startswith("Hexagon SDK 6.5 not found")
@@ -128,7 +158,10 @@ def test_wrong_ndk_version_message_reaches_the_user(tiny, kz, monkeypatch, tmp_p
     monkeypatch.setenv("ANDROID_NDK_ROOT", str(ndk))
     result = kz("build", "tiny", "--target", "v79")
     assert result.code == 6
-    assert f"found NDK 26.1.10909125 at {ndk}/source.properties; recipe tiny needs r27d (27.3.13750724)" in unwrapped(result.err)
+    assert (
+        f"found NDK 26.1.10909125 at {ndk}/source.properties; recipe tiny needs r27d "
+        "(27.3.13750724)" in unwrapped(result.err)
+    )
 
 
 def test_linux_arm64_plan_cross_compiles_and_runs_under_qemu(tiny, kz):
@@ -139,7 +172,10 @@ def test_linux_arm64_plan_cross_compiles_and_runs_under_qemu(tiny, kz):
     assert options["CMAKE_SYSTEM_PROCESSOR"] == "aarch64"
     assert options["CMAKE_CXX_COMPILER"].endswith("aarch64-linux-gnu-g++")
     assert options["GGML_NATIVE"] == "OFF"
-    assert plan["runner"][0].endswith("qemu-aarch64") and plan["runner"][1:] == ["-L", "/usr/aarch64-linux-gnu"]
+    assert plan["runner"][0].endswith("qemu-aarch64") and plan["runner"][1:] == [
+        "-L",
+        "/usr/aarch64-linux-gnu",
+    ]
 
 
 def test_snapdragon_docker_plan_runs_cmake_and_ninja_in_the_image(tiny, kz, monkeypatch):
@@ -148,13 +184,18 @@ def test_snapdragon_docker_plan_runs_cmake_and_ninja_in_the_image(tiny, kz, monk
     spec = tiny.project.root / "toolchains" / "snapdragon-docker.yaml"
     spec.write_text(spec.read_text().replace("  digest:  ", f"  digest: '{digest}'  "))
     plan = dry_run(kz, "--target", "v79", "--toolchain", "snapdragon-docker")
-    assert set(plan["toolchains"]) == {"snapdragon-docker"}  # the image brings NDK, SDK, cmake, ninja, ccache
+    assert set(plan["toolchains"]) == {
+        "snapdragon-docker"
+    }  # the image brings NDK, SDK, cmake, ninja, ccache
     configure, ninja = (step["argv"] for step in plan["steps"])
     assert configure[1:3] == ["run", "--rm"]
     image = f"ghcr.io/snapdragon-toolchain/arm64-android@{digest}"
     at = configure.index(image)
-    assert configure[at + 1:at + 3] == ["cmake", "-S"]
-    assert "-DCMAKE_TOOLCHAIN_FILE=/opt/android-ndk-r28b/build/cmake/android.toolchain.cmake" in configure
+    assert configure[at + 1 : at + 3] == ["cmake", "-S"]
+    assert (
+        "-DCMAKE_TOOLCHAIN_FILE=/opt/android-ndk-r28b/build/cmake/android.toolchain.cmake"
+        in configure
+    )
     assert f"{plan['source']}:{plan['source']}" in configure
     assert ninja[ninja.index(image) + 1] == "ninja"
     assert "--env" in configure and f"CCACHE_DIR={tiny.project.cache / 'ccache'}" in configure
@@ -196,7 +237,9 @@ def test_server_tools_turn_the_server_build_on_without_downloads(tiny, kz):
 
 def test_recipe_cmake_options_win_but_build_commit_stays(tiny, kz):
     recipe = tiny.project.root / "recipes" / "tiny.yaml"
-    recipe.write_text(recipe.read_text() + "  cmake: {GGML_OPENMP: true, LLAMA_BUILD_COMMIT: fake}\n")
+    recipe.write_text(
+        recipe.read_text() + "  cmake: {GGML_OPENMP: true, LLAMA_BUILD_COMMIT: fake}\n"
+    )
     plan = dry_run(kz)
     options = cmake_options(plan)
     assert options["GGML_OPENMP"] == "ON"
@@ -205,6 +248,7 @@ def test_recipe_cmake_options_win_but_build_commit_stays(tiny, kz):
 
 # --- build ids -------------------------------------------------------------------------
 
+
 def plan_for(tiny, settings: Settings, target: str = "host", found: list[Found] | None = None):
     recipe = load_recipe(settings.project, "tiny")
     synced = sync(settings, recipe)
@@ -212,12 +256,16 @@ def plan_for(tiny, settings: Settings, target: str = "host", found: list[Found] 
     detector = Detector.for_settings(settings, tiny.environ())
     if found is None:
         found, _ = builder.detect_for(tgt, (), detector, "test")
-    return builder.plan_build(settings, recipe, synced, tgt, found, options=builder.BuildOptions(jobs=2))
+    return builder.plan_build(
+        settings, recipe, synced, tgt, found, options=builder.BuildOptions(jobs=2)
+    )
 
 
 def test_build_id_ignores_paths_and_follows_every_input(tiny, tmp_path):
     base = plan_for(tiny, tiny.settings)
-    elsewhere = Settings(project=tiny.project.root, cache=tmp_path / "other-cache", work=tmp_path / "other-work")
+    elsewhere = Settings(
+        project=tiny.project.root, cache=tmp_path / "other-cache", work=tmp_path / "other-work"
+    )
     moved = plan_for(tiny, elsewhere)
     assert moved.build_id == base.build_id and moved.build_dir != base.build_dir
 
@@ -252,11 +300,17 @@ def base_found(tiny):
 
 def test_a_patch_changes_the_build_id_and_the_build_commit(tiny):
     before = plan_for(tiny, tiny.settings)
-    tiny.add_patch("answer.patch", {"ggml/src/ggml.c": "int ggml_answer(void) { return 43; }\n"}, "ggml: a better answer")
+    tiny.add_patch(
+        "answer.patch",
+        {"ggml/src/ggml.c": "int ggml_answer(void) { return 43; }\n"},
+        "ggml: a better answer",
+    )
     after = plan_for(tiny, tiny.settings)
     assert after.build_id != before.build_id
     assert after.build_commit != before.build_commit
-    assert after.build_commit.split("-kz")[0] == before.build_commit.split("-kz")[0] == tiny.commit[:7]
+    assert (
+        after.build_commit.split("-kz")[0] == before.build_commit.split("-kz")[0] == tiny.commit[:7]
+    )
     assert after.inputs["patches"][0][0] == "answer.patch"
 
 
@@ -271,11 +325,15 @@ def test_a_patch_the_pin_already_holds_does_not_enter_the_build_id(tiny):
     recipe = load_recipe(tiny.settings.project, "tiny")
     lock = sync(tiny.settings, recipe).lock
     tgt, found = builder.target("host"), base_found(tiny)
-    skipped = AppliedPatch(file="merged.patch", sha256="0" * 64, commit=None, upstreamed="reverse-apply: test")
+    skipped = AppliedPatch(
+        file="merged.patch", sha256="0" * 64, commit=None, upstreamed="reverse-apply: test"
+    )
     applied = dataclasses.replace(skipped, commit="1" * 40, upstreamed=None)
 
     def inputs(*extra: AppliedPatch) -> dict[str, object]:
-        return builder.build_inputs(recipe, dataclasses.replace(lock, patches=(*lock.patches, *extra)), tgt, (), found)
+        return builder.build_inputs(
+            recipe, dataclasses.replace(lock, patches=(*lock.patches, *extra)), tgt, (), found
+        )
 
     assert inputs(skipped) == inputs()
     assert inputs(applied) != inputs()

@@ -1,4 +1,5 @@
-"""Real builds (cmake + ninja + ccache) of a tiny llama.cpp-shaped upstream: the whole build path in seconds."""
+"""Real builds (cmake + ninja + ccache) of a tiny llama.cpp-shaped upstream: the whole build path in
+seconds."""
 
 from __future__ import annotations
 
@@ -17,14 +18,21 @@ from kzbuild.source.recipes import load_recipe
 from tests.conftest import have
 from tests.fixtures_build import reuse_artifact_of
 
-pytestmark = pytest.mark.skipif(not (have("cmake") and have("ninja") and have("ccache") and have("gcc")), reason="needs cmake, ninja, ccache, gcc")
+pytestmark = pytest.mark.skipif(
+    not (have("cmake") and have("ninja") and have("ccache") and have("gcc")),
+    reason="needs cmake, ninja, ccache, gcc",
+)
 
 
 def run_build(tiny, **kwargs):
     events = []
     prepared = builder.prepare(
-        tiny.settings, load_recipe(tiny.project.root, "tiny"), "host",
-        environ=tiny.environ(), options=builder.BuildOptions(jobs=2, **kwargs), progress=events.append,
+        tiny.settings,
+        load_recipe(tiny.project.root, "tiny"),
+        "host",
+        environ=tiny.environ(),
+        options=builder.BuildOptions(jobs=2, **kwargs),
+        progress=events.append,
     )
     result = builder.build(prepared, progress=events.append)
     return result, events
@@ -36,7 +44,10 @@ def test_build_makes_a_complete_artifact_with_a_manifest(tiny):
     assert not result.reused
     assert artifact.path == tiny.project.work / "artifacts" / artifact.build_id
     assert sorted(f.path for f in artifact.files) == [
-        "bin/llama-bench", "bin/llama-completion", "bin/test-backend-ops", "lib/libggml.so",
+        "bin/llama-bench",
+        "bin/llama-completion",
+        "bin/test-backend-ops",
+        "lib/libggml.so",
     ]
     assert not (artifact.path / "lib" / "libggml.so").is_symlink()
 
@@ -45,10 +56,14 @@ def test_build_makes_a_complete_artifact_with_a_manifest(tiny):
         assert key in manifest, key
     assert manifest["recipe"] == "tiny" and manifest["target"] == "host"
     lock_file = tiny.project.root / "recipes" / "tiny.lock.json"
-    assert manifest["lock_sha256"] == hashlib.sha256(lock_file.read_bytes()).hexdigest()  # what bench records as provenance
+    assert (
+        manifest["lock_sha256"] == hashlib.sha256(lock_file.read_bytes()).hexdigest()
+    )  # what bench records as provenance
     assert manifest["inputs"]["upstream"]["commit"] == tiny.commit
     assert manifest["toolchains"]["host-gcc"]["proof"].endswith("g++")
-    assert manifest["cmake"]["configure"][0].endswith("cmake") and manifest["cmake"]["build"][0].endswith("ninja")
+    assert manifest["cmake"]["configure"][0].endswith("cmake") and manifest["cmake"]["build"][
+        0
+    ].endswith("ninja")
     assert manifest["times"]["build_s"] > 0 and "started" in manifest["times"]
     for rel, info in manifest["files"].items():
         data = (artifact.path / rel).read_bytes()
@@ -65,7 +80,14 @@ def test_build_makes_a_complete_artifact_with_a_manifest(tiny):
 def test_tools_run_from_the_artifact_without_ld_library_path(tiny, tmp_path):
     artifact = run_build(tiny)[0].artifact
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-    out = subprocess.run([artifact.path / "bin" / "llama-bench"], cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [artifact.path / "bin" / "llama-bench"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert out.strip() == f"build_commit={artifact.build_commit} answer=42"
     assert artifact.build_commit.startswith(tiny.commit[:7] + "-kz")
 
@@ -97,22 +119,34 @@ def test_rebuild_with_warm_ccache_skips_configure_and_hits(tiny):
     again = run_build(tiny)[0]
     assert again.artifact.build_id == first.artifact.build_id
     assert again.ccache is not None and again.ccache.misses == 0 and again.ccache.hits >= 2
-    assert again.artifact.file("lib/libggml.so").sha256 == first.artifact.file("lib/libggml.so").sha256
+    assert (
+        again.artifact.file("lib/libggml.so").sha256 == first.artifact.file("lib/libggml.so").sha256
+    )
 
 
 def test_a_changed_patch_gives_a_new_artifact(tiny, tmp_path):
     first = run_build(tiny)[0]
-    tiny.add_patch("answer.patch", {"ggml/src/ggml.c": "int ggml_answer(void) { return 43; }\n"}, "ggml: a better answer")
+    tiny.add_patch(
+        "answer.patch",
+        {"ggml/src/ggml.c": "int ggml_answer(void) { return 43; }\n"},
+        "ggml: a better answer",
+    )
     second, _ = run_build(tiny)
     assert second.artifact.build_id != first.artifact.build_id
     assert first.artifact.path.is_dir()  # the old artifact stays for rollback and comparisons
-    out = subprocess.run([second.artifact.path / "bin" / "llama-bench"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [second.artifact.path / "bin" / "llama-bench"], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == f"build_commit={second.artifact.build_commit} answer=43"
     assert second.times["configure_s"] > 0  # LLAMA_BUILD_COMMIT changed, so cmake ran again
 
 
 def test_compile_error_fails_with_the_error_lines_and_the_log(tiny, kz):
-    tiny.add_patch("broken.patch", {"ggml/src/ggml.c": "int ggml_answer(void) { return nope; }\n"}, "ggml: break it")
+    tiny.add_patch(
+        "broken.patch",
+        {"ggml/src/ggml.c": "int ggml_answer(void) { return nope; }\n"},
+        "ggml: break it",
+    )
     result = kz("build", "tiny")
     assert result.code == 7
     err = result.err.replace("\n", "")
@@ -143,16 +177,33 @@ def test_load_manifest_errors(tmp_path):
 def test_ninja_progress_ignores_sub_builds():
     seen = []
     watcher = builder._NinjaProgress(seen.append, "build")
-    for line in ["[1/356] a", "[144/356] b", "[1/16] htp skel", "[16/16] htp skel", "[145/356] c", "x.c:1: error: bad"]:
+    for line in [
+        "[1/356] a",
+        "[144/356] b",
+        "[1/16] htp skel",
+        "[16/16] htp skel",
+        "[145/356] c",
+        "x.c:1: error: bad",
+    ]:
         watcher(line)
-    assert [(e.done, e.total) for e in seen] == [(1, 356), (144, 356), (144, 356), (144, 356), (145, 356), (145, 356)]
+    assert [(e.done, e.total) for e in seen] == [
+        (1, 356),
+        (144, 356),
+        (144, 356),
+        (144, 356),
+        (145, 356),
+        (145, 356),
+    ]
     assert watcher.errors() == ["x.c:1: error: bad"]
 
 
 def test_ccache_stats_log(tmp_path):
     log = tmp_path / "stats.log"
     assert builder.read_ccache_log(log) is None
-    log.write_text("# a.c\ncache_miss\ndirect_cache_miss\n# b.c\ndirect_cache_hit\n# c.c\npreprocessed_cache_hit\n")
+    log.write_text(
+        "# a.c\ncache_miss\ndirect_cache_miss\n# b.c\ndirect_cache_hit\n# "
+        "c.c\npreprocessed_cache_hit\n"
+    )
     stats = builder.read_ccache_log(log)
     assert stats is not None and (stats.hits, stats.misses) == (2, 1)
     assert stats.hit_rate == pytest.approx(2 / 3)
@@ -160,10 +211,15 @@ def test_ccache_stats_log(tmp_path):
 
 def test_build_refuses_a_worktree_that_moved_after_planning(tiny):
     prepared = builder.prepare(
-        tiny.settings, load_recipe(tiny.project.root, "tiny"), "host",
-        environ=tiny.environ(), options=builder.BuildOptions(jobs=2),
+        tiny.settings,
+        load_recipe(tiny.project.root, "tiny"),
+        "host",
+        environ=tiny.environ(),
+        options=builder.BuildOptions(jobs=2),
     )
-    (prepared.worktree.path / "ggml" / "stray.c").write_text("int stray;\n")  # edited after the plan
+    (prepared.worktree.path / "ggml" / "stray.c").write_text(
+        "int stray;\n"
+    )  # edited after the plan
     with pytest.raises(WorktreeError) as info:
         builder.build(prepared)
     assert "changed since the build of tiny was planned" in info.value.message
@@ -176,8 +232,11 @@ def test_a_build_holds_the_worktree_against_sync(tiny):
     from kzbuild.errors import Busy
 
     prepared = builder.prepare(
-        tiny.settings, load_recipe(tiny.project.root, "tiny"), "host",
-        environ=tiny.environ(), options=builder.BuildOptions(jobs=2),
+        tiny.settings,
+        load_recipe(tiny.project.root, "tiny"),
+        "host",
+        environ=tiny.environ(),
+        options=builder.BuildOptions(jobs=2),
     )
     with prepared.worktree.lock(shared=True):
         with prepared.worktree.lock(shared=True, wait=0.2):

@@ -26,12 +26,24 @@ def recipe_text(commit: str, upstream) -> str:
 def stack_with_upstreamed(project, upstream):
     """Two patches; upstream then takes the first verbatim and drifts near the second."""
     base = upstream.head()
-    add_patch(project, "taken.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line10="fixed 10")}, "common: fix 10"))
-    add_patch(project, "kept.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line30="ours 30")}, "common: ours 30"))
+    add_patch(
+        project,
+        "taken.patch",
+        make_patch(upstream, base, {"common/fit.cpp": fit(line10="fixed 10")}, "common: fix 10"),
+    )
+    add_patch(
+        project,
+        "kept.patch",
+        make_patch(upstream, base, {"common/fit.cpp": fit(line30="ours 30")}, "common: ours 30"),
+    )
     project.write("recipes/r.yaml", recipe_text(base, upstream))
-    project.write("recipes/other.yaml", recipe_text(base, upstream).replace("test recipe r", "same series"))
+    project.write(
+        "recipes/other.yaml", recipe_text(base, upstream).replace("test recipe r", "same series")
+    )
     upstream.commit({"common/fit.cpp": fit(line10="fixed 10")}, "common: upstream takes fix 10")
-    new = upstream.commit({"common/fit.cpp": fit(line10="fixed 10", line32="drift 32")}, "common: drift")
+    new = upstream.commit(
+        {"common/fit.cpp": fit(line10="fixed 10", line32="drift 32")}, "common: drift"
+    )
     return base, new
 
 
@@ -41,7 +53,10 @@ def test_bump_reports_without_writing(project, upstream, kz):
     assert result.code == 0, result.err
     report = json.loads(result.out)
     assert (report["old"], report["new"]) == (base, new)
-    assert [(p["patch"], p["verdict"]) for p in report["patches"]] == [("taken.patch", "upstreamed"), ("kept.patch", "3way")]
+    assert [(p["patch"], p["verdict"]) for p in report["patches"]] == [
+        ("taken.patch", "upstreamed"),
+        ("kept.patch", "3way"),
+    ]
     assert report["commits_between"] is None and report["history"].startswith("missing")
     assert f"commit: {base}" in (project.root / "recipes" / "r.yaml").read_text()
 
@@ -64,7 +79,10 @@ def test_bump_write_drops_upstreamed_and_syncs(project, upstream, kz):
     assert (project.root / "patches" / "series").read_text() == "kept.patch\n"
     (record,) = yaml.safe_load((project.root / "patches" / "DROPPED.yaml").read_text())["dropped"]
     assert record["patch"] == "taken.patch" and record["upstream"] == new
-    assert record["reason"] == f"upstreamed in {new[:12]} (reverse-apply: reverse-applies cleanly on {new[:12]})"
+    assert (
+        record["reason"]
+        == f"upstreamed in {new[:12]} (reverse-apply: reverse-applies cleanly on {new[:12]})"
+    )
     lock = json.loads((project.root / "recipes" / "r.lock.json").read_text())
     assert lock["upstream"]["commit"] == new
     assert [p["file"] for p in lock["patches"]] == ["kept.patch"]
@@ -74,7 +92,11 @@ def test_bump_write_drops_upstreamed_and_syncs(project, upstream, kz):
 
 def test_bump_write_refuses_on_conflict(project, upstream, kz):
     base = upstream.head()
-    add_patch(project, "fix.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: fix 5"))
+    add_patch(
+        project,
+        "fix.patch",
+        make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: fix 5"),
+    )
     project.write("recipes/r.yaml", recipe_text(base, upstream))
     new = upstream.commit({"common/fit.cpp": fit(line5="upstream 5")}, "common: other fix for 5")
     before = (project.root / "recipes" / "r.yaml").read_text()
@@ -102,16 +124,37 @@ def test_bump_to_a_branch(project, upstream, kz):
 
 def test_bisect_names_the_breaking_commit_among_64(project, upstream, kz):
     base = upstream.head()
-    add_patch(project, "first.patch", make_patch(upstream, base, {"ggml/src/ggml.c": "int ggml_answer(void) { return 1; }\n"}, "ggml: one"))
-    add_patch(project, "fix.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: fix 5"))
+    add_patch(
+        project,
+        "first.patch",
+        make_patch(
+            upstream,
+            base,
+            {"ggml/src/ggml.c": "int ggml_answer(void) { return 1; }\n"},
+            "ggml: one",
+        ),
+    )
+    add_patch(
+        project,
+        "fix.patch",
+        make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: fix 5"),
+    )
     project.write("recipes/r.yaml", recipe_text(base, upstream))
     assert kz("sync", "r").code == 0  # the lock shows the stack applies at the old pin
     commits = []
     for i in range(1, 65):
         if i == 37:
-            commits.append(upstream.commit({"common/fit.cpp": fit(line5="upstream 5")}, "common: rework line 5 (#37)"))
+            commits.append(
+                upstream.commit(
+                    {"common/fit.cpp": fit(line5="upstream 5")}, "common: rework line 5 (#37)"
+                )
+            )
         elif i == 20:
-            commits.append(upstream.commit({"common/fit.cpp": fit(line8="drift 8")}, "common: drift (3-way still works)"))
+            commits.append(
+                upstream.commit(
+                    {"common/fit.cpp": fit(line8="drift 8")}, "common: drift (3-way still works)"
+                )
+            )
         else:
             commits.append(upstream.commit({f"src/f{i}.c": f"int f{i};\n"}, f"src: f{i}"))
     new = commits[-1]
@@ -137,7 +180,11 @@ def test_bisect_names_the_breaking_commit_among_64(project, upstream, kz):
 
 def test_bisect_says_when_history_is_missing(project, upstream, kz, tmp_path):
     base = upstream.head()
-    add_patch(project, "fix.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: fix 5"))
+    add_patch(
+        project,
+        "fix.patch",
+        make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: fix 5"),
+    )
     for i in range(5):
         upstream.commit({f"src/f{i}.c": "x\n"}, f"src: f{i}")
     new = upstream.commit({"common/fit.cpp": fit(line5="upstream 5")}, "common: rework 5")
@@ -146,7 +193,10 @@ def test_bisect_says_when_history_is_missing(project, upstream, kz, tmp_path):
     git(tmp_path, "clone", "-q", "--depth", "1", f"file://{upstream.path}", str(shallow))
     project.write("recipes/r.yaml", recipe_text(base, upstream))
     kz("sync", "r")
-    project.write("recipes/r.yaml", recipe_text(base, upstream).replace(file_source(upstream), f"git: file://{shallow}"))
+    project.write(
+        "recipes/r.yaml",
+        recipe_text(base, upstream).replace(file_source(upstream), f"git: file://{shallow}"),
+    )
     result = kz("bump", "r", "--to", new, "--bisect")
     out = flat(result.out)
     assert "bisect fix.patch: history missing:" in out
@@ -155,11 +205,22 @@ def test_bisect_says_when_history_is_missing(project, upstream, kz, tmp_path):
 
 
 def test_bump_write_on_a_fresh_machine_needs_no_old_worktree(project, upstream, kz):
-    """The second patch was made on top of the first: its 3-way merge needs a blob only the stack makes."""
+    """The second patch was made on top of the first: its 3-way merge needs a blob only the stack
+    makes."""
     base = upstream.head()
-    add_patch(project, "a.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: a"))
+    add_patch(
+        project,
+        "a.patch",
+        make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: a"),
+    )
     on_a = "HEAD"  # make_patch leaves its side clone at the commit it made
-    add_patch(project, "b.patch", make_patch(upstream, on_a, {"common/fit.cpp": fit(line5="fixed 5", line6="fixed 6")}, "common: b"))
+    add_patch(
+        project,
+        "b.patch",
+        make_patch(
+            upstream, on_a, {"common/fit.cpp": fit(line5="fixed 5", line6="fixed 6")}, "common: b"
+        ),
+    )
     project.write("recipes/r.yaml", recipe_text(base, upstream))
     new = upstream.commit({"common/fit.cpp": fit(line9="drift 9")}, "common: drift")
     assert not project.settings.worktree("r").exists()
@@ -168,7 +229,9 @@ def test_bump_write_on_a_fresh_machine_needs_no_old_worktree(project, upstream, 
     report = json.loads(result.out)
     assert [p["verdict"] for p in report["patches"]] == ["clean", "3way"]
     lock = json.loads((project.root / "recipes" / "r.lock.json").read_text())
-    assert [p["file"] for p in lock["patches"]] == ["a.patch", "b.patch"] and lock["upstream"]["commit"] == new
+    assert [p["file"] for p in lock["patches"]] == ["a.patch", "b.patch"] and lock["upstream"][
+        "commit"
+    ] == new
 
 
 def test_bump_write_puts_everything_back_when_sync_fails(project, upstream, monkeypatch):

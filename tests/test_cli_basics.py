@@ -16,13 +16,36 @@ def test_version(kz):
 def test_help_lists_commands(kz):
     result = kz("--help")
     assert result.code == 0
-    for command in ("sync", "status", "recipes", "bump", "build", "doctor", "ci", "deploy", "run", "bench",
-                    "patches", "models", "results", "cache"):
+    for command in (
+        "sync",
+        "status",
+        "recipes",
+        "bump",
+        "build",
+        "doctor",
+        "ci",
+        "deploy",
+        "run",
+        "bench",
+        "patches",
+        "models",
+        "results",
+        "cache",
+    ):
         assert f" {command} " in result.out
 
 
 def test_every_command_has_help(kz):
-    for command in (["sync"], ["patches", "check"], ["build"], ["deploy"], ["bench"], ["results", "compare"], ["models", "tiny"], ["cache", "stats"]):
+    for command in (
+        ["sync"],
+        ["patches", "check"],
+        ["build"],
+        ["deploy"],
+        ["bench"],
+        ["results", "compare"],
+        ["models", "tiny"],
+        ["cache", "stats"],
+    ):
         result = kz(*command, "--help")
         assert result.code == 0, command
         assert "Usage:" in result.out
@@ -68,7 +91,10 @@ def description_lines(help_text: str) -> list[str]:
     """The rendered description: the lines between the usage line and the first section."""
     lines = help_text.splitlines()
     start = next(i for i, line in enumerate(lines) if "Usage:" in line) + 1
-    end = next((i for i, line in enumerate(lines) if line in ("Arguments:", "Options:", "Commands:")), len(lines))
+    end = next(
+        (i for i, line in enumerate(lines) if line in ("Arguments:", "Options:", "Commands:")),
+        len(lines),
+    )
     return [line.strip() for line in lines[start:end]]
 
 
@@ -85,7 +111,11 @@ def test_help_paragraphs_wrap_only_where_the_next_word_does_not_fit(kz, monkeypa
         for line, following in zip(lines, lines[1:], strict=False):
             if line and following:
                 checked += 1
-                assert len(line) + 1 + len(following.split()[0]) > text_width, (command, line, following)
+                assert len(line) + 1 + len(following.split()[0]) > text_width, (
+                    command,
+                    line,
+                    following,
+                )
     assert checked > 10
 
 
@@ -112,6 +142,13 @@ def test_the_command_table_matches_the_commands():
 
 
 def test_help_loads_no_command_module():
-    code = "import sys; from kzbuild.cli import main; main(['--help']); print(sorted(m for m in sys.modules if m.startswith('kzbuild.')))"
-    listed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+    code = (
+        "import sys; from kzbuild.cli import main; main(['--help']); print(sorted(m for m in "
+        "sys.modules if m.startswith('kzbuild.')))"
+    )
+    listed = (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     assert listed == "['kzbuild.cli', 'kzbuild.errors']"

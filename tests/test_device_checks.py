@@ -1,4 +1,5 @@
-"""``Kz-Device-Test`` trailers and ``kzbuild check RECIPE --device D``: a patch's per-op checks run on the
+"""``Kz-Device-Test`` trailers and ``kzbuild check RECIPE --device D``: a patch's per-op checks run
+on the
 device through kzbuild run's runner (tiny upstream, real builds and deploys to a local device), each
 result stored with its provenance; a failing check exits 14."""
 
@@ -18,7 +19,8 @@ from tests.conftest import REPO_ROOT, Project, UpstreamRepo
 from tests.fixtures_build import TINY_CMAKE, TINY_MAIN, Tiny, install_toolchains
 from tests.test_stack_lint import GOOD
 
-# test-backend-ops shaped: checks each -o OP against ggml (which a patch can break), exits 1 on a failure
+# test-backend-ops shaped: checks each -o OP against ggml (which a patch can break), exits 1 on a
+# failure
 BACKEND_OPS = r"""
 #include <stdio.h>
 #include <string.h>
@@ -36,9 +38,13 @@ int main(int argc, char ** argv) {
     return failed != 0;
 }
 """
-GGML = "int ggml_answer(void) { return 42; }\nint ggml_op_ok(const char * op) { (void) op; return 1; }\n"
+GGML = (
+    "int ggml_answer(void) { return 42; }\nint ggml_op_ok(const char * op) { (void) op; return 1; "
+    "}\n"
+)
 CMAKE = TINY_CMAKE.replace("llama-completion test-backend-ops)", "llama-completion)") + (
-    "add_executable(test-backend-ops tests/test-backend-ops.c)\ntarget_link_libraries(test-backend-ops PRIVATE ggml)\n"
+    "add_executable(test-backend-ops "
+    "tests/test-backend-ops.c)\ntarget_link_libraries(test-backend-ops PRIVATE ggml)\n"
 )
 TRAILERS = "\n\nUpstream-Status: Pending\nKz-Test: tests/test_device_checks.py"
 
@@ -119,7 +125,8 @@ def test_check_runs_each_patchs_device_tests_on_the_device_and_stores_them(kz, o
         {"README.md": "documented\n"},
         "docs"
         + TRAILERS
-        + "\nKz-Device-Test: test-backend-ops -o 'SOFT_MAX' -b CPU\nKz-Device-Test: llama-completion --version",
+        + "\nKz-Device-Test: test-backend-ops -o 'SOFT_MAX' -b CPU\nKz-Device-Test: "
+        "llama-completion --version",
     )
     assert kz("build", "tiny").code == 0
     deployed = kz("deploy", "tiny", "--device", "box", "--json")

@@ -13,7 +13,8 @@ needs_adb = pytest.mark.skipif(not have("adb"), reason="needs the adb client")
 
 
 def doctor_device(kz, spec: str) -> tuple[dict, str]:
-    """doctor's device report (JSON) for ``spec``, and its stderr (the tests take ``tiny`` for its toolchains/)."""
+    """doctor's device report (JSON) for ``spec``, and its stderr (the tests take ``tiny`` for its
+    toolchains/)."""
     result = kz("doctor", "--target", "host", "--device", spec, "--json")
     assert result.code in (0, 6), result.err
     return json.loads(result.out)["device"], result.err
@@ -32,15 +33,21 @@ def test_an_online_adb_device_is_ok_and_an_absent_one_is_not(tiny, kz, make_adb_
     report, err = doctor_device(kz, spec)
     assert report["ok"] is False
     assert report["detail"].startswith(f"{spec}: ")  # adb's reason: offline, or cannot connect
-    assert f"not ready to build: host, device {spec}" in err or f"not ready to build: device {spec}" in err
+    assert (
+        f"not ready to build: host, device {spec}" in err
+        or f"not ready to build: device {spec}" in err
+    )
 
 
 @needs_adb
 def test_a_serial_nobody_serves_is_not_ok_with_what_adb_lists(tiny, kz, adb_env):
     report, err = doctor_device(kz, "adb:NOSUCHSERIAL")
     assert report == {
-        "device": "adb:NOSUCHSERIAL", "transport": "adb", "ok": False,
-        "detail": "adb:NOSUCHSERIAL: no such device", "hint": report["hint"],
+        "device": "adb:NOSUCHSERIAL",
+        "transport": "adb",
+        "ok": False,
+        "detail": "adb:NOSUCHSERIAL: no such device",
+        "hint": report["hint"],
     }
     assert report["hint"].startswith("adb devices lists: ")
     assert "device adb:NOSUCHSERIAL" in err
@@ -52,7 +59,10 @@ def test_without_a_running_adb_server_doctor_starts_none_and_says_so(tiny, kz, m
     monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(port))
     report, _ = doctor_device(kz, "adb:SERIAL1")
     assert report["ok"] is False
-    assert report["detail"] == f"not checked: no adb server is running on port {port}, and doctor starts none"
+    assert (
+        report["detail"]
+        == f"not checked: no adb server is running on port {port}, and doctor starts none"
+    )
     assert "adb start-server" in report["hint"]
     assert not port_open(port)
 
@@ -62,7 +72,9 @@ def test_an_unreachable_ssh_device_is_not_ok_with_the_reason(tiny, kz):
     spec = f"ssh://me@127.0.0.1:{port}/data/kz"
     report, err = doctor_device(kz, spec)
     assert report["ok"] is False
-    assert report["detail"].startswith(f"ssh://me@127.0.0.1:{port}: cannot connect to 127.0.0.1:{port}: ")
+    assert report["detail"].startswith(
+        f"ssh://me@127.0.0.1:{port}: cannot connect to 127.0.0.1:{port}: "
+    )
     assert f"device {spec}" in err
 
 

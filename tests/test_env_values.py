@@ -100,10 +100,18 @@ def test_every_kz_variable_kzbuild_reads_is_generated_here():
     source = "\n".join(p.read_text() for p in Path("kzbuild").rglob("*.py"))
     read = {
         name
-        for name in ("KZ_PROJECT", "KZ_CACHE_DIR", "KZ_WORK_DIR", "KZ_RESULTS_DIR", remotecache.ENV,
-                     devicelock.LEASE_ENV, devicelock.HOST_ENV, PROGRESS_INTERVAL_ENV)
+        for name in (
+            "KZ_PROJECT",
+            "KZ_CACHE_DIR",
+            "KZ_WORK_DIR",
+            "KZ_RESULTS_DIR",
+            remotecache.ENV,
+            devicelock.LEASE_ENV,
+            devicelock.HOST_ENV,
+            PROGRESS_INTERVAL_ENV,
+        )
         if name in source
-    }  # fmt: skip
+    }
     env_reads = {
         line.split('"')[1]
         for line in source.splitlines()

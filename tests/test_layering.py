@@ -1,4 +1,5 @@
-"""Imports run one way, package by package: model <- adapters <- source <- build <- device <- measure <- cli.
+"""Imports run one way, package by package: model <- adapters <- source <- build <- device <-
+measure <- cli.
 
 A producer never imports its consumer, and nothing imports a layer above its own."""
 
@@ -24,10 +25,19 @@ def kzbuild_imports(path: Path) -> set[str]:
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names if alias.name.startswith("kzbuild")}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.startswith("kzbuild"):
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and node.module
+            and node.module.startswith("kzbuild")
+        ):
             found.add(node.module)
             # "from kzbuild import deploy" imports the module kzbuild.device.deploy
-            found |= {f"{node.module}.{alias.name}" for alias in node.names if (PACKAGE.parent / node.module.replace(".", "/") / f"{alias.name}.py").is_file()}
+            found |= {
+                f"{node.module}.{alias.name}"
+                for alias in node.names
+                if (PACKAGE.parent / node.module.replace(".", "/") / f"{alias.name}.py").is_file()
+            }
     return found
 
 
@@ -37,7 +47,10 @@ GRAPH = {module_name(path): kzbuild_imports(path) for path in PACKAGE.rglob("*.p
 def test_the_model_imports_only_the_model_and_the_errors():
     for module, imports in GRAPH.items():
         if module.startswith("kzbuild.model"):
-            assert all(name.startswith("kzbuild.model") or name == "kzbuild.errors" or name == "kzbuild" for name in imports), (module, imports)
+            assert all(
+                name.startswith("kzbuild.model") or name == "kzbuild.errors" or name == "kzbuild"
+                for name in imports
+            ), (module, imports)
 
 
 def test_only_the_cli_imports_the_cli():
@@ -47,11 +60,17 @@ def test_only_the_cli_imports_the_cli():
 
 
 def test_build_does_not_import_what_consumes_its_artifacts():
-    consumers = {"kzbuild.device.deploy", "kzbuild.measure.bench", "kzbuild.device.run", "kzbuild.measure.resultsdb"}
+    consumers = {
+        "kzbuild.device.deploy",
+        "kzbuild.measure.bench",
+        "kzbuild.device.run",
+        "kzbuild.measure.resultsdb",
+    }
     assert not GRAPH["kzbuild.build.builder"] & consumers
 
 
-# The packages along the data's way, lowest first: a module imports only its own layer and those below.
+# The packages along the data's way, lowest first: a module imports only its own layer and those
+# below.
 # ci and doctor are workflows across the whole path; a new top-level module must be placed here.
 LAYERS = ["model", "adapters", "source", "build", "device", "measure", "workflows", "cli"]
 RANK = {name: rank for rank, name in enumerate(LAYERS)}
@@ -82,8 +101,11 @@ def test_no_module_name_repeats_across_packages_unless_it_is_one_concepts_layers
         parts = module.split(".")
         if len(parts) > 2 and parts[-1] != "__init__":
             by_name.setdefault(parts[-1], []).append(parts[1])
-    clashes = {name: packages for name, packages in by_name.items()
-               if len([p for p in packages if p not in ("model", "cli")]) > 1}
+    clashes = {
+        name: packages
+        for name, packages in by_name.items()
+        if len([p for p in packages if p not in ("model", "cli")]) > 1
+    }
     assert not clashes, clashes
 
 
@@ -91,10 +113,20 @@ def test_no_import_alias_dodges_a_module_name():
     aliased = []
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kzbuild"):
-                aliased += [(path.name, alias.name) for alias in node.names
-                            if alias.asname and alias.asname != alias.name
-                            and (PACKAGE.parent / node.module.replace(".", "/") / f"{alias.name}.py").is_file()]
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.startswith("kzbuild")
+            ):
+                aliased += [
+                    (path.name, alias.name)
+                    for alias in node.names
+                    if alias.asname
+                    and alias.asname != alias.name
+                    and (
+                        PACKAGE.parent / node.module.replace(".", "/") / f"{alias.name}.py"
+                    ).is_file()
+                ]
     assert not aliased, aliased
 
 
@@ -110,16 +142,34 @@ def test_imports_never_reach_a_higher_layer():
 
 def test_the_patch_stack_is_one_package():
     stack_modules = {m for m in GRAPH if m.startswith("kzbuild.source.stack.")}
-    assert {f"kzbuild.source.stack.{name}" for name in ("series", "patchfile", "apply", "check", "export", "bump")} <= stack_modules
+    assert {
+        f"kzbuild.source.stack.{name}"
+        for name in ("series", "patchfile", "apply", "check", "export", "bump")
+    } <= stack_modules
 
 
-# The transports and the device store are adapters of the device package: their own types stay with them.
-DEVICE_ADAPTERS = {f"kzbuild.device.{name}" for name in (
-    "base", "local", "ssh", "adb", "registry", "store", "chunkstore", "integrity", "devicelock", "steps")}
+# The transports and the device store are adapters of the device package: their own types stay
+# with them.
+DEVICE_ADAPTERS = {
+    f"kzbuild.device.{name}"
+    for name in (
+        "base",
+        "local",
+        "ssh",
+        "adb",
+        "registry",
+        "store",
+        "chunkstore",
+        "integrity",
+        "devicelock",
+        "steps",
+    )
+}
 
 
 def test_dataclasses_that_cross_modules_live_in_the_model():
-    """A dataclass defined outside model/ is used only where it is defined (adapters' own types excepted)."""
+    """A dataclass defined outside model/ is used only where it is defined (adapters' own types
+    excepted)."""
     crossing = []
     defined = {}
     for path in PACKAGE.rglob("*.py"):
@@ -128,7 +178,8 @@ def test_dataclasses_that_cross_modules_live_in_the_model():
             continue
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
             if isinstance(node, ast.ClassDef) and any(
-                (isinstance(d, ast.Name) and d.id == "dataclass") or (isinstance(d, ast.Call) and getattr(d.func, "id", "") == "dataclass")
+                (isinstance(d, ast.Name) and d.id == "dataclass")
+                or (isinstance(d, ast.Call) and getattr(d.func, "id", "") == "dataclass")
                 for d in node.decorator_list
             ):
                 defined[node.name] = module
@@ -136,7 +187,11 @@ def test_dataclasses_that_cross_modules_live_in_the_model():
         module = module_name(path)
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module:
-                crossing += [(module, alias.name) for alias in node.names if defined.get(alias.name) == node.module]
+                crossing += [
+                    (module, alias.name)
+                    for alias in node.names
+                    if defined.get(alias.name) == node.module
+                ]
     assert not crossing, crossing
 
 
@@ -144,19 +199,29 @@ def test_the_architecture_page_s_layout_names_every_module():
     page = (REPO_ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     table = page.split("## Layout\n", 1)[1].split("\n## ", 1)[0]
     named = set(re.findall(r"[`/]([a-z0-9_]+)\.py`", table))
-    unnamed = [module for module in GRAPH if module.rsplit(".", 1)[-1] not in named | {"kzbuild", "__main__", *LAYERS, "stack"}]
+    unnamed = [
+        module
+        for module in GRAPH
+        if module.rsplit(".", 1)[-1] not in named | {"kzbuild", "__main__", *LAYERS, "stack"}
+    ]
     assert not unnamed, unnamed
 
 
 def test_all_git_goes_through_gitcmd():
     """gitcmd isolates git from the user's config; a call around it would not be."""
     direct = [
-        path.name for path in PACKAGE.rglob("*.py")
-        if path.name != "gitcmd.py" and re.search(r"\(\[\s*\"git\"", path.read_text(encoding="utf-8"))  # run(["git", ...
+        path.name
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "gitcmd.py"
+        and re.search(r"\(\[\s*\"git\"", path.read_text(encoding="utf-8"))  # run(["git", ...
     ]
     assert not direct, direct
 
 
 def test_one_sha256_helper():
-    defined = [path.name for path in PACKAGE.rglob("*.py") if "def sha256_file(" in path.read_text(encoding="utf-8")]
+    defined = [
+        path.name
+        for path in PACKAGE.rglob("*.py")
+        if "def sha256_file(" in path.read_text(encoding="utf-8")
+    ]
     assert defined == ["files.py"], defined

@@ -31,7 +31,9 @@ def imported_top_level_modules(package: Path) -> dict[str, str]:
 def declared_distributions() -> set[str]:
     requirements = importlib.metadata.requires("kzbuild") or []
     runtime = [req for req in requirements if "extra ==" not in req]
-    return {re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0].lower().replace("_", "-") for req in runtime}
+    return {
+        re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0].lower().replace("_", "-") for req in runtime
+    }
 
 
 def test_every_import_is_stdlib_own_or_declared():

@@ -35,7 +35,9 @@ def test_series_lints_clean(series: Path):
 def test_patch_names_a_test_that_exists(patch_path: Path):
     file, _, name = (read_patch(patch_path).trailer(KZ_TEST) or "").partition("::")
     assert (REPO_ROOT / file).is_file(), f"{patch_path.name}: Kz-Test file {file!r} does not exist"
-    assert re.search(rf"^def {re.escape(name)}\(", (REPO_ROOT / file).read_text(), re.M), f"{patch_path.name}: no test {name} in {file}"
+    assert re.search(rf"^def {re.escape(name)}\(", (REPO_ROOT / file).read_text(), re.M), (
+        f"{patch_path.name}: no test {name} in {file}"
+    )
 
 
 @pytest.mark.parametrize("patch_path", PATCHES, ids=lambda p: p.name)
@@ -62,4 +64,7 @@ def test_the_backport_is_carried_for_old_pins_and_skipped_at_the_pin():
     archive = load_recipe(REPO_ROOT, "archive/host-f53577432")
     assert read_series(archive.series).names() == [backport]
     assert archive.upstream.commit.startswith("f53577432")
-    assert read_patch(REPO_ROOT / "patches" / backport).trailer("Drop-When") == "63d93d17336e41e4cc73a64451e5b1d2477abdb1"
+    assert (
+        read_patch(REPO_ROOT / "patches" / backport).trailer("Drop-When")
+        == "63d93d17336e41e4cc73a64451e5b1d2477abdb1"
+    )

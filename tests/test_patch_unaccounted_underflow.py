@@ -44,26 +44,50 @@ int main(int argc, char ** argv) {
 
 
 def unaccounted_program(fit_cpp: str, out: Path) -> Path:
-    """Compile the device-row arithmetic of a common/fit.cpp into a program: total free self -> printed."""
-    self_stmt = re.search(r"^\s*(const size_t self = mb\.model \+ mb\.context \+ mb\.compute;)$", fit_cpp, re.M)
+    """Compile the device-row arithmetic of a common/fit.cpp into a program: total free self ->
+    printed."""
+    self_stmt = re.search(
+        r"^\s*(const size_t self = mb\.model \+ mb\.context \+ mb\.compute;)$", fit_cpp, re.M
+    )
     unaccounted_stmt = re.search(r"^\s*(const \w+ unaccounted = [^;]+;)$", fit_cpp, re.M)
     printed = re.search(r"std::to_string\((unaccounted / [^;]*?)\)\}\);", fit_cpp)
-    assert self_stmt and unaccounted_stmt and printed, "common/fit.cpp no longer has the device row's unaccounted arithmetic"
+    assert self_stmt and unaccounted_stmt and printed, (
+        "common/fit.cpp no longer has the device row's unaccounted arithmetic"
+    )
     source = out.with_suffix(".cpp")
-    source.write_text(PROGRAM % {"statements": f"{self_stmt.group(1)}\n    {unaccounted_stmt.group(1)}", "printed": printed.group(1)})
-    result = subprocess.run(["g++", "-std=c++17", "-Wall", "-Werror", str(source), "-o", str(out)], capture_output=True, text=True)
+    source.write_text(
+        PROGRAM
+        % {
+            "statements": f"{self_stmt.group(1)}\n    {unaccounted_stmt.group(1)}",
+            "printed": printed.group(1),
+        }
+    )
+    result = subprocess.run(
+        ["g++", "-std=c++17", "-Wall", "-Werror", str(source), "-o", str(out)],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     return out
 
 
 def printed_unaccounted(program: Path, *, total: int, free: int, self_bytes: int) -> int:
-    result = subprocess.run([program, str(total), str(free), str(self_bytes)], capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [program, str(total), str(free), str(self_bytes)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return int(result.stdout)
 
 
 def test_unaccounted_prints_negative_not_2_pow_44(archive_tree: Path, tmp_path: Path):  # noqa: F811
-    before = unaccounted_program(git(archive_tree, "show", f"{BASE_REF}:common/fit.cpp"), tmp_path / "before")
-    after = unaccounted_program((archive_tree / "common" / "fit.cpp").read_text(), tmp_path / "after")
+    before = unaccounted_program(
+        git(archive_tree, "show", f"{BASE_REF}:common/fit.cpp"), tmp_path / "before"
+    )
+    after = unaccounted_program(
+        (archive_tree / "common" / "fit.cpp").read_text(), tmp_path / "after"
+    )
     hexagon = {"total": 0, "free": 0, "self_bytes": TEAM_SELF_MIB * MiB}
     assert printed_unaccounted(before, **hexagon) == 17_592_186_042_685 == 2**44 - TEAM_SELF_MIB
     assert printed_unaccounted(after, **hexagon) == -TEAM_SELF_MIB
@@ -74,7 +98,10 @@ def test_unaccounted_prints_negative_not_2_pow_44(archive_tree: Path, tmp_path: 
 
 def test_the_pin_already_has_the_fix(pin_tree: Path, tmp_path: Path):  # noqa: F811
     program = unaccounted_program((pin_tree / "common" / "fit.cpp").read_text(), tmp_path / "pin")
-    assert printed_unaccounted(program, total=0, free=0, self_bytes=TEAM_SELF_MIB * MiB) == -TEAM_SELF_MIB
+    assert (
+        printed_unaccounted(program, total=0, free=0, self_bytes=TEAM_SELF_MIB * MiB)
+        == -TEAM_SELF_MIB
+    )
 
 
 def test_the_archive_recipe_applies_the_backport(archive_tree: Path):  # noqa: F811

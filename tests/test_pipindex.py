@@ -28,12 +28,15 @@ def published(make_index):
     """An index with the wanted sdist among decoys (another version, a wheel, a look-alike name)."""
     index = make_index("idx")
     wanted = fake_sdist("llama_cpp_python", "1.2.3", payload="the one\n")
-    index.add("llama-cpp-python", {
-        "llama_cpp_python-1.2.2.tar.gz": fake_sdist("llama_cpp_python", "1.2.2"),
-        "llama_cpp_python-1.2.3-cp311-cp311-linux_x86_64.whl": b"not a zip",
-        SDIST: wanted,
-        "llama_cpp_python-1.2.30.tar.gz": fake_sdist("llama_cpp_python", "1.2.30"),
-    })
+    index.add(
+        "llama-cpp-python",
+        {
+            "llama_cpp_python-1.2.2.tar.gz": fake_sdist("llama_cpp_python", "1.2.2"),
+            "llama_cpp_python-1.2.3-cp311-cp311-linux_x86_64.whl": b"not a zip",
+            SDIST: wanted,
+            "llama_cpp_python-1.2.30.tar.gz": fake_sdist("llama_cpp_python", "1.2.30"),
+        },
+    )
     index.add("llama-cpp-python-extra", {"llama_cpp_python_extra-1.2.3.tar.gz": b"decoy"})
     return index, wanted
 
@@ -62,7 +65,10 @@ def test_extra_index_url_is_honoured_after_the_index(pip_env, published, make_in
 def test_config_file_settings_apply_and_env_wins(pip_env, published, make_index, project, tmp_path):
     index, wanted = published
     config = tmp_path / "pip.conf"
-    config.write_text(f"[global]\nindex-url = {make_index('nowhere').url}\ntimeout = 7\n[download]\nextra-index-url = {index.url}\n")
+    config.write_text(
+        f"[global]\nindex-url = {make_index('nowhere').url}\ntimeout = "
+        f"7\n[download]\nextra-index-url = {index.url}\n"
+    )
     pip_env.setenv("PIP_CONFIG_FILE", str(config))
     resolved = pipindex.read_pip_config()
     assert resolved.extra_index_urls == (index.url,) and resolved.timeout == 7.0
@@ -87,9 +93,15 @@ def test_find_links_directory_with_no_index(pip_env, published, project, tmp_pat
 
 def test_hash_mismatch_is_refused_and_nothing_is_cached(pip_env, make_index, project):
     index = make_index("bad")
-    index.add("llama-cpp-python", {SDIST: fake_sdist("llama_cpp_python", "1.2.3")}, sha256={SDIST: "0" * 64})
+    index.add(
+        "llama-cpp-python",
+        {SDIST: fake_sdist("llama_cpp_python", "1.2.3")},
+        sha256={SDIST: "0" * 64},
+    )
     pip_env.setenv("PIP_INDEX_URL", index.url)
-    with pytest.raises(SourceError, match=r"has sha256 [0-9a-f]{64}, the index says 0{64}; refusing it"):
+    with pytest.raises(
+        SourceError, match=r"has sha256 [0-9a-f]{64}, the index says 0{64}; refusing it"
+    ):
         ObjectCache(project.settings).download_sdist(REQ)
     assert list(project.settings.sdists.iterdir()) == []
 
@@ -106,7 +118,9 @@ def test_missing_version_names_every_index_tried(pip_env, published, make_index,
     assert f"index {make_index('gone').url}: no such project" in message
 
 
-def test_http_index_pep691_json_with_credentials_never_shown(pip_env, published, index_server, project, kz):
+def test_http_index_pep691_json_with_credentials_never_shown(
+    pip_env, published, index_server, project, kz
+):
     index, wanted = published
     served = index_server(index, "kzuser", "s3cr3t-pw")
     pip_env.setenv("PIP_INDEX_URL", f"http://kzuser:s3cr3t-pw@{served.base[7:]}/simple")
@@ -119,7 +133,9 @@ def test_http_index_pep691_json_with_credentials_never_shown(pip_env, published,
     assert "kzuser:****@" in result.err
 
 
-def test_http_index_html_and_bad_credentials_give_a_clean_error(pip_env, published, index_server, project, kz):
+def test_http_index_html_and_bad_credentials_give_a_clean_error(
+    pip_env, published, index_server, project, kz
+):
     index, _ = published
     (index.root / "simple/llama-cpp-python/index.json").unlink()  # an HTML-only (PEP 503) index
     served = index_server(index, "kzuser", "right-pw")
@@ -140,22 +156,34 @@ def test_http_index_html_and_bad_credentials_give_a_clean_error(pip_env, publish
 def test_token_only_credentials_are_redacted():
     assert pipindex.redact("https://tok3n@h.example/simple") == "https://****@h.example/simple"
     assert pipindex.redact("https://u:p%40ss@h.example:8443/s") == "https://u:****@h.example:8443/s"
-    assert pipindex.split_credentials("https://u:p%40ss@h.example/s") == ("https://h.example/s", ("u", "p@ss"))
+    assert pipindex.split_credentials("https://u:p%40ss@h.example/s") == (
+        "https://h.example/s",
+        ("u", "p@ss"),
+    )
 
 
 def test_unusable_certificate_setting_is_a_clear_error(pip_env, tmp_path):
     bad = tmp_path / "not-a-bundle.pem"
     bad.write_text("nonsense\n")
-    with pytest.raises(SourceError, match=r"pip's certificate settings cannot be used \(cert=.*not-a-bundle.pem"):
+    with pytest.raises(
+        SourceError, match=r"pip's certificate settings cannot be used \(cert=.*not-a-bundle.pem"
+    ):
         pipindex.Client(pipindex.PipConfig(cert=str(bad)))
 
 
-def test_sync_from_a_fake_sdist_on_a_local_index(pip_env, upstream, project, make_index, tmp_path, kz):
+def test_sync_from_a_fake_sdist_on_a_local_index(
+    pip_env, upstream, project, make_index, tmp_path, kz
+):
     """The whole pypi-sdist path: index -> sdist -> the vendored shallow git data -> the pin."""
     vendored = tmp_path / "vendored.git"
-    subprocess.run(["git", "clone", "-q", "--bare", "--depth", "1", upstream.path.as_uri(), str(vendored)], check=True)
+    subprocess.run(
+        ["git", "clone", "-q", "--bare", "--depth", "1", upstream.path.as_uri(), str(vendored)],
+        check=True,
+    )
     index = make_index("idx")
-    index.add("llama-cpp-python", {SDIST: fake_sdist("llama_cpp_python", "1.2.3", vendored_git=vendored)})
+    index.add(
+        "llama-cpp-python", {SDIST: fake_sdist("llama_cpp_python", "1.2.3", vendored_git=vendored)}
+    )
     pip_env.setenv("PIP_INDEX_URL", index.url)
     project.recipe("r", commit=upstream.head(), sources=[f"pypi-sdist: {REQ}"])
     result = kz("sync", "r")
@@ -166,19 +194,40 @@ def test_sync_from_a_fake_sdist_on_a_local_index(pip_env, upstream, project, mak
 
 
 # --- parsing untrusted pages and configuration never tracebacks ---
-PAGE_TYPES = st.sampled_from(["text/html", "application/vnd.pypi.simple.v1+json", "application/vnd.pypi.simple.v1+json; charset=utf-8", ""])
+PAGE_TYPES = st.sampled_from(
+    [
+        "text/html",
+        "application/vnd.pypi.simple.v1+json",
+        "application/vnd.pypi.simple.v1+json; charset=utf-8",
+        "",
+    ]
+)
 JSONISH = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(["files", "url", "hashes", "sha256", "filename", "x"]), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(["files", "url", "hashes", "sha256", "filename", "x"]),
+            inner,
+            max_size=4,
+        )
+    ),
     max_leaves=20,
 )
 
 
 @settings(max_examples=300, deadline=None)
-@given(body=st.binary(max_size=400) | JSONISH.map(lambda v: json.dumps(v).encode()) | st.text(max_size=300).map(lambda t: f'<a href="{t}">x</a><base href="{t[::-1]}">'.encode()), content_type=PAGE_TYPES)
+@given(
+    body=st.binary(max_size=400)
+    | JSONISH.map(lambda v: json.dumps(v).encode())
+    | st.text(max_size=300).map(lambda t: f'<a href="{t}">x</a><base href="{t[::-1]}">'.encode()),
+    content_type=PAGE_TYPES,
+)
 def test_any_page_gives_links_or_a_source_error(body, content_type):
     try:
-        links = pipindex.parse_simple_page(body, content_type, "https://u:p@index.example/simple/pkg/")
+        links = pipindex.parse_simple_page(
+            body, content_type, "https://u:p@index.example/simple/pkg/"
+        )
     except SourceError as exc:
         assert "u:p@" not in exc.message
         return
@@ -193,14 +242,22 @@ def test_any_config_list_output_gives_a_config(text):
 
 
 def test_pick_sdist_matches_normalised_name_and_exact_version():
-    links = [pipindex.Link(name, f"https://x/{name}", None) for name in
-             ("Llama.CPP_python-1.2.3.zip", "llama_cpp_python-1.2.3.tar.gz.asc", "llama-cpp-python-1.2.3.tar.gz")]
+    links = [
+        pipindex.Link(name, f"https://x/{name}", None)
+        for name in (
+            "Llama.CPP_python-1.2.3.zip",
+            "llama_cpp_python-1.2.3.tar.gz.asc",
+            "llama-cpp-python-1.2.3.tar.gz",
+        )
+    ]
     assert pipindex.pick_sdist(links, "llama-cpp-python", "1.2.3") == links[0]
     assert pipindex.pick_sdist(links[1:], "llama-cpp-python", "1.2.3") == links[2]
     assert pipindex.pick_sdist(links, "llama-cpp-python", "1.2") is None
 
 
-def test_netrc_credentials_are_used_for_an_index_without_any(pip_env, published, index_server, project, tmp_path):
+def test_netrc_credentials_are_used_for_an_index_without_any(
+    pip_env, published, index_server, project, tmp_path
+):
     index, wanted = published
     served = index_server(index, "netuser", "netrc-pw")
     netrc_file = tmp_path / "netrc"
@@ -216,9 +273,14 @@ def test_pip_proxy_setting_carries_every_request(pip_env, published, index_serve
     index, wanted = published
     proxy = index_server(index)
     pip_env.setenv("PIP_PROXY", proxy.base)
-    pip_env.setenv("PIP_INDEX_URL", "http://index.invalid/simple")  # resolvable only through the proxy
+    pip_env.setenv(
+        "PIP_INDEX_URL", "http://index.invalid/simple"
+    )  # resolvable only through the proxy
     assert ObjectCache(project.settings).download_sdist(REQ).read_bytes() == wanted
-    assert proxy.requests() == ["http://index.invalid/simple/llama-cpp-python/ no", f"http://index.invalid/files/{SDIST} no"]
+    assert proxy.requests() == [
+        "http://index.invalid/simple/llama-cpp-python/ no",
+        f"http://index.invalid/files/{SDIST} no",
+    ]
     for cached in project.settings.sdists.iterdir():
         cached.unlink()
     pip_env.delenv("PIP_PROXY")
@@ -227,29 +289,44 @@ def test_pip_proxy_setting_carries_every_request(pip_env, published, index_serve
     assert len(proxy.requests()) == 4
 
 
-def test_credentials_are_not_sent_on_to_a_redirects_host(pip_env, published, make_index, index_server, project):
+def test_credentials_are_not_sent_on_to_a_redirects_host(
+    pip_env, published, make_index, index_server, project
+):
     index, wanted = published
     mirror = make_index("mirror")
     mirror.add("llama-cpp-python", {SDIST: wanted})
     elsewhere = index_server(mirror)
     served = index_server(index, "kzuser", "s3cr3t-pw")
-    (index.root / "redirects.json").write_text(json.dumps({  # the same host keeps them, another host does not get them
-        "/simple/llama-cpp-python/": f"{served.base}/simple/llama_cpp_python/",
-        "/simple/llama_cpp_python/": f"{served.base}/simple/llama-cpp-python/index.html",
-        f"/files/{SDIST}": f"{elsewhere.base}/files/{SDIST}",
-    }))
+    (index.root / "redirects.json").write_text(
+        json.dumps(
+            {  # the same host keeps them, another host does not get them
+                "/simple/llama-cpp-python/": f"{served.base}/simple/llama_cpp_python/",
+                "/simple/llama_cpp_python/": f"{served.base}/simple/llama-cpp-python/index.html",
+                f"/files/{SDIST}": f"{elsewhere.base}/files/{SDIST}",
+            }
+        )
+    )
     pip_env.setenv("PIP_INDEX_URL", f"http://kzuser:s3cr3t-pw@{served.base[7:]}/simple")
     assert ObjectCache(project.settings).download_sdist(REQ).read_bytes() == wanted
     assert served.requests() == [
-        "/simple/llama-cpp-python/ yes", "/simple/llama_cpp_python/ yes", "/simple/llama-cpp-python/index.html yes", f"/files/{SDIST} yes"]
+        "/simple/llama-cpp-python/ yes",
+        "/simple/llama_cpp_python/ yes",
+        "/simple/llama-cpp-python/index.html yes",
+        f"/files/{SDIST} yes",
+    ]
     assert elsewhere.requests() == [f"/files/{SDIST} no"]
 
 
-def test_https_index_uses_pip_cert_or_trusted_host(pip_env, published, index_server, self_signed, project):
+def test_https_index_uses_pip_cert_or_trusted_host(
+    pip_env, published, index_server, self_signed, project
+):
     index, wanted = published
     served = index_server(index, tls=self_signed)
     pip_env.setenv("PIP_INDEX_URL", f"{served.base}/simple")
-    with pytest.raises(SourceError, match=r"index https://127\.0\.0\.1:\d+/simple: cannot read .*CERTIFICATE_VERIFY_FAILED"):
+    with pytest.raises(
+        SourceError,
+        match=r"index https://127\.0\.0\.1:\d+/simple: cannot read .*CERTIFICATE_VERIFY_FAILED",
+    ):
         ObjectCache(project.settings).download_sdist(REQ)
     pip_env.setenv("PIP_CERT", str(self_signed[0]))
     assert ObjectCache(project.settings).download_sdist(REQ).read_bytes() == wanted

@@ -49,14 +49,21 @@ FIGURES = (
 
 
 def render(stats: KldStats, noise: tuple[str, ...] = ()) -> str:
-    """What upstream's printf calls print for these figures (its own format strings, C's %lf as %f)."""
+    """What upstream's printf calls print for these figures (its own format strings, C's %lf as
+    %f)."""
     values = {
-        "Mean PPL(Q)": (stats.ppl, 0.5), "Mean PPL(base)": (stats.ppl_base, 0.5), "Mean PPL(Q)/PPL(base)": (stats.ppl_ratio, 0.01),
-        "Mean    KLD": (stats.kld_mean, stats.kld_mean_unc), "Maximum KLD": (stats.kld_max,), "99.0%   KLD": (stats.kld_p99,),
-        "Median  KLD": (stats.kld_median,), "Same top p": (stats.top1_pct, stats.top1_unc_pct),
-    }  # fmt: skip
+        "Mean PPL(Q)": (stats.ppl, 0.5),
+        "Mean PPL(base)": (stats.ppl_base, 0.5),
+        "Mean PPL(Q)/PPL(base)": (stats.ppl_ratio, 0.01),
+        "Mean    KLD": (stats.kld_mean, stats.kld_mean_unc),
+        "Maximum KLD": (stats.kld_max,),
+        "99.0%   KLD": (stats.kld_p99,),
+        "Median  KLD": (stats.kld_median,),
+        "Same top p": (stats.top1_pct, stats.top1_unc_pct),
+    }
     lines = [
-        "chunk             PPL               ln(PPL(Q)/PPL(base))          KL Divergence              Δp RMS            Same top p",
+        "chunk             PPL               ln(PPL(Q)/PPL(base))          KL Divergence           "
+        "   Δp RMS            Same top p",
         *noise,
     ]
     for label, fmt in EXPECTED_FORMATS.items():
@@ -201,19 +208,32 @@ def record(variant: str, kld: float, top1: float, limits: QualityLimits) -> Qual
     )
     problems = limits.problems(stats)
     return QualityRecord(
-        run_id="r1", host_time="2026-12-04T00:00:00+00:00", variant=variant, build=BuildInfo("host-1"), device=DeviceInfo("box"),
-        model=ModelInfo(path="models/q.gguf", sha256="a" * 64), corpus=CorpusInfo("fr-atelier", "b" * 64),
-        reference=QualityReference("upstream", "host-0", {"dev": "none"}), config={"context": 512}, stats=stats, limits=limits,
-        verdict="wrong" if problems else "right", problems=problems, argv=("llama-perplexity",),
-    )  # fmt: skip
+        run_id="r1",
+        host_time="2026-12-04T00:00:00+00:00",
+        variant=variant,
+        build=BuildInfo("host-1"),
+        device=DeviceInfo("box"),
+        model=ModelInfo(path="models/q.gguf", sha256="a" * 64),
+        corpus=CorpusInfo("fr-atelier", "b" * 64),
+        reference=QualityReference("upstream", "host-0", {"dev": "none"}),
+        config={"context": 512},
+        stats=stats,
+        limits=limits,
+        verdict="wrong" if problems else "right",
+        problems=problems,
+        argv=("llama-perplexity",),
+    )
 
 
 def test_verdicts_per_variant_and_per_patch():
     limits = QualityLimits(max_kld=0.01, min_top1=95)
     records = [
-        record("full", 0.05, 90, limits), record("minus:a.patch", 0.05, 90, limits), record("minus:b.patch", -0.000001, 100, limits),
-        record("minus:c.patch", 0.03, 92, limits), record("upstream", 0.0, 100, limits),
-    ]  # fmt: skip
+        record("full", 0.05, 90, limits),
+        record("minus:a.patch", 0.05, 90, limits),
+        record("minus:b.patch", -0.000001, 100, limits),
+        record("minus:c.patch", 0.03, 92, limits),
+        record("upstream", 0.0, 100, limits),
+    ]
     assert [r.verdict for r in records] == ["wrong", "wrong", "right", "wrong", "right"]
     assert records[0].problems == (
         "mean KLD 0.050000 > max_kld 0.01",

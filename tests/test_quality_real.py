@@ -1,5 +1,7 @@
-"""The quality check, slow tier: the real llama-perplexity of the pinned host build, deployed to a local
-device, records reference logits of the tiny qwen35 over the shipped French corpus and compares a run
+"""The quality check, slow tier: the real llama-perplexity of the pinned host build, deployed to a
+local
+device, records reference logits of the tiny qwen35 over the shipped French corpus and compares a
+run
 against them; its statistics are read by the parser, whose formats are checked against the really
 synced tree (and a copy with a format changed is refused). Kept fast: -c 128, 2 chunks."""
 

@@ -79,7 +79,10 @@ def test_readme_shows_the_everyday_commands():
 
 
 def test_the_parser_reads_commands_their_exit_codes_and_nothing_outside_sh_blocks():
-    text = "```sh\nkzbuild a  # ok\nkzbuild b x  # exit 5 today\n```\nkzbuild c\n```text\nkzbuild d\n```\n"
+    text = (
+        "```sh\nkzbuild a  # ok\nkzbuild b x  # exit 5 today\n```\nkzbuild c\n```text\nkzbuild "
+        "d\n```\n"
+    )
     text += "```sh\nscripts/kzbuild e\n```\n"
     shown = [(c.program, c.argv, c.exit_code) for c in shown_commands(text)]
     assert shown == [

@@ -122,7 +122,9 @@ def test_overlay_source_missing(project):
     assert err.line == 14 and err.key == "src" and "does not exist" in err.message
 
 
-@pytest.mark.parametrize("dest", ["../outside.h", "/etc/passwd", "ggml/../../x.h", ".git/hooks/pre-commit"])
+@pytest.mark.parametrize(
+    "dest", ["../outside.h", "/etc/passwd", "ggml/../../x.h", ".git/hooks/pre-commit"]
+)
 def test_overlay_target_escaping_the_tree(project, dest):
     project.write("kernels/k.h", "// k\n")
     err = error_of(project, GOOD + f"overlays:\n  - src: kernels/k.h\n    dest: {dest}\n")

@@ -1,6 +1,5 @@
 """Where kzbuild keeps things: defaults < environment < flags."""
 
-
 import pytest
 
 from kzbuild.adapters.settings import Settings
@@ -28,12 +27,20 @@ def test_environment_overrides_defaults_and_flags_override_environment(tmp_path)
         "KZ_RESULTS_DIR": str(tmp_path / "env-results"),
     }
     s = Settings.resolve(env, cwd=tmp_path)
-    assert (s.cache, s.work, s.results) == (tmp_path / "env-cache", tmp_path / "env-work", tmp_path / "env-results")
-    s = Settings.resolve(env, cwd=tmp_path, cache=tmp_path / "c", work=tmp_path / "w", results=tmp_path / "r")
+    assert (s.cache, s.work, s.results) == (
+        tmp_path / "env-cache",
+        tmp_path / "env-work",
+        tmp_path / "env-results",
+    )
+    s = Settings.resolve(
+        env, cwd=tmp_path, cache=tmp_path / "c", work=tmp_path / "w", results=tmp_path / "r"
+    )
     assert (s.cache, s.work, s.results) == (tmp_path / "c", tmp_path / "w", tmp_path / "r")
 
 
 def test_outside_a_project_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError) as info:
         Settings.resolve({}, cwd=tmp_path)
-    assert "no kzbuild project found" in info.value.message and "--project" in (info.value.hint or "")
+    assert "no kzbuild project found" in info.value.message and "--project" in (
+        info.value.hint or ""
+    )

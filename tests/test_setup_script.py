@@ -18,13 +18,24 @@ def stub(path: Path, script: str) -> None:
 
 
 def run_setup(tmp_path: Path, pip_script: str) -> subprocess.CompletedProcess[str]:
-    """scripts/setup in a copy of the repo's layout, with every apt package installed and a venv python that runs ``pip_script``."""
+    """scripts/setup in a copy of the repo's layout, with every apt package installed and a venv
+    python that runs ``pip_script``."""
     (tmp_path / "scripts").mkdir()
     shutil.copy(REPO_ROOT / "scripts" / "setup", tmp_path / "scripts" / "setup")
     stub(tmp_path / "bin" / "dpkg-query", "printf 'install ok installed'\n")
     stub(tmp_path / "venv" / "bin" / "python", pip_script)
-    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", "KZ_VENV": str(tmp_path / "venv")}
-    return subprocess.run(["bash", str(tmp_path / "scripts" / "setup")], env=env, capture_output=True, text=True, timeout=60)
+    env = {
+        **os.environ,
+        "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        "KZ_VENV": str(tmp_path / "venv"),
+    }
+    return subprocess.run(
+        ["bash", str(tmp_path / "scripts" / "setup")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_setup_says_each_step_and_nothing_of_their_output_when_every_step_succeeds(tmp_path):
@@ -37,11 +48,16 @@ def test_setup_says_each_step_and_nothing_of_their_output_when_every_step_succee
 
 
 def test_setup_prints_the_failing_step_and_its_output(tmp_path):
-    ran = run_setup(tmp_path, "echo 'Collecting nosuchpkg'\necho 'ERROR: No matching distribution found for nosuchpkg' >&2\nexit 1\n")
+    ran = run_setup(
+        tmp_path,
+        "echo 'Collecting nosuchpkg'\necho 'ERROR: No matching distribution found for nosuchpkg' "
+        ">&2\nexit 1\n",
+    )
     assert ran.returncode == 1 and ran.stdout == ""
     venv_python = tmp_path / "venv" / "bin" / "python"
     assert [line for line in ran.stderr.splitlines() if not line.startswith("setup: ")] == [
-        f"scripts/setup: this step failed: {venv_python} -m pip install -q --disable-pip-version-check -e .[test]",
+        f"scripts/setup: this step failed: {venv_python} -m pip install -q "
+        "--disable-pip-version-check -e .[test]",
         "Collecting nosuchpkg",
         "ERROR: No matching distribution found for nosuchpkg",
     ]

@@ -1,4 +1,5 @@
-"""``kzbuild patches check`` on synthetic upstream histories, and sync skipping upstreamed patches."""
+"""``kzbuild patches check`` on synthetic upstream histories, and sync skipping upstreamed
+patches."""
 
 from __future__ import annotations
 
@@ -19,7 +20,11 @@ def by_name(report: dict) -> dict[str, dict]:
 
 def test_clean_at_the_pin(project, upstream, kz):
     base = upstream.head()
-    add_patch(project, "fix.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: fix 5"))
+    add_patch(
+        project,
+        "fix.patch",
+        make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: fix 5"),
+    )
     project.recipe("r", commit=base, sources=[file_source(upstream)])
     code, report = check(kz)
     assert code == 0
@@ -29,11 +34,20 @@ def test_clean_at_the_pin(project, upstream, kz):
 
 def test_verbatim_cherry_pick_is_found_by_patch_id(project, upstream, kz):
     base = upstream.head()
-    add_patch(project, "fix.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line20="fixed 20")}, "common: fix 20"))
+    add_patch(
+        project,
+        "fix.patch",
+        make_patch(upstream, base, {"common/fit.cpp": fit(line20="fixed 20")}, "common: fix 20"),
+    )
     upstream.commit({"README.md": "unrelated\n"}, "docs: unrelated")
-    picked = upstream.commit({"common/fit.cpp": fit(line20="fixed 20")}, "common: fix line 20 (#123)")
-    # The next upstream commit changes the line right after ours, so reverse-applying fails as written.
-    new = upstream.commit({"common/fit.cpp": fit(line20="fixed 20", line21="upstream 21")}, "common: touch 21")
+    picked = upstream.commit(
+        {"common/fit.cpp": fit(line20="fixed 20")}, "common: fix line 20 (#123)"
+    )
+    # The next upstream commit changes the line right after ours, so reverse-applying fails as
+    # written.
+    new = upstream.commit(
+        {"common/fit.cpp": fit(line20="fixed 20", line21="upstream 21")}, "common: touch 21"
+    )
     project.recipe("r", commit=base, sources=[file_source(upstream)])
 
     code, report = check(kz, "--against", new, "--fetch-history")
@@ -48,8 +62,17 @@ def test_verbatim_cherry_pick_is_found_by_patch_id(project, upstream, kz):
 
 def test_without_history_reverse_apply_with_less_context_still_proves_it(project, upstream, kz):
     base = upstream.head()
-    add_patch(project, "fix.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line20="fixed line 20")}, "common: fix 20"))
-    new = upstream.commit({"common/fit.cpp": fit(line20="fixed line 20", line21="upstream 21")}, "common: fix 20 and 21")
+    add_patch(
+        project,
+        "fix.patch",
+        make_patch(
+            upstream, base, {"common/fit.cpp": fit(line20="fixed line 20")}, "common: fix 20"
+        ),
+    )
+    new = upstream.commit(
+        {"common/fit.cpp": fit(line20="fixed line 20", line21="upstream 21")},
+        "common: fix 20 and 21",
+    )
     project.recipe("r", commit=base, sources=[file_source(upstream)])
 
     code, report = check(kz, "--against", new)
@@ -63,8 +86,14 @@ def test_without_history_reverse_apply_with_less_context_still_proves_it(project
 def test_reduced_context_is_no_proof_for_a_common_line(project, upstream, kz):
     base = upstream.head()
     # The patch adds a line ("}") that upstream has elsewhere: finding it says nothing.
-    add_patch(project, "brace.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line20="}")}, "common: brace"))
-    new = upstream.commit({"common/fit.cpp": fit(line3="}", line20="// changed 20", line21="x")}, "common: rework")
+    add_patch(
+        project,
+        "brace.patch",
+        make_patch(upstream, base, {"common/fit.cpp": fit(line20="}")}, "common: brace"),
+    )
+    new = upstream.commit(
+        {"common/fit.cpp": fit(line3="}", line20="// changed 20", line21="x")}, "common: rework"
+    )
     project.recipe("r", commit=base, sources=[file_source(upstream)])
     code, report = check(kz, "--against", new)
     assert by_name(report)["brace.patch"]["verdict"] == "conflict"
@@ -73,8 +102,15 @@ def test_reduced_context_is_no_proof_for_a_common_line(project, upstream, kz):
 
 def test_squashed_upstream_with_other_edits_reverse_applies(project, upstream, kz):
     base = upstream.head()
-    add_patch(project, "fix.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line10="fixed 10")}, "common: fix 10"))
-    squashed = {"common/fit.cpp": fit(line10="fixed 10", line30="also 30"), "ggml/src/new.c": "int n;\n"}
+    add_patch(
+        project,
+        "fix.patch",
+        make_patch(upstream, base, {"common/fit.cpp": fit(line10="fixed 10")}, "common: fix 10"),
+    )
+    squashed = {
+        "common/fit.cpp": fit(line10="fixed 10", line30="also 30"),
+        "ggml/src/new.c": "int n;\n",
+    }
     new = upstream.commit(squashed, "common: big rework including the fix")
     project.recipe("r", commit=base, sources=[file_source(upstream)])
 
@@ -88,7 +124,11 @@ def test_squashed_upstream_with_other_edits_reverse_applies(project, upstream, k
 
 def test_context_drift_resolved_by_3way(project, upstream, kz):
     base = upstream.head()
-    add_patch(project, "fix.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: fix 5"))
+    add_patch(
+        project,
+        "fix.patch",
+        make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: fix 5"),
+    )
     new = upstream.commit({"common/fit.cpp": fit(line7="drift 7")}, "common: drift")
     project.recipe("r", commit=base, sources=[file_source(upstream)])
 
@@ -102,20 +142,30 @@ def test_context_drift_resolved_by_3way(project, upstream, kz):
 
 def test_three_way_needs_the_blobs_the_patch_was_made_from(project, upstream, kz):
     base = upstream.head()
-    add_patch(project, "fix.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: fix 5"))
+    add_patch(
+        project,
+        "fix.patch",
+        make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: fix 5"),
+    )
     pin = upstream.commit({"common/fit.cpp": fit(line7="drift 7")}, "common: drift")
     project.recipe("r", commit=pin, sources=[file_source(upstream)])  # the cache never saw `base`
     code, report = check(kz)
     result = by_name(report)["fix.patch"]
     assert result["verdict"] == "conflict" and code == 5
-    assert "no 3-way merge: the blobs the patch was made from are not in the cache" in result["note"]
+    assert (
+        "no 3-way merge: the blobs the patch was made from are not in the cache" in result["note"]
+    )
     assert result["fuzz_context"] == 1
 
 
 def test_real_conflict_names_file_and_hunk(project, upstream, kz):
     base = upstream.head()
     two_hunks = fit(line5="fixed 5", line30="fixed 30")
-    add_patch(project, "fix.patch", make_patch(upstream, base, {"common/fit.cpp": two_hunks}, "common: fix 5 and 30"))
+    add_patch(
+        project,
+        "fix.patch",
+        make_patch(upstream, base, {"common/fit.cpp": two_hunks}, "common: fix 5 and 30"),
+    )
     new = upstream.commit({"common/fit.cpp": fit(line5="upstream 5")}, "common: own fix for 5")
     project.recipe("r", commit=base, sources=[file_source(upstream)])
 
@@ -124,7 +174,9 @@ def test_real_conflict_names_file_and_hunk(project, upstream, kz):
     result = by_name(report)["fix.patch"]
     assert result["verdict"] == "conflict"
     assert result["files"] == ["common/fit.cpp"]
-    assert result["hunks"] == ["common/fit.cpp @@ -2,7 +2,7 @@ (patch line 16)"]  # the hunk at 30 still applies
+    assert result["hunks"] == [
+        "common/fit.cpp @@ -2,7 +2,7 @@ (patch line 16)"
+    ]  # the hunk at 30 still applies
 
     table = kz("patches", "check", "r", "--against", new)
     assert table.code == 5
@@ -134,10 +186,22 @@ def test_real_conflict_names_file_and_hunk(project, upstream, kz):
 
 def test_drop_when_ancestor_is_upstreamed(project, upstream, kz):
     base = upstream.head()
-    fixed = upstream.commit({"ggml/src/ggml.c": "int ggml_answer(void) { return 43; }\n"}, "ggml: other fix")
+    fixed = upstream.commit(
+        {"ggml/src/ggml.c": "int ggml_answer(void) { return 43; }\n"}, "ggml: other fix"
+    )
     new = upstream.commit({"README.md": "later\n"}, "docs")
     trailers = (*GOOD_TRAILERS, f"Drop-When: {fixed[:10]}")
-    add_patch(project, "fix.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: fix 5", trailers=trailers))
+    add_patch(
+        project,
+        "fix.patch",
+        make_patch(
+            upstream,
+            base,
+            {"common/fit.cpp": fit(line5="fixed 5")},
+            "common: fix 5",
+            trailers=trailers,
+        ),
+    )
     project.recipe("r", commit=base, sources=[file_source(upstream)])
 
     code, report = check(kz, "--against", new)  # shallow: the Drop-When commit is not in the cache
@@ -161,13 +225,26 @@ def test_false_merged_claim_is_reported(project, upstream, kz):
     new = upstream.commit({"ggml/src/ggml.c": "int x;\n"}, "ggml: main line")
     git(upstream.path, "branch", "side", other)
     trailers = (f"Upstream-Status: Merged {other}", "Kz-Test: t")
-    add_patch(project, "fix.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: fix 5", trailers=trailers))
+    add_patch(
+        project,
+        "fix.patch",
+        make_patch(
+            upstream,
+            base,
+            {"common/fit.cpp": fit(line5="fixed 5")},
+            "common: fix 5",
+            trailers=trailers,
+        ),
+    )
     project.recipe("r", commit=base, sources=[file_source(upstream)])
     kz("patches", "check", "r", "--against", other)  # brings the claimed commit into the cache
     code, report = check(kz, "--against", new, "--fetch-history")
     result = by_name(report)["fix.patch"]
     assert result["verdict"] == "clean"
-    assert f"claims Upstream-Status: Merged {other}, but that commit is not in the history of {new[:12]}" in result["note"]
+    assert (
+        f"claims Upstream-Status: Merged {other}, but that commit is not in the history of "
+        f"{new[:12]}" in result["note"]
+    )
 
 
 def test_empty_patch(project, upstream, kz):
@@ -184,8 +261,18 @@ def test_three_patch_stack_in_order(project, upstream, kz):
     base = upstream.head()
     first = fit(line5="fixed 5")
     add_patch(project, "a.patch", make_patch(upstream, base, {"common/fit.cpp": first}, "a: fix 5"))
-    add_patch(project, "b.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5", line6="fixed 6")}, "b"))
-    add_patch(project, "c.patch", make_patch(upstream, base, {"ggml/src/ggml.c": "int ggml_answer(void) { return 7; }\n"}, "c: ggml"))
+    add_patch(
+        project,
+        "b.patch",
+        make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5", line6="fixed 6")}, "b"),
+    )
+    add_patch(
+        project,
+        "c.patch",
+        make_patch(
+            upstream, base, {"ggml/src/ggml.c": "int ggml_answer(void) { return 7; }\n"}, "c: ggml"
+        ),
+    )
     project.recipe("r", commit=base, sources=[file_source(upstream)])
     code, report = check(kz)
     verdicts = [p["verdict"] for p in report["patches"]]
@@ -196,7 +283,11 @@ def test_three_patch_stack_in_order(project, upstream, kz):
 
 def test_check_never_touches_the_worktree(project, upstream, kz):
     base = upstream.head()
-    add_patch(project, "fix.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: fix 5"))
+    add_patch(
+        project,
+        "fix.patch",
+        make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: fix 5"),
+    )
     new = upstream.commit({"common/fit.cpp": fit(line5="upstream 5")}, "conflicting")
     project.recipe("r", commit=base, sources=[file_source(upstream)])
     assert kz("sync", "r").code == 0
@@ -219,7 +310,11 @@ def test_unknown_against_ref(project, upstream, kz):
 
 def test_against_a_branch_of_the_remote(project, upstream, kz):
     base = upstream.head()
-    add_patch(project, "fix.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: fix 5"))
+    add_patch(
+        project,
+        "fix.patch",
+        make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: fix 5"),
+    )
     new = upstream.commit({"README.md": "new\n"}, "docs")
     project.recipe("r", commit=base, sources=[file_source(upstream)])
     code, report = check(kz, "--against", "master")
@@ -232,17 +327,31 @@ def test_against_a_branch_of_the_remote(project, upstream, kz):
 
 def test_sync_skips_an_upstreamed_patch_and_records_the_proof(project, upstream, kz):
     base = upstream.head()
-    add_patch(project, "fix.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line10="fixed 10")}, "common: fix 10"))
-    add_patch(project, "keep.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line30="ours 30")}, "common: ours 30"))
+    add_patch(
+        project,
+        "fix.patch",
+        make_patch(upstream, base, {"common/fit.cpp": fit(line10="fixed 10")}, "common: fix 10"),
+    )
+    add_patch(
+        project,
+        "keep.patch",
+        make_patch(upstream, base, {"common/fit.cpp": fit(line30="ours 30")}, "common: ours 30"),
+    )
     new = upstream.commit({"common/fit.cpp": fit(line10="fixed 10")}, "common: upstream fix 10")
     project.recipe("r", commit=new, sources=[file_source(upstream)])
 
     result = kz("sync", "r")
     assert result.code == 0, result.err
-    assert "skipped fix.patch: already upstream (reverse-apply: reverse-applies cleanly on" in result.out
+    assert (
+        "skipped fix.patch: already upstream (reverse-apply: reverse-applies cleanly on"
+        in result.out
+    )
     lock = json.loads((project.root / "recipes" / "r.lock.json").read_text())
     fix, keep = lock["patches"]
-    assert fix["commit"] is None and fix["upstreamed"] == f"reverse-apply: reverse-applies cleanly on {new[:12]}"
+    assert (
+        fix["commit"] is None
+        and fix["upstreamed"] == f"reverse-apply: reverse-applies cleanly on {new[:12]}"
+    )
     assert keep["commit"] and "upstreamed" not in keep
     worktree = project.settings.worktree("r")
     assert git(worktree, "log", "--format=%s", f"{new}..HEAD") == "common: ours 30"
@@ -255,7 +364,11 @@ def test_sync_skips_an_upstreamed_patch_and_records_the_proof(project, upstream,
 
 def test_sync_refusal_names_patches_export(project, upstream, kz):
     base = upstream.head()
-    add_patch(project, "fix.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line10="fixed 10")}, "common: fix 10"))
+    add_patch(
+        project,
+        "fix.patch",
+        make_patch(upstream, base, {"common/fit.cpp": fit(line10="fixed 10")}, "common: fix 10"),
+    )
     project.recipe("r", commit=base, sources=[file_source(upstream)])
     assert kz("sync", "r").code == 0
     worktree = project.settings.worktree("r")

@@ -13,9 +13,25 @@ from tests.fixtures_stack import add_patch, fit, flat, make_patch
 def three(project, upstream):
     base = upstream.head()
     project.write("patches/series", "# stack header\n# b and c both touch fit.cpp\n")
-    add_patch(project, "a.patch", make_patch(upstream, base, {"ggml/src/ggml.c": "int a;\n"}, "ggml: a"))
-    add_patch(project, "b.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line5="b")}, "common: b", trailers=("Upstream-Status: Merged 63d93d173", "Kz-Test: t")))
-    add_patch(project, "c.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line30="c")}, "common: c"))
+    add_patch(
+        project, "a.patch", make_patch(upstream, base, {"ggml/src/ggml.c": "int a;\n"}, "ggml: a")
+    )
+    add_patch(
+        project,
+        "b.patch",
+        make_patch(
+            upstream,
+            base,
+            {"common/fit.cpp": fit(line5="b")},
+            "common: b",
+            trailers=("Upstream-Status: Merged 63d93d173", "Kz-Test: t"),
+        ),
+    )
+    add_patch(
+        project,
+        "c.patch",
+        make_patch(upstream, base, {"common/fit.cpp": fit(line30="c")}, "common: c"),
+    )
 
 
 def series(project) -> str:
@@ -24,7 +40,15 @@ def series(project) -> str:
 
 def test_drop_records_why(project, upstream, kz):
     three(project, upstream)
-    result = kz("patches", "drop", "b.patch", "--reason", "fixed upstream by PR #22424", "--upstream", "63d93d173")
+    result = kz(
+        "patches",
+        "drop",
+        "b.patch",
+        "--reason",
+        "fixed upstream by PR #22424",
+        "--upstream",
+        "63d93d173",
+    )
     assert result.code == 0, result.err
     assert "dropped b.patch; recorded in patches/DROPPED.yaml" in result.out
     assert not (project.root / "patches" / "b.patch").exists()
@@ -35,7 +59,9 @@ def test_drop_records_why(project, upstream, kz):
     assert record.upstream_status == "Merged 63d93d173"
     assert record.date == datetime.now(timezone.utc).date().isoformat()
 
-    drop_patch(project.root / "patches" / "series", "a.patch", reason="not needed", today=date(2026, 5, 1))
+    drop_patch(
+        project.root / "patches" / "series", "a.patch", reason="not needed", today=date(2026, 5, 1)
+    )
     log = yaml.safe_load((project.root / "patches" / "DROPPED.yaml").read_text())
     assert [r["patch"] for r in log["dropped"]] == ["b.patch", "a.patch"]
     assert log["dropped"][1]["date"] == "2026-05-01"
@@ -57,7 +83,9 @@ def test_drop_unknown_patch(project, upstream, kz):
     three(project, upstream)
     result = kz("patches", "drop", "bb.patch", "--reason", "x")
     assert result.code == 2  # a name the series lacks is a usage error
-    assert "'bb.patch' is not in" in flat(result.err) and "did you mean 'b.patch'?" in flat(result.err)
+    assert "'bb.patch' is not in" in flat(result.err) and "did you mean 'b.patch'?" in flat(
+        result.err
+    )
     assert not (project.root / "patches" / "DROPPED.yaml").exists()
 
 
@@ -79,10 +107,16 @@ def test_move_before_and_after(project, upstream, kz):
     three(project, upstream)
     result = kz("patches", "move", "a", "--after", "c")  # ".patch" may be left out
     assert result.code == 0, result.err
-    assert series(project) == "# stack header\n# b and c both touch fit.cpp\nb.patch\nc.patch\na.patch\n"
+    assert (
+        series(project)
+        == "# stack header\n# b and c both touch fit.cpp\nb.patch\nc.patch\na.patch\n"
+    )
     assert "warning" not in result.out  # a touches nothing b and c touch
     kz("patches", "move", "a.patch", "--before", "b.patch")
-    assert series(project) == "# stack header\n# b and c both touch fit.cpp\na.patch\nb.patch\nc.patch\n"
+    assert (
+        series(project)
+        == "# stack header\n# b and c both touch fit.cpp\na.patch\nb.patch\nc.patch\n"
+    )
 
 
 def test_move_warns_when_crossing_a_patch_on_the_same_file(project, upstream, kz):
@@ -97,7 +131,10 @@ def test_move_comments_travel_with_their_patch(project, upstream, kz):
     path = project.root / "patches" / "series"
     path.write_text("# header\n\na.patch\n# why b is here\nb.patch  # inline note\nc.patch\n")
     kz("patches", "move", "b.patch", "--after", "c.patch")
-    assert path.read_text() == "# header\n\na.patch\nc.patch\n# why b is here\nb.patch  # inline note\n"
+    assert (
+        path.read_text()
+        == "# header\n\na.patch\nc.patch\n# why b is here\nb.patch  # inline note\n"
+    )
 
 
 def test_move_errors(project, upstream, kz):

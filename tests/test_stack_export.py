@@ -1,4 +1,5 @@
-"""``kzbuild patches export`` and ``patches new``: worktree commits back to patches/, byte-stable."""
+"""``kzbuild patches export`` and ``patches new``: worktree commits back to patches/,
+byte-stable."""
 
 from __future__ import annotations
 
@@ -16,8 +17,27 @@ def synced(project, upstream, kz):
     """A recipe with two patches in foreign format (diffstat, signature, [PATCH]), synced."""
     base = upstream.head()
     project.write("patches/series", "# the stack\n\n# first: the fit fix\n")
-    add_patch(project, "fit-fix.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line5="fixed 5")}, "common: fix 5", body="Because."))
-    add_patch(project, "ggml.patch", make_patch(upstream, base, {"ggml/src/ggml.c": "int ggml_answer(void) { return 7; }\n"}, "ggml: answer 7"))
+    add_patch(
+        project,
+        "fit-fix.patch",
+        make_patch(
+            upstream,
+            base,
+            {"common/fit.cpp": fit(line5="fixed 5")},
+            "common: fix 5",
+            body="Because.",
+        ),
+    )
+    add_patch(
+        project,
+        "ggml.patch",
+        make_patch(
+            upstream,
+            base,
+            {"ggml/src/ggml.c": "int ggml_answer(void) { return 7; }\n"},
+            "ggml: answer 7",
+        ),
+    )
     project.recipe("r", commit=base, sources=[file_source(upstream)])
     assert kz("sync", "r").code == 0
     return project.settings.worktree("r")
@@ -36,7 +56,10 @@ def test_reexport_is_byte_identical(project, kz, synced):
     assert "rewritten  ggml.patch (format normalized)" in first.out
     patches = project.root / "patches"
     exported = tree_digest(patches)
-    assert b"\n-- \n" not in exported["fit-fix.patch"] and b"file changed" not in exported["fit-fix.patch"]
+    assert (
+        b"\n-- \n" not in exported["fit-fix.patch"]
+        and b"file changed" not in exported["fit-fix.patch"]
+    )
     assert exported["fit-fix.patch"].startswith(b"From 0000000000000000000000000000000000000000 ")
     assert exported["series"] == b"# the stack\n\n# first: the fit fix\nfit-fix.patch\nggml.patch\n"
 
@@ -47,7 +70,10 @@ def test_reexport_is_byte_identical(project, kz, synced):
     # Round trip through git am: sync rebuilds the worktree from the exported files...
     synced_again = kz("sync", "r")
     assert synced_again.code == 0, synced_again.err
-    assert kz("status", "r", "--json").out and json.loads(kz("status", "r", "--json").out)["matches_lock"]
+    assert (
+        kz("status", "r", "--json").out
+        and json.loads(kz("status", "r", "--json").out)["matches_lock"]
+    )
     # ...and exporting that gives the same bytes.
     assert "nothing to export" in kz("patches", "export", "r").out
     assert tree_digest(patches) == exported
@@ -68,7 +94,14 @@ def test_only_changed_patches_are_rewritten(project, kz, synced):
 
 
 def test_reworded_commit_keeps_its_file_by_patch_id(project, kz, synced):
-    git(synced, "commit", "-q", "--amend", "-m", "ggml: a better subject\n\nUpstream-Status: Pending\nKz-Test: t\n")
+    git(
+        synced,
+        "commit",
+        "-q",
+        "--amend",
+        "-m",
+        "ggml: a better subject\n\nUpstream-Status: Pending\nKz-Test: t\n",
+    )
     result = kz("patches", "export", "r")
     assert "rewritten  ggml.patch (changed)" in result.out
     assert not (project.root / "patches" / "ggml-a-better-subject.patch").exists()
@@ -80,14 +113,21 @@ def test_new_commit_becomes_a_new_patch_and_removed_commit_leaves(project, kz, s
     base = git(synced, "rev-parse", "refs/kz/base")
     git(synced, "rebase", "-q", "--onto", base, "HEAD~1")
     (synced / "README.md").write_text("patched readme\n")
-    commit_all(synced, "docs: Explain the Hexagon build\n\nUpstream-Status: Inappropriate kzbuild only\nKz-Test: none needed")
+    commit_all(
+        synced,
+        "docs: Explain the Hexagon build\n\nUpstream-Status: Inappropriate kzbuild only\nKz-Test: "
+        "none needed",
+    )
     result = kz("patches", "export", "r")
     assert result.code == 0, result.err
     assert "new        docs-explain-the-hexagon-build.patch" in result.out
     assert "removed    fit-fix.patch (its commit is gone)" in result.out
     patches = project.root / "patches"
     assert not (patches / "fit-fix.patch").exists()
-    assert (patches / "series").read_text() == "# the stack\n\nggml.patch\ndocs-explain-the-hexagon-build.patch\n"  # its comment went with it
+    assert (
+        (patches / "series").read_text()
+        == "# the stack\n\nggml.patch\ndocs-explain-the-hexagon-build.patch\n"
+    )  # its comment went with it
     assert kz("sync", "r").code == 0  # the new commit counts as exported: sync does not refuse
 
 
@@ -100,14 +140,25 @@ def test_reordered_commits_reorder_the_series(project, kz, synced):
     git(synced, "cherry-pick", first)
     kz("patches", "export", "r")
     # The comment written above fit-fix.patch moves with it.
-    assert (project.root / "patches" / "series").read_text() == "# the stack\n\nggml.patch\n# first: the fit fix\nfit-fix.patch\n"
+    assert (
+        project.root / "patches" / "series"
+    ).read_text() == "# the stack\n\nggml.patch\n# first: the fit fix\nfit-fix.patch\n"
 
 
 def test_overlay_commit_is_not_exported(project, upstream, kz):
     base = upstream.head()
-    add_patch(project, "ggml.patch", make_patch(upstream, base, {"ggml/src/ggml.c": "int x;\n"}, "ggml: x"))
+    add_patch(
+        project,
+        "ggml.patch",
+        make_patch(upstream, base, {"ggml/src/ggml.c": "int x;\n"}, "ggml: x"),
+    )
     project.write("kernels/extra.c", "int extra;\n")
-    project.recipe("r", commit=base, sources=[file_source(upstream)], extra="overlays:\n  - src: kernels/extra.c\n    dest: ggml/src/extra.c\n")
+    project.recipe(
+        "r",
+        commit=base,
+        sources=[file_source(upstream)],
+        extra="overlays:\n  - src: kernels/extra.c\n    dest: ggml/src/extra.c\n",
+    )
     assert kz("sync", "r").code == 0
     result = kz("patches", "export", "r")
     assert result.code == 0, result.err
@@ -118,16 +169,26 @@ def test_export_refusals(project, kz, synced, upstream):
     (synced / "common" / "fit.cpp").write_text("dirty\n")
     dirty = kz("patches", "export", "r")
     assert dirty.code == 4
-    assert "uncommitted changes" in flat(dirty.err) and "kzbuild patches new NAME r" in flat(dirty.err)
+    assert "uncommitted changes" in flat(dirty.err) and "kzbuild patches new NAME r" in flat(
+        dirty.err
+    )
     git(synced, "checkout", "-q", "--", ".")
 
     # A teammate's newer version of a patch arrived (git pull): export must not overwrite it.
     (project.root / "patches" / "ggml.patch").write_text(
-        make_patch(upstream, git(synced, "rev-parse", "refs/kz/base"), {"ggml/src/ggml.c": "int y;\n"}, "ggml: y")
+        make_patch(
+            upstream,
+            git(synced, "rev-parse", "refs/kz/base"),
+            {"ggml/src/ggml.c": "int y;\n"},
+            "ggml: y",
+        )
     )
     stale = kz("patches", "export", "r")
     assert stale.code == 5
-    assert "changed since the worktree was synced or exported" in flat(stale.err) and "ggml.patch" in stale.err
+    assert (
+        "changed since the worktree was synced or exported" in flat(stale.err)
+        and "ggml.patch" in stale.err
+    )
     assert kz("patches", "export", "r", "--force").code == 0
 
 
@@ -145,8 +206,16 @@ def test_export_needs_a_worktree_at_the_pin(project, upstream, kz):
 
 def test_export_keeps_patches_sync_skipped_as_upstreamed(project, upstream, kz):
     base = upstream.head()
-    add_patch(project, "done.patch", make_patch(upstream, base, {"common/fit.cpp": fit(line10="fixed 10")}, "common: fix 10"))
-    add_patch(project, "ggml.patch", make_patch(upstream, base, {"ggml/src/ggml.c": "int x;\n"}, "ggml: x"))
+    add_patch(
+        project,
+        "done.patch",
+        make_patch(upstream, base, {"common/fit.cpp": fit(line10="fixed 10")}, "common: fix 10"),
+    )
+    add_patch(
+        project,
+        "ggml.patch",
+        make_patch(upstream, base, {"ggml/src/ggml.c": "int x;\n"}, "ggml: x"),
+    )
     new = upstream.commit({"common/fit.cpp": fit(line10="fixed 10")}, "upstream fix")
     project.recipe("r", commit=new, sources=[file_source(upstream)])
     assert kz("sync", "r").code == 0
@@ -159,15 +228,28 @@ def test_new_patch_from_uncommitted_changes(project, kz, synced):
     kz("patches", "export", "r")
     (synced / "common" / "fit.cpp").write_text(fit(line5="fixed 5", line40="new 40"))
     result = kz(
-        "patches", "new", "fit-40", "r", "-m", "common: fix line 40", "--test", "tests/test_fit.py::test_40",
-        "--upstream-pr", "https://github.com/ggml-org/llama.cpp/pull/9", "--author", "Ann Dev <ann@kz.example>",
+        "patches",
+        "new",
+        "fit-40",
+        "r",
+        "-m",
+        "common: fix line 40",
+        "--test",
+        "tests/test_fit.py::test_40",
+        "--upstream-pr",
+        "https://github.com/ggml-org/llama.cpp/pull/9",
+        "--author",
+        "Ann Dev <ann@kz.example>",
     )
     assert result.code == 0, result.err
     assert "created patches/fit-40.patch" in result.out
     text = (project.root / "patches" / "fit-40.patch").read_text()
     assert "\nFrom: Ann Dev <ann@kz.example>\n" in text
     assert "Subject: common: fix line 40\n" in text
-    assert "Upstream-Status: Pending\nKz-Test: tests/test_fit.py::test_40\nUpstream-PR: https://github.com/ggml-org/llama.cpp/pull/9\n" in text
+    assert (
+        "Upstream-Status: Pending\nKz-Test: tests/test_fit.py::test_40\nUpstream-PR: "
+        "https://github.com/ggml-org/llama.cpp/pull/9\n" in text
+    )
     assert (project.root / "patches" / "series").read_text().endswith("ggml.patch\nfit-40.patch\n")
     assert lint_series(project.root / "patches" / "series")[1] == []
     assert kz("sync", "r").code == 0

@@ -22,7 +22,14 @@ import pytest
 
 from kzbuild.cli import main
 from kzbuild.source import recipes
-from tests.conftest import PIN_0_3_21, PIN_0_3_24, PIN_0_3_36, CliResult, Project, persistent_test_cache
+from tests.conftest import (
+    PIN_0_3_21,
+    PIN_0_3_24,
+    PIN_0_3_36,
+    CliResult,
+    Project,
+    persistent_test_cache,
+)
 from tests.fixtures_stack import flat, make_real_patches, real_recipe_yaml
 
 pytestmark = pytest.mark.slow
@@ -45,7 +52,17 @@ def real(tmp_path_factory) -> Project:
 def kzr(real: Project, capsys: pytest.CaptureFixture[str]):
     def run(*args: str) -> CliResult:
         capsys.readouterr()
-        code = main(["--project", str(real.root), "--cache-dir", str(real.cache), "--work-dir", str(real.work), *args])
+        code = main(
+            [
+                "--project",
+                str(real.root),
+                "--cache-dir",
+                str(real.cache),
+                "--work-dir",
+                str(real.work),
+                *args,
+            ]
+        )
         captured = capsys.readouterr()
         return CliResult(code, captured.out, captured.err)
 
@@ -82,7 +99,9 @@ def test_against_0_3_24(real, kzr):
     assert fix["proof"]["detail"] == f"reverse-applies cleanly on {PIN_0_3_24[:12]}"
     conflict = result["device-memory-note.patch"]
     assert conflict["verdict"] == "conflict" and conflict["files"] == ["common/fit.cpp"]
-    assert len(conflict["hunks"]) == 1 and conflict["hunks"][0].startswith("common/fit.cpp @@ -111,7 +111,7 @@")
+    assert len(conflict["hunks"]) == 1 and conflict["hunks"][0].startswith(
+        "common/fit.cpp @@ -111,7 +111,7 @@"
+    )
     drift = result["nd-comment.patch"]
     assert drift["verdict"] == "3way" and drift["files"] == ["common/fit.cpp"]
     assert verdicts(kzr, "--against", PIN_0_3_24) == result  # the same commit by sha
@@ -114,18 +133,32 @@ def test_sync_skips_the_fix_at_0_3_24_and_bump_writes_0_3_36(real, kzr):
     patches = real.root / "patches"
     shutil.copy(patches / "fit-unaccounted-underflow.patch", patches / "fit-only-underflow.patch")
     real.write("patches/fit-only.series", "fit-only-underflow.patch\n")
-    real.write("recipes/real24.yaml", real_recipe_yaml(PIN_0_3_24, "0.3.24", "patches/fit-only.series"))
+    real.write(
+        "recipes/real24.yaml", real_recipe_yaml(PIN_0_3_24, "0.3.24", "patches/fit-only.series")
+    )
     synced = kzr("sync", "real24")
     assert synced.code == 0, synced.err
-    assert "skipped fit-only-underflow.patch: already upstream (reverse-apply: reverse-applies cleanly on af6528e6df5d)" in flat(synced.out)
+    assert (
+        "skipped fit-only-underflow.patch: already upstream (reverse-apply: reverse-applies "
+        "cleanly on af6528e6df5d)" in flat(synced.out)
+    )
     lock = json.loads((real.root / "recipes" / "real24.lock.json").read_text())
     assert lock["patches"] == [
-        {"file": "fit-only-underflow.patch", "sha256": lock["patches"][0]["sha256"], "commit": None,
-         "upstreamed": f"reverse-apply: reverse-applies cleanly on {PIN_0_3_24[:12]}"},
+        {
+            "file": "fit-only-underflow.patch",
+            "sha256": lock["patches"][0]["sha256"],
+            "commit": None,
+            "upstreamed": f"reverse-apply: reverse-applies cleanly on {PIN_0_3_24[:12]}",
+        },
     ]
 
     bumped = kzr("bump", "real24", "--to", "pypi:llama-cpp-python==0.3.36", "--write")
     assert bumped.code == 0, bumped.err
     assert "dropped fit-only-underflow.patch (upstreamed)" in flat(bumped.out)
-    assert (real.root / "recipes" / "real24.yaml").read_text() == real_recipe_yaml(PIN_0_3_36, "0.3.36", "patches/fit-only.series")
-    assert json.loads((real.root / "recipes" / "real24.lock.json").read_text())["upstream"]["commit"] == PIN_0_3_36
+    assert (real.root / "recipes" / "real24.yaml").read_text() == real_recipe_yaml(
+        PIN_0_3_36, "0.3.36", "patches/fit-only.series"
+    )
+    assert (
+        json.loads((real.root / "recipes" / "real24.lock.json").read_text())["upstream"]["commit"]
+        == PIN_0_3_36
+    )

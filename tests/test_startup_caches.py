@@ -35,7 +35,9 @@ def compile_tool(folder: Path, version: str, name: str = "kz-tool") -> Path:
     """A real binary (not a script) that prints ``kz-tool version VERSION``."""
     folder.mkdir(parents=True, exist_ok=True)
     source = folder / f"{name}-{version}.c"
-    source.write_text(f'#include <stdio.h>\nint main(void) {{ puts("kz-tool version {version}"); return 0; }}\n')
+    source.write_text(
+        f'#include <stdio.h>\nint main(void) {{ puts("kz-tool version {version}"); return 0; }}\n'
+    )
     built = folder / f"{name}.new"
     subprocess.run(["cc", "-o", str(built), str(source)], check=True)
     os.replace(built, folder / name)  # a new inode, as a package upgrade makes
@@ -49,7 +51,11 @@ def tool_spec(tmp_path: Path):
 
 
 def probes_run(caplog: pytest.LogCaptureFixture) -> int:
-    return sum("--version" in record.getMessage() for record in caplog.records if record.name == "kzbuild.adapters.proc")
+    return sum(
+        "--version" in record.getMessage()
+        for record in caplog.records
+        if record.name == "kzbuild.adapters.proc"
+    )
 
 
 @pytest.fixture
@@ -68,7 +74,9 @@ def test_a_version_is_probed_once_per_binary_and_again_when_the_binary_changes(t
 
     first = detect(spec, env, needed_by="a test", known_outputs=VersionOutputs(outputs))
     assert first.ok and first.version == "1.2.3" and probes_run(proc_log) == 1
-    second = detect(spec, env, needed_by="a test", known_outputs=VersionOutputs(outputs))  # a new process
+    second = detect(
+        spec, env, needed_by="a test", known_outputs=VersionOutputs(outputs)
+    )  # a new process
     assert second == first and probes_run(proc_log) == 1, "the same binary is not probed again"
 
     compile_tool(bin_dir, "1.2.4")  # an upgrade: the same path, another file
@@ -87,10 +95,19 @@ def test_scripts_and_compiler_cache_wrappers_are_probed_every_time(tmp_path, pro
     outputs = VersionOutputs(tmp_path / "cache" / "versions.json")
     for version in ("1.0", "1.1"):
         version_file.write_text(version)  # what a script runs can change while the script does not
-        assert detect(spec, {"PATH": f"{bin_dir}:/usr/bin:/bin"}, needed_by="a test", known_outputs=outputs).version == version
+        assert (
+            detect(
+                spec,
+                {"PATH": f"{bin_dir}:/usr/bin:/bin"},
+                needed_by="a test",
+                known_outputs=outputs,
+            ).version
+            == version
+        )
     assert probes_run(proc_log) == 2
 
-    # /usr/lib/ccache/g++ style: a link named like the tool to a wrapper that runs whatever PATH finds
+    # /usr/lib/ccache/g++ style: a link named like the tool to a wrapper that runs whatever
+    # PATH finds
     wrapper = shutil.which("ccache") or shutil.which("true")
     assert wrapper is not None
     shutil.copy(wrapper, bin_dir / "ccache")
@@ -98,7 +115,9 @@ def test_scripts_and_compiler_cache_wrappers_are_probed_every_time(tmp_path, pro
     masquerade.unlink()
     masquerade.symlink_to(bin_dir / "ccache")
     assert outputs.key([str(masquerade), "--version"], {"PATH": str(bin_dir)}) is None
-    assert outputs.key([str(bin_dir / "ccache"), "--version"], {"PATH": str(bin_dir)}) is not None, "ccache itself is a binary"
+    assert (
+        outputs.key([str(bin_dir / "ccache"), "--version"], {"PATH": str(bin_dir)}) is not None
+    ), "ccache itself is a binary"
 
 
 def test_the_locale_and_path_are_part_of_the_key(tmp_path):
@@ -107,13 +126,20 @@ def test_the_locale_and_path_are_part_of_the_key(tmp_path):
     outputs = VersionOutputs(tmp_path / "versions.json")
     keys = {
         outputs.key([true, "--version"], env)
-        for env in ({"PATH": "/bin"}, {"PATH": "/usr/bin"}, {"PATH": "/bin", "LANG": "de_DE.UTF-8"}, {"PATH": "/bin", "LC_ALL": "C"})
+        for env in (
+            {"PATH": "/bin"},
+            {"PATH": "/usr/bin"},
+            {"PATH": "/bin", "LANG": "de_DE.UTF-8"},
+            {"PATH": "/bin", "LC_ALL": "C"},
+        )
     }
     assert len(keys) == 4 and None not in keys
 
 
 @given(damage=st.binary(max_size=300) | st.text(max_size=300).map(str.encode))
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 def test_a_damaged_version_cache_means_probing_again(tmp_path, damage):
     cmake = shutil.which("cmake")
     assert cmake is not None
@@ -131,20 +157,35 @@ def test_a_damaged_version_cache_means_probing_again(tmp_path, damage):
 # --- parsed YAML ------------------------------------------------------------------------
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(10**30), max_value=10**30),
-    st.floats(allow_nan=False), st.text(max_size=20),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=False),
+    st.text(max_size=20),
 )
 documents = st.dictionaries(
     st.text(min_size=1, max_size=10),
-    st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(min_size=1, max_size=8), inner, max_size=4), max_leaves=12),
-    min_size=1, max_size=6,
+    st.recursive(
+        scalars,
+        lambda inner: (
+            st.lists(inner, max_size=4)
+            | st.dictionaries(st.text(min_size=1, max_size=8), inner, max_size=4)
+        ),
+        max_leaves=12,
+    ),
+    min_size=1,
+    max_size=6,
 )
 
 
 def shape(value: object) -> object:
     """A parsed value with every line number it carries, for comparing two loads."""
     if isinstance(value, yamlconf.Mapping):
-        return ("m", value.line, [(key, value.key_lines[key], shape(item)) for key, item in value.items()])
+        return (
+            "m",
+            value.line,
+            [(key, value.key_lines[key], shape(item)) for key, item in value.items()],
+        )
     if isinstance(value, yamlconf.Sequence):
         return ("s", value.line, list(value.item_lines), [shape(item) for item in value])
     return ("v", type(value).__name__, value)
@@ -159,7 +200,9 @@ def remembered(tmp_path_factory: pytest.TempPathFactory):
 
 
 @given(doc=documents, style=st.sampled_from([False, True]))
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 def test_a_remembered_document_is_the_parsed_one_with_every_line(tmp_path, remembered, doc, style):
     path = tmp_path / "doc.yaml"
     path.write_text(yaml.safe_dump(doc, default_flow_style=style, allow_unicode=True))
@@ -194,13 +237,20 @@ def test_values_json_cannot_hold_are_parsed_every_time(tmp_path, remembered):
 
 json_values = st.recursive(
     st.none() | st.integers() | st.text(max_size=5) | st.booleans(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4)
+    ),
     max_leaves=15,
 )
 
 
-@given(damage=st.binary(max_size=400) | json_values.map(lambda value: json.dumps(value).encode()), entry=json_values)
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    damage=st.binary(max_size=400) | json_values.map(lambda value: json.dumps(value).encode()),
+    entry=json_values,
+)
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 def test_a_damaged_parsed_cache_means_parsing_again(tmp_path, remembered, damage, entry):
     path = tmp_path / "doc.yaml"
     path.write_text("name: x\nlist:\n  - 1\n  - two\n")

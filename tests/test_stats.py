@@ -14,7 +14,9 @@ from kzbuild.measure.stats import interleaved_order, median_effect
 
 def test_blocks_hold_every_variant_once_in_a_seeded_order():
     order = interleaved_order(["full", "-a", "-b", "upstream"], blocks=5, seed=7)
-    assert len(order) == 5 and all(sorted(block) == sorted(["full", "-a", "-b", "upstream"]) for block in order)
+    assert len(order) == 5 and all(
+        sorted(block) == sorted(["full", "-a", "-b", "upstream"]) for block in order
+    )
     assert order == interleaved_order(["full", "-a", "-b", "upstream"], blocks=5, seed=7)
     assert len({tuple(block) for block in order}) > 1  # shuffled per block, not one order repeated
 
@@ -46,7 +48,11 @@ def test_bad_samples_are_refused(bad):
         median_effect(bad, [1.0])
 
 
-@given(st.lists(st.floats(0.1, 1e6), min_size=1, max_size=20), st.lists(st.floats(0.1, 1e6), min_size=1, max_size=20), st.integers(0, 2**32))
+@given(
+    st.lists(st.floats(0.1, 1e6), min_size=1, max_size=20),
+    st.lists(st.floats(0.1, 1e6), min_size=1, max_size=20),
+    st.integers(0, 2**32),
+)
 def test_the_interval_is_ordered_and_within_what_the_samples_allow(a, b, seed):
     effect = median_effect(a, b, seed=seed, resamples=200)
     floor = (min(b) - max(a)) / max(a) * 100

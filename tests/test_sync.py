@@ -1,4 +1,5 @@
-"""kzbuild sync and status against real git repos: synthetic upstreams, served over file:// and git://."""
+"""kzbuild sync and status against real git repos: synthetic upstreams, served over file:// and
+git://."""
 
 from __future__ import annotations
 
@@ -25,8 +26,17 @@ def make_patch(upstream: UpstreamRepo, tmp_path: Path, files: dict[str, str], su
         (scratch / name).write_text(content)
     git(scratch, "add", "-A")
     date = "1700001000 +0000"
-    git(scratch, "commit", "-q", "-m", subject, env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
-    out = git(scratch, "format-patch", "-1", "--stdout", "--full-index", "--zero-commit", "--no-signature")
+    git(
+        scratch,
+        "commit",
+        "-q",
+        "-m",
+        subject,
+        env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date},
+    )
+    out = git(
+        scratch, "format-patch", "-1", "--stdout", "--full-index", "--zero-commit", "--no-signature"
+    )
     git(upstream.path, "worktree", "remove", "--force", str(scratch))
     path = tmp_path / f"{subject.replace(' ', '-')}.patch"
     path.write_text(out + "\n")
@@ -42,8 +52,12 @@ def fit_line_edit(line: int, text: str) -> str:
 @pytest.fixture
 def stacked(project, upstream, tmp_path):
     """A project whose recipe pins upstream HEAD with two patches and one overlay."""
-    first = make_patch(upstream, tmp_path, {"common/fit.cpp": fit_line_edit(5, "// kz: fix 1")}, "fix one")
-    second = make_patch(upstream, tmp_path, {"ggml/src/ggml.c": "int ggml_answer(void) { return 43; }\n"}, "fix two")
+    first = make_patch(
+        upstream, tmp_path, {"common/fit.cpp": fit_line_edit(5, "// kz: fix 1")}, "fix one"
+    )
+    second = make_patch(
+        upstream, tmp_path, {"ggml/src/ggml.c": "int ggml_answer(void) { return 43; }\n"}, "fix two"
+    )
     shutil.copy(first, project.root / "patches" / "fix-one.patch")
     shutil.copy(second, project.root / "patches" / "fix-two.patch")
     project.series("fix-one.patch", "fix-two.patch")
@@ -64,7 +78,11 @@ def test_sync_applies_series_as_commits_and_overlays(stacked, upstream, kz):
     subjects = git(wt, "log", "--format=%s", f"{upstream.head()}..HEAD").splitlines()
     assert subjects == ["kz: kernel overlays for r", "fix two", "fix one"]
     authors = git(wt, "log", "--format=%an <%ae> | %cn", f"{upstream.head()}..HEAD").splitlines()
-    assert authors == ["kzbuild <kzbuild@localhost> | kzbuild"] + ["Upstream Dev <dev@upstream.example> | kzbuild"] * 2
+    assert (
+        authors
+        == ["kzbuild <kzbuild@localhost> | kzbuild"]
+        + ["Upstream Dev <dev@upstream.example> | kzbuild"] * 2
+    )
     assert git(wt, "rev-parse", "refs/kz/base") == upstream.head()
     assert git(wt, "symbolic-ref", "HEAD") == "refs/heads/kz/r"
     assert (wt / "ggml/src/gdn-select.h").read_text() == "#pragma once\n"
@@ -95,7 +113,18 @@ def test_two_machines_give_identical_locks_and_shas(stacked, upstream, tmp_path,
     time.sleep(1.1)  # commit dates must not depend on the clock
     from kzbuild.cli import main
 
-    code = main(["--project", str(other), "--cache-dir", str(tmp_path / "c2"), "--work-dir", str(tmp_path / "w2"), "sync", "r"])
+    code = main(
+        [
+            "--project",
+            str(other),
+            "--cache-dir",
+            str(tmp_path / "c2"),
+            "--work-dir",
+            str(tmp_path / "w2"),
+            "sync",
+            "r",
+        ]
+    )
     assert code == 0
     assert (other / "recipes/r.lock.json").read_bytes() == first_lock
 
@@ -136,7 +165,12 @@ def test_unexported_commit_blocks_sync(stacked, kz):
 
 
 def test_conflicting_patch_aborts_cleanly_at_last_good_state(stacked, upstream, tmp_path, kz):
-    bad = make_patch(upstream, tmp_path, {"common/fit.cpp": fit_line_edit(5, "// someone else")}, "conflicting fix")
+    bad = make_patch(
+        upstream,
+        tmp_path,
+        {"common/fit.cpp": fit_line_edit(5, "// someone else")},
+        "conflicting fix",
+    )
     shutil.copy(bad, stacked.root / "patches/conflicting.patch")
     stacked.write("patches/series", "fix-one.patch\nconflicting.patch\nfix-two.patch\n")
     result = kz("sync", "r")
@@ -185,7 +219,12 @@ def test_missing_commit_in_source_is_an_error(project, upstream, kz):
 
 
 def long_history(upstream: UpstreamRepo, count: int) -> list[str]:
-    return [upstream.commit({"ggml/src/ggml.c": f"int ggml_answer(void) {{ return {i}; }}\n"}, f"upstream {i}") for i in range(count)]
+    return [
+        upstream.commit(
+            {"ggml/src/ggml.c": f"int ggml_answer(void) {{ return {i}; }}\n"}, f"upstream {i}"
+        )
+        for i in range(count)
+    ]
 
 
 def test_sha_only_fetch_from_git_daemon(project, upstream, git_daemon, kz):
@@ -201,7 +240,9 @@ def test_sha_only_fetch_from_git_daemon(project, upstream, git_daemon, kz):
     assert git(project.work / "src/r", "rev-parse", "HEAD") == pin
 
 
-def test_server_refusing_sha_want_falls_back_to_partial_fetch(project, upstream, git_daemon, kz, monkeypatch):
+def test_server_refusing_sha_want_falls_back_to_partial_fetch(
+    project, upstream, git_daemon, kz, monkeypatch
+):
     base, port = git_daemon
     shas = long_history(upstream, 20)
     pin = shas[9]
@@ -226,7 +267,10 @@ def test_unreachable_remote_falls_back_to_next_source(project, upstream, kz):
     project.recipe(
         "r",
         commit=upstream.head(),
-        sources=[f"git: git://127.0.0.1:{dead_port}/llama.cpp.git", f"path: file://{upstream.path}"],
+        sources=[
+            f"git: git://127.0.0.1:{dead_port}/llama.cpp.git",
+            f"path: file://{upstream.path}",
+        ],
     )
     result = kz("sync", "r")
     assert result.code == 0, result.err
@@ -249,8 +293,13 @@ def test_cache_is_shared_and_never_refetched(project, upstream, kz):
 def test_lock_busy_gives_clear_message(tmp_path):
     lock_file = tmp_path / "x.lock"
     holder = subprocess.Popen(
-        ["python", "-c", f"import fcntl,os,time; fd=os.open({str(lock_file)!r}, os.O_RDWR|os.O_CREAT); "
-         "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, b'4242'); print('held', flush=True); time.sleep(30)"],
+        [
+            "python",
+            "-c",
+            f"import fcntl,os,time; fd=os.open({str(lock_file)!r}, os.O_RDWR|os.O_CREAT); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, b'4242'); print('held', flush=True); "
+            "time.sleep(30)",
+        ],
         stdout=subprocess.PIPE,
     )
     assert holder.stdout.readline().strip() == b"held"
@@ -258,7 +307,9 @@ def test_lock_busy_gives_clear_message(tmp_path):
         with pytest.raises(Busy) as info:
             with locked(lock_file, what="the worktree X", wait=0.3):
                 pass
-        assert "the worktree X is in use by another kzbuild process (pid 4242)" in info.value.message
+        assert (
+            "the worktree X is in use by another kzbuild process (pid 4242)" in info.value.message
+        )
     finally:
         holder.kill()
         holder.wait()
@@ -266,20 +317,32 @@ def test_lock_busy_gives_clear_message(tmp_path):
         pass
 
 
-def test_after_a_conflict_the_applied_patches_are_not_taken_for_local_work(stacked, upstream, tmp_path, kz):
-    bad = make_patch(upstream, tmp_path, {"common/fit.cpp": fit_line_edit(5, "// someone else")}, "conflicting fix")
+def test_after_a_conflict_the_applied_patches_are_not_taken_for_local_work(
+    stacked, upstream, tmp_path, kz
+):
+    bad = make_patch(
+        upstream,
+        tmp_path,
+        {"common/fit.cpp": fit_line_edit(5, "// someone else")},
+        "conflicting fix",
+    )
     shutil.copy(bad, stacked.root / "patches/conflicting.patch")
     stacked.write("patches/series", "fix-one.patch\nconflicting.patch\n")
     assert kz("sync", "r").code == 5
     assert json.loads(kz("status", "r", "--json").out)["worktree"]["state"] == "clean"
-    stacked.write("patches/series", "fix-one.patch\nfix-two.patch\n")  # the conflicting patch is dropped
+    stacked.write(
+        "patches/series", "fix-one.patch\nfix-two.patch\n"
+    )  # the conflicting patch is dropped
     result = kz("sync", "r")
     assert result.code == 0, result.err
     assert git(worktree(stacked), "log", "-1", "--format=%s", "HEAD~1") == "fix two"
 
 
-def test_status_and_sync_print_plain_whole_lines_and_never_read_names_as_markup(stacked, upstream, tmp_path, capsys, monkeypatch):
-    """In a pipe: no styles, no wrapping or cutting; data that looks like rich markup is printed as it is."""
+def test_status_and_sync_print_plain_whole_lines_and_never_read_names_as_markup(
+    stacked, upstream, tmp_path, capsys, monkeypatch
+):
+    """In a pipe: no styles, no wrapping or cutting; data that looks like rich markup is printed as
+    it is."""
     from kzbuild.cli import main
 
     long_name = "a-patch-name-far-longer-than-any-terminal-is-wide-" + "x" * 80 + ".patch"
@@ -289,7 +352,17 @@ def test_status_and_sync_print_plain_whole_lines_and_never_read_names_as_markup(
 
     def run(*args: str) -> str:
         capsys.readouterr()
-        code = main(["--project", str(stacked.root), "--cache-dir", str(stacked.cache), "--work-dir", str(work), *args])
+        code = main(
+            [
+                "--project",
+                str(stacked.root),
+                "--cache-dir",
+                str(stacked.cache),
+                "--work-dir",
+                str(work),
+                *args,
+            ]
+        )
         out = capsys.readouterr().out
         assert code == 0, out
         return out
@@ -299,7 +372,11 @@ def test_status_and_sync_print_plain_whole_lines_and_never_read_names_as_markup(
     assert f"  applied {long_name} as " in synced
     status = run("status", "r")
     assert "\x1b[" not in synced + status
-    rows = dict(line.split(None, 1) for line in status.splitlines() if line.startswith(("recipe", "patch", "worktree")))
+    rows = dict(
+        line.split(None, 1)
+        for line in status.splitlines()
+        if line.startswith(("recipe", "patch", "worktree"))
+    )
     assert rows["worktree"].strip() == f"{work / 'src' / 'r'} (clean)"
     assert any(line.startswith("patch") and long_name in line for line in status.splitlines())
 

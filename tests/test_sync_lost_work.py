@@ -1,4 +1,5 @@
-"""Sync deletes nothing it did not make: ignored files, forced discards, killed syncs, a lost base ref.
+"""Sync deletes nothing it did not make: ignored files, forced discards, killed syncs, a lost base
+ref.
 
 Fault tests against real git repos. After each, ``assert_nothing_lost`` checks that the user's files
 and commits are still in the worktree or kept under a refs/kz/discarded/ ref.
@@ -40,7 +41,10 @@ def ignoring(project, upstream, tmp_path):
         {"README.md": "llama.cpp (synthetic, patched)\n"},
     ]
     for number, files in enumerate(edits, 1):
-        shutil.copy(make_patch(upstream, tmp_path, files, f"fix {number}"), project.root / "patches" / f"fix-{number}.patch")
+        shutil.copy(
+            make_patch(upstream, tmp_path, files, f"fix {number}"),
+            project.root / "patches" / f"fix-{number}.patch",
+        )
     project.series("fix-1.patch")
     project.recipe("r", commit=upstream.head(), sources=[f"path: {upstream.path}"])
     return project
@@ -66,7 +70,9 @@ def assert_nothing_lost(wt: Path, files: dict[str, str], commits: tuple[str, ...
     refs = discarded_refs(wt)
     for path, content in files.items():
         here = (wt / path).read_text() if (wt / path).is_file() else None
-        assert here == content or any(show(wt, f"{ref}:{path}") == content for ref in refs), f"lost {path}"
+        assert here == content or any(show(wt, f"{ref}:{path}") == content for ref in refs), (
+            f"lost {path}"
+        )
     reachable = git(wt, "log", "--format=%s", "HEAD", *refs).splitlines()
     for subject in commits:
         assert subject in reachable, f"lost commit {subject!r}"
@@ -78,7 +84,11 @@ def write_files(wt: Path, files: dict[str, str]) -> None:
         (wt / path).write_text(content)
 
 
-BUILD_OUTPUTS = {"build/CMakeCache.txt": "CMAKE_BUILD_TYPE=Release\n", "build/bin/llama-cli": "ELF\n", "models/tiny.gguf": "GGUF\n"}
+BUILD_OUTPUTS = {
+    "build/CMakeCache.txt": "CMAKE_BUILD_TYPE=Release\n",
+    "build/bin/llama-cli": "ELF\n",
+    "models/tiny.gguf": "GGUF\n",
+}
 
 
 def test_ignored_build_outputs_survive_a_sync(ignoring, kz):
@@ -95,7 +105,9 @@ def test_ignored_build_outputs_survive_a_sync(ignoring, kz):
     assert discarded_refs(wt) == []
 
 
-def test_ignored_file_where_a_patch_writes_blocks_sync_until_forced(ignoring, upstream, tmp_path, kz):
+def test_ignored_file_where_a_patch_writes_blocks_sync_until_forced(
+    ignoring, upstream, tmp_path, kz
+):
     assert kz("sync", "r").code == 0
     wt = worktree(ignoring)
     (wt / ".git/info/exclude").write_text("notes/\n")  # the user's own ignore rule
@@ -191,7 +203,9 @@ def test_without_any_base_every_commit_sync_did_not_make_counts(ignoring, upstre
     git(wt, "commit", "-q", "-m", "my local work")
     git(wt, "update-ref", "-d", "refs/kz/base")
     (ignoring.root / "recipes/r.lock.json").unlink()
-    newer = upstream.commit({"README.md": "newer\n"}, "newer upstream")  # HEAD does not descend from it
+    newer = upstream.commit(
+        {"README.md": "newer\n"}, "newer upstream"
+    )  # HEAD does not descend from it
     ignoring.recipe("r", commit=newer, sources=[f"path: {upstream.path}"])
     result = kz("sync", "r")
     assert result.code == 4
@@ -202,9 +216,17 @@ def test_without_any_base_every_commit_sync_did_not_make_counts(ignoring, upstre
 def test_a_git_am_of_the_user_stopped_halfway_blocks_sync(ignoring, upstream, tmp_path, kz):
     assert kz("sync", "r").code == 0
     wt = worktree(ignoring)
-    theirs = make_patch(upstream, tmp_path, {"common/fit.cpp": fit_line_edit(5, "// someone else")}, "their fix")
-    result = subprocess.run(["git", "-C", str(wt), "am", str(theirs)], capture_output=True, env={**os.environ, **GIT_ENV})
-    assert result.returncode != 0 and (wt / ".git/rebase-apply").is_dir()  # stopped: the patch conflicts
+    theirs = make_patch(
+        upstream, tmp_path, {"common/fit.cpp": fit_line_edit(5, "// someone else")}, "their fix"
+    )
+    result = subprocess.run(
+        ["git", "-C", str(wt), "am", str(theirs)],
+        capture_output=True,
+        env={**os.environ, **GIT_ENV},
+    )
+    assert (
+        result.returncode != 0 and (wt / ".git/rebase-apply").is_dir()
+    )  # stopped: the patch conflicts
     all_patches(ignoring)
     refused = kz("sync", "r")
     assert refused.code == 4 and "a git am in progress" in refused.err
@@ -223,17 +245,34 @@ if [ $n -eq {k} ]; then touch '{reached}'; sleep 60; fi
 
 
 def kill_sync_in_hook(project, tmp_path: Path, hook: str, k: int) -> None:
-    """Run ``python -m kzbuild sync r`` and kill -9 its process group when git am runs ``hook`` for the k-th patch."""
+    """Run ``python -m kzbuild sync r`` and kill -9 its process group when git am runs ``hook`` for
+    the k-th patch."""
     wt = worktree(project)
     reached = tmp_path / "reached"
     script = wt / ".git/hooks" / hook
     script.parent.mkdir(exist_ok=True)
     script.write_text(HOOK.format(k=k, count=tmp_path / "count", reached=reached))
     script.chmod(0o755)
-    argv = [sys.executable, "-m", "kzbuild", "--project", str(project.root), "--cache-dir", str(project.cache),
-            "--work-dir", str(project.work), "sync", "r"]
-    child = subprocess.Popen(argv, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             env={**os.environ, **GIT_ENV})
+    argv = [
+        sys.executable,
+        "-m",
+        "kzbuild",
+        "--project",
+        str(project.root),
+        "--cache-dir",
+        str(project.cache),
+        "--work-dir",
+        str(project.work),
+        "sync",
+        "r",
+    ]
+    child = subprocess.Popen(
+        argv,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **GIT_ENV},
+    )
     try:
         deadline = time.monotonic() + 30
         while not reached.exists():
@@ -250,7 +289,18 @@ def uninterrupted_lock(project, tmp_path: Path) -> bytes:
     """The lock the same inputs give on a machine where nothing was killed."""
     other = tmp_path / "other-project"
     shutil.copytree(project.root, other)
-    code = main(["--project", str(other), "--cache-dir", str(tmp_path / "c2"), "--work-dir", str(tmp_path / "w2"), "sync", "r"])
+    code = main(
+        [
+            "--project",
+            str(other),
+            "--cache-dir",
+            str(tmp_path / "c2"),
+            "--work-dir",
+            str(tmp_path / "w2"),
+            "sync",
+            "r",
+        ]
+    )
     assert code == 0
     return (other / "recipes/r.lock.json").read_bytes()
 
@@ -258,7 +308,11 @@ def uninterrupted_lock(project, tmp_path: Path) -> bytes:
 @pytest.mark.parametrize(
     ("hook", "k", "leftover"),
     [
-        ("pre-applypatch", 3, "dirty"),  # patch 3 applied to the tree, not committed: dirt sync made
+        (
+            "pre-applypatch",
+            3,
+            "dirty",
+        ),  # patch 3 applied to the tree, not committed: dirt sync made
         ("post-applypatch", 2, "commit"),  # patch 2 committed, before sync could record the commit
     ],
 )
@@ -277,7 +331,9 @@ def test_a_killed_sync_is_picked_up_by_the_next(ignoring, tmp_path, kz, hook, k,
     assert bool(status["dirty"]) == (leftover == "dirty")
     human = kz("status", "r").out
     assert "interrupted" in human and "unsaved" not in human
-    assert kz("patches", "export", "r").code == 4  # the series is half applied: exporting it would drop patches
+    assert (
+        kz("patches", "export", "r").code == 4
+    )  # the series is half applied: exporting it would drop patches
 
     result = kz("sync", "r")  # no --force
     assert result.code == 0, result.err

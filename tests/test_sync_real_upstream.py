@@ -1,4 +1,5 @@
-"""Sync the team's real recipe against real upstream llama.cpp from the PyPI sdist mirror (slow tier)."""
+"""Sync the team's real recipe against real upstream llama.cpp from the PyPI sdist mirror (slow
+tier)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def fresh_project(tmp_path):
-    """A first sync's situation: a new object cache and work dir (sdists still downloaded once per machine)."""
+    """A first sync's situation: a new object cache and work dir (sdists still downloaded once per
+    machine)."""
     project = real_project(tmp_path, fresh_cache=True)
     return project.root, project.cache, project.work
 
@@ -30,7 +32,10 @@ def test_sync_pad3_v79_from_pypi_sdist(fresh_project, capsys):
     worktree = work / "src" / "pad3-v79"
     assert git(worktree, "rev-parse", "refs/kz/base") == PIN_0_3_36
     assert git(worktree, "status", "--porcelain") == ""
-    assert git(worktree, "log", "-1", "--format=%s", PIN_0_3_36) == "webgpu: fix SSM_SCAN binding aliasing (#29750)"
+    assert (
+        git(worktree, "log", "-1", "--format=%s", PIN_0_3_36)
+        == "webgpu: fix SSM_SCAN binding aliasing (#29750)"
+    )
     lock = json.loads((root / "recipes/pad3-v79.lock.json").read_text())
     assert lock["upstream"]["commit"] == PIN_0_3_36
     assert lock["upstream"]["fetched_from"] == "pypi-sdist:llama-cpp-python==0.3.36"

@@ -28,7 +28,8 @@ SEEN = (
 def run_test_all(
     tmp_path: Path, env: dict[str, str]
 ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, str]]]:
-    """scripts/test-all in a copy of the repo's layout, whose setup does nothing and whose venv python
+    """scripts/test-all in a copy of the repo's layout, whose setup does nothing and whose venv
+    python
     records, for each pytest tier, the environment it ran in (and whether HOME was empty)."""
     (tmp_path / "repo" / "scripts").mkdir(parents=True)
     shutil.copy(REPO_ROOT / "scripts" / "test-all", tmp_path / "repo" / "scripts" / "test-all")
@@ -37,7 +38,8 @@ def run_test_all(
     lines = " ".join(f'"{name}=${{{name}-<unset>}}"' for name in SEEN)
     stub(
         tmp_path / "venv" / "bin" / "python",
-        f'[ "$2" = pytest ] || exit 0\n{{ printf "%s\\t" {lines} "home_files=$(ls -A "$HOME" | wc -l)"; echo; }} >> {record}\n',
+        f'[ "$2" = pytest ] || exit 0\n{{ printf "%s\\t" {lines} "home_files=$(ls -A "$HOME" | wc '
+        f'-l)"; echo; }} >> {record}\n',
     )
     ran = subprocess.run(
         ["bash", str(tmp_path / "repo" / "scripts" / "test-all")],

@@ -39,8 +39,17 @@ def kz(tiny: Tiny, capsys: pytest.CaptureFixture[str], *args: str, **dirs: Path)
     project = tiny.project
     folders = {"cache": project.cache, "work": project.work, **dirs}
     capsys.readouterr()
-    code = main(["--project", str(project.root), "--cache-dir", str(folders["cache"]),
-                 "--work-dir", str(folders["work"]), *args])  # fmt: skip
+    code = main(
+        [
+            "--project",
+            str(project.root),
+            "--cache-dir",
+            str(folders["cache"]),
+            "--work-dir",
+            str(folders["work"]),
+            *args,
+        ]
+    )
     return code, " ".join(capsys.readouterr().err.split())
 
 

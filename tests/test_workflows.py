@@ -43,7 +43,8 @@ def kzbuild_argv(line: str) -> list[str] | None:
 
 
 def check_kzbuild_command(args: list[str]) -> None:
-    """Parse ``args`` with kzbuild's own CLI (without running it): unknown commands or options fail."""
+    """Parse ``args`` with kzbuild's own CLI (without running it): unknown commands or options
+    fail."""
     group = typer.main.get_command(app)
     root = group.make_context("kzbuild", list(args), resilient_parsing=False)
     # click keeps the subcommand's name apart from its arguments (a private field in newer clicks)
@@ -91,7 +92,9 @@ def test_tests_workflow_runs_both_tiers():
 def test_v79_workflow_checks_every_push_and_builds_with_the_sdk_only_where_the_image_is_set():
     doc = load(REPO_ROOT / ".github" / "workflows" / "snapdragon-v79.yml")
     triggers = doc.get("on", doc.get(True))
-    assert "push" in triggers and not triggers["push"], "the check must run on every push (no branch or path filter)"
+    assert "push" in triggers and not triggers["push"], (
+        "the check must run on every push (no branch or path filter)"
+    )
     check, full = doc["jobs"]["v79-check"], doc["jobs"]["v79"]
     # the compile check: a plain runner, no container, no condition
     assert "container" not in check and "if" not in check
@@ -103,7 +106,11 @@ def test_v79_workflow_checks_every_push_and_builds_with_the_sdk_only_where_the_i
     assert full["needs"] == "v79-check"
     assert "kzbuild ci pad3-v79 --target v79" in run_lines({"jobs": {"f": full}})
     job = full
-    upload = next(step for step in job["steps"] if str(step.get("uses", "")).startswith("actions/upload-artifact"))
+    upload = next(
+        step
+        for step in job["steps"]
+        if str(step.get("uses", "")).startswith("actions/upload-artifact")
+    )
     assert upload["with"]["path"] == ".kz/artifacts/"
 
 
@@ -120,7 +127,9 @@ def test_roll_workflow_runs_nightly_and_uploads_the_report_whatever_the_outcome(
     assert argv[:2] == ["roll", "pad3-v79"] and "--write" in argv
     report = argv[argv.index("--report") + 1]
     assert roll["run"].splitlines()[0] == "set +e"  # a conflict (exit 5) must not skip the upload
-    upload = next(step for step in steps if str(step.get("uses", "")).startswith("actions/upload-artifact"))
+    upload = next(
+        step for step in steps if str(step.get("uses", "")).startswith("actions/upload-artifact")
+    )
     assert upload["if"] == "always()" and upload["with"]["path"] == report
     assert steps.index(upload) > steps.index(roll)
     fail = steps[-1]

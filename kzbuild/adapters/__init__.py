@@ -1,1 +1,2 @@
-"""Adapters: the one process runner, git, files, locks, YAML and settings. They know no capability."""
+"""Adapters: the one process runner, git, files, locks, YAML and settings. They know no
+capability."""

@@ -31,7 +31,8 @@ def locked(path: Path, *, what: str, wait: float = 10.0, shared: bool = False) -
                 if time.monotonic() >= deadline:
                     holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
                     raise Busy(
-                        f"{what} is in use by another kzbuild process (pid {holder}); gave up after {wait:.0f} s",
+                        f"{what} is in use by another kzbuild process (pid {holder}); gave up "
+                        f"after {wait:.0f} s",
                         hint=f"wait for it to finish; the lock file is {path}",
                     ) from None
                 time.sleep(0.1)

@@ -18,7 +18,8 @@ HASH_CHUNK = 1 << 20
 def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` in one rename: readers see the old file or the new one,
     and after a crash the new one is on disk (fsynced before the rename), never a torn file.
-    ``durable=False`` skips the fsync (~10 ms) for files a crash may lose, such as counters and caches."""
+    ``durable=False`` skips the fsync (~10 ms) for files a crash may lose, such as counters and
+    caches."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -58,10 +59,18 @@ class TextCache:
 
     def get(self, key: str) -> str | None:
         entry = self._load().get(key)
-        if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(part, str) for part in entry)):
+        if not (
+            isinstance(entry, list)
+            and len(entry) == 2
+            and all(isinstance(part, str) for part in entry)
+        ):
             return None
         digest, text = entry
-        return text if hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest() == digest else None
+        return (
+            text
+            if hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest() == digest
+            else None
+        )
 
     def put(self, key: str, text: str) -> None:
         entries = self._load()
@@ -74,7 +83,8 @@ class TextCache:
         """Drop every entry whose text is ``unwanted`` (and every malformed one) from the file."""
         entries = self._load()
         dropped = [
-            key for key, entry in entries.items()
+            key
+            for key, entry in entries.items()
             if not isinstance(entry, list)
             or any(not isinstance(part, str) or unwanted(part) for part in entry)
         ]
@@ -96,7 +106,11 @@ class TextCache:
                 stored = json.loads(self.path.read_bytes())
             except (OSError, ValueError, RecursionError):
                 stored = None
-            entries = stored.get("entries") if isinstance(stored, dict) and stored.get("format") == self.FORMAT else None
+            entries = (
+                stored.get("entries")
+                if isinstance(stored, dict) and stored.get("format") == self.FORMAT
+                else None
+            )
             self._entries = entries if isinstance(entries, dict) else {}
         return self._entries
 

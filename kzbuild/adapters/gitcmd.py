@@ -53,15 +53,23 @@ class Git:
 
     def run_bytes(self, *args: str, input: bytes | None = None) -> proc.BytesResult:
         """run() for blobs: stdin and stdout as bytes."""
-        return proc.run_bytes(["git", "-C", str(self.repo), *args], quiet_env=ISOLATED_ENV, input=input)
+        return proc.run_bytes(
+            ["git", "-C", str(self.repo), *args], quiet_env=ISOLATED_ENV, input=input
+        )
 
-    def __call__(self, *args: str, env: Mapping[str, str] | None = None, input: str | None = None) -> str:
+    def __call__(
+        self, *args: str, env: Mapping[str, str] | None = None, input: str | None = None
+    ) -> str:
         """Run and return stdout without the trailing newline."""
         return self.run(*args, env=env, input=input).stdout.rstrip("\n")
 
     def fetch(self, *args: str, progress: Callable[[str], None] | None = None) -> None:
         """``git fetch --no-tags --progress ARGS``, handing each progress line to ``progress``."""
-        proc.stream(["git", "-C", str(self.repo), "fetch", "--no-tags", "--progress", *args], quiet_env=ISOLATED_ENV, on_line=progress)
+        proc.stream(
+            ["git", "-C", str(self.repo), "fetch", "--no-tags", "--progress", *args],
+            quiet_env=ISOLATED_ENV,
+            on_line=progress,
+        )
 
     def init_bare(self) -> None:
         proc.run(["git", "init", "-q", "--bare", str(self.repo)], quiet_env=ISOLATED_ENV)
@@ -79,11 +87,15 @@ class Git:
 
     def resolve_all(self, *revs: str) -> tuple[str | None, ...]:
         """resolve() of each rev, in one git call when all of them exist."""
-        result = self.run("rev-parse", "--revs-only", *(f"{rev}^{{commit}}" for rev in revs), check=False)
+        result = self.run(
+            "rev-parse", "--revs-only", *(f"{rev}^{{commit}}" for rev in revs), check=False
+        )
         shas = result.stdout.split()
         if result.ok and len(shas) == len(revs):
             return tuple(shas)
-        return tuple(self.resolve(rev) for rev in revs)  # --revs-only drops a missing one: which, only one call each tells
+        return tuple(
+            self.resolve(rev) for rev in revs
+        )  # --revs-only drops a missing one: which, only one call each tells
 
     def has_commit(self, sha: str) -> bool:
         return self.run("cat-file", "-e", f"{sha}^{{commit}}", check=False).ok
@@ -114,4 +126,8 @@ def remote_failure(result: proc.Result) -> str:
 
 def unset_in_config_file(config: Path, key: str) -> None:
     """Remove every ``key`` from one git config file (a gitdir outside any worktree)."""
-    proc.run(["git", "config", "--file", str(config), "--unset-all", key], quiet_env=ISOLATED_ENV, check=False)
+    proc.run(
+        ["git", "config", "--file", str(config), "--unset-all", key],
+        quiet_env=ISOLATED_ENV,
+        check=False,
+    )

@@ -20,13 +20,17 @@ from pathlib import Path
 from typing import IO, Any, Generic, TypeVar, cast
 
 from kzbuild.errors import CommandFailed, NotAvailableHere
-from kzbuild.model.urls import redact as redact  # proc.redact: what every logged command and error goes through
+from kzbuild.model.urls import (
+    redact as redact,
+)  # proc.redact: what every logged command and error goes through
 
 log = logging.getLogger("kzbuild.adapters.proc")
 STOP_GRACE = 2.0  # seconds an interrupted command gets to end after SIGTERM
 
+
 class RedactCredentials(logging.Filter):
-    """A logging filter that redacts URL credentials from every record (warnings name caches by URL)."""
+    """A logging filter that redacts URL credentials from every record (warnings name caches by
+    URL)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if "://" in (message := record.getMessage()):
@@ -43,7 +47,8 @@ Output = TypeVar("Output", str, bytes)
 
 @dataclass(frozen=True)
 class Captured(Generic[Output]):
-    """What a finished command left: its exit code, its stdout (text or bytes) and its stderr (text)."""
+    """What a finished command left: its exit code, its stdout (text or bytes) and its stderr
+    (text)."""
 
     argv: list[str]
     returncode: int
@@ -65,7 +70,9 @@ class BytesResult(Captured[bytes]):
     """What run_bytes() captured: stdout as the command wrote it (a blob, a binary's output)."""
 
 
-def describe(argv: Sequence[str], cwd: Path | str | None = None, env: Mapping[str, str] | None = None) -> str:
+def describe(
+    argv: Sequence[str], cwd: Path | str | None = None, env: Mapping[str, str] | None = None
+) -> str:
     """The command as a user could paste it into a shell."""
     parts = []
     if cwd is not None:
@@ -87,7 +94,9 @@ def require(program: str, *, why: str = "") -> str:
     return found
 
 
-def _described_replacing(args: list[str], cwd: Path | str | None, env: Mapping[str, str] | None) -> str:
+def _described_replacing(
+    args: list[str], cwd: Path | str | None, env: Mapping[str, str] | None
+) -> str:
     """describe() for a command given a whole environment: only what it changes from ours is shown
     (``env -u`` for what it drops); the rest is the user's own environment, long, maybe secret."""
     if env is None:
@@ -118,12 +127,15 @@ def run(
     input: str | None = None,
     timeout: float | None = None,
 ) -> Result:
-    """Run ``argv`` to completion, capturing its output as text. Raises CommandFailed when ``check``.
+    """Run ``argv`` to completion, capturing its output as text. Raises CommandFailed when
+    ``check``.
 
     ``quiet_env`` is added to the environment like ``env`` but left out of the log line
     (settings every call of a kind shares, such as git's config isolation).
     """
-    args, completed = _completed(argv, cwd, env, quiet_env, replace_env, check, input, timeout, text=True)
+    args, completed = _completed(
+        argv, cwd, env, quiet_env, replace_env, check, input, timeout, text=True
+    )
     return Result(args, completed.returncode, completed.stdout, completed.stderr)
 
 
@@ -138,8 +150,12 @@ def run_bytes(
     timeout: float | None = None,
 ) -> BytesResult:
     """run(), with stdin and stdout as bytes (stderr still text, for messages)."""
-    args, completed = _completed(argv, cwd, env, quiet_env, False, check, input, timeout, text=False)
-    return BytesResult(args, completed.returncode, completed.stdout, completed.stderr.decode(errors="replace"))
+    args, completed = _completed(
+        argv, cwd, env, quiet_env, False, check, input, timeout, text=False
+    )
+    return BytesResult(
+        args, completed.returncode, completed.stdout, completed.stderr.decode(errors="replace")
+    )
 
 
 def _completed(
@@ -155,12 +171,16 @@ def _completed(
     text: bool,
 ) -> tuple[list[str], subprocess.CompletedProcess[Any]]:
     args = [os.fspath(a) for a in argv]
-    log.info("$ %s", _described_replacing(args, cwd, env) if replace_env else describe(args, cwd, env))
+    log.info(
+        "$ %s", _described_replacing(args, cwd, env) if replace_env else describe(args, cwd, env)
+    )
     try:
         completed = subprocess.run(
             args,
             cwd=cwd,
-            env=_environment({**(quiet_env or {}), **(env or {})} if env or quiet_env else None, replace_env),
+            env=_environment(
+                {**(quiet_env or {}), **(env or {})} if env or quiet_env else None, replace_env
+            ),
             input=input,
             capture_output=True,
             timeout=timeout,
@@ -205,7 +225,9 @@ def stream(
             proc = subprocess.Popen(
                 args,
                 cwd=cwd,
-                env=_environment({**(quiet_env or {}), **(env or {})} if env or quiet_env else None, False),
+                env=_environment(
+                    {**(quiet_env or {}), **(env or {})} if env or quiet_env else None, False
+                ),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
@@ -258,7 +280,11 @@ def run_split(
     log.info("$ %s", describe(args, cwd, env))
     try:
         child = subprocess.Popen(
-            args, cwd=cwd, env=_environment(env, False), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            args,
+            cwd=cwd,
+            env=_environment(env, False),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
         )
     except FileNotFoundError as exc:
@@ -273,7 +299,9 @@ def run_split(
         except BrokenPipeError:
             pass  # the command stopped reading: its exit code says why
         except Exception as exc:
-            sink_failures.append(exc)  # reading the input failed (a local file vanished): raised below
+            sink_failures.append(
+                exc
+            )  # reading the input failed (a local file vanished): raised below
         finally:
             try:
                 handle.close()
@@ -293,7 +321,10 @@ def run_split(
             sink_failures.append(exc)
             handle.close()
 
-    pipes = (cast(IO[bytes], child.stdout), cast(IO[bytes], child.stderr))  # both PIPE, so never None
+    pipes = (
+        cast(IO[bytes], child.stdout),
+        cast(IO[bytes], child.stderr),
+    )  # both PIPE, so never None
     pumps = [
         threading.Thread(target=pump, args=(pipes[0], on_stdout, kept[0]), daemon=True),
         threading.Thread(target=pump, args=(pipes[1], on_stderr, kept[1]), daemon=True),

@@ -1,7 +1,8 @@
 """Where kzbuild keeps things: the project, the shared cache and the per-project work dir.
 
 Precedence: built-in default < environment (KZ_PROJECT, KZ_CACHE_DIR, KZ_WORK_DIR,
-KZ_RESULTS_DIR, XDG_CACHE_HOME) < command-line flag. The environment is passed in, never read globally.
+KZ_RESULTS_DIR, XDG_CACHE_HOME) < command-line flag. The environment is passed in, never read
+globally.
 """
 
 from __future__ import annotations
@@ -60,14 +61,24 @@ class Settings:
         if cache is None:
             cache = _env_path(environ, "KZ_CACHE_DIR")
         if cache is None:
-            xdg = _env_path(environ, "XDG_CACHE_HOME") or Path(environ.get("HOME", "~")).expanduser() / ".cache"
+            xdg = (
+                _env_path(environ, "XDG_CACHE_HOME")
+                or Path(environ.get("HOME", "~")).expanduser() / ".cache"
+            )
             cache = xdg / "kzbuild"
         work = work or _env_path(environ, "KZ_WORK_DIR") or project / ".kz"
         results = results or _env_path(environ, "KZ_RESULTS_DIR")
         if not project.is_dir():
-            raise ConfigError(f"the project {project} is not a folder", hint="pass --project / set KZ_PROJECT to the folder that holds recipes/")
-        folders = (("--project / KZ_PROJECT", project), ("--cache-dir / KZ_CACHE_DIR", cache),
-                   ("--work-dir / KZ_WORK_DIR", work), ("--results-dir / KZ_RESULTS_DIR", results))
+            raise ConfigError(
+                f"the project {project} is not a folder",
+                hint="pass --project / set KZ_PROJECT to the folder that holds recipes/",
+            )
+        folders = (
+            ("--project / KZ_PROJECT", project),
+            ("--cache-dir / KZ_CACHE_DIR", cache),
+            ("--work-dir / KZ_WORK_DIR", work),
+            ("--results-dir / KZ_RESULTS_DIR", results),
+        )
         for option, folder in folders:
             if folder is not None and not _is_utf8(folder):
                 raise ConfigError(
@@ -77,7 +88,12 @@ class Settings:
                 )
             if folder is not None and folder.exists() and not folder.is_dir():
                 raise ConfigError(f"{option}: {folder} is not a folder")
-        return cls(project=project, cache=cache.resolve(), work=work.resolve(), results_dir=results.resolve() if results else None)
+        return cls(
+            project=project,
+            cache=cache.resolve(),
+            work=work.resolve(),
+            results_dir=results.resolve() if results else None,
+        )
 
     # --- the shared cache (one per machine, shared by all projects) ---
     @property
@@ -105,7 +121,8 @@ class Settings:
 
     @property
     def toolchain_versions(self) -> Path:
-        """What toolchain programs' version commands printed, by binary (toolchains.VersionOutputs)."""
+        """What toolchain programs' version commands printed, by binary
+        (toolchains.VersionOutputs)."""
         return self.cache / "toolchain-versions.json"
 
     # --- the project ---

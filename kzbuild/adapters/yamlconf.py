@@ -29,7 +29,8 @@ NAME_MAX = 255  # bytes in one file name, on every Linux file system
 
 
 def path_problem(text: str) -> str | None:
-    """What makes ``text`` a path no file can have (the OS would raise instead of answering), or None."""
+    """What makes ``text`` a path no file can have (the OS would raise instead of answering), or
+    None."""
     if "\0" in text:
         return "a path cannot hold a NUL byte"
     if any(len(part.encode("utf-8", "surrogatepass")) > NAME_MAX for part in text.split("/")):
@@ -56,18 +57,28 @@ class Mapping(dict[str, Any]):
         line = self.line_of(key) if key is not None else self.line
         return ConfigError(message, path=self.path, line=line, key=key, hint=hint)
 
-    def check_keys(self, allowed: Iterable[str], *, required: Iterable[str] = (), context: str = "") -> None:
+    def check_keys(
+        self, allowed: Iterable[str], *, required: Iterable[str] = (), context: str = ""
+    ) -> None:
         allowed = list(allowed)
         for key in self:
             if key not in allowed:
                 import difflib  # only for this hint: ~2 ms of every start otherwise
 
                 close = difflib.get_close_matches(str(key), allowed, n=1)
-                hint = f"did you mean '{close[0]}'?" if close else f"allowed keys: {', '.join(allowed)}"
-                raise self.error(str(key), f"unknown key{' in ' + context if context else ''}", hint=hint)
+                hint = (
+                    f"did you mean '{close[0]}'?"
+                    if close
+                    else f"allowed keys: {', '.join(allowed)}"
+                )
+                raise self.error(
+                    str(key), f"unknown key{' in ' + context if context else ''}", hint=hint
+                )
         for key in required:
             if key not in self:
-                raise self.error(None, f"missing required key '{key}'{' in ' + context if context else ''}")
+                raise self.error(
+                    None, f"missing required key '{key}'{' in ' + context if context else ''}"
+                )
 
     def get_str(self, key: str, default: str | None = None) -> str | None:
         """The value as text; a key set to null counts as absent (``default``)."""
@@ -95,7 +106,8 @@ class Mapping(dict[str, Any]):
         return paths
 
     def get_str_list(self, key: str) -> tuple[str, ...]:
-        """A list of strings (numbers are taken as their text); nested lists, mappings, null and booleans are errors."""
+        """A list of strings (numbers are taken as their text); nested lists, mappings, null and
+        booleans are errors."""
         items = self.get_list(key)
         for index, item in enumerate(items):
             if not is_scalar_text(item):
@@ -159,22 +171,29 @@ def read_bytes(path: Path) -> bytes:
 
 
 def utf8_error(data: bytes, path: Path) -> ConfigError | None:
-    """None when ``data`` is UTF-8; else the error naming the file, the line and the first bad byte."""
+    """None when ``data`` is UTF-8; else the error naming the file, the line and the first bad
+    byte."""
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        return ConfigError(f"not valid UTF-8 (byte 0x{data[exc.start]:02x}); save the file as UTF-8", path=path, line=line)
+        return ConfigError(
+            f"not valid UTF-8 (byte 0x{data[exc.start]:02x}); save the file as UTF-8",
+            path=path,
+            line=line,
+        )
     return None
 
 
 def read_text(path: Path) -> str:
-    """A config file's text. A file that cannot be read or is not UTF-8 is a ConfigError naming it (and the line)."""
+    """A config file's text. A file that cannot be read or is not UTF-8 is a ConfigError naming it
+    (and the line)."""
     return text_of(read_bytes(path), path)
 
 
 def text_of(data: bytes, path: Path) -> str:
-    """``data`` read from ``path`` as UTF-8 text, or the ConfigError naming the line of the first bad byte."""
+    """``data`` read from ``path`` as UTF-8 text, or the ConfigError naming the line of the first
+    bad byte."""
     error = utf8_error(data, path)
     if error is not None:
         raise error
@@ -199,7 +218,8 @@ MAX_PARSED = 256  # documents kept; each edit of a config file adds one
 
 class ParsedDocuments:
     """Parsed documents by the sha256 of the file's bytes: a changed file is parsed again, and an
-    entry only ever stands for the bytes it was parsed from (a TextCache: damage means parsing again)."""
+    entry only ever stands for the bytes it was parsed from (a TextCache: damage means parsing
+    again)."""
 
     def __init__(self, path: Path) -> None:
         self.texts = TextCache(path, limit=MAX_PARSED)
@@ -241,9 +261,14 @@ def remember_parsed_in(path: Path | None) -> None:
 
 
 def _encode(value: Any) -> Any:
-    """A parsed value as JSON: [m, line, [[key, key line, value]...]], [s, line, item lines, [values]] or [v, scalar]."""
+    """A parsed value as JSON: [m, line, [[key, key line, value]...]], [s, line, item lines,
+    [values]] or [v, scalar]."""
     if isinstance(value, Mapping):
-        return ["m", value.line, [[key, value.key_lines[key], _encode(item)] for key, item in value.items()]]
+        return [
+            "m",
+            value.line,
+            [[key, value.key_lines[key], _encode(item)] for key, item in value.items()],
+        ]
     if isinstance(value, Sequence):
         return ["s", value.line, list(value.item_lines), [_encode(item) for item in value]]
     if value is None or isinstance(value, (str, bool, int, float)):
@@ -260,7 +285,11 @@ def _line(value: Any) -> int:
 def _decode(tree: Any, path: Path) -> Any:
     """_encode() undone, checking every part (a stored file may be damaged)."""
     kind = tree[0]
-    if kind == "v" and len(tree) == 2 and (tree[1] is None or isinstance(tree[1], (str, bool, int, float))):
+    if (
+        kind == "v"
+        and len(tree) == 2
+        and (tree[1] is None or isinstance(tree[1], (str, bool, int, float)))
+    ):
         return tree[1]
     if kind == "m" and len(tree) == 3:
         mapping = Mapping()
@@ -280,7 +309,8 @@ def _decode(tree: Any, path: Path) -> Any:
 
 
 def _loader_class() -> type[yaml.SafeLoader]:
-    """libyaml's parser when PyYAML has it: the pure-Python one takes ~10 ms a file, and a build reads a dozen."""
+    """libyaml's parser when PyYAML has it: the pure-Python one takes ~10 ms a file, and a build
+    reads a dozen."""
     import yaml
 
     return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -302,7 +332,11 @@ def loads(text: str, path: Path) -> Mapping:
         raise ConfigError(f"invalid YAML: {exc.problem or exc}", path=path, line=line) from exc
     except yaml.reader.ReaderError as exc:
         line = text.count("\n", 0, exc.position) + 1
-        raise ConfigError(f"invalid YAML: control character #x{exc.character:02x} is not allowed", path=path, line=line) from exc
+        raise ConfigError(
+            f"invalid YAML: control character #x{exc.character:02x} is not allowed",
+            path=path,
+            line=line,
+        ) from exc
     except RecursionError:
         raise ConfigError("invalid YAML: nested too deeply", path=path) from None
     if node is None:
@@ -313,12 +347,15 @@ def loads(text: str, path: Path) -> Mapping:
 
 
 class _Converter:
-    """Turns composed YAML nodes into Mapping/Sequence/scalars, refusing alias loops and alias bombs."""
+    """Turns composed YAML nodes into Mapping/Sequence/scalars, refusing alias loops and alias
+    bombs."""
 
     def __init__(self, path: Path, loader: yaml.SafeLoader) -> None:
         self.path = path
         self.loader = loader
-        self.open_nodes: set[int] = set()  # collections being converted: an alias to one of them is a loop
+        self.open_nodes: set[int] = (
+            set()
+        )  # collections being converted: an alias to one of them is a loop
         self.converted = 0
 
     def error(self, node: yaml.Node, message: str, key: str | None = None) -> ConfigError:
@@ -329,11 +366,15 @@ class _Converter:
 
         self.converted += 1
         if self.converted > MAX_NODES:
-            raise self.error(node, f"more than {MAX_NODES} values: aliases (*name) expand to too much")
+            raise self.error(
+                node, f"more than {MAX_NODES} values: aliases (*name) expand to too much"
+            )
         if not isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
             return self.scalar(node)
         if id(node) in self.open_nodes:
-            raise self.error(node, "an alias (*name) refers to a value that contains it: an endless loop")
+            raise self.error(
+                node, "an alias (*name) refers to a value that contains it: an endless loop"
+            )
         self.open_nodes.add(id(node))
         try:
             return self.mapping(node) if isinstance(node, yaml.MappingNode) else self.sequence(node)

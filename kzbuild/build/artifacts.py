@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 
 
 def recorded_manifests(root: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """Each readable ``manifest.json`` under an artifacts root, parsed; unreadable ones are skipped."""
+    """Each readable ``manifest.json`` under an artifacts root, parsed; unreadable ones are
+    skipped."""
     for manifest in root.glob(f"*/{MANIFEST}"):
         try:
             doc = json.loads(manifest.read_text(encoding="utf-8"))
@@ -51,7 +52,8 @@ def existing_artifact(root: Path, build_id: str) -> Artifact | None:
 
 @contextmanager
 def staged(root: Path, build_id: str) -> Iterator[Path]:
-    """The staging folder of ``root/build_id`` (this process's, not yet made): filled in the block and
+    """The staging folder of ``root/build_id`` (this process's, not yet made): filled in the block
+    and
     placed with :func:`publish`; removed when the block fails."""
     staging = root / f".tmp-{build_id}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
@@ -84,20 +86,23 @@ def publish(staging: Path, manifest: bytes, root: Path, build_id: str) -> Artifa
 
 
 def find_artifact(settings: Settings, ref: str | None, recipe: Recipe | None) -> Artifact:
-    """``ref`` is a build id under the artifacts dir or a path; without it, the recipe's newest artifact."""
+    """``ref`` is a build id under the artifacts dir or a path; without it, the recipe's newest
+    artifact."""
     if ref is not None:
         candidates = [Path(ref).expanduser(), settings.artifacts / ref]
         for candidate in candidates:
             if (candidate / MANIFEST).is_file():
                 return load_artifact(candidate)
         raise ConfigError(
-            f"no artifact '{ref}': neither a directory with {MANIFEST} nor a build id in {settings.artifacts}",
+            f"no artifact '{ref}': neither a directory with {MANIFEST} nor a build id in "
+            f"{settings.artifacts}",
             hint="run kzbuild build, or pass --artifact with a build id or an artifact directory",
         )
     assert recipe is not None, "a recipe or an artifact reference is needed"
     newest: tuple[float, Path] | None = None
     for manifest, doc in recorded_manifests(settings.artifacts):
-        # a compile check (--target v79-check: "proves" compilation only) holds objects, nothing to run
+        # a compile check (--target v79-check: "proves" compilation only) holds objects,
+        # nothing to run
         if doc.get("recipe") == recipe.name and "proves" not in doc:
             stamp = manifest.stat().st_mtime
             if newest is None or stamp > newest[0]:
@@ -138,22 +143,32 @@ def load_artifact(directory: Path) -> Artifact:
                 path=path,
                 hint="the artifact changed after it was built; rebuild it",
             )
+
     def text(key: str) -> str | None:
         value = doc.get(key)
         return value if isinstance(value, str) else None
 
     return Artifact(
-        path=directory, build_id=build_id, files=files, recipe=text("recipe"), target=text("target"),
-        build_commit=text("build_commit"), manifest=doc,
+        path=directory,
+        build_id=build_id,
+        files=files,
+        recipe=text("recipe"),
+        target=text("target"),
+        build_commit=text("build_commit"),
+        manifest=doc,
     )
 
 
-def _regular_file(directory: Path, relpath: str, manifest: Path, checked: set[Path]) -> os.stat_result:
-    """lstat of an artifact file that is a regular file inside ``directory``, reached without a symlink.
+def _regular_file(
+    directory: Path, relpath: str, manifest: Path, checked: set[Path]
+) -> os.stat_result:
+    """lstat of an artifact file that is a regular file inside ``directory``, reached without a
+    symlink.
 
     A symlink (the file or a parent dir) could send a host file such as /etc/passwd to the device.
     ``relpath`` is normalized and free of ``..`` (parse_files checks), so a path whose every part
-    is no symlink stays inside ``directory``; ``checked`` holds the dirs found so, to lstat each once.
+    is no symlink stays inside ``directory``; ``checked`` holds the dirs found so, to lstat each
+    once.
     """
     local = directory
     parts = PurePosixPath(relpath).parts
@@ -165,11 +180,18 @@ def _regular_file(directory: Path, relpath: str, manifest: Path, checked: set[Pa
         try:
             info = local.lstat()
         except OSError:
-            raise ConfigError(f"files: '{relpath}' is listed but missing from {directory}", path=manifest) from None
+            raise ConfigError(
+                f"files: '{relpath}' is listed but missing from {directory}", path=manifest
+            ) from None
         if stat.S_ISLNK(info.st_mode):
-            raise ConfigError(f"files: '{relpath}': {local} is a symlink; an artifact holds only regular files", path=manifest)
+            raise ConfigError(
+                f"files: '{relpath}': {local} is a symlink; an artifact holds only regular files",
+                path=manifest,
+            )
         if not last:
             checked.add(local)
     if not stat.S_ISREG(info.st_mode):
-        raise ConfigError(f"files: '{relpath}' is not a regular file inside {directory}", path=manifest)
+        raise ConfigError(
+            f"files: '{relpath}' is not a regular file inside {directory}", path=manifest
+        )
     return info

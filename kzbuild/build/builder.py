@@ -4,7 +4,8 @@ The build id is a hash of everything that decides the binaries: the upstream tre
 patch and overlay digests, the recipe's build section, the target, the toolchains' names and
 versions and kzbuild's version. An artifact whose id exists is reused without running cmake.
 
-Planning (:func:`prepare`, :func:`plan_build`) is separate from building (:func:`build`): ``--dry-run``
+Planning (:func:`prepare`, :func:`plan_build`) is separate from building (:func:`build`):
+``--dry-run``
 prints the plan, which holds every command and environment variable exactly as they would
 run. Nothing is ever written into the source tree: every option is on cmake's command line
 and the build dir lives under the work dir.
@@ -31,7 +32,14 @@ from kzbuild.adapters.filelock import locked
 from kzbuild.adapters.files import sha256_file
 from kzbuild.adapters.settings import Settings
 from kzbuild.build import kztools, remotecache
-from kzbuild.build.artifacts import existing_artifact, load_artifact, manifest_json, publish, recorded_manifests, staged
+from kzbuild.build.artifacts import (
+    existing_artifact,
+    load_artifact,
+    manifest_json,
+    publish,
+    recorded_manifests,
+    staged,
+)
 from kzbuild.build.toolchains import Detector
 from kzbuild.errors import BuildFailed, ConfigError, ToolchainMissing, WorktreeError
 from kzbuild.model.artifact import MANIFEST, Artifact
@@ -74,9 +82,13 @@ COMMON_CMAKE: tuple[tuple[str, str], ...] = (
 )
 SERVER_TOOLS = ("llama-cli", "llama-server")  # exist only with LLAMA_BUILD_SERVER=ON
 
-# Upstream's arm64-android-snapdragon-release preset (docs/backend/snapdragon/CMakeUserPresets.json),
+# Upstream's arm64-android-snapdragon-release preset
+# (docs/backend/snapdragon/CMakeUserPresets.json),
 # passed on the command line instead of copying the presets file into the tree.
-SNAPDRAGON_FLAGS = "-march=armv8.7a+fp16+dotprod+i8mm -fvectorize -ffp-model=fast -fno-finite-math-only -flto -D_GNU_SOURCE"
+SNAPDRAGON_FLAGS = (
+    "-march=armv8.7a+fp16+dotprod+i8mm -fvectorize -ffp-model=fast -fno-finite-math-only -flto "
+    "-D_GNU_SOURCE"
+)
 
 TARGETS: dict[str, Target] = {
     "host": Target(
@@ -96,7 +108,8 @@ TARGETS: dict[str, Target] = {
     ),
     "v79": Target(
         name="v79",
-        description="Android arm64 + Hexagon v79 NPU (Snapdragon 8 Elite), upstream's snapdragon preset",
+        description="Android arm64 + Hexagon v79 NPU (Snapdragon 8 Elite), upstream's snapdragon "
+        "preset",
         toolchains=("ndk-r27d", "hexagon-sdk-6.5", "cmake", "ninja", "ccache"),
         optional=("opencl-sdk",),
         cmake=(
@@ -129,7 +142,9 @@ def target(name: str) -> Target:
     try:
         return TARGETS[name]
     except KeyError:
-        raise ConfigError(f"unknown target '{name}'", hint=f"targets: {', '.join(TARGETS)}") from None
+        raise ConfigError(
+            f"unknown target '{name}'", hint=f"targets: {', '.join(TARGETS)}"
+        ) from None
 
 
 def check_build_targets(names: Sequence[str]) -> None:
@@ -145,11 +160,13 @@ def artifacts_root(settings: Settings, override: Path | None = None) -> Path:
 
 
 def load_manifest(path: Path) -> Artifact:
-    """Read an artifact from its folder or its ``manifest.json`` (every listed file must be there)."""
+    """Read an artifact from its folder or its ``manifest.json`` (every listed file must be
+    there)."""
     return load_artifact(path if path.is_dir() else path.parent)
 
 
 # --- toolchain selection ---------------------------------------------------------------
+
 
 def select_toolchains(tgt: Target, overrides: Sequence[str], detector: Detector) -> list[str]:
     """The target's toolchains, with each override replacing the ones that fill the same roles."""
@@ -160,23 +177,34 @@ def select_toolchains(tgt: Target, overrides: Sequence[str], detector: Detector)
         replaced = [t for t in chosen if roles & set(detector.spec(t).provides)]
         if not replaced:
             raise ConfigError(
-                f"toolchain '{name}' ({', '.join(spec.provides)}) replaces nothing target {tgt.name} uses",
+                f"toolchain '{name}' ({', '.join(spec.provides)}) replaces nothing target "
+                f"{tgt.name} uses",
                 hint=f"{tgt.name} uses: {', '.join(chosen)}",
             )
         chosen = [t for t in chosen if t not in replaced]
         chosen.insert(0, name)
         if spec.image is not None:  # the container brings cmake, ninja and ccache
-            chosen = [t for t in chosen if not set(detector.spec(t).provides) & set(BUILD_TOOL_ROLES)]
+            chosen = [
+                t for t in chosen if not set(detector.spec(t).provides) & set(BUILD_TOOL_ROLES)
+            ]
     return chosen
 
 
-def detect_for(tgt: Target, overrides: Sequence[str], detector: Detector, needed_by: str) -> tuple[list[Found], list[Found]]:
-    required = [detector.find(name, needed_by=needed_by) for name in select_toolchains(tgt, overrides, detector)]
-    optional = [detector.find(name, needed_by=needed_by) for name in tgt.optional if name in detector.specs]
+def detect_for(
+    tgt: Target, overrides: Sequence[str], detector: Detector, needed_by: str
+) -> tuple[list[Found], list[Found]]:
+    required = [
+        detector.find(name, needed_by=needed_by)
+        for name in select_toolchains(tgt, overrides, detector)
+    ]
+    optional = [
+        detector.find(name, needed_by=needed_by) for name in tgt.optional if name in detector.specs
+    ]
     return required, optional
 
 
 # --- the plan --------------------------------------------------------------------------
+
 
 def stack_digest(lock: Lock) -> str:
     """One digest for the applied patches and overlays: what the binaries carry besides upstream."""
@@ -220,13 +248,23 @@ def target_cmake(tgt: Target) -> dict[str, str]:
 
 
 def build_inputs(
-    recipe: Recipe, lock: Lock, tgt: Target, tools: Sequence[str], toolchains: Sequence[Found], kz_tools: Mapping[str, str] | None = None
+    recipe: Recipe,
+    lock: Lock,
+    tgt: Target,
+    tools: Sequence[str],
+    toolchains: Sequence[Found],
+    kz_tools: Mapping[str, str] | None = None,
 ) -> dict[str, object]:
-    """Everything hashed into the build id. Paths never enter: the same inputs anywhere give the same id."""
+    """Everything hashed into the build id. Paths never enter: the same inputs anywhere give the
+    same id."""
     inputs: dict[str, object] = {
         **source_inputs(tgt.name, lock),
         # the target's own definitions too: a change to them is a different binary under any version
-        "build": {"tools": list(tools), "cmake": dict(recipe.build.cmake), "target_cmake": target_cmake(tgt)},
+        "build": {
+            "tools": list(tools),
+            "cmake": dict(recipe.build.cmake),
+            "target_cmake": target_cmake(tgt),
+        },
         "toolchains": [found.identity() for found in sorted(toolchains, key=lambda f: f.name)],
     }
     if kz_tools:  # kzbuild's own tools (kztools.py) and the digests of their sources
@@ -261,7 +299,8 @@ def plan_build(
     *,
     options: BuildOptions = BuildOptions(),
 ) -> BuildPlan:
-    """The exact commands of a build. Runs nothing; reads only the sources of kzbuild's own tools (for their digest)."""
+    """The exact commands of a build. Runs nothing; reads only the sources of kzbuild's own tools
+    (for their digest)."""
     present = [f for f in optional if f.ok]
     used = [*toolchains, *present]
     tools = effective_tools(recipe, options.extra_tools)
@@ -323,9 +362,20 @@ def plan_build(
     configure = [program("cmake"), "-S", str(source_dir), "-B", str(build_dir), "-G", "Ninja"]
     configure += [f"-D{key}={value}" for key, value in cmake_defs.items()]
     ninja = [program("ninja"), "-C", str(build_dir), "-j", str(jobs), *llama_tools]
-    steps = [Step("configure", tuple(configure), tuple(env.items())), Step("build", tuple(ninja), tuple(env.items()))]
-    steps += kztools.steps(kernels, own_tools, cmake=program("cmake"), ninja=program("ninja"), cmake_defs=cmake_defs,
-                           source=synced.worktree, build_dir=build_dir, env=tuple(env.items()))  # fmt: skip
+    steps = [
+        Step("configure", tuple(configure), tuple(env.items())),
+        Step("build", tuple(ninja), tuple(env.items())),
+    ]
+    steps += kztools.steps(
+        kernels,
+        own_tools,
+        cmake=program("cmake"),
+        ninja=program("ninja"),
+        cmake_defs=cmake_defs,
+        source=synced.worktree,
+        build_dir=build_dir,
+        env=tuple(env.items()),
+    )
     if container is not None:
         mounts = [synced.worktree, build_dir, ccache_dir, *([kernels] if own_tools else [])]
         steps = [_in_container(step, container, mounts) for step in steps]
@@ -353,7 +403,8 @@ def plan_build(
 
 
 def _in_container(step: Step, container: Found, mounts: Sequence[Path]) -> Step:
-    """The same command inside the toolchain image, with the folders it touches mounted at the same paths."""
+    """The same command inside the toolchain image, with the folders it touches mounted at the same
+    paths."""
     argv = [container.render("{docker}"), "run", "--rm", "--user", f"{os.getuid()}:{os.getgid()}"]
     for mount in mounts:
         argv += ["--volume", f"{mount}:{mount}"]
@@ -371,11 +422,14 @@ Progress = Callable[[BuildEvent], None]
 
 
 NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\] (.*)$")
-ERROR_LINE = re.compile(r"(\berror:|FAILED:|CMake Error|undefined reference|No such file or directory)", re.I)
+ERROR_LINE = re.compile(
+    r"(\berror:|FAILED:|CMake Error|undefined reference|No such file or directory)", re.I
+)
 
 
 class _NinjaProgress:
-    """Follows ninja's ``[n/N]`` lines; sub-builds (the HTP skels) print smaller totals and are ignored."""
+    """Follows ninja's ``[n/N]`` lines; sub-builds (the HTP skels) print smaller totals and are
+    ignored."""
 
     def __init__(self, progress: Progress | None, stage: str) -> None:
         self.progress = progress
@@ -436,10 +490,16 @@ def prepare(
     return Prepared(plan, synced.changed, sync_seconds, Worktree(settings, recipe), synced.lock)
 
 
-def timed_sync(settings: Settings, recipe: Recipe, progress: Progress | None) -> tuple[SyncResult, float]:
+def timed_sync(
+    settings: Settings, recipe: Recipe, progress: Progress | None
+) -> tuple[SyncResult, float]:
     """Sync ``recipe`` (its lines as "sync" events) and the seconds it took."""
     started = time.monotonic()
-    synced = sync(settings, recipe, progress=(lambda line: progress(BuildEvent("sync", line))) if progress else None)
+    synced = sync(
+        settings,
+        recipe,
+        progress=(lambda line: progress(BuildEvent("sync", line))) if progress else None,
+    )
     return synced, round(time.monotonic() - started, 3)
 
 
@@ -457,9 +517,17 @@ def previous_build(root: Path, target_name: str) -> PreviousBuild | None:
     latest: PreviousBuild | None = None
     for _, doc in recorded_manifests(root):
         times = doc.get("times")
-        if doc.get("target") != target_name or not isinstance(times, dict) or not isinstance(times.get("started"), str):
+        if (
+            doc.get("target") != target_name
+            or not isinstance(times, dict)
+            or not isinstance(times.get("started"), str)
+        ):
             continue
-        seconds = sum(value for key in ("configure_s", "build_s", "collect_s") if isinstance(value := times.get(key), (int, float)))
+        seconds = sum(
+            value
+            for key in ("configure_s", "build_s", "collect_s")
+            if isinstance(value := times.get(key), (int, float))
+        )
         if latest is None or times["started"] > latest.started:
             latest = PreviousBuild(str(doc.get("build_id")), times["started"], round(seconds, 1))
     return latest
@@ -468,12 +536,18 @@ def previous_build(root: Path, target_name: str) -> PreviousBuild | None:
 def missing_toolchains_error(plan: BuildPlan) -> ToolchainMissing:
     return ToolchainMissing(
         f"cannot build {plan.recipe} for {plan.target}:\n  " + "\n  ".join(plan.missing),
-        hint=f"run 'kzbuild doctor --target {plan.target}' for every check; see toolchains/README.md",
+        hint=f"run 'kzbuild doctor --target {plan.target}' for every check; see "
+        "toolchains/README.md",
     )
 
 
-def build(prepared: Prepared, *, progress: Progress | None = None, remote: RemoteConfig | None = None,
-          on_no_artifact: Callable[[BuildPlan], None] | None = None) -> BuildResult:
+def build(
+    prepared: Prepared,
+    *,
+    progress: Progress | None = None,
+    remote: RemoteConfig | None = None,
+    on_no_artifact: Callable[[BuildPlan], None] | None = None,
+) -> BuildResult:
     """Reuse the artifact of the plan's build id, or pull it from the remote cache, or run the plan:
     configure (when its command changed), ninja (with ccache's remote storage), then copy the
     outputs into the artifact and push it to the remote cache. ``on_no_artifact`` is called first
@@ -483,7 +557,13 @@ def build(prepared: Prepared, *, progress: Progress | None = None, remote: Remot
     existing = existing_artifact(plan.artifact_dir.parent, plan.build_id)
     if existing is not None:
         remotecache.count_lookup(cache_dir, "local")
-        return BuildResult(plan, existing, reused=True, synced=prepared.synced, times={"sync_s": prepared.sync_seconds})
+        return BuildResult(
+            plan,
+            existing,
+            reused=True,
+            synced=prepared.synced,
+            times={"sync_s": prepared.sync_seconds},
+        )
     if on_no_artifact is not None:
         on_no_artifact(plan)
     if plan.missing:
@@ -493,47 +573,83 @@ def build(prepared: Prepared, *, progress: Progress | None = None, remote: Remot
         pulled = shared.pull(plan) if shared is not None else None
         if pulled is not None and shared is not None:
             remotecache.count_lookup(cache_dir, "pulled")
-            return BuildResult(plan, pulled, reused=True, synced=prepared.synced, times={"sync_s": prepared.sync_seconds}, remote=shared.outcome())
-        result = _build_locked(prepared, progress, shared.ccache_env() if shared is not None else {})
+            return BuildResult(
+                plan,
+                pulled,
+                reused=True,
+                synced=prepared.synced,
+                times={"sync_s": prepared.sync_seconds},
+                remote=shared.outcome(),
+            )
+        result = _build_locked(
+            prepared, progress, shared.ccache_env() if shared is not None else {}
+        )
         if shared is not None and not result.reused:
             shared.push(result.artifact)
     finally:
         if shared is not None:
             shared.close()
     if result.ccache is not None and result.ccache.remote_errors:
-        log.warning("ccache's remote storage failed for %d of %d compiles (an error or no answer in time); they used the local cache",
-                    result.ccache.remote_errors, result.ccache.hits + result.ccache.misses)
+        log.warning(
+            "ccache's remote storage failed for %d of %d compiles (an error or no answer in time); "
+            "they used the local cache",
+            result.ccache.remote_errors,
+            result.ccache.hits + result.ccache.misses,
+        )
     remotecache.count_lookup(cache_dir, "local" if result.reused else "built")
     return replace(result, remote=shared.outcome()) if shared is not None else result
 
 
-def _build_locked(prepared: Prepared, progress: Progress | None, run_env: Mapping[str, str]) -> BuildResult:
+def _build_locked(
+    prepared: Prepared, progress: Progress | None, run_env: Mapping[str, str]
+) -> BuildResult:
     plan = prepared.plan
     plan.build_dir.mkdir(parents=True, exist_ok=True)
     _link_source(plan.build_dir.parent / SOURCE_LINK, plan.source)
-    with locked(plan.build_dir.with_name(plan.build_dir.name + ".lock"), what=f"the build dir {plan.build_dir}", wait=600):
+    with locked(
+        plan.build_dir.with_name(plan.build_dir.name + ".lock"),
+        what=f"the build dir {plan.build_dir}",
+        wait=600,
+    ):
         existing = existing_artifact(plan.artifact_dir.parent, plan.build_id)
         if existing is not None:  # another process built it while we waited
-            return BuildResult(plan, existing, reused=True, synced=prepared.synced, times={"sync_s": prepared.sync_seconds})
+            return BuildResult(
+                plan,
+                existing,
+                reused=True,
+                synced=prepared.synced,
+                times={"sync_s": prepared.sync_seconds},
+            )
         # Compile only the tree the build id was computed from: no sync may move it meanwhile
         # (ccache would otherwise file objects of one tree under another's build).
         with prepared.worktree.lock(shared=True, wait=600):
             state = prepared.worktree.state()
             if state.head != prepared.head or state.dirty:
                 raise WorktreeError(
-                    f"the worktree {state.path} changed since the build of {plan.recipe} was planned "
+                    f"the worktree {state.path} changed since the build of {plan.recipe} was "
+                    "planned "
                     f"(head {(state.head or 'none')[:12]}, planned {prepared.head[:12]}"
-                    + (", with uncommitted changes" if state.dirty else "") + ")",
-                    hint=f"run 'kzbuild sync {plan.recipe}' (or commit and export your changes), then build again",
+                    + (", with uncommitted changes" if state.dirty else "")
+                    + ")",
+                    hint=f"run 'kzbuild sync {plan.recipe}' (or commit and export your changes), "
+                    "then build again",
                 )
             return _execute_locked(plan, progress, prepared.synced, prepared.sync_seconds, run_env)
 
 
-def _execute_locked(plan: BuildPlan, progress: Progress | None, synced: bool, sync_seconds: float, run_env: Mapping[str, str]) -> BuildResult:
+def _execute_locked(
+    plan: BuildPlan,
+    progress: Progress | None,
+    synced: bool,
+    sync_seconds: float,
+    run_env: Mapping[str, str],
+) -> BuildResult:
     started_at = datetime.now(timezone.utc)
     times: dict[str, float] = {"sync_s": sync_seconds}
     plan.log.parent.mkdir(parents=True, exist_ok=True)
-    plan.log.write_text(f"# kzbuild {__version__}: {plan.recipe} for {plan.target}, build id {plan.build_id}\n")
+    plan.log.write_text(
+        f"# kzbuild {__version__}: {plan.recipe} for {plan.target}, build id {plan.build_id}\n"
+    )
 
     configure, ninja = plan.step("configure"), plan.step("build")
     stamp = plan.build_dir / "kz-configure.json"
@@ -559,7 +675,14 @@ def _execute_locked(plan: BuildPlan, progress: Progress | None, synced: bool, sy
         progress(BuildEvent("collect", f"copying into {plan.artifact_dir}"))
     ccache = read_ccache_log(stats_log)
     artifact = _collect(plan, ccache, times, started_at, collect_started)
-    return BuildResult(plan, artifact, reused=False, synced=synced, ccache=ccache, times=dict(artifact.manifest["times"]))
+    return BuildResult(
+        plan,
+        artifact,
+        reused=False,
+        synced=synced,
+        ccache=ccache,
+        times=dict(artifact.manifest["times"]),
+    )
 
 
 def _link_source(link: Path, source: Path) -> None:
@@ -604,23 +727,34 @@ def _needs_configure(build_dir: Path, stamp: Path, wanted: str) -> bool:
         return True
 
 
-def _run_step(plan: BuildPlan, step: Step, progress: Progress | None, run_env: Mapping[str, str] | None = None) -> float:
+def _run_step(
+    plan: BuildPlan, step: Step, progress: Progress | None, run_env: Mapping[str, str] | None = None
+) -> float:
     """Run one step; ``run_env`` is added outside the plan (the remote cache: it changes no output,
     and may hold a password, so it never enters the manifest or the configure stamp)."""
     watcher = _NinjaProgress(progress, step.name)
     started = time.monotonic()
-    code = proc.stream(list(step.argv), cwd=step.cwd, env={**dict(step.env), **(run_env or {})}, on_line=watcher, log_file=plan.log, check=False)
+    code = proc.stream(
+        list(step.argv),
+        cwd=step.cwd,
+        env={**dict(step.env), **(run_env or {})},
+        on_line=watcher,
+        log_file=plan.log,
+        check=False,
+    )
     if code != 0:
         what = "cmake configure" if step.name.endswith("configure") else "ninja"
         raise BuildFailed(
-            f"{what} failed (exit {code}) building {plan.recipe} for {plan.target}:\n  " + "\n  ".join(watcher.errors()),
+            f"{what} failed (exit {code}) building {plan.recipe} for {plan.target}:\n  "
+            + "\n  ".join(watcher.errors()),
             hint=f"full log: {plan.log}",
         )
     return round(time.monotonic() - started, 3)
 
 
 def read_ccache_log(path: Path) -> CcacheStats | None:
-    """Hits and misses of one build from ccache's stats log (one result name per line, ``#`` starts a compile)."""
+    """Hits and misses of one build from ccache's stats log (one result name per line, ``#`` starts
+    a compile)."""
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except FileNotFoundError:
@@ -628,12 +762,21 @@ def read_ccache_log(path: Path) -> CcacheStats | None:
     hits = sum(1 for line in lines if line in ("direct_cache_hit", "preprocessed_cache_hit"))
     misses = sum(1 for line in lines if line == "cache_miss")
     remote_hits = sum(1 for line in lines if line == "remote_storage_hit")
-    remote_errors = sum(1 for line in lines if line in ("remote_storage_error", "remote_storage_timeout"))
+    remote_errors = sum(
+        1 for line in lines if line in ("remote_storage_error", "remote_storage_timeout")
+    )
     return CcacheStats(hits, misses, remote_hits, remote_errors)
 
 
-def _collect(plan: BuildPlan, ccache: CcacheStats | None, times: dict[str, float], started_at: datetime, collect_started: float) -> Artifact:
-    """Copy tools and libraries into a fresh folder, write the manifest, then rename it into place."""
+def _collect(
+    plan: BuildPlan,
+    ccache: CcacheStats | None,
+    times: dict[str, float],
+    started_at: datetime,
+    collect_started: float,
+) -> Artifact:
+    """Copy tools and libraries into a fresh folder, write the manifest, then rename it into
+    place."""
     root = plan.artifact_dir.parent
     with staged(root, plan.build_id) as staging:
         (staging / "bin").mkdir(parents=True)
@@ -641,14 +784,18 @@ def _collect(plan: BuildPlan, ccache: CcacheStats | None, times: dict[str, float
         for tool in plan.tools:
             built = plan.build_dir / "bin" / tool
             if not built.is_file():
-                raise BuildFailed(f"ninja finished but {built} is missing", hint=f"full log: {plan.log}")
+                raise BuildFailed(
+                    f"ninja finished but {built} is missing", hint=f"full log: {plan.log}"
+                )
             shutil.copy2(built, staging / "bin" / tool)
         for pattern in plan.lib_globs:
             for built in sorted(plan.build_dir.glob(pattern)):
                 shutil.copy2(built, staging / "lib" / built.name)
         missing = [lib for lib in plan.required_libs if not (staging / "lib" / lib).is_file()]
         if missing:
-            raise BuildFailed(f"the build produced no {', '.join(missing)}", hint=f"full log: {plan.log}")
+            raise BuildFailed(
+                f"the build produced no {', '.join(missing)}", hint=f"full log: {plan.log}"
+            )
         files = {rel: describe_file(staging / rel) for rel in _relative_files(staging)}
         times["collect_s"] = round(time.monotonic() - collect_started, 3)
         times["total_s"] = round(sum(times.values()), 3)
@@ -674,9 +821,17 @@ def _collect(plan: BuildPlan, ccache: CcacheStats | None, times: dict[str, float
 
 
 def _relative_files(folder: Path) -> list[str]:
-    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
+    return sorted(
+        p.relative_to(folder).as_posix()
+        for p in folder.rglob("*")
+        if p.is_file() and p.name != MANIFEST
+    )
 
 
 def describe_file(path: Path) -> dict[str, object]:
     stat = path.stat()
-    return {"sha256": sha256_file(path), "size": stat.st_size, "mode": f"{stat.st_mode & 0o7777:04o}"}
+    return {
+        "sha256": sha256_file(path),
+        "size": stat.st_size,
+        "mode": f"{stat.st_mode & 0o7777:04o}",
+    }

@@ -31,10 +31,14 @@ def source_dir(kernels: Path, tool: str) -> Path:
 
 
 def inputs(kernels: Path, tools: Sequence[str]) -> dict[str, str]:
-    """For the build id: each of kzbuild's tools with the digest of its sources (empty when none is built)."""
+    """For the build id: each of kzbuild's tools with the digest of its sources (empty when none is
+    built)."""
     for tool in tools:
         if not (source_dir(kernels, tool) / "CMakeLists.txt").is_file():
-            raise ConfigError(f"tool {tool}: {source_dir(kernels, tool)}/CMakeLists.txt is missing", hint="kzbuild's own tools build from the project's kernels/")
+            raise ConfigError(
+                f"tool {tool}: {source_dir(kernels, tool)}/CMakeLists.txt is missing",
+                hint="kzbuild's own tools build from the project's kernels/",
+            )
     return {tool: folder_digest(source_dir(kernels, tool)) for tool in tools}
 
 
@@ -49,7 +53,8 @@ def steps(
     build_dir: Path,
     env: Sequence[tuple[str, str]],
 ) -> list[Step]:
-    """Configure and build each tool against ``build_dir``'s libraries, with the llama.cpp build's definitions."""
+    """Configure and build each tool against ``build_dir``'s libraries, with the llama.cpp build's
+    definitions."""
     out = []
     for tool in tools:
         # one build dir per source folder: cmake refuses a build dir configured from another source
@@ -57,7 +62,16 @@ def steps(
         where = hashlib.sha256(str(source_dir(kernels, tool)).encode()).hexdigest()[:12]
         tool_dir = build_dir / "kz-tools" / f"{tool}-{where}"
         defs = {**cmake_defs, "KZ_LLAMA_SOURCE": str(source), "KZ_LLAMA_BUILD": str(build_dir)}
-        configure = [cmake, "-S", str(source_dir(kernels, tool)), "-B", str(tool_dir), "-G", "Ninja", *(f"-D{k}={v}" for k, v in defs.items())]
+        configure = [
+            cmake,
+            "-S",
+            str(source_dir(kernels, tool)),
+            "-B",
+            str(tool_dir),
+            "-G",
+            "Ninja",
+            *(f"-D{k}={v}" for k, v in defs.items()),
+        ]
         out.append(Step(f"{tool}-configure", tuple(configure), tuple(env)))
         out.append(Step(f"{tool}-build", (ninja, "-C", str(tool_dir)), tuple(env)))
     return out

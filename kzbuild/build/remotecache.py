@@ -1,4 +1,5 @@
-"""A build cache shared between machines, on existing engines: a redis server or a WebDAV (HTTP PUT/GET) server.
+"""A build cache shared between machines, on existing engines: a redis server or a WebDAV (HTTP
+PUT/GET) server.
 
 Two layers share one store:
 
@@ -73,7 +74,10 @@ T = TypeVar("T")
 
 # --- configuration -----------------------------------------------------------------------
 
-def load_config(settings: Settings, environ: Mapping[str, str], *, disabled: bool = False) -> RemoteConfig | None:
+
+def load_config(
+    settings: Settings, environ: Mapping[str, str], *, disabled: bool = False
+) -> RemoteConfig | None:
     """The remote cache to use: none with ``--no-remote-cache``; the URL of ``KZ_REMOTE_CACHE``
     over the file's; the other keys from the project's ``.kz/config.yaml``."""
     if disabled:
@@ -84,7 +88,9 @@ def load_config(settings: Settings, environ: Mapping[str, str], *, disabled: boo
         doc = yamlconf.load(path)
         doc.check_keys(["remote-cache"])
         section = doc.get_mapping("remote-cache")
-        section.check_keys(["url", "artifacts", "ccache", "timeout"], required=["url"], context="remote-cache")
+        section.check_keys(
+            ["url", "artifacts", "ccache", "timeout"], required=["url"], context="remote-cache"
+        )
     env_url = environ.get(ENV, "").strip()
     if not env_url and section is None:
         return None
@@ -93,14 +99,23 @@ def load_config(settings: Settings, environ: Mapping[str, str], *, disabled: boo
     else:
         assert section is not None
         text = section.get_str("url") or ""
-        url, source = check_url(text, lambda message: section.error("url", message)), f"{path}:{section.line_of('url')}"
+        url, source = (
+            check_url(text, lambda message: section.error("url", message)),
+            f"{path}:{section.line_of('url')}",
+        )
     artifacts = ccache = True
     timeout = DEFAULT_TIMEOUT
     if section is not None:
         artifacts, ccache = _flag(section, "artifacts"), _flag(section, "ccache")
         value = section.get("timeout", DEFAULT_TIMEOUT)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TIMEOUT:
-            raise section.error("timeout", f"must be a number of seconds above 0 and at most {MAX_TIMEOUT:.0f}")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not 0 < value <= MAX_TIMEOUT
+        ):
+            raise section.error(
+                "timeout", f"must be a number of seconds above 0 and at most {MAX_TIMEOUT:.0f}"
+            )
         timeout = float(value)
     return RemoteConfig(url=url, source=source, artifacts=artifacts, ccache=ccache, timeout=timeout)
 
@@ -113,7 +128,8 @@ def _flag(section: yamlconf.Mapping, key: str) -> bool:
 
 
 def check_url(text: str, error: _ErrorFactory) -> str:
-    """A store URL kzbuild and ccache can both use; ``error`` makes the ConfigError naming where it was set."""
+    """A store URL kzbuild and ccache can both use; ``error`` makes the ConfigError naming where it
+    was set."""
     remember_secrets(text)  # before anything shows it: a password holding a space splits the URL
     shown = redact(text)
     if any(c.isspace() or ord(c) < 32 for c in text):
@@ -129,7 +145,10 @@ def check_url(text: str, error: _ErrorFactory) -> str:
     if not parts.hostname:
         raise error(f"'{shown}' names no host")
     if parts.query or parts.fragment or "|" in text:
-        raise error(f"'{shown}' must not have a query, a fragment or ccache attributes ('|'); kzbuild adds its own")
+        raise error(
+            f"'{shown}' must not have a query, a fragment or ccache attributes ('|'); kzbuild adds "
+            "its own"
+        )
     if parts.scheme == "redis" and parts.path not in ("", "/") and not parts.path[1:].isdigit():
         raise error(f"'{shown}': a redis URL's path is the database number (redis://HOST:PORT/0)")
     return text
@@ -140,6 +159,7 @@ class _ErrorFactory(Protocol):
 
 
 # --- stores ------------------------------------------------------------------------------
+
 
 class StoreError(Exception):
     """The store failed to answer (down, slow, refused, a protocol error, past a bound): the caller
@@ -310,7 +330,8 @@ class RedisStore:
             raise
 
     def call(self, *args: str | bytes, limit: int = MAX_REPLY) -> object:
-        """Send one command and read its reply; a string reply longer than ``limit`` is refused unread."""
+        """Send one command and read its reply; a string reply longer than ``limit`` is refused
+        unread."""
         out = [f"*{len(args)}\r\n".encode()]
         for arg in args:
             data = arg.encode() if isinstance(arg, str) else arg
@@ -355,7 +376,9 @@ class RedisStore:
 
     def get(self, key: str, limit: int) -> bytes | None:
         try:
-            value = self.call("GET", self.PREFIX + key, limit=limit)  # a value bigger than expected is never read
+            value = self.call(
+                "GET", self.PREFIX + key, limit=limit
+            )  # a value bigger than expected is never read
         except _TooBig as exc:
             raise StoreError(f"{key} {exc}") from None
         if value is not None and not isinstance(value, bytes):
@@ -378,8 +401,12 @@ class RedisStore:
             value = fields.get(key, "").strip()
             return int(value) if value.isdigit() and len(value) < 20 else None
 
-        return RemoteUsage(size_bytes=number("used_memory"), entries=entries if isinstance(entries, int) else None,
-                           server_hits=number("keyspace_hits"), server_misses=number("keyspace_misses"))
+        return RemoteUsage(
+            size_bytes=number("used_memory"),
+            entries=entries if isinstance(entries, int) else None,
+            server_hits=number("keyspace_hits"),
+            server_misses=number("keyspace_misses"),
+        )
 
     def close(self) -> None:
         self.wire.close()
@@ -458,7 +485,9 @@ class HttpStore:
         return self._request("HEAD", key) is not None
 
     def usage(self) -> RemoteUsage:
-        return RemoteUsage(problem="a WebDAV store without PROPFIND lists nothing: its size is not known here")
+        return RemoteUsage(
+            problem="a WebDAV store without PROPFIND lists nothing: its size is not known here"
+        )
 
     def close(self) -> None:
         pass
@@ -558,6 +587,7 @@ def open_store(config: RemoteConfig, clock: Clock | None = None) -> Store:
 
 # --- one build's use of the cache --------------------------------------------------------
 
+
 class ArtifactRefused(Exception):
     """A stored artifact does not match its manifest (or its build id): it is never used."""
 
@@ -577,7 +607,9 @@ class RemoteCache:
     refused: str | None = None
     uploaded: int = 0
     downloaded: int = 0
-    damaged: set[str] = field(default_factory=set)  # contents the store held wrong: the push replaces them
+    damaged: set[str] = field(
+        default_factory=set
+    )  # contents the store held wrong: the push replaces them
     allowance: float = DEFAULT_TIMEOUT  # seconds this build may spend with the store (see _begin)
 
     @classmethod
@@ -611,18 +643,23 @@ class RemoteCache:
         self.store = None
 
     def ccache_env(self) -> dict[str, str]:
-        """ccache's remote storage for the compile step (nothing when the store is down or ccache is off)."""
+        """ccache's remote storage for the compile step (nothing when the store is down or ccache is
+        off)."""
         if self.store is None or not self.config.ccache:
             return {}
         if self.config.url.startswith("https://"):
-            message = f"remote cache {self.config.shown}: ccache's HTTP storage speaks no https; compiles use the local ccache only"
+            message = (
+                f"remote cache {self.config.shown}: ccache's HTTP storage speaks no https; "
+                "compiles use the local ccache only"
+            )
             log.warning("%s", message)
             self.problems.append(message)
             return {}
         return {"CCACHE_REMOTE_STORAGE": ccache_url(self.config)}
 
     def pull(self, plan: BuildPlan) -> Artifact | None:
-        """The artifact of the plan's build id from the store, verified, in place; None when absent, refused or down."""
+        """The artifact of the plan's build id from the store, verified, in place; None when absent,
+        refused or down."""
         if self.store is None or not self.config.artifacts:
             return None
         started = time.monotonic()
@@ -631,9 +668,18 @@ class RemoteCache:
             return self._pull(self.store, plan)
         except StoreError as exc:
             self._down(exc)
-        except (ArtifactRefused, ConfigError, OSError) as exc:  # OSError: files the manifest lays out impossibly (or a full disk)
+        except (
+            ArtifactRefused,
+            ConfigError,
+            OSError,
+        ) as exc:  # OSError: files the manifest lays out impossibly (or a full disk)
             self.refused = str(exc)
-            log.error("refusing the artifact %s from the remote cache %s: %s; building locally", plan.build_id, self.config.shown, exc)
+            log.error(
+                "refusing the artifact %s from the remote cache %s: %s; building locally",
+                plan.build_id,
+                self.config.shown,
+                exc,
+            )
         finally:
             self.spent += time.monotonic() - started
         return None
@@ -648,11 +694,16 @@ class RemoteCache:
             for entry in files:
                 data = store.get(f"objects/{entry.sha256}", entry.size)
                 if data is None:
-                    raise ArtifactRefused(f"the store lacks the content of {entry.path} (sha256 {entry.sha256})")
+                    raise ArtifactRefused(
+                        f"the store lacks the content of {entry.path} (sha256 {entry.sha256})"
+                    )
                 found = hashlib.sha256(data).hexdigest()
                 if found != entry.sha256 or len(data) != entry.size:
                     self.damaged.add(entry.sha256)
-                    raise ArtifactRefused(f"{entry.path}: sha256 {found} ({len(data)} bytes), the manifest says {entry.sha256} ({entry.size} bytes)")
+                    raise ArtifactRefused(
+                        f"{entry.path}: sha256 {found} ({len(data)} bytes), the manifest says "
+                        f"{entry.sha256} ({entry.size} bytes)"
+                    )
                 self.downloaded += len(data)
                 target = staging / entry.path
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -664,7 +715,8 @@ class RemoteCache:
         return artifact
 
     def push(self, artifact: Artifact) -> None:
-        """Store the artifact: each content the store lacks (or held damaged), then the manifest, last."""
+        """Store the artifact: each content the store lacks (or held damaged), then the manifest,
+        last."""
         if self.store is None or not self.config.artifacts:
             return
         started = time.monotonic()
@@ -693,14 +745,21 @@ class RemoteCache:
 
     def outcome(self) -> RemoteOutcome:
         return RemoteOutcome(
-            store=self.config.shown, available=not self.problems or self.pulled or self.pushed, pulled=self.pulled, pushed=self.pushed,
-            uploaded_bytes=self.uploaded, downloaded_bytes=self.downloaded, refused=self.refused,
-            problems=tuple(self.problems), seconds=self.spent,
+            store=self.config.shown,
+            available=not self.problems or self.pulled or self.pushed,
+            pulled=self.pulled,
+            pushed=self.pushed,
+            uploaded_bytes=self.uploaded,
+            downloaded_bytes=self.downloaded,
+            refused=self.refused,
+            problems=tuple(self.problems),
+            seconds=self.spent,
         )
 
 
 def check_manifest(raw: bytes, plan: BuildPlan) -> tuple[ArtifactFile, ...]:
-    """The files of a stored manifest, which must be the one of the plan's build id: same id, same inputs."""
+    """The files of a stored manifest, which must be the one of the plan's build id: same id, same
+    inputs."""
     try:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
@@ -732,15 +791,20 @@ def ccache_url(config: RemoteConfig) -> str:
     parts = urllib.parse.urlsplit(config.url)
     if config.kind == "redis":
         url = config.url
-        if parts.username == "" and parts.password is not None:  # redis://:PASSWORD@ -> redis://PASSWORD@
+        if (
+            parts.username == "" and parts.password is not None
+        ):  # redis://:PASSWORD@ -> redis://PASSWORD@
             url = config.url.replace("://:", "://", 1)
     else:
-        url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + "/ccache", "", ""))
+        url = urllib.parse.urlunsplit(
+            (parts.scheme, parts.netloc, parts.path.rstrip("/") + "/ccache", "", "")
+        )
     ms = int(config.timeout * 1000)
     return f"{url}|connect-timeout={ms}|operation-timeout={ms}"
 
 
 # --- statistics --------------------------------------------------------------------------
+
 
 def count_lookup(cache_dir: Path, how: str) -> None:
     """Count one build's way to its artifact (local, pulled, built) for ``kzbuild cache stats``."""
@@ -749,7 +813,11 @@ def count_lookup(cache_dir: Path, how: str) -> None:
         counts = read_lookups(cache_dir).to_dict()
         counts[how] = int(str(counts.get(how, 0))) + 1
         # statistics, not results: a crash may lose a count, so no fsync on every no-op build
-        write_atomic(path, json.dumps({key: counts[key] for key in ("local", "pulled", "built")}).encode(), durable=False)
+        write_atomic(
+            path,
+            json.dumps({key: counts[key] for key in ("local", "pulled", "built")}).encode(),
+            durable=False,
+        )
 
 
 def read_lookups(cache_dir: Path) -> ArtifactCounts:
@@ -768,7 +836,8 @@ def read_lookups(cache_dir: Path) -> ArtifactCounts:
 
 
 def ccache_counts(ccache_dir: Path) -> CcacheCounts | None:
-    """ccache's own counters for ``ccache_dir`` (None when ccache is missing or has never run there)."""
+    """ccache's own counters for ``ccache_dir`` (None when ccache is missing or has never run
+    there)."""
     if not ccache_dir.is_dir():
         return None
     result = proc.run(["ccache", "--print-stats"], env={"CCACHE_DIR": str(ccache_dir)}, check=False)
@@ -780,15 +849,19 @@ def ccache_counts(ccache_dir: Path) -> CcacheCounts | None:
         if value.strip().isdigit():
             fields[name] = int(value)
     return CcacheCounts(
-        size_bytes=fields.get("cache_size_kibibyte", 0) * 1024, files=fields.get("files_in_cache", 0),
-        local_hits=fields.get("local_storage_hit", 0), remote_hits=fields.get("remote_storage_hit", 0),
+        size_bytes=fields.get("cache_size_kibibyte", 0) * 1024,
+        files=fields.get("files_in_cache", 0),
+        local_hits=fields.get("local_storage_hit", 0),
+        remote_hits=fields.get("remote_storage_hit", 0),
         misses=fields.get("cache_miss", 0),
-        remote_errors=fields.get("remote_storage_error", 0) + fields.get("remote_storage_timeout", 0),
+        remote_errors=fields.get("remote_storage_error", 0)
+        + fields.get("remote_storage_timeout", 0),
     )
 
 
 def cache_stats(settings: Settings, config: RemoteConfig | None) -> CacheStats:
-    """Local sizes and hit rates (ccache's counters, the artifacts dir, the lookup counters) and the remote store's own figures."""
+    """Local sizes and hit rates (ccache's counters, the artifacts dir, the lookup counters) and the
+    remote store's own figures."""
     count = size = 0
     for manifest, _ in recorded_manifests(settings.artifacts):
         count += 1
@@ -805,6 +878,12 @@ def cache_stats(settings: Settings, config: RemoteConfig | None) -> CacheStats:
             usage = RemoteUsage(problem=str(exc))
     ccache_dir = settings.ccache
     return CacheStats(
-        ccache_dir=str(ccache_dir), ccache=ccache_counts(ccache_dir), artifacts_dir=str(settings.artifacts),
-        artifact_count=count, artifact_bytes=size, artifact_counts=read_lookups(settings.cache), remote=config, remote_usage=usage,
+        ccache_dir=str(ccache_dir),
+        ccache=ccache_counts(ccache_dir),
+        artifacts_dir=str(settings.artifacts),
+        artifact_count=count,
+        artifact_bytes=size,
+        artifact_counts=read_lookups(settings.cache),
+        remote=config,
+        remote_usage=usage,
     )

@@ -41,8 +41,19 @@ from kzbuild.model.toolchain import (
 log = logging.getLogger(__name__)
 
 TOOLCHAIN_KEYS = (
-    "description", "label", "release", "provides", "directory", "version", "parts",
-    "programs", "probes", "image", "cmake", "env", "runner",
+    "description",
+    "label",
+    "release",
+    "provides",
+    "directory",
+    "version",
+    "parts",
+    "programs",
+    "probes",
+    "image",
+    "cmake",
+    "env",
+    "runner",
 )
 VERSION_KEYS = ("file", "dirname", "args", "regex", "expect", "minimum")
 PROBE_TIMEOUT = 20.0
@@ -59,6 +70,7 @@ def configured_paths_file(settings: Settings) -> Path:
 
 # --- loading ---------------------------------------------------------------------------
 
+
 def load_toolchains(folder: Path) -> dict[str, ToolchainSpec]:
     """Every ``*.yaml`` in ``folder``, by file stem."""
     specs = {}
@@ -73,10 +85,19 @@ def parse_toolchain(doc: yamlconf.Mapping, *, name: str) -> ToolchainSpec:
     version = None
     if "version" in doc:
         if directory is None:
-            raise doc.error("version", "a top-level version needs a directory; put a program's version under programs")
+            raise doc.error(
+                "version",
+                "a top-level version needs a directory; put a program's version under programs",
+            )
         version = _parse_version(doc.get_mapping("version"), default_source=None)
-    programs = tuple(_parse_program(key, value, doc.get_mapping("programs")) for key, value in doc.get_mapping("programs").items())
-    parts = tuple(_parse_part(key, value, doc.get_mapping("parts")) for key, value in doc.get_mapping("parts").items())
+    programs = tuple(
+        _parse_program(key, value, doc.get_mapping("programs"))
+        for key, value in doc.get_mapping("programs").items()
+    )
+    parts = tuple(
+        _parse_part(key, value, doc.get_mapping("parts"))
+        for key, value in doc.get_mapping("parts").items()
+    )
     if parts and directory is None:
         raise doc.error("parts", "parts live inside a directory toolchain")
     program_keys = {p.key for p in programs}
@@ -84,12 +105,24 @@ def parse_toolchain(doc: yamlconf.Mapping, *, name: str) -> ToolchainSpec:
     entries = doc.get_list("probes")
     for index, entry in enumerate(entries):
         if not isinstance(entry, yamlconf.Mapping):
-            raise entries.error(index, "a probe is a mapping with what, program and args", key="probes")
-        entry.check_keys(("what", "program", "args"), required=("what", "program", "args"), context="probe")
+            raise entries.error(
+                index, "a probe is a mapping with what, program and args", key="probes"
+            )
+        entry.check_keys(
+            ("what", "program", "args"), required=("what", "program", "args"), context="probe"
+        )
         program = entry.get_str("program") or ""
         if program not in program_keys:
-            raise entry.error("program", f"'{program}' is not one of this toolchain's programs ({', '.join(sorted(program_keys)) or 'none'})")
-        probes.append(ProbeSpec(what=entry.get_str("what") or "", program=program, args=entry.get_str_list("args")))
+            raise entry.error(
+                "program",
+                f"'{program}' is not one of this toolchain's programs "
+                f"({', '.join(sorted(program_keys)) or 'none'})",
+            )
+        probes.append(
+            ProbeSpec(
+                what=entry.get_str("what") or "", program=program, args=entry.get_str_list("args")
+            )
+        )
     image = _parse_image(doc.get_mapping("image")) if "image" in doc else None
     provides = doc.get_str_list("provides")
     if not provides:
@@ -128,12 +161,20 @@ def _check_template(where: yamlconf.Mapping, key: str, template: str, known: set
         raise where.error(key, f"bad template '{template}': {exc}") from exc
     for field_name in fields:
         if field_name not in known:
-            raise where.error(key, f"unknown field {{{field_name}}}", hint=f"known fields: {', '.join(sorted(known)) or 'none'}")
+            raise where.error(
+                key,
+                f"unknown field {{{field_name}}}",
+                hint=f"known fields: {', '.join(sorted(known)) or 'none'}",
+            )
 
 
 def _parse_directory(section: yamlconf.Mapping) -> DirectorySpec:
     section.check_keys(("env", "search", "requires"), context="directory")
-    return DirectorySpec(env=section.get_str_list("env"), search=section.get_path_list("search"), requires=section.get_path_list("requires"))
+    return DirectorySpec(
+        env=section.get_str_list("env"),
+        search=section.get_path_list("search"),
+        requires=section.get_path_list("requires"),
+    )
 
 
 def _parse_version(section: yamlconf.Mapping, *, default_source: str | None) -> VersionRule:
@@ -174,15 +215,27 @@ def _parse_program(key: str, value: object, section: yamlconf.Mapping) -> Progra
     if not isinstance(value, yamlconf.Mapping):
         raise section.error(key, "a program is a name or a mapping with name and version")
     value.check_keys(("name", "version"), required=("name",), context=f"program {key}")
-    version = _parse_version(value.get_mapping("version"), default_source="command") if "version" in value else None
+    version = (
+        _parse_version(value.get_mapping("version"), default_source="command")
+        if "version" in value
+        else None
+    )
     return ProgramSpec(key=key, name=value.get_str("name") or "", version=version)
 
 
 def _parse_part(name: str, value: object, section: yamlconf.Mapping) -> PartSpec:
     if not isinstance(value, yamlconf.Mapping):
         raise section.error(name, "a part is a mapping with label, default, env, requires, version")
-    value.check_keys(("label", "default", "env", "requires", "version"), required=("default",), context=f"part {name}")
-    version = _parse_version(value.get_mapping("version"), default_source=None) if "version" in value else None
+    value.check_keys(
+        ("label", "default", "env", "requires", "version"),
+        required=("default",),
+        context=f"part {name}",
+    )
+    version = (
+        _parse_version(value.get_mapping("version"), default_source=None)
+        if "version" in value
+        else None
+    )
     return PartSpec(
         name=name,
         label=value.get_str("label", name) or name,
@@ -194,11 +247,17 @@ def _parse_part(name: str, value: object, section: yamlconf.Mapping) -> PartSpec
 
 
 def _parse_image(section: yamlconf.Mapping) -> ImageSpec:
-    section.check_keys(("repository", "tag", "digest"), required=("repository", "tag"), context="image")
+    section.check_keys(
+        ("repository", "tag", "digest"), required=("repository", "tag"), context="image"
+    )
     digest = section.get_str("digest") or None
     if digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
         raise section.error("digest", f"'{digest}' is not an image digest (sha256:<64 hex>)")
-    return ImageSpec(repository=section.get_str("repository") or "", tag=section.get_str("tag") or "", digest=digest)
+    return ImageSpec(
+        repository=section.get_str("repository") or "",
+        tag=section.get_str("tag") or "",
+        digest=digest,
+    )
 
 
 def load_configured_paths(path: Path, specs: Mapping[str, ToolchainSpec]) -> dict[str, Path]:
@@ -217,6 +276,7 @@ def load_configured_paths(path: Path, specs: Mapping[str, ToolchainSpec]) -> dic
 
 
 # --- detection -------------------------------------------------------------------------
+
 
 class Detector:
     """Looks for toolchains in one environment; each toolchain is looked for once."""
@@ -237,7 +297,12 @@ class Detector:
     @classmethod
     def for_settings(cls, settings: Settings, environ: Mapping[str, str]) -> Detector:
         specs = load_toolchains(toolchains_dir(settings))
-        return cls(specs, environ, load_configured_paths(configured_paths_file(settings), specs), VersionOutputs(settings.toolchain_versions))
+        return cls(
+            specs,
+            environ,
+            load_configured_paths(configured_paths_file(settings), specs),
+            VersionOutputs(settings.toolchain_versions),
+        )
 
     def spec(self, name: str) -> ToolchainSpec:
         try:
@@ -245,18 +310,30 @@ class Detector:
         except KeyError:
             raise ConfigError(
                 f"no toolchain named '{name}'",
-                hint=f"known toolchains: {', '.join(sorted(self.specs)) or 'none'} (files in toolchains/)",
+                hint=f"known toolchains: {', '.join(sorted(self.specs)) or 'none'} (files in "
+                "toolchains/)",
             ) from None
 
     def find(self, name: str, *, needed_by: str = "the build") -> Found:
         key = (name, needed_by)
         if key not in self._found:
-            self._found[key] = detect(self.spec(name), self.environ, self.configured.get(name), needed_by=needed_by, known_outputs=self.known_outputs)
+            self._found[key] = detect(
+                self.spec(name),
+                self.environ,
+                self.configured.get(name),
+                needed_by=needed_by,
+                known_outputs=self.known_outputs,
+            )
         return self._found[key]
 
 
 def detect(
-    spec: ToolchainSpec, environ: Mapping[str, str], configured: Path | None = None, *, needed_by: str, known_outputs: VersionOutputs | None = None,
+    spec: ToolchainSpec,
+    environ: Mapping[str, str],
+    configured: Path | None = None,
+    *,
+    needed_by: str,
+    known_outputs: VersionOutputs | None = None,
 ) -> Found:
     values: dict[str, str] = {}
     versions: dict[str, str] = {}
@@ -276,7 +353,9 @@ def detect(
             version, proof = located.version, located.proof
     banners: dict[str, str] = {}
     for program in spec.programs:
-        path, program_version, banner, trouble = _find_program(spec, program, environ, needed_by, known_outputs)
+        path, program_version, banner, trouble = _find_program(
+            spec, program, environ, needed_by, known_outputs
+        )
         if trouble:
             problems.append(trouble)
             continue
@@ -322,7 +401,9 @@ class _Located:
         self.notes: list[str] = []
 
 
-def _candidates(spec: ToolchainSpec, environ: Mapping[str, str], configured: Path | None) -> tuple[list[tuple[str, Path]], list[str]]:
+def _candidates(
+    spec: ToolchainSpec, environ: Mapping[str, str], configured: Path | None
+) -> tuple[list[tuple[str, Path]], list[str]]:
     """(where it came from, path) in precedence order, plus notes for places that had nothing."""
     assert spec.directory is not None
     found: list[tuple[str, Path]] = []
@@ -369,7 +450,9 @@ def _expand_env(pattern: str, environ: Mapping[str, str]) -> str | None:
     return None if missing else expanded
 
 
-def _locate_directory(spec: ToolchainSpec, environ: Mapping[str, str], configured: Path | None, needed_by: str) -> _Located:
+def _locate_directory(
+    spec: ToolchainSpec, environ: Mapping[str, str], configured: Path | None, needed_by: str
+) -> _Located:
     assert spec.directory is not None
     result = _Located()
     candidates, empty = _candidates(spec, environ, configured)
@@ -389,7 +472,9 @@ def _locate_directory(spec: ToolchainSpec, environ: Mapping[str, str], configure
     return result
 
 
-def _check_directory(spec: ToolchainSpec, path: Path, environ: Mapping[str, str], needed_by: str, result: _Located) -> str | None:
+def _check_directory(
+    spec: ToolchainSpec, path: Path, environ: Mapping[str, str], needed_by: str, result: _Located
+) -> str | None:
     """None when ``path`` is the wanted toolchain; otherwise what is wrong with it."""
     assert spec.directory is not None
     if not path.is_dir():
@@ -399,7 +484,9 @@ def _check_directory(spec: ToolchainSpec, path: Path, environ: Mapping[str, str]
             return f"{spec.label} at {path} lacks {required}"
     version = proof = None
     if spec.version is not None:
-        version, proof, trouble = _read_version(spec.version, path, spec.label, spec.wanted, needed_by)
+        version, proof, trouble = _read_version(
+            spec.version, path, spec.label, spec.wanted, needed_by
+        )
         if trouble:
             return trouble
     values = {"root": str(path)}
@@ -415,7 +502,9 @@ def _check_directory(spec: ToolchainSpec, path: Path, environ: Mapping[str, str]
     return None
 
 
-def _check_part(part: PartSpec, root: Path, environ: Mapping[str, str], needed_by: str) -> tuple[Path, str | None, str | None]:
+def _check_part(
+    part: PartSpec, root: Path, environ: Mapping[str, str], needed_by: str
+) -> tuple[Path, str | None, str | None]:
     from_env = environ.get(part.env) if part.env else None
     path = Path(from_env).expanduser() if from_env else root / part.default
     origin = f" (from ${part.env})" if from_env else ""
@@ -431,13 +520,20 @@ def _check_part(part: PartSpec, root: Path, environ: Mapping[str, str], needed_b
     return path, version, (trouble + origin if trouble else None)
 
 
-def _read_version(rule: VersionRule, path: Path, label: str, wanted: str, needed_by: str) -> tuple[str | None, str | None, str | None]:
+def _read_version(
+    rule: VersionRule, path: Path, label: str, wanted: str, needed_by: str
+) -> tuple[str | None, str | None, str | None]:
     """(version, the file or folder that proved it, trouble)."""
     if rule.source == "dirname":
         proof = str(path)
         version = rule.read(path.name)
         if version is None:
-            return None, proof, f"cannot tell the {label} version at {path}: its folder name '{path.name}' is not a version"
+            return (
+                None,
+                proof,
+                f"cannot tell the {label} version at {path}: its folder name '{path.name}' is not "
+                "a version",
+            )
     else:
         proof_path = path / rule.file
         proof = str(proof_path)
@@ -454,7 +550,11 @@ def _read_version(rule: VersionRule, path: Path, label: str, wanted: str, needed
 
 
 def _find_program(
-    spec: ToolchainSpec, program: ProgramSpec, environ: Mapping[str, str], needed_by: str, known_outputs: VersionOutputs | None = None,
+    spec: ToolchainSpec,
+    program: ProgramSpec,
+    environ: Mapping[str, str],
+    needed_by: str,
+    known_outputs: VersionOutputs | None = None,
 ) -> tuple[str | None, str | None, str | None, str | None]:
     """(path, version, the output line that holds the version, trouble)."""
     path = shutil.which(program.name, path=environ.get("PATH", os.defpath))
@@ -468,23 +568,50 @@ def _find_program(
     output = remembered
     if output is None:
         try:
-            result = proc.run(argv, env=environ, replace_env=True, check=False, timeout=PROBE_TIMEOUT)
+            result = proc.run(
+                argv, env=environ, replace_env=True, check=False, timeout=PROBE_TIMEOUT
+            )
         except (NotAvailableHere, CommandFailed) as exc:
-            return None, None, None, f"'{program.name}' ({spec.label}) cannot be run: {exc.message.splitlines()[0]}"
+            return (
+                None,
+                None,
+                None,
+                f"'{program.name}' ({spec.label}) cannot be run: {exc.message.splitlines()[0]}",
+            )
         output = result.stdout + "\n" + result.stderr
     version = program.version.read(output)
     if remembered is None and version is not None and known_outputs is not None and key is not None:
-        known_outputs.put(key, output)  # only an output that names a version: a failed run is asked again
+        known_outputs.put(
+            key, output
+        )  # only an output that names a version: a failed run is asked again
     if version is None:
-        return path, None, None, f"cannot tell the version of {path}: '{' '.join([program.name, *program.version.args])}' printed none"
+        return (
+            path,
+            None,
+            None,
+            f"cannot tell the version of {path}: "
+            f"'{' '.join([program.name, *program.version.args])}' printed none",
+        )
     banner = next((line.strip() for line in output.splitlines() if version in line), version)
     if not program.version.accepts(version):
-        return path, version, banner, f"found {program.name} {version} at {path}; {needed_by} needs {program.version.wanted}"
+        return (
+            path,
+            version,
+            banner,
+            f"found {program.name} {version} at {path}; {needed_by} needs {program.version.wanted}",
+        )
     return path, version, banner, None
 
 
-VERSION_ENV = ("PATH", "LANG", "LC_ALL", "LC_MESSAGES")  # what a version command's output may depend on
-WRAPPERS = frozenset({"ccache", "sccache", "distcc", "icecc", "buildcache"})  # masquerade links: the wrapped program can change
+VERSION_ENV = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LC_MESSAGES",
+)  # what a version command's output may depend on
+WRAPPERS = frozenset(
+    {"ccache", "sccache", "distcc", "icecc", "buildcache"}
+)  # masquerade links: the wrapped program can change
 MAX_VERSION_OUTPUTS = 64
 
 
@@ -507,12 +634,23 @@ class VersionOutputs(TextCache):
             with open(real, "rb") as handle:
                 if handle.read(2) == b"#!":
                     return None
-            if os.path.basename(real) in WRAPPERS and os.path.basename(argv[0]) != os.path.basename(real):
+            if os.path.basename(real) in WRAPPERS and os.path.basename(argv[0]) != os.path.basename(
+                real
+            ):
                 return None  # e.g. /usr/lib/ccache/g++: ccache runs whichever g++ PATH finds
             info = os.stat(real)
         except OSError:
             return None
-        identity = [argv[0], real, info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, list(argv[1:])]
+        identity = [
+            argv[0],
+            real,
+            info.st_dev,
+            info.st_ino,
+            info.st_size,
+            info.st_mtime_ns,
+            info.st_ctime_ns,
+            list(argv[1:]),
+        ]
         identity += [environ.get(name) for name in VERSION_ENV]
         return hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:32]
 
@@ -525,5 +663,14 @@ def _run_probe(probe: ProbeSpec, program: str, environ: Mapping[str, str]) -> st
         return f"{probe.what} is not available here: {exc.message.splitlines()[0]}"
     if result.ok:
         return None
-    said = next((line.strip() for line in (result.stderr + "\n" + result.stdout).splitlines() if line.strip()), "")
-    return f"{probe.what} is not available here: '{proc.describe(argv)}' failed" + (f": {said}" if said else "")
+    said = next(
+        (
+            line.strip()
+            for line in (result.stderr + "\n" + result.stdout).splitlines()
+            if line.strip()
+        ),
+        "",
+    )
+    return f"{probe.what} is not available here: '{proc.describe(argv)}' failed" + (
+        f": {said}" if said else ""
+    )

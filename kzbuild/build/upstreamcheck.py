@@ -1,4 +1,5 @@
-"""``kzbuild patches upstream``: one patch as upstream would receive it, and whether it stands alone.
+"""``kzbuild patches upstream``: one patch as upstream would receive it, and whether it stands
+alone.
 
 From ``Upstream-Status: Pending`` to ``Submitted``: the patch without kzbuild's trailers, applied
 alone (without the rest of the stack) at the pin and at ``--against`` targets in the scratch repo
@@ -32,9 +33,23 @@ from kzbuild.source.stack.series import read_series
 
 HOST_TARGET = "host"
 CODE_SUFFIXES = (
-    ".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".inc", ".cu", ".cuh", ".m", ".mm", ".metal",
-    ".comp", ".glsl", ".S",
-)  # fmt: skip
+    ".c",
+    ".cc",
+    ".cpp",
+    ".cxx",
+    ".h",
+    ".hh",
+    ".hpp",
+    ".inc",
+    ".cu",
+    ".cuh",
+    ".m",
+    ".mm",
+    ".metal",
+    ".comp",
+    ".glsl",
+    ".S",
+)
 
 
 def check_upstream(
@@ -59,27 +74,52 @@ def check_upstream(
     targets += [resolve_target(settings, recipe, ref, progress) for ref in against]
     steps = [_applies_alone(settings, recipe, patch, text, target, progress) for target in targets]
     if not build:
-        steps.append(UpstreamStep("build", f"build for {HOST_TARGET}", StepStatus.SKIPPED, detail="--no-build"))
+        steps.append(
+            UpstreamStep(
+                "build", f"build for {HOST_TARGET}", StepStatus.SKIPPED, detail="--no-build"
+            )
+        )
     elif steps[0].status is StepStatus.FAILED:
-        steps.append(UpstreamStep("build", f"build for {HOST_TARGET}", StepStatus.SKIPPED, detail="it does not apply at the pin"))
+        steps.append(
+            UpstreamStep(
+                "build",
+                f"build for {HOST_TARGET}",
+                StepStatus.SKIPPED,
+                detail="it does not apply at the pin",
+            )
+        )
     else:
         steps += _builds_alone(settings, recipe, patch, text, environ)
     return UpstreamCheck(patch.name, text, tuple(steps))
 
 
-def _applies_alone(settings: Settings, recipe: Recipe, patch: Patch, text: str, target: Target, progress: Progress | None) -> UpstreamStep:
-    """``git apply --cached`` of the stripped patch on the target's tree: what ``git am`` does to the tree."""
+def _applies_alone(
+    settings: Settings,
+    recipe: Recipe,
+    patch: Patch,
+    text: str,
+    target: Target,
+    progress: Progress | None,
+) -> UpstreamStep:
+    """``git apply --cached`` of the stripped patch on the target's tree: what ``git am`` does to
+    the tree."""
     fetch_target(settings, recipe, target, progress)
     scratch = Scratch(settings, recipe)
     with scratch.lock():
         scratch.prepare()
         scratch.load(target.commit)
         result = apply(scratch.git, patch, text=text)
-    label = f"apply alone at {target.label}" if target.commit == recipe.upstream.commit else f"apply alone at {target.label} ({target.commit[:12]})"
+    label = (
+        f"apply alone at {target.label}"
+        if target.commit == recipe.upstream.commit
+        else f"apply alone at {target.label} ({target.commit[:12]})"
+    )
     if result.ok:
         return UpstreamStep("apply", label, StepStatus.PASSED)
     files = tuple(dict.fromkeys(failure[0] for failure in failed_hunks(patch, result.stderr)))
-    return UpstreamStep("apply", label, StepStatus.FAILED, files=files, detail=result.stderr.strip())
+    return UpstreamStep(
+        "apply", label, StepStatus.FAILED, files=files, detail=result.stderr.strip()
+    )
 
 
 def _builds_alone(

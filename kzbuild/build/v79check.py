@@ -1,10 +1,12 @@
-"""``kzbuild build RECIPE --target v79-check``: compile every Hexagon source of the synced tree, without the SDK.
+"""``kzbuild build RECIPE --target v79-check``: compile every Hexagon source of the synced tree,
+without the SDK.
 
 It proves compilation only: nothing is linked and nothing runs. Two sides, as upstream's
 CMake builds them (ggml/src/ggml-hexagon/CMakeLists.txt, htp/CMakeLists.txt and
 htp/cmake-toolchain.cmake):
 
-- the DSP side: every ``htp/*.c`` (not qaic's htp_iface_skel.c, which only a real build generates) for hexagonv79 with HVX 128B (and its IEEE-float and qfloat
+- the DSP side: every ``htp/*.c`` (not qaic's htp_iface_skel.c, which only a real build generates)
+for hexagonv79 with HVX 128B (and its IEEE-float and qfloat
   instructions), ``-O2 -Wall -Werror -DNDEBUG=1`` and the include dirs of htp/CMakeLists.txt, to
   objects, with the clang of the ``ziglang`` PyPI package (its musl headers stand in for QuRT's
   C library);
@@ -54,7 +56,13 @@ from kzbuild.build.builder import (
 )
 from kzbuild.errors import BuildFailed, ConfigError, ToolchainMissing, WorktreeError
 from kzbuild.model.artifact import Artifact
-from kzbuild.model.build import MANIFEST_FORMAT, V79_CHECK_PROVES, V79_CHECK_TARGET, BuildEvent, BuildOptions
+from kzbuild.model.build import (
+    MANIFEST_FORMAT,
+    V79_CHECK_PROVES,
+    V79_CHECK_TARGET,
+    BuildEvent,
+    BuildOptions,
+)
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.sync import Lock
 from kzbuild.source.stack.patchfile import read_patch
@@ -66,7 +74,10 @@ PROVES = V79_CHECK_PROVES
 
 HEXAGON = "ggml/src/ggml-hexagon"
 HTP = f"{HEXAGON}/htp"
-HOST_SOURCES = ("ggml-hexagon.cpp", "htp-drv.cpp")  # ggml_add_backend_library(ggml-hexagon ...) in the CMakeLists
+HOST_SOURCES = (
+    "ggml-hexagon.cpp",
+    "htp-drv.cpp",
+)  # ggml_add_backend_library(ggml-hexagon ...) in the CMakeLists
 STAND_INS = Path("kernels/hexagon-sdk")
 SCRATCH_STAND_INS = "hexagon-sdk-stand-ins"  # their copy in the scratch dir
 
@@ -75,22 +86,45 @@ SCRATCH_STAND_INS = "hexagon-sdk-stand-ins"  # their copy in the scratch dir
 # -mhmx has no LLVM counterpart (HMX instructions are no-ops here, see asm_no_ops); -fvectorize is
 # on at -O2 anyway, and zig's driver, which takes HVX from -mcpu, refuses it.
 DSP_FLAGS = (
-    "-target", "hexagon-linux-musl", "-mcpu=hexagonv79+hvxv79+hvx_length128b+hvx_ieee_fp+hvx_qfloat",
-    "-O2", "-Wall", "-Werror", "-fno-zero-initialized-in-bss", "-G0", "-fdata-sections", "-fpic",
+    "-target",
+    "hexagon-linux-musl",
+    "-mcpu=hexagonv79+hvxv79+hvx_length128b+hvx_ieee_fp+hvx_qfloat",
+    "-O2",
+    "-Wall",
+    "-Werror",
+    "-fno-zero-initialized-in-bss",
+    "-G0",
+    "-fdata-sections",
+    "-fpic",
     "-DNDEBUG=1",
     # QuRT's libc headers do not define M_PI (rope-ops.c does) and define NULL as 0, which the
     # sources assign to uint64_t fields: musl in POSIX mode, without int-conversion errors.
-    "-D_POSIX_C_SOURCE=200809L", "-Wno-int-conversion",
+    "-D_POSIX_C_SOURCE=200809L",
+    "-Wno-int-conversion",
 )
-# ggml's backend library flags (ggml/src/CMakeLists.txt) for a release build, with the Snapdragon preset's -march=armv8.7a+fp16+dotprod+i8mm in zig's spelling.
+# ggml's backend library flags (ggml/src/CMakeLists.txt) for a release build, with the Snapdragon
+# preset's -march=armv8.7a+fp16+dotprod+i8mm in zig's spelling.
 HOST_FLAGS = (
-    "-target", "aarch64-linux-gnu", "-mcpu=generic+v8_7a+fullfp16+dotprod+i8mm", "-std=c++17", "-O2", "-fPIC",
-    "-Wall", "-Wextra", "-Wno-unused-function", "-DNDEBUG", "-D_GNU_SOURCE",
-    "-DGGML_BACKEND_BUILD", "-DGGML_BACKEND_SHARED", "-DGGML_SHARED", "-DGGML_USE_HEXAGON",
+    "-target",
+    "aarch64-linux-gnu",
+    "-mcpu=generic+v8_7a+fullfp16+dotprod+i8mm",
+    "-std=c++17",
+    "-O2",
+    "-fPIC",
+    "-Wall",
+    "-Wextra",
+    "-Wno-unused-function",
+    "-DNDEBUG",
+    "-D_GNU_SOURCE",
+    "-DGGML_BACKEND_BUILD",
+    "-DGGML_BACKEND_SHARED",
+    "-DGGML_SHARED",
+    "-DGGML_USE_HEXAGON",
 )
 UNDECLARED = re.compile(
     r"(?:call to undeclared (?:library )?function|use of undeclared identifier|unknown type name|"
-    r"no member named \S+ in|incomplete definition of type|variable has incomplete type) '(?:struct )?([A-Za-z_]\w*)'"
+    r"no member named \S+ in|incomplete definition of type|variable has incomplete type) "
+    r"'(?:struct )?([A-Za-z_]\w*)'"
 )
 NOT_FOUND = re.compile(r"fatal error: '([^']+)' file not found")
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
@@ -118,9 +152,15 @@ def load_stand_ins(project: Path) -> StandIns:
     root = project / STAND_INS
     path = root / "stand-ins.yaml"
     if not path.is_file():
-        raise ToolchainMissing(f"the Hexagon SDK stand-ins are missing: {path}", hint="they are part of the kzbuild project (kernels/hexagon-sdk/)")
+        raise ToolchainMissing(
+            f"the Hexagon SDK stand-ins are missing: {path}",
+            hint="they are part of the kzbuild project (kernels/hexagon-sdk/)",
+        )
     doc = yamlconf.load(path)
-    doc.check_keys(("sdk_prefixes", "headers", "asm_no_ops"), required=("sdk_prefixes", "headers", "asm_no_ops"))
+    doc.check_keys(
+        ("sdk_prefixes", "headers", "asm_no_ops"),
+        required=("sdk_prefixes", "headers", "asm_no_ops"),
+    )
     headers_doc = doc.get_mapping("headers")
     headers: dict[str, tuple[str, ...]] = {}
     for name in headers_doc:
@@ -129,12 +169,16 @@ def load_stand_ins(project: Path) -> StandIns:
         headers[name] = headers_doc.get_str_list(name)
     for header in sorted(p.name for p in (root / "stand-ins").iterdir()):
         if header not in headers:
-            raise doc.error("headers", f"the stand-in {header} is not declared (list what it stands in for)")
+            raise doc.error(
+                "headers", f"the stand-in {header} is not declared (list what it stands in for)"
+            )
     no_ops = []
     items = doc.get_list("asm_no_ops")
     for index, item in enumerate(items):
         if not isinstance(item, yamlconf.Mapping):
-            raise items.error(index, "must be a mapping with 'pattern' and 'what'", key="asm_no_ops")
+            raise items.error(
+                index, "must be a mapping with 'pattern' and 'what'", key="asm_no_ops"
+            )
         item.check_keys(("pattern", "what"), required=("pattern", "what"))
         pattern = item.get_str("pattern") or ""
         try:
@@ -151,7 +195,8 @@ STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 
 
 def neutralise_asm(text: str, patterns: Sequence[str]) -> tuple[str, int]:
-    """``text`` with every ``#define`` whose body holds one of ``patterns`` given the body ``"nop\\n"``,
+    """``text`` with every ``#define`` whose body holds one of ``patterns`` given the body
+    ``"nop\\n"``,
     and every other string literal holding one replaced by ``"nop\\n"``. Line numbers stay."""
     unsupported = re.compile("|".join(f"(?:{p})" for p in patterns))
     lines = text.split("\n")
@@ -163,7 +208,7 @@ def neutralise_asm(text: str, patterns: Sequence[str]) -> tuple[str, int]:
             end = index
             while lines[end].endswith("\\") and end + 1 < len(lines):
                 end += 1
-            block = lines[index:end + 1]
+            block = lines[index : end + 1]
             if any(unsupported.search(s) for part in block for s in STRING.findall(part)):
                 head = re.match(r"(\s*#\s*define\s+\w+(?:\([^)]*\))?)", block[0])
                 assert head is not None
@@ -173,7 +218,9 @@ def neutralise_asm(text: str, patterns: Sequence[str]) -> tuple[str, int]:
                 changed += 1
             index = end + 1
             continue
-        replaced = STRING.sub(lambda m: '"nop\\n"' if unsupported.search(m.group(0)) else m.group(0), line)
+        replaced = STRING.sub(
+            lambda m: '"nop\\n"' if unsupported.search(m.group(0)) else m.group(0), line
+        )
         if replaced != line:
             lines[index] = replaced
             changed += 1
@@ -182,7 +229,8 @@ def neutralise_asm(text: str, patterns: Sequence[str]) -> tuple[str, int]:
 
 
 def make_scratch(tree: Path, scratch: Path, stand_ins: StandIns) -> dict[str, int]:
-    """Copy what the compiles read (ggml/include, ggml/src's own headers, ggml-hexagon, the stand-ins) into ``scratch``
+    """Copy what the compiles read (ggml/include, ggml/src's own headers, ggml-hexagon, the
+    stand-ins) into ``scratch``
     and neutralise the assembly LLVM lacks there. Returns {relative path: lines changed}."""
     if scratch.exists():
         shutil.rmtree(scratch)
@@ -191,13 +239,17 @@ def make_scratch(tree: Path, scratch: Path, stand_ins: StandIns) -> dict[str, in
     for header in (tree / "ggml/src").glob("*.h"):
         shutil.copy2(header, scratch / "ggml/src" / header.name)
     shutil.copytree(tree / HEXAGON, scratch / HEXAGON)
-    shutil.copytree(stand_ins.include, scratch / SCRATCH_STAND_INS)  # every -I under the work dir: ccache hits from any project
+    shutil.copytree(
+        stand_ins.include, scratch / SCRATCH_STAND_INS
+    )  # every -I under the work dir: ccache hits from any project
     patterns = [p for p, _ in stand_ins.asm_no_ops]
     changed: dict[str, int] = {}
     for path in sorted((scratch / HTP).iterdir()):
         if path.suffix not in (".c", ".h"):
             continue
-        text, count = neutralise_asm(path.read_text(encoding="utf-8", errors="surrogateescape"), patterns)
+        text, count = neutralise_asm(
+            path.read_text(encoding="utf-8", errors="surrogateescape"), patterns
+        )
         if count:
             path.write_text(text, encoding="utf-8", errors="surrogateescape")
             changed[path.relative_to(scratch).as_posix()] = count
@@ -205,6 +257,7 @@ def make_scratch(tree: Path, scratch: Path, stand_ins: StandIns) -> dict[str, in
 
 
 # --- compiles ----------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Compile:
@@ -229,7 +282,8 @@ def zig() -> list[str]:
         import ziglang  # noqa: F401
     except ImportError:
         raise ToolchainMissing(
-            "the v79 compile check needs the clang of the 'ziglang' PyPI package, which is not installed",
+            "the v79 compile check needs the clang of the 'ziglang' PyPI package, which is not "
+            "installed",
             hint="pip install ziglang (a dependency of kzbuild)",
         ) from None
     return [sys.executable, "-m", "ziglang"]
@@ -250,12 +304,22 @@ def plan_compiles(scratch: Path, stand_ins: StandIns) -> list[Compile]:
     includes = [scratch / "ggml/include", src, scratch / HEXAGON, htp, scratch / SCRATCH_STAND_INS]
     dsp = [*zig(), "cc", *DSP_FLAGS, *(f"-I{p}" for p in includes), "-include", "qurt-libc.h"]
     host = [*zig(), "c++", *HOST_FLAGS, *(f"-I{p}" for p in includes)]
-    compiles = [Compile("dsp", f"{HTP}/{p.name}", tuple(dsp), f"objects/htp/{p.stem}.o") for p in sorted(htp.glob("*.c"))]
+    compiles = [
+        Compile("dsp", f"{HTP}/{p.name}", tuple(dsp), f"objects/htp/{p.stem}.o")
+        for p in sorted(htp.glob("*.c"))
+    ]
     for name in HOST_SOURCES:
         if (scratch / HEXAGON / name).is_file():
-            compiles.append(Compile("host", f"{HEXAGON}/{name}", tuple(host), f"objects/host/{Path(name).stem}.o"))
+            compiles.append(
+                Compile(
+                    "host", f"{HEXAGON}/{name}", tuple(host), f"objects/host/{Path(name).stem}.o"
+                )
+            )
     if not any(c.side == "host" for c in compiles):
-        raise ConfigError(f"the synced tree has no {HEXAGON}/ggml-hexagon.cpp: nothing for the host side to compile")
+        raise ConfigError(
+            f"the synced tree has no {HEXAGON}/ggml-hexagon.cpp: nothing for the host side to "
+            "compile"
+        )
     return compiles
 
 
@@ -288,8 +352,12 @@ def run_compile(item: Compile, scratch: Path, out: Path, env: Mapping[str, str])
     target = out / item.object
     target.parent.mkdir(parents=True, exist_ok=True)
     stats = target.with_suffix(".ccache-log")
-    result = proc.run(["ccache", *item.argv, "-c", item.source, "-o", str(target)], cwd=scratch, check=False,
-                      env={**env, "CCACHE_STATSLOG": str(stats)})
+    result = proc.run(
+        ["ccache", *item.argv, "-c", item.source, "-o", str(target)],
+        cwd=scratch,
+        check=False,
+        env={**env, "CCACHE_STATSLOG": str(stats)},
+    )
     diagnostics = _relative(result.stderr, scratch)
     ccache = read_ccache_log(stats)
     stats.unlink(missing_ok=True)
@@ -305,7 +373,8 @@ def ccache_env(settings: Settings, identity: str) -> dict[str, str]:
         "CCACHE_BASEDIR": str(settings.work),
         "CCACHE_NOHASHDIR": "1",
         "CCACHE_COMPILERCHECK": f"string:{identity}",
-        # the scratch copy is written just before it compiles: hash its files' contents, not their times
+        # the scratch copy is written just before it compiles: hash its files' contents,
+        # not their times
         "CCACHE_SLOPPINESS": "include_file_mtime,include_file_ctime,time_macros",
     }
 
@@ -317,15 +386,24 @@ def _relative(stderr: str | bytes, scratch: Path) -> str:
 
 # --- faults ------------------------------------------------------------------------------
 
+
 def stand_in_gaps(outcomes: Iterable[Outcome], stand_ins: StandIns) -> list[str]:
     """SDK headers and names the sources use that the stand-ins lack, each with where it is used."""
     gaps: dict[str, str] = {}
     for outcome in outcomes:
         for line in outcome.diagnostics.splitlines():
             where = line.split(": ", 1)[0]
-            if (found := NOT_FOUND.search(line)) and found.group(1) not in gaps and _system_include(found.group(1), outcome.diagnostics):
+            if (
+                (found := NOT_FOUND.search(line))
+                and found.group(1) not in gaps
+                and _system_include(found.group(1), outcome.diagnostics)
+            ):
                 gaps[found.group(1)] = f"header <{found.group(1)}> (included at {where})"
-            elif (found := UNDECLARED.search(line)) and stand_ins.is_sdk_name(found.group(1)) and found.group(1) not in gaps:
+            elif (
+                (found := UNDECLARED.search(line))
+                and stand_ins.is_sdk_name(found.group(1))
+                and found.group(1) not in gaps
+            ):
                 gaps[found.group(1)] = f"name '{found.group(1)}' (used at {where})"
     return list(gaps.values())
 
@@ -336,7 +414,9 @@ def _system_include(header: str, diagnostics: str) -> bool:
     return re.search(rf"#\s*include\s*<{re.escape(header)}>", diagnostics) is not None
 
 
-def involved_patches(patches: Mapping[str, frozenset[str]], outcomes: Iterable[Outcome]) -> list[str]:
+def involved_patches(
+    patches: Mapping[str, frozenset[str]], outcomes: Iterable[Outcome]
+) -> list[str]:
     """The patches of the stack that change a file the failed compiles' diagnostics name."""
     files: set[str] = set()
     for outcome in outcomes:
@@ -354,33 +434,54 @@ def stack_files(recipe: Recipe, lock: Lock) -> dict[str, frozenset[str]]:
     for entry in read_series(recipe.series).entries:
         if entry.name in applied:
             patch = read_patch(entry.path, entry.name)
-            files[entry.name] = frozenset({c.path for c in patch.files} | {c.old_path for c in patch.files if c.old_path})
+            files[entry.name] = frozenset(
+                {c.path for c in patch.files} | {c.old_path for c in patch.files if c.old_path}
+            )
     return files
 
 
-def failure(failed: Sequence[Outcome], patches: Mapping[str, frozenset[str]], stand_ins: StandIns, recipe: str) -> BuildFailed | ToolchainMissing:
+def failure(
+    failed: Sequence[Outcome],
+    patches: Mapping[str, frozenset[str]],
+    stand_ins: StandIns,
+    recipe: str,
+) -> BuildFailed | ToolchainMissing:
     blocks = []
     for outcome in failed:
         lines = [line for line in outcome.diagnostics.splitlines() if line.strip()]
-        shown = "\n    ".join(lines[:40]) + (f"\n    ... ({len(lines) - 40} more lines)" if len(lines) > 40 else "")
-        blocks.append(f"{outcome.compile.source} ({outcome.compile.side} side) does not compile:\n    {shown}")
+        shown = "\n    ".join(lines[:40]) + (
+            f"\n    ... ({len(lines) - 40} more lines)" if len(lines) > 40 else ""
+        )
+        blocks.append(
+            f"{outcome.compile.source} ({outcome.compile.side} side) does not compile:\n    {shown}"
+        )
     gaps = stand_in_gaps(failed, stand_ins)
     if gaps:
         return ToolchainMissing(
-            f"v79 check of {recipe}: the Hexagon SDK stand-ins lack " + "; ".join(gaps) + "\n  " + "\n  ".join(blocks),
-            hint=f"declare it in {stand_ins.include} and list it in {stand_ins.root / 'stand-ins.yaml'}",
+            f"v79 check of {recipe}: the Hexagon SDK stand-ins lack "
+            + "; ".join(gaps)
+            + "\n  "
+            + "\n  ".join(blocks),
+            hint=f"declare it in {stand_ins.include} and list it in "
+            f"{stand_ins.root / 'stand-ins.yaml'}",
         )
     named = involved_patches(patches, failed)
-    blame = (f"patches of the stack that change these files: {', '.join(named)}" if named
-             else "no patch of the stack changes these files (upstream's own sources)")
+    blame = (
+        f"patches of the stack that change these files: {', '.join(named)}"
+        if named
+        else "no patch of the stack changes these files (upstream's own sources)"
+    )
     sides = sorted({o.compile.side for o in failed})
     return BuildFailed(
-        f"v79 check of {recipe} failed on the {' and '.join(sides)} side ({len(failed)} file(s)); {blame}\n  " + "\n  ".join(blocks),
-        hint="the check proves compilation only; fix the file(s) in the worktree and export the patch",
+        f"v79 check of {recipe} failed on the {' and '.join(sides)} side ({len(failed)} file(s)); "
+        f"{blame}\n  " + "\n  ".join(blocks),
+        hint="the check proves compilation only; fix the file(s) in the worktree and export the "
+        "patch",
     )
 
 
 # --- plan and run ------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class CheckPlan:
@@ -403,10 +504,19 @@ class CheckPlan:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "recipe": self.recipe.name, "target": TARGET, "build_id": self.check_id, "build_commit": self.build_commit,
-            "proves": PROVES, "source": str(self.source), "scratch": str(self.scratch), "artifact": str(self.artifact_dir),
-            "ccache": dict(self.ccache_env), "dsp_flags": list(DSP_FLAGS), "host_flags": list(HOST_FLAGS),
-            "stand_ins": str(self.stand_ins.include), "asm_no_ops": [what for _, what in self.stand_ins.asm_no_ops],
+            "recipe": self.recipe.name,
+            "target": TARGET,
+            "build_id": self.check_id,
+            "build_commit": self.build_commit,
+            "proves": PROVES,
+            "source": str(self.source),
+            "scratch": str(self.scratch),
+            "artifact": str(self.artifact_dir),
+            "ccache": dict(self.ccache_env),
+            "dsp_flags": list(DSP_FLAGS),
+            "host_flags": list(HOST_FLAGS),
+            "stand_ins": str(self.stand_ins.include),
+            "asm_no_ops": [what for _, what in self.stand_ins.asm_no_ops],
             "inputs": dict(self.inputs),
         }
 
@@ -422,12 +532,20 @@ class CheckResult:
     times: Mapping[str, float] = field(default_factory=dict)
 
 
-def prepare_check(settings: Settings, recipe: Recipe, *, options: BuildOptions = BuildOptions(),
-                  progress: Progress | None = None) -> CheckPlan:
+def prepare_check(
+    settings: Settings,
+    recipe: Recipe,
+    *,
+    options: BuildOptions = BuildOptions(),
+    progress: Progress | None = None,
+) -> CheckPlan:
     """Sync when needed and compute the check id (what ``--dry-run`` shows)."""
     stand_ins = load_stand_ins(settings.project)
     if shutil.which("ccache") is None:
-        raise ToolchainMissing("the v79 compile check needs ccache, which is not on PATH", hint="Debian package 'ccache' (scripts/setup installs it)")
+        raise ToolchainMissing(
+            "the v79 compile check needs ccache, which is not on PATH",
+            hint="Debian package 'ccache' (scripts/setup installs it)",
+        )
     identity = zig_version()
     synced, sync_seconds = timed_sync(settings, recipe, progress)
     lock = synced.lock
@@ -440,12 +558,22 @@ def prepare_check(settings: Settings, recipe: Recipe, *, options: BuildOptions =
     check_id = build_id_of(TARGET, inputs)
     root = artifacts_root(settings, options.artifacts)
     return CheckPlan(
-        recipe=recipe, check_id=check_id, build_commit=build_commit(lock),
-        lock_sha256=lock_sha256(lock), inputs=inputs, source=synced.worktree,
+        recipe=recipe,
+        check_id=check_id,
+        build_commit=build_commit(lock),
+        lock_sha256=lock_sha256(lock),
+        inputs=inputs,
+        source=synced.worktree,
         scratch=recipe_build_dir(settings, recipe) / TARGET / "src",
-        artifact_dir=root / check_id, ccache_env=ccache_env(settings, f"zig {identity}"), jobs=options.jobs or os.cpu_count() or 1,
-        patches=stack_files(recipe, lock), stand_ins=stand_ins, worktree=Worktree(settings, recipe), head=lock.head,
-        synced=synced.changed, sync_seconds=sync_seconds,
+        artifact_dir=root / check_id,
+        ccache_env=ccache_env(settings, f"zig {identity}"),
+        jobs=options.jobs or os.cpu_count() or 1,
+        patches=stack_files(recipe, lock),
+        stand_ins=stand_ins,
+        worktree=Worktree(settings, recipe),
+        head=lock.head,
+        synced=synced.changed,
+        sync_seconds=sync_seconds,
     )
 
 
@@ -457,7 +585,11 @@ def run_check(plan: CheckPlan, *, progress: Progress | None = None) -> CheckResu
     if (existing := existing_artifact(plan.artifact_dir.parent, plan.check_id)) is not None:
         return CheckResult(plan, existing, reused=True, times={"sync_s": plan.sync_seconds})
     plan.scratch.parent.mkdir(parents=True, exist_ok=True)
-    with locked(plan.scratch.with_name("src.lock"), what=f"the v79 check dir {plan.scratch.parent}", wait=600):
+    with locked(
+        plan.scratch.with_name("src.lock"),
+        what=f"the v79 check dir {plan.scratch.parent}",
+        wait=600,
+    ):
         started_at = datetime.now(timezone.utc)
         times: dict[str, float] = {"sync_s": plan.sync_seconds}
         copy_started = time.monotonic()
@@ -465,8 +597,10 @@ def run_check(plan: CheckPlan, *, progress: Progress | None = None) -> CheckResu
             state = plan.worktree.state()
             if state.head != plan.head or state.dirty:
                 raise WorktreeError(
-                    f"the worktree {state.path} changed since the v79 check of {plan.recipe.name} was planned",
-                    hint=f"run 'kzbuild sync {plan.recipe.name}' (or commit and export your changes), then check again",
+                    f"the worktree {state.path} changed since the v79 check of {plan.recipe.name} "
+                    "was planned",
+                    hint=f"run 'kzbuild sync {plan.recipe.name}' (or commit and export your "
+                    "changes), then check again",
                 )
             no_ops = make_scratch(plan.source, plan.scratch, plan.stand_ins)
         times["copy_s"] = round(time.monotonic() - copy_started, 3)
@@ -479,14 +613,25 @@ def run_check(plan: CheckPlan, *, progress: Progress | None = None) -> CheckResu
         failed = [o for o in outcomes if not o.ok]
         if failed:
             raise failure(failed, plan.patches, plan.stand_ins, plan.recipe.name)
-        warnings = sum(o.diagnostics.count(": warning: ") for o in outcomes if o.compile.side == "host")
+        warnings = sum(
+            o.diagnostics.count(": warning: ") for o in outcomes if o.compile.side == "host"
+        )
         artifact = _collect(plan, outcomes, out, no_ops, warnings, times, started_at)
     cached = sum(1 for o in outcomes if o.cached)
-    return CheckResult(plan, artifact, reused=False, compiled=len(outcomes) - cached, cached=cached, warnings=warnings,
-                       times=dict(artifact.manifest["times"]))
+    return CheckResult(
+        plan,
+        artifact,
+        reused=False,
+        compiled=len(outcomes) - cached,
+        cached=cached,
+        warnings=warnings,
+        times=dict(artifact.manifest["times"]),
+    )
 
 
-def _compile_all(compiles: Sequence[Compile], plan: CheckPlan, out: Path, progress: Progress | None) -> list[Outcome]:
+def _compile_all(
+    compiles: Sequence[Compile], plan: CheckPlan, out: Path, progress: Progress | None
+) -> list[Outcome]:
     finished: list[Outcome] = []
     guard = threading.Lock()
 
@@ -495,7 +640,14 @@ def _compile_all(compiles: Sequence[Compile], plan: CheckPlan, out: Path, progre
         with guard:
             finished.append(outcome)
             if progress:
-                progress(BuildEvent("build", f"{item.source}{' (cached)' if outcome.cached else ''}", len(finished), len(compiles)))
+                progress(
+                    BuildEvent(
+                        "build",
+                        f"{item.source}{' (cached)' if outcome.cached else ''}",
+                        len(finished),
+                        len(compiles),
+                    )
+                )
         return outcome
 
     # host sources are the largest: start them first
@@ -505,8 +657,15 @@ def _compile_all(compiles: Sequence[Compile], plan: CheckPlan, out: Path, progre
     return sorted(outcomes, key=lambda o: o.compile.source)
 
 
-def _collect(plan: CheckPlan, outcomes: Sequence[Outcome], out: Path, no_ops: Mapping[str, int], warnings: int,
-             times: dict[str, float], started_at: datetime) -> Artifact:
+def _collect(
+    plan: CheckPlan,
+    outcomes: Sequence[Outcome],
+    out: Path,
+    no_ops: Mapping[str, int],
+    warnings: int,
+    times: dict[str, float],
+    started_at: datetime,
+) -> Artifact:
     root = plan.artifact_dir.parent
     root.mkdir(parents=True, exist_ok=True)
     with staged(root, plan.check_id) as staging:
@@ -524,15 +683,22 @@ def _collect(plan: CheckPlan, outcomes: Sequence[Outcome], out: Path, no_ops: Ma
             "kzbuild_version": __version__,
             "inputs": dict(plan.inputs),
             "compiles": [
-                {"side": o.compile.side, "source": o.compile.source, "object": o.compile.object, "cached": o.cached,
-                 "argv": [*o.compile.argv[3:], "-c", o.compile.source]}
+                {
+                    "side": o.compile.side,
+                    "source": o.compile.source,
+                    "object": o.compile.object,
+                    "cached": o.cached,
+                    "argv": [*o.compile.argv[3:], "-c", o.compile.source],
+                }
                 for o in outcomes
             ],
             "asm_no_ops": dict(no_ops),
             "host_warnings": warnings,
-            "ccache": {"hits": sum(1 for o in outcomes if o.cached), "misses": sum(1 for o in outcomes if not o.cached)},
+            "ccache": {
+                "hits": sum(1 for o in outcomes if o.cached),
+                "misses": sum(1 for o in outcomes if not o.cached),
+            },
             "times": {"started": started_at.isoformat(timespec="seconds"), **times},
             "files": files,
         }
         return publish(staging, manifest_json(manifest), root, plan.check_id)
-

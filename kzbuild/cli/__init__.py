@@ -31,26 +31,96 @@ INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 # module (and what it imports) loads only when that command runs, so start-up pays for one command;
 # tests/test_cli_basics.py checks each line against the command's own help.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "sync": ("kzbuild.cli.sync", "Fetch the pinned upstream commit, apply the patch series as commits, overlay kernels/, write the lock."),
-    "status": ("kzbuild.cli.sync", "Show the pin, the source used, applied patches and the worktree state of a recipe."),
+    "sync": (
+        "kzbuild.cli.sync",
+        "Fetch the pinned upstream commit, apply the patch series as commits, overlay kernels/, "
+        "write the lock.",
+    ),
+    "status": (
+        "kzbuild.cli.sync",
+        "Show the pin, the source used, applied patches and the worktree state of a recipe.",
+    ),
     "recipes": ("kzbuild.cli.sync", "List the recipes of this project."),
-    "patches": ("kzbuild.cli.patches", "The patch stack (patches/series): list, lint, check against upstream, export from the worktree, edit."),
-    "bump": ("kzbuild.cli.patches", "Check the patch stack against a newer upstream commit, and move the recipe's pin there."),
-    "roll": ("kzbuild.cli.roll", "Try newer upstream commits: verdict per patch, who broke each conflict (PR, author, date), build, Kz-Tests, v79 plan; the newest that passes is rollable."),
-    "build": ("kzbuild.cli.build", "Build llama.cpp for a target into .kz/artifacts/<build-id>/ (bin/, lib/, manifest.json); reuse it when the id exists."),
-    "cache": ("kzbuild.cli.cache", "The build caches: this machine's ccache and artifacts, and the remote cache shared between machines."),
-    "doctor": ("kzbuild.cli.doctor", "Check the toolchains, cmake, ninja and ccache a target needs, naming the file that proved each version."),
-    "ci": ("kzbuild.cli.ci", "Sync, check the patches, build each target whose toolchain is here (others: skipped, with why); print a JSON summary."),
-    "deploy": ("kzbuild.cli.deploy", "Deploy a build to a device: only contents it lacks are sent, then `current` switches in one rename."),
-    "device": ("kzbuild.cli.device", "Devices: list them with their pools and lock holders, check what is stored on one."),
-    "models": ("kzbuild.cli.models", "Model files: generate tiny test models, store models on devices."),
-    "run": ("kzbuild.cli.run", "Run TOOL from the device's current release with the device env; exits with the tool's code."),
-    "bench": ("kzbuild.cli.bench", "Run llama-bench -o json on the device and store one record per test with its provenance."),
-    "bisect": ("kzbuild.cli.bisect", "Find the first upstream commit between --good and --bad that moved a number beyond the noise."),
-    "ab": ("kzbuild.cli.ab", "Measure what each patch buys: the full stack against the stack without each live patch, and bare upstream."),
-    "results": ("kzbuild.cli.results", "Stored benchmark results: list, show, compare, plot, report, import, check, merge."),
-    "check": ("kzbuild.cli.check", "Run the Kz-Device-Test checks of the recipe's patches on the device; store each result with its provenance."),
-    "profile": ("kzbuild.cli.profile", "Where prefill and decode time goes: per op type its count, time, share of the graph time and the backend it ran on."),
+    "patches": (
+        "kzbuild.cli.patches",
+        "The patch stack (patches/series): list, lint, check against upstream, export from the "
+        "worktree, edit.",
+    ),
+    "bump": (
+        "kzbuild.cli.patches",
+        "Check the patch stack against a newer upstream commit, and move the recipe's pin there.",
+    ),
+    "roll": (
+        "kzbuild.cli.roll",
+        "Try newer upstream commits: verdict per patch, who broke each conflict (PR, author, "
+        "date), build, Kz-Tests, v79 plan; the newest that passes is rollable.",
+    ),
+    "build": (
+        "kzbuild.cli.build",
+        "Build llama.cpp for a target into .kz/artifacts/<build-id>/ (bin/, lib/, manifest.json); "
+        "reuse it when the id exists.",
+    ),
+    "cache": (
+        "kzbuild.cli.cache",
+        "The build caches: this machine's ccache and artifacts, and the remote cache shared "
+        "between machines.",
+    ),
+    "doctor": (
+        "kzbuild.cli.doctor",
+        "Check the toolchains, cmake, ninja and ccache a target needs, naming the file that proved "
+        "each version.",
+    ),
+    "ci": (
+        "kzbuild.cli.ci",
+        "Sync, check the patches, build each target whose toolchain is here (others: skipped, with "
+        "why); print a JSON summary.",
+    ),
+    "deploy": (
+        "kzbuild.cli.deploy",
+        "Deploy a build to a device: only contents it lacks are sent, then `current` switches in "
+        "one rename.",
+    ),
+    "device": (
+        "kzbuild.cli.device",
+        "Devices: list them with their pools and lock holders, check what is stored on one.",
+    ),
+    "models": (
+        "kzbuild.cli.models",
+        "Model files: generate tiny test models, store models on devices.",
+    ),
+    "run": (
+        "kzbuild.cli.run",
+        "Run TOOL from the device's current release with the device env; exits with the tool's "
+        "code.",
+    ),
+    "bench": (
+        "kzbuild.cli.bench",
+        "Run llama-bench -o json on the device and store one record per test with its provenance.",
+    ),
+    "bisect": (
+        "kzbuild.cli.bisect",
+        "Find the first upstream commit between --good and --bad that moved a number beyond the "
+        "noise.",
+    ),
+    "ab": (
+        "kzbuild.cli.ab",
+        "Measure what each patch buys: the full stack against the stack without each live patch, "
+        "and bare upstream.",
+    ),
+    "results": (
+        "kzbuild.cli.results",
+        "Stored benchmark results: list, show, compare, plot, report, import, check, merge.",
+    ),
+    "check": (
+        "kzbuild.cli.check",
+        "Run the Kz-Device-Test checks of the recipe's patches on the device; store each result "
+        "with its provenance.",
+    ),
+    "profile": (
+        "kzbuild.cli.profile",
+        "Where prefill and decode time goes: per op type its count, time, share of the graph time "
+        "and the backend it ran on.",
+    ),
 }
 
 
@@ -63,7 +133,8 @@ def commands_of(module_name: str) -> dict[str, Command]:
 
 
 class LazyCommands(TyperGroup):
-    """The top-level group: lists COMMANDS from the table, loads a command's module only to run it."""
+    """The top-level group: lists COMMANDS from the table, loads a command's module only to run
+    it."""
 
     def list_commands(self, ctx: ClickContext) -> list[str]:
         return list(COMMANDS)
@@ -108,7 +179,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
     pretty_exceptions_enable=False,
-    rich_markup_mode=None,  # click's plain help: typer's rich help costs every `--help` ~80 ms of imports
+    # click's plain help: typer's rich help costs every `--help` ~80 ms of imports
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -122,12 +194,42 @@ def _version(value: bool) -> None:
 @app.callback()
 def root(
     ctx: typer.Context,
-    verbose: Annotated[int, typer.Option("-v", "--verbose", count=True, help="-v logs every external command; -vv adds debug detail and tracebacks.")] = 0,
-    project: Annotated[Optional[Path], typer.Option(help="Project root (default: nearest folder with recipes/; env KZ_PROJECT).")] = None,
-    cache_dir: Annotated[Optional[Path], typer.Option(help="Shared cache for upstream objects and sdists (env KZ_CACHE_DIR; default XDG cache).")] = None,
-    work_dir: Annotated[Optional[Path], typer.Option(help="Worktrees and artifacts (env KZ_WORK_DIR; default PROJECT/.kz).")] = None,
-    results_dir: Annotated[Optional[Path], typer.Option(help="Results database and JSONL (env KZ_RESULTS_DIR; default PROJECT/results).")] = None,
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+    verbose: Annotated[
+        int,
+        typer.Option(
+            "-v",
+            "--verbose",
+            count=True,
+            help="-v logs every external command; -vv adds debug detail and tracebacks.",
+        ),
+    ] = 0,
+    project: Annotated[
+        Optional[Path],
+        typer.Option(help="Project root (default: nearest folder with recipes/; env KZ_PROJECT)."),
+    ] = None,
+    cache_dir: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Shared cache for upstream objects and sdists (env KZ_CACHE_DIR; default XDG "
+            "cache)."
+        ),
+    ] = None,
+    work_dir: Annotated[
+        Optional[Path],
+        typer.Option(help="Worktrees and artifacts (env KZ_WORK_DIR; default PROJECT/.kz)."),
+    ] = None,
+    results_dir: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Results database and JSONL (env KZ_RESULTS_DIR; default PROJECT/results)."
+        ),
+    ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
 ) -> None:
     # imported here, as every module below: `kzbuild --help` needs none of them
     from kzbuild.cli.ui import Context, resolve_settings, setup_logging
@@ -140,7 +242,8 @@ def root(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the app and map errors to exit codes. Returns the code when argv is given."""
+    """Entry point: run the app and map errors to exit codes. Returns the code when argv is
+    given."""
     try:
         returned = app(args=argv, prog_name="kzbuild", standalone_mode=False)
         code = returned if isinstance(returned, int) else 0
@@ -169,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if _is_click_error(exc):
             exc.show()  # type: ignore[attr-defined]
-            # usage errors are 2; click's generic ClickException (a file option that cannot be opened) says 1
+            # usage errors are 2; click's generic ClickException (a file option that
+            # cannot be opened) says 1
             code = max(int(getattr(exc, "exit_code", 2)), 2)
         else:
             report_bug(exc)
@@ -180,9 +284,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _is_click_error(exc: Exception) -> bool:
-    """click's usage errors, whether from click itself or the copy that typer vendors (typer._click):
+    """click's usage errors, whether from click itself or the copy that typer vendors
+    (typer._click):
     matched by class name so kzbuild needs no import of either."""
-    return any(cls.__name__ == "ClickException" for cls in type(exc).__mro__) and hasattr(exc, "show")
+    return any(cls.__name__ == "ClickException" for cls in type(exc).__mro__) and hasattr(
+        exc, "show"
+    )
 
 
 # the terminal helpers load only when there is something to report (start-up time)

@@ -1,4 +1,5 @@
-"""``kzbuild ab``: what each patch buys: the full stack against the stack without each live patch, and bare upstream."""
+"""``kzbuild ab``: what each patch buys: the full stack against the stack without each live patch,
+and bare upstream."""
 
 from __future__ import annotations
 
@@ -61,7 +62,12 @@ def register(app: typer.Typer) -> None:
 def ab_command(
     ctx: typer.Context,
     recipe: RecipeArg = None,
-    extra: Annotated[Optional[list[str]], typer.Argument(help="More llama-bench arguments after -- (give RECIPE first), passed as given.")] = None,
+    extra: Annotated[
+        Optional[list[str]],
+        typer.Argument(
+            help="More llama-bench arguments after -- (give RECIPE first), passed as given."
+        ),
+    ] = None,
     device: DeviceOpt = None,
     model: ModelOpt = None,
     prompt: PromptOpt = None,
@@ -77,45 +83,166 @@ def ab_command(
     cooldown: CooldownOpt = 0.0,
     timeout: TimeoutOpt = None,
     plan_file: PlanOpt = None,
-    target: Annotated[Optional[str], typer.Option("--target", callback=not_empty, help="Build target (default: the recipe's first).")] = None,
-    variant: Annotated[Optional[list[str]], typer.Option("--variant", help="Only these variants besides the full stack: upstream, minus:PATCH, or minus for all (repeatable; default: every one).")] = None,
-    blocks: Annotated[Optional[int], typer.Option("--blocks", min=1, max=1000, help=f"Interleaved blocks; each runs every variant once (default: the plan's, else {DEFAULT_BLOCKS}).")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", min=0, help="Seed of the interleaved order and the sweep order (default: the plan's, else fresh; recorded).")] = None,
-    cool_to: Annotated[Optional[str], typer.Option("--cool-to", callback=not_empty, help="Before each block wait until the device's thermal zones read below this, e.g. 45C.")] = None,
-    cool_wait: Annotated[Optional[float], typer.Option("--cool-wait", help=f"Longest wait for --cool-to, seconds (default {DEFAULT_COOL_WAIT:g}); then the block starts, marked not cooled.")] = None,
-    cool_zones: Annotated[Optional[list[str]], typer.Option("--cool-zones", help="Thermal zone types (fnmatch patterns, e.g. 'cpu*') that --cool-to watches (repeatable; default all).")] = None,
+    target: Annotated[
+        Optional[str],
+        typer.Option(
+            "--target", callback=not_empty, help="Build target (default: the recipe's first)."
+        ),
+    ] = None,
+    variant: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--variant",
+            help="Only these variants besides the full stack: upstream, minus:PATCH, or minus for "
+            "all (repeatable; default: every one).",
+        ),
+    ] = None,
+    blocks: Annotated[
+        Optional[int],
+        typer.Option(
+            "--blocks",
+            min=1,
+            max=1000,
+            help="Interleaved blocks; each runs every variant once (default: the plan's, else "
+            f"{DEFAULT_BLOCKS}).",
+        ),
+    ] = None,
+    seed: Annotated[
+        Optional[int],
+        typer.Option(
+            "--seed",
+            min=0,
+            help="Seed of the interleaved order and the sweep order (default: the plan's, else "
+            "fresh; recorded).",
+        ),
+    ] = None,
+    cool_to: Annotated[
+        Optional[str],
+        typer.Option(
+            "--cool-to",
+            callback=not_empty,
+            help="Before each block wait until the device's thermal zones read below this, e.g. "
+            "45C.",
+        ),
+    ] = None,
+    cool_wait: Annotated[
+        Optional[float],
+        typer.Option(
+            "--cool-wait",
+            help=f"Longest wait for --cool-to, seconds (default {DEFAULT_COOL_WAIT:g}); then the "
+            "block starts, marked not cooled.",
+        ),
+    ] = None,
+    cool_zones: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--cool-zones",
+            help="Thermal zone types (fnmatch patterns, e.g. 'cpu*') that --cool-to watches "
+            "(repeatable; default all).",
+        ),
+    ] = None,
     wait: WaitOpt = 0.0,
     trust_new_host: TrustOpt = False,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG of each patch's effect with its interval.")] = None,
-    max_kld: Annotated[Optional[float], typer.Option("--max-kld", min=0, help="Check each variant's output: the mean KL divergence it may reach against the reference (overrides the plan's quality.max_kld).")] = None,
-    min_top1: Annotated[Optional[float], typer.Option("--min-top1", min=0, max=100, help="Check each variant's output: the percent of tokens whose top-1 must agree with the reference (overrides the plan's).")] = None,
+    plot: Annotated[
+        Optional[Path],
+        typer.Option("--plot", help="Write a PNG of each patch's effect with its interval."),
+    ] = None,
+    max_kld: Annotated[
+        Optional[float],
+        typer.Option(
+            "--max-kld",
+            min=0,
+            help="Check each variant's output: the mean KL divergence it may reach against the "
+            "reference (overrides the plan's quality.max_kld).",
+        ),
+    ] = None,
+    min_top1: Annotated[
+        Optional[float],
+        typer.Option(
+            "--min-top1",
+            min=0,
+            max=100,
+            help="Check each variant's output: the percent of tokens whose top-1 must agree with "
+            "the reference (overrides the plan's).",
+        ),
+    ] = None,
     markdown: MarkdownOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Measure what each patch buys: the full stack against the stack without each live patch, and bare upstream.
+    """Measure what each patch buys: the full stack against the stack without each live patch, and
+    bare upstream.
 
-    Each variant is synced into WORK/ab/RECIPE/VARIANT, built (content-addressed, ccache) and deployed; then all are benched in interleaved blocks in a seeded random order. For each patch, test and configuration: the full stack's median against the variant's with a 95% bootstrap interval. Exits 9 when a patch's Kz-Expect trailer is contradicted; 17 when a variant's output is past the quality limits (plan quality:, --max-kld, --min-top1): it is wrong, whatever its speed.
+    Each variant is synced into WORK/ab/RECIPE/VARIANT, built (content-addressed, ccache) and
+    deployed; then all are benched in interleaved blocks in a seeded random order. For each patch,
+    test and configuration: the full stack's median against the variant's with a 95% bootstrap
+    interval. Exits 9 when a patch's Kz-Expect trailer is contradicted; 17 when a variant's output
+    is past the quality limits (plan quality:, --max-kld, --min-top1): it is wrong, whatever its
+    speed.
     """
     settings = context(ctx).settings
     loaded_recipe = load_recipe(settings, recipe)
-    given = {"p": prompt, "n": gen, "ngl": ngl, "t": threads, "b": batch, "ub": ubatch, "dev": dev, "r": repetitions}
+    given = {
+        "p": prompt,
+        "n": gen,
+        "ngl": ngl,
+        "t": threads,
+        "b": batch,
+        "ub": ubatch,
+        "dev": dev,
+        "r": repetitions,
+    }
     plan = plans.load_plan(plan_file) if plan_file is not None else None
     if plan is not None:
-        refuse_with_plan(model=model, options=given, env=env, sweep=sweep, seed=None, cooldown=cooldown, timeout=timeout, extra=extra)
+        refuse_with_plan(
+            model=model,
+            options=given,
+            env=env,
+            sweep=sweep,
+            seed=None,
+            cooldown=cooldown,
+            timeout=timeout,
+            extra=extra,
+        )
         specs = [(run.name, run.spec) for run in plan.runs]
     else:
-        specs = [("", spec_from_options(model, given, env=env, sweep=sweep, seed=None, cooldown=cooldown, timeout=timeout, extra=extra))]
+        specs = [
+            (
+                "",
+                spec_from_options(
+                    model,
+                    given,
+                    env=env,
+                    sweep=sweep,
+                    seed=None,
+                    cooldown=cooldown,
+                    timeout=timeout,
+                    extra=extra,
+                ),
+            )
+        ]
     limit = parse_temperature(cool_to) if cool_to is not None else plan.ab.cool_to if plan else None
     cooling = None
     if limit is not None:
         plan_wait = plan.ab.cool_wait if plan else None
         zones = tuple(cool_zones or ()) or (plan.ab.cool_zones if plan else ()) or ("*",)
-        cooling = Cooling(limit_c=limit, max_wait_s=cool_wait if cool_wait is not None else plan_wait if plan_wait is not None else DEFAULT_COOL_WAIT, zones=zones)
+        cooling = Cooling(
+            limit_c=limit,
+            max_wait_s=cool_wait
+            if cool_wait is not None
+            else plan_wait
+            if plan_wait is not None
+            else DEFAULT_COOL_WAIT,
+            zones=zones,
+        )
     target_name = target or loaded_recipe.build.targets[0]
     selection = tuple(variant or (plan.ab.variants if plan else ()))
     precision = plan.ab if plan else PlanAb()  # the minimum effect of interest, the adaptive width
-    ab.check_selection(selection)  # before any work; a minus:PATCH that is not live fails after the full stack's sync
-    quality_spec = quality.spec_with_limits(plan.quality if plan else None, max_kld=max_kld, min_top1=min_top1)
+    ab.check_selection(
+        selection
+    )  # before any work; a minus:PATCH that is not live fails after the full stack's sync
+    quality_spec = quality.spec_with_limits(
+        plan.quality if plan else None, max_kld=max_kld, min_top1=min_top1
+    )
     chosen_device = device or (plan.device if plan else None)
     found, transport = open_device(settings, chosen_device, loaded_recipe.device, trust_new_host)
     with closing(transport), resultsdb.ResultsStore(settings.results) as store:
@@ -127,20 +254,38 @@ def ab_command(
                 progress(f"building {spec.name}: {event.stage} {event.line}".strip())
 
             def on_turn(name: str, turn: Turn) -> None:
-                progress(f"{name + ': ' if name else ''}block {turn.block + 1}/{turn.blocks}, {turn.variant}")
+                progress(
+                    f"{name + ': ' if name else ''}block {turn.block + 1}/{turn.blocks}, "
+                    f"{turn.variant}"
+                )
 
             def on_quality(variant: str) -> None:
                 progress(f"quality: {variant}")
 
             result = ab.run_ab(
-                settings, loaded_recipe, transport, found, specs, store, target=target_name, environ=os.environ,
-                blocks=blocks or (plan.ab.blocks if plan and plan.ab.blocks else DEFAULT_BLOCKS), selection=selection,
+                settings,
+                loaded_recipe,
+                transport,
+                found,
+                specs,
+                store,
+                target=target_name,
+                environ=os.environ,
+                blocks=blocks or (plan.ab.blocks if plan and plan.ab.blocks else DEFAULT_BLOCKS),
+                selection=selection,
                 seed=seed if seed is not None else plan.seed if plan else None,
-                cooling=cooling, options=BuildOptions(), wait=wait, on_build=on_build, on_turn=on_turn, on_stderr=last_line_to(progress),
-                min_effect_pct=precision.min_effect_pct, max_width_pct=precision.max_width_pct,
+                cooling=cooling,
+                options=BuildOptions(),
+                wait=wait,
+                on_build=on_build,
+                on_turn=on_turn,
+                on_stderr=last_line_to(progress),
+                min_effect_pct=precision.min_effect_pct,
+                max_width_pct=precision.max_width_pct,
                 max_seconds=precision.max_seconds,
-                quality_spec=quality_spec, on_quality=on_quality,
-            )  # fmt: skip
+                quality_spec=quality_spec,
+                on_quality=on_quality,
+            )
     if plot is not None:
         ab.plot_effects(result.effects, plot)
     turns = variant_turns(plan, result) if plan is not None else {}
@@ -148,7 +293,11 @@ def ab_command(
         shown_turns = {"turns": {k: turn_json(t) for k, t in turns.items()}} if turns else {}
         print_json(result_json(result) | ({"plot": str(plot)} if plot else {}) | shown_turns)
     elif markdown:
-        print(ab.markdown(result.effects, result.variants, result.checks) + quality.markdown(result.quality, result.patch_quality), end="")
+        print(
+            ab.markdown(result.effects, result.variants, result.checks)
+            + quality.markdown(result.quality, result.patch_quality),
+            end="",
+        )
     else:
         print_report(result)
         for name, turned in turns.items():
@@ -156,7 +305,9 @@ def ab_command(
         if plot is not None:
             say(f"plot: {plot}")
     if result.wrong:
-        raise WrongOutput("; ".join(f"{r.variant} is wrong: {'; '.join(r.problems)}" for r in result.wrong))
+        raise WrongOutput(
+            "; ".join(f"{r.variant} is wrong: {'; '.join(r.problems)}" for r in result.wrong)
+        )
     if result.contradicted:
         raise RegressionFound("; ".join(check.describe for check in result.contradicted))
     check_budget([r for run in result.runs for rs in run.run.records.values() for r in rs])
@@ -178,36 +329,89 @@ def variant_turns(plan: Plan, result: AbResult) -> dict[str, TurnTime]:
 def result_json(result: AbResult) -> dict[str, object]:
     data = dataclasses.asdict(result)
     data["runs"] = [
-        {"name": r.name, "run_id": r.run.run_id, "seed": r.run.seed, "order": r.run.order, "logs": str(r.run.logs),
-         "starts": [dataclasses.asdict(s) for s in r.run.starts], "records": {k: len(v) for k, v in r.run.records.items()}}
+        {
+            "name": r.name,
+            "run_id": r.run.run_id,
+            "seed": r.run.seed,
+            "order": r.run.order,
+            "logs": str(r.run.logs),
+            "starts": [dataclasses.asdict(s) for s in r.run.starts],
+            "records": {k: len(v) for k, v in r.run.records.items()},
+        }
         for r in result.runs
-    ]  # fmt: skip
-    data["checks"] = [{"expectation": dataclasses.asdict(c.expectation), "verdict": c.verdict, "effects": [dataclasses.asdict(e) for e in c.effects]} for c in result.checks]
+    ]
+    data["checks"] = [
+        {
+            "expectation": dataclasses.asdict(c.expectation),
+            "verdict": c.verdict,
+            "effects": [dataclasses.asdict(e) for e in c.effects],
+        }
+        for c in result.checks
+    ]
     return data
 
 
 def print_report(result: AbResult) -> None:
-    built = ", ".join(f"{v.spec.name} ({v.build_id}{', reused' if v.reused else ''})" for v in result.variants if v.build_id)
+    built = ", ".join(
+        f"{v.spec.name} ({v.build_id}{', reused' if v.reused else ''})"
+        for v in result.variants
+        if v.build_id
+    )
     say(f"{result.recipe} on {result.device}, target {result.target}; variants: {built}")
     for v in result.variants:
         if v.problem:
-            console.print(f"[red]{escape(v.spec.name)} could not be built:[/red] {escape(v.problem)}")
+            console.print(
+                f"[red]{escape(v.spec.name)} could not be built:[/red] {escape(v.problem)}"
+            )
     for r in result.runs:
-        say(f"run {r.run.run_id}{' (' + r.name + ')' if r.name else ''}: {len(r.run.order)} blocks, seed {r.run.seed}, logs in {r.run.logs}")
+        say(
+            f"run {r.run.run_id}{' (' + r.name + ')' if r.name else ''}: {len(r.run.order)} "
+            f"blocks, seed {r.run.seed}, logs in {r.run.logs}"
+        )
         for start in r.run.starts:
             state = "cooled" if start.cooled else "NOT cooled"
-            say(f"  block {start.block + 1}: {state}, hottest {start.hottest_c:.1f} C after {start.waited_s:.0f} s")
-    table = Table(title="what each patch buys: full stack vs the stack without it (median of turns, 95% bootstrap interval)")
+            say(
+                f"  block {start.block + 1}: {state}, hottest {start.hottest_c:.1f} C after "
+                f"{start.waited_s:.0f} s"
+            )
+    table = Table(
+        title="what each patch buys: full stack vs the stack without it (median of turns, 95% "
+        "bootstrap interval)"
+    )
     output = {q.variant: q for q in result.patch_quality}
-    columns = ("patch", "test", "configuration", "full t/s", "without t/s", "effect") + (("mean KLD without -> full", "output") if output else ())
+    columns = ("patch", "test", "configuration", "full t/s", "without t/s", "effect") + (
+        ("mean KLD without -> full", "output") if output else ()
+    )
     for column in columns:
-        table.add_column(column, overflow="fold", justify="right" if column.endswith("t/s") else "left")
+        table.add_column(
+            column, overflow="fold", justify="right" if column.endswith("t/s") else "left"
+        )
     for e in result.effects:
         text = escape(e.effect.describe())
-        shown = f"[green]{text}[/green]" if e.effect.low_pct > 0 else f"[red]{text}[/red]" if e.effect.high_pct < 0 else text
+        shown = (
+            f"[green]{text}[/green]"
+            if e.effect.low_pct > 0
+            else f"[red]{text}[/red]"
+            if e.effect.high_pct < 0
+            else text
+        )
         judged = output.get(e.variant)
-        beside = (quality.kld_change(judged), verdict_text(judged.verdict)) if judged else ("", "") if output else ()
-        table.add_row(escape(e.patch or "whole stack (vs upstream)"), e.test, escape(e.config), f"{e.full_median:.2f}", f"{e.variant_median:.2f}", shown, *beside)
+        beside = (
+            (quality.kld_change(judged), verdict_text(judged.verdict))
+            if judged
+            else ("", "")
+            if output
+            else ()
+        )
+        table.add_row(
+            escape(e.patch or "whole stack (vs upstream)"),
+            e.test,
+            escape(e.config),
+            f"{e.full_median:.2f}",
+            f"{e.variant_median:.2f}",
+            shown,
+            *beside,
+        )
     console.print(table)
     print_quality(result)
     for check in result.checks:
@@ -220,19 +424,35 @@ def verdict_text(verdict: str) -> str:
 
 
 def print_quality(result: AbResult) -> None:
-    """Each variant's output against the reference: mean KLD, its 99th percentile, top-1 agreement, PPL ratio."""
+    """Each variant's output against the reference: mean KLD, its 99th percentile, top-1 agreement,
+    PPL ratio."""
     if not result.quality:
         return
     first = result.quality[0]
-    table = Table(title=f"output against {first.reference.variant} ({' '.join(f'{k}={v}' for k, v in first.reference.options.items())}), "
-                  f"corpus {first.corpus.name} ({first.corpus.sha256[:12]}), model {first.model.sha256 and first.model.sha256[:12]}")  # fmt: skip
+    table = Table(
+        title=f"output against {first.reference.variant} "
+        f"({' '.join(f'{k}={v}' for k, v in first.reference.options.items())}), "
+        f"corpus {first.corpus.name} ({first.corpus.sha256[:12]}), model "
+        f"{first.model.sha256 and first.model.sha256[:12]}"
+    )
     for column in ("variant", "mean KLD", "99% KLD", "top-1 %", "PPL ratio", "output"):
         table.add_column(column, justify="left" if column in ("variant", "output") else "right")
     for record in result.quality:
         stats = record.stats
-        shown = verdict_text(record.verdict) + (f" ({escape('; '.join(record.problems))})" if record.problems else "")
-        table.add_row(escape(record.variant), f"{stats.kld_mean:.6f}", f"{stats.kld_p99:.6f}", f"{stats.top1_pct:.3f}", f"{stats.ppl_ratio:.4f}", shown)
+        shown = verdict_text(record.verdict) + (
+            f" ({escape('; '.join(record.problems))})" if record.problems else ""
+        )
+        table.add_row(
+            escape(record.variant),
+            f"{stats.kld_mean:.6f}",
+            f"{stats.kld_p99:.6f}",
+            f"{stats.top1_pct:.3f}",
+            f"{stats.ppl_ratio:.4f}",
+            shown,
+        )
     console.print(table)
     for judged in result.patch_quality:
         if judged.why:
-            console.print(f"[red]{escape(judged.patch or 'the whole stack')}: {escape(judged.why)}[/red]")
+            console.print(
+                f"[red]{escape(judged.patch or 'the whole stack')}: {escape(judged.why)}[/red]"
+            )

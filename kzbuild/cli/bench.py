@@ -49,7 +49,10 @@ def register(app: typer.Typer) -> None:
 
 def bench_command(
     ctx: typer.Context,
-    extra: Annotated[Optional[list[str]], typer.Argument(help="More llama-bench arguments after --, passed as given.")] = None,
+    extra: Annotated[
+        Optional[list[str]],
+        typer.Argument(help="More llama-bench arguments after --, passed as given."),
+    ] = None,
     model: ModelOpt = None,
     device: DeviceOpt = None,
     prompt: PromptOpt = None,
@@ -71,20 +74,58 @@ def bench_command(
 ) -> None:
     """Run llama-bench -o json on the device and store one record per test with its provenance.
 
-    Only the given options reach llama-bench (plus -o json and -m). With --plan, each run of the plan in turn (its model's sha256 checked first). Results go to results/results.sqlite3 and the monthly shards results/YYYY-MM.jsonl; logs to WORK/bench/RUN-ID/.
+    Only the given options reach llama-bench (plus -o json and -m). With --plan, each run of the
+    plan in turn (its model's sha256 checked first). Results go to results/results.sqlite3 and the
+    monthly shards results/YYYY-MM.jsonl; logs to WORK/bench/RUN-ID/.
 
-    It holds the device root's lock (ROOT/.lock) from the model check to the last run, so no deploy switches or prunes the release under it; another kzbuild holding it exits 10 naming the holder (--wait waits).
+    It holds the device root's lock (ROOT/.lock) from the model check to the last run, so no deploy
+    switches or prunes the release under it; another kzbuild holding it exits 10 naming the holder
+    (--wait waits).
     """
     settings = context(ctx).settings
-    given = {"p": prompt, "n": gen, "ngl": ngl, "t": threads, "b": batch, "ub": ubatch, "dev": dev, "r": repetitions}
+    given = {
+        "p": prompt,
+        "n": gen,
+        "ngl": ngl,
+        "t": threads,
+        "b": batch,
+        "ub": ubatch,
+        "dev": dev,
+        "r": repetitions,
+    }
     loaded: Plan | None = None
     if plan_file is not None:
         loaded = plans.load_plan(plan_file)
-        refuse_with_plan(model=model, options=given, env=env, sweep=sweep, seed=seed, cooldown=cooldown, timeout=timeout, extra=extra)
+        refuse_with_plan(
+            model=model,
+            options=given,
+            env=env,
+            sweep=sweep,
+            seed=seed,
+            cooldown=cooldown,
+            timeout=timeout,
+            extra=extra,
+        )
         specs = [(run.name, run.spec) for run in loaded.runs]
     else:
-        specs = [("", spec_from_options(model, given, env=env, sweep=sweep, seed=seed, cooldown=cooldown, timeout=timeout, extra=extra))]
-    target, transport = open_device(settings, device or (loaded.device if loaded else None), None, trust_new_host=False)
+        specs = [
+            (
+                "",
+                spec_from_options(
+                    model,
+                    given,
+                    env=env,
+                    sweep=sweep,
+                    seed=seed,
+                    cooldown=cooldown,
+                    timeout=timeout,
+                    extra=extra,
+                ),
+            )
+        ]
+    target, transport = open_device(
+        settings, device or (loaded.device if loaded else None), None, trust_new_host=False
+    )
     runs: list[BenchRun] = []
     try:
         with device_lock(transport, target.root, "bench", wait=wait) as lock:
@@ -92,14 +133,34 @@ def bench_command(
                 plans.check_model(loaded, transport, target)
             with resultsdb.ResultsStore(settings.results) as store:
                 for name, spec in specs:
-                    with bench_progress(f"llama-bench on {target.name}" + (f": {name}" if name else "")) as (on_point, on_stderr):
-                        runs.append(bench.bench(settings, transport, target, spec, store, on_point=heartbeat(lock, on_point), on_stderr=on_stderr))
+                    with bench_progress(
+                        f"llama-bench on {target.name}" + (f": {name}" if name else "")
+                    ) as (on_point, on_stderr):
+                        runs.append(
+                            bench.bench(
+                                settings,
+                                transport,
+                                target,
+                                spec,
+                                store,
+                                on_point=heartbeat(lock, on_point),
+                                on_stderr=on_stderr,
+                            )
+                        )
     finally:
         transport.close()
     by_name = {name: run.records for (name, _), run in zip(specs, runs, strict=True)}
     turned = plan_turn(loaded, by_name) if loaded is not None else None
     if json_out:
-        shown = [{"run_id": run.run_id, "seed": run.seed, "logs": str(run.logs), "records": [record_json(r) for r in run.records]} for run in runs]
+        shown = [
+            {
+                "run_id": run.run_id,
+                "seed": run.seed,
+                "logs": str(run.logs),
+                "records": [record_json(r) for r in run.records],
+            }
+            for run in runs
+        ]
         if loaded is None:
             print_json(shown[0])
         else:
@@ -110,8 +171,10 @@ def bench_command(
         for (name, _), run in zip(specs, runs, strict=True):
             title = f"run {run.run_id} on {target.name}" + (f" ({name})" if name else "")
             print_records(run.records, title=title, markdown=False)
-            say(f"stored {len(run.records)} records as run {run.run_id} (sweep seed {run.seed}); "
-                f"logs in {run.logs}")
+            say(
+                f"stored {len(run.records)} records as run {run.run_id} (sweep seed {run.seed}); "
+                f"logs in {run.logs}"
+            )
         if turned:
             print_turn("", turned)
     check_budget([r for run in runs for r in run.records])
@@ -145,18 +208,44 @@ def spec_from_options(
     return spec
 
 
-def refuse_with_plan(*, model: str | None, options: dict[str, str | None], env: Sequence[str] | None, sweep: Sequence[str] | None,
-                     seed: int | None, cooldown: float, timeout: float | None, extra: Sequence[str] | None) -> None:
+def refuse_with_plan(
+    *,
+    model: str | None,
+    options: dict[str, str | None],
+    env: Sequence[str] | None,
+    sweep: Sequence[str] | None,
+    seed: int | None,
+    cooldown: float,
+    timeout: float | None,
+    extra: Sequence[str] | None,
+) -> None:
     """A plan declares the whole request: bench options beside it would be silently ignored."""
     given = [f"-{name}" for name, value in options.items() if value is not None]
-    given += [flag for flag, value in (("-m", model), ("--env", env), ("--sweep", sweep), ("--seed", seed), ("--timeout", timeout), ("--", extra)) if value]
+    given += [
+        flag
+        for flag, value in (
+            ("-m", model),
+            ("--env", env),
+            ("--sweep", sweep),
+            ("--seed", seed),
+            ("--timeout", timeout),
+            ("--", extra),
+        )
+        if value
+    ]
     given += ["--cooldown"] if cooldown else []
     if given:
-        raise ConfigError(f"--plan declares the model and the runs; {', '.join(given)} cannot be given with it", hint="edit the plan instead")  # fmt: skip
+        raise ConfigError(
+            f"--plan declares the model and the runs; {', '.join(given)} cannot be given with it",
+            hint="edit the plan instead",
+        )
 
 
-def heartbeat(lock: DeviceLock, on_point: Callable[[BenchPoint], None]) -> Callable[[BenchPoint], None]:
-    """``on_point`` after renewing the device lock's heartbeat: a sweep of many points may outlast its lease."""
+def heartbeat(
+    lock: DeviceLock, on_point: Callable[[BenchPoint], None]
+) -> Callable[[BenchPoint], None]:
+    """``on_point`` after renewing the device lock's heartbeat: a sweep of many points may outlast
+    its lease."""
 
     def on_each(point: BenchPoint) -> None:
         lock.refresh()
@@ -166,7 +255,9 @@ def heartbeat(lock: DeviceLock, on_point: Callable[[BenchPoint], None]) -> Calla
 
 
 @contextmanager
-def bench_progress(message: str) -> Iterator[tuple[Callable[[BenchPoint], None], Callable[[bytes], None]]]:
+def bench_progress(
+    message: str,
+) -> Iterator[tuple[Callable[[BenchPoint], None], Callable[[bytes], None]]]:
     """A spinner following the sweep point and llama-bench's latest log line."""
     with activity(message) as progress:
 

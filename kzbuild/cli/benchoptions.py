@@ -11,16 +11,66 @@ import typer
 from kzbuild.cli.ui import not_empty
 from kzbuild.model.bench import OPTIONS_BY_NAME
 
-ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", callback=not_empty, help="Model path on the device; relative paths start at the device root (models/...). Required without --plan.")]
-PromptOpt = Annotated[Optional[str], typer.Option("-p", "--prompt", callback=not_empty, help=OPTIONS_BY_NAME["p"].help)]
-GenOpt = Annotated[Optional[str], typer.Option("-n", "--gen", callback=not_empty, help=OPTIONS_BY_NAME["n"].help)]
-NglOpt = Annotated[Optional[str], typer.Option("--ngl", callback=not_empty, help=OPTIONS_BY_NAME["ngl"].help)]
-ThreadsOpt = Annotated[Optional[str], typer.Option("-t", "--threads", callback=not_empty, help=OPTIONS_BY_NAME["t"].help)]
-BatchOpt = Annotated[Optional[str], typer.Option("-b", "--batch", callback=not_empty, help=OPTIONS_BY_NAME["b"].help)]
-UbatchOpt = Annotated[Optional[str], typer.Option("--ub", "--ubatch", callback=not_empty, help=OPTIONS_BY_NAME["ub"].help)]
-DevOpt = Annotated[Optional[str], typer.Option("--dev", callback=not_empty, help=OPTIONS_BY_NAME["dev"].help)]
-RepetitionsOpt = Annotated[Optional[str], typer.Option("-r", "--repetitions", callback=not_empty, help=OPTIONS_BY_NAME["r"].help)]
-SweepOpt = Annotated[Optional[list[str]], typer.Option("--sweep", help="AXIS=V1,V2,... (p n ngl t b ub dev r, or env:NAME); several give their cartesian product.")]
-SeedOpt = Annotated[Optional[int], typer.Option("--seed", min=0, help="Seed of the randomized sweep order (default: fresh, recorded).")]
-CooldownOpt = Annotated[float, typer.Option("--cooldown", help="Seconds to wait between runs of a sweep.")]
-PlanOpt = Annotated[Optional[Path], typer.Option("--plan", help="An experiment plan (plans/NAME.yaml): model, device, runs; instead of the options above.")]
+ModelOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--model",
+        "-m",
+        callback=not_empty,
+        help="Model path on the device; relative paths start at the device root (models/...). "
+        "Required without --plan.",
+    ),
+]
+PromptOpt = Annotated[
+    Optional[str],
+    typer.Option("-p", "--prompt", callback=not_empty, help=OPTIONS_BY_NAME["p"].help),
+]
+GenOpt = Annotated[
+    Optional[str], typer.Option("-n", "--gen", callback=not_empty, help=OPTIONS_BY_NAME["n"].help)
+]
+NglOpt = Annotated[
+    Optional[str], typer.Option("--ngl", callback=not_empty, help=OPTIONS_BY_NAME["ngl"].help)
+]
+ThreadsOpt = Annotated[
+    Optional[str],
+    typer.Option("-t", "--threads", callback=not_empty, help=OPTIONS_BY_NAME["t"].help),
+]
+BatchOpt = Annotated[
+    Optional[str], typer.Option("-b", "--batch", callback=not_empty, help=OPTIONS_BY_NAME["b"].help)
+]
+UbatchOpt = Annotated[
+    Optional[str],
+    typer.Option("--ub", "--ubatch", callback=not_empty, help=OPTIONS_BY_NAME["ub"].help),
+]
+DevOpt = Annotated[
+    Optional[str], typer.Option("--dev", callback=not_empty, help=OPTIONS_BY_NAME["dev"].help)
+]
+RepetitionsOpt = Annotated[
+    Optional[str],
+    typer.Option("-r", "--repetitions", callback=not_empty, help=OPTIONS_BY_NAME["r"].help),
+]
+SweepOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--sweep",
+        help="AXIS=V1,V2,... (p n ngl t b ub dev r, or env:NAME); several give their cartesian "
+        "product.",
+    ),
+]
+SeedOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--seed", min=0, help="Seed of the randomized sweep order (default: fresh, recorded)."
+    ),
+]
+CooldownOpt = Annotated[
+    float, typer.Option("--cooldown", help="Seconds to wait between runs of a sweep.")
+]
+PlanOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--plan",
+        help="An experiment plan (plans/NAME.yaml): model, device, runs; instead of the options "
+        "above.",
+    ),
+]

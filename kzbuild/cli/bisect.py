@@ -36,26 +36,102 @@ def register(app: typer.Typer) -> None:
 def bisect_command(
     ctx: typer.Context,
     recipe: RecipeArg = None,
-    good: Annotated[str, typer.Option("--good", callback=not_empty, help="The last commit known good: sha, branch or tag of a git source.")] = "",
-    bad: Annotated[str, typer.Option("--bad", callback=not_empty, help="The first commit known bad (a later commit on the same history).")] = "",
-    plan_file: Annotated[Path, typer.Option("--plan", help="The experiment plan (plans/*.yaml): model, device, llama-bench runs, blocks and seed.")] = Path(),
-    metric: Annotated[Optional[str], typer.Option("--metric", callback=not_empty, help="RUN:TEST of the plan whose t/s is bisected (default: the first run's first test).")] = None,
+    good: Annotated[
+        str,
+        typer.Option(
+            "--good",
+            callback=not_empty,
+            help="The last commit known good: sha, branch or tag of a git source.",
+        ),
+    ] = "",
+    bad: Annotated[
+        str,
+        typer.Option(
+            "--bad",
+            callback=not_empty,
+            help="The first commit known bad (a later commit on the same history).",
+        ),
+    ] = "",
+    plan_file: Annotated[
+        Path,
+        typer.Option(
+            "--plan",
+            help="The experiment plan (plans/*.yaml): model, device, llama-bench runs, blocks and "
+            "seed.",
+        ),
+    ] = Path(),
+    metric: Annotated[
+        Optional[str],
+        typer.Option(
+            "--metric",
+            callback=not_empty,
+            help="RUN:TEST of the plan whose t/s is bisected "
+            "(default: the first run's first test).",
+        ),
+    ] = None,
     device: DeviceOpt = None,
-    target: Annotated[Optional[str], typer.Option("--target", callback=not_empty, help="Build target (default: the recipe's first).")] = None,
-    min_effect: Annotated[float, typer.Option("--min-effect", help="Percent change of the median below which two commits count as the same.")] = LIMITS.min_effect_pct,
-    samples: Annotated[int, typer.Option("--samples", min=1, max=1000, help="Interleaved blocks per round; a pair not yet told apart gets another round.")] = LIMITS.samples_per_round,
-    max_samples: Annotated[int, typer.Option("--max-samples", min=1, max=1000, help="Samples a commit may take before the larger move of the median decides.")] = LIMITS.max_samples,
-    seed: Annotated[Optional[int], typer.Option("--seed", min=0, help="Seed of the interleaved order (default: the plan's, else 0; part of the record's identity).")] = None,
+    target: Annotated[
+        Optional[str],
+        typer.Option(
+            "--target", callback=not_empty, help="Build target (default: the recipe's first)."
+        ),
+    ] = None,
+    min_effect: Annotated[
+        float,
+        typer.Option(
+            "--min-effect",
+            help="Percent change of the median below which two commits count as the same.",
+        ),
+    ] = LIMITS.min_effect_pct,
+    samples: Annotated[
+        int,
+        typer.Option(
+            "--samples",
+            min=1,
+            max=1000,
+            help="Interleaved blocks per round; a pair not yet told apart gets another round.",
+        ),
+    ] = LIMITS.samples_per_round,
+    max_samples: Annotated[
+        int,
+        typer.Option(
+            "--max-samples",
+            min=1,
+            max=1000,
+            help="Samples a commit may take before the larger move of the median decides.",
+        ),
+    ] = LIMITS.max_samples,
+    seed: Annotated[
+        Optional[int],
+        typer.Option(
+            "--seed",
+            min=0,
+            help="Seed of the interleaved order (default: the plan's, else 0; part of the record's "
+            "identity).",
+        ),
+    ] = None,
     no_remote_cache: NoRemoteOpt = False,
     wait: WaitOpt = 0.0,
     trust_new_host: TrustOpt = False,
-    report_path: Annotated[Optional[Path], typer.Option("--report", help="Write the markdown report here too (and to $GITHUB_STEP_SUMMARY when set).")] = None,
+    report_path: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--report",
+            help="Write the markdown report here too (and to $GITHUB_STEP_SUMMARY when set).",
+        ),
+    ] = None,
     markdown: MarkdownOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Find the first upstream commit between --good and --bad that moved a number beyond the noise.
 
-    Each commit tried is built with the patch stack where it applies (bare, and said so, where it does not; skipped with the reason where it does not build) through the content-addressed and shared caches, then benched interleaved with the two ends of the range on one device. Two commits differ when the bootstrap interval of their medians' difference excludes zero and the median moved by at least --min-effect; pairs not yet told apart get more samples. The record in WORK/bisect/RECIPE/records/ is written after every build and round: run again after Ctrl-C or a lost device, the bisect resumes with no commit measured twice.
+    Each commit tried is built with the patch stack where it applies (bare, and said so, where it
+    does not; skipped with the reason where it does not build) through the content-addressed and
+    shared caches, then benched interleaved with the two ends of the range on one device. Two
+    commits differ when the bootstrap interval of their medians' difference excludes zero and the
+    median moved by at least --min-effect; pairs not yet told apart get more samples. The record in
+    WORK/bisect/RECIPE/records/ is written after every build and round: run again after Ctrl-C or a
+    lost device, the bisect resumes with no commit measured twice.
     """
     from kzbuild.build import remotecache
     from kzbuild.cli.connect import open_device
@@ -64,10 +140,15 @@ def bisect_command(
     from kzbuild.measure import bisect, plans
 
     if not plan_file.name:
-        raise typer.BadParameter("give the experiment plan that names the model and the llama-bench runs", param_hint="'--plan'")
+        raise typer.BadParameter(
+            "give the experiment plan that names the model and the llama-bench runs",
+            param_hint="'--plan'",
+        )
     if not good or not bad:
         raise typer.BadParameter("give both ends of the range", param_hint="'--good' / '--bad'")
-    limits = BisectLimits(min_effect_pct=min_effect, samples_per_round=samples, max_samples=max_samples)
+    limits = BisectLimits(
+        min_effect_pct=min_effect, samples_per_round=samples, max_samples=max_samples
+    )
     bisect.check_limits(limits)
     settings = context(ctx).settings
     loaded = load_recipe(settings, recipe)
@@ -80,27 +161,56 @@ def bisect_command(
     with ExitStack() as opened:
         benchers = {}
         for member in members:
-            found, transport = open_device(settings, member.name if len(members) > 1 else device or plan.device,
-                                           loaded.device, trust_new_host)
+            found, transport = open_device(
+                settings,
+                member.name if len(members) > 1 else device or plan.device,
+                loaded.device,
+                trust_new_host,
+            )
             opened.enter_context(closing(transport))
             sighting = holder(transport, found.root) if len(members) > 1 else None
             if is_busy(sighting):
-                say(f"{found.name}: busy ({sighting.owner.describe() if sighting and sighting.owner else 'held'}); "
-                    "the pool goes on without it")
+                say(
+                    f"{found.name}: busy "
+                    f"({sighting.owner.describe() if sighting and sighting.owner else 'held'}); "
+                    "the pool goes on without it"
+                )
                 continue
             plans.check_model(plan, transport, found)
-            benchers[found.name] = bisect.DeviceBencher(settings, transport, found, spec, chosen, wait=wait)
+            benchers[found.name] = bisect.DeviceBencher(
+                settings, transport, found, spec, chosen, wait=wait
+            )
         if not benchers:
-            raise Busy(f"every device of the pool is busy: {', '.join(m.name for m in members)}",
-                       hint="kzbuild device list shows who holds each one; --wait on a single device waits")
+            raise Busy(
+                f"every device of the pool is busy: {', '.join(m.name for m in members)}",
+                hint="kzbuild device list shows who holds each one; "
+                "--wait on a single device waits",
+            )
         where = ", ".join(benchers)
         with activity(f"bisecting {loaded.name} {good}..{bad} on {where}") as progress:
-            build = bisect.CommitBuilder(settings, loaded, target_name, environ=os.environ, remote=remote)
-            identity = {"recipe": loaded.name, "target": target_name, "devices": where, "metric": chosen.label(),
-                        "plan": hashlib.sha256(plan_file.read_bytes()).hexdigest(), "limits": repr(limits)}
+            build = bisect.CommitBuilder(
+                settings, loaded, target_name, environ=os.environ, remote=remote
+            )
+            identity = {
+                "recipe": loaded.name,
+                "target": target_name,
+                "devices": where,
+                "metric": chosen.label(),
+                "plan": hashlib.sha256(plan_file.read_bytes()).hexdigest(),
+                "limits": repr(limits),
+            }
             report = bisect.bisect(
-                settings, loaded, good=good, bad=bad, build=build, benchers=benchers, identity=identity,
-                metric=chosen, limits=limits, seed=seed if seed is not None else plan.seed or 0, progress=progress,
+                settings,
+                loaded,
+                good=good,
+                bad=bad,
+                build=build,
+                benchers=benchers,
+                identity=identity,
+                metric=chosen,
+                limits=limits,
+                seed=seed if seed is not None else plan.seed or 0,
+                progress=progress,
             )
     text = bisect.markdown(report)
     if report_path is not None:
@@ -112,4 +222,7 @@ def bisect_command(
         print(text, end="")
     else:
         say(bisect.answer(report))
-        say(f"{report.builds} built, {report.benches} interleaved rounds; every commit tried: --markdown or --json")
+        say(
+            f"{report.builds} built, {report.benches} interleaved rounds; every commit tried: "
+            "--markdown or --json"
+        )

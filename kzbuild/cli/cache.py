@@ -12,7 +12,11 @@ from kzbuild.cli.options import JsonOpt, NoRemoteOpt
 from kzbuild.cli.ui import command_group, console, context, print_json
 from kzbuild.model.remotecache import CacheStats
 
-cache_app = command_group("cache", "The build caches: this machine's ccache and artifacts, and the remote cache shared between machines.")
+cache_app = command_group(
+    "cache",
+    "The build caches: this machine's ccache and artifacts, and the remote cache shared between "
+    "machines.",
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -20,9 +24,13 @@ def register(app: typer.Typer) -> None:
     cache_app.command("stats")(stats_command)
 
 
-def stats_command(ctx: typer.Context, no_remote_cache: NoRemoteOpt = False, json_out: JsonOpt = False) -> None:
-    """Local and remote cache sizes and hit rates: ccache's own counters (local and remote hits), the artifacts
-    folder, how builds got their artifact (local, pulled, built), and what the remote store says of itself."""
+def stats_command(
+    ctx: typer.Context, no_remote_cache: NoRemoteOpt = False, json_out: JsonOpt = False
+) -> None:
+    """Local and remote cache sizes and hit rates: ccache's own counters (local and remote hits),
+    the artifacts
+    folder, how builds got their artifact (local, pulled, built), and what the remote store says of
+    itself."""
     settings = context(ctx).settings
     config = remotecache.load_config(settings, os.environ, disabled=no_remote_cache)
     stats = remotecache.cache_stats(settings, config)
@@ -50,28 +58,49 @@ def _rate(value: float | None) -> str:
 def render(stats: CacheStats) -> None:
     cc = stats.ccache
     if cc is None:
-        console.print(f"[bold]local ccache[/bold]     {escape(stats.ccache_dir)}: empty (no build has run here)", highlight=False)
+        console.print(
+            f"[bold]local ccache[/bold]     {escape(stats.ccache_dir)}: empty (no build has run "
+            "here)",
+            highlight=False,
+        )
     else:
         console.print(
-            f"[bold]local ccache[/bold]     {_size(cc.size_bytes)} in {cc.files} files ({escape(stats.ccache_dir)}); "
-            f"{cc.compiles} compiles: {_rate(cc.rate(cc.local_hits))} local hits, {_rate(cc.rate(cc.remote_hits))} remote hits, "
-            f"{_rate(cc.rate(cc.misses))} misses" + (f"; {cc.remote_errors} remote errors or timeouts" if cc.remote_errors else ""),
+            f"[bold]local ccache[/bold]     {_size(cc.size_bytes)} in {cc.files} files "
+            f"({escape(stats.ccache_dir)}); "
+            f"{cc.compiles} compiles: {_rate(cc.rate(cc.local_hits))} local hits, "
+            f"{_rate(cc.rate(cc.remote_hits))} remote hits, "
+            f"{_rate(cc.rate(cc.misses))} misses"
+            + (f"; {cc.remote_errors} remote errors or timeouts" if cc.remote_errors else ""),
             highlight=False,
         )
     counts = stats.artifact_counts
-    console.print(f"[bold]local artifacts[/bold]  {stats.artifact_count} ({_size(stats.artifact_bytes)}) in {escape(stats.artifacts_dir)}", highlight=False)
     console.print(
-        f"[bold]artifact lookups[/bold] {counts.lookups} builds: {counts.local} found here ({_rate(counts.rate(counts.local))}), "
+        f"[bold]local artifacts[/bold]  {stats.artifact_count} ({_size(stats.artifact_bytes)}) in "
+        f"{escape(stats.artifacts_dir)}",
+        highlight=False,
+    )
+    console.print(
+        f"[bold]artifact lookups[/bold] {counts.lookups} builds: {counts.local} found here "
+        f"({_rate(counts.rate(counts.local))}), "
         f"{counts.pulled} pulled ({_rate(counts.rate(counts.pulled))}), {counts.built} compiled",
         highlight=False,
     )
     if stats.remote is None:
-        console.print("[bold]remote[/bold]           none configured (KZ_REMOTE_CACHE or .kz/config.yaml)", highlight=False)
+        console.print(
+            "[bold]remote[/bold]           none configured (KZ_REMOTE_CACHE or .kz/config.yaml)",
+            highlight=False,
+        )
         return
     usage = stats.remote_usage
-    line = f"[bold]remote[/bold]           {escape(stats.remote.shown)} (set by {escape(stats.remote.source)})"
+    line = (
+        f"[bold]remote[/bold]           {escape(stats.remote.shown)} (set by "
+        f"{escape(stats.remote.source)})"
+    )
     if usage is not None and (usage.size_bytes is not None or usage.entries is not None):
-        line += f": {_size(usage.size_bytes)} in {usage.entries} keys; server hit rate {_rate(usage.server_hit_rate)}"
+        line += (
+            f": {_size(usage.size_bytes)} in {usage.entries} keys; server hit rate "
+            f"{_rate(usage.server_hit_rate)}"
+        )
     if usage is not None and usage.problem:
         line += f": {escape(usage.problem)}"
     console.print(line, highlight=False)

@@ -40,9 +40,13 @@ def check_command(
     trust_new_host: TrustOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Run the Kz-Device-Test checks of the recipe's patches on the device; store each result with its provenance.
+    """Run the Kz-Device-Test checks of the recipe's patches on the device; store each result with
+    its provenance.
 
-    Each trailer (e.g. Kz-Device-Test: test-backend-ops -o GATED_DELTA_NET -b HTP0) runs through the same runner as kzbuild run: the device's current release, which must be a build of RECIPE, with the device env and nothing added. Results go to results/device-tests.jsonl, outputs to WORK/device-tests/RUN/. Exits 17 when a check fails.
+    Each trailer (e.g. Kz-Device-Test: test-backend-ops -o GATED_DELTA_NET -b HTP0) runs through the
+    same runner as kzbuild run: the device's current release, which must be a build of RECIPE, with
+    the device env and nothing added. Results go to results/device-tests.jsonl, outputs to
+    WORK/device-tests/RUN/. Exits 17 when a check fails.
     """
     settings = context(ctx).settings
     check_seconds("--timeout", timeout)
@@ -70,7 +74,8 @@ def check_command(
         print_json({"results": [dataclasses.asdict(r) for r in results]})
     else:
         table = Table(
-            title=f"device checks of {loaded.name} on {found.name}, release {results[0].build.build_id}"
+            title=f"device checks of {loaded.name} on {found.name}, release "
+            f"{results[0].build.build_id}"
         )
         for column in ("patch", "check", "result", "seconds", "output"):
             table.add_column(column, overflow="fold")
@@ -92,7 +97,8 @@ def check_command(
     if failed:
         raise WrongOutput(
             "; ".join(
-                f"{r.patch}: {r.command} failed (exit {r.returncode}, output in {r.logs}.stdout.log)"
+                f"{r.patch}: {r.command} failed (exit {r.returncode}, output in "
+                f"{r.logs}.stdout.log)"
                 for r in failed
             )
         )

@@ -27,9 +27,13 @@ def ci_command(
     artifacts: ArtifactsOpt = None,
     no_remote_cache: NoRemoteOpt = False,
 ) -> int:
-    """Sync, check the patches, build each target whose toolchain is here (others: skipped, with why); print a JSON summary.
+    """Sync, check the patches, build each target whose toolchain is here (others: skipped, with
+    why); print a JSON summary.
 
-    Targets given with --target must build; targets from the recipe are skipped when their toolchain is missing. v79-check (compilation only, no SDK) runs wherever it is asked for. Appends a markdown summary to $GITHUB_STEP_SUMMARY when it is set. Exits non-zero (the failing step's code) on any failure.
+    Targets given with --target must build; targets from the recipe are skipped when their toolchain
+    is missing. v79-check (compilation only, no SDK) runs wherever it is asked for. Appends a
+    markdown summary to $GITHUB_STEP_SUMMARY when it is set. Exits non-zero (the failing step's
+    code) on any failure.
     """
     from kzbuild.ci import run_ci  # it loads every target's code; only ci needs that
 
@@ -38,13 +42,20 @@ def ci_command(
 
     def announce(step: CiStep) -> None:
         colour = {"ok": "green", "failed": "red", "skipped": "yellow"}.get(step.status, "white")
-        err_console.print(f"[{colour}]{step.status:7}[/{colour}] {step.name}: {step.detail}", highlight=False)
+        err_console.print(
+            f"[{colour}]{step.status:7}[/{colour}] {step.name}: {step.detail}", highlight=False
+        )
 
     with BuildDisplay(f"ci {loaded.name}") as display:
         report = run_ci(
-            settings, loaded, environ=os.environ, targets=target or (),
+            settings,
+            loaded,
+            environ=os.environ,
+            targets=target or (),
             options=BuildOptions(jobs=jobs, overrides=tuple(toolchain or ()), artifacts=artifacts),
-            on_step=announce, progress=display.update, remote=remotecache.load_config(settings, os.environ, disabled=no_remote_cache),
+            on_step=announce,
+            progress=display.update,
+            remote=remotecache.load_config(settings, os.environ, disabled=no_remote_cache),
         )
     print_json(report.to_dict())
     append_step_summary(report.to_markdown())

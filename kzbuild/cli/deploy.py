@@ -24,48 +24,91 @@ def deploy_command(
     ctx: typer.Context,
     recipe: RecipeArg = None,
     device: DeviceOpt = None,
-    artifact: Annotated[Optional[str], typer.Option("--artifact", callback=not_empty, help="A build id under the artifacts dir, or an artifact directory. Default: the recipe's newest artifact.")] = None,
-    rollback: Annotated[bool, typer.Option("--rollback", help="Switch current back to the release that was current before it.")] = False,
-    keep: Annotated[Optional[int], typer.Option("--keep", min=1, help="Afterwards keep only the N most recently used releases (always the current one).")] = None,
+    artifact: Annotated[
+        Optional[str],
+        typer.Option(
+            "--artifact",
+            callback=not_empty,
+            help="A build id under the artifacts dir, or an artifact directory. Default: the "
+            "recipe's newest artifact.",
+        ),
+    ] = None,
+    rollback: Annotated[
+        bool,
+        typer.Option(
+            "--rollback", help="Switch current back to the release that was current before it."
+        ),
+    ] = False,
+    keep: Annotated[
+        Optional[int],
+        typer.Option(
+            "--keep",
+            min=1,
+            help="Afterwards keep only the N most recently used releases (always the current one).",
+        ),
+    ] = None,
     wait: WaitOpt = 0.0,
     trust_new_host: TrustOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Deploy a build to a device: only contents it lacks are sent, then `current` switches in one rename."""
+    """Deploy a build to a device: only contents it lacks are sent, then `current` switches in one
+    rename."""
     settings = context(ctx).settings
     loaded = None
     if recipe is not None or (artifact is None and not rollback):
         loaded = load_recipe(settings, recipe)
     if rollback and artifact is not None:
-        raise typer.BadParameter("--rollback switches to a release already on the device; it takes no --artifact")
-    target, transport = open_device(settings, device, loaded.device if loaded else None, trust_new_host)
+        raise typer.BadParameter(
+            "--rollback switches to a release already on the device; it takes no --artifact"
+        )
+    target, transport = open_device(
+        settings, device, loaded.device if loaded else None, trust_new_host
+    )
     with closing(transport):
         if rollback:
             back = deploy.rollback(transport, target, keep=keep, wait=wait)
             if json_out:
                 print_json(back.to_dict())
                 return
-            console.print(f"[green]rolled back[/green] {back.device}: current -> releases/{back.release} (was {back.previous})")
+            console.print(
+                f"[green]rolled back[/green] {back.device}: current -> releases/{back.release} "
+                f"(was {back.previous})"
+            )
             _print_pruned(back.pruned)
             return
         build = find_artifact(settings, artifact, loaded)
         with transfer_bars(not json_out) as on_progress:
-            result = deploy.deploy(transport, target, build, keep=keep, on_progress=on_progress, wait=wait)
+            result = deploy.deploy(
+                transport, target, build, keep=keep, on_progress=on_progress, wait=wait
+            )
     if json_out:
         print_json(result.to_dict())
         return
     if result.switched:
-        console.print(f"[green]deployed[/green] {result.build_id} to {result.device}: current -> releases/{result.release} (was {result.previous or 'nothing'})")
+        console.print(
+            f"[green]deployed[/green] {result.build_id} to {result.device}: current -> "
+            f"releases/{result.release} (was {result.previous or 'nothing'})"
+        )
     else:
-        console.print(f"[green]{result.build_id} is already current[/green] on {result.device} (releases/{result.release})")
-    resumed = f" ({decimal(result.bytes_resumed)} had arrived before a cut)" if result.bytes_resumed else ""
+        console.print(
+            f"[green]{result.build_id} is already current[/green] on {result.device} "
+            f"(releases/{result.release})"
+        )
+    resumed = (
+        f" ({decimal(result.bytes_resumed)} had arrived before a cut)"
+        if result.bytes_resumed
+        else ""
+    )
     console.print(
         f"  sent {result.files_sent} file(s), {decimal(result.bytes_sent)}{resumed}; "
         f"skipped {result.files_skipped} already on the device, {decimal(result.bytes_skipped)}; "
         f"metadata {decimal(result.metadata_bytes)}; {result.seconds:.2f} s"
     )
     if result.repaired:
-        console.print(f"  [yellow]repaired[/yellow] {len(result.repaired)} damaged file(s), re-sent and relinked: {escape(', '.join(result.repaired))}")
+        console.print(
+            f"  [yellow]repaired[/yellow] {len(result.repaired)} damaged file(s), re-sent and "
+            f"relinked: {escape(', '.join(result.repaired))}"
+        )
     _print_pruned(result.pruned)
 
 

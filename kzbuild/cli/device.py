@@ -15,7 +15,9 @@ from kzbuild.device.integrity import verify_store
 from kzbuild.device.store import Layout, Remote
 from kzbuild.errors import DeviceError
 
-device_app = command_group("device", "Devices: list them with their pools and lock holders, check what is stored on one.")
+device_app = command_group(
+    "device", "Devices: list them with their pools and lock holders, check what is stored on one."
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -25,9 +27,11 @@ def register(app: typer.Typer) -> None:
 
 
 def list_command(ctx: typer.Context, json_out: JsonOpt = False) -> None:
-    """Every named device and pool member: its address, its pools, and who holds its lock (or why it cannot be reached).
+    """Every named device and pool member: its address, its pools, and who holds its lock (or why it
+    cannot be reached).
 
-    Each device is asked once (read only: no lock is taken). A lock whose holder is gone counts as free: the next operation breaks it.
+    Each device is asked once (read only: no lock is taken). A lock whose holder is gone counts as
+    free: the next operation breaks it.
     """
     from kzbuild.device.devicelock import holder, is_busy
     from kzbuild.device.registry import connect, load_registry
@@ -36,30 +40,62 @@ def list_command(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     devices, pools = load_registry(context(ctx).settings)
     rows = []
     for name, device in devices.items():
-        entry: dict[str, object] = {"name": name, "address": device.address, "pools": [p for p, members in pools.items() if name in members]}
+        entry: dict[str, object] = {
+            "name": name,
+            "address": device.address,
+            "pools": [p for p, members in pools.items() if name in members],
+        }
         try:
-            with closing(connect(device, **({"connect_timeout": 5.0} if device.transport == "adb" else {}))) as transport:
+            with closing(
+                connect(device, **({"connect_timeout": 5.0} if device.transport == "adb" else {}))
+            ) as transport:
                 sighting = holder(transport, device.root)
         except KzError as exc:
             entry |= {"state": "unreachable", "detail": exc.message.splitlines()[0]}
         else:
-            owner = sighting.owner.describe() if sighting and sighting.owner else "a lock being taken" if sighting else ""
+            owner = (
+                sighting.owner.describe()
+                if sighting and sighting.owner
+                else "a lock being taken"
+                if sighting
+                else ""
+            )
             state = "busy" if is_busy(sighting) else "free"
-            entry |= {"state": state, "holder": owner or None, "detail": f"stale lock of {owner}" if sighting and state == "free" else ""}
+            entry |= {
+                "state": state,
+                "holder": owner or None,
+                "detail": f"stale lock of {owner}" if sighting and state == "free" else "",
+            }
         rows.append(entry)
     if json_out:
-        print_json({"devices": rows, "pools": {name: list(members) for name, members in pools.items()}})
+        print_json(
+            {"devices": rows, "pools": {name: list(members) for name, members in pools.items()}}
+        )
         return
     for row in rows:
         pools_text = f" [pool {', '.join(map(str, row['pools']))}]" if row["pools"] else ""  # type: ignore[call-overload]
-        holder_text = f": held by {row['holder']}" if row["state"] == "busy" else f": {row['detail']}" if row["detail"] else ""
+        holder_text = (
+            f": held by {row['holder']}"
+            if row["state"] == "busy"
+            else f": {row['detail']}"
+            if row["detail"]
+            else ""
+        )
         say(f"{row['name']}{pools_text} {row['address']} {row['state']}{holder_text}")
 
 
-def verify_command(ctx: typer.Context, device: DeviceOpt = None, trust_new_host: TrustOpt = False, wait: WaitOpt = 0.0, json_out: JsonOpt = False) -> None:
-    """Hash the device's whole store: every content, chunk, release's files and model; exit 8 if anything is damaged.
+def verify_command(
+    ctx: typer.Context,
+    device: DeviceOpt = None,
+    trust_new_host: TrustOpt = False,
+    wait: WaitOpt = 0.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Hash the device's whole store: every content, chunk, release's files and model; exit 8 if
+    anything is damaged.
 
-    Damaged releases are marked, so run and bench refuse them until kzbuild deploy repairs them; damaged chunks are removed (a deploy sends them again when it needs them).
+    Damaged releases are marked, so run and bench refuse them until kzbuild deploy repairs them;
+    damaged chunks are removed (a deploy sends them again when it needs them).
     """
     target, transport = open_device(context(ctx).settings, device, None, trust_new_host)
     # under the device lock: a deploy in flight would race it on the damage markers
@@ -68,14 +104,22 @@ def verify_command(ctx: typer.Context, device: DeviceOpt = None, trust_new_host:
     if json_out:
         print_json(report.to_dict())
     else:
-        checked = f"{report.objects} content(s), {report.chunks} chunk(s), {report.releases} release(s), {report.models} model(s) under {escape(report.root)}"
+        checked = (
+            f"{report.objects} content(s), {report.chunks} chunk(s), {report.releases} release(s), "
+            f"{report.models} model(s) under {escape(report.root)}"
+        )
         if report.ok:
             console.print(f"[green]all intact[/green] on {escape(report.device)}: {checked}")
         for entry in report.damage:
-            console.print(f"[red]damaged[/red] {entry.kind} {escape(entry.name)}: {escape(entry.path)}: expected {escape(entry.expected)}, found {escape(entry.found)}")
+            console.print(
+                f"[red]damaged[/red] {entry.kind} {escape(entry.name)}: {escape(entry.path)}: "
+                f"expected {escape(entry.expected)}, found {escape(entry.found)}"
+            )
     if not report.ok:
         releases = ", ".join(report.damaged_releases) or "none"
         raise DeviceError(
-            f"{report.device}: {len(report.damage)} damaged file(s) in the store (damaged releases: {releases})",
-            hint="kzbuild deploy of a damaged release's build re-sends what is damaged; run and bench refuse a damaged release until then",
+            f"{report.device}: {len(report.damage)} damaged file(s) in the store (damaged "
+            f"releases: {releases})",
+            hint="kzbuild deploy of a damaged release's build re-sends what is damaged; run and "
+            "bench refuse a damaged release until then",
         )

@@ -25,9 +25,25 @@ def register(app: typer.Typer) -> None:
     app.command("doctor")(doctor_command)
 
 
-DoctorTargetOpt = Annotated[Optional[list[str]], typer.Option("--target", "-t", help=f"Target: {', '.join(builder.TARGETS)} (repeatable). Default: the recipe's targets. ({V79_CHECK_TARGET} needs only the ziglang package and ccache.)")]
+DoctorTargetOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--target",
+        "-t",
+        help=f"Target: {', '.join(builder.TARGETS)} (repeatable). Default: the recipe's targets. "
+        f"({V79_CHECK_TARGET} needs only the ziglang package and ccache.)",
+    ),
+]
 
-DoctorRecipeArg = Annotated[Optional[str], typer.Argument(callback=not_empty, help="Recipe whose targets and device to check. Default: no recipe: every target, no device.", autocompletion=complete_recipe)]
+DoctorRecipeArg = Annotated[
+    Optional[str],
+    typer.Argument(
+        callback=not_empty,
+        help="Recipe whose targets and device to check. Default: no recipe: every target, no "
+        "device.",
+        autocompletion=complete_recipe,
+    ),
+]
 
 
 def doctor_command(
@@ -35,16 +51,29 @@ def doctor_command(
     recipe: DoctorRecipeArg = None,
     target: DoctorTargetOpt = None,
     toolchain: ToolchainOpt = None,
-    device: Annotated[Optional[str], typer.Option("--device", "-d", callback=not_empty, help="Also check that this device answers (default: the recipe's device).", autocompletion=complete_device)] = None,
+    device: Annotated[
+        Optional[str],
+        typer.Option(
+            "--device",
+            "-d",
+            callback=not_empty,
+            help="Also check that this device answers (default: the recipe's device).",
+            autocompletion=complete_device,
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Check the toolchains, cmake, ninja and ccache a target needs, naming the file that proved each version.
+    """Check the toolchains, cmake, ninja and ccache a target needs, naming the file that proved
+    each version.
 
     With no arguments it checks every target and no device, and only reports (exit 0).
 
-    With a recipe (or --device) it also checks that the device answers: an adb device must be online in an adb server that is already running (doctor starts none); an ssh device must accept a login whose host key matches known_hosts; a local device's runner must be on PATH.
+    With a recipe (or --device) it also checks that the device answers: an adb device must be online
+    in an adb server that is already running (doctor starts none); an ssh device must accept a login
+    whose host key matches known_hosts; a local device's runner must be on PATH.
 
-    Exits 6 when a target or device that was asked for (a recipe, --target or --device) is not ready.
+    Exits 6 when a target or device that was asked for (a recipe, --target or --device) is not
+    ready.
     """
     settings = context(ctx).settings
     needed_by = None
@@ -57,7 +86,14 @@ def doctor_command(
     else:
         names = list(target or builder.TARGETS)
     resolved = resolve_device(settings, device_spec) if device_spec else None
-    report = doctor(settings, names, environ=os.environ, overrides=toolchain or (), needed_by=needed_by, device=resolved)
+    report = doctor(
+        settings,
+        names,
+        environ=os.environ,
+        overrides=toolchain or (),
+        needed_by=needed_by,
+        device=resolved,
+    )
     if json_out:
         print_json(report.to_dict())
     else:
@@ -66,20 +102,34 @@ def doctor_command(
         if report.device is not None:
             render_device_check(report.device)
     if not report.ok and (recipe or target or device):
-        not_ready = ", ".join([t.target for t in report.targets if not t.ok] + ([f"device {report.device.device}"] if report.device and not report.device.ok else []))
-        raise ToolchainMissing(f"not ready to build: {not_ready}", hint="install what is marked missing or not ok above, or point kzbuild at it (toolchains/README.md); a device's own hint is above")
+        not_ready = ", ".join(
+            [t.target for t in report.targets if not t.ok]
+            + ([f"device {report.device.device}"] if report.device and not report.device.ok else [])
+        )
+        raise ToolchainMissing(
+            f"not ready to build: {not_ready}",
+            hint="install what is marked missing or not ok above, or point kzbuild at it "
+            "(toolchains/README.md); a device's own hint is above",
+        )
 
 
 def render_device_check(check: DeviceCheck) -> None:
     state = styled("green", "ok") if check.ok else styled("red", "not ok")
-    say(styled("bold", "device"), f" {check.device} ({check.transport}): ", state, f": {check.detail}")
+    say(
+        styled("bold", "device"),
+        f" {check.device} ({check.transport}): ",
+        state,
+        f": {check.detail}",
+    )
     if check.hint:
         say("  ", styled("yellow", "hint:"), f" {check.hint}")
 
 
 def render_target_check(check: TargetCheck) -> None:
     state = "[green]ready[/green]" if check.ok else "[red]not ready[/red]"
-    console.print(f"[bold]{check.target}[/bold] ({builder.TARGETS[check.target].description}): {state}")
+    console.print(
+        f"[bold]{check.target}[/bold] ({builder.TARGETS[check.target].description}): {state}"
+    )
     from rich.table import Table
 
     table = Table(box=None, show_header=True, padding=(0, 2))
@@ -104,7 +154,7 @@ def toolchain_row(found: Found, *, optional: bool) -> tuple[str, str, str, str]:
         status = "[green]ok[/green]" + (" (optional)" if optional else "")
     else:
         status = "[dim]absent (optional)[/dim]" if optional else "[red]missing[/red]"
-    versions = ", ".join(f"{label} {version}" for label, version in found.versions) or (found.version or "")
+    versions = ", ".join(f"{label} {version}" for label, version in found.versions) or (
+        found.version or ""
+    )
     return found.name, status, versions, found.proof or ""
-
-

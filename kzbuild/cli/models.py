@@ -18,7 +18,9 @@ from kzbuild.device import deploy
 from kzbuild.errors import ConfigError
 from kzbuild.model import tinyspec
 
-models_app = command_group("models", "Model files: generate tiny test models, store models on devices.")
+models_app = command_group(
+    "models", "Model files: generate tiny test models, store models on devices."
+)
 
 # built from the generator's own lists, so a new arch or type shows up in --help by itself
 TinyArch = Enum("TinyArch", {name: name for name in tinyspec.ARCHS}, type=str)  # type: ignore[misc]
@@ -33,9 +35,16 @@ def register(app: typer.Typer) -> None:
 
 def tiny_command(
     output: Annotated[Path, typer.Option("-o", "--output", help="GGUF file to write.")],
-    arch: Annotated[TinyArch, typer.Option("--arch", help="qwen35 (gated delta net + full attention) or llama.")] = TinyArch("qwen35"),
-    ftype: Annotated[TinyType, typer.Option("--type", help="Weight type of the matrices (norms stay f32).")] = TinyType("q4_0"),
-    seed: Annotated[int, typer.Option("--seed", min=0, help="Random seed; the same arguments give the same bytes.")] = 0,
+    arch: Annotated[
+        TinyArch, typer.Option("--arch", help="qwen35 (gated delta net + full attention) or llama.")
+    ] = TinyArch("qwen35"),
+    ftype: Annotated[
+        TinyType, typer.Option("--type", help="Weight type of the matrices (norms stay f32).")
+    ] = TinyType("q4_0"),
+    seed: Annotated[
+        int,
+        typer.Option("--seed", min=0, help="Random seed; the same arguments give the same bytes."),
+    ] = 0,
 ) -> None:
     """Write a tiny random GGUF model (a few hundred KB) that llama.cpp loads and runs."""
     from kzbuild.measure.tinymodel import write_tiny_model  # numpy and gguf load only when needed
@@ -43,30 +52,49 @@ def tiny_command(
     if output.is_dir():
         raise ConfigError(f"--output {output} is a folder; name the .gguf file to write")
     path = write_tiny_model(output, arch=arch.value, ftype=ftype.value, seed=seed)
-    console.print(f"wrote {path} ({arch.value}, {ftype.value}, seed {seed}, {path.stat().st_size} bytes)", soft_wrap=True)
+    console.print(
+        f"wrote {path} ({arch.value}, {ftype.value}, seed {seed}, {path.stat().st_size} bytes)",
+        soft_wrap=True,
+    )
 
 
 def push_command(
     ctx: typer.Context,
     model: Annotated[Path, typer.Argument(help="The GGUF file to store on the device.")],
     device: DeviceOpt = None,
-    name: Annotated[Optional[str], typer.Option("--name", callback=not_empty, help="Readable name on the device (ROOT/models/NAME). Default: the file name.")] = None,
+    name: Annotated[
+        Optional[str],
+        typer.Option(
+            "--name",
+            callback=not_empty,
+            help="Readable name on the device (ROOT/models/NAME). Default: the file name.",
+        ),
+    ] = None,
     wait: WaitOpt = 0.0,
     trust_new_host: TrustOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Store a model on a device as ROOT/models/<sha256>.gguf plus a readable name; resumes, verifies, never resends."""
+    """Store a model on a device as ROOT/models/<sha256>.gguf plus a readable name; resumes,
+    verifies, never resends."""
     settings = context(ctx).settings
     target, transport = open_device(settings, device, None, trust_new_host)
     with closing(transport):
         with transfer_bars(not json_out) as on_progress:
-            result = deploy.push_model(transport, target, model, name=name, on_progress=on_progress, wait=wait)
+            result = deploy.push_model(
+                transport, target, model, name=name, on_progress=on_progress, wait=wait
+            )
     if json_out:
         print_json(result.to_dict())
         return
     if result.already_there:
-        console.print(f"[green]{model.name} is already on {result.device}[/green] as {result.path}; sent 0 bytes")
+        console.print(
+            f"[green]{model.name} is already on {result.device}[/green] as {result.path}; sent 0 "
+            "bytes"
+        )
     else:
         resumed = f", resumed after {decimal(result.bytes_resumed)}" if result.bytes_resumed else ""
-        console.print(f"[green]pushed[/green] {model.name} to {result.device} as {result.path} ({decimal(result.bytes_sent)} sent{resumed}, verified, {result.seconds:.2f} s)")
+        console.print(
+            f"[green]pushed[/green] {model.name} to {result.device} as {result.path} "
+            f"({decimal(result.bytes_sent)} sent{resumed}, verified, {result.seconds:.2f} s)"
+        )
     console.print(f"  {result.link} -> {result.sha256}.gguf")

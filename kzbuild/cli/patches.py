@@ -16,7 +16,15 @@ from rich.table import Table
 
 from kzbuild.adapters.settings import Settings
 from kzbuild.cli.options import DEFAULT_RECIPE, JsonOpt, RecipeArg, load_recipe
-from kzbuild.cli.ui import activity, command_group, console, context, err_console, not_empty, print_json
+from kzbuild.cli.ui import (
+    activity,
+    command_group,
+    console,
+    context,
+    err_console,
+    not_empty,
+    print_json,
+)
 from kzbuild.errors import BuildFailed, PatchError
 from kzbuild.source import recipes
 
@@ -26,11 +34,33 @@ if TYPE_CHECKING:
     from kzbuild.model.stack import Problem
     from kzbuild.model.stackcheck import BisectResult, ExportResult, StackCheck
 
-patches_app = command_group("patches", "The patch stack (patches/series): list, lint, check against upstream, export from the worktree, edit.")
+patches_app = command_group(
+    "patches",
+    "The patch stack (patches/series): list, lint, check against upstream, export from the "
+    "worktree, edit.",
+)
 
-HistoryOpt = Annotated[bool, typer.Option("--fetch-history", help="Fetch the upstream history between the pin and the target from a git source, so patch-ids and commit counts can be used.")]
-SeriesOpt = Annotated[Optional[Path], typer.Option("--series", help="Series file (default: the --recipe's series, else patches/series).")]
-VERDICT_STYLE = {"clean": "green", "3way": "yellow", "conflict": "bold red", "upstreamed": "cyan", "empty": "magenta"}
+HistoryOpt = Annotated[
+    bool,
+    typer.Option(
+        "--fetch-history",
+        help="Fetch the upstream history between the pin and the target from a git source, so "
+        "patch-ids and commit counts can be used.",
+    ),
+]
+SeriesOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--series", help="Series file (default: the --recipe's series, else patches/series)."
+    ),
+]
+VERDICT_STYLE = {
+    "clean": "green",
+    "3way": "yellow",
+    "conflict": "bold red",
+    "upstreamed": "cyan",
+    "empty": "magenta",
+}
 
 
 def register(app: typer.Typer) -> None:
@@ -44,7 +74,9 @@ def _series_path(settings: Settings, series: Path | None, recipe: Recipe | None 
     return series.resolve()
 
 
-def _lint_files(settings: Settings, series: Path | None, recipe: str | None) -> tuple[Recipe | None, list[Patch], list[Problem]]:
+def _lint_files(
+    settings: Settings, series: Path | None, recipe: str | None
+) -> tuple[Recipe | None, list[Patch], list[Problem]]:
     """The recipe (when named), the series' patches, and what lint finds in the files alone."""
     from kzbuild.source.stack.patchfile import lint_series
 
@@ -54,17 +86,28 @@ def _lint_files(settings: Settings, series: Path | None, recipe: str | None) -> 
 
 
 def _shown(settings: Settings, path: Path) -> str:
-    return str(path.relative_to(settings.project)) if path.is_relative_to(settings.project) else str(path)
+    return (
+        str(path.relative_to(settings.project))
+        if path.is_relative_to(settings.project)
+        else str(path)
+    )
 
 
 @patches_app.command("list")
 def list_command(
     ctx: typer.Context,
     series: SeriesOpt = None,
-    recipe: Annotated[Optional[str], typer.Option(callback=not_empty, help="List this recipe's series, and how its last sync used each patch.")] = None,
+    recipe: Annotated[
+        Optional[str],
+        typer.Option(
+            callback=not_empty,
+            help="List this recipe's series, and how its last sync used each patch.",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """The series in apply order: lint status, upstream status, files touched, lines added and removed."""
+    """The series in apply order: lint status, upstream status, files touched, lines added and
+    removed."""
     from kzbuild.source.sync import read_lock
 
     settings = context(ctx).settings
@@ -72,20 +115,29 @@ def list_command(
     synced = {}
     if loaded:
         lock = read_lock(loaded.lock_path)
-        synced = {p.file: (p.commit[:12] if p.commit else f"skipped: upstreamed ({p.upstreamed})") for p in lock.patches} if lock else {}
+        synced = (
+            {
+                p.file: (p.commit[:12] if p.commit else f"skipped: upstreamed ({p.upstreamed})")
+                for p in lock.patches
+            }
+            if lock
+            else {}
+        )
     rows = []
     for patch in patches:
         mine = [p for p in problems if p.path == patch.path]
-        rows.append({
-            "patch": patch.name,
-            "subject": patch.subject,
-            "status": "ok" if not mine else f"{len(mine)} lint problem(s)",
-            "upstream_status": patch.upstream_status,
-            "files": [f.path for f in patch.files],
-            "added": patch.added,
-            "removed": patch.removed,
-            **({"synced": synced.get(patch.name, "not in the lock")} if recipe else {}),
-        })
+        rows.append(
+            {
+                "patch": patch.name,
+                "subject": patch.subject,
+                "status": "ok" if not mine else f"{len(mine)} lint problem(s)",
+                "upstream_status": patch.upstream_status,
+                "files": [f.path for f in patch.files],
+                "added": patch.added,
+                "removed": patch.removed,
+                **({"synced": synced.get(patch.name, "not in the lock")} if recipe else {}),
+            }
+        )
     if json_out:
         print_json(rows)
         return
@@ -99,8 +151,11 @@ def list_command(
         shown = ", ".join(files[:3]) + (f" +{len(files) - 3} more" if len(files) > 3 else "")
         status = "[green]ok[/green]" if row["status"] == "ok" else f"[red]{row['status']}[/red]"
         table.add_row(
-            f"{escape(str(row['patch']))}\n[dim]{escape(str(row['subject']))}[/dim]", status,
-            escape(str(row["upstream_status"] or "-")), escape(shown), f"+{row['added']} -{row['removed']}",
+            f"{escape(str(row['patch']))}\n[dim]{escape(str(row['subject']))}[/dim]",
+            status,
+            escape(str(row["upstream_status"] or "-")),
+            escape(shown),
+            f"+{row['added']} -{row['removed']}",
             *([escape(str(row["synced"]))] if recipe else []),
         )
     console.print(table)
@@ -110,10 +165,18 @@ def list_command(
 def lint_command(
     ctx: typer.Context,
     series: SeriesOpt = None,
-    recipe: Annotated[Optional[str], typer.Option(callback=not_empty, help="Lint this recipe's series, and check that every patch applies exactly (no fuzz, no 3-way merge) at its pin.")] = None,
+    recipe: Annotated[
+        Optional[str],
+        typer.Option(
+            callback=not_empty,
+            help="Lint this recipe's series, and check that every patch applies exactly (no fuzz, "
+            "no 3-way merge) at its pin.",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Check the series and every patch: trailers, series <-> files, CRLF damage, index lines, fuzz."""
+    """Check the series and every patch: trailers, series <-> files, CRLF damage, index lines,
+    fuzz."""
     from kzbuild.source.stack.check import tree_problems
 
     settings = context(ctx).settings
@@ -126,12 +189,16 @@ def lint_command(
         raise PatchError(f"lint found {len(problems)} problem(s)")
 
 
-def _print_problems(settings: Settings, problems: list[Problem], json_out: bool, *, checked: int) -> None:
+def _print_problems(
+    settings: Settings, problems: list[Problem], json_out: bool, *, checked: int
+) -> None:
     if json_out:
         print_json([{"file": str(p.path), "line": p.line, "message": p.message} for p in problems])
         return
     for problem in problems:
-        console.print(f"[red]{escape(problem.where(settings.project))}[/red]: {escape(problem.message)}")
+        console.print(
+            f"[red]{escape(problem.where(settings.project))}[/red]: {escape(problem.message)}"
+        )
     if not problems:
         console.print(f"[green]ok[/green]: {checked} patch(es), no problems")
 
@@ -140,17 +207,28 @@ def _print_problems(settings: Settings, problems: list[Problem], json_out: bool,
 def check_command(
     ctx: typer.Context,
     recipe: RecipeArg = None,
-    against: Annotated[Optional[str], typer.Option("--against", callback=not_empty, help="Upstream commit to check against: sha, branch of the remote, or pypi:llama-cpp-python==X. Default: the pin.")] = None,
+    against: Annotated[
+        Optional[str],
+        typer.Option(
+            "--against",
+            callback=not_empty,
+            help="Upstream commit to check against: sha, branch of the remote, or "
+            "pypi:llama-cpp-python==X. Default: the pin.",
+        ),
+    ] = None,
     fetch_history: HistoryOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Apply the stack in a scratch repo and classify each patch: clean, 3way, conflict, upstreamed, empty."""
+    """Apply the stack in a scratch repo and classify each patch: clean, 3way, conflict, upstreamed,
+    empty."""
     from kzbuild.source.stack.check import check_stack
 
     settings = context(ctx).settings
     loaded = load_recipe(settings, recipe)
     with activity(f"checking {loaded.name}") as progress:
-        report = check_stack(settings, loaded, against=against, fetch_history=fetch_history, progress=progress)
+        report = check_stack(
+            settings, loaded, against=against, fetch_history=fetch_history, progress=progress
+        )
     if json_out:
         print_json({"recipe": loaded.name, **report.to_dict()})
     else:
@@ -162,12 +240,20 @@ def check_command(
 def _print_check(report: StackCheck) -> None:
     console.print(f"upstream {report.target}")
     if report.since:
-        between = f"{report.commits_between} commits" if report.commits_between is not None else "unknown number of commits"
+        between = (
+            f"{report.commits_between} commits"
+            if report.commits_between is not None
+            else "unknown number of commits"
+        )
         console.print(f"  since the pin {report.since[:12]}: {between}; history {report.history}")
     table = Table("patch", "result", "detail")
     for result in report.patches:
         style = VERDICT_STYLE[result.verdict.value]
-        table.add_row(escape(result.name), f"[{style}]{result.verdict.value}[/{style}]", escape(result.describe()))
+        table.add_row(
+            escape(result.name),
+            f"[{style}]{result.verdict.value}[/{style}]",
+            escape(result.describe()),
+        )
     console.print(table)
     for note in report.notes:
         console.print(f"[dim]{escape(note)}[/dim]")
@@ -176,21 +262,50 @@ def _print_check(report: StackCheck) -> None:
 @patches_app.command("upstream")
 def upstream_command(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(callback=not_empty, help="Patch file name as in the series.")],
-    recipe: Annotated[str, typer.Option("--recipe", callback=not_empty, help="Recipe whose series and pin to use.")] = DEFAULT_RECIPE,
-    against: Annotated[Optional[str], typer.Option("--against", callback=not_empty, help="Also apply it alone at this upstream commit: sha, branch of the remote, or pypi:llama-cpp-python==X.")] = None,
-    no_build: Annotated[bool, typer.Option("--no-build", help="Skip building the pin plus this patch for the host.")] = False,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the patch as upstream receives it here (default: stdout, unless --json).")] = None,
+    name: Annotated[
+        str, typer.Argument(callback=not_empty, help="Patch file name as in the series.")
+    ],
+    recipe: Annotated[
+        str,
+        typer.Option("--recipe", callback=not_empty, help="Recipe whose series and pin to use."),
+    ] = DEFAULT_RECIPE,
+    against: Annotated[
+        Optional[str],
+        typer.Option(
+            "--against",
+            callback=not_empty,
+            help="Also apply it alone at this upstream commit: sha, branch of the remote, or "
+            "pypi:llama-cpp-python==X.",
+        ),
+    ] = None,
+    no_build: Annotated[
+        bool, typer.Option("--no-build", help="Skip building the pin plus this patch for the host.")
+    ] = False,
+    output: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write the patch as upstream receives it here (default: stdout, unless --json).",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """The patch as upstream would receive it (kzbuild's trailers stripped), applied alone at the pin (and --against), built for the host."""
+    """The patch as upstream would receive it (kzbuild's trailers stripped), applied alone at the
+    pin (and --against), built for the host."""
     from kzbuild.build.upstreamcheck import check_upstream
 
     settings = context(ctx).settings
     loaded = recipes.load_recipe(settings.project, recipe)
     with activity(f"checking {name} alone") as progress:
         report = check_upstream(
-            settings, loaded, name, against=(against,) if against else (), build=not no_build, environ=os.environ, progress=progress,
+            settings,
+            loaded,
+            name,
+            against=(against,) if against else (),
+            build=not no_build,
+            environ=os.environ,
+            progress=progress,
         )
     if output is not None:
         output.write_text(report.text, encoding="utf-8")
@@ -212,17 +327,29 @@ def upstream_command(
     if failed is None:
         return
     if failed.kind == "build":
-        raise BuildFailed(f"{report.patch}: cannot {failed.label} (its check shows the compiler's last lines)")
-    raise PatchError(f"{report.patch}: cannot {failed.label}: {', '.join(failed.files) or failed.detail}")
+        raise BuildFailed(
+            f"{report.patch}: cannot {failed.label} (its check shows the compiler's last lines)"
+        )
+    raise PatchError(
+        f"{report.patch}: cannot {failed.label}: {', '.join(failed.files) or failed.detail}"
+    )
 
 
 @patches_app.command("export")
 def export_command(
     ctx: typer.Context,
     recipe: RecipeArg = None,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite (or remove) patch files that changed since this worktree was synced or exported.")] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Overwrite (or remove) patch files that changed since this worktree was synced or "
+            "exported.",
+        ),
+    ] = False,
 ) -> None:
-    """Write the worktree's commits above the base back to patches/ and the series (byte-identical when unchanged)."""
+    """Write the worktree's commits above the base back to patches/ and the series (byte-identical
+    when unchanged)."""
     from kzbuild.source.stack.export import export
 
     settings = context(ctx).settings
@@ -250,14 +377,44 @@ def _print_export(result: ExportResult) -> None:
 @patches_app.command("new")
 def new_command(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(callback=not_empty, help="File name for the patch (.patch is added).")],
+    name: Annotated[
+        str, typer.Argument(callback=not_empty, help="File name for the patch (.patch is added).")
+    ],
     recipe: RecipeArg = None,
-    subject: Annotated[str, typer.Option("--subject", "-m", callback=not_empty, help="The commit subject, like 'common: fix ...'.")] = ...,  # type: ignore[assignment]
-    test: Annotated[str, typer.Option("--test", callback=not_empty, help="Kz-Test: the test that proves the patch.")] = ...,  # type: ignore[assignment]
-    upstream_status: Annotated[str, typer.Option(callback=not_empty, help="Upstream-Status: Pending, Submitted <url>, Backport <sha|url>, Inappropriate <why>, Merged <sha>.")] = "Pending",
-    upstream_pr: Annotated[Optional[str], typer.Option(callback=not_empty, help="Upstream-PR: URL.")] = None,
-    drop_when: Annotated[Optional[str], typer.Option(callback=not_empty, help="Drop-When: upstream sha that makes the patch obsolete.")] = None,
-    author: Annotated[Optional[str], typer.Option(callback=not_empty, help="'Name <email>' (default: your git identity).")] = None,
+    subject: Annotated[
+        str,
+        typer.Option(
+            "--subject",
+            "-m",
+            callback=not_empty,
+            help="The commit subject, like 'common: fix ...'.",
+        ),
+    ] = ...,  # type: ignore[assignment]
+    test: Annotated[
+        str,
+        typer.Option("--test", callback=not_empty, help="Kz-Test: the test that proves the patch."),
+    ] = ...,  # type: ignore[assignment]
+    upstream_status: Annotated[
+        str,
+        typer.Option(
+            callback=not_empty,
+            help="Upstream-Status: Pending, Submitted <url>, Backport <sha|url>, Inappropriate "
+            "<why>, Merged <sha>.",
+        ),
+    ] = "Pending",
+    upstream_pr: Annotated[
+        Optional[str], typer.Option(callback=not_empty, help="Upstream-PR: URL.")
+    ] = None,
+    drop_when: Annotated[
+        Optional[str],
+        typer.Option(
+            callback=not_empty, help="Drop-When: upstream sha that makes the patch obsolete."
+        ),
+    ] = None,
+    author: Annotated[
+        Optional[str],
+        typer.Option(callback=not_empty, help="'Name <email>' (default: your git identity)."),
+    ] = None,
 ) -> None:
     """Make the worktree's uncommitted changes a new patch at the top of the stack, and export."""
     from kzbuild.source.stack.export import new_patch
@@ -265,8 +422,15 @@ def new_command(
     settings = context(ctx).settings
     loaded = load_recipe(settings, recipe)
     made, result = new_patch(
-        settings, loaded, name, subject=subject, test=test, upstream_status=upstream_status,
-        upstream_pr=upstream_pr, drop_when=drop_when, author=author,
+        settings,
+        loaded,
+        name,
+        subject=subject,
+        test=test,
+        upstream_status=upstream_status,
+        upstream_pr=upstream_pr,
+        drop_when=drop_when,
+        author=author,
     )
     console.print(f"[green]created[/green] {_shown(settings, loaded.series.parent / made)}")
     _print_export(result)
@@ -275,9 +439,19 @@ def new_command(
 @patches_app.command("drop")
 def drop_command(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(callback=not_empty, help="Patch file name as in the series.")],
-    reason: Annotated[str, typer.Option("--reason", callback=not_empty, help="Why it goes (kept in patches/DROPPED.yaml).")] = ...,  # type: ignore[assignment]
-    upstream: Annotated[Optional[str], typer.Option(callback=not_empty, help="Upstream commit that made it obsolete.")] = None,
+    name: Annotated[
+        str, typer.Argument(callback=not_empty, help="Patch file name as in the series.")
+    ],
+    reason: Annotated[
+        str,
+        typer.Option(
+            "--reason", callback=not_empty, help="Why it goes (kept in patches/DROPPED.yaml)."
+        ),
+    ] = ...,  # type: ignore[assignment]
+    upstream: Annotated[
+        Optional[str],
+        typer.Option(callback=not_empty, help="Upstream commit that made it obsolete."),
+    ] = None,
     series: SeriesOpt = None,
 ) -> None:
     """Remove a patch from the series and delete its file, recording why in patches/DROPPED.yaml."""
@@ -286,18 +460,29 @@ def drop_command(
     settings = context(ctx).settings
     path = _series_path(settings, series)
     record = drop_patch(path, name, reason=reason, upstream=upstream)
-    console.print(f"dropped {record.patch}; recorded in {_shown(settings, path.parent / DROPPED_LOG)}")
+    console.print(
+        f"dropped {record.patch}; recorded in {_shown(settings, path.parent / DROPPED_LOG)}"
+    )
 
 
 @patches_app.command("move")
 def move_command(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(callback=not_empty, help="Patch file name as in the series.")],
-    before: Annotated[Optional[str], typer.Option("--before", callback=not_empty, help="Put it just before this patch.")] = None,
-    after: Annotated[Optional[str], typer.Option("--after", callback=not_empty, help="Put it just after this patch.")] = None,
+    name: Annotated[
+        str, typer.Argument(callback=not_empty, help="Patch file name as in the series.")
+    ],
+    before: Annotated[
+        Optional[str],
+        typer.Option("--before", callback=not_empty, help="Put it just before this patch."),
+    ] = None,
+    after: Annotated[
+        Optional[str],
+        typer.Option("--after", callback=not_empty, help="Put it just after this patch."),
+    ] = None,
     series: SeriesOpt = None,
 ) -> None:
-    """Move a patch in the series, keeping its comments; warns when it crosses a patch touching the same files."""
+    """Move a patch in the series, keeping its comments; warns when it crosses a patch touching the
+    same files."""
     from kzbuild.source.stack.patchfile import move_patch
 
     settings = context(ctx).settings
@@ -305,7 +490,8 @@ def move_command(
     console.print(f"moved {name} {'before ' + before if before else 'after ' + str(after)}")
     if overlapping:
         console.print(
-            f"[yellow]warning:[/yellow] it now crosses {', '.join(overlapping)}, which touch the same files; "
+            f"[yellow]warning:[/yellow] it now crosses {', '.join(overlapping)}, which touch the "
+            "same files; "
             "run 'kzbuild patches check' to see that the stack still applies"
         )
 
@@ -313,9 +499,30 @@ def move_command(
 def bump_command(
     ctx: typer.Context,
     recipe: RecipeArg = None,
-    to: Annotated[str, typer.Option("--to", callback=not_empty, help="New upstream: sha, branch of the remote, or pypi:llama-cpp-python==X.")] = ...,  # type: ignore[assignment]
-    write: Annotated[bool, typer.Option("--write", help="Update the recipe's pin and lock (only when no patch conflicts); drop upstreamed patches with a record.")] = False,
-    bisect: Annotated[bool, typer.Option("--bisect", help="For each conflicting patch, find the upstream commit that broke it (implies --fetch-history).")] = False,
+    to: Annotated[
+        str,
+        typer.Option(
+            "--to",
+            callback=not_empty,
+            help="New upstream: sha, branch of the remote, or pypi:llama-cpp-python==X.",
+        ),
+    ] = ...,  # type: ignore[assignment]
+    write: Annotated[
+        bool,
+        typer.Option(
+            "--write",
+            help="Update the recipe's pin and lock (only when no patch conflicts); drop upstreamed "
+            "patches with a record.",
+        ),
+    ] = False,
+    bisect: Annotated[
+        bool,
+        typer.Option(
+            "--bisect",
+            help="For each conflicting patch, find the upstream commit that broke it (implies "
+            "--fetch-history).",
+        ),
+    ] = False,
     fetch_history: HistoryOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -326,11 +533,16 @@ def bump_command(
     settings = context(ctx).settings
     loaded = load_recipe(settings, recipe)
     with activity(f"checking {loaded.name} against {to}") as progress:
-        planned = bump.plan(settings, loaded, to, bisect=bisect, fetch_history=fetch_history, progress=progress)
+        planned = bump.plan(
+            settings, loaded, to, bisect=bisect, fetch_history=fetch_history, progress=progress
+        )
     if json_out:
         print_json(planned.to_dict())
     else:
-        console.print(f"{loaded.name}: {planned.old[:12]} -> {planned.target.commit[:12]} ({escape(planned.target.label)})")
+        console.print(
+            f"{loaded.name}: {planned.old[:12]} -> {planned.target.commit[:12]} "
+            f"({escape(planned.target.label)})"
+        )
         _print_check(planned.check)
         for result in planned.bisects:
             _print_bisect(result)
@@ -338,26 +550,38 @@ def bump_command(
             console.print(f"[dim]{escape(note)}[/dim]")
     if not write:
         if planned.check.conflicts:
-            raise PatchError(f"{len(planned.check.conflicts)} patch(es) conflict with {planned.target.commit[:12]}")
+            raise PatchError(
+                f"{len(planned.check.conflicts)} patch(es) conflict with "
+                f"{planned.target.commit[:12]}"
+            )
         return
     with activity(f"bumping {loaded.name}") as progress:
         written = bump.write(settings, loaded, planned, progress=progress)
     if json_out:
         return
-    console.print(f"[green]bumped[/green] {_shown(settings, written.recipe)} to {planned.target.commit}")
+    console.print(
+        f"[green]bumped[/green] {_shown(settings, written.recipe)} to {planned.target.commit}"
+    )
     for name in written.dropped:
         console.print(f"  dropped {name} (upstreamed); recorded in patches/{DROPPED_LOG}")
     for note in written.sync.notes + written.notes:
         console.print(f"  [dim]{escape(note)}[/dim]")
-    console.print(f"  synced; lock {_shown(settings, loaded.lock_path)} head {written.sync.lock.head[:12]}")
+    console.print(
+        f"  synced; lock {_shown(settings, loaded.lock_path)} head {written.sync.lock.head[:12]}"
+    )
 
 
 def _print_bisect(result: BisectResult) -> None:
     checks = f"{result.checks} apply check(s) over {result.commits} upstream commit(s)"
     if result.culprit is None:
-        console.print(f"bisect {escape(result.patch)}: [yellow]{escape(result.reason or 'no result')}[/yellow] ({checks})")
+        console.print(
+            f"bisect {escape(result.patch)}: "
+            f"[yellow]{escape(result.reason or 'no result')}[/yellow] ({checks})"
+        )
         return
     culprit = result.culprit
-    console.print(f"bisect {escape(result.patch)}: first fails at [bold]{culprit.sha}[/bold] ({checks})")
+    console.print(
+        f"bisect {escape(result.patch)}: first fails at [bold]{culprit.sha}[/bold] ({checks})"
+    )
     console.print(f"  {escape(culprit.subject)}")
     console.print(f"  {escape(culprit.author)}, {culprit.date}")

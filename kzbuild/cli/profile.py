@@ -27,38 +27,128 @@ def register(app: typer.Typer) -> None:
 
 def profile_command(
     ctx: typer.Context,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", callback=not_empty, help="Model path on the device; relative paths start at the device root.")] = None,
+    model: Annotated[
+        Optional[str],
+        typer.Option(
+            "--model",
+            "-m",
+            callback=not_empty,
+            help="Model path on the device; relative paths start at the device root.",
+        ),
+    ] = None,
     device: DeviceOpt = None,
-    prompt: Annotated[int, typer.Option("-p", "--prompt", help="Prompt tokens of the prefill.")] = 512,
-    gen: Annotated[int, typer.Option("-n", "--gen", help="Tokens decoded one by one after it (0: no decode phase).")] = 16,
-    ubatch: Annotated[Optional[int], typer.Option("--ub", "--ubatch", help="Physical batch size (default: llama.cpp's).")] = None,
-    threads: Annotated[Optional[int], typer.Option("-t", "--threads", help="CPU threads (default: llama.cpp's).")] = None,
-    ngl: Annotated[Optional[int], typer.Option("--ngl", help="Layers offloaded to the accelerator (default: llama.cpp's).")] = None,
-    dev: Annotated[Optional[str], typer.Option("--dev", callback=not_empty, help="llama.cpp devices, e.g. HTP0 or none (CPU only).")] = None,
-    repetitions: Annotated[int, typer.Option("-r", "--repetitions", help="Repetitions (each runs plain and timed once).")] = 1,
+    prompt: Annotated[
+        int, typer.Option("-p", "--prompt", help="Prompt tokens of the prefill.")
+    ] = 512,
+    gen: Annotated[
+        int,
+        typer.Option(
+            "-n", "--gen", help="Tokens decoded one by one after it (0: no decode phase)."
+        ),
+    ] = 16,
+    ubatch: Annotated[
+        Optional[int],
+        typer.Option("--ub", "--ubatch", help="Physical batch size (default: llama.cpp's)."),
+    ] = None,
+    threads: Annotated[
+        Optional[int], typer.Option("-t", "--threads", help="CPU threads (default: llama.cpp's).")
+    ] = None,
+    ngl: Annotated[
+        Optional[int],
+        typer.Option("--ngl", help="Layers offloaded to the accelerator (default: llama.cpp's)."),
+    ] = None,
+    dev: Annotated[
+        Optional[str],
+        typer.Option(
+            "--dev", callback=not_empty, help="llama.cpp devices, e.g. HTP0 or none (CPU only)."
+        ),
+    ] = None,
+    repetitions: Annotated[
+        int,
+        typer.Option("-r", "--repetitions", help="Repetitions (each runs plain and timed once)."),
+    ] = 1,
     env: EnvOpt = None,
     timeout: TimeoutOpt = None,
-    by: Annotated[str, typer.Option("--by", help="op: per op type; layer: per layer and op type.")] = "op",
-    from_log: Annotated[Optional[Path], typer.Option("--from-log", help="Read ggml-hexagon profile-op lines from this saved log instead of running.")] = None,
-    recipe: Annotated[Optional[str], typer.Option("--recipe", callback=not_empty, help="With --from-log: check the format against this recipe's synced tree.", autocompletion=complete_recipe)] = None,
-    show: Annotated[Optional[str], typer.Option("--show", callback=not_empty, help="Show a stored profile run (run id prefix, or 'latest').")] = None,
-    compare: Annotated[Optional[tuple[str, str]], typer.Option("--compare", help="RUN_A RUN_B: per-op deltas of B against A (run id prefixes or 'latest').")] = None,
-    npu: Annotated[bool, typer.Option("--npu", help="With --show, --compare or --plot: ggml-hexagon's own profiler times instead of kz-profile's.")] = False,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG: a bar per op type, stacked by backend.")] = None,
-    max_spread: Annotated[float, typer.Option("--max-spread", min=0.0, help="Repetitions whose timed walls are further apart than this (%) get no ranking.")] = profiling.MAX_SPREAD_PCT,
+    by: Annotated[
+        str, typer.Option("--by", help="op: per op type; layer: per layer and op type.")
+    ] = "op",
+    from_log: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--from-log",
+            help="Read ggml-hexagon profile-op lines from this saved log instead of running.",
+        ),
+    ] = None,
+    recipe: Annotated[
+        Optional[str],
+        typer.Option(
+            "--recipe",
+            callback=not_empty,
+            help="With --from-log: check the format against this recipe's synced tree.",
+            autocompletion=complete_recipe,
+        ),
+    ] = None,
+    show: Annotated[
+        Optional[str],
+        typer.Option(
+            "--show",
+            callback=not_empty,
+            help="Show a stored profile run (run id prefix, or 'latest').",
+        ),
+    ] = None,
+    compare: Annotated[
+        Optional[tuple[str, str]],
+        typer.Option(
+            "--compare",
+            help="RUN_A RUN_B: per-op deltas of B against A (run id prefixes or 'latest').",
+        ),
+    ] = None,
+    npu: Annotated[
+        bool,
+        typer.Option(
+            "--npu",
+            help="With --show, --compare or --plot: ggml-hexagon's own profiler times instead of "
+            "kz-profile's.",
+        ),
+    ] = False,
+    plot: Annotated[
+        Optional[Path],
+        typer.Option("--plot", help="Write a PNG: a bar per op type, stacked by backend."),
+    ] = None,
+    max_spread: Annotated[
+        float,
+        typer.Option(
+            "--max-spread",
+            min=0.0,
+            help="Repetitions whose timed walls are further apart than this (%) get no ranking.",
+        ),
+    ] = profiling.MAX_SPREAD_PCT,
     json_out: JsonOpt = False,
 ) -> None:
-    """Where prefill and decode time goes: per op type its count, time, share of the graph time and the backend it ran on.
+    """Where prefill and decode time goes: per op type its count, time, share of the graph time and
+    the backend it ran on.
 
-    Each repetition's op times and wall times come from one graph run: the report shows the repetition of median timed wall, with each op's spread over the repetitions; a phase whose repetitions disagree by more than --max-spread gets no ranking.
+    Each repetition's op times and wall times come from one graph run: the report shows the
+    repetition of median timed wall, with each op's spread over the repetitions; a phase whose
+    repetitions disagree by more than --max-spread gets no ranking.
 
-    Runs the release's kz-profile (built with the artifact from kernels/profile/) on the device: every graph node is timed through ggml-backend's eval callback, and wall time with and without that timer is shown side by side. On a Hexagon build (unless --dev none) ggml-hexagon's own profiler (GGML_HEXAGON_PROFILE=1) runs too; its format is checked against the pinned tree first. The run is stored with its provenance in results/profiles.jsonl; logs go to WORK/profile/RUN-ID/.
+    Runs the release's kz-profile (built with the artifact from kernels/profile/) on the device:
+    every graph node is timed through ggml-backend's eval callback, and wall time with and without
+    that timer is shown side by side. On a Hexagon build (unless --dev none) ggml-hexagon's own
+    profiler (GGML_HEXAGON_PROFILE=1) runs too; its format is checked against the pinned tree first.
+    The run is stored with its provenance in results/profiles.jsonl; logs go to
+    WORK/profile/RUN-ID/.
 
-    --from-log FILE reads profile-op lines of a saved log instead; --show and --compare read stored runs.
+    --from-log FILE reads profile-op lines of a saved log instead; --show and --compare read stored
+    runs.
     """
     settings = context(ctx).settings
     source = "npu" if npu else "graph"
-    modes = [name for name, given in (("--from-log", from_log), ("--show", show), ("--compare", compare)) if given is not None]
+    modes = [
+        name
+        for name, given in (("--from-log", from_log), ("--show", show), ("--compare", compare))
+        if given is not None
+    ]
     if len(modes) > 1:
         raise ConfigError(f"{' and '.join(modes)} cannot be combined")
     if by not in ("op", "layer"):
@@ -78,9 +168,26 @@ def profile_command(
         a, b = store.select(compare[0]), store.select(compare[1])
         rows = profiling.compare(a, b, source=source, max_spread_pct=max_spread)
         if json_out:
-            print_json({"a": a.run_id, "b": b.run_id, "source": source, "rows": [
-                {"phase": r.phase, "op": r.op, "a_usec": r.a_usec, "b_usec": r.b_usec, "a_backends": list(r.a_backends),
-                 "b_backends": list(r.b_backends), "delta_usec": r.delta_usec, "change_pct": r.change_pct} for r in rows]})  # fmt: skip
+            print_json(
+                {
+                    "a": a.run_id,
+                    "b": b.run_id,
+                    "source": source,
+                    "rows": [
+                        {
+                            "phase": r.phase,
+                            "op": r.op,
+                            "a_usec": r.a_usec,
+                            "b_usec": r.b_usec,
+                            "a_backends": list(r.a_backends),
+                            "b_backends": list(r.b_backends),
+                            "delta_usec": r.delta_usec,
+                            "change_pct": r.change_pct,
+                        }
+                        for r in rows
+                    ],
+                }
+            )
             return
         _print_comparison(a, b, rows)
         return
@@ -88,12 +195,25 @@ def profile_command(
         record = store.select(show)
     else:
         if model is None:
-            raise ConfigError("--model is required to profile on a device", hint="or --from-log FILE, --show RUN, --compare RUN_A RUN_B")
+            raise ConfigError(
+                "--model is required to profile on a device",
+                hint="or --from-log FILE, --show RUN, --compare RUN_A RUN_B",
+            )
         spec = ProfileSpec(
-            model=model, n_prompt=prompt, n_gen=gen, n_ubatch=ubatch, threads=threads, ngl=ngl, dev=dev, reps=repetitions,
-            env=tuple(parse_env_assignments(env or []).items()), timeout=timeout,
-        )  # fmt: skip
-        profiling.check_spec(spec)  # before connecting: a bad value is a usage error wherever the device is
+            model=model,
+            n_prompt=prompt,
+            n_gen=gen,
+            n_ubatch=ubatch,
+            threads=threads,
+            ngl=ngl,
+            dev=dev,
+            reps=repetitions,
+            env=tuple(parse_env_assignments(env or []).items()),
+            timeout=timeout,
+        )
+        profiling.check_spec(
+            spec
+        )  # before connecting: a bad value is a usage error wherever the device is
         target, transport = open_device(settings, device, None, trust_new_host=False)
         try:
             with activity(f"kz-profile on {target.name}") as progress:
@@ -102,7 +222,9 @@ def profile_command(
                     lines = chunk.decode(errors="replace").strip().splitlines()
                     progress(lines[-1] if lines else "")
 
-                run = profiling.profile(settings, transport, target, spec, store, on_stderr=on_stderr)
+                run = profiling.profile(
+                    settings, transport, target, spec, store, on_stderr=on_stderr
+                )
         finally:
             transport.close()
         record = run.record
@@ -156,8 +278,11 @@ def _phase_json(phase: PhaseProfile, reps: int, by: str, max_spread: float) -> d
 
 def _print_record(record: ProfileRecord, *, by: str, source: str, max_spread: float) -> None:
     reps = profiling.reps_of(record)
-    say(f"profile {record.run_id}: {record.device.name}, build {record.build.build_id}, model {record.model.path} "
-         f"(sha256 {(record.model.sha256 or '?')[:12]}), {reps} repetition(s); times per repetition")  # fmt: skip
+    say(
+        f"profile {record.run_id}: {record.device.name}, build {record.build.build_id}, model "
+        f"{record.model.path} "
+        f"(sha256 {(record.model.sha256 or '?')[:12]}), {reps} repetition(s); times per repetition"
+    )
     for phase in profiling.phases_of(record, source):
         title = f"{phase.phase}, {phase.tokens} tokens ({profiling.SOURCE_NAMES[source]})"
         _print_phase(phase, reps=reps, by=by, title=title, max_spread=max_spread)
@@ -208,7 +333,10 @@ def _print_phase(phase: PhaseProfile, *, reps: int, by: str, title: str, max_spr
     line = f"{phase.phase} ({which}): graph time {graph / 1000:.3f} ms (sum of the ops)"
     if plain is not None and timed is not None:
         overhead = (timed - plain) / plain * 100 if plain else 0.0
-        line += f"; wall time {plain / 1000:.3f} ms without the per-node timer, {timed / 1000:.3f} ms with it ({overhead:+.1f}%)"
+        line += (
+            f"; wall time {plain / 1000:.3f} ms without the per-node timer, {timed / 1000:.3f} ms "
+            f"with it ({overhead:+.1f}%)"
+        )
     elif plain is not None:
         line += f"; wall time {plain / 1000:.3f} ms"
     say(line)
@@ -217,12 +345,18 @@ def _print_phase(phase: PhaseProfile, *, reps: int, by: str, title: str, max_spr
 def _print_comparison(a: ProfileRecord, b: ProfileRecord, rows: Sequence[ComparedOp]) -> None:
     table = Table(title=escape(f"{b.run_id} vs {a.run_id} (per repetition)"))
     for header in ("phase", "op", "A ms", "A backend", "B ms", "B backend", "delta ms", "change"):
-        table.add_column(header, justify="right" if header in ("A ms", "B ms", "delta ms", "change") else "left")
+        table.add_column(
+            header, justify="right" if header in ("A ms", "B ms", "delta ms", "change") else "left"
+        )
     for row in rows:
         table.add_row(
-            row.phase, escape(row.op),
-            "-" if row.a_usec is None else f"{row.a_usec / 1000:.3f}", escape(", ".join(row.a_backends)) or "-",
-            "-" if row.b_usec is None else f"{row.b_usec / 1000:.3f}", escape(", ".join(row.b_backends)) or "-",
-            f"{row.delta_usec / 1000:+.3f}", "-" if row.change_pct is None else f"{row.change_pct:+.1f}%",
-        )  # fmt: skip
+            row.phase,
+            escape(row.op),
+            "-" if row.a_usec is None else f"{row.a_usec / 1000:.3f}",
+            escape(", ".join(row.a_backends)) or "-",
+            "-" if row.b_usec is None else f"{row.b_usec / 1000:.3f}",
+            escape(", ".join(row.b_backends)) or "-",
+            f"{row.delta_usec / 1000:+.3f}",
+            "-" if row.change_pct is None else f"{row.change_pct:+.1f}%",
+        )
     console.print(table)

@@ -68,10 +68,18 @@ def results_list(
     if elsewhere:
         say(f"hint: {elsewhere}")
     rows = [
-        [run.run_id, run.kind, run.host_time, run.device, ", ".join(b[:12] for b in run.build_ids) or "-",
-         ", ".join(run.models), " ".join(run.tests), str(run.records)]
+        [
+            run.run_id,
+            run.kind,
+            run.host_time,
+            run.device,
+            ", ".join(b[:12] for b in run.build_ids) or "-",
+            ", ".join(run.models),
+            " ".join(run.tests),
+            str(run.records),
+        ]
         for run in runs
-    ]  # fmt: skip
+    ]
     _render(
         "results",
         ["run", "kind", "time", "device", "build", "model", "tests", "records"],
@@ -119,8 +127,9 @@ def results_show(
     check_budget(records)
 
 
-def print_details(records: Sequence[BenchRecord], title: str, turned: TurnTime | None, *,
-                  markdown: bool) -> None:
+def print_details(
+    records: Sequence[BenchRecord], title: str, turned: TurnTime | None, *, markdown: bool
+) -> None:
     print_records(records, title=title, markdown=markdown)
     first = records[0]
     if turned:
@@ -129,10 +138,12 @@ def print_details(records: Sequence[BenchRecord], title: str, turned: TurnTime |
         say(f"manual reference figures; source: {first.source.split(': ', 1)[-1]}")
         return
     say(
-        f"build {first.build.build_id} (recipe {first.build.recipe}, commit {first.build.build_commit})"
+        f"build {first.build.build_id} (recipe {first.build.recipe}, commit "
+        f"{first.build.build_commit})"
     )
     say(
-        f"device {compare.describe_device(first)}; model {first.model.path} sha256 {first.model.sha256}"
+        f"device {compare.describe_device(first)}; model {first.model.path} sha256 "
+        f"{first.model.sha256}"
     )
     say(f"argv: {' '.join(first.argv)}")
     ids = sorted({r.provenance.id for r in records if r.provenance})
@@ -143,10 +154,34 @@ def print_details(records: Sequence[BenchRecord], title: str, turned: TurnTime |
 @results_app.command("compare")
 def results_compare(
     ctx: typer.Context,
-    a: Annotated[str, typer.Argument(callback=not_empty, help="Baseline: run id or build id (prefix), or 'latest'.", autocompletion=complete_run)],
-    b: Annotated[str, typer.Argument(callback=not_empty, help="Candidate: run id or build id (prefix), or 'latest'.", autocompletion=complete_run)],
-    metric: Annotated[Optional[str], typer.Option("--metric", callback=not_empty, help="Only this test, e.g. pp512 or tg128.")] = None,
-    threshold: Annotated[str, typer.Option("--threshold", callback=not_empty, help="A drop of B's median beyond this is a regression.")] = "5%",
+    a: Annotated[
+        str,
+        typer.Argument(
+            callback=not_empty,
+            help="Baseline: run id or build id (prefix), or 'latest'.",
+            autocompletion=complete_run,
+        ),
+    ],
+    b: Annotated[
+        str,
+        typer.Argument(
+            callback=not_empty,
+            help="Candidate: run id or build id (prefix), or 'latest'.",
+            autocompletion=complete_run,
+        ),
+    ],
+    metric: Annotated[
+        Optional[str],
+        typer.Option("--metric", callback=not_empty, help="Only this test, e.g. pp512 or tg128."),
+    ] = None,
+    threshold: Annotated[
+        str,
+        typer.Option(
+            "--threshold",
+            callback=not_empty,
+            help="A drop of B's median beyond this is a regression.",
+        ),
+    ] = "5%",
     memory_threshold: Annotated[
         str, typer.Option("--memory-threshold", callback=not_empty, help=MEMORY_THRESHOLD_HELP)
     ] = "5%",
@@ -156,23 +191,32 @@ def results_compare(
     """Compare medians of B against A, test by test, with their peak memory; exits 9 when B
     regresses past the threshold (slower, or more memory).
 
-    Only results of the same device, model, env set and configuration are paired; when nothing pairs, it says what differs and compares nothing.
+    Only results of the same device, model, env set and configuration are paired; when nothing
+    pairs, it says what differs and compares nothing.
     """
     limit = compare.parse_threshold(threshold)
     memory_limit = compare.parse_threshold(memory_threshold)
     settings = context(ctx).settings
     with _reading(settings) as store:
         comparison = compare.compare(
-            store.records(a), store.records(b), a_label=a, b_label=b, metric=metric,
-            threshold_pct=limit, memory_threshold_pct=memory_limit,
-        )  # fmt: skip
+            store.records(a),
+            store.records(b),
+            a_label=a,
+            b_label=b,
+            metric=metric,
+            threshold_pct=limit,
+            memory_threshold_pct=memory_limit,
+        )
     if json_out:
         print_json(_comparison_json(comparison))
     else:
         _print_comparison(comparison, markdown=markdown)
     if comparison.regressions:
         worst = min(row.change_pct or 0.0 for row in comparison.regressions)
-        raise RegressionFound(f"{len(comparison.regressions)} test(s) of {b} regressed past {limit:g}% against {a} (worst {worst:+.1f}%)")
+        raise RegressionFound(
+            f"{len(comparison.regressions)} test(s) of {b} regressed past {limit:g}% against {a} "
+            f"(worst {worst:+.1f}%)"
+        )
     check_memory_regressions(comparison, a, b)
 
 
@@ -240,7 +284,8 @@ def results_report(
         typer.Option("--out", "-o", help="HTML file to write (default: results/report.html)."),
     ] = None,
 ) -> None:
-    """Write one self-contained HTML file: every device's prefill, decode, memory and quality over time.
+    """Write one self-contained HTML file: every device's prefill, decode, memory and quality over
+    time.
 
     Upstream pin changes, roll candidates and patch variants are marked, step changes shaded with
     their commit range; hovering a point shows its build, lock, device and model. No network needed.
@@ -253,7 +298,8 @@ def results_report(
 
 @results_app.command("check")
 def results_check(ctx: typer.Context) -> None:
-    """Read every shard and seed file line by line and list each line the database refuses, and why; exits 13 if any."""
+    """Read every shard and seed file line by line and list each line the database refuses, and why;
+    exits 13 if any."""
     settings = context(ctx).settings
     refused = [
         item
@@ -273,17 +319,20 @@ def results_check(ctx: typer.Context) -> None:
 
 @results_app.command("merge")
 def results_merge(ctx: typer.Context) -> None:
-    """Resolve a git merge conflict in the shards as the union of both sides, then sort and dedupe them."""
+    """Resolve a git merge conflict in the shards as the union of both sides, then sort and dedupe
+    them."""
     settings = context(ctx).settings
     merged = resultfiles.merge_shards(settings.results)
     with resultsdb.ResultsStore(settings.results) as store:
         for item in merged:
             if item.conflicts or item.duplicates:
                 say(
-                    f"{item.path.name}: {item.conflicts} conflict(s) resolved, {item.duplicates} repeated line(s) dropped"
+                    f"{item.path.name}: {item.conflicts} conflict(s) resolved, {item.duplicates} "
+                    "repeated line(s) dropped"
                 )
         say(
-            f"{len(merged)} shard(s) merged; {len(store.runs())} runs stored; git add {settings.results} to finish a merge"
+            f"{len(merged)} shard(s) merged; {len(store.runs())} runs stored; git add "
+            f"{settings.results} to finish a merge"
         )
 
 
@@ -337,7 +386,8 @@ def _render(
         return
     table = Table(title=escape(table_title))
     for header in headers:
-        # a narrow terminal wraps cells instead of cutting them; ids stay whole on one line, to be copied
+        # a narrow terminal wraps cells instead of cutting them; ids stay whole on one
+        # line, to be copied
         table.add_column(header, overflow="fold", no_wrap=header in ID_COLUMNS)
     for row in rows:
         flagged = "regression" in row or any(cell.startswith("OVER ") for cell in row)
@@ -377,7 +427,8 @@ def _spread_footnote(summaries: Sequence[Summary]) -> None:
     noisy = sum(1 for summary in summaries if compare.is_noisy(summary))
     if noisy:
         say(
-            f"!: {noisy} spread(s) above {compare.NOISY_SPREAD_PCT:g}%: too noisy to trust small differences; "
+            f"!: {noisy} spread(s) above {compare.NOISY_SPREAD_PCT:g}%: too noisy to trust small "
+            "differences; "
             "raise -r (more repetitions) or add --cooldown SECONDS between runs"
         )
 
@@ -386,12 +437,18 @@ def print_records(records: Sequence[BenchRecord], *, title: str, markdown: bool)
     varying = compare.varying_env(records)
     rows = [
         [
-            r.test, r.device.name, r.model.name or r.model.path, compare.describe_config(r),
-            compare.describe_env((k, v) for k, v in r.env_set if k in varying), _median(r), r.unit, _spread(r.summary),
+            r.test,
+            r.device.name,
+            r.model.name or r.model.path,
+            compare.describe_config(r),
+            compare.describe_env((k, v) for k, v in r.env_set if k in varying),
+            _median(r),
+            r.unit,
+            _spread(r.summary),
             *memory_cells(r.memory),
         ]
         for r in records
-    ]  # fmt: skip
+    ]
     headers = ["test", "device", "model", "config", "env", "median", "unit", "spread"]
     _render(title, [*headers, *MEMORY_HEADERS], rows, markdown=markdown)
     _spread_footnote([r.summary for r in records])
@@ -405,13 +462,19 @@ def _print_comparison(comparison: Comparison, *, markdown: bool) -> None:
         first = row.a.first
         rows.append(
             [
-                first.test, first.device.name, compare.describe_config(first),
+                first.test,
+                first.device.name,
+                compare.describe_config(first),
                 compare.describe_env((k, v) for k, v in first.env_set if k in varying),
-                _fmt(row.a.summary.median), _spread(row.a.summary), _fmt(row.b.summary.median), _spread(row.b.summary),
-                "-" if row.change_pct is None else f"{row.change_pct:+.1f}%", row.verdict,
+                _fmt(row.a.summary.median),
+                _spread(row.a.summary),
+                _fmt(row.b.summary.median),
+                _spread(row.b.summary),
+                "-" if row.change_pct is None else f"{row.change_pct:+.1f}%",
+                row.verdict,
                 *compared_memory_cells(row),
             ]
-        )  # fmt: skip
+        )
     limits = f"threshold {comparison.threshold_pct:g}%, memory {comparison.memory_threshold_pct:g}%"
     title = f"{comparison.b_label} vs {comparison.a_label} ({limits})"
     headers = ["test", "device", "config", "env", "A median", "A spread", "B median", "B spread"]
@@ -421,7 +484,8 @@ def _print_comparison(comparison: Comparison, *, markdown: bool) -> None:
     for label, unpaired in (("only in A", comparison.only_a), ("only in B", comparison.only_b)):
         for group in unpaired:
             say(
-                f"not compared ({label}): {group.first.test} {group.first.device.name} {compare.describe_config(group.first)}"
+                f"not compared ({label}): {group.first.test} {group.first.device.name} "
+                f"{compare.describe_config(group.first)}"
             )
 
 
@@ -443,12 +507,19 @@ def _comparison_json(comparison: Comparison) -> dict[str, object]:
         "memory_threshold_pct": comparison.memory_threshold_pct,
         "metric": comparison.metric,
         "rows": [
-            {"test": row.a.first.test, "device": row.a.first.device.name, "config": dict(row.a.first.config),
-             "env": dict(row.a.first.env_set), "a": side(row.a), "b": side(row.b),
-             "change_pct": row.change_pct, "verdict": row.verdict,
-             "memory": compared_memory_json(row)}
+            {
+                "test": row.a.first.test,
+                "device": row.a.first.device.name,
+                "config": dict(row.a.first.config),
+                "env": dict(row.a.first.env_set),
+                "a": side(row.a),
+                "b": side(row.b),
+                "change_pct": row.change_pct,
+                "verdict": row.verdict,
+                "memory": compared_memory_json(row),
+            }
             for row in comparison.rows
-        ],  # fmt: skip
+        ],
         "only_a": [g.first.record_id for g in comparison.only_a],
         "only_b": [g.first.record_id for g in comparison.only_b],
     }

@@ -24,8 +24,15 @@ def register(app: typer.Typer) -> None:
 
 def run_command(
     ctx: typer.Context,
-    tool: Annotated[str, typer.Argument(callback=not_empty, help="A program of the current release's bin/, e.g. llama-cli.")],
-    args: Annotated[Optional[list[str]], typer.Argument(help="Its arguments, passed exactly as given.")] = None,
+    tool: Annotated[
+        str,
+        typer.Argument(
+            callback=not_empty, help="A program of the current release's bin/, e.g. llama-cli."
+        ),
+    ],
+    args: Annotated[
+        Optional[list[str]], typer.Argument(help="Its arguments, passed exactly as given.")
+    ] = None,
     device: DeviceOpt = None,
     env: EnvOpt = None,
     timeout: TimeoutOpt = None,
@@ -33,9 +40,12 @@ def run_command(
 ) -> int:
     """Run TOOL from the device's current release with the device env; exits with the tool's code.
 
-    Adds nothing: no threads, batch or env of its own. Everything after TOOL, options too, goes to the tool unchanged: kzbuild run llama-cli -m models/x.gguf -p hi
+    Adds nothing: no threads, batch or env of its own. Everything after TOOL, options too, goes to
+    the tool unchanged: kzbuild run llama-cli -m models/x.gguf -p hi
 
-    It holds the device root's lock (ROOT/.lock) while the tool runs, so no deploy switches or prunes the release under it; another kzbuild holding it exits 10 naming the holder (--wait waits).
+    It holds the device root's lock (ROOT/.lock) while the tool runs, so no deploy switches or
+    prunes the release under it; another kzbuild holding it exits 10 naming the holder (--wait
+    waits).
     """
     settings = context(ctx).settings
     check_seconds("--timeout", timeout)
@@ -45,9 +55,17 @@ def run_command(
         with device_lock(transport, target.root, "run", wait=wait):
             release = current_release(transport, target)
             return run_in_release(
-                settings, transport, target, release, tool, args or [], env=extra_env, timeout=timeout,
-                on_stdout=_writer(sys.stdout), on_stderr=_writer(sys.stderr),
-            )[1]  # fmt: skip
+                settings,
+                transport,
+                target,
+                release,
+                tool,
+                args or [],
+                env=extra_env,
+                timeout=timeout,
+                on_stdout=_writer(sys.stdout),
+                on_stderr=_writer(sys.stderr),
+            )[1]
     finally:
         transport.close()
 
@@ -58,5 +76,3 @@ def _writer(stream: TextIO) -> Callable[[bytes], None]:
         stream.buffer.flush()
 
     return write
-
-

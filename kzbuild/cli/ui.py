@@ -54,7 +54,8 @@ def rich_console(*, stderr: bool) -> Console:
 
 
 class _ConsoleOnFirstUse:
-    """Stands for rich_console(): rich's imports cost every start ~25 ms, and many commands print no rich output."""
+    """Stands for rich_console(): rich's imports cost every start ~25 ms, and many commands print no
+    rich output."""
 
     def __init__(self, *, stderr: bool) -> None:
         self._stderr = stderr
@@ -66,7 +67,15 @@ class _ConsoleOnFirstUse:
 console = cast("Console", _ConsoleOnFirstUse(stderr=False))
 err_console = cast("Console", _ConsoleOnFirstUse(stderr=True))
 
-SGR = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36", "bold red": "1;31"}
+SGR = {
+    "bold": "1",
+    "dim": "2",
+    "red": "31",
+    "green": "32",
+    "yellow": "33",
+    "cyan": "36",
+    "bold red": "1;31",
+}
 
 
 @dataclass(frozen=True)
@@ -84,7 +93,8 @@ def styled(style: str, text: object) -> Styled:
 
 
 def colours(stream: IO[str]) -> bool:
-    """Whether to style output on ``stream``: a terminal, as rich decides (NO_COLOR, FORCE_COLOR, TERM=dumb)."""
+    """Whether to style output on ``stream``: a terminal, as rich decides (NO_COLOR, FORCE_COLOR,
+    TERM=dumb)."""
     if os.environ.get("NO_COLOR"):
         return False
     if os.environ.get("FORCE_COLOR"):
@@ -92,7 +102,8 @@ def colours(stream: IO[str]) -> bool:
     return stream.isatty() and os.environ.get("TERM") != "dumb"
 
 
-# on a terminal, control characters in data (a file name, a device's answer) show as '?', so they cannot move the cursor or restyle it
+# on a terminal, control characters in data (a file name, a device's answer) show as '?', so they
+# cannot move the cursor or restyle it
 TERMINAL_SAFE = {code: "?" for code in [*range(0x20), 0x7F] if chr(code) not in "\t\n"}
 
 
@@ -105,7 +116,11 @@ def say(*parts: str | Styled, err: bool = False) -> None:
         return text.translate(TERMINAL_SAFE) if colour else text
 
     text = "".join(
-        shown(part) if isinstance(part, str) else f"\x1b[{SGR[part.style]}m{shown(part.text)}\x1b[0m" if colour else part.text
+        shown(part)
+        if isinstance(part, str)
+        else f"\x1b[{SGR[part.style]}m{shown(part.text)}\x1b[0m"
+        if colour
+        else part.text
         for part in parts
     )
     stream.write(text + "\n")
@@ -120,13 +135,17 @@ def say_table(rows: list[tuple[str | Styled, ...]]) -> None:
         say(key, " " * (width - len(_text(key)) + 2), *rest)
 
 
-def say_grid(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *, alert: str = "") -> None:
+def say_grid(
+    title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *, alert: str = ""
+) -> None:
     """A table as plain lines, columns padded to their widest cell: for pipes and files, where a
     rich table costs its layout and cuts or wraps cells. Rows holding ``alert`` show in red."""
     widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
+        return "  ".join(
+            cell.ljust(width) for cell, width in zip(cells, widths, strict=True)
+        ).rstrip()
 
     say(title)
     say(line(headers))
@@ -139,7 +158,8 @@ def _text(part: str | Styled) -> str:
 
 
 def stderr_is_terminal() -> bool:
-    """Whether progress may draw bars and spinners: only on a real terminal (FORCE_COLOR styles text, it makes no log a terminal)."""
+    """Whether progress may draw bars and spinners: only on a real terminal (FORCE_COLOR styles
+    text, it makes no log a terminal)."""
     return sys.stderr.isatty()
 
 
@@ -165,19 +185,26 @@ def context(ctx: typer.Context) -> Context:
 
 def resolve_settings(root_params: Mapping[str, Any]) -> Settings:
     """Settings from the root options (--project, --cache-dir, --work-dir, --results-dir) and the
-    env: one place for the commands and for shell completion, which runs before the root callback."""
+    env: one place for the commands and for shell completion, which runs before the root
+    callback."""
 
     def path(name: str) -> Path | None:
         value = root_params.get(name)  # click keeps a path option as the string given
         return None if value is None else Path(value)
 
     return Settings.resolve(
-        os.environ, cwd=Path.cwd(), project=path("project"), cache=path("cache_dir"), work=path("work_dir"), results=path("results_dir"),
+        os.environ,
+        cwd=Path.cwd(),
+        project=path("project"),
+        cache=path("cache_dir"),
+        work=path("work_dir"),
+        results=path("results_dir"),
     )
 
 
 def not_empty(value: str | None) -> str | None:
-    """typer callback: an option or argument given as '' is a usage error, never taken for its default."""
+    """typer callback: an option or argument given as '' is a usage error, never taken for its
+    default."""
     if value is not None and not value.strip():
         raise typer.BadParameter("must not be empty")
     return value
@@ -199,12 +226,15 @@ class _RichHandlerOnFirstRecord(logging.Handler):
         if self._handler is None:
             from rich.logging import RichHandler
 
-            self._handler = RichHandler(console=rich_console(stderr=True), show_time=False, show_path=False, markup=False)
+            self._handler = RichHandler(
+                console=rich_console(stderr=True), show_time=False, show_path=False, markup=False
+            )
         self._handler.handle(record)
 
 
 def setup_logging(verbose: int) -> None:
-    """Warnings always; -v adds every external command (INFO, from kzbuild.adapters.proc and the ssh transport) and progress notes; -vv debug."""
+    """Warnings always; -v adds every external command (INFO, from kzbuild.adapters.proc and the ssh
+    transport) and progress notes; -vv debug."""
     root = logging.getLogger("kzbuild")
     handler = _RichHandlerOnFirstRecord()
     handler.addFilter(proc.RedactCredentials())  # warnings name remote caches by URL
@@ -223,7 +253,9 @@ def print_json(data: object) -> None:
 
 PROGRESS_INTERVAL_ENV = "KZ_PROGRESS_INTERVAL"
 DEFAULT_PROGRESS_INTERVAL = 30.0
-GIT_PHASE = re.compile(r"^(?:remote: )?(?P<stage>[A-Za-z][A-Za-z ]*?):\s+(?P<fraction>\d+%.*)$")  # "Receiving objects:  57% (81/141)"
+GIT_PHASE = re.compile(
+    r"^(?:remote: )?(?P<stage>[A-Za-z][A-Za-z ]*?):\s+(?P<fraction>\d+%.*)$"
+)  # "Receiving objects:  57% (81/141)"
 
 
 def progress_interval() -> float:
@@ -237,7 +269,8 @@ def progress_interval() -> float:
 
 class ProgressLines:
     """Progress for logs and pipes, where bars and spinners show nothing: a UTC-stamped line with
-    the stage and its fraction when it starts, when the stage changes, and at least every interval."""
+    the stage and its fraction when it starts, when the stage changes, and at least every
+    interval."""
 
     def __init__(self, title: str, interval: float | None = None) -> None:
         self.title = title
@@ -259,7 +292,8 @@ class ProgressLines:
         self._heartbeat.join()
 
     def update(self, stage: str | None, fraction: str = "") -> None:
-        """Record the latest state (``stage`` None: the same stage); a new stage is printed at once."""
+        """Record the latest state (``stage`` None: the same stage); a new stage is printed at
+        once."""
         with self._lock:
             changed = stage is not None and stage != self._stage
             self._stage, self._fraction = stage or self._stage, fraction
@@ -280,7 +314,8 @@ class ProgressLines:
 
 @contextmanager
 def activity(message: str) -> Iterator[Callable[[str], None]]:
-    """A spinner whose text follows the latest progress line of a long operation; in logs and pipes, ProgressLines."""
+    """A spinner whose text follows the latest progress line of a long operation; in logs and pipes,
+    ProgressLines."""
     if not stderr_is_terminal():
         with ProgressLines(message) as lines:
 
@@ -300,33 +335,55 @@ def activity(message: str) -> Iterator[Callable[[str], None]]:
         def update(line: str) -> None:
             line = line.strip()
             if line:
-                status.update(f"{message}  [dim]{escape(line[-100:])}[/dim]")  # tool output is text, not markup
+                status.update(
+                    f"{message}  [dim]{escape(line[-100:])}[/dim]"
+                )  # tool output is text, not markup
 
         yield update
 
 
 def command_group(name: str, help_text: str) -> typer.Typer:
-    """A group of subcommands (``kzbuild patches ...``), with the same help style as the top level."""
-    return typer.Typer(name=name, help=help_text, no_args_is_help=True, rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]})
+    """A group of subcommands (``kzbuild patches ...``), with the same help style as the top
+    level."""
+    return typer.Typer(
+        name=name,
+        help=help_text,
+        no_args_is_help=True,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
 
 
 def report_bug(exc: BaseException) -> None:
-    """An exception kzbuild did not expect: one line and where to look, the traceback only with -vv."""
+    """An exception kzbuild did not expect: one line and where to look, the traceback only with
+    -vv."""
     from rich.markup import escape
 
-    err_console.print(f"[bold red]internal error (a kzbuild bug):[/bold red] {escape(type(exc).__name__)}: {escape(str(exc))}", highlight=False)
+    err_console.print(
+        f"[bold red]internal error (a kzbuild bug):[/bold red] {escape(type(exc).__name__)}: "
+        f"{escape(str(exc))}",
+        highlight=False,
+    )
     if tracebacks_wanted():
         err_console.print_exception()
     else:
-        err_console.print("[yellow]hint:[/yellow] rerun with -vv for the traceback and report it", highlight=False)
+        err_console.print(
+            "[yellow]hint:[/yellow] rerun with -vv for the traceback and report it", highlight=False
+        )
 
 
 def report_error(exc: KzError) -> None:
     from rich.markup import escape
 
     # messages carry paths, argv and env values: brackets in them are text, not markup
-    err_console.print(f"[bold red]error:[/bold red] {escape(proc.redact(exc.message))}", highlight=False, markup=True)
+    err_console.print(
+        f"[bold red]error:[/bold red] {escape(proc.redact(exc.message))}",
+        highlight=False,
+        markup=True,
+    )
     if exc.hint:
-        err_console.print(f"[yellow]hint:[/yellow] {escape(proc.redact(exc.hint))}", highlight=False)
+        err_console.print(
+            f"[yellow]hint:[/yellow] {escape(proc.redact(exc.hint))}", highlight=False
+        )
     if tracebacks_wanted():
         err_console.print_exception()

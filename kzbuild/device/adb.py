@@ -32,10 +32,16 @@ from kzbuild.device.base import (
 from kzbuild.errors import CommandFailed, DeviceError
 from kzbuild.model.device import Device
 
-NETWORK_SERIAL = re.compile(r"^(\[[0-9A-Fa-f:]+\]|[A-Za-z0-9.-]+):\d+$")  # host:port, adb connect-able
+NETWORK_SERIAL = re.compile(
+    r"^(\[[0-9A-Fa-f:]+\]|[A-Za-z0-9.-]+):\d+$"
+)  # host:port, adb connect-able
 PROGRESS_POLL_MIN = 4 << 20  # smaller pushes report progress once, when done
-UNAUTHORIZED_HINT = "unlock the device and accept its 'Allow USB debugging?' prompt for this computer, then retry"
-OFFLINE_HINT = "the device is attached but not answering: replug it, or run 'adb reconnect' / restart adbd"
+UNAUTHORIZED_HINT = (
+    "unlock the device and accept its 'Allow USB debugging?' prompt for this computer, then retry"
+)
+OFFLINE_HINT = (
+    "the device is attached but not answering: replug it, or run 'adb reconnect' / restart adbd"
+)
 
 
 class AdbTransport:
@@ -59,13 +65,17 @@ class AdbTransport:
         progress_interval: float = 0.5,
     ) -> None:
         if not device.serial:
-            raise DeviceError(f"adb device '{device.name}' has no serial", hint="set serial: in the devices file")
+            raise DeviceError(
+                f"adb device '{device.name}' has no serial", hint="set serial: in the devices file"
+            )
         self.serial = device.serial
         self.device = device
         self.connect_timeout = connect_timeout
         self.transfer_timeout = transfer_timeout
         self.progress_interval = progress_interval
-        adb = proc.require("adb", why="the adb transport drives the adb client; Debian package 'adb'")
+        adb = proc.require(
+            "adb", why="the adb transport drives the adb client; Debian package 'adb'"
+        )
         self._adb = [adb, *server_options(device.server, server_port)]
         self._wait_online()
 
@@ -93,17 +103,25 @@ class AdbTransport:
                 on_stderr=on_stderr,
             )
         except CommandFailed as exc:  # run_split raises only for the timeout
-            raise DeviceError(f"{self.address}: '{shlex.join(argv)}' {exc.stderr}; the adb client was stopped") from exc
+            raise DeviceError(
+                f"{self.address}: '{shlex.join(argv)}' {exc.stderr}; the adb client was stopped"
+            ) from exc
         self._check_online(f"while running {argv[0]}")
         return RemoteResult(code, out, err)
 
-    def run_input(self, argv: Sequence[str], data: ByteSource, *, timeout: float | None = None) -> RemoteResult:
+    def run_input(
+        self, argv: Sequence[str], data: ByteSource, *, timeout: float | None = None
+    ) -> RemoteResult:
         """``adb shell -T`` without ``-n``: the shell protocol v2 carries stdin, then closes it."""
         command = remote_command(argv)
         try:
-            code, out, err = proc.run_split(self._device_argv("shell", "-T", "--", command), timeout=timeout, stdin=data)
+            code, out, err = proc.run_split(
+                self._device_argv("shell", "-T", "--", command), timeout=timeout, stdin=data
+            )
         except CommandFailed as exc:
-            raise DeviceError(f"{self.address}: '{shlex.join(argv)}' {exc.stderr}; the adb client was stopped") from exc
+            raise DeviceError(
+                f"{self.address}: '{shlex.join(argv)}' {exc.stderr}; the adb client was stopped"
+            ) from exc
         self._check_online(f"while running {argv[0]}")
         return RemoteResult(code, out, err)
 
@@ -112,7 +130,9 @@ class AdbTransport:
         done = threading.Event()
         poller = None
         if progress and size >= PROGRESS_POLL_MIN:
-            poller = threading.Thread(target=self._poll_size, args=(remote, progress, done), daemon=True)
+            poller = threading.Thread(
+                target=self._poll_size, args=(remote, progress, done), daemon=True
+            )
             poller.start()
         try:
             result = self._transfer("push", str(local), remote)
@@ -122,7 +142,9 @@ class AdbTransport:
                 poller.join()
         if not result.ok:
             self._check_online(f"while pushing {local.name}")
-            raise DeviceError(f"{self.address}: push {local} -> {remote} failed: {adb_error(result)}")
+            raise DeviceError(
+                f"{self.address}: push {local} -> {remote} failed: {adb_error(result)}"
+            )
         if progress:
             progress(size)
 
@@ -141,7 +163,9 @@ class AdbTransport:
         result = self._transfer("pull", remote, str(local))
         if not result.ok:
             self._check_online(f"while pulling {remote}")
-            raise DeviceError(f"{self.address}: pull {remote} -> {local} failed: {adb_error(result)}")
+            raise DeviceError(
+                f"{self.address}: pull {remote} -> {local} failed: {adb_error(result)}"
+            )
 
     def close(self) -> None:
         pass  # the adb server keeps the connection; nothing is held here
@@ -154,11 +178,15 @@ class AdbTransport:
         try:
             return proc.run(self._device_argv(*args), check=False, timeout=self.transfer_timeout)
         except CommandFailed as exc:
-            raise DeviceError(f"{self.address}: adb {args[0]} {exc.stderr}; the adb client was stopped") from exc
+            raise DeviceError(
+                f"{self.address}: adb {args[0]} {exc.stderr}; the adb client was stopped"
+            ) from exc
 
     def _poll_size(self, remote: str, progress: ProgressFn, done: threading.Event) -> None:
         """Report the growing size of the file on the device: adb prints no progress to a pipe."""
-        stat = self._device_argv("shell", "-n", "-T", "--", remote_command(["stat", "-c", "%s", remote]))
+        stat = self._device_argv(
+            "shell", "-n", "-T", "--", remote_command(["stat", "-c", "%s", remote])
+        )
         reported = 0
         while not done.wait(self.progress_interval):
             try:
@@ -171,11 +199,16 @@ class AdbTransport:
                 progress(reported)
 
     def _state(self) -> tuple[str, str]:
-        """The adb server's view of the device: (device|offline|unauthorized|connecting|missing|other, adb's words)."""
+        """The adb server's view of the device:
+        (device|offline|unauthorized|connecting|missing|other, adb's words)."""
         try:
-            result = proc.run(self._device_argv("get-state"), check=False, timeout=self.connect_timeout)
+            result = proc.run(
+                self._device_argv("get-state"), check=False, timeout=self.connect_timeout
+            )
         except CommandFailed as exc:
-            raise DeviceError(f"{self.address}: the adb server did not answer: {exc.stderr}") from exc
+            raise DeviceError(
+                f"{self.address}: the adb server did not answer: {exc.stderr}"
+            ) from exc
         if result.ok:
             return result.stdout.strip(), ""
         text = result.stderr.strip()
@@ -192,7 +225,8 @@ class AdbTransport:
         return "other", text
 
     def _wait_online(self) -> None:
-        """Connect a host:port serial if the server doesn't know it; wait out a transient offline."""
+        """Connect a host:port serial if the server doesn't know it; wait out a transient
+        offline."""
         deadline = time.monotonic() + self.connect_timeout
         connect_words: str | None = None
         while True:
@@ -203,16 +237,26 @@ class AdbTransport:
                 connect_words = self._connect(deadline)
                 continue
             if state in ("offline", "connecting") and time.monotonic() < deadline:
-                time.sleep(0.1)  # the handshake is under way, or adb is reconnecting a dropped device
+                time.sleep(
+                    0.1
+                )  # the handshake is under way, or adb is reconnecting a dropped device
                 continue
             if state == "missing" and connect_words:
-                raise DeviceError(f"{self.address}: cannot connect: {connect_words}", hint="is adbd listening there (adb tcpip PORT)?")
+                raise DeviceError(
+                    f"{self.address}: cannot connect: {connect_words}",
+                    hint="is adbd listening there (adb tcpip PORT)?",
+                )
             self._raise_state(state, text, "")
 
     def _connect(self, deadline: float) -> str:
-        """``adb connect``'s words (it exits 0 even when it fails); '' if it outlived the deadline."""
+        """``adb connect``'s words (it exits 0 even when it fails); '' if it outlived the
+        deadline."""
         try:
-            result = proc.run([*self._adb, "connect", self.serial], check=False, timeout=max(deadline - time.monotonic(), 0.1))
+            result = proc.run(
+                [*self._adb, "connect", self.serial],
+                check=False,
+                timeout=max(deadline - time.monotonic(), 0.1),
+            )
         except CommandFailed:
             return ""  # adb was still waiting for the device's handshake: the state says the rest
         return (result.stdout + result.stderr).strip()
@@ -224,7 +268,9 @@ class AdbTransport:
 
     def _raise_state(self, state: str, text: str, during: str) -> None:
         if state == "unauthorized":
-            raise DeviceError(f"{self.address}: device unauthorized{during}", hint=UNAUTHORIZED_HINT)
+            raise DeviceError(
+                f"{self.address}: device unauthorized{during}", hint=UNAUTHORIZED_HINT
+            )
         if state in ("offline", "connecting"):
             raise DeviceError(f"{self.address}: device offline{during}", hint=OFFLINE_HINT)
         if state == "missing":

@@ -1,4 +1,5 @@
-"""The Transport interface every device kind implements, and the one place remote commands are quoted.
+"""The Transport interface every device kind implements, and the one place remote commands are
+quoted.
 
 A remote command is always built from an argv list by :func:`remote_command`: every
 argument and every env value goes through ``shlex.quote``, so ``ADD|SUB`` or ``$(x)`` reach
@@ -17,7 +18,9 @@ from kzbuild.errors import DeviceError
 
 PUSH_MODE_BITS = 0o777  # a pushed file keeps its permissions, never setuid, setgid or sticky
 NO_SPACE = "No space left on device"  # strerror(ENOSPC), as toybox and the transports report it
-FULL_HINT = "free space on the device (deploy --keep N drops old releases); current was left as it was"
+FULL_HINT = (
+    "free space on the device (deploy --keep N drops old releases); current was left as it was"
+)
 ENV_NAME_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
 
@@ -63,8 +66,11 @@ class Transport(Protocol):
         """
         ...
 
-    def run_input(self, argv: Sequence[str], data: ByteSource, *, timeout: float | None = None) -> RemoteResult:
-        """Run argv on the device with ``data`` as its stdin (closed at the end); returns its real exit code.
+    def run_input(
+        self, argv: Sequence[str], data: ByteSource, *, timeout: float | None = None
+    ) -> RemoteResult:
+        """Run argv on the device with ``data`` as its stdin (closed at the end); returns its real
+        exit code.
 
         One round trip however much ``data`` holds: deploy streams a whole tar archive this way.
         """
@@ -85,8 +91,11 @@ class Transport(Protocol):
 class Resumable(Protocol):
     """A transport that can continue an upload cut off midway (deploy and models push use it)."""
 
-    def append(self, local: Path, remote: str, *, offset: int, progress: ProgressFn | None = None) -> None:
-        """Write ``local`` from byte ``offset`` on to the end of ``remote``, which holds its first ``offset`` bytes.
+    def append(
+        self, local: Path, remote: str, *, offset: int, progress: ProgressFn | None = None
+    ) -> None:
+        """Write ``local`` from byte ``offset`` on to the end of ``remote``, which holds its first
+        ``offset`` bytes.
 
         ``progress`` gets the bytes sent by this call so far.
         """
@@ -113,7 +122,8 @@ def device_full(address: str, detail: str) -> DeviceError:
 
 def lacks_space(transport: Transport, directory: str, needed: int) -> bool:
     """Whether the filesystem of ``directory`` on the device has less than ``needed`` bytes free
-    (for tools that report a full disk without saying so: SFTP's bare 'Failure', tar's 'Wrote only')."""
+    (for tools that report a full disk without saying so: SFTP's bare 'Failure', tar's 'Wrote
+    only')."""
     try:
         result = transport.run(["df", "-k", directory])
     except DeviceError:
@@ -130,7 +140,9 @@ def check_env_name(name: str) -> str:
     return name
 
 
-def remote_command(argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None) -> str:
+def remote_command(
+    argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None
+) -> str:
     """A POSIX sh command line that runs ``argv`` exactly, in ``cwd``, with ``env`` added."""
     if not argv:
         raise ValueError("empty command")

@@ -3,7 +3,8 @@ file assembled on the device from its chunks and verified before it enters the s
 
 Layout added under the device root (see :mod:`kzbuild.device.store` for the rest)::
 
-    chunks/<name>                 a chunk of some object; <name> is the first 32 hex digits of its sha256
+    chunks/<name>                 a chunk of some object; <name> is the first 32 hex digits of its
+    sha256
     chunklists/<sha256>           the chunks of objects/<sha256> in order, one "name size" line each
     incoming/.lists-<token>/      the chunk lists of one deploy, until their objects are verified
 
@@ -77,7 +78,9 @@ log = logging.getLogger(__name__)
 MIN_CHUNK = 16 * 1024
 AVG_CHUNK = 64 * 1024
 MAX_CHUNK = 256 * 1024
-WHOLE_BELOW = 64 * 1024  # smaller files travel whole: assembling one costs a process or two on the device
+WHOLE_BELOW = (
+    64 * 1024
+)  # smaller files travel whole: assembling one costs a process or two on the device
 STREAM_PIECE = 256 * 1024  # bytes handed to the transport at a time
 TAR_BLOCK = 512
 REGULAR, HARDLINK, DIRECTORY = b"0", b"1", b"5"  # ustar type flags
@@ -86,7 +89,7 @@ REGULAR, HARDLINK, DIRECTORY = b"0", b"1", b"5"  # ustar type flags
 # incoming/.kz-<token>/lists/ and prints the name of every listed chunk chunks/ lacks.
 PROBE_SCRIPT = (
     'd="$1/incoming/.kz-$2/lists"; rm -rf "$d" && mkdir -p "$d" && cd "$d" '
-    '&& tar -x -f - || exit 1; '
+    "&& tar -x -f - || exit 1; "
     'cat * | while read -r c s; do [ -f "../../../chunks/$c" ] || echo "$c"; done; true'
 )
 # $1 = incoming/, $2 = token, $3 = 1 to use only chunks sent now. stdin: a tar of the chunks and
@@ -102,7 +105,7 @@ RECEIVE_SCRIPT = (
     'cd "$1" || exit 1; if [ "$4" != staged ]; then tar -x -f - || exit 1; fi; '
     'k=".kz-$2"; fresh=$3; '
     'while read -r op o; do if [ "$op" = a ]; then rm -f "$o"; '
-    'while read -r c s; do '
+    "while read -r c s; do "
     'if [ "$fresh" = 0 ] && [ -f "../chunks/$c" ]; then echo "../chunks/$c"; else echo "$c"; fi; '
     'done < "$k/lists/$o" | xargs cat > "$o"; fi; echo "$o"; '
     'done < "$k/plan" | xargs sha256sum > "$k/sums"; cat "$k/sums"; echo /; '
@@ -114,11 +117,11 @@ RECEIVE_SCRIPT = (
     'if [ "$fresh" = 1 ]; then : > "$k/old"; '
     'else ls -1 ../chunks | LC_ALL=C sort > "$k/old"; fi || exit 1; '
     'comm -12 "$k/want" "$k/have" | cut -d " " -f 1 | comm -23 - "$k/old" > "$k/proven" '
-    '|| exit 1; '
+    "|| exit 1; "
     'if [ -s "$k/proven" ]; then '
     'xargs sh -c \'mv -f "$@" ../chunks/\' kz < "$k/proven" || exit 1; fi; '
     '(cd "$k/lists" && xargs sh -c \'mv -f "$@" ../../../chunklists/\' kz < ../built) '
-    '|| exit 1; fi; '
+    "|| exit 1; fi; "
     'for f in "$k"/mode/*; do [ -f "$f" ] || continue; '
     'comm -12 "$k/good" "$f" > "$k/moving" || exit 1; [ -s "$k/moving" ] || continue; '
     'xargs sh -c \'chmod "$0" "$@" && mv -f "$@" ../objects/\' "${f##*/}" < "$k/moving" '
@@ -132,10 +135,11 @@ MEMORY_STAGE_MAX = 512 << 20
 STAGE_PREFIX = "kz-stage-"  # then the pid of the kzbuild that stages
 
 
-
 @cache
 def _chunker() -> FastCDC:
-    from pyfastcdc import FastCDC  # loaded by a deploy's first cut, not by every command that imports deploy
+    from pyfastcdc import (
+        FastCDC,
+    )  # loaded by a deploy's first cut, not by every command that imports deploy
 
     return FastCDC(AVG_CHUNK, min_size=MIN_CHUNK, max_size=MAX_CHUNK)
 
@@ -151,7 +155,8 @@ class Piece:
 
 @dataclass(frozen=True)
 class Content:
-    """A file content the device lacks, with its chunks (none: it is one chunk and travels whole)."""
+    """A file content the device lacks, with its chunks (none: it is one chunk and travels
+    whole)."""
 
     upload: Upload
     pieces: tuple[Piece, ...]
@@ -191,7 +196,10 @@ def split(path: Path, size: int) -> tuple[Piece, ...]:
     """The chunks of a file; () when it travels whole (small, or a single chunk)."""
     if size < WHOLE_BELOW:
         return ()
-    pieces = tuple(Piece(chunk_name(chunk.data), chunk.offset, chunk.length) for chunk in _chunker().cut_file(path))
+    pieces = tuple(
+        Piece(chunk_name(chunk.data), chunk.offset, chunk.length)
+        for chunk in _chunker().cut_file(path)
+    )
     return pieces if len(pieces) > 1 else ()
 
 
@@ -199,7 +207,15 @@ def plan(uploads: Sequence[Upload]) -> list[Content]:
     return [Content(upload, split(upload.local, upload.size)) for upload in uploads]
 
 
-def tar_header(name: str, size: int, *, kind: bytes = REGULAR, mode: int = 0o644, linkname: str = "", mtime: int = 0) -> bytes:
+def tar_header(
+    name: str,
+    size: int,
+    *,
+    kind: bytes = REGULAR,
+    mode: int = 0o644,
+    linkname: str = "",
+    mtime: int = 0,
+) -> bytes:
     """A ustar header; a path too long for ustar gets a pax header (tarfile writes those)."""
     raw_name, raw_link = name.encode(), linkname.encode()
     prefix = b""
@@ -210,7 +226,13 @@ def tar_header(name: str, size: int, *, kind: bytes = REGULAR, mode: int = 0o644
         import tarfile  # only long names need it
 
         info = tarfile.TarInfo(name)
-        info.size, info.mode, info.mtime, info.type, info.linkname = size, mode, mtime, kind, linkname
+        info.size, info.mode, info.mtime, info.type, info.linkname = (
+            size,
+            mode,
+            mtime,
+            kind,
+            linkname,
+        )
         return info.tobuf(format=tarfile.PAX_FORMAT)
     header = bytearray(TAR_BLOCK)
     header[0 : len(raw_name)] = raw_name
@@ -229,7 +251,11 @@ def tar_header(name: str, size: int, *, kind: bytes = REGULAR, mode: int = 0o644
 
 
 def tar_stream(
-    members: Iterable[Member], on_bytes: Callable[[Member, int], None] | None = None, on_end: Callable[[], None] | None = None, *, end: bool = True,
+    members: Iterable[Member],
+    on_bytes: Callable[[Member, int], None] | None = None,
+    on_end: Callable[[], None] | None = None,
+    *,
+    end: bool = True,
 ) -> Iterator[bytes]:
     """A ustar archive of ``members`` (mode 0644), in pieces of about STREAM_PIECE bytes.
 
@@ -346,15 +372,38 @@ def deliver(
     if not uploads:
         return SendStats()
     contents = plan(uploads)
-    stats, bad = _deliver(remote, layout, contents, partial, on_progress, fresh=False, probe=not chunks_empty)
+    stats, bad = _deliver(
+        remote, layout, contents, partial, on_progress, fresh=False, probe=not chunks_empty
+    )
     if bad:
-        log.warning("%s: %d file(s) did not match after assembly, e.g. %s; sending all their chunks again", remote.address, len(bad), bad[0][0].upload.label)
-        again, bad = _deliver(remote, layout, [content for content, _ in bad], {}, on_progress, fresh=True, probe=False)
+        log.warning(
+            "%s: %d file(s) did not match after assembly, e.g. %s; sending all their chunks again",
+            remote.address,
+            len(bad),
+            bad[0][0].upload.label,
+        )
+        again, bad = _deliver(
+            remote,
+            layout,
+            [content for content, _ in bad],
+            {},
+            on_progress,
+            fresh=True,
+            probe=False,
+        )
         stats = SendStats(stats.bytes_sent + again.bytes_sent, stats.bytes_resumed)
     if bad:
         content, found = bad[0]
-        names = [up for content, _ in bad for up in (content.sha256, *(piece.name for piece in content.pieces))]
-        remote.batched(["rm", "-f"], [posixpath.join(layout.incoming, name) for name in names], what="removing corrupt uploads")
+        names = [
+            up
+            for content, _ in bad
+            for up in (content.sha256, *(piece.name for piece in content.pieces))
+        ]
+        remote.batched(
+            ["rm", "-f"],
+            [posixpath.join(layout.incoming, name) for name in names],
+            what="removing corrupt uploads",
+        )
         raise mismatch_error(remote, len(bad), content.upload, found)
     return stats
 
@@ -378,7 +427,11 @@ def _deliver(
     token = secrets.token_hex(4)
     control = f".kz-{token}"
     chunked = [content for content in contents if content.pieces]
-    lists = [Member(content.sha256, len(data), constant(data)) for content in chunked for data in [content.chunk_list()]]
+    lists = [
+        Member(content.sha256, len(data), constant(data))
+        for content in chunked
+        for data in [content.chunk_list()]
+    ]
     if chunked and probe:
         argv = ["sh", "-c", PROBE_SCRIPT, "kz", layout.root, token]
         answer = remote.transport.run_input(argv, tar_stream(lists), timeout=COMMAND_TIMEOUT)
@@ -396,7 +449,15 @@ def _deliver(
     resumed = 0
     for content in contents:
         up = content.upload
-        parts = [(piece.name, piece.offset, piece.size) for piece in content.pieces if piece.name in missing] if content.pieces else [(up.name, 0, up.size)]
+        parts = (
+            [
+                (piece.name, piece.offset, piece.size)
+                for piece in content.pieces
+                if piece.name in missing
+            ]
+            if content.pieces
+            else [(up.name, 0, up.size)]
+        )
         for name, offset, size in parts:
             if name in wanted:
                 continue
@@ -408,7 +469,11 @@ def _deliver(
             read = reader.piece(up.local, offset, size)
             members.append(Member(name, size, read, up.label, whole))
     sent, found = _stream(remote, layout, token, members, fresh, on_progress)
-    bad = [(content, found.get(content.sha256, "no checksum (is sha256sum installed?)")) for content in contents if found.get(content.sha256) != content.sha256]
+    bad = [
+        (content, found.get(content.sha256, "no checksum (is sha256sum installed?)"))
+        for content in contents
+        if found.get(content.sha256) != content.sha256
+    ]
     return SendStats(bytes_sent=sent, bytes_resumed=resumed), bad
 
 
@@ -432,7 +497,12 @@ def _control(control: str, contents: Sequence[Content]) -> list[Member]:
 
 
 def _stream(
-    remote: Remote, layout: Layout, token: str, members: Sequence[Member], fresh: bool, on_progress: ProgressCallback | None,
+    remote: Remote,
+    layout: Layout,
+    token: str,
+    members: Sequence[Member],
+    fresh: bool,
+    on_progress: ProgressCallback | None,
 ) -> tuple[int, dict[str, str]]:
     """Send ``members`` into incoming/ (one tar stream, or staged and pushed in one transfer); the
     device then assembles, hashes and stores what matched.
@@ -458,7 +528,9 @@ def _stream(
         in_memory = total <= MEMORY_STAGE_MAX and os.access(MEMORY_STAGE, os.W_OK)
         where = MEMORY_STAGE if in_memory else Path(tempfile.gettempdir())
         sweep_stages(where)
-        with tempfile.TemporaryDirectory(prefix=f"{STAGE_PREFIX}{os.getpid()}-", dir=where) as staging:
+        with tempfile.TemporaryDirectory(
+            prefix=f"{STAGE_PREFIX}{os.getpid()}-", dir=where
+        ) as staging:
             stage(members, Path(staging))
             transport.push_tree(Path(staging), layout.incoming)
         for member in members:
@@ -466,14 +538,22 @@ def _stream(
         verifying()
         result = transport.run([*argv, "staged"], timeout=VERIFY_TIMEOUT)
     else:
-        result = transport.run_input(argv, tar_stream(members, report, verifying), timeout=VERIFY_TIMEOUT)
-    # a full disk while assembling leaves files short: that is no corruption to retry, but this error
+        result = transport.run_input(
+            argv, tar_stream(members, report, verifying), timeout=VERIFY_TIMEOUT
+        )
+    # a full disk while assembling leaves files short: that is no corruption to retry, but
+    # this error
     stderr = result.stderr.decode(errors="replace")
     if not result.ok or NO_SPACE in stderr:
         what = f"receiving {len(members)} file(s) and chunk(s)"
-        if NO_SPACE not in stderr and lacks_space(remote.transport, layout.incoming, TAR_BLOCK * 16):
+        if NO_SPACE not in stderr and lacks_space(
+            remote.transport, layout.incoming, TAR_BLOCK * 16
+        ):
             lines = stderr.strip().splitlines()
-            raise device_full(remote.address, f"{what} into {layout.incoming}/ failed" + (f": {lines[0]}" if lines else ""))
+            raise device_full(
+                remote.address,
+                f"{what} into {layout.incoming}/ failed" + (f": {lines[0]}" if lines else ""),
+            )
         raise remote.error(argv, result, what=what)
     what = f"receiving {len(members)} file(s) and chunk(s)"
     sums, _ = sections(result.text().split("\n"), 2, what=what)

@@ -22,7 +22,16 @@ from pathlib import Path
 
 from kzbuild.adapters.files import sha256_file
 from kzbuild.device.base import Transport
-from kzbuild.device.chunkstore import DIRECTORY, HARDLINK, TAR_BLOCK, Member, constant, deliver, tar_header, tar_stream
+from kzbuild.device.chunkstore import (
+    DIRECTORY,
+    HARDLINK,
+    TAR_BLOCK,
+    Member,
+    constant,
+    deliver,
+    tar_header,
+    tar_stream,
+)
 from kzbuild.device.devicelock import DeviceLock, device_lock
 from kzbuild.device.integrity import (
     check,
@@ -96,7 +105,15 @@ def deploy(
     started = time.monotonic()
     layout = Layout(device.root)
     with device_lock(transport, device.root, "deploy", wait=wait, then=_prologue(layout)) as lock:
-        return _deploy(transport, device, artifact, keep=keep, on_progress=on_progress, lock=lock, started=started)
+        return _deploy(
+            transport,
+            device,
+            artifact,
+            keep=keep,
+            on_progress=on_progress,
+            lock=lock,
+            started=started,
+        )
 
 
 def _deploy(
@@ -123,7 +140,9 @@ def _deploy(
     if not complete:
         have = parse_inventory(inventory_result, layout.chunks)
         uploads = _plan_uploads(artifact, have.stored)
-        stats = deliver(remote, layout, uploads, have.partial, on_progress, chunks_empty=have.other_empty)
+        stats = deliver(
+            remote, layout, uploads, have.partial, on_progress, chunks_empty=have.other_empty
+        )
         verified = frozenset(up.sha256 for up in uploads)
         # the contents stored before are hashed (as objects/SHA) in the command that builds the
         # release and switches to it; should one not match, the sequence stops before the release
@@ -142,7 +161,8 @@ def _deploy(
             )
     repaired = _verify_release(remote, layout, state, artifact, release, on_progress, verified)
     if switch is not None:
-        # renew the lock right before the switch; with nothing to prune, release it in the same round trip
+        # renew the lock right before the switch; with nothing to prune, release it in the
+        # same round trip
         results = lock.release_after([switch]) if keep is None else lock.refresh_then([switch])
         check_switch(remote, layout.current, switch, results[0])
     switched = state.current != release
@@ -170,11 +190,14 @@ def _deploy(
 
 
 def _prologue(layout: Layout) -> list[Step]:
-    """What deploy runs in the round trip that takes the lock: the state, and the store's inventory."""
+    """What deploy runs in the round trip that takes the lock: the state, and the store's
+    inventory."""
     return [state_step(layout), inventory_step(layout, layout.objects, layout.chunks)]
 
 
-def _release_for(remote: Remote, layout: Layout, state: DeviceState, artifact: Artifact) -> tuple[str, bool]:
+def _release_for(
+    remote: Remote, layout: Layout, state: DeviceState, artifact: Artifact
+) -> tuple[str, bool]:
     """The release dir name for ``artifact`` and whether the device already holds it complete.
 
     Normally the build id. Should the device hold a release of that id with other files (a
@@ -187,12 +210,20 @@ def _release_for(remote: Remote, layout: Layout, state: DeviceState, artifact: A
             return name, False
         if _release_digest(remote, layout, name) == digest:
             return name, True
-        log.warning("%s: release %s on the device holds other files than this artifact", remote.address, name)
-    raise DeviceError(f"{remote.address}: releases {artifact.build_id}* on the device do not match the artifact")
+        log.warning(
+            "%s: release %s on the device holds other files than this artifact",
+            remote.address,
+            name,
+        )
+    raise DeviceError(
+        f"{remote.address}: releases {artifact.build_id}* on the device do not match the artifact"
+    )
 
 
 def _release_digest(remote: Remote, layout: Layout, name: str) -> str | None:
-    text = remote.lines(["cat", posixpath.join(layout.release(name), MANIFEST)], what="reading a release manifest")
+    text = remote.lines(
+        ["cat", posixpath.join(layout.release(name), MANIFEST)], what="reading a release manifest"
+    )
     files = manifest_files("\n".join(text)) if text is not None else None
     return files_digest(files) if files is not None else None
 
@@ -224,7 +255,12 @@ def _content_modes(entries: Iterable[ArtifactFile]) -> dict[str, int]:
 
 
 def _verify_release(
-    remote: Remote, layout: Layout, state: DeviceState, artifact: Artifact, release: str, on_progress: ProgressCallback | None,
+    remote: Remote,
+    layout: Layout,
+    state: DeviceState,
+    artifact: Artifact,
+    release: str,
+    on_progress: ProgressCallback | None,
     verified: frozenset[str],
 ) -> tuple[str, ...]:
     """Hash every file of ``release`` on the device, except the contents in ``verified`` (checked as
@@ -233,12 +269,26 @@ def _verify_release(
     Returns the repaired files. A failed repair marks the release damaged (run and bench
     refuse it); a verified release loses its mark.
     """
-    damage = check(remote, layout, release_expectations(release, [entry for entry in artifact.files if entry.sha256 not in verified]))
+    damage = check(
+        remote,
+        layout,
+        release_expectations(
+            release, [entry for entry in artifact.files if entry.sha256 not in verified]
+        ),
+    )
     repaired: tuple[str, ...] = ()
     if damage:
-        log.warning("%s: %d file(s) of release %s do not match, e.g. %s; repairing", remote.address, len(damage), release, damage[0].path)
+        log.warning(
+            "%s: %d file(s) of release %s do not match, e.g. %s; repairing",
+            remote.address,
+            len(damage),
+            release,
+            damage[0].path,
+        )
         try:
-            repaired = _repair(remote, layout, artifact, release, {entry.expected for entry in damage}, on_progress)
+            repaired = _repair(
+                remote, layout, artifact, release, {entry.expected for entry in damage}, on_progress
+            )
         except DeviceError:
             update_markers(remote, layout, state.damaged, damaged=[release])
             raise
@@ -247,27 +297,58 @@ def _verify_release(
 
 
 def _repair(
-    remote: Remote, layout: Layout, artifact: Artifact, release: str, contents: set[str], on_progress: ProgressCallback | None,
+    remote: Remote,
+    layout: Layout,
+    artifact: Artifact,
+    release: str,
+    contents: set[str],
+    on_progress: ProgressCallback | None,
 ) -> tuple[str, ...]:
-    """Re-send ``contents`` (verified, then renamed over their objects) and relink every release holding them."""
-    holders: dict[str, tuple[ArtifactFile, ...] | None] = {**release_files(remote, layout), release: artifact.files}
-    held = {name: [entry for entry in files if entry.sha256 in contents] for name, files in holders.items() if files}
+    """Re-send ``contents`` (verified, then renamed over their objects) and relink every release
+    holding them."""
+    holders: dict[str, tuple[ArtifactFile, ...] | None] = {
+        **release_files(remote, layout),
+        release: artifact.files,
+    }
+    held = {
+        name: [entry for entry in files if entry.sha256 in contents]
+        for name, files in holders.items()
+        if files
+    }
     modes = _content_modes(entry for entries in held.values() for entry in entries)
-    uploads = [replace(up, mode=modes[up.sha256]) for up in _plan_uploads(artifact, frozenset()) if up.sha256 in contents]
+    uploads = [
+        replace(up, mode=modes[up.sha256])
+        for up in _plan_uploads(artifact, frozenset())
+        if up.sha256 in contents
+    ]
     deliver(remote, layout, uploads, {}, on_progress)
     repaired = relink(remote, layout, held)
-    still = check(remote, layout, release_expectations(release, [entry for entry in artifact.files if entry.sha256 in contents]))
+    still = check(
+        remote,
+        layout,
+        release_expectations(
+            release, [entry for entry in artifact.files if entry.sha256 in contents]
+        ),
+    )
     if still:
         raise DeviceError(
-            f"{remote.address}: {still[0].path} still does not match after a repair: expected {still[0].expected}, found {still[0].found}",
+            f"{remote.address}: {still[0].path} still does not match after a repair: expected "
+            f"{still[0].expected}, found {still[0].found}",
             hint="the device's storage may be failing; run kzbuild device verify",
         )
     return repaired
 
 
 def _assemble(
-    remote: Remote, layout: Layout, artifact: Artifact, release: str, lock: DeviceLock, *,
-    check: Step | None, then: Step | None, unlock: bool,
+    remote: Remote,
+    layout: Layout,
+    artifact: Artifact,
+    release: str,
+    lock: DeviceLock,
+    *,
+    check: Step | None,
+    then: Step | None,
+    unlock: bool,
 ) -> tuple[int, bool]:
     """Build a staging dir of hard links into the store, add the manifest, and rename it into place.
 
@@ -276,7 +357,8 @@ def _assemble(
     all in one command. Returns the manifest's size and whether the check passed and the rest ran
     (False: the check failed, nothing else ran). Without ``check``, only the release is built.
 
-    One command, which renews the lock first: a tar stream of the manifest (under a name of its own in incoming/), the list of
+    One command, which renews the lock first: a tar stream of the manifest (under a name of its own
+    in incoming/), the list of
     executables and the release's dirs and hard links (which tar makes without a process per
     file). The staging dir's name is unique: nothing is written through a hard link.
     """
@@ -284,13 +366,27 @@ def _assemble(
     staging = f"releases/.staging-{release}-{token}"
     manifest = f"incoming/{MANIFEST}-{token}"
     manifest_bytes = artifact.manifest_path.read_bytes()
-    executables = "".join(f"{staging}/{entry.path}\0" for entry in artifact.files if entry.mode & 0o111).encode()
-    dirs = sorted({posixpath.dirname(f"{staging}/{entry.path}") for entry in artifact.files} | {staging})
-    members = [Member(manifest, len(manifest_bytes), constant(manifest_bytes)), Member(f"{manifest}.exec", len(executables), constant(executables))]
+    executables = "".join(
+        f"{staging}/{entry.path}\0" for entry in artifact.files if entry.mode & 0o111
+    ).encode()
+    dirs = sorted(
+        {posixpath.dirname(f"{staging}/{entry.path}") for entry in artifact.files} | {staging}
+    )
+    members = [
+        Member(manifest, len(manifest_bytes), constant(manifest_bytes)),
+        Member(f"{manifest}.exec", len(executables), constant(executables)),
+    ]
     headers = [tar_header(name, 0, kind=DIRECTORY, mode=0o755) for name in dirs]
-    headers += [tar_header(f"{staging}/{entry.path}", 0, kind=HARDLINK, linkname=f"objects/{entry.sha256}") for entry in artifact.files]
+    headers += [
+        tar_header(f"{staging}/{entry.path}", 0, kind=HARDLINK, linkname=f"objects/{entry.sha256}")
+        for entry in artifact.files
+    ]
     stream = chain(tar_stream(members, end=False), (b"".join(headers), bytes(2 * TAR_BLOCK)))
-    step = Step(RELEASE_SCRIPT, (layout.root, staging, manifest, f"releases/{release}"), "completing the release")
+    step = Step(
+        RELEASE_SCRIPT,
+        (layout.root, staging, manifest, f"releases/{release}"),
+        "completing the release",
+    )
     if check is None:
         remote.checked([step], lock.refresh_then([step], data=stream))
         return len(manifest_bytes), False
@@ -307,17 +403,30 @@ def _assemble(
     return len(manifest_bytes), True
 
 
-def rollback(transport: Transport, device: Device, *, keep: int | None = None, wait: float = 0.0) -> RollbackResult:
-    """Switch ``current`` back to the release that was current before it (waiting for the device lock like deploy)."""
+def rollback(
+    transport: Transport, device: Device, *, keep: int | None = None, wait: float = 0.0
+) -> RollbackResult:
+    """Switch ``current`` back to the release that was current before it (waiting for the device
+    lock like deploy)."""
     layout = Layout(device.root)
-    with device_lock(transport, device.root, "rollback", wait=wait, then=[state_step(layout), history_step(layout)]) as lock:
+    with device_lock(
+        transport,
+        device.root,
+        "rollback",
+        wait=wait,
+        then=[state_step(layout), history_step(layout)],
+    ) as lock:
         return _rollback(transport, device, keep=keep, lock=lock)
 
 
-def _rollback(transport: Transport, device: Device, *, keep: int | None, lock: DeviceLock) -> RollbackResult:
+def _rollback(
+    transport: Transport, device: Device, *, keep: int | None, lock: DeviceLock
+) -> RollbackResult:
     remote = Remote(transport)
     layout = Layout(device.root)
-    state_result, history_result = remote.checked([state_step(layout), history_step(layout)], lock.then)
+    state_result, history_result = remote.checked(
+        [state_step(layout), history_step(layout)], lock.then
+    )
     state = parse_state(state_result)
     if state.current is None:
         raise DeviceError(f"{transport.address}: nothing is deployed under {device.root}")
@@ -332,28 +441,39 @@ def _rollback(transport: Transport, device: Device, *, keep: int | None, lock: D
     target = next((name for name in by_recency(state, history) if name != state.current), None)
     if target is None:
         raise DeviceError(
-            f"{transport.address}: no earlier release to roll back to (only {state.current} is on the device)",
+            f"{transport.address}: no earlier release to roll back to (only {state.current} is on "
+            "the device)",
         )
     switch = switch_step(layout, target, "rollback")
     results = lock.release_after([switch]) if keep is None else lock.refresh_then([switch])
     check_switch(remote, layout.current, switch, results[0])
     pruned = prune(remote, layout, keep) if keep is not None else ()
-    return RollbackResult(device=transport.address, release=target, previous=state.current, pruned=pruned)
+    return RollbackResult(
+        device=transport.address, release=target, previous=state.current, pruned=pruned
+    )
 
 
 def prune(remote: Remote, layout: Layout, keep: int) -> tuple[str, ...]:
-    """Keep the ``keep`` most recently switched-to releases (always the current one); drop unused contents."""
+    """Keep the ``keep`` most recently switched-to releases (always the current one); drop unused
+    contents."""
     if keep < 1:
         raise ValueError("keep must be at least 1")
     steps = [state_step(layout), history_step(layout)]
-    state_result, history_result = remote.checked(steps, run_steps(remote.transport, steps, timeout=COMMAND_TIMEOUT))
+    state_result, history_result = remote.checked(
+        steps, run_steps(remote.transport, steps, timeout=COMMAND_TIMEOUT)
+    )
     state = parse_state(state_result)
     recency = by_recency(state, parse_history(history_result))
     kept = set(recency[:keep]) | ({state.current} if state.current else set())
     doomed = [name for name in recency if name not in kept]
     for batch in list(batches(doomed)) or [[]]:  # stale staging dirs go even when no release does
         remote.script(PRUNE_SCRIPT, [layout.root, *batch], what="removing old releases")
-    unused = remote.lines(["find", layout.objects, "-type", "f", "-links", "1"], what="finding unused contents") or []
+    unused = (
+        remote.lines(
+            ["find", layout.objects, "-type", "f", "-links", "1"], what="finding unused contents"
+        )
+        or []
+    )
     remote.batched(["rm", "-f"], unused, what="removing unused contents")
     remote.script(CHUNK_GC_SCRIPT, [layout.root], what="removing unused chunks")
     return tuple(doomed)
@@ -369,17 +489,33 @@ def push_model(
     on_progress: ProgressCallback | None = None,
     wait: float = 0.0,
 ) -> ModelPushResult:
-    """Store a GGUF model as models/<sha256>.gguf (sent only if absent) and point models/<name> at it
+    """Store a GGUF model as models/<sha256>.gguf (sent only if absent) and point models/<name> at
+    it
     (waiting for the device lock like deploy)."""
     started = time.monotonic()
     name = name or model.name
     _check_model(model, name)
     sha = sha256_file(model)
     stored_name = f"{sha}.gguf"
-    if name != stored_name and name.endswith(".gguf") and SHA256_RE.match(name.removesuffix(".gguf")):
-        raise ConfigError(f"bad model name '{name}': names of the form <sha256>.gguf are the store's own")
+    if (
+        name != stored_name
+        and name.endswith(".gguf")
+        and SHA256_RE.match(name.removesuffix(".gguf"))
+    ):
+        raise ConfigError(
+            f"bad model name '{name}': names of the form <sha256>.gguf are the store's own"
+        )
     with device_lock(transport, device.root, "models push", wait=wait) as lock:
-        return _push_model(transport, device, model, name, sha, on_progress, heartbeat=lock.refresh, started=started)
+        return _push_model(
+            transport,
+            device,
+            model,
+            name,
+            sha,
+            on_progress,
+            heartbeat=lock.refresh,
+            started=started,
+        )
 
 
 def _push_model(
@@ -426,4 +562,6 @@ def _check_model(model: Path, name: str) -> None:
         if handle.read(4) != GGUF_MAGIC:
             raise ConfigError(f"{model} is not a GGUF model (it does not start with 'GGUF')")
     if "/" in name or name.startswith(".") or not name:
-        raise ConfigError(f"bad model name '{name}': use a plain file name that does not start with '.'")
+        raise ConfigError(
+            f"bad model name '{name}': use a plain file name that does not start with '.'"
+        )

@@ -59,7 +59,8 @@ NOT_OURS = 6
 
 # sh: sets $t to the token in the owner file of lock dir $1 (empty when there is none)
 _TOKEN_OF = (
-    'token_of() { t=; { read -r _; read -r _; read -r _; read -r _; read -r t; } 2>/dev/null < "$1/owner"; }; '
+    "token_of() { t=; { read -r _; read -r _; read -r _; read -r _; read -r t; } 2>/dev/null < "
+    '"$1/owner"; }; '
 )
 # $1 = ROOT, $2 = the lock dir, then the owner's lines. Exit 0: taken. Exit 3: held, and prints
 # the device's time, the heartbeat (owner's mtime, else the dir's) and the owner file.
@@ -68,13 +69,15 @@ ACQUIRE_SCRIPT = (
     'if err=$(mkdir "$lock" 2>&1); then '
     '  printf "%s\\n" "$@" > "$lock/owner.tmp" && mv -f "$lock/owner.tmp" "$lock/owner" && exit 0; '
     '  rm -rf "$lock"; exit 1; '
-    'fi; '
+    "fi; "
     '[ -d "$lock" ] || { printf "%s\\n" "$err" >&2; exit 1; }; '
     'date +%s; stat -c %Y "$lock/owner" 2>/dev/null || stat -c %Y "$lock" 2>/dev/null || exit 4; '
     'cat "$lock/owner" 2>/dev/null; exit 3'
 )
 # $1 = the lock dir, $2 = our token. Exit 6: the lock is not ours any more.
-REFRESH_SCRIPT = _TOKEN_OF + 'token_of "$1"; [ -n "$2" ] && [ "$t" = "$2" ] || exit 6; touch "$1/owner"'
+REFRESH_SCRIPT = (
+    _TOKEN_OF + 'token_of "$1"; [ -n "$2" ] && [ "$t" = "$2" ] || exit 6; touch "$1/owner"'
+)
 # $1 = the lock dir, $2 = the token it must hold ("" for a lock without owner), $3 = a unique
 # name to rename it to, $4 = the lease in seconds. Under the break mutex: exit 0 removed,
 # 6 it holds another token now, 5 the mutex is taken (a mutex older than the lease, left by
@@ -84,15 +87,18 @@ REMOVE_SCRIPT = _TOKEN_OF + (
     'if ! mkdir "$m" 2>/dev/null; then '
     '  age=$(( $(date +%s) - $(stat -c %Y "$m" 2>/dev/null || date +%s) )); '
     '  [ "$age" -gt "$4" ] && rmdir "$m" 2>/dev/null; exit 5; '
-    'fi; '
+    "fi; "
     'token_of "$1"; rc=0; '
-    'if [ ! -d "$1" ]; then rc=0; elif [ "$t" = "$2" ]; then mv "$1" "$3" && rm -rf "$3" || rc=1; else rc=6; fi; '
+    'if [ ! -d "$1" ]; then rc=0; elif [ "$t" = "$2" ]; then mv "$1" "$3" && rm -rf "$3" || rc=1; '
+    "else rc=6; fi; "
     'rmdir "$m"; exit $rc'
 )
 
-# $1 = the lock dir. Prints nothing when there is no lock, else what ACQUIRE_SCRIPT prints when held.
+# $1 = the lock dir. Prints nothing when there is no lock, else what ACQUIRE_SCRIPT prints when
+# held.
 SIGHT_SCRIPT = (
-    '[ -d "$1" ] || exit 0; date +%s; stat -c %Y "$1/owner" 2>/dev/null || stat -c %Y "$1" 2>/dev/null || exit 0; '
+    '[ -d "$1" ] || exit 0; date +%s; stat -c %Y "$1/owner" 2>/dev/null || stat -c %Y "$1" '
+    "2>/dev/null || exit 0; "
     'cat "$1/owner" 2>/dev/null; exit 0'
 )
 
@@ -154,7 +160,9 @@ class DeviceLock:
     release) into the round trip of the operation's own next steps.
     """
 
-    def __init__(self, remote: Remote, layout: Layout, owner: LockOwner, then: Sequence[RemoteResult] = ()) -> None:
+    def __init__(
+        self, remote: Remote, layout: Layout, owner: LockOwner, then: Sequence[RemoteResult] = ()
+    ) -> None:
         self.remote = remote
         self.layout = layout
         self.owner = owner
@@ -165,18 +173,29 @@ class DeviceLock:
         """Renew the heartbeat; Busy if another kzbuild broke the lock as stale meanwhile."""
         self.refresh_then([])
 
-    def refresh_then(self, steps: Sequence[Step], *, data: ByteSource | None = None, timeout: float = COMMAND_TIMEOUT) -> list[RemoteResult]:
-        """Renew the heartbeat, then run ``steps`` (with ``data`` as their stdin), in one round trip.
+    def refresh_then(
+        self,
+        steps: Sequence[Step],
+        *,
+        data: ByteSource | None = None,
+        timeout: float = COMMAND_TIMEOUT,
+    ) -> list[RemoteResult]:
+        """Renew the heartbeat, then run ``steps`` (with ``data`` as their stdin), in one round
+        trip.
 
         Busy (and none of the steps ran) if the lock is not ours any more. Returns the steps'
         results, up to the first that failed.
         """
-        refresh = Step(REFRESH_SCRIPT, (self.layout.lock, self.owner.token), "refreshing the device lock")
+        refresh = Step(
+            REFRESH_SCRIPT, (self.layout.lock, self.owner.token), "refreshing the device lock"
+        )
         results = run_steps(self.remote.transport, [refresh, *steps], data=data, timeout=timeout)
         if results[0].returncode == NOT_OURS:
             raise Busy(
-                f"device {self.remote.address} lost its lock {self.layout.lock}: another kzbuild judged it stale and took over",
-                hint=f"raise {LEASE_ENV} above the longest step (one file upload or checksum) of an operation",
+                f"device {self.remote.address} lost its lock {self.layout.lock}: another kzbuild "
+                "judged it stale and took over",
+                hint=f"raise {LEASE_ENV} above the longest step (one file upload or checksum) of "
+                "an operation",
             )
         self.remote.checked([refresh], results[:1])
         return results[1:]
@@ -200,7 +219,11 @@ class DeviceLock:
         self.released = True
         _held_tokens.discard(self.owner.token)
         if not ours:
-            log.warning("%s: the lock %s was no longer ours at release", self.remote.address, self.layout.lock)
+            log.warning(
+                "%s: the lock %s was no longer ours at release",
+                self.remote.address,
+                self.layout.lock,
+            )
 
     def release(self) -> None:
         """Remove the lock if it is still ours. A failure is logged, not raised: it must not hide
@@ -210,13 +233,21 @@ class DeviceLock:
         _held_tokens.discard(self.owner.token)
         try:
             if not remove_if_held_by(self.remote, self.layout, self.owner.token):
-                log.warning("%s: the lock %s was no longer ours at release", self.remote.address, self.layout.lock)
+                log.warning(
+                    "%s: the lock %s was no longer ours at release",
+                    self.remote.address,
+                    self.layout.lock,
+                )
         except KzError as exc:
-            log.warning("%s: could not release the lock %s: %s", self.remote.address, self.layout.lock, exc)
+            log.warning(
+                "%s: could not release the lock %s: %s", self.remote.address, self.layout.lock, exc
+            )
 
 
 @contextmanager
-def device_lock(transport: Transport, root: str, operation: str, *, wait: float = 0.0, then: Sequence[Step] = ()) -> Iterator[DeviceLock]:
+def device_lock(
+    transport: Transport, root: str, operation: str, *, wait: float = 0.0, then: Sequence[Step] = ()
+) -> Iterator[DeviceLock]:
     """Hold the device root's lock for ``operation``; wait up to ``wait`` seconds, then raise Busy.
 
     ``then`` runs right after the lock is taken, in the same round trip (results in ``lock.then``).
@@ -228,14 +259,19 @@ def device_lock(transport: Transport, root: str, operation: str, *, wait: float 
         lock.release()
 
 
-def acquire(remote: Remote, layout: Layout, operation: str, *, wait: float, then: Sequence[Step] = ()) -> DeviceLock:
-    """Take the lock, waiting up to ``wait`` seconds; ``then`` runs in the same round trip once it is taken
+def acquire(
+    remote: Remote, layout: Layout, operation: str, *, wait: float, then: Sequence[Step] = ()
+) -> DeviceLock:
+    """Take the lock, waiting up to ``wait`` seconds; ``then`` runs in the same round trip once it
+    is taken
     (their results, up to the first that failed, are the lock's ``then``)."""
     host, lease = host_name(), lease_seconds()
     since = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     owner = LockOwner(host, os.getpid(), since, operation, secrets.token_hex(8))
     deadline = time.monotonic() + wait
-    step = Step(ACQUIRE_SCRIPT, (layout.root, layout.lock, *owner.lines()), "taking the device lock")
+    step = Step(
+        ACQUIRE_SCRIPT, (layout.root, layout.lock, *owner.lines()), "taking the device lock"
+    )
     argv = step.argv
     broken: set[str] = set()  # tokens of stale locks removed: one seen again is not broken twice
     while True:
@@ -252,7 +288,12 @@ def acquire(remote: Remote, layout: Layout, operation: str, *, wait: float, then
         if is_stale(sighting, host=host, lease=lease) and sighting.token not in broken:
             broken.add(sighting.token)
             stale = sighting.owner
-            log.warning("%s: breaking the stale lock %s (%s)", remote.address, layout.lock, stale.describe() if stale else "no owner")
+            log.warning(
+                "%s: breaking the stale lock %s (%s)",
+                remote.address,
+                layout.lock,
+                stale.describe() if stale else "no owner",
+            )
             remove_if_held_by(remote, layout, sighting.token)
             continue
         remaining = deadline - time.monotonic()
@@ -288,22 +329,37 @@ def remove_if_held_by(remote: Remote, layout: Layout, token: str) -> bool:
         if not result.ok:
             raise remote.error(argv, result, what="removing the device lock")
         return True
-    raise Busy(f"device {remote.address}: the lock {layout.lock}.break stayed taken for {MUTEX_RETRIES * MUTEX_PAUSE:.0f} s")
+    raise Busy(
+        f"device {remote.address}: the lock {layout.lock}.break stayed taken for "
+        f"{MUTEX_RETRIES * MUTEX_PAUSE:.0f} s"
+    )
 
 
 def remove_step(layout: Layout, token: str) -> Step:
     grave = f"{layout.lock}.stale-{secrets.token_hex(6)}"
-    return Step(REMOVE_SCRIPT, (layout.lock, token, grave, str(int(lease_seconds()))), "removing the device lock")
+    return Step(
+        REMOVE_SCRIPT,
+        (layout.lock, token, grave, str(int(lease_seconds()))),
+        "removing the device lock",
+    )
 
 
-def _busy(remote: Remote, layout: Layout, sighting: LockSighting, wait: float, lease: float) -> Busy:
-    holder = sighting.owner.describe() if sighting.owner else f"a lock being taken (no owner yet, {sighting.heartbeat_age:.0f} s old)"
+def _busy(
+    remote: Remote, layout: Layout, sighting: LockSighting, wait: float, lease: float
+) -> Busy:
+    holder = (
+        sighting.owner.describe()
+        if sighting.owner
+        else f"a lock being taken (no owner yet, {sighting.heartbeat_age:.0f} s old)"
+    )
     waited = f" (waited {wait:g} s)" if wait else ""
     return Busy(
         f"device {remote.address} is busy: {holder}{waited}",
         hint=(
-            f"--wait SECONDS waits for it. A lock whose holder died is recovered by itself: at once when the holder "
-            f"ran on this host and its pid is gone, else when its heartbeat is older than {lease:g} s ({LEASE_ENV}). "
+            "--wait SECONDS waits for it. A lock whose holder died is recovered by itself: at "
+            "once when the holder "
+            "ran on this host and its pid is gone, else when its heartbeat is older than "
+            f"{lease:g} s ({LEASE_ENV}). "
             f"The lock is {layout.lock}"
         ),
     )
@@ -313,7 +369,9 @@ def holder(transport: Transport, root: str) -> LockSighting | None:
     """Who holds the device root's lock, as seen now (None: nobody); read only, never taken."""
     remote = Remote(transport)
     layout = Layout(root)
-    text = remote.run(["sh", "-c", SIGHT_SCRIPT, "kz", layout.lock], what="reading the device lock").text()
+    text = remote.run(
+        ["sh", "-c", SIGHT_SCRIPT, "kz", layout.lock], what="reading the device lock"
+    ).text()
     return _parse_sighting(text) if text.strip() else None
 
 

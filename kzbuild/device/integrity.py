@@ -37,10 +37,13 @@ MANIFESTS_SCRIPT = (
     'printf "\\n%s\\n" "--kz-release $r"; cat "$r/manifest.json" 2>/dev/null; done; true'
 )
 # $1 = objects, $2 = models, $3 = chunks. Their names, separated by "/" lines.
-LISTING_SCRIPT = 'ls -1 "$1" || exit 1; echo /; ls -1 "$2" 2>/dev/null; echo /; ls -1 "$3" 2>/dev/null; true'
+LISTING_SCRIPT = (
+    'ls -1 "$1" || exit 1; echo /; ls -1 "$2" 2>/dev/null; echo /; ls -1 "$3" 2>/dev/null; true'
+)
 # pairs of (object, release path): link under a temporary name, then rename over the path.
 RELINK_SCRIPT = (
-    'while [ "$#" -gt 1 ]; do t="$2.kz-relink"; mkdir -p "$(dirname "$2")" && rm -f "$t" && ln "$1" "$t" && mv -f "$t" "$2" || exit 1; '
+    'while [ "$#" -gt 1 ]; do t="$2.kz-relink"; mkdir -p "$(dirname "$2")" && rm -f "$t" && ln '
+    '"$1" "$t" && mv -f "$t" "$2" || exit 1; '
     "shift 2; done"
 )
 
@@ -75,8 +78,11 @@ def manifest_files(text: str) -> tuple[ArtifactFile, ...] | None:
 
 
 def release_files(remote: Remote, layout: Layout) -> dict[str, tuple[ArtifactFile, ...] | None]:
-    """Every release's files as its manifest.json lists them (None: no readable manifest), in one round trip."""
-    text = remote.script(MANIFESTS_SCRIPT, [layout.releases], what="reading the release manifests").text()
+    """Every release's files as its manifest.json lists them (None: no readable manifest), in one
+    round trip."""
+    text = remote.script(
+        MANIFESTS_SCRIPT, [layout.releases], what="reading the release manifests"
+    ).text()
     chunks: dict[str, list[str]] = {}
     lines: list[str] = []
     for line in text.split("\n"):
@@ -88,7 +94,10 @@ def release_files(remote: Remote, layout: Layout) -> dict[str, tuple[ArtifactFil
 
 
 def release_expectations(release: str, files: Iterable[ArtifactFile]) -> list[Expected]:
-    return [Expected("release", release, f"releases/{release}/{entry.path}", entry.sha256) for entry in files]
+    return [
+        Expected("release", release, f"releases/{release}/{entry.path}", entry.sha256)
+        for entry in files
+    ]
 
 
 def check(remote: Remote, layout: Layout, expected: Sequence[Expected]) -> list[Damage]:
@@ -112,8 +121,11 @@ def objects_check_step(layout: Layout, names: Sequence[str]) -> Step | None:
     return Step(OBJECTS_CHECK_SCRIPT, (layout.objects, scratch, *names), "checking stored contents")
 
 
-def relink(remote: Remote, layout: Layout, files_by_release: Mapping[str, Iterable[ArtifactFile]]) -> tuple[str, ...]:
-    """Point each listed release file at its (verified) object again; returns the paths, relative to the root."""
+def relink(
+    remote: Remote, layout: Layout, files_by_release: Mapping[str, Iterable[ArtifactFile]]
+) -> tuple[str, ...]:
+    """Point each listed release file at its (verified) object again; returns the paths, relative to
+    the root."""
     pairs: list[str] = []
     relinked: list[str] = []
     for release, files in sorted(files_by_release.items()):
@@ -121,12 +133,22 @@ def relink(remote: Remote, layout: Layout, files_by_release: Mapping[str, Iterab
             path = f"releases/{release}/{entry.path}"
             pairs += [layout.join("objects", entry.sha256), layout.join(path)]
             relinked.append(path)
-    remote.batched(["sh", "-c", RELINK_SCRIPT, "kz-relink"], pairs, group=2, what="relinking repaired contents")
+    remote.batched(
+        ["sh", "-c", RELINK_SCRIPT, "kz-relink"], pairs, group=2, what="relinking repaired contents"
+    )
     return tuple(relinked)
 
 
-def update_markers(remote: Remote, layout: Layout, marked: frozenset[str], *, damaged: Iterable[str] = (), intact: Iterable[str] = ()) -> None:
-    """Mark ``damaged`` releases, unmark ``intact`` ones; ``marked`` is what the device has marked now
+def update_markers(
+    remote: Remote,
+    layout: Layout,
+    marked: frozenset[str],
+    *,
+    damaged: Iterable[str] = (),
+    intact: Iterable[str] = (),
+) -> None:
+    """Mark ``damaged`` releases, unmark ``intact`` ones; ``marked`` is what the device has marked
+    now
     (so nothing runs when nothing changes)."""
     add = [layout.damage_marker(name) for name in damaged if name not in marked]
     drop = [layout.damage_marker(name) for name in intact if name in marked]
@@ -139,28 +161,68 @@ def verify_store(remote: Remote, layout: Layout) -> StoreReport:
     models/<sha256>.gguf and every chunk against its name; mark damaged releases and unmark intact
     ones; remove damaged chunks (deploy sends a chunk the device lacks)."""
     state = read_state(remote, layout)
-    listing = remote.script(LISTING_SCRIPT, [layout.objects, layout.models, layout.chunks], what="listing the content store").text().split("\n")
+    listing = (
+        remote.script(
+            LISTING_SCRIPT,
+            [layout.objects, layout.models, layout.chunks],
+            what="listing the content store",
+        )
+        .text()
+        .split("\n")
+    )
     object_names, model_names, chunk_names = sections(listing, 3, what="listing the content store")
     objects = [name for name in object_names if SHA256_RE.match(name)]
-    models = [name for name in model_names if name.endswith(MODEL_SUFFIX) and SHA256_RE.match(name.removesuffix(MODEL_SUFFIX))]
+    models = [
+        name
+        for name in model_names
+        if name.endswith(MODEL_SUFFIX) and SHA256_RE.match(name.removesuffix(MODEL_SUFFIX))
+    ]
     chunks = [name for name in chunk_names if CHUNK_NAME_RE.match(name)]
     expected = [Expected("object", name, f"objects/{name}", name) for name in objects]
     expected += [Expected("chunk", name, f"chunks/{name}", name) for name in chunks]
-    expected += [Expected("model", name, f"models/{name}", name.removesuffix(MODEL_SUFFIX)) for name in models]
+    expected += [
+        Expected("model", name, f"models/{name}", name.removesuffix(MODEL_SUFFIX))
+        for name in models
+    ]
     damage: list[Damage] = []
     manifests = release_files(remote, layout)
     for release, files in sorted(manifests.items()):
         if files is None:
-            damage.append(Damage("release", release, f"releases/{release}/{MANIFEST}", "a manifest listing the release's files", "missing or unreadable"))
+            damage.append(
+                Damage(
+                    "release",
+                    release,
+                    f"releases/{release}/{MANIFEST}",
+                    "a manifest listing the release's files",
+                    "missing or unreadable",
+                )
+            )
         else:
             expected += release_expectations(release, files)
     if state.current is not None and state.current not in manifests:
-        damage.append(Damage("release", state.current, "current", f"releases/{state.current}", MISSING))
+        damage.append(
+            Damage("release", state.current, "current", f"releases/{state.current}", MISSING)
+        )
     damage += check(remote, layout, expected)
-    remote.batched(["rm", "-f"], [layout.join(entry.path) for entry in damage if entry.kind == "chunk"], what="removing damaged chunks")
+    remote.batched(
+        ["rm", "-f"],
+        [layout.join(entry.path) for entry in damage if entry.kind == "chunk"],
+        what="removing damaged chunks",
+    )
     damaged = {entry.name for entry in damage if entry.kind == "release"}
-    update_markers(remote, layout, state.damaged, damaged=damaged, intact=(set(manifests) | state.damaged) - damaged)
+    update_markers(
+        remote,
+        layout,
+        state.damaged,
+        damaged=damaged,
+        intact=(set(manifests) | state.damaged) - damaged,
+    )
     return StoreReport(
-        device=remote.address, root=layout.root, objects=len(objects), releases=len(manifests), models=len(models), damage=tuple(damage),
+        device=remote.address,
+        root=layout.root,
+        objects=len(objects),
+        releases=len(manifests),
+        models=len(models),
+        damage=tuple(damage),
         chunks=len(chunks),
     )

@@ -9,7 +9,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kzbuild.adapters import proc
-from kzbuild.device.base import PUSH_MODE_BITS, ByteSink, ByteSource, ProgressFn, RemoteResult, device_full
+from kzbuild.device.base import (
+    PUSH_MODE_BITS,
+    ByteSink,
+    ByteSource,
+    ProgressFn,
+    RemoteResult,
+    device_full,
+)
 from kzbuild.errors import CommandFailed, DeviceError
 
 COPY_CHUNK = 1 << 20
@@ -40,12 +47,16 @@ class LocalTransport:
                 raise DeviceError(f"{self.address}: {exc.message}") from exc
             return RemoteResult(result.returncode, result.stdout, result.stderr.encode())
         try:
-            code, out, err = proc.run_split(argv, cwd=cwd, env=env, timeout=timeout, on_stdout=on_stdout, on_stderr=on_stderr)
+            code, out, err = proc.run_split(
+                argv, cwd=cwd, env=env, timeout=timeout, on_stdout=on_stdout, on_stderr=on_stderr
+            )
         except CommandFailed as exc:
             raise DeviceError(f"{self.address}: {exc.message}") from exc
         return RemoteResult(code, out, err)
 
-    def run_input(self, argv: Sequence[str], data: ByteSource, *, timeout: float | None = None) -> RemoteResult:
+    def run_input(
+        self, argv: Sequence[str], data: ByteSource, *, timeout: float | None = None
+    ) -> RemoteResult:
         try:
             code, out, err = proc.run_split(argv, timeout=timeout, stdin=data)
         except CommandFailed as exc:
@@ -56,7 +67,9 @@ class LocalTransport:
         self._copy(local, remote, 0, progress)
         os.chmod(remote, local.stat().st_mode & PUSH_MODE_BITS)
 
-    def append(self, local: Path, remote: str, *, offset: int, progress: ProgressFn | None = None) -> None:
+    def append(
+        self, local: Path, remote: str, *, offset: int, progress: ProgressFn | None = None
+    ) -> None:
         self._copy(local, remote, offset, progress)
 
     def _copy(self, local: Path, remote: str, offset: int, progress: ProgressFn | None) -> None:

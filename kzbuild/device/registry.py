@@ -19,13 +19,27 @@ from kzbuild.errors import ConfigError
 from kzbuild.model.device import DEFAULT_ROOT, Device
 
 DEVICES_FILE = "devices.yaml"  # in recipes/
-DEVICE_KEYS = ("description", "transport", "serial", "server", "host", "port", "user", "key", "root", "env", "runner")
+DEVICE_KEYS = (
+    "description",
+    "transport",
+    "serial",
+    "server",
+    "host",
+    "port",
+    "user",
+    "key",
+    "root",
+    "env",
+    "runner",
+)
 DEFAULT_ENV = (("LD_LIBRARY_PATH", "{current}/lib"), ("ADSP_LIBRARY_PATH", "{current}/lib"))
 ADB_SERIAL_TEXT = r"[^\s:/]+(?::\d+)?"  # a USB serial, or host:port for adb over TCP
 ADB_SERIAL = re.compile(f"^{ADB_SERIAL_TEXT}$")
 ADB_SPEC = re.compile(f"^adb:(?P<serial>{ADB_SERIAL_TEXT})(?::(?P<root>/.*))?$")
 # ssh://[user@]host[:port][/root]; the parts are checked one by one so the error names the bad one
-SSH_SPEC = re.compile(r"^ssh://(?:(?P<user>[^@/]*)@)?(?P<host>\[[^\]/]*\]|[^:/\[\]]*)(?::(?P<port>[^/]*))?(?P<root>/.*)?$")
+SSH_SPEC = re.compile(
+    r"^ssh://(?:(?P<user>[^@/]*)@)?(?P<host>\[[^\]/]*\]|[^:/\[\]]*)(?::(?P<port>[^/]*))?(?P<root>/.*)?$"
+)
 SSH_USER = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]*$")
 HOST_LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
 
@@ -58,8 +72,16 @@ def load_registry(settings: Settings) -> tuple[dict[str, Device], dict[str, tupl
             raise section.error(name, f"pool '{name}' has the name of a device")
         unknown = [m for m in members if m not in devices]
         if unknown or not members or len(set(members)) != len(members):
-            problem = f"unknown device(s) {', '.join(unknown)}" if unknown else "give distinct device names"
-            raise section.error(name, f"pool '{name}': {problem}", hint=f"its members are names under devices: ({', '.join(sorted(devices))})")
+            problem = (
+                f"unknown device(s) {', '.join(unknown)}"
+                if unknown
+                else "give distinct device names"
+            )
+            raise section.error(
+                name,
+                f"pool '{name}': {problem}",
+                hint=f"its members are names under devices: ({', '.join(sorted(devices))})",
+            )
         pools[name] = tuple(members)
     return devices, pools
 
@@ -91,8 +113,14 @@ def parse_device(name: str, entry: yamlconf.Mapping) -> Device:
         ("host", ssh_host_problem(entry.get_str("host") or "") if transport == "ssh" else None),
         ("user", ssh_user_problem(entry.get_str("user") or "") if "user" in entry else None),
         ("root", root_problem(root)),
-        ("serial", adb_serial_problem(entry.get_str("serial") or "") if transport == "adb" else None),
-        ("server", adb_server_problem(entry.get_str("server") or "") if "server" in entry else None),
+        (
+            "serial",
+            adb_serial_problem(entry.get_str("serial") or "") if transport == "adb" else None,
+        ),
+        (
+            "server",
+            adb_server_problem(entry.get_str("server") or "") if "server" in entry else None,
+        ),
     ):
         if problem is not None:
             raise entry.error(key, f"device {name}: {problem}")
@@ -103,7 +131,9 @@ def parse_device(name: str, entry: yamlconf.Mapping) -> Device:
         serial=entry.get_str("serial"),
         server=entry.get_str("server") if transport == "adb" else None,
         host=entry.get_str("host"),
-        port=int(port),  # port_problem() admitted an int or a string of digits ("2222" quoted in YAML)
+        port=int(
+            port
+        ),  # port_problem() admitted an int or a string of digits ("2222" quoted in YAML)
         user=entry.get_str("user"),
         key=entry.get_path("key"),
         env=tuple(env) if "env" in entry else DEFAULT_ENV,
@@ -127,10 +157,14 @@ def parse_device_spec(spec: str) -> Device | None:
     if spec.startswith("adb:"):
         match = ADB_SPEC.match(spec)
         if not match:
-            raise ConfigError(f"bad adb device spec '{spec}'", hint="use adb:SERIAL or adb:SERIAL:/root/path")
+            raise ConfigError(
+                f"bad adb device spec '{spec}'", hint="use adb:SERIAL or adb:SERIAL:/root/path"
+            )
         root = match["root"] or DEFAULT_ROOT
         _check_spec_part(spec, "root", root_problem(root))
-        return Device(name=spec, transport="adb", serial=match["serial"], root=root, env=DEFAULT_ENV)
+        return Device(
+            name=spec, transport="adb", serial=match["serial"], root=root, env=DEFAULT_ENV
+        )
     if spec.startswith("ssh://"):
         return _parse_ssh_spec(spec)
     if spec.startswith("local:"):
@@ -151,7 +185,9 @@ def _parse_ssh_spec(spec: str) -> Device:
         _check_spec_part(spec, "user", ssh_user_problem(user))
     if host.startswith("["):  # an IPv6 address is written in brackets in a URL, because of the port
         host = host[1:-1]
-        _check_spec_part(spec, "host", None if _is_ipv6(host) else f"[{host}] is not an IPv6 address")
+        _check_spec_part(
+            spec, "host", None if _is_ipv6(host) else f"[{host}] is not an IPv6 address"
+        )
     else:
         _check_spec_part(spec, "host", ssh_host_problem(host))
     port = 22
@@ -165,21 +201,33 @@ def _parse_ssh_spec(spec: str) -> Device:
         except UnicodeDecodeError:
             _check_spec_part(spec, "root", f"{root_text!r} has percent-escapes that are not UTF-8")
         _check_spec_part(spec, "root", root_problem(root))
-    return Device(name=spec, transport="ssh", host=host, port=port, user=user, root=root, env=DEFAULT_ENV)
+    return Device(
+        name=spec, transport="ssh", host=host, port=port, user=user, root=root, env=DEFAULT_ENV
+    )
 
 
-SSH_SPEC_HINT = "use ssh://user@host:port/root/path (port 1-65535, an IPv6 host in brackets: ssh://user@[::1]:22/root)"
+SSH_SPEC_HINT = (
+    "use ssh://user@host:port/root/path (port 1-65535, an IPv6 host in brackets: "
+    "ssh://user@[::1]:22/root)"
+)
 
 
 def _check_spec_part(spec: str, part: str, problem: str | None) -> None:
     if problem is not None:
-        raise ConfigError(f"bad {part} in device spec {spec!r}: {problem}", hint=SSH_SPEC_HINT if spec.startswith("ssh:") else None)
+        raise ConfigError(
+            f"bad {part} in device spec {spec!r}: {problem}",
+            hint=SSH_SPEC_HINT if spec.startswith("ssh:") else None,
+        )
 
 
 def ssh_user_problem(user: str) -> str | None:
-    """What is wrong with an ssh user name, or None (a password in the URL is refused: keys only)."""
+    """What is wrong with an ssh user name, or None (a password in the URL is refused: keys
+    only)."""
     if ":" in user:
-        return "a password does not belong in the spec; kzbuild uses keys or the agent, never passwords"
+        return (
+            "a password does not belong in the spec; kzbuild uses keys or the agent, never "
+            "passwords"
+        )
     if not SSH_USER.match(user):
         return f"{user!r} is not a user name (letters, digits, '.', '_', '-')"
     return None
@@ -207,12 +255,15 @@ def _is_ipv6(host: str) -> bool:
 
 def adb_serial_problem(serial: str) -> str | None:
     if not ADB_SERIAL.match(serial):
-        return f"{serial!r} is not an adb serial (no spaces; ':' only before a port, as in host:5555)"
+        return (
+            f"{serial!r} is not an adb serial (no spaces; ':' only before a port, as in host:5555)"
+        )
     return None
 
 
 def adb_server_problem(server: str) -> str | None:
-    """What is wrong with an adb server address (HOST:PORT, as ``adb -H HOST -P PORT`` takes), or None."""
+    """What is wrong with an adb server address (HOST:PORT, as ``adb -H HOST -P PORT`` takes), or
+    None."""
     host, colon, port = server.rpartition(":")
     if not colon or not host:
         return f"{server!r} is not HOST:PORT of an adb server"
@@ -230,14 +281,18 @@ def port_problem(port: object) -> str | None:
 
 def root_problem(root: str) -> str | None:
     """What is wrong with a device root, or None: an absolute path without control characters."""
-    if not root.startswith("/"):  # the store's paths would depend on the directory a command starts in
+    if not root.startswith(
+        "/"
+    ):  # the store's paths would depend on the directory a command starts in
         return f"{root!r} is not an absolute path"
     if any(ord(char) < 0x20 or ord(char) == 0x7F for char in root):
         return f"{root!r} holds control characters"
     return None
 
 
-def resolve_devices(settings: Settings, spec: str | None, default: str | None = None) -> list[Device]:
+def resolve_devices(
+    settings: Settings, spec: str | None, default: str | None = None
+) -> list[Device]:
     """A pool's members (a pool is named like a device), else the one device ``spec`` names."""
     wanted = spec or default or "local"
     if parse_device_spec(wanted) is None:
@@ -257,7 +312,8 @@ def resolve_device(settings: Settings, spec: str | None, default: str | None = N
     if wanted not in devices:
         raise ConfigError(
             f"no device named '{wanted}' in {devices_file(settings)}",
-            hint=f"known devices: {', '.join(sorted(devices))}; or use adb:SERIAL, ssh://user@host:port/ROOT, local:/path",
+            hint=f"known devices: {', '.join(sorted(devices))}; or use adb:SERIAL, "
+            "ssh://user@host:port/ROOT, local:/path",
         )
     return devices[wanted]
 
@@ -268,7 +324,8 @@ def device_env(device: Device, current: str) -> dict[str, str]:
 
 
 def connect(device: Device, **options: object) -> Transport:
-    """Open a transport to ``device``. ``options`` go to the transport (e.g. trust_new_host for ssh)."""
+    """Open a transport to ``device``. ``options`` go to the transport (e.g. trust_new_host for
+    ssh)."""
     if device.transport == "local":
         from kzbuild.device.local import LocalTransport
 

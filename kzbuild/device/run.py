@@ -48,33 +48,48 @@ def current_release(transport: Transport, device: Device) -> Release:
     path = PurePosixPath(lines[0].strip())
     if DAMAGED in lines[1:]:
         raise DeviceError(
-            f"{device.name}: the current release {path.name} is damaged: files of it do not match its manifest",
-            hint=f"kzbuild deploy --device {device.name} of that build repairs it; kzbuild device verify shows what is damaged",
+            f"{device.name}: the current release {path.name} is damaged: files of it do not match "
+            "its manifest",
+            hint=f"kzbuild deploy --device {device.name} of that build repairs it; kzbuild device "
+            "verify shows what is damaged",
         )
     release_dir = str(path if path.is_absolute() else PurePosixPath(device.root) / path)
     return load_release(transport, device, release_dir)
 
 
-# $1 = the device root, $2 = a release name: fails when the release is not there, says "damaged" when marked
-NAMED_RELEASE_SCRIPT = '[ -d "$1/releases/$2" ] || exit 1; if [ -e "$1/damaged/$2" ]; then echo damaged; fi; true'
+# $1 = the device root, $2 = a release name: fails when the release is not there, says "damaged"
+# when marked
+NAMED_RELEASE_SCRIPT = (
+    '[ -d "$1/releases/$2" ] || exit 1; if [ -e "$1/damaged/$2" ]; then echo damaged; fi; true'
+)
 
 
 def release_named(transport: Transport, device: Device, name: str) -> Release:
-    """A deployed release by its name (``DeployResult.release``), whether or not ``current`` points at it:
+    """A deployed release by its name (``DeployResult.release``), whether or not ``current`` points
+    at it:
     kzbuild ab and roll bench several releases without switching ``current`` between runs."""
-    found = None if "/" in name or name in ("", ".", "..") else transport.run(["sh", "-c", NAMED_RELEASE_SCRIPT, "kz", device.root, name])
+    found = (
+        None
+        if "/" in name or name in ("", ".", "..")
+        else transport.run(["sh", "-c", NAMED_RELEASE_SCRIPT, "kz", device.root, name])
+    )
     if found is None or not found.ok:
-        raise DeviceError(f"{device.name}: no release {name!r} is deployed (under {device.root}/releases)", hint=f"deploy it first: kzbuild deploy --device {device.name}")
+        raise DeviceError(
+            f"{device.name}: no release {name!r} is deployed (under {device.root}/releases)",
+            hint=f"deploy it first: kzbuild deploy --device {device.name}",
+        )
     if DAMAGED in found.text().split():
         raise DeviceError(
             f"{device.name}: the release {name} is damaged: files of it do not match its manifest",
-            hint=f"kzbuild deploy --device {device.name} of that build repairs it; kzbuild device verify shows what is damaged",
+            hint=f"kzbuild deploy --device {device.name} of that build repairs it; kzbuild device "
+            "verify shows what is damaged",
         )
     return load_release(transport, device, f"{device.root}/releases/{name}")
 
 
 def load_release(transport: Transport, device: Device, release_dir: str) -> Release:
-    """The release in ``release_dir`` (an absolute device path) with its manifest, when it has one."""
+    """The release in ``release_dir`` (an absolute device path) with its manifest, when it has
+    one."""
     manifest: Mapping[str, Any] = {}
     digest = None
     text = transport.run(["cat", f"{release_dir}/{MANIFEST}"])
@@ -87,16 +102,32 @@ def load_release(transport: Transport, device: Device, release_dir: str) -> Rele
         if isinstance(parsed, dict):
             manifest = parsed
         else:
-            log.warning("%s: %s/%s is not a JSON object; provenance will lack it", device.name, release_dir, MANIFEST)
+            log.warning(
+                "%s: %s/%s is not a JSON object; provenance will lack it",
+                device.name,
+                release_dir,
+                MANIFEST,
+            )
     else:
-        log.warning("%s: release %s has no %s; provenance will lack build inputs", device.name, release_dir, MANIFEST)
+        log.warning(
+            "%s: release %s has no %s; provenance will lack build inputs",
+            device.name,
+            release_dir,
+            MANIFEST,
+        )
     # deploy names a release after its build id (plus a digest when two artifacts share an id)
     build_id = manifest.get("build_id")
-    return Release(build_id=build_id if isinstance(build_id, str) else PurePosixPath(release_dir).name, dir=release_dir, manifest=manifest, manifest_sha256=digest)
+    return Release(
+        build_id=build_id if isinstance(build_id, str) else PurePosixPath(release_dir).name,
+        dir=release_dir,
+        manifest=manifest,
+        manifest_sha256=digest,
+    )
 
 
 def check_seconds(option: str, value: float | None, *, zero_ok: bool = False) -> None:
-    """A duration given on the command line: a finite number of seconds, above zero (or zero, when allowed)."""
+    """A duration given on the command line: a finite number of seconds, above zero (or zero, when
+    allowed)."""
     if value is None:
         return
     if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
@@ -118,10 +149,15 @@ def parse_env_assignments(items: Sequence[str]) -> dict[str, str]:
     return env
 
 
-def invocation(device: Device, release: Release, tool: str, args: Sequence[str], env: Mapping[str, str]) -> Invocation:
+def invocation(
+    device: Device, release: Release, tool: str, args: Sequence[str], env: Mapping[str, str]
+) -> Invocation:
     """The device's runner prefix, the release's tool, the device env plus ``env``; nothing else."""
     if not tool or "/" in tool or tool in (".", ".."):
-        raise ConfigError(f"'{tool}' is not a tool name", hint="name a program of the release's bin/, e.g. llama-bench")
+        raise ConfigError(
+            f"'{tool}' is not a tool name",
+            hint="name a program of the release's bin/, e.g. llama-bench",
+        )
     return Invocation(
         argv=(*device.runner_prefix, f"{release.dir}/bin/{tool}", *args),
         env={**device_env(device, release.dir), **env},
@@ -147,7 +183,14 @@ def under_peakrss(call: Invocation, release: Release, device: Device) -> Invocat
 
 
 def run_logged(
-    transport: Transport, call: Invocation, logs: Path, stem: str, *, timeout: float | None, on_stderr: ByteSink | None = None, out_suffix: str = ".json"
+    transport: Transport,
+    call: Invocation,
+    logs: Path,
+    stem: str,
+    *,
+    timeout: float | None,
+    on_stderr: ByteSink | None = None,
+    out_suffix: str = ".json",
 ) -> bytes:
     """Run ``call``, keeping its stderr in ``logs/STEM.stderr.log`` (as it comes) and its stdout in
     ``logs/STEM`` + ``out_suffix``; returns stdout. A failure is CommandFailed naming the log."""
@@ -159,10 +202,17 @@ def run_logged(
             if on_stderr:
                 on_stderr(chunk)
 
-        result = transport.run(call.argv, cwd=call.cwd, env=call.env, timeout=timeout, on_stderr=tee)
+        result = transport.run(
+            call.argv, cwd=call.cwd, env=call.env, timeout=timeout, on_stderr=tee
+        )
     (logs / f"{stem}{out_suffix}").write_bytes(result.stdout)
     if not result.ok:
-        raise CommandFailed(call.argv, result.returncode, stderr_log.read_text(errors="replace")[-4000:], hint=f"full log: {stderr_log}")
+        raise CommandFailed(
+            call.argv,
+            result.returncode,
+            stderr_log.read_text(errors="replace")[-4000:],
+            hint=f"full log: {stderr_log}",
+        )
     return result.stdout
 
 
@@ -171,7 +221,10 @@ def check_tool(transport: Transport, device: Device, release: Release, tool: str
         return
     listing = transport.run(["ls", f"{release.dir}/bin"])
     tools = " ".join(listing.text().split()) if listing.ok else "none"
-    raise ConfigError(f"{device.name}: release {release.build_id} has no tool '{tool}'", hint=f"its tools: {tools}")
+    raise ConfigError(
+        f"{device.name}: release {release.build_id} has no tool '{tool}'",
+        hint=f"its tools: {tools}",
+    )
 
 
 def run_in_release(
@@ -187,7 +240,8 @@ def run_in_release(
     on_stdout: ByteSink,
     on_stderr: ByteSink,
 ) -> tuple[Invocation, int]:
-    """Run ``tool`` of ``release`` (kzbuild run: the current one), streaming its output; returns what
+    """Run ``tool`` of ``release`` (kzbuild run: the current one), streaming its output; returns
+    what
     ran and its exit code."""
     for warning in env_warnings(settings, release, env):
         log.warning("%s", warning)
@@ -197,7 +251,14 @@ def run_in_release(
         call = under_peakrss(call, release, device)
     else:
         log.warning(NO_PEAKRSS, device.name, release.build_id, PEAKRSS)
-    result = transport.run(call.argv, cwd=call.cwd, env=call.env, timeout=timeout, on_stdout=on_stdout, on_stderr=on_stderr)
+    result = transport.run(
+        call.argv,
+        cwd=call.cwd,
+        env=call.env,
+        timeout=timeout,
+        on_stdout=on_stdout,
+        on_stderr=on_stderr,
+    )
     return call, result.returncode
 
 
@@ -211,12 +272,23 @@ def hexagon_env_names(settings: Settings, recipe: str) -> frozenset[str] | None:
     head = synced_head(settings, recipe)
     if head is None:
         return None
-    found = Git(settings.worktree(recipe)).run("grep", "-h", "-o", "-E", r'getenv\("GGML_HEXAGON_[A-Z0-9_]+"\)', head, "--", HEXAGON_SOURCES, check=False)
+    found = Git(settings.worktree(recipe)).run(
+        "grep",
+        "-h",
+        "-o",
+        "-E",
+        r'getenv\("GGML_HEXAGON_[A-Z0-9_]+"\)',
+        head,
+        "--",
+        HEXAGON_SOURCES,
+        check=False,
+    )
     return frozenset(GETENV_RE.findall(found.stdout))
 
 
 def synced_head(settings: Settings, recipe: str) -> str | None:
-    """The commit the recipe's worktree was synced to (its lock's head), when it is there; else None."""
+    """The commit the recipe's worktree was synced to (its lock's head), when it is there; else
+    None."""
     lock = read_lock(settings.recipes / f"{recipe}.lock.json")
     worktree = settings.worktree(recipe)
     if lock is None or not (worktree / ".git").exists() or not Git(worktree).has_commit(lock.head):
@@ -240,8 +312,12 @@ def env_warnings(settings: Settings, release: Release, env: Mapping[str, str]) -
         return [f"cannot check GGML_HEXAGON_* names: release {release.build_id} names no recipe"]
     known = hexagon_env_names(settings, recipe)
     if known is None:
-        return [f"cannot check GGML_HEXAGON_* names: recipe {recipe} is not synced here (kzbuild sync {recipe})"]
+        return [
+            f"cannot check GGML_HEXAGON_* names: recipe {recipe} is not synced here (kzbuild sync "
+            f"{recipe})"
+        ]
     return [
-        f"{name} is not read by ggml-hexagon at {recipe}'s pinned tree (known: {', '.join(sorted(known)) or 'none'})"
+        f"{name} is not read by ggml-hexagon at {recipe}'s pinned tree (known: "
+        f"{', '.join(sorted(known)) or 'none'})"
         for name in unknown_env(env, known)
     ]

@@ -1,4 +1,5 @@
-"""The ssh transport: paramiko, exec for commands (with stdin for deploy's tar streams), SFTP for single files, strict host keys.
+"""The ssh transport: paramiko, exec for commands (with stdin for deploy's tar streams), SFTP for
+single files, strict host keys.
 
 Authentication is by key or agent only (never a password). The server's host key must be in
 the known_hosts file already; an unknown or changed key is refused with its SHA256
@@ -24,7 +25,16 @@ from pathlib import Path
 
 import paramiko
 
-from kzbuild.device.base import PUSH_MODE_BITS, ByteSink, ByteSource, ProgressFn, RemoteResult, device_full, lacks_space, remote_command
+from kzbuild.device.base import (
+    PUSH_MODE_BITS,
+    ByteSink,
+    ByteSource,
+    ProgressFn,
+    RemoteResult,
+    device_full,
+    lacks_space,
+    remote_command,
+)
 from kzbuild.errors import DeviceError
 from kzbuild.model.device import Device
 
@@ -45,7 +55,9 @@ def default_known_hosts() -> Path:
 
 
 class SshTransport:
-    def __init__(self, device: Device, trust_new_host: bool = False, known_hosts: Path | None = None) -> None:
+    def __init__(
+        self, device: Device, trust_new_host: bool = False, known_hosts: Path | None = None
+    ) -> None:
         if not device.host:
             raise DeviceError(f"device {device.name} has no ssh host")
         self.device = device
@@ -73,7 +85,9 @@ class SshTransport:
         for entry in known.entries:
             for name in entry.hostnames:
                 self._client.get_host_keys().add(name, entry.key.get_name(), entry.key)
-        self._client.set_missing_host_key_policy(_UnknownHostKey(self, trust_new_host, known.revoked))
+        self._client.set_missing_host_key_policy(
+            _UnknownHostKey(self, trust_new_host, known.revoked)
+        )
         key = os.path.expanduser(self.device.key) if self.device.key else None
         if key and not os.path.isfile(key):
             raise DeviceError(f"{self.address}: ssh key {key} does not exist")
@@ -95,9 +109,11 @@ class SshTransport:
             raise DeviceError(
                 f"{self.address}: the host key of {exc.hostname} has CHANGED: the server offers "
                 f"{exc.key.get_name()} {exc.key.fingerprint}, but {self.known_hosts} holds "
-                f"{exc.expected_key.get_name()} {exc.expected_key.fingerprint}; refusing to connect",
+                f"{exc.expected_key.get_name()} {exc.expected_key.fingerprint}; "
+                "refusing to connect",
                 hint="if the device was really reinstalled, remove the old entry with "
-                f"ssh-keygen -R '{_known_hosts_name(self.device)}' -f {self.known_hosts} (--trust-new-host never replaces a key)",
+                f"ssh-keygen -R '{_known_hosts_name(self.device)}' -f {self.known_hosts} "
+                "(--trust-new-host never replaces a key)",
             ) from exc
         except paramiko.PasswordRequiredException as exc:
             raise DeviceError(
@@ -106,21 +122,30 @@ class SshTransport:
             ) from exc
         except paramiko.AuthenticationException as exc:
             raise DeviceError(
-                f"{self.address}: authentication failed for user {self.device.user or getpass.getuser()}: {exc}",
-                hint="set the device's key: in recipes/devices.yaml or load the key into ssh-agent; passwords are not used",
+                f"{self.address}: authentication failed for user "
+                f"{self.device.user or getpass.getuser()}: {exc}",
+                hint="set the device's key: in recipes/devices.yaml or load the key into "
+                "ssh-agent; passwords are not used",
             ) from exc
         except (socket.timeout, TimeoutError) as exc:
-            raise DeviceError(f"{self.address}: no answer from {self.host_label} within {CONNECT_TIMEOUT:.0f} s") from exc
+            raise DeviceError(
+                f"{self.address}: no answer from {self.host_label} within {CONNECT_TIMEOUT:.0f} s"
+            ) from exc
         except (OSError, paramiko.SSHException, EOFError) as exc:
-            raise DeviceError(f"{self.address}: cannot connect to {self.host_label}: {exc}") from exc
+            raise DeviceError(
+                f"{self.address}: cannot connect to {self.host_label}: {exc}"
+            ) from exc
 
     def _lost(self, doing: str, exc: BaseException) -> DeviceError:
         """A DeviceError for ``exc``: the connection is gone, or the server refused one request."""
         transport = self._client.get_transport()
         reason = str(exc) or type(exc).__name__
-        # paramiko's reader thread may not have noticed the drop yet, so the exception's kind counts too
+        # paramiko's reader thread may not have noticed the drop yet, so the exception's
+        # kind counts too
         if isinstance(exc, DROP_ERRORS) or transport is None or not transport.is_active():
-            return DeviceError(f"{self.address}: connection to {self.host_label} lost while {doing}: {reason}")
+            return DeviceError(
+                f"{self.address}: connection to {self.host_label} lost while {doing}: {reason}"
+            )
         return DeviceError(f"{self.address}: {doing} failed on {self.host_label}: {reason}")
 
     def _dropped(self, grace: float = 0.5) -> bool:
@@ -136,7 +161,8 @@ class SshTransport:
             time.sleep(0.02)
 
     def _session(self) -> paramiko.Channel:
-        """A new channel. Right after authentication sshd sends small messages of its own (host keys,
+        """A new channel. Right after authentication sshd sends small messages of its own (host
+        keys,
         debug lines) with Nagle's algorithm still on, so its answer to the first channel request
         waits for our ACK of them, which Linux delays ~40 ms. An SSH_MSG_IGNORE sent while that
         request waits carries the ACK (the server turns Nagle off with its first session)."""
@@ -173,13 +199,23 @@ class SshTransport:
         on_stdout: ByteSink | None = None,
         on_stderr: ByteSink | None = None,
     ) -> RemoteResult:
-        return self._exec(argv, remote_command(argv, cwd=cwd, env=env), timeout, on_stdout, on_stderr, None)
+        return self._exec(
+            argv, remote_command(argv, cwd=cwd, env=env), timeout, on_stdout, on_stderr, None
+        )
 
-    def run_input(self, argv: Sequence[str], data: ByteSource, *, timeout: float | None = None) -> RemoteResult:
+    def run_input(
+        self, argv: Sequence[str], data: ByteSource, *, timeout: float | None = None
+    ) -> RemoteResult:
         return self._exec(argv, remote_command(argv), timeout, None, None, data)
 
     def _exec(
-        self, argv: Sequence[str], command: str, timeout: float | None, on_stdout: ByteSink | None, on_stderr: ByteSink | None, data: ByteSource | None,
+        self,
+        argv: Sequence[str],
+        command: str,
+        timeout: float | None,
+        on_stdout: ByteSink | None,
+        on_stderr: ByteSink | None,
+        data: ByteSource | None,
     ) -> RemoteResult:
         log.info("%s $ %s", self.address, command)
         out, err = bytearray(), bytearray()
@@ -192,7 +228,9 @@ class SshTransport:
             try:
                 channel.exec_command(command)
                 if data is not None:
-                    feeder = threading.Thread(target=_feed, args=(channel, data, feed_failures), daemon=True)
+                    feeder = threading.Thread(
+                        target=_feed, args=(channel, data, feed_failures), daemon=True
+                    )
                     feeder.start()
                 while True:
                     if deadline is not None and time.monotonic() > deadline:
@@ -202,9 +240,15 @@ class SshTransport:
                         stdout_sink(channel.recv(65536))
                     while channel.recv_stderr_ready():
                         stderr_sink(channel.recv_stderr(65536))
-                    # sshd may send the exit status before the last output: read on to the end of the output
+                    # sshd may send the exit status before the last output:
+                    # read on to the end of the output
                     ended = channel.eof_received or channel.closed
-                    if ended and channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
+                    if (
+                        ended
+                        and channel.exit_status_ready()
+                        and not channel.recv_ready()
+                        and not channel.recv_stderr_ready()
+                    ):
                         break
                 code = channel.recv_exit_status()
                 if data is not None:
@@ -214,7 +258,9 @@ class SshTransport:
         except CONNECTION_ERRORS as exc:
             raise self._lost(f"running {argv[0]}", exc) from exc
         if code == -1 and self._dropped():
-            raise DeviceError(f"{self.address}: connection to {self.host_label} lost while running {argv[0]}")
+            raise DeviceError(
+                f"{self.address}: connection to {self.host_label} lost while running {argv[0]}"
+            )
         for failure in feed_failures:
             if not isinstance(failure, CONNECTION_ERRORS):
                 raise failure  # reading the local input failed
@@ -227,7 +273,9 @@ class SshTransport:
         except CONNECTION_ERRORS + (OSError,) as exc:
             raise self._lost(f"setting the mode of {remote}", exc) from exc
 
-    def append(self, local: Path, remote: str, *, offset: int, progress: ProgressFn | None = None) -> None:
+    def append(
+        self, local: Path, remote: str, *, offset: int, progress: ProgressFn | None = None
+    ) -> None:
         self._upload(local, remote, offset, progress)
 
     def _upload(self, local: Path, remote: str, offset: int, progress: ProgressFn | None) -> None:
@@ -235,7 +283,10 @@ class SshTransport:
         size = local.stat().st_size
         doing = f"uploading {local.name} to {remote}"
         try:
-            with open(local, "rb") as src, self._sftp_client().open(remote, "r+b" if offset else "wb") as dst:
+            with (
+                open(local, "rb") as src,
+                self._sftp_client().open(remote, "r+b" if offset else "wb") as dst,
+            ):
                 dst.set_pipelined(True)
                 src.seek(offset)
                 dst.seek(offset)
@@ -249,7 +300,9 @@ class SshTransport:
             if isinstance(exc, OSError) and exc.filename == str(local):
                 raise DeviceError(f"cannot read {local}: {exc.strerror}") from exc
             if not isinstance(exc, DROP_ERRORS) and self._full(remote, size - offset):
-                raise device_full(self.address, f"{doing} failed after {offset + sent} bytes") from exc
+                raise device_full(
+                    self.address, f"{doing} failed after {offset + sent} bytes"
+                ) from exc
             raise self._lost(f"{doing} ({offset + sent} bytes written)", exc) from exc
         if stored != size:
             # paramiko drops the errors of the last pipelined writes when it closes the file
@@ -259,7 +312,8 @@ class SshTransport:
             raise DeviceError(f"{self.address}: {detail}")
 
     def _full(self, remote: str, needed: int) -> bool:
-        """Whether the filesystem of ``remote`` lacks ``needed`` bytes: SFTP reports ENOSPC as a bare 'Failure'."""
+        """Whether the filesystem of ``remote`` lacks ``needed`` bytes: SFTP reports ENOSPC as a
+        bare 'Failure'."""
         return lacks_space(self, posixpath.dirname(remote), needed)
 
     def pull(self, remote: str, local: Path) -> None:
@@ -299,12 +353,15 @@ def _nudge(transport: paramiko.Transport, done: threading.Event) -> None:
 
 
 def _feed(channel: paramiko.Channel, data: ByteSource, failures: list[BaseException]) -> None:
-    """Send ``data`` as the command's stdin, then close it; a command that stopped reading ends this early."""
+    """Send ``data`` as the command's stdin, then close it; a command that stopped reading ends this
+    early."""
     try:
         for piece in data:
             channel.sendall(piece)
         channel.shutdown_write()
-    except BaseException as exc:  # handed to the caller's thread, which raises what is not a closed channel
+    except (
+        BaseException
+    ) as exc:  # handed to the caller's thread, which raises what is not a closed channel
         failures.append(exc)
 
 
@@ -338,26 +395,49 @@ def read_known_hosts(path: Path) -> KnownHosts:
         try:
             text = line.decode("ascii")
         except UnicodeDecodeError:
-            log.warning("%s:%d: skipped: not a known_hosts line (bytes that are not ASCII)", path, number)
+            log.warning(
+                "%s:%d: skipped: not a known_hosts line (bytes that are not ASCII)", path, number
+            )
             continue
         marker = text.split(None, 1)[0] if text.startswith("@") else None
         if marker == "@cert-authority":
-            log.warning("%s:%d: skipped: @cert-authority lines are not supported; list the host's own key", path, number)
+            log.warning(
+                "%s:%d: skipped: @cert-authority lines are not supported; list the host's own key",
+                path,
+                number,
+            )
             continue
         if marker not in (None, "@revoked"):
             log.warning("%s:%d: skipped: unknown marker %s", path, number, marker)
             continue
-        entry_text = " ".join(text.split()[1:] if marker else text.split())  # paramiko splits on single spaces only
+        entry_text = " ".join(
+            text.split()[1:] if marker else text.split()
+        )  # paramiko splits on single spaces only
         try:
             entry = paramiko.hostkeys.HostKeyEntry.from_line(entry_text, number)
-        except (paramiko.hostkeys.InvalidHostKey, paramiko.SSHException, ValueError, IndexError, struct.error) as exc:
+        except (
+            paramiko.hostkeys.InvalidHostKey,
+            paramiko.SSHException,
+            ValueError,
+            IndexError,
+            struct.error,
+        ) as exc:
             log.warning("%s:%d: skipped: unreadable key: %s", path, number, exc)
             continue
         if entry is None or entry.key is None:
-            log.warning("%s:%d: skipped: not 'HOSTS KEY-TYPE BASE64-KEY', or a key type kzbuild cannot use", path, number)
+            log.warning(
+                "%s:%d: skipped: not 'HOSTS KEY-TYPE BASE64-KEY', or a key type kzbuild cannot use",
+                path,
+                number,
+            )
             continue
         if not all(_valid_host_pattern(name) for name in entry.hostnames):
-            log.warning("%s:%d: skipped: a hashed host name (|1|salt|hash) that is not two base64 SHA-1 values", path, number)
+            log.warning(
+                "%s:%d: skipped: a hashed host name (|1|salt|hash) that is not two base64 SHA-1 "
+                "values",
+                path,
+                number,
+            )
             continue
         if marker == "@revoked":
             revoked.append((number, entry.key))
@@ -374,7 +454,11 @@ def _valid_host_pattern(name: str) -> bool:
         return bool(name)
     salt, _, digest = name[3:].partition("|")
     try:
-        return len(base64.b64decode(salt, validate=True)) == len(base64.b64decode(digest, validate=True)) == hashlib.sha1().digest_size
+        return (
+            len(base64.b64decode(salt, validate=True))
+            == len(base64.b64decode(digest, validate=True))
+            == hashlib.sha1().digest_size
+        )
     except ValueError:  # binascii.Error
         return False
 
@@ -386,25 +470,35 @@ def _known_hosts_name(device: Device) -> str:
 class _UnknownHostKey(paramiko.MissingHostKeyPolicy):
     """Refuse a host key that known_hosts lacks, or (trust_new_host) append it there."""
 
-    def __init__(self, transport: SshTransport, trust_new_host: bool, revoked: tuple[tuple[int, paramiko.PKey], ...]) -> None:
+    def __init__(
+        self,
+        transport: SshTransport,
+        trust_new_host: bool,
+        revoked: tuple[tuple[int, paramiko.PKey], ...],
+    ) -> None:
         self.transport = transport
         self.trust_new_host = trust_new_host
         self.revoked = revoked
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
         known_hosts = self.transport.known_hosts
         for line, revoked_key in self.revoked:
             if revoked_key.get_name() == key.get_name() and revoked_key.asbytes() == key.asbytes():
                 raise DeviceError(
-                    f"{self.transport.address}: the host key of {hostname} ({key.get_name()} {key.fingerprint}) "
+                    f"{self.transport.address}: the host key of {hostname} ({key.get_name()} "
+                    f"{key.fingerprint}) "
                     f"is marked @revoked in {known_hosts}:{line}; refusing to connect",
                     hint="a revoked key is never accepted, not even with --trust-new-host",
                 )
         if not self.trust_new_host:
             raise DeviceError(
-                f"{self.transport.address}: unknown host key for {hostname}: {key.get_name()} {key.fingerprint} "
+                f"{self.transport.address}: unknown host key for {hostname}: {key.get_name()} "
+                f"{key.fingerprint} "
                 f"(not in {known_hosts})",
-                hint="compare the fingerprint with the device's own (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub "
+                hint="compare the fingerprint with the device's own (ssh-keygen -lf "
+                "/etc/ssh/ssh_host_ed25519_key.pub "
                 f"on the device), then rerun with --trust-new-host to store it in {known_hosts}",
             )
         try:
@@ -412,5 +506,13 @@ class _UnknownHostKey(paramiko.MissingHostKeyPolicy):
             with open(known_hosts, "a", encoding="ascii") as handle:
                 handle.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
         except OSError as exc:
-            raise DeviceError(f"cannot store the host key of {hostname} in {known_hosts}: {exc.strerror}") from exc
-        log.warning("stored new host key %s %s for %s in %s", key.get_name(), key.fingerprint, hostname, known_hosts)
+            raise DeviceError(
+                f"cannot store the host key of {hostname} in {known_hosts}: {exc.strerror}"
+            ) from exc
+        log.warning(
+            "stored new host key %s %s for %s in %s",
+            key.get_name(),
+            key.fingerprint,
+            hostname,
+            known_hosts,
+        )

@@ -3,7 +3,8 @@
 Every device command costs a round trip (a new ssh channel, or an ``adb shell``, and a shell on
 the device), so deploy runs the scripts that follow each other without a decision in between
 as one command: :data:`SEQUENCE_SCRIPT` runs each step's script in a subshell with the step's
-arguments as ``"$@"`` (a fork, no new shell to start), one after the other, ends each step's stdout and stderr with a marker line that carries its exit code, and stops
+arguments as ``"$@"`` (a fork, no new shell to start), one after the other, ends each step's stdout
+and stderr with a marker line that carries its exit code, and stops
 after the first step that fails. The scripts stay constant strings and every argument stays a
 positional argument quoted by :func:`~kzbuild.device.base.remote_command`: the sequence only
 ``eval``s references like ``"${3}"``, never data.
@@ -32,7 +33,7 @@ SEQUENCE_SCRIPT = (
     'kz_m=$1; shift; while [ "$#" -gt 0 ]; do kz_s=$1 kz_n=$2; shift 2; kz_a=; kz_i=1; '
     'while [ "$kz_i" -le "$kz_n" ]; do kz_a="$kz_a \\"\\${$kz_i}\\""; kz_i=$((kz_i + 1)); done; '
     'eval "(set -- $kz_a; eval \\"\\$kz_s\\")"; kz_rc=$?; shift "$kz_n"; '
-    "printf '\\n%s %s\\n' \"$kz_m\" \"$kz_rc\"; printf '\\n%s %s\\n' \"$kz_m\" \"$kz_rc\" >&2; "
+    'printf \'\\n%s %s\\n\' "$kz_m" "$kz_rc"; printf \'\\n%s %s\\n\' "$kz_m" "$kz_rc" >&2; '
     '[ "$kz_rc" = 0 ] || exit "$kz_rc"; done'
 )
 
@@ -51,28 +52,43 @@ class Step:
 
 
 def run_steps(
-    transport: Transport, steps: Sequence[Step], *, data: ByteSource | None = None, timeout: float | None = None,
+    transport: Transport,
+    steps: Sequence[Step],
+    *,
+    data: ByteSource | None = None,
+    timeout: float | None = None,
 ) -> list[RemoteResult]:
     """Run ``steps`` in order as one device command, ``data`` (if any) as the stdin they share.
 
-    Returns one result per step that ran: all of them, or up to the first that failed (the last one).
+    Returns one result per step that ran: all of them, or up to the first that failed (the last
+    one).
     """
     if not steps:
         raise ValueError("no steps")
     if len(steps) == 1:
         argv = steps[0].argv
-        return [transport.run(argv, timeout=timeout) if data is None else transport.run_input(argv, data, timeout=timeout)]
+        return [
+            transport.run(argv, timeout=timeout)
+            if data is None
+            else transport.run_input(argv, data, timeout=timeout)
+        ]
     marker = MARK + secrets.token_hex(8)
     argv = ["sh", "-c", SEQUENCE_SCRIPT, "kz", marker]
     for step in steps:
         argv += [step.script, str(len(step.args)), *step.args]
-    result = transport.run(argv, timeout=timeout) if data is None else transport.run_input(argv, data, timeout=timeout)
+    result = (
+        transport.run(argv, timeout=timeout)
+        if data is None
+        else transport.run_input(argv, data, timeout=timeout)
+    )
     mark = f"\n{marker} ".encode()
     outs, codes = _frames(result.stdout, mark)
     errs, _ = _frames(result.stderr, mark)
     results: list[RemoteResult] = []
     for index, code in enumerate(codes[: len(steps)]):
-        results.append(RemoteResult(int(code) if code.isdigit() else 1, outs[index], _at(errs, index)))
+        results.append(
+            RemoteResult(int(code) if code.isdigit() else 1, outs[index], _at(errs, index))
+        )
         if not results[-1].ok:
             return results
     if len(results) == len(steps):
@@ -80,11 +96,14 @@ def run_steps(
     cut = len(results)  # the step that was running when the sequence ended
     if result.returncode != 0:
         return [*results, RemoteResult(result.returncode, outs[cut], _at(errs, cut))]
-    raise DeviceError(f"{transport.address}: the device's shell ended, exit 0, before {steps[cut].what} finished")
+    raise DeviceError(
+        f"{transport.address}: the device's shell ended, exit 0, before {steps[cut].what} finished"
+    )
 
 
 def _frames(data: bytes, mark: bytes) -> tuple[list[bytes], list[str]]:
-    """Each step's output, then what came after the last marker; and the exit code each marker gave."""
+    """Each step's output, then what came after the last marker; and the exit code each marker
+    gave."""
     pieces = data.split(mark)
     bodies, codes = [pieces[0]], []
     for piece in pieces[1:]:

@@ -3,11 +3,13 @@ and symlinks switched with one rename.
 
 Layout under the device root (ROOT)::
 
-    objects/<sha256>              content store; a file enters only after sha256sum on the device matched
+    objects/<sha256>              content store; a file enters only after sha256sum on the device
+    matched
     chunks/, chunklists/          the chunks deploy builds objects from (kzbuild.device.chunkstore)
     incoming/<name>               uploads in progress: a cut upload resumes from what arrived
     releases/<release>/           one per build: hard links into objects/, plus manifest.json
-    releases/.staging-<release>-<random>/  a release being assembled; renamed into place once complete
+    releases/.staging-<release>-<random>/  a release being assembled; renamed into place once
+    complete
     damaged/<release>             marker: that release failed verification (run and bench refuse it)
     current -> releases/<release>
     deploys.log                   one line per switch of current (time, action, release)
@@ -19,14 +21,17 @@ Nothing is ever written through a hard link: every write goes to a fresh name (i
 a staging dir, .switch/) and is renamed into place, so a content in objects/ and the releases
 linking it change only by a rename that replaces a whole file.
 
-Only commands Android's toybox has are used (sh, mkdir -p, ls -1 -ln, readlink, cat, stat -c, tar -x, xargs,
-sha256sum, chmod, ln, mv -f, rm, find -links, dirname, head -n, cut, sort, comm). ``mv -T`` is avoided (older toybox lacks it):
+Only commands Android's toybox has are used (sh, mkdir -p, ls -1 -ln, readlink, cat, stat -c, tar
+-x, xargs,
+sha256sum, chmod, ln, mv -f, rm, find -links, dirname, head -n, cut, sort, comm). ``mv -T`` is
+avoided (older toybox lacks it):
 a new symlink is made in ``.switch/`` and moved *into* its directory, which is one rename(2)
 that replaces the old symlink (mv does not follow a symlink it replaces).
 
 Every device command is a round trip (a new ssh channel or ``adb shell``, and a shell on the
 device), so related steps run as one ``sh -c`` with a constant script, and scripts that follow
-each other run as one command (:mod:`kzbuild.device.steps`; the ``*_step`` functions here). The data (paths, names) always goes in as positional arguments quoted by
+each other run as one command (:mod:`kzbuild.device.steps`; the ``*_step`` functions here). The data
+(paths, names) always goes in as positional arguments quoted by
 ``remote_command``; nothing from a manifest or a file name is pasted into a script.
 """
 
@@ -47,7 +52,9 @@ from kzbuild.errors import DeviceError
 
 log = logging.getLogger(__name__)
 
-NAME_HEX = 32  # a chunk's name: 128 bits of its sha256 (a collision only makes a file fail its check)
+NAME_HEX = (
+    32  # a chunk's name: 128 bits of its sha256 (a collision only makes a file fail its check)
+)
 
 GNU_ESCAPE = re.compile(r"\\(.)")
 ARGV_BUDGET = 60_000  # bytes of arguments per remote command (Android allows far more)
@@ -63,45 +70,61 @@ STORE_DIRS = "objects chunks chunklists incoming releases .switch damaged"
 # the first line, then the release names, a "/" line, then the releases marked damaged.
 STATE_SCRIPT = (
     'mkdir -p "$1" && cd "$1" || exit 1; '
-    f'for d in {STORE_DIRS}; do '
+    f"for d in {STORE_DIRS}; do "
     'if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then rm -f "$d" || exit 1; fi; '
     'mkdir -p "$d" || exit 1; done; mkdir -p models || exit 1; '
-    'for f in objects/* chunks/*; do '
+    "for f in objects/* chunks/*; do "
     'if [ -L "$f" ] || { [ -e "$f" ] && [ ! -f "$f" ]; }; then rm -rf "$f" || exit 1; fi; done; '
     'printf "%s\\n" "$(readlink current)"; ls -1 releases && echo / && ls -1 damaged'
 )
-# $1 = a store dir, $2 = incoming, optionally $3 = another dir. Prints the store's names, a "/" line,
-# then "size name" per partial upload (from one ls -ln); with $3, a "/" line and the first name in $3.
+# $1 = a store dir, $2 = incoming, optionally $3 = another dir. Prints the store's names, a "/"
+# line,
+# then "size name" per partial upload (from one ls -ln); with $3, a "/" line and the first name in
+# $3.
 # A partial upload with other hard links is removed: appending to it would write through them.
 INVENTORY_SCRIPT = (
     'ls -1 "$1" || exit 1; echo /; cd "$2" || exit 1; ls -ln | while read -r p l u g s rest; do '
-    'case $p in -*) ;; *) continue ;; esac; n=${rest##* }; if [ "$l" -gt 1 ]; then rm -f "$n"; else echo "$s $n"; fi; done; '
+    'case $p in -*) ;; *) continue ;; esac; n=${rest##* }; if [ "$l" -gt 1 ]; then rm -f "$n"; '
+    'else echo "$s $n"; fi; done; '
     'if [ -n "$3" ]; then echo /; ls -1 "$3" | head -n 1; fi; true'
 )
 # $1 = mode, $2 = store dir, then verified uploads: set their mode, rename them into the store.
 STORE_SCRIPT = 'mode=$1 dest=$2; shift 2; chmod "$mode" "$@" && mv -f "$@" "$dest"'
-# $1 = ROOT, $2 = the staging dir, $3 = the manifest in incoming/, $4 = the release dir, which must not
-# exist (all relative to ROOT); stdin: a tar of the manifest, the NUL-separated list of executables ($3.exec) and
+# $1 = ROOT, $2 = the staging dir, $3 = the manifest in incoming/, $4 = the release dir, which
+# must not
+# exist (all relative to ROOT); stdin: a tar of the manifest, the NUL-separated list of
+# executables ($3.exec) and
 # the staging dir's hard links into objects/. A content stored before without an exec bit gains it.
 RELEASE_SCRIPT = (
-    'cd "$1" || exit 1; staging=$2 manifest=$3 release=$4; rm -rf "$staging" && tar -x -f - || exit 1; '
+    'cd "$1" || exit 1; staging=$2 manifest=$3 release=$4; rm -rf "$staging" && tar -x -f - || '
+    "exit 1; "
     'if [ -s "$manifest.exec" ]; then xargs -0 chmod 755 < "$manifest.exec" || exit 1; fi; '
-    'rm -f "$manifest.exec" && mv -f "$manifest" "$staging/manifest.json" && [ ! -e "$release" ] && mv "$staging" "$release"'
+    'rm -f "$manifest.exec" && mv -f "$manifest" "$staging/manifest.json" && [ ! -e "$release" ] '
+    '&& mv "$staging" "$release"'
 )
-# $1 = ROOT, then releases to remove (with their damage markers); what cut deploys left behind goes too.
+# $1 = ROOT, then releases to remove (with their damage markers); what cut deploys left behind
+# goes too.
 PRUNE_SCRIPT = (
-    'cd "$1" || exit 1; shift; for r in "$@"; do rm -rf "releases/$r" "damaged/$r" || exit 1; done; '
+    'cd "$1" || exit 1; shift; for r in "$@"; do rm -rf "releases/$r" "damaged/$r" || exit 1; '
+    "done; "
     "rm -rf releases/.staging-* incoming/manifest.json-* incoming/.kz-* "
-    "incoming/.lists-* incoming/.plan-* incoming/.store-*"  # the last three: what older kzbuilds left
+    # the last three: what older kzbuilds left
+    "incoming/.lists-* incoming/.plan-* incoming/.store-*"
 )
 # $1 = ROOT. Drops the chunk lists of objects that are gone, then the chunks no list names.
 CHUNK_GC_SCRIPT = (
-    'cd "$1" || exit 1; for l in chunklists/*; do [ -f "$l" ] && [ ! -e "objects/${l##*/}" ] && rm -f "$l"; done; '
-    "cat chunklists/* 2>/dev/null | cut -d ' ' -f 1 | LC_ALL=C sort -u > incoming/.keep && ls -1 chunks | LC_ALL=C sort > incoming/.have "
-    "&& comm -23 incoming/.have incoming/.keep | (cd chunks && xargs rm -f) && rm -f incoming/.keep incoming/.have"
+    'cd "$1" || exit 1; for l in chunklists/*; do [ -f "$l" ] && [ ! -e "objects/${l##*/}" ] && rm '
+    '-f "$l"; done; '
+    "cat chunklists/* 2>/dev/null | cut -d ' ' -f 1 | LC_ALL=C sort -u > incoming/.keep && ls -1 "
+    "chunks | LC_ALL=C sort > incoming/.have "
+    "&& comm -23 incoming/.have incoming/.keep | (cd chunks && xargs rm -f) && rm -f "
+    "incoming/.keep incoming/.have"
 )
 # $1 = ROOT. Prints where current points, then "damaged" when that release carries a damage marker.
-CURRENT_SCRIPT = 't=$(readlink "$1/current") || exit 1; printf "%s\\n" "$t"; if [ -e "$1/damaged/${t##*/}" ]; then echo damaged; fi; true'
+CURRENT_SCRIPT = (
+    't=$(readlink "$1/current") || exit 1; printf "%s\\n" "$t"; if [ -e "$1/damaged/${t##*/}" ]; '
+    "then echo damaged; fi; true"
+)
 DAMAGED = "damaged"  # CURRENT_SCRIPT's word for a marked release
 # $1 = the deploy log; prints it, or nothing when there is none yet.
 HISTORY_SCRIPT = 'cat "$1" 2>/dev/null; true'
@@ -187,7 +210,14 @@ class Remote:
     def address(self) -> str:
         return self.transport.address
 
-    def run(self, argv: Sequence[str], *, what: str, check: bool = True, timeout: float = COMMAND_TIMEOUT) -> RemoteResult:
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        what: str,
+        check: bool = True,
+        timeout: float = COMMAND_TIMEOUT,
+    ) -> RemoteResult:
         result = self.transport.run(argv, timeout=timeout)
         if check and not result.ok:
             raise self.error(argv, result, what=what)
@@ -196,24 +226,50 @@ class Remote:
     def error(self, argv: Sequence[str], result: RemoteResult, *, what: str) -> DeviceError:
         """The DeviceError for a failed command; a full disk is named as such."""
         stderr = result.stderr.decode(errors="replace").strip()
-        detail = f"{what} failed (exit {result.returncode}): {shlex.join(argv)}" + (f"\n{stderr}" if stderr else "")
+        detail = f"{what} failed (exit {result.returncode}): {shlex.join(argv)}" + (
+            f"\n{stderr}" if stderr else ""
+        )
         if NO_SPACE in stderr:
             return device_full(self.address, detail)
         return DeviceError(f"{self.address}: {detail}")
 
     def checked(self, steps: Sequence[Step], results: Sequence[RemoteResult]) -> list[RemoteResult]:
-        """``results`` of :func:`~kzbuild.device.steps.run_steps`, or the error of the step that failed."""
+        """``results`` of :func:`~kzbuild.device.steps.run_steps`, or the error of the step that
+        failed."""
         for step, result in zip(steps, results, strict=False):  # results stop at the first failure
             if not result.ok:
                 raise self.error(step.argv, result, what=step.what)
         return list(results)
 
-    def script(self, script: str, args: Sequence[str], *, what: str, check: bool = True, timeout: float = COMMAND_TIMEOUT) -> RemoteResult:
-        return self.run(Step(script, tuple(args), what).argv, what=what, check=check, timeout=timeout)
+    def script(
+        self,
+        script: str,
+        args: Sequence[str],
+        *,
+        what: str,
+        check: bool = True,
+        timeout: float = COMMAND_TIMEOUT,
+    ) -> RemoteResult:
+        return self.run(
+            Step(script, tuple(args), what).argv, what=what, check=check, timeout=timeout
+        )
 
-    def batched(self, command: Sequence[str], args: Sequence[str], *, what: str, group: int = 1, check: bool = True, timeout: float = COMMAND_TIMEOUT) -> list[RemoteResult]:
-        """Run ``command + args`` in as few calls as the argv budget allows; ``group`` args stay together."""
-        return [self.run([*command, *batch], what=what, check=check, timeout=timeout) for batch in batches(args, group)]
+    def batched(
+        self,
+        command: Sequence[str],
+        args: Sequence[str],
+        *,
+        what: str,
+        group: int = 1,
+        check: bool = True,
+        timeout: float = COMMAND_TIMEOUT,
+    ) -> list[RemoteResult]:
+        """Run ``command + args`` in as few calls as the argv budget allows; ``group`` args stay
+        together."""
+        return [
+            self.run([*command, *batch], what=what, check=check, timeout=timeout)
+            for batch in batches(args, group)
+        ]
 
     def lines(self, argv: Sequence[str], *, what: str) -> list[str] | None:
         """stdout lines of argv, or None when it fails (a missing file or link)."""
@@ -255,7 +311,8 @@ class HistoryEntry:
 
 
 def read_state(remote: Remote, layout: Layout) -> DeviceState:
-    """Create the layout if needed; where current points and which releases exist (one round trip)."""
+    """Create the layout if needed; where current points and which releases exist (one round
+    trip)."""
     step = state_step(layout)
     return parse_state(remote.run(step.argv, what=step.what))
 
@@ -274,7 +331,10 @@ def sections(lines: list[str], count: int, *, what: str) -> list[list[str]]:
         else:
             parts[-1].append(line)
     if len(parts) < count:
-        raise DeviceError(f"{what}: the device's answer was cut short (it holds {len(parts) - 1} of {count - 1} '/' lines)")
+        raise DeviceError(
+            f"{what}: the device's answer was cut short (it holds {len(parts) - 1} of {count - 1} "
+            "'/' lines)"
+        )
     return parts
 
 
@@ -322,11 +382,16 @@ def by_recency(state: DeviceState, history: Sequence[HistoryEntry]) -> list[str]
 def switch_step(layout: Layout, release: str, action: str) -> Step:
     """The step that points current at releases/<release> and logs it (see :func:`check_switch`)."""
     entry = HistoryEntry(datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), action, release)
-    return point_step(layout, layout.current, posixpath.join("releases", release), log_line=entry.line())
+    return point_step(
+        layout, layout.current, posixpath.join("releases", release), log_line=entry.line()
+    )
 
 
-def point(remote: Remote, layout: Layout, link: str, target: str, *, log_line: str | None = None) -> None:
-    """Make the symlink ``link`` point at ``target`` with one rename; append ``log_line`` to the deploy log."""
+def point(
+    remote: Remote, layout: Layout, link: str, target: str, *, log_line: str | None = None
+) -> None:
+    """Make the symlink ``link`` point at ``target`` with one rename; append ``log_line`` to the
+    deploy log."""
     step = point_step(layout, link, target, log_line=log_line)
     check_switch(remote, link, step, remote.run(step.argv, what=step.what))
 
@@ -345,7 +410,9 @@ def check_switch(remote: Remote, link: str, step: Step, result: RemoteResult) ->
     target = step.args[1]
     now = result.text().strip()
     if now != target:
-        raise DeviceError(f"{remote.address}: {link} points at {now or 'nothing'} after the switch, not {target}")
+        raise DeviceError(
+            f"{remote.address}: {link} points at {now or 'nothing'} after the switch, not {target}"
+        )
 
 
 # --- uploads: resume, verify on the device, then rename into the store ---
@@ -373,7 +440,8 @@ class SendStats:
 
 
 def inventory(remote: Remote, layout: Layout, store_dir: str, other: str = "") -> Inventory:
-    """What ``store_dir`` holds, what a cut upload left in incoming/, and whether ``other`` is empty."""
+    """What ``store_dir`` holds, what a cut upload left in incoming/, and whether ``other`` is
+    empty."""
     step = inventory_step(layout, store_dir, other)
     return parse_inventory(remote.run(step.argv, what=step.what), other)
 
@@ -383,7 +451,9 @@ def inventory_step(layout: Layout, store_dir: str, other: str = "") -> Step:
 
 
 def parse_inventory(result: RemoteResult, other: str = "") -> Inventory:
-    stored, partial, *rest = sections(result.text().splitlines(), 3 if other else 2, what="listing the content store")
+    stored, partial, *rest = sections(
+        result.text().splitlines(), 3 if other else 2, what="listing the content store"
+    )
     return Inventory(frozenset(stored), sizes_of(partial), not any(rest[0]) if rest else True)
 
 
@@ -397,13 +467,23 @@ def sizes_of(lines: list[str]) -> dict[str, int]:
     return sizes
 
 
-def send(remote: Remote, layout: Layout, store_dir: str, uploads: Sequence[Upload], partial: dict[str, int], on_progress: ProgressCallback | None) -> SendStats:
+def send(
+    remote: Remote,
+    layout: Layout,
+    store_dir: str,
+    uploads: Sequence[Upload],
+    partial: dict[str, int],
+    on_progress: ProgressCallback | None,
+) -> SendStats:
     """Upload to incoming/ (resuming what ``partial`` says arrived), check every sha256 on the
     device, then move the files into ``store_dir``."""
     if not uploads:
         return SendStats()
     resumable = isinstance(remote.transport, Resumable)
-    offsets = {up.name: partial.get(up.name, 0) if resumable and partial.get(up.name, 0) <= up.size else 0 for up in uploads}
+    offsets = {
+        up.name: partial.get(up.name, 0) if resumable and partial.get(up.name, 0) <= up.size else 0
+        for up in uploads
+    }
     total = sum(up.size - offsets[up.name] for up in uploads)
     done = 0
     for up in uploads:
@@ -430,15 +510,28 @@ def send(remote: Remote, layout: Layout, store_dir: str, uploads: Sequence[Uploa
     bad = [up for up in uploads if found.get(posixpath.join(layout.incoming, up.name)) != up.sha256]
     _store(remote, layout, store_dir, [up for up in uploads if up not in bad])
     if bad:
-        remote.batched(["rm", "-f"], [posixpath.join(layout.incoming, up.name) for up in bad], what="removing corrupt uploads")
-        raise mismatch_error(remote, len(bad), bad[0], found.get(posixpath.join(layout.incoming, bad[0].name), "no checksum (is sha256sum installed?)"))
+        remote.batched(
+            ["rm", "-f"],
+            [posixpath.join(layout.incoming, up.name) for up in bad],
+            what="removing corrupt uploads",
+        )
+        raise mismatch_error(
+            remote,
+            len(bad),
+            bad[0],
+            found.get(
+                posixpath.join(layout.incoming, bad[0].name),
+                "no checksum (is sha256sum installed?)",
+            ),
+        )
     return SendStats(bytes_sent=done, bytes_resumed=sum(offsets.values()))
 
 
 def mismatch_error(remote: Remote, count: int, example: Upload, found: str) -> DeviceError:
     """The error for uploads whose sha256 on the device did not match (they were removed)."""
     return DeviceError(
-        f"{remote.address}: sha256 mismatch on the device for {count} file(s), e.g. {example.label}: "
+        f"{remote.address}: sha256 mismatch on the device for {count} file(s), e.g. "
+        f"{example.label}: "
         f"expected {example.sha256}, got {found}; the corrupt uploads were removed",
         hint=f"if {example.local} changed after the manifest was written, rebuild; otherwise rerun",
     )
@@ -448,7 +541,13 @@ def device_sha256(remote: Remote, paths: Sequence[str]) -> dict[str, str]:
     """sha256 of each device path as the device computes it, in as few calls as the argv budget
     allows; a path that is missing or unreadable is absent from the result."""
     found: dict[str, str] = {}
-    for result in remote.batched(["sha256sum"], paths, what="checking sha256 on the device", check=False, timeout=VERIFY_TIMEOUT):
+    for result in remote.batched(
+        ["sha256sum"],
+        paths,
+        what="checking sha256 on the device",
+        check=False,
+        timeout=VERIFY_TIMEOUT,
+    ):
         found.update(parse_sha256sum(result.text().split("\n")))
     return found
 
@@ -471,4 +570,8 @@ def _store(remote: Remote, layout: Layout, store_dir: str, verified: Sequence[Up
         by_mode.setdefault(up.mode, []).append(posixpath.join(layout.incoming, up.name))
     for mode, paths in by_mode.items():
         for batch in batches(paths):
-            remote.script(STORE_SCRIPT, [f"{mode:o}", store_dir + "/", *batch], what="moving verified files into the store")
+            remote.script(
+                STORE_SCRIPT,
+                [f"{mode:o}", store_dir + "/", *batch],
+                what="moving verified files into the store",
+            )

@@ -6,10 +6,12 @@ at the pin. Each is a real sync of its own series (a derived recipe with the rec
 series is a subset, synced in turn into one scratch worktree ``WORK/ab/<recipe>/src`` and built
 in one build dir, so a variant recompiles only what its patches change), a content-addressed
 build (shared artifacts: the full stack is the same build as ``kzbuild build RECIPE``), and a
-deploy (only contents the device lacks move). A later patch that does not apply without the one left out makes that
+deploy (only contents the device lacks move). A later patch that does not apply without the one left
+out makes that
 variant unbuildable: reported, never skipped in silence.
 
-The variants are benched in interleaved blocks (:mod:`kzbuild.measure.interleave`), and for each patch,
+The variants are benched in interleaved blocks (:mod:`kzbuild.measure.interleave`), and for each
+patch,
 test and configuration the report gives the full stack's median against the variant's with a
 95% bootstrap interval (:func:`kzbuild.measure.stats.median_effect`, over each turn's median: the
 repetitions of one llama-bench run are not independent). Patches may declare the effect they
@@ -45,7 +47,18 @@ from kzbuild.measure.compare import describe_config, describe_env, varying_env
 from kzbuild.measure.interleave import MAX_BLOCKS, check_cooling, run_interleaved, thermal_zones
 from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.stats import SEEDS, fresh_seed, median_effect
-from kzbuild.model.ab import ALL_MINUS, FULL, MINUS, UPSTREAM, AbResult, AbRun, ExpectCheck, PatchEffect, VariantBuild, VariantSpec
+from kzbuild.model.ab import (
+    ALL_MINUS,
+    FULL,
+    MINUS,
+    UPSTREAM,
+    AbResult,
+    AbRun,
+    ExpectCheck,
+    PatchEffect,
+    VariantBuild,
+    VariantSpec,
+)
 from kzbuild.model.artifact import Artifact
 from kzbuild.model.bench import BenchSpec
 from kzbuild.model.build import BuildEvent, BuildOptions
@@ -66,12 +79,17 @@ AB_DIR = "ab"  # WORK/ab/<recipe>/<variant>/
 
 
 # --- the variants ---
-def variant_specs(series: Sequence[str], live: Sequence[str], selection: Sequence[str] = ()) -> list[VariantSpec]:
+def variant_specs(
+    series: Sequence[str], live: Sequence[str], selection: Sequence[str] = ()
+) -> list[VariantSpec]:
     """The full stack, the stack without each live patch, and bare upstream; or the ``selection`` of
     them (names as reported, ``minus`` for every ``minus:`` variant). The full stack is always in:
     every effect is measured against it."""
     full = VariantSpec(FULL, tuple(series))
-    minus = [VariantSpec(MINUS + patch, tuple(name for name in series if name != patch), without=patch) for patch in live]
+    minus = [
+        VariantSpec(MINUS + patch, tuple(name for name in series if name != patch), without=patch)
+        for patch in live
+    ]
     every = [full, *minus, VariantSpec(UPSTREAM, ())]
     if not selection:
         return every
@@ -80,18 +98,31 @@ def variant_specs(series: Sequence[str], live: Sequence[str], selection: Sequenc
         if name not in known and name != ALL_MINUS:
             raise ConfigError(
                 f"there is no variant '{name}'",
-                hint=f"variants: {', '.join(sorted(known))}, or '{ALL_MINUS}' for every stack without one live patch",
+                hint=f"variants: {', '.join(sorted(known))}, or '{ALL_MINUS}' for every stack "
+                "without one live patch",
             )
     wanted = set(selection)
-    return [spec for spec in every if spec.name == FULL or spec.name in wanted or (spec.without is not None and ALL_MINUS in wanted)]
+    return [
+        spec
+        for spec in every
+        if spec.name == FULL
+        or spec.name in wanted
+        or (spec.without is not None and ALL_MINUS in wanted)
+    ]
 
 
 def check_selection(selection: Sequence[str]) -> None:
     """Variant names of a selection: full, upstream, minus, or minus:PATCH (whether PATCH is live
     shows once the full stack is synced)."""
     for name in selection:
-        if name not in (FULL, UPSTREAM, ALL_MINUS) and not (name.startswith(MINUS) and len(name) > len(MINUS)):
-            raise ConfigError(f"there is no variant '{name}'", hint=f"variants: {FULL}, {UPSTREAM}, {MINUS}PATCH, or '{ALL_MINUS}' for every stack without one live patch")
+        if name not in (FULL, UPSTREAM, ALL_MINUS) and not (
+            name.startswith(MINUS) and len(name) > len(MINUS)
+        ):
+            raise ConfigError(
+                f"there is no variant '{name}'",
+                hint=f"variants: {FULL}, {UPSTREAM}, {MINUS}PATCH, or '{ALL_MINUS}' for every "
+                "stack without one live patch",
+            )
 
 
 def ab_work(settings: Settings, recipe: Recipe) -> Path:
@@ -117,11 +148,19 @@ def derive(settings: Settings, recipe: Recipe, spec: VariantSpec) -> tuple[Setti
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(entries[name], target)
     series = patches / "series"
-    series.write_text(f"# kzbuild ab: {recipe.name}, variant {spec.name}\n" + "".join(f"{name}\n" for name in spec.patches), encoding="utf-8")
+    series.write_text(
+        f"# kzbuild ab: {recipe.name}, variant {spec.name}\n"
+        + "".join(f"{name}\n" for name in spec.patches),
+        encoding="utf-8",
+    )
     toolchains = configured_paths_file(settings)
-    if toolchains.is_file():  # the toolchain paths configured for this project hold for its variants too
+    if (
+        toolchains.is_file()
+    ):  # the toolchain paths configured for this project hold for its variants too
         shutil.copyfile(toolchains, configured_paths_file(replace(settings, work=work)))
-    return replace(settings, work=work), replace(recipe, path=folder / recipe.path.name, series=series)
+    return replace(settings, work=work), replace(
+        recipe, path=folder / recipe.path.name, series=series
+    )
 
 
 def build_variant(
@@ -137,12 +176,25 @@ def build_variant(
     """Sync and build one variant; returns it, its artifact, and the patches its sync applied
     (not skipped as upstreamed). A patch that does not apply makes the variant's problem."""
     variant_settings, derived = derive(settings, recipe, spec)
-    shared = replace(options, artifacts=options.artifacts or builder.artifacts_root(settings))  # one content-addressed store
+    shared = replace(
+        options, artifacts=options.artifacts or builder.artifacts_root(settings)
+    )  # one content-addressed store
     try:
-        prepared = builder.prepare(variant_settings, derived, target, environ=environ, options=shared, progress=progress)
+        prepared = builder.prepare(
+            variant_settings, derived, target, environ=environ, options=shared, progress=progress
+        )
     except PatchError as exc:
         left_out = f" without {spec.without}" if spec.without else ""
-        return VariantBuild(spec, None, False, problem=f"{exc.message}{' (the stack' + left_out + ')' if left_out else ''}"), None, ()
+        return (
+            VariantBuild(
+                spec,
+                None,
+                False,
+                problem=f"{exc.message}{' (the stack' + left_out + ')' if left_out else ''}",
+            ),
+            None,
+            (),
+        )
     result = builder.build(prepared, progress=progress)
     applied = tuple(p.file for p in prepared.lock.patches if p.commit)
     return VariantBuild(spec, result.artifact.build_id, result.reused), result.artifact, applied
@@ -165,14 +217,35 @@ def build_variants(
     def report(spec: VariantSpec) -> Callable[[BuildEvent], None] | None:
         return (lambda event: progress(spec, event)) if progress else None
 
-    with locked(ab_work(settings, recipe) / ".lock", what=f"the ab worktree of {recipe.name}", wait=0):
+    with locked(
+        ab_work(settings, recipe) / ".lock", what=f"the ab worktree of {recipe.name}", wait=0
+    ):
         full_spec = VariantSpec(FULL, tuple(series))
-        full, artifact, live = build_variant(settings, recipe, full_spec, target, environ=environ, options=options, progress=report(full_spec))
+        full, artifact, live = build_variant(
+            settings,
+            recipe,
+            full_spec,
+            target,
+            environ=environ,
+            options=options,
+            progress=report(full_spec),
+        )
         if full.problem:
-            raise PatchError(f"the full stack of {recipe.name} does not apply: {full.problem}", hint=f"kzbuild sync {recipe.name} shows it in the recipe's worktree")
+            raise PatchError(
+                f"the full stack of {recipe.name} does not apply: {full.problem}",
+                hint=f"kzbuild sync {recipe.name} shows it in the recipe's worktree",
+            )
         built = [(full, artifact)]
         for spec in variant_specs(series, live, selection)[1:]:
-            variant, artifact, _ = build_variant(settings, recipe, spec, target, environ=environ, options=options, progress=report(spec))
+            variant, artifact, _ = build_variant(
+                settings,
+                recipe,
+                spec,
+                target,
+                environ=environ,
+                options=options,
+                progress=report(spec),
+            )
             if variant.problem:
                 log.warning("variant %s cannot be built: %s", spec.name, variant.problem)
             built.append((variant, artifact))
@@ -195,7 +268,9 @@ def deploy_variants(
             deployed[variant.spec.name] = variant
             continue
         result = deploy(transport, device, artifact, on_progress=on_progress, wait=wait)
-        deployed[variant.spec.name] = replace(variant, release=result.release, bytes_sent=result.bytes_sent)
+        deployed[variant.spec.name] = replace(
+            variant, release=result.release, bytes_sent=result.bytes_sent
+        )
     return [deployed[variant.spec.name] for variant, _ in built]
 
 
@@ -228,13 +303,25 @@ def effects(
             effect = median_effect(
                 _medians(turns), _medians(full[key]), seed=seed, min_effect_pct=min_effect_pct
             )
-            config = " ".join(part for part in (describe_config(first), describe_env((k, v) for k, v in first.env_set if k in shown_env)) if part)
+            config = " ".join(
+                part
+                for part in (
+                    describe_config(first),
+                    describe_env((k, v) for k, v in first.env_set if k in shown_env),
+                )
+                if part
+            )
             found.append(
                 PatchEffect(
-                    variant=spec.name, patch=spec.without, test=first.test, config=config,
-                    full_median=statistics.median(_medians(full[key])), variant_median=statistics.median(_medians(turns)), effect=effect,
+                    variant=spec.name,
+                    patch=spec.without,
+                    test=first.test,
+                    config=config,
+                    full_median=statistics.median(_medians(full[key])),
+                    variant_median=statistics.median(_medians(turns)),
+                    effect=effect,
                 )
-            )  # fmt: skip
+            )
     return found
 
 
@@ -250,7 +337,9 @@ def _medians(records: Sequence[BenchRecord]) -> list[float]:
     return [float(r.summary.median) for r in records if r.summary.median]
 
 
-def check_expectations(declared: Sequence[Expectation], measured: Sequence[PatchEffect], device: str) -> list[ExpectCheck]:
+def check_expectations(
+    declared: Sequence[Expectation], measured: Sequence[PatchEffect], device: str
+) -> list[ExpectCheck]:
     """Each declared effect against the measured ones of its patch and metric: contradicted when
     any configuration's interval lies wholly on the other side of zero."""
     checks = []
@@ -258,12 +347,23 @@ def check_expectations(declared: Sequence[Expectation], measured: Sequence[Patch
         if expectation.device != device:
             checks.append(ExpectCheck(expectation, "other device", ()))
             continue
-        matching = tuple(e for e in measured if e.patch == expectation.patch and e.test == expectation.metric)
+        matching = tuple(
+            e for e in measured if e.patch == expectation.patch and e.test == expectation.metric
+        )
         if not matching:
             checks.append(ExpectCheck(expectation, "not measured", ()))
         elif any(e.effect.contradicts(expectation.pct) for e in matching):
-            checks.append(ExpectCheck(expectation, "contradicted", tuple(e for e in matching if e.effect.contradicts(expectation.pct))))
-        elif any(e.effect.detectable and (e.effect.delta_pct > 0) == (expectation.pct > 0) for e in matching):
+            checks.append(
+                ExpectCheck(
+                    expectation,
+                    "contradicted",
+                    tuple(e for e in matching if e.effect.contradicts(expectation.pct)),
+                )
+            )
+        elif any(
+            e.effect.detectable and (e.effect.delta_pct > 0) == (expectation.pct > 0)
+            for e in matching
+        ):
             checks.append(ExpectCheck(expectation, "confirmed", matching))
         elif all(e.effect.verdict is EffectVerdict.NONE for e in matching):
             checks.append(ExpectCheck(expectation, "no detectable effect", matching))
@@ -272,21 +372,29 @@ def check_expectations(declared: Sequence[Expectation], measured: Sequence[Patch
     return checks
 
 
-def markdown(found: Sequence[PatchEffect], variants: Sequence[VariantBuild], checks: Sequence[ExpectCheck]) -> str:
+def markdown(
+    found: Sequence[PatchEffect], variants: Sequence[VariantBuild], checks: Sequence[ExpectCheck]
+) -> str:
     """The report as a markdown table (plus unbuildable variants and the declared effects)."""
     lines = [
-        "| patch | test | configuration | full stack t/s | without it t/s | what it buys (full vs without, 95% interval) |",
+        "| patch | test | configuration | full stack t/s | without it t/s | what it buys (full vs "
+        "without, 95% interval) |",
         "|---|---|---|---:|---:|---|",
     ]
     for e in found:
         patch = e.patch or "whole stack (vs upstream)"
-        lines.append(f"| {patch} | {e.test} | {e.config} | {e.full_median:.2f} | {e.variant_median:.2f} | {e.effect.describe()} |")
+        lines.append(
+            f"| {patch} | {e.test} | {e.config} | {e.full_median:.2f} | {e.variant_median:.2f} | "
+            f"{e.effect.describe()} |"
+        )
     for variant in variants:
         if variant.problem:
             lines.append(f"\n**{variant.spec.name} could not be built:** {variant.problem}")
     if checks:
         lines += ["", "| patch | Kz-Expect | verdict |", "|---|---|---|"]
-        lines += [f"| {c.expectation.patch} | {c.expectation.describe()} | {c.verdict} |" for c in checks]
+        lines += [
+            f"| {c.expectation.patch} | {c.expectation.describe()} | {c.verdict} |" for c in checks
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -304,19 +412,31 @@ def plot_effects(found: Sequence[PatchEffect], out: Path) -> Path:
     figure, axes = plt.subplots(figsize=(11, height))
     ys = list(range(len(found)))
     deltas = [e.effect.delta_pct for e in found]
-    errors = [[e.effect.delta_pct - e.effect.low_pct for e in found], [e.effect.high_pct - e.effect.delta_pct for e in found]]
-    colors = ["tab:green" if e.effect.low_pct > 0 else "tab:red" if e.effect.high_pct < 0 else "tab:gray" for e in found]
+    errors = [
+        [e.effect.delta_pct - e.effect.low_pct for e in found],
+        [e.effect.high_pct - e.effect.delta_pct for e in found],
+    ]
+    colors = [
+        "tab:green" if e.effect.low_pct > 0 else "tab:red" if e.effect.high_pct < 0 else "tab:gray"
+        for e in found
+    ]
     axes.barh(ys, deltas, xerr=errors, color=colors, capsize=3)
     axes.axvline(0, color="black", linewidth=0.8)
     axes.set_yticks(ys, labels, fontsize=7)
     axes.invert_yaxis()
-    axes.set_xlabel("what the patch buys: full stack vs the stack without it, % (median, 95% bootstrap interval; gray: no detectable effect)")
+    axes.set_xlabel(
+        "what the patch buys: full stack vs the stack without it, % (median, 95% bootstrap "
+        "interval; gray: no detectable effect)"
+    )
     axes.grid(True, axis="x", alpha=0.3)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         figure.savefig(out, format="png", dpi=100, bbox_inches="tight")
     except OSError as exc:
-        raise ConfigError(f"cannot write the plot to {out}: {exc.strerror}", hint="--plot names a PNG file in a writable folder") from None
+        raise ConfigError(
+            f"cannot write the plot to {out}: {exc.strerror}",
+            hint="--plot names a PNG file in a writable folder",
+        ) from None
     finally:
         plt.close(figure)
     return out
@@ -381,17 +501,31 @@ def run_ab(
         thermal_zones(transport, device, cooling)  # a device without them fails before any build
     if quality_spec is not None and selection and quality_spec.reference not in selection:
         selection = (*selection, quality_spec.reference)  # the variant whose logits are the base
-    built = build_variants(settings, recipe, target, environ=environ, selection=selection, options=options, progress=on_build)
-    if quality_spec is not None:  # before any run: a tree that prints other statistics is refused, not misread
-        quality.check_worktree_formats(replace(settings, work=ab_work(settings, recipe)).worktree(recipe.name))
+    built = build_variants(
+        settings,
+        recipe,
+        target,
+        environ=environ,
+        selection=selection,
+        options=options,
+        progress=on_build,
+    )
+    if (
+        quality_spec is not None
+    ):  # before any run: a tree that prints other statistics is refused, not misread
+        quality.check_worktree_formats(
+            replace(settings, work=ab_work(settings, recipe)).worktree(recipe.name)
+        )
     variants = deploy_variants(transport, device, built, wait=wait, on_progress=on_deploy)
     if quality_spec is not None:
         quality.check_tools(transport, device, variants)
     arms = [Arm(v.spec.name, v.release) for v in variants if v.release is not None]
     if len(arms) < 2:
         raise ConfigError(
-            f"nothing to compare: only {', '.join(a.name for a in arms) or 'no variant'} could be built",
-            hint="; ".join(f"{v.spec.name}: {v.problem}" for v in variants if v.problem) or "select more variants",
+            f"nothing to compare: only {', '.join(a.name for a in arms) or 'no variant'} could be "
+            "built",
+            hint="; ".join(f"{v.spec.name}: {v.problem}" for v in variants if v.problem)
+            or "select more variants",
         )
     seed = fresh_seed(seed)
     started = clock()
@@ -428,8 +562,28 @@ def run_ab(
         benched = [v.spec for v in variants if v.release is not None]
         measured = effects(records, benched, seed=seed, min_effect_pct=min_effect_pct)
     checks = check_expectations(expected, measured, device.name)
-    judged = quality.check_ab(settings, transport, device, variants, quality_spec, specs[0][1].model, on_variant=on_quality) if quality_spec else ((), ())
+    judged = (
+        quality.check_ab(
+            settings,
+            transport,
+            device,
+            variants,
+            quality_spec,
+            specs[0][1].model,
+            on_variant=on_quality,
+        )
+        if quality_spec
+        else ((), ())
+    )
     return AbResult(
-        recipe=recipe.name, device=device.name, target=target, seed=seed, variants=tuple(variants), runs=tuple(runs),
-        effects=tuple(measured), checks=tuple(checks), quality=judged[0], patch_quality=judged[1],
-    )  # fmt: skip
+        recipe=recipe.name,
+        device=device.name,
+        target=target,
+        seed=seed,
+        variants=tuple(variants),
+        runs=tuple(runs),
+        effects=tuple(measured),
+        checks=tuple(checks),
+        quality=judged[0],
+        patch_quality=judged[1],
+    )

@@ -38,12 +38,33 @@ from kzbuild.errors import BadRecord, ConfigError, DeviceError
 from kzbuild.measure.memory import check_recipe_formats, memory_of
 from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.stats import fresh_seed
-from kzbuild.model.bench import BENCH_OPTIONS, ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchPart, BenchPoint, BenchRun, BenchSpec, DeviceState, LlamaBenchTest, SweepAxis
+from kzbuild.model.bench import (
+    BENCH_OPTIONS,
+    ENV_AXIS_PREFIX,
+    OPTIONS_BY_NAME,
+    BenchPart,
+    BenchPoint,
+    BenchRun,
+    BenchSpec,
+    DeviceState,
+    LlamaBenchTest,
+    SweepAxis,
+)
 from kzbuild.model.device import Device
 from kzbuild.model.jsonfields import Fields, check_scalar, show, tool_json
 from kzbuild.model.memory import MemoryInfo
 from kzbuild.model.provenance import Provenance, toolchain_versions
-from kzbuild.model.result import MAX_SAMPLES, NOT_CONFIG_FIELDS, BenchRecord, BuildInfo, DeviceInfo, ModelInfo, SweepInfo, VariantInfo, bench_test_name
+from kzbuild.model.result import (
+    MAX_SAMPLES,
+    NOT_CONFIG_FIELDS,
+    BenchRecord,
+    BuildInfo,
+    DeviceInfo,
+    ModelInfo,
+    SweepInfo,
+    VariantInfo,
+    bench_test_name,
+)
 from kzbuild.model.run import Release
 
 log = logging.getLogger(__name__)
@@ -112,7 +133,9 @@ def parse_probe(text: str) -> DeviceState:
         elif key:
             facts[key] = value
     if facts.get("android.fingerprint"):
-        fingerprint = {k: facts[k] for k in ("android.fingerprint", "android.soc_model") if facts.get(k)}
+        fingerprint = {
+            k: facts[k] for k in ("android.fingerprint", "android.soc_model") if facts.get(k)
+        }
     else:
         fingerprint = {"uname": facts.get("uname", "")}
     conditions: dict[str, Any] = {"thermal_c": thermal}
@@ -153,7 +176,9 @@ def parse_sweep(text: str) -> SweepAxis:
         except ValueError as exc:
             raise ConfigError(f"--sweep '{text}': {exc}") from None
     elif name not in OPTIONS_BY_NAME:
-        raise ConfigError(f"--sweep '{text}': unknown axis '{name}'", hint=f"axes: {axes}, env:NAME")
+        raise ConfigError(
+            f"--sweep '{text}': unknown axis '{name}'", hint=f"axes: {axes}, env:NAME"
+        )
     parsed = tuple(values.split(","))
     if "" in parsed or len(set(parsed)) != len(parsed):
         raise ConfigError(f"--sweep '{text}': values must be non-empty and distinct")
@@ -170,9 +195,14 @@ AT_LEAST_ONE = ("t", "b", "ub", "r")  # threads, batch sizes and repetitions of 
 
 
 def option_value_problem(name: str, value: str) -> str | None:
-    """What llama-bench would misread in the value of option ``name`` (p n ngl t b ub dev r), or None."""
+    """What llama-bench would misread in the value of option ``name`` (p n ngl t b ub dev r), or
+    None."""
     if name == "dev":
-        return None if value.strip() and not value.startswith("-") else f"-dev '{value}' is not a device list (e.g. HTP0 or none)"
+        return (
+            None
+            if value.strip() and not value.startswith("-")
+            else f"-dev '{value}' is not a device list (e.g. HTP0 or none)"
+        )
     for item in value.split(","):
         if not BENCH_NUMBER.match(item):
             return f"-{name} '{value}' is not a list of counts like 128,512 (no negative numbers)"
@@ -184,7 +214,9 @@ def option_value_problem(name: str, value: str) -> str | None:
 def check_spec(spec: BenchSpec) -> None:
     """Reject requests llama-bench or the sweep would misread."""
     if not spec.model.strip() or spec.model.startswith("-"):
-        raise ConfigError(f"--model '{spec.model}' is not a model path", hint="e.g. -m models/tiny.gguf")
+        raise ConfigError(
+            f"--model '{spec.model}' is not a model path", hint="e.g. -m models/tiny.gguf"
+        )
     for name, value in spec.options:
         problem = option_value_problem(name, value)
         if problem:
@@ -202,7 +234,9 @@ def check_spec(spec: BenchSpec) -> None:
         seen.add(axis.name)
         fixed = dict(spec.env) if axis.env_name else dict(spec.options)
         if (axis.env_name or axis.name) in fixed:
-            raise ConfigError(f"{axis.name} is both swept and fixed", hint="drop the fixed value or the sweep")
+            raise ConfigError(
+                f"{axis.name} is both swept and fixed", hint="drop the fixed value or the sweep"
+            )
 
 
 def sweep_size_check(axes: Sequence[SweepAxis]) -> None:
@@ -220,9 +254,13 @@ def sweep_size_check(axes: Sequence[SweepAxis]) -> None:
 def plan(spec: BenchSpec) -> tuple[int, list[BenchPoint]]:
     """The cartesian product of the sweep axes in a random order; returns (seed, points)."""
     seed = fresh_seed(spec.seed)
-    combos = list(itertools.product(*[[(axis.name, value) for value in axis.values] for axis in spec.sweep]))
+    combos = list(
+        itertools.product(*[[(axis.name, value) for value in axis.values] for axis in spec.sweep])
+    )
     random.Random(seed).shuffle(combos)
-    return seed, [BenchPoint(index=i, total=len(combos), values=tuple(c)) for i, c in enumerate(combos)]
+    return seed, [
+        BenchPoint(index=i, total=len(combos), values=tuple(c)) for i, c in enumerate(combos)
+    ]
 
 
 def spec_env_names(spec: BenchSpec) -> dict[str, str]:
@@ -241,34 +279,50 @@ def llama_bench_args(spec: BenchSpec, point: BenchPoint) -> list[str]:
     return args + list(spec.extra_args)
 
 
-def parse_llama_bench_json(stdout: bytes, *, source: str = "llama-bench output") -> list[LlamaBenchTest]:
+def parse_llama_bench_json(
+    stdout: bytes, *, source: str = "llama-bench output"
+) -> list[LlamaBenchTest]:
     """The tests of ``llama-bench -o json`` output, every field checked before anything is stored;
     raises BadRecord naming the test, the key and the value."""
     tests = tool_json(stdout, source=source, tool="llama-bench", item="test")
     if not isinstance(tests, list) or not tests:
         raise BadRecord(f"{source}: expected a non-empty JSON list of tests, got {show(tests)}")
     if len(tests) > MAX_TESTS:
-        raise BadRecord(f"{source}: {len(tests)} tests in one run; more than {MAX_TESTS} is not llama-bench output")
-    return [parse_llama_bench_test(test, where=f"{source}: test {index}") for index, test in enumerate(tests)]
+        raise BadRecord(
+            f"{source}: {len(tests)} tests in one run; more than {MAX_TESTS} is not llama-bench "
+            "output"
+        )
+    return [
+        parse_llama_bench_test(test, where=f"{source}: test {index}")
+        for index, test in enumerate(tests)
+    ]
 
 
 def parse_llama_bench_test(data: object, *, where: str) -> LlamaBenchTest:
     fields = Fields(data, where)
-    n_prompt, n_gen = fields.count("n_prompt", maximum=MAX_TOKENS), fields.count("n_gen", maximum=MAX_TOKENS)
+    n_prompt, n_gen = (
+        fields.count("n_prompt", maximum=MAX_TOKENS),
+        fields.count("n_gen", maximum=MAX_TOKENS),
+    )
     if not n_prompt and not n_gen:
         raise BadRecord(f"{where}: n_prompt and n_gen are both 0, so it measured nothing")
     samples = fields.numbers("samples_ts", max_items=MAX_SAMPLES)
     if not samples:
         raise fields.error("samples_ts", "a non-empty list of numbers > 0")
-    # fields kzbuild does not read itself, kept in raw: checked so the stored record says nothing false
+    # fields kzbuild does not read itself, kept in raw: checked so the stored record says
+    # nothing false
     for key in ("cpu_info", "gpu_info", "backends", "model_filename", "test_time"):
         fields.optional_text(key)
     for key in ("build_number", "model_n_params", "stddev_ns"):
         fields.optional_count(key)
     if fields.optional_count("avg_ns") == 0:
         raise fields.error("avg_ns", "an integer > 0")
-    if "samples_ns" in fields.data and len(fields.numbers("samples_ns", max_items=MAX_SAMPLES)) != len(samples):
-        raise fields.error("samples_ns", f"a list of {len(samples)} numbers > 0, one per samples_ts")
+    if "samples_ns" in fields.data and len(
+        fields.numbers("samples_ns", max_items=MAX_SAMPLES)
+    ) != len(samples):
+        raise fields.error(
+            "samples_ns", f"a list of {len(samples)} numbers > 0, one per samples_ts"
+        )
     config = {key: value for key, value in fields.data.items() if key not in NOT_CONFIG_FIELDS}
     for key, value in config.items():
         check_scalar(value, where=f"{where}: {key}")
@@ -311,7 +365,10 @@ def model_sha256(transport: Transport, device: Device, model: str) -> str:
         )
     digest = SHA256SUM_RE.match(result.text())
     if digest is None:  # an odd sha256sum (or none) must not put junk in the model's identity
-        raise DeviceError(f"{device.name}: sha256sum {model} printed no sha256: {show(result.text())}", hint="check the device's sha256sum (toybox or busybox)")
+        raise DeviceError(
+            f"{device.name}: sha256sum {model} printed no sha256: {show(result.text())}",
+            hint="check the device's sha256sum (toybox or busybox)",
+        )
     return digest[1]
 
 
@@ -335,7 +392,8 @@ def bench(
     """Run every sweep point and store its records as soon as it finishes.
 
     ``release``: bench that release instead of the one ``current`` points at. ``part``: the run
-    is a turn of an interleaved experiment (kzbuild.measure.interleave), whose run id, log folder, record
+    is a turn of an interleaved experiment (kzbuild.measure.interleave), whose run id, log folder,
+    record
     positions, model hash and variant it takes (and warns about env names itself)."""
     check_spec(spec)
     release = release or current_release(transport, device)
@@ -359,7 +417,9 @@ def bench(
         if on_point:
             on_point(point)
         state = probe(transport)
-        call = invocation(device, release, LLAMA_BENCH, llama_bench_args(spec, point), point.env(spec))
+        call = invocation(
+            device, release, LLAMA_BENCH, llama_bench_args(spec, point), point.env(spec)
+        )
         call = under_peakrss(call, release, device) if measured else call
         host_time = datetime.now(timezone.utc).isoformat(timespec="seconds")
         stem = f"{point.index:03d}"
@@ -369,18 +429,36 @@ def bench(
         limits = spec.memory_limits
         memory = memory_of(log_text, source=str(stderr_log), measured=measured, limits=limits)
         made = [
-            make_record(test, run_id=run_id, host_time=host_time, seq=first_seq + len(records) + position, release=release, device=device,
-                        state=state, spec=spec, model_hash=model_hash, argv=call.argv, env=call.env, cwd=call.cwd, point=point, seed=seed,
-                        variant=part.variant if part else None, memory=memory)
-            for position, test in enumerate(parse_llama_bench_json(stdout, source=str(logs / f"{point.index:03d}.json")))
-        ]  # fmt: skip
+            make_record(
+                test,
+                run_id=run_id,
+                host_time=host_time,
+                seq=first_seq + len(records) + position,
+                release=release,
+                device=device,
+                state=state,
+                spec=spec,
+                model_hash=model_hash,
+                argv=call.argv,
+                env=call.env,
+                cwd=call.cwd,
+                point=point,
+                seed=seed,
+                variant=part.variant if part else None,
+                memory=memory,
+            )
+            for position, test in enumerate(
+                parse_llama_bench_json(stdout, source=str(logs / f"{point.index:03d}.json"))
+            )
+        ]
         store.add(made)
         records += made
     return BenchRun(run_id=run_id, seed=seed, records=tuple(records), logs=logs)
 
 
-def memory_measured(transport: Transport, device: Device, release: Release,
-                    spec: BenchSpec) -> bool:
+def memory_measured(
+    transport: Transport, device: Device, release: Release, spec: BenchSpec
+) -> bool:
     """Whether the release's kz-peakrss can measure the runs' peak memory; without it a plan's
     memory_budget cannot be checked (ConfigError), else the records carry no peak (a warning)."""
     if has_tool(transport, release, PEAKRSS):
@@ -418,8 +496,10 @@ def make_record(
     provenance = Provenance(
         lock_sha256=lock if isinstance(lock, str) else None,
         toolchains=toolchain_versions(release.manifest),
-        build_id=release.build_id, model_sha256=model_hash, device=dict(state.fingerprint),
-    )  # fmt: skip
+        build_id=release.build_id,
+        model_sha256=model_hash,
+        device=dict(state.fingerprint),
+    )
     return BenchRecord(
         run_id=run_id,
         kind="bench",
@@ -427,8 +507,12 @@ def make_record(
         test=bench_test_name(test.n_prompt, test.n_gen, test.n_depth),
         seq=seq,
         build=BuildInfo.of_release(release, test.build_commit),
-        device=DeviceInfo(name=device.name, address=device.address, fingerprint=dict(state.fingerprint)),
-        model=ModelInfo(path=spec.model, sha256=model_hash, type=test.model_type, size=test.model_size),
+        device=DeviceInfo(
+            name=device.name, address=device.address, fingerprint=dict(state.fingerprint)
+        ),
+        model=ModelInfo(
+            path=spec.model, sha256=model_hash, type=test.model_type, size=test.model_size
+        ),
         config=dict(test.config),
         avg_ts=test.avg_ts,
         stddev_ts=test.stddev_ts,

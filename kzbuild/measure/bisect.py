@@ -83,14 +83,19 @@ Builder = Callable[[str], BuiltCommit]
 
 
 class Bencher(Protocol):
-    """Benches artifacts (by commit) in ``blocks`` interleaved blocks; returns new samples by commit."""
+    """Benches artifacts (by commit) in ``blocks`` interleaved blocks; returns new samples by
+    commit."""
 
     test: str | None  # the test whose samples it returns, once known
 
-    def __call__(self, artifacts: Mapping[str, str], blocks: int, seed: int) -> Mapping[str, Sequence[float]]: ...
+    def __call__(
+        self, artifacts: Mapping[str, str], blocks: int, seed: int
+    ) -> Mapping[str, Sequence[float]]: ...
 
 
-def compare(a: Sequence[float], b: Sequence[float], limits: BisectLimits, *, seed: int) -> tuple[PairVerdict, Effect]:
+def compare(
+    a: Sequence[float], b: Sequence[float], limits: BisectLimits, *, seed: int
+) -> tuple[PairVerdict, Effect]:
     """B against A: different, the same, or not yet told apart."""
     effect = median_effect(a, b, seed=seed, confidence=limits.confidence)
     if effect.detectable and abs(effect.delta_pct) >= limits.min_effect_pct:
@@ -102,7 +107,9 @@ def compare(a: Sequence[float], b: Sequence[float], limits: BisectLimits, *, see
 
 def check_limits(limits: BisectLimits) -> None:
     if not 0 < limits.min_effect_pct < 100:
-        raise ConfigError(f"minimum effect {limits.min_effect_pct}%: give a percentage above 0 and below 100")
+        raise ConfigError(
+            f"minimum effect {limits.min_effect_pct}%: give a percentage above 0 and below 100"
+        )
     if not 1 <= limits.samples_per_round <= limits.max_samples <= 1000:
         raise ConfigError(
             f"samples: {limits.samples_per_round} per round, at most {limits.max_samples}",
@@ -141,13 +148,20 @@ class Record:
                 hint="delete it to start this bisect over (its builds stay in the artifact cache)",
             ) from None
         if [c.sha for c in commits] != list(shas):
-            raise ResultsError(f"{path}: the record lists other commits than the range {shas[0][:12]}..{shas[-1][:12]}",
-                               hint="delete it to start this bisect over")
+            raise ResultsError(
+                f"{path}: the record lists other commits than the range "
+                f"{shas[0][:12]}..{shas[-1][:12]}",
+                hint="delete it to start this bisect over",
+            )
         return cls(path, dict(identity), commits, test=test)
 
     def save(self) -> None:
-        doc = {"version": RECORD_VERSION, "identity": self.identity, "test": self.test,
-               "commits": [c.to_dict() for c in self.commits]}
+        doc = {
+            "version": RECORD_VERSION,
+            "identity": self.identity,
+            "test": self.test,
+            "commits": [c.to_dict() for c in self.commits],
+        }
         write_atomic(self.path, json.dumps(doc, indent=1).encode())
 
 
@@ -156,22 +170,33 @@ def _commit_state(item: object) -> CommitState:
         raise ValueError("a commit entry is not an object")
     samples = item.get("samples", {})
     if not isinstance(samples, dict) or not all(
-        isinstance(device, str) and isinstance(values, list)
+        isinstance(device, str)
+        and isinstance(values, list)
         and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values)
         for device, values in samples.items()
     ):
         raise ValueError(f"commit {item.get('sha')}: samples must be positive numbers by device")
     text = {k: item.get(k, "") for k in ("sha", "skipped", "stack_problem", "build_id", "artifact")}
-    if not all(isinstance(v, str) for v in text.values()) or not isinstance(item.get("built", False), bool):
+    if not all(isinstance(v, str) for v in text.values()) or not isinstance(
+        item.get("built", False), bool
+    ):
         raise ValueError(f"commit {item.get('sha')}: a field has the wrong type")
-    return CommitState(str(text["sha"]), bool(item.get("built", False)), str(text["skipped"]), bool(item.get("bare", False)),
-                       str(text["stack_problem"]), str(text["build_id"]), str(text["artifact"]),
-                       {device: [float(v) for v in values] for device, values in samples.items()})
+    return CommitState(
+        str(text["sha"]),
+        bool(item.get("built", False)),
+        str(text["skipped"]),
+        bool(item.get("bare", False)),
+        str(text["stack_problem"]),
+        str(text["build_id"]),
+        str(text["artifact"]),
+        {device: [float(v) for v in values] for device, values in samples.items()},
+    )
 
 
 @dataclass(frozen=True)
 class Settled:
-    """What one device's rounds over lo (mid) hi told: each neighbouring pair's verdict and effect."""
+    """What one device's rounds over lo (mid) hi told: each neighbouring pair's verdict and
+    effect."""
 
     device: str
     verdicts: tuple[PairVerdict, ...]
@@ -209,8 +234,11 @@ class Search:
         lo, hi = 0, len(self.commits) - 1
         for end, name in ((lo, "good"), (hi, "bad")):
             if not self._ensure_built(end):
-                raise BuildFailed(f"the {name} end {self.commits[end].sha[:12]} cannot be built: {self.commits[end].skipped}",
-                                  hint="choose a --good and --bad that build")
+                raise BuildFailed(
+                    f"the {name} end {self.commits[end].sha[:12]} cannot be built: "
+                    f"{self.commits[end].skipped}",
+                    hint="choose a --good and --bad that build",
+                )
         ends = self._in_parallel({device: (lo, None, hi) for device in self.benchers})
         if not all(found.verdicts[0] is PairVerdict.DIFFERENT for found in ends):
             return BisectOutcome.NO_CHANGE, ends[0].effects[0], lo, hi
@@ -218,23 +246,37 @@ class Search:
             mids = self._next_mids(lo, hi, len(self.benchers))
             if not mids:
                 break
-            settled = self._in_parallel({device: (lo, mid, hi) for device, mid in zip(self.benchers, mids, strict=False)})
+            settled = self._in_parallel(
+                {device: (lo, mid, hi) for device, mid in zip(self.benchers, mids, strict=False)}
+            )
             lo, hi = self._narrow(lo, hi, list(zip(mids, settled, strict=False)))
         between = [i for i in range(lo + 1, hi) if self.commits[i].skipped]
         final = self._final_effect(lo, hi)
         return (BisectOutcome.SKIPPED_RANGE if between else BisectOutcome.FOUND), final, lo, hi
 
     def _narrow(self, lo: int, hi: int, measured: list[tuple[int, Settled]]) -> tuple[int, int]:
-        """The new range: after the last commit that looks like lo, up to the first that looks like hi."""
+        """The new range: after the last commit that looks like lo, up to the first that looks like
+        hi."""
         like_hi = []
         for mid, found in measured:
             below = self._culprit_is_below(found, mid)
-            self.steps.append(NarrowingStep(lo, mid, hi, found.verdicts[0], found.verdicts[1],
-                                            "lower half" if below else "upper half", note=f"on {found.device}"))
+            self.steps.append(
+                NarrowingStep(
+                    lo,
+                    mid,
+                    hi,
+                    found.verdicts[0],
+                    found.verdicts[1],
+                    "lower half" if below else "upper half",
+                    note=f"on {found.device}",
+                )
+            )
             if below:
                 like_hi.append(mid)
         new_hi = min(like_hi, default=hi)
-        new_lo = max((mid for mid, _ in measured if mid < new_hi and mid not in like_hi), default=lo)
+        new_lo = max(
+            (mid for mid, _ in measured if mid < new_hi and mid not in like_hi), default=lo
+        )
         return new_lo, new_hi
 
     def _culprit_is_below(self, found: Settled, mid: int) -> bool:
@@ -244,26 +286,46 @@ class Search:
             return True
         if v_hi is PairVerdict.DIFFERENT and v_lo is not PairVerdict.DIFFERENT:
             return False
-        # both differ (two steps), or neither could be told apart within the limit: follow the larger move
-        note = "both halves moved" if v_lo is v_hi is PairVerdict.DIFFERENT else "not told apart within the sample limit"
-        self.notes.append(f"{self.commits[mid].sha[:12]}: {note}; followed the larger change of the median")
+        # both differ (two steps), or neither could be told apart within the limit: follow
+        # the larger move
+        note = (
+            "both halves moved"
+            if v_lo is v_hi is PairVerdict.DIFFERENT
+            else "not told apart within the sample limit"
+        )
+        self.notes.append(
+            f"{self.commits[mid].sha[:12]}: {note}; followed the larger change of the median"
+        )
         return abs(found.effects[0].delta_pct) >= abs(found.effects[1].delta_pct)
 
     def _final_effect(self, lo: int, hi: int) -> Effect:
-        """The culprit against its parent, on a device that measured both (measuring them if none did)."""
-        shared = [d for d in self.benchers if self.commits[lo].samples.get(d) and self.commits[hi].samples.get(d)]
+        """The culprit against its parent, on a device that measured both (measuring them if none
+        did)."""
+        shared = [
+            d
+            for d in self.benchers
+            if self.commits[lo].samples.get(d) and self.commits[hi].samples.get(d)
+        ]
         if not shared:
             shared = [next(iter(self.benchers))]
             self._settle(shared[0], lo, None, hi)
         device = shared[0]
-        return compare(self.commits[lo].samples[device], self.commits[hi].samples[device], self.limits, seed=self.seed)[1]
+        return compare(
+            self.commits[lo].samples[device],
+            self.commits[hi].samples[device],
+            self.limits,
+            seed=self.seed,
+        )[1]
 
     def _in_parallel(self, work: Mapping[str, tuple[int, int | None, int]]) -> list[Settled]:
         if len(work) == 1:
             ((device, (lo, mid, hi)),) = work.items()
             return [self._settle(device, lo, mid, hi)]
         with ThreadPoolExecutor(max_workers=len(work), thread_name_prefix="kz-bisect") as pool:
-            futures = [pool.submit(self._settle, device, lo, mid, hi) for device, (lo, mid, hi) in work.items()]
+            futures = [
+                pool.submit(self._settle, device, lo, mid, hi)
+                for device, (lo, mid, hi) in work.items()
+            ]
             return [future.result() for future in futures]
 
     def _settle(self, device: str, lo: int, mid: int | None, hi: int) -> Settled:
@@ -274,11 +336,21 @@ class Search:
         wanted = self.limits.samples_per_round
         while True:
             self._ensure_samples(device, points, wanted)
-            found = [compare(self.commits[a].samples[device], self.commits[b].samples[device], self.limits, seed=self.seed)
-                     for a, b in pairwise(points)]
+            found = [
+                compare(
+                    self.commits[a].samples[device],
+                    self.commits[b].samples[device],
+                    self.limits,
+                    seed=self.seed,
+                )
+                for a, b in pairwise(points)
+            ]
             verdicts = tuple(v for v, _ in found)
             decided = PairVerdict.UNDECIDED not in verdicts or (
-                mid is not None and PairVerdict.DIFFERENT in verdicts and PairVerdict.SAME in verdicts)
+                mid is not None
+                and PairVerdict.DIFFERENT in verdicts
+                and PairVerdict.SAME in verdicts
+            )
             if decided or wanted >= self.limits.max_samples:
                 return Settled(device, verdicts, tuple(e for _, e in found))
             wanted = min(wanted + self.limits.samples_per_round, self.limits.max_samples)
@@ -288,14 +360,20 @@ class Search:
         if missing <= 0:
             return
         artifacts = {self.commits[i].sha: self.commits[i].artifact for i in points}
-        self.on_event(f"{device}: benching {', '.join(sha[:12] for sha in artifacts)}, {missing} interleaved block(s)")
+        self.on_event(
+            f"{device}: benching {', '.join(sha[:12] for sha in artifacts)}, {missing} interleaved "
+            "block(s)"
+        )
         bencher = self.benchers[device]
         got = bencher(artifacts, missing, self.seed + 1000 * sum(points) + wanted)
         with self._saving:
             for i in points:
                 new = list(got.get(self.commits[i].sha, ()))
                 if not new:
-                    raise ResultsError(f"{device}: the bench of {self.commits[i].sha[:12]} gave no sample of the metric")
+                    raise ResultsError(
+                        f"{device}: the bench of {self.commits[i].sha[:12]} gave no sample of the "
+                        "metric"
+                    )
                 self.commits[i].samples.setdefault(device, []).extend(new)
             self.benches += 1
             self.record.test = bencher.test or self.record.test
@@ -320,7 +398,8 @@ class Search:
 
     def _next_mids(self, lo: int, hi: int, count: int) -> list[int]:
         """Up to ``count`` buildable commits strictly inside lo..hi, spread evenly (with one device,
-        the one nearest the middle); an unbuildable one is passed over, as ``git bisect skip`` does."""
+        the one nearest the middle); an unbuildable one is passed over, as ``git bisect skip``
+        does."""
         chosen: list[int] = []
         for j in range(count):
             goal = lo + (hi - lo) * (j + 1) // (count + 1)
@@ -331,26 +410,44 @@ class Search:
         return sorted(chosen)
 
 
-def report(search: Search, recipe: str, metric: str, found: tuple[BisectOutcome, Effect, int, int],
-           describe: Callable[[str], UpstreamCommit]) -> BisectReport:
+def report(
+    search: Search,
+    recipe: str,
+    metric: str,
+    found: tuple[BisectOutcome, Effect, int, int],
+    describe: Callable[[str], UpstreamCommit],
+) -> BisectReport:
     """The report of a finished search; ``describe(sha)`` names a commit (subject, author, date)."""
     outcome, effect, lo, hi = found
     commits = tuple(search.commits)
     culprit = describe(commits[hi].sha) if outcome is BisectOutcome.FOUND else None
     narrowed = outcome is not BisectOutcome.NO_CHANGE
     return BisectReport(
-        recipe=recipe, metric=metric, good=commits[0].sha, bad=commits[-1].sha, outcome=outcome,
-        commits=commits, steps=tuple(search.steps), builds=search.builds, benches=search.benches,
-        effect=effect, culprit=culprit, culprit_index=hi if culprit else None,
-        range_lo=lo if narrowed else None, range_hi=hi if narrowed else None,
-        pr=pr_number(culprit.subject) if culprit else None, notes=tuple(search.notes),
+        recipe=recipe,
+        metric=metric,
+        good=commits[0].sha,
+        bad=commits[-1].sha,
+        outcome=outcome,
+        commits=commits,
+        steps=tuple(search.steps),
+        builds=search.builds,
+        benches=search.benches,
+        effect=effect,
+        culprit=culprit,
+        culprit_index=hi if culprit else None,
+        range_lo=lo if narrowed else None,
+        range_hi=hi if narrowed else None,
+        pr=pr_number(culprit.subject) if culprit else None,
+        notes=tuple(search.notes),
     )
 
 
 # --- a recipe's upstream range, built commit by commit and benched on a device ---
 
 
-def commit_range(settings: Settings, recipe: Recipe, good: str, bad: str, progress: Progress | None = None) -> list[str]:
+def commit_range(
+    settings: Settings, recipe: Recipe, good: str, bad: str, progress: Progress | None = None
+) -> list[str]:
     """good, then every first-parent commit after it up to bad (fetching that history if needed)."""
     good_target = resolve_target(settings, recipe, good, progress)
     bad_target = resolve_target(settings, recipe, bad, progress)
@@ -360,18 +457,34 @@ def commit_range(settings: Settings, recipe: Recipe, good: str, bad: str, progre
     note = fetch_range(settings, recipe, bad_target, good_target.commit, progress)
     git = cache.git
     if not is_ancestor(git, good_target.commit, bad_target.commit):
-        why = note if note and note.startswith("history missing") else f"{good} is not an ancestor of {bad}"
-        raise ConfigError(f"cannot bisect {good}..{bad}: {why}",
-                          hint="--good must be an older commit on the history of --bad, from a git source with history")
-    between = git("rev-list", "--first-parent", "--ancestry-path", "--reverse",
-                  f"{good_target.commit}..{bad_target.commit}").split()
+        why = (
+            note
+            if note and note.startswith("history missing")
+            else f"{good} is not an ancestor of {bad}"
+        )
+        raise ConfigError(
+            f"cannot bisect {good}..{bad}: {why}",
+            hint="--good must be an older commit on the history of --bad, from a git source with "
+            "history",
+        )
+    between = git(
+        "rev-list",
+        "--first-parent",
+        "--ancestry-path",
+        "--reverse",
+        f"{good_target.commit}..{bad_target.commit}",
+    ).split()
     if not between:
         raise ConfigError(f"cannot bisect {good}..{bad}: they are the same commit")
     return [good_target.commit, *between]
 
 
 def describe_commit(settings: Settings, sha: str) -> UpstreamCommit:
-    fields = ObjectCache(settings).git("log", "-1", "--format=%H%x00%s%x00%an <%ae>%x00%aI", sha).split("\0")
+    fields = (
+        ObjectCache(settings)
+        .git("log", "-1", "--format=%H%x00%s%x00%an <%ae>%x00%aI", sha)
+        .split("\0")
+    )
     return UpstreamCommit(*fields[:4])
 
 
@@ -385,14 +498,30 @@ class CommitBuilder:
     """Builds a recipe at any upstream commit: with its patch stack where the stack applies, else
     bare (and says so); a commit that does not build is skipped with the build's reason."""
 
-    def __init__(self, settings: Settings, recipe: Recipe, target: str, *, environ: Mapping[str, str],
-                 options: BuildOptions = BuildOptions(), remote: RemoteConfig | None = None,
-                 progress: Progress | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        recipe: Recipe,
+        target: str,
+        *,
+        environ: Mapping[str, str],
+        options: BuildOptions = BuildOptions(),
+        remote: RemoteConfig | None = None,
+        progress: Progress | None = None,
+    ) -> None:
         self.work = bisect_work(settings, recipe)
         self.settings = replace(settings, work=self.work)
-        self.recipe, self.target, self.environ, self.remote, self.progress = recipe, target, environ, remote, progress
+        self.recipe, self.target, self.environ, self.remote, self.progress = (
+            recipe,
+            target,
+            environ,
+            remote,
+            progress,
+        )
         # one content-addressed store: a second bisect over the range builds nothing
-        self.options = replace(options, artifacts=options.artifacts or builder.artifacts_root(settings))
+        self.options = replace(
+            options, artifacts=options.artifacts or builder.artifacts_root(settings)
+        )
         toolchains = configured_paths_file(settings)
         if toolchains.is_file():
             self.work.mkdir(parents=True, exist_ok=True)
@@ -404,26 +533,50 @@ class CommitBuilder:
         series = self.recipe.series
         if bare:
             series = folder / "series"
-            series.write_text(f"# kzbuild bisect: {self.recipe.name} without its patches\n", encoding="utf-8")
+            series.write_text(
+                f"# kzbuild bisect: {self.recipe.name} without its patches\n", encoding="utf-8"
+            )
         upstream = replace(self.recipe.upstream, commit=sha)
-        return replace(self.recipe, path=folder / self.recipe.path.name, upstream=upstream, series=series)
+        return replace(
+            self.recipe, path=folder / self.recipe.path.name, upstream=upstream, series=series
+        )
 
     def __call__(self, sha: str) -> BuiltCommit:
         stack_problem = ""
         try:
-            prepared = builder.prepare(self.settings, self._derived(sha, bare=False), self.target, environ=self.environ,
-                                       options=self.options)
+            prepared = builder.prepare(
+                self.settings,
+                self._derived(sha, bare=False),
+                self.target,
+                environ=self.environ,
+                options=self.options,
+            )
         except PatchError as exc:
             stack_problem = exc.message.splitlines()[0]
-            log.warning("%s: the patch stack does not apply (%s); testing it bare", sha[:12], stack_problem)
-            prepared = builder.prepare(self.settings, self._derived(sha, bare=True), self.target, environ=self.environ,
-                                       options=self.options)
+            log.warning(
+                "%s: the patch stack does not apply (%s); testing it bare", sha[:12], stack_problem
+            )
+            prepared = builder.prepare(
+                self.settings,
+                self._derived(sha, bare=True),
+                self.target,
+                environ=self.environ,
+                options=self.options,
+            )
         try:
             result = builder.build(prepared, progress=None, remote=self.remote)
         except BuildFailed as exc:
-            return BuiltCommit(failed=exc.message.splitlines()[0], bare=bool(stack_problem), stack_problem=stack_problem)
-        return BuiltCommit(artifact=str(result.artifact.path), build_id=result.artifact.build_id,
-                           bare=bool(stack_problem), stack_problem=stack_problem)
+            return BuiltCommit(
+                failed=exc.message.splitlines()[0],
+                bare=bool(stack_problem),
+                stack_problem=stack_problem,
+            )
+        return BuiltCommit(
+            artifact=str(result.artifact.path),
+            build_id=result.artifact.build_id,
+            bare=bool(stack_problem),
+            stack_problem=stack_problem,
+        )
 
 
 @dataclass(frozen=True)
@@ -435,11 +588,14 @@ class Metric:
 
     @classmethod
     def parse(cls, text: str | None, runs: Sequence[str]) -> Metric:
-        """``RUN:TEST``, ``RUN``, or ``:TEST`` (the plan's first run); default: the first run's first test."""
+        """``RUN:TEST``, ``RUN``, or ``:TEST`` (the plan's first run); default: the first run's
+        first test."""
         run, _, test = (text or "").partition(":")
         run = run or runs[0]
         if run not in runs:
-            raise ConfigError(f"--metric {text}: the plan has no run '{run}'", hint=f"its runs: {', '.join(runs)}")
+            raise ConfigError(
+                f"--metric {text}: the plan has no run '{run}'", hint=f"its runs: {', '.join(runs)}"
+            )
         return cls(run, test or None)
 
     def label(self, test: str | None = None) -> str:
@@ -451,27 +607,58 @@ class DeviceBencher:
     interleaved blocks on one device (``kzbuild ab``'s runner); a sample is one turn's median of
     the metric's test."""
 
-    def __init__(self, settings: Settings, transport: Transport, device: Device, spec: BenchSpec, metric: Metric,
-                 *, cooling: Cooling | None = None, wait: float = 0.0) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        transport: Transport,
+        device: Device,
+        spec: BenchSpec,
+        metric: Metric,
+        *,
+        cooling: Cooling | None = None,
+        wait: float = 0.0,
+    ) -> None:
         self.settings, self.transport, self.device, self.spec = settings, transport, device, spec
         self.metric, self.cooling, self.wait = metric, cooling, wait
         self.test = metric.test
 
-    def __call__(self, artifacts: Mapping[str, str], blocks: int, seed: int) -> Mapping[str, Sequence[float]]:
-        arms = [Arm(sha[:12], deploy(self.transport, self.device, load_artifact(Path(path)), wait=self.wait).release)
-                for sha, path in artifacts.items()]
+    def __call__(
+        self, artifacts: Mapping[str, str], blocks: int, seed: int
+    ) -> Mapping[str, Sequence[float]]:
+        arms = [
+            Arm(
+                sha[:12],
+                deploy(
+                    self.transport, self.device, load_artifact(Path(path)), wait=self.wait
+                ).release,
+            )
+            for sha, path in artifacts.items()
+        ]
         # a store of its own: the devices of a pool bench at once, each in its thread
         with ResultsStore(self.settings.results) as store:
-            done = run_interleaved(self.settings, self.transport, self.device, arms, self.spec, store,
-                                   blocks=blocks, seed=seed, cooling=self.cooling)
+            done = run_interleaved(
+                self.settings,
+                self.transport,
+                self.device,
+                arms,
+                self.spec,
+                store,
+                blocks=blocks,
+                seed=seed,
+                cooling=self.cooling,
+            )
         if self.test is None:
             first = next((records[0] for records in done.records.values() if records), None)
             if first is None:
                 raise ResultsError(f"run {done.run_id}: llama-bench measured nothing")
             self.test = first.test
         by_arm = {sha[:12]: sha for sha in artifacts}
-        return {by_arm[name]: [r.summary.median for r in records if r.test == self.test and r.summary.median]
-                for name, records in done.records.items()}
+        return {
+            by_arm[name]: [
+                r.summary.median for r in records if r.test == self.test and r.summary.median
+            ]
+            for name, records in done.records.items()
+        }
 
 
 def bisect(
@@ -492,9 +679,17 @@ def bisect(
     check_limits(limits)
     shas = commit_range(settings, recipe, good, bad, progress)
     folder = bisect_work(settings, recipe) / "records"
-    with locked(bisect_work(settings, recipe) / ".lock", what=f"the bisect worktree of {recipe.name}", wait=0):
-        record = Record.open(folder, {**identity, "good": shas[0], "bad": shas[-1], "seed": str(seed)}, shas)
-        search = Search(record, build, benchers, limits, seed, on_event=progress or (lambda message: None))
+    with locked(
+        bisect_work(settings, recipe) / ".lock",
+        what=f"the bisect worktree of {recipe.name}",
+        wait=0,
+    ):
+        record = Record.open(
+            folder, {**identity, "good": shas[0], "bad": shas[-1], "seed": str(seed)}, shas
+        )
+        search = Search(
+            record, build, benchers, limits, seed, on_event=progress or (lambda message: None)
+        )
         found = search.run()
     label = metric.label(record.test or None)
     return report(search, recipe.name, label, found, lambda sha: describe_commit(settings, sha))
@@ -502,32 +697,70 @@ def bisect(
 
 def to_json(found: BisectReport) -> dict[str, object]:
     return {
-        "recipe": found.recipe, "metric": found.metric, "good": found.good, "bad": found.bad,
-        "outcome": found.outcome.value, "builds": found.builds, "benches": found.benches,
+        "recipe": found.recipe,
+        "metric": found.metric,
+        "good": found.good,
+        "bad": found.bad,
+        "outcome": found.outcome.value,
+        "builds": found.builds,
+        "benches": found.benches,
         "effect": dataclasses.asdict(found.effect) if found.effect else None,
-        "culprit": found.culprit.to_dict() if found.culprit else None, "pr": found.pr,
+        "culprit": found.culprit.to_dict() if found.culprit else None,
+        "pr": found.pr,
         "range": [found.range_lo, found.range_hi] if found.range_lo is not None else None,
-        "commits": [{"index": i, **c.to_dict()} for i, c in enumerate(found.commits) if c.built or c.skipped],
-        "steps": [{**dataclasses.asdict(s), "verdict_lo": s.verdict_lo.value, "verdict_hi": s.verdict_hi.value}
-                  for s in found.steps],
+        "commits": [
+            {"index": i, **c.to_dict()} for i, c in enumerate(found.commits) if c.built or c.skipped
+        ],
+        "steps": [
+            {
+                **dataclasses.asdict(s),
+                "verdict_lo": s.verdict_lo.value,
+                "verdict_hi": s.verdict_hi.value,
+            }
+            for s in found.steps
+        ],
         "notes": list(found.notes),
     }
 
 
 def markdown(found: BisectReport) -> str:
     """Every commit tried, its samples and its verdict; then the answer."""
-    lines = [f"# bisect of {found.recipe}: {found.metric}", "",
-             f"{found.good[:12]}..{found.bad[:12]}: {len(found.commits) - 1} commits, {found.builds} built here, "
-             f"{found.benches} interleaved rounds", "",
-             "| # | commit | built | samples | median | verdict |", "|---|---|---|---|---|---|"]
-    verdicts = {s.mid: f"vs lower end {s.verdict_lo.value}, vs upper end {s.verdict_hi.value}: {s.chose}" for s in found.steps}
+    lines = [
+        f"# bisect of {found.recipe}: {found.metric}",
+        "",
+        f"{found.good[:12]}..{found.bad[:12]}: {len(found.commits) - 1} commits, {found.builds} "
+        "built here, "
+        f"{found.benches} interleaved rounds",
+        "",
+        "| # | commit | built | samples | median | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    verdicts = {
+        s.mid: f"vs lower end {s.verdict_lo.value}, vs upper end {s.verdict_hi.value}: {s.chose}"
+        for s in found.steps
+    }
     for index, commit in enumerate(found.commits):
         if not (commit.built or commit.skipped):
             continue
-        built = f"skipped: {commit.skipped}" if commit.skipped else "bare (stack does not apply)" if commit.bare else "with the stack"
+        built = (
+            f"skipped: {commit.skipped}"
+            if commit.skipped
+            else "bare (stack does not apply)"
+            if commit.bare
+            else "with the stack"
+        )
         every = [v for values in commit.samples.values() for v in values]
-        median = "; ".join(f"{statistics.median(v):.2f} on {d}" for d, v in commit.samples.items() if v) or "-"
-        end = "good end" if index == 0 else "bad end" if index == len(found.commits) - 1 else verdicts.get(index, "")
+        median = (
+            "; ".join(f"{statistics.median(v):.2f} on {d}" for d, v in commit.samples.items() if v)
+            or "-"
+        )
+        end = (
+            "good end"
+            if index == 0
+            else "bad end"
+            if index == len(found.commits) - 1
+            else verdicts.get(index, "")
+        )
         lines.append(f"| {index} | {commit.sha[:12]} | {built} | {len(every)} | {median} | {end} |")
     lines += ["", answer(found)]
     lines += [f"- {note}" for note in found.notes]
@@ -540,9 +773,14 @@ def answer(found: BisectReport) -> str:
         return f"no change: good and bad cannot be told apart ({effect})"
     if found.outcome is BisectOutcome.SKIPPED_RANGE:
         lo, hi = found.range_lo or 0, found.range_hi or 0
-        return (f"the change lies in {found.commits[lo].sha[:12]}..{found.commits[hi].sha[:12]}, "
-                f"whose commits between could not be built ({effect})")
+        return (
+            f"the change lies in {found.commits[lo].sha[:12]}..{found.commits[hi].sha[:12]}, "
+            f"whose commits between could not be built ({effect})"
+        )
     culprit = found.culprit
     assert culprit is not None
     pr = f"PR #{found.pr}" if found.pr is not None else "no PR number in the subject"
-    return f"first commit that moved {found.metric}: {culprit.sha[:12]} {culprit.subject} ({pr}, {culprit.author}, {culprit.date}): {effect}"
+    return (
+        f"first commit that moved {found.metric}: {culprit.sha[:12]} {culprit.subject} ({pr}, "
+        f"{culprit.author}, {culprit.date}): {effect}"
+    )

@@ -135,7 +135,10 @@ def explain_mismatch(a: Sequence[BenchRecord], b: Sequence[BenchRecord]) -> str:
         if not keys_a.keys() & keys_b.keys():
             shown_a = "; ".join(sorted({show(r) for r in keys_a.values()}))
             shown_b = "; ".join(sorted({show(r) for r in keys_b.values()}))
-            return f"they share no {name} (A: {shown_a}; B: {shown_b}); results of different {name}s are never compared"
+            return (
+                f"they share no {name} (A: {shown_a}; B: {shown_b}); results of different {name}s "
+                "are never compared"
+            )
     return "no test ran with the same device, model, env set and configuration in both"
 
 

@@ -1,4 +1,5 @@
-"""``kzbuild check RECIPE --device D``: run every ``Kz-Device-Test`` of the recipe's patches on the device.
+"""``kzbuild check RECIPE --device D``: run every ``Kz-Device-Test`` of the recipe's patches on the
+device.
 
 A patch names the per-op checks of what it touches (``Kz-Device-Test: test-backend-ops -o
 GATED_DELTA_NET -b HTP0``). Each runs through the same runner as ``kzbuild run``: the device's
@@ -51,14 +52,17 @@ def run_device_tests(
     if not tests:
         raise ConfigError(
             f"no patch of {recipe.name} names a device check",
-            hint="add a trailer such as 'Kz-Device-Test: test-backend-ops -o GATED_DELTA_NET -b HTP0'",
+            hint="add a trailer such as 'Kz-Device-Test: test-backend-ops -o GATED_DELTA_NET -b "
+            "HTP0'",
         )
     release = current_release(transport, device)
     built_from = release.manifest.get("recipe")
     if built_from != recipe.name:
         raise ConfigError(
-            f"{device.name}: the current release {release.build_id} is a build of {built_from or 'an unnamed recipe'}, not {recipe.name}",
-            hint=f"deploy it first: kzbuild build {recipe.name} && kzbuild deploy {recipe.name} --device {device.name}",
+            f"{device.name}: the current release {release.build_id} is a build of "
+            f"{built_from or 'an unnamed recipe'}, not {recipe.name}",
+            hint=f"deploy it first: kzbuild build {recipe.name} && kzbuild deploy {recipe.name} "
+            f"--device {device.name}",
         )
     fingerprint = dict(probe(transport).fingerprint)
     run_id = new_run_id(datetime.now(timezone.utc))
@@ -87,11 +91,20 @@ def run_device_tests(
                 on_stderr=_into(err),
             )
         result = DeviceTestResult(
-            run_id=run_id, host_time=datetime.now(timezone.utc).isoformat(timespec="seconds"), recipe=recipe.name, patch=test.patch,
-            command=test.command, build=BuildInfo.of_release(release, release.manifest.get("build_commit")),
-            device=DeviceInfo(device.name, device.address, fingerprint), argv=tuple(call.argv), env=dict(call.env),
-            returncode=code, passed=code == 0, logs=str(logs / stem), seconds=round(time.monotonic() - started, 3),
-        )  # fmt: skip
+            run_id=run_id,
+            host_time=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            recipe=recipe.name,
+            patch=test.patch,
+            command=test.command,
+            build=BuildInfo.of_release(release, release.manifest.get("build_commit")),
+            device=DeviceInfo(device.name, device.address, fingerprint),
+            argv=tuple(call.argv),
+            env=dict(call.env),
+            returncode=code,
+            passed=code == 0,
+            logs=str(logs / stem),
+            seconds=round(time.monotonic() - started, 3),
+        )
         store.add(result)
         results.append(result)
     return results

@@ -3,8 +3,10 @@
 With profiling on, ggml-hexagon logs (at debug level) one ``OPBATCH`` line per batch of ops the
 NPU ran, then one line per op of the batch::
 
-    ggml-hex: HTP0 profile-op OPBATCH|----|n-ops 3|----|----|----|usec 120 cycles 181440 start 5 mhz 1512.0
-    ggml-hex: HTP0 profile-op MUL_MAT|names|dims|types|strides|kparams|usec 40 cycles 60480 start 9 mhz 1512.0
+    ggml-hex: HTP0 profile-op OPBATCH|----|n-ops 3|----|----|----|usec 120 cycles 181440 start 5 mhz
+    1512.0
+    ggml-hex: HTP0 profile-op MUL_MAT|names|dims|types|strides|kparams|usec 40 cycles 60480 start 9
+    mhz 1512.0
 
 The parser is written for the format strings in :data:`EXPECTED_FORMATS`, which are checked
 against the ``ggml-hexagon.cpp`` of the tree that was built (:func:`check_tree_formats`): a tree
@@ -28,7 +30,10 @@ HEXAGON_CPP = "ggml/src/ggml-hexagon/ggml-hexagon.cpp"
 # The format strings of ggml_hexagon_dump_op_prof and ggml_hexagon_dump_batch_prof, as written in
 # the C source (so "\n" is a backslash and an n), at upstream 0c1e57098.
 OP_FORMAT = r"ggml-hex: %s profile-op %s|%s|%s|%s|%s|%s|usec %u cycles %u start %u mhz %.1f%s\n"
-BATCH_FORMAT = r"ggml-hex: %s profile-op OPBATCH|----|n-ops %u|%s|----|----|usec %u cycles %llu start %llu mhz %.1f\n"
+BATCH_FORMAT = (
+    r"ggml-hex: %s profile-op OPBATCH|----|n-ops %u|%s|----|----|usec %u cycles %llu start %llu "
+    r"mhz %.1f\n"
+)
 EXPECTED_FORMATS = frozenset({OP_FORMAT, BATCH_FORMAT})
 FORMAT_LITERAL_RE = re.compile(r'"((?:[^"\\\n]|\\.)*profile-op(?:[^"\\\n]|\\.)*)"')
 
@@ -36,29 +41,38 @@ PREFIX = "ggml-hex: "
 LINE_RE = re.compile(r"ggml-hex: (?P<session>\S+) profile-op (?P<body>.*)")
 TIMES = r"usec (?P<usec>\d+) cycles (?P<cycles>\d+) start (?P<start>\d+) mhz (?P<mhz>\d+\.\d)"
 OP_TAIL_RE = re.compile(TIMES + r"(?: pmu \[\d+(?:,\d+){7}\])?")
-BATCH_RE = re.compile(r"OPBATCH\|----\|n-ops (?P<n_ops>\d+)\|(?P<events>[^|]*)\|----\|----\|" + TIMES)
+BATCH_RE = re.compile(
+    r"OPBATCH\|----\|n-ops (?P<n_ops>\d+)\|(?P<events>[^|]*)\|----\|----\|" + TIMES
+)
 OP_FIELDS = 7  # op|names|dims|types|strides|kparams|times
-MARKER_RE = re.compile(r"kz-profile: phase (?P<phase>\w+) (?P<mode>\w+) rep (?P<rep>\d+) (?P<edge>begin|end)\s*$")
+MARKER_RE = re.compile(
+    r"kz-profile: phase (?P<phase>\w+) (?P<mode>\w+) rep (?P<rep>\d+) (?P<edge>begin|end)\s*$"
+)
 LAYER_RE = re.compile(r"-(\d{1,9})$")  # llama.cpp names a layer's tensors NAME-IL
 ALL = "all"
 MAX_USEC = 2**32 - 1  # printed with %u
 
 
 def check_tree_formats(source: str, where: str) -> None:
-    """Refuse a ggml-hexagon.cpp whose profile-op format strings are not the ones the parser reads."""
+    """Refuse a ggml-hexagon.cpp whose profile-op format strings are not the ones the parser
+    reads."""
     found = set(FORMAT_LITERAL_RE.findall(source))
     if found == EXPECTED_FORMATS:
         return
     if not found:
         raise ProfileFormatChanged(
-            f"{where} prints no 'profile-op' lines: this tree's ggml-hexagon has no profiler kzbuild can read",
-            hint="profile on the CPU (--dev none), or sync a recipe whose tree has GGML_HEXAGON_PROFILE",
+            f"{where} prints no 'profile-op' lines: this tree's ggml-hexagon has no profiler "
+            "kzbuild can read",
+            hint="profile on the CPU (--dev none), or sync a recipe whose tree has "
+            "GGML_HEXAGON_PROFILE",
         )
     lines = [f"  expected, not in the tree: {fmt}" for fmt in sorted(EXPECTED_FORMATS - found)]
     lines += [f"  in the tree, unknown here: {fmt}" for fmt in sorted(found - EXPECTED_FORMATS)]
     raise ProfileFormatChanged(
-        f"{where}: ggml-hexagon's profile-op format differs from the one kzbuild's parser reads:\n" + "\n".join(lines),
-        hint="kzbuild would misread these lines; update kzbuild/measure/htpprofile.py (its formats and parser) for this tree",
+        f"{where}: ggml-hexagon's profile-op format differs from the one kzbuild's parser reads:\n"
+        + "\n".join(lines),
+        hint="kzbuild would misread these lines; update kzbuild/measure/htpprofile.py (its formats "
+        "and parser) for this tree",
     )
 
 
@@ -66,7 +80,9 @@ def parse_htp_log(data: bytes, *, source: str) -> HtpProfile:
     """Per-op totals of the profile-op lines in a log; raises BadRecord naming source:line for a
     profile-op line of another shape."""
     text = data.decode("utf-8", errors="replace")
-    lines_of = text.split("\n")  # not splitlines(): it also splits at \x1c-\x1e, \x85, \u2028, which a tensor name may hold
+    lines_of = text.split(
+        "\n"
+    )  # not splitlines(): it also splits at \x1c-\x1e, \x85, \u2028, which a tensor name may hold
     has_markers = any(MARKER_RE.search(line) for line in lines_of if "kz-profile: phase" in line)
     phase: str | None = None if has_markers else ALL
     totals: dict[str, dict[tuple[str, str, int], list[float]]] = defaultdict(dict)
@@ -86,12 +102,17 @@ def parse_htp_log(data: bytes, *, source: str) -> HtpProfile:
         where = f"{source}:{number}"
         match = LINE_RE.fullmatch(line[start:].rstrip("\r"))
         if match is None:
-            raise BadRecord(f"{where}: a profile-op line without 'ggml-hex: SESSION profile-op ...': {_cut(line)}")
+            raise BadRecord(
+                f"{where}: a profile-op line without 'ggml-hex: SESSION profile-op ...': "
+                f"{_cut(line)}"
+            )
         session, body = match["session"], match["body"]
         if body.startswith("OPBATCH|"):
             batch = BATCH_RE.fullmatch(body)
             if batch is None:
-                raise BadRecord(f"{where}: an OPBATCH line not of the form '{BATCH_FORMAT}': {_cut(line)}")
+                raise BadRecord(
+                    f"{where}: an OPBATCH line not of the form '{BATCH_FORMAT}': {_cut(line)}"
+                )
             if phase is not None:
                 sums = batches[phase]
                 sums[0] += 1
@@ -101,7 +122,9 @@ def parse_htp_log(data: bytes, *, source: str) -> HtpProfile:
         parts = body.split("|")
         tail = OP_TAIL_RE.fullmatch(parts[-1]) if len(parts) >= OP_FIELDS else None
         if tail is None or not parts[0].strip():
-            raise BadRecord(f"{where}: a profile-op line not of the form '{OP_FORMAT}': {_cut(line)}")
+            raise BadRecord(
+                f"{where}: a profile-op line not of the form '{OP_FORMAT}': {_cut(line)}"
+            )
         if phase is None:
             continue
         if phase not in totals:
@@ -117,7 +140,10 @@ def parse_htp_log(data: bytes, *, source: str) -> HtpProfile:
         PhaseProfile(
             phase=name,
             tokens=0,
-            ops=tuple(OpTime(op=k[0], backend=k[1], layer=k[2], count=int(v[0]), usec=float(v[1])) for k, v in sorted(totals[name].items())),
+            ops=tuple(
+                OpTime(op=k[0], backend=k[1], layer=k[2], count=int(v[0]), usec=float(v[1]))
+                for k, v in sorted(totals[name].items())
+            ),
         )
         for name in order
     )
@@ -136,11 +162,11 @@ def _unsigned(text: str, what: str, where: str) -> int:
 
 
 def _layer(names: str) -> int:
-    """The layer of the op's result, from ``in0 x in1 -> dst`` (the dst name alone for no inputs)."""
+    """The layer of the op's result, from ``in0 x in1 -> dst`` (the dst name alone for no
+    inputs)."""
     match = LAYER_RE.search(names.rsplit(" -> ", 1)[-1].strip())
     return int(match[1]) if match else NO_LAYER
 
 
 def _cut(line: str, limit: int = 160) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
-

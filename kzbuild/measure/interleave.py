@@ -1,7 +1,8 @@
 """Bench several deployed variants on one device in interleaved blocks (kzbuild ab, kzbuild roll).
 
 Each block runs every variant once, in an order drawn from one seeded generator
-(:func:`kzbuild.measure.stats.interleaved_order`), so that a device's drift (heat, clocks, background
+(:func:`kzbuild.measure.stats.interleaved_order`), so that a device's drift (heat, clocks,
+background
 load) spreads over all variants instead of landing on whichever ran last. Each turn is one
 ``kzbuild bench`` run of that variant's release (run straight from ``ROOT/releases/<name>``;
 ``current`` is never switched), and its records carry the variant, the block and the seed.
@@ -43,10 +44,15 @@ def parse_temperature(text: str) -> float:
     """``45C``, ``45``, ``42.5C`` -> degrees Celsius."""
     match = TEMPERATURE_RE.match(text)
     if match is None:
-        raise ConfigError(f"--cool-to '{text}' is not a temperature", hint="degrees Celsius, e.g. 45C")
+        raise ConfigError(
+            f"--cool-to '{text}' is not a temperature", hint="degrees Celsius, e.g. 45C"
+        )
     value = float(match[1])
     if not -40 <= value <= 150:
-        raise ConfigError(f"--cool-to '{text}' is not a device temperature", hint="degrees Celsius between -40 and 150, e.g. 45C")
+        raise ConfigError(
+            f"--cool-to '{text}' is not a device temperature",
+            hint="degrees Celsius between -40 and 150, e.g. 45C",
+        )
     return value
 
 
@@ -59,16 +65,27 @@ def check_cooling(cooling: Cooling) -> None:
 
 def thermal_zones(transport: Transport, device: Device, cooling: Cooling) -> dict[str, float]:
     """The temperatures (deg C) of the zones ``cooling`` watches, read through the transport;
-    a device without readable zones, or none that match, is an error (kzbuild ab checks before building)."""
+    a device without readable zones, or none that match, is an error (kzbuild ab checks before
+    building)."""
     zones = probe(transport, cooling.sysfs).conditions.get("thermal_c", {})
     if not zones:
         raise DeviceError(
-            f"{device.name}: no thermal zones to read ({cooling.sysfs}/class/thermal/thermal_zone*/temp: none readable), so --cool-to cannot tell when it is cool",
-            hint="drop --cool-to (or use --cooldown SECONDS between runs) on a device without thermal zones",
+            f"{device.name}: no thermal zones to read "
+            f"({cooling.sysfs}/class/thermal/thermal_zone*/temp: none readable), so --cool-to "
+            "cannot tell when it is cool",
+            hint="drop --cool-to (or use --cooldown SECONDS between runs) on a device without "
+            "thermal zones",
         )
-    chosen = {name: value for name, value in zones.items() if any(fnmatch.fnmatchcase(name, p) for p in cooling.zones)}
+    chosen = {
+        name: value
+        for name, value in zones.items()
+        if any(fnmatch.fnmatchcase(name, p) for p in cooling.zones)
+    }
     if not chosen:
-        raise ConfigError(f"{device.name}: no thermal zone matches --cool-zones {' '.join(cooling.zones)}", hint=f"its zones: {', '.join(sorted(zones))}")
+        raise ConfigError(
+            f"{device.name}: no thermal zone matches --cool-zones {' '.join(cooling.zones)}",
+            hint=f"its zones: {', '.join(sorted(zones))}",
+        )
     return chosen
 
 
@@ -91,8 +108,22 @@ def wait_cool(
         if hottest < cooling.limit_c or waited >= cooling.max_wait_s:
             if hottest >= cooling.limit_c:
                 hot = max(chosen, key=lambda name: chosen[name])
-                log.warning("%s: block %d starts at %.1f C (%s), not below %.1f C after %.0f s", device.name, block + 1, hottest, hot, cooling.limit_c, waited)
-            return BlockStart(block=block, temperatures=chosen, hottest_c=hottest, waited_s=waited, cooled=hottest < cooling.limit_c)
+                log.warning(
+                    "%s: block %d starts at %.1f C (%s), not below %.1f C after %.0f s",
+                    device.name,
+                    block + 1,
+                    hottest,
+                    hot,
+                    cooling.limit_c,
+                    waited,
+                )
+            return BlockStart(
+                block=block,
+                temperatures=chosen,
+                hottest_c=hottest,
+                waited_s=waited,
+                cooled=hottest < cooling.limit_c,
+            )
         sleep(min(cooling.poll_s, cooling.max_wait_s - waited))
 
 
@@ -116,7 +147,8 @@ def run_interleaved(
     """Bench every arm ``blocks`` times in interleaved, seeded random blocks; store every record as
     soon as its turn ends (with its variant); return the records per arm.
 
-    The arms' releases must be deployed (kzbuild.device.deploy.deploy returns each one's name). ``seed``
+    The arms' releases must be deployed (kzbuild.device.deploy.deploy returns each one's name).
+    ``seed``
     (default: fresh, returned) draws the order of each block; the sweep order inside each turn
     is ``spec.seed`` or, when unset, the same seed. ``spec.cooldown`` also separates turns.
     ``order`` (blocks of arm names, each arm once per block) is taken as given instead of drawn:
@@ -126,7 +158,10 @@ def run_interleaved(
     can prune or switch them meanwhile; Busy when another kzbuild holds it."""
     names = [arm.name for arm in arms]
     if len(names) < 2 or len(set(names)) != len(names):
-        raise ConfigError(f"an interleaved experiment needs two or more variants with distinct names (got {', '.join(names) or 'none'})")
+        raise ConfigError(
+            "an interleaved experiment needs two or more variants with distinct names (got "
+            f"{', '.join(names) or 'none'})"
+        )
     if not 1 <= blocks <= MAX_BLOCKS:
         raise ConfigError(f"--blocks {blocks}: give 1 to {MAX_BLOCKS} blocks")
     check_spec(spec)
@@ -135,7 +170,11 @@ def run_interleaved(
     # Held from naming the arms' releases to the last turn: a deploy meanwhile could prune one.
     with device_lock(transport, device.root, "bench") as lock:
         releases = {arm.name: release_named(transport, device, arm.release) for arm in arms}
-        for warning in dict.fromkeys(w for release in releases.values() for w in env_warnings(settings, release, spec_env_names(spec))):
+        for warning in dict.fromkeys(
+            w
+            for release in releases.values()
+            for w in env_warnings(settings, release, spec_env_names(spec))
+        ):
             log.warning("%s", warning)
         for recipe in dict.fromkeys(r.manifest.get("recipe") for r in releases.values()):
             check_recipe_formats(settings, recipe if isinstance(recipe, str) else None)
@@ -144,7 +183,10 @@ def run_interleaved(
         if order is None:
             order = interleaved_order(names, blocks, seed)
         elif len(order) != blocks or any(sorted(block) != sorted(names) for block in order):
-            raise ConfigError(f"an interleaved order must hold each of {', '.join(names)} once in each of {blocks} blocks")
+            raise ConfigError(
+                f"an interleaved order must hold each of {', '.join(names)} once in each of "
+                f"{blocks} blocks"
+            )
         turn_spec = replace(spec, seed=spec.seed if spec.seed is not None else seed)
         run_id = new_run_id(datetime.now(timezone.utc))
         logs = settings.work / "bench" / run_id
@@ -157,7 +199,11 @@ def run_interleaved(
             lock.refresh()
 
         for block, variants in enumerate(order):
-            start = wait_cool(transport, device, cooling, block, sleep=sleep_held, clock=clock) if cooling else None
+            start = (
+                wait_cool(transport, device, cooling, block, sleep=sleep_held, clock=clock)
+                if cooling
+                else None
+            )
             if start:
                 starts.append(start)
             for position, name in enumerate(variants):
@@ -166,12 +212,32 @@ def run_interleaved(
                 if on_turn:
                     on_turn(Turn(block=block, blocks=blocks, position=position, variant=name))
                 variant = VariantInfo(
-                    name=name, block=block, blocks=blocks, seed=seed,
-                    start_c=start.hottest_c if start else None, waited_s=start.waited_s if start else None,
-                )  # fmt: skip
-                part = BenchPart(run_id=run_id, logs=logs / f"{block:03d}-{name.replace('/', '--')}", first_seq=seq, model_sha256=model_hash, variant=variant)
+                    name=name,
+                    block=block,
+                    blocks=blocks,
+                    seed=seed,
+                    start_c=start.hottest_c if start else None,
+                    waited_s=start.waited_s if start else None,
+                )
+                part = BenchPart(
+                    run_id=run_id,
+                    logs=logs / f"{block:03d}-{name.replace('/', '--')}",
+                    first_seq=seq,
+                    model_sha256=model_hash,
+                    variant=variant,
+                )
                 lock.refresh()
-                turn = bench(settings, transport, device, turn_spec, store, on_stderr=on_stderr, sleep=sleep, release=releases[name], part=part)
+                turn = bench(
+                    settings,
+                    transport,
+                    device,
+                    turn_spec,
+                    store,
+                    on_stderr=on_stderr,
+                    sleep=sleep,
+                    release=releases[name],
+                    part=part,
+                )
                 records[name] += turn.records
                 seq += len(turn.records)
     return InterleavedRun(

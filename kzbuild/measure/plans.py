@@ -1,4 +1,5 @@
-"""Experiment plans (``plans/*.yaml``): validated like recipes, every error names the file, line and key.
+"""Experiment plans (``plans/*.yaml``): validated like recipes, every error names the file, line and
+key.
 
 A plan declares the model (a device path or a pushed model's name, with its sha256), the device,
 repetitions, a seed, env for every run, and a list of llama-bench runs, each with its fixed
@@ -42,17 +43,47 @@ from kzbuild.model.quality import (
 
 log = logging.getLogger(__name__)
 
-PLAN_KEYS = ("description", "model", "device", "repetitions", "seed", "cooldown", "timeout", "env",
-             "runs", "ab", "memory_budget", "htp_session_limit", "turn", "quality")  # fmt: skip
+PLAN_KEYS = (
+    "description",
+    "model",
+    "device",
+    "repetitions",
+    "seed",
+    "cooldown",
+    "timeout",
+    "env",
+    "runs",
+    "ab",
+    "memory_budget",
+    "htp_session_limit",
+    "turn",
+    "quality",
+)
 TURN_KEYS = ("prompt", "generate", "prefill", "decode")
 MODEL_KEYS = ("path", "name", "sha256")
 RUN_KEYS = ("name", "options", "env", "sweep", "args")
 AB_KEYS = (
-    "variants", "blocks", "cool_to", "cool_wait", "cool_zones",
-    "min_effect_pct", "max_width_pct", "max_seconds",
-)  # fmt: skip
-QUALITY_KEYS = ("max_kld", "min_top1", "corpus", "context", "chunks", "options", "env",
-                "reference", "reference_options", "timeout")  # fmt: skip
+    "variants",
+    "blocks",
+    "cool_to",
+    "cool_wait",
+    "cool_zones",
+    "min_effect_pct",
+    "max_width_pct",
+    "max_seconds",
+)
+QUALITY_KEYS = (
+    "max_kld",
+    "min_top1",
+    "corpus",
+    "context",
+    "chunks",
+    "options",
+    "env",
+    "reference",
+    "reference_options",
+    "timeout",
+)
 MAX_CONTEXT = 1 << 20
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -78,7 +109,9 @@ def load_plan(path: Path) -> Plan:
     runs: list[PlanRun] = []
     for index, item in enumerate(runs_list):
         if not isinstance(item, yamlconf.Mapping):
-            raise runs_list.error(index, "a run is a mapping (name, options, env, sweep, args)", key="runs")
+            raise runs_list.error(
+                index, "a run is a mapping (name, options, env, sweep, args)", key="runs"
+            )
         run = _run(item, index, model.path, common_env, repetitions, seed, cooldown, timeout)
         if any(run.name == other.name for other in runs):
             raise item.error("name", f"run name '{run.name}' is used twice")
@@ -104,8 +137,11 @@ def _size(doc: yamlconf.Mapping, key: str) -> int | None:
         return None
     size = parse_size(value) if isinstance(value, str) else None
     if size is None:
-        raise doc.error(key, f"{value!r} is not a size such as 4GiB, 3.5GiB or 4096MiB",
-                        hint="KiB MiB GiB TiB count in 1024s, KB MB GB TB in 1000s")
+        raise doc.error(
+            key,
+            f"{value!r} is not a size such as 4GiB, 3.5GiB or 4096MiB",
+            hint="KiB MiB GiB TiB count in 1024s, KB MB GB TB in 1000s",
+        )
     return size
 
 
@@ -126,8 +162,11 @@ def _turn(doc: yamlconf.Mapping, runs: list[PlanRun]) -> PlanTurn | None:
             raise section.error(key, f"names no run of the plan (runs: {', '.join(by_name)})")
         if str(tokens) not in run_values(by_name[name].spec, option):
             what = "prompt" if key == "prefill" else "generate"
-            raise section.error(key, f"run '{name}' does not measure -{option} {tokens} "
-                                     f"(the turn's {what}); add it to its {option}")
+            raise section.error(
+                key,
+                f"run '{name}' does not measure -{option} {tokens} "
+                f"(the turn's {what}); add it to its {option}",
+            )
         names[key] = name
     return PlanTurn(prompt, generate, prefill=names["prefill"], decode=names["decode"])
 
@@ -147,26 +186,52 @@ def _model(doc: yamlconf.Mapping) -> PlanModel:
     section.check_keys(MODEL_KEYS, required=("sha256",), context="model")
     path, name = section.get_path("path"), section.get_path("name")
     if (path is None) == (name is None):
-        raise doc.error("model", "give the model's path on the device or the name it was pushed under (kzbuild models push), one of them")
+        raise doc.error(
+            "model",
+            "give the model's path on the device or the name it was pushed under (kzbuild models "
+            "push), one of them",
+        )
     if name is not None and "/" in name:
-        raise section.error("name", f"'{name}' is a path: a name is a file name under models/ (use path: for other places)")
+        raise section.error(
+            "name",
+            f"'{name}' is a path: a name is a file name under models/ (use path: for other places)",
+        )
     location = path if path is not None else f"models/{name}"
     if location.startswith("-") or not location.strip():
-        raise section.error("path" if path is not None else "name", f"'{location}' is not a model path")
+        raise section.error(
+            "path" if path is not None else "name", f"'{location}' is not a model path"
+        )
     sha = section.get("sha256")
     if sha is not None and not (isinstance(sha, str) and SHA256.match(sha)):
-        raise section.error("sha256", "must be 64 lowercase hex digits (sha256sum of the model file), or null while it is not pinned yet")
+        raise section.error(
+            "sha256",
+            "must be 64 lowercase hex digits (sha256sum of the model file), or null while it is "
+            "not pinned yet",
+        )
     return PlanModel(path=location, sha256=sha, line=section.line_of("sha256"))
 
 
-def _run(item: yamlconf.Mapping, index: int, model: str, common_env: dict[str, str], repetitions: int | None, seed: int | None, cooldown: float, timeout: float | None) -> PlanRun:
+def _run(
+    item: yamlconf.Mapping,
+    index: int,
+    model: str,
+    common_env: dict[str, str],
+    repetitions: int | None,
+    seed: int | None,
+    cooldown: float,
+    timeout: float | None,
+) -> PlanRun:
     item.check_keys(RUN_KEYS, required=("name",), context="run")
     name = _name(item, "name") or f"run-{index + 1}"
     options_section = item.get_mapping("options")
     options: dict[str, str] = {}
     for option, value in options_section.items():
         if option not in OPTIONS_BY_NAME:
-            raise options_section.error(option, f"unknown llama-bench option '{option}'", hint=f"options: {', '.join(OPTIONS_BY_NAME)}")
+            raise options_section.error(
+                option,
+                f"unknown llama-bench option '{option}'",
+                hint=f"options: {', '.join(OPTIONS_BY_NAME)}",
+            )
         if not yamlconf.is_scalar_text(value):
             raise options_section.error(option, "must be a number or a string such as 128,512")
         problem = option_value_problem(option, str(value))
@@ -179,12 +244,20 @@ def _run(item: yamlconf.Mapping, index: int, model: str, common_env: dict[str, s
     sweep_section = item.get_mapping("sweep")
     axes = []
     for axis, values in sweep_section.items():
-        if not isinstance(values, yamlconf.Sequence) or not values or not all(yamlconf.is_scalar_text(v) for v in values):
-            raise sweep_section.error(axis, "must be a non-empty list of values, e.g. [128, 256, 512]")
+        if (
+            not isinstance(values, yamlconf.Sequence)
+            or not values
+            or not all(yamlconf.is_scalar_text(v) for v in values)
+        ):
+            raise sweep_section.error(
+                axis, "must be a non-empty list of values, e.g. [128, 256, 512]"
+            )
         try:
             axes.append(parse_sweep(f"{axis}={','.join(str(v) for v in values)}"))
         except ConfigError as exc:
-            raise sweep_section.error(axis, exc.message.replace("--sweep ", "sweep "), hint=exc.hint) from None
+            raise sweep_section.error(
+                axis, exc.message.replace("--sweep ", "sweep "), hint=exc.hint
+            ) from None
     try:
         sweep_size_check(axes)
     except ConfigError as exc:
@@ -203,34 +276,50 @@ def _run(item: yamlconf.Mapping, index: int, model: str, common_env: dict[str, s
     try:
         check_spec(spec)
     except ConfigError as exc:
-        key = next((a.name for a in axes if a.name in exc.message or (a.env_name or "") in exc.message), None)
-        raise (sweep_section if key else item).error(key or "args", exc.message, hint=exc.hint) from None
+        key = next(
+            (a.name for a in axes if a.name in exc.message or (a.env_name or "") in exc.message),
+            None,
+        )
+        raise (sweep_section if key else item).error(
+            key or "args", exc.message, hint=exc.hint
+        ) from None
     return PlanRun(name=name, spec=spec)
 
 
 def _quality(doc: yamlconf.Mapping) -> QualitySpec | None:
-    """``quality:``: the limits, the corpus, context and chunks, how the variants and the reference run (docs/quality.md)."""
+    """``quality:``: the limits, the corpus, context and chunks, how the variants and the reference
+    run (docs/quality.md)."""
     if doc.get("quality") is None:
         return None
     section = doc.get_mapping("quality")
     section.check_keys(QUALITY_KEYS, context="quality")
-    limits = QualityLimits(max_kld=_limit(section, "max_kld", float("inf")), min_top1=_limit(section, "min_top1", 100))
+    limits = QualityLimits(
+        max_kld=_limit(section, "max_kld", float("inf")), min_top1=_limit(section, "min_top1", 100)
+    )
     if limits.max_kld is None and limits.min_top1 is None:
-        raise section.error("max_kld", "a quality check needs a limit: max_kld (mean KL divergence), min_top1 (percent), or both")
+        raise section.error(
+            "max_kld",
+            "a quality check needs a limit: max_kld (mean KL divergence), min_top1 (percent), or "
+            "both",
+        )
     corpus = section.get_str("corpus") or DEFAULT_CORPUS
     try:
         corpus_path(corpus)
     except ConfigError as exc:
         raise section.error("corpus", exc.message, hint=exc.hint) from None
     spec = QualitySpec(
-        limits=limits, corpus=corpus,
+        limits=limits,
+        corpus=corpus,
         context=_count(section, "context", minimum=8, maximum=MAX_CONTEXT) or DEFAULT_CONTEXT,
         chunks=_count(section, "chunks", minimum=1, maximum=10_000) or DEFAULT_CHUNKS,
-        options=_quality_options(section, "options"), env=tuple(_env(section, "env").items()),
+        options=_quality_options(section, "options"),
+        env=tuple(_env(section, "env").items()),
         reference=_name(section, "reference") or "upstream",
-        reference_options=_quality_options(section, "reference_options") if section.get("reference_options") is not None else QualitySpec().reference_options,
+        reference_options=_quality_options(section, "reference_options")
+        if section.get("reference_options") is not None
+        else QualitySpec().reference_options,
         timeout=_seconds(section, "timeout"),
-    )  # fmt: skip
+    )
     try:
         check_quality_spec(spec)
     except ConfigError as exc:
@@ -253,11 +342,24 @@ def _quality_options(section: yamlconf.Mapping, key: str) -> tuple[tuple[str, st
     found = []
     for name, value in options.items():
         if name not in OPTION_FLAGS:
-            raise options.error(name, f"unknown llama-perplexity option '{name}'", hint=f"options: {', '.join(OPTION_FLAGS)}")
+            raise options.error(
+                name,
+                f"unknown llama-perplexity option '{name}'",
+                hint=f"options: {', '.join(OPTION_FLAGS)}",
+            )
         text = str(value)
-        if not yamlconf.is_scalar_text(value) or not text.strip() or text.startswith("-") or any(c.isspace() for c in text):
+        if (
+            not yamlconf.is_scalar_text(value)
+            or not text.strip()
+            or text.startswith("-")
+            or any(c.isspace() for c in text)
+        ):
             raise options.error(name, "must be one value such as HTP0, none or 8")
-        if name != "dev" and not text.isdigit() and not (name == "fa" and text in ("on", "off", "auto")):
+        if (
+            name != "dev"
+            and not text.isdigit()
+            and not (name == "fa" and text in ("on", "off", "auto"))
+        ):
             raise options.error(name, "must be a whole number")
         found.append((name, text))
     return tuple(found)
@@ -288,7 +390,9 @@ def _ab(doc: yamlconf.Mapping) -> PlanAb:
         try:
             cool_to = parse_temperature(text)
         except ConfigError as exc:
-            raise section.error("cool_to", exc.message.replace("--cool-to", "cool_to"), hint=exc.hint) from None
+            raise section.error(
+                "cool_to", exc.message.replace("--cool-to", "cool_to"), hint=exc.hint
+            ) from None
     return PlanAb(
         variants=section.get_str_list("variants"),
         blocks=_count(section, "blocks", minimum=1, maximum=MAX_BLOCKS),
@@ -310,7 +414,9 @@ def _percent(section: yamlconf.Mapping, key: str) -> float | None:
     return float(value)
 
 
-def _count(section: yamlconf.Mapping, key: str, *, minimum: int, maximum: int = 2**31 - 1) -> int | None:
+def _count(
+    section: yamlconf.Mapping, key: str, *, minimum: int, maximum: int = 2**31 - 1
+) -> int | None:
     value = section.get(key)
     if value is None:
         return None
@@ -335,7 +441,11 @@ def _seconds(section: yamlconf.Mapping, key: str, *, zero_ok: bool = False) -> f
 def _device(doc: yamlconf.Mapping) -> str | None:
     value = doc.get_str("device")
     if value is not None and (not value.strip() or value.startswith("-")):
-        raise doc.error("device", "must be a device name from recipes/devices.yaml or a device spec (adb:SERIAL, ssh://..., local:/path)")
+        raise doc.error(
+            "device",
+            "must be a device name from recipes/devices.yaml or a device spec (adb:SERIAL, "
+            "ssh://..., local:/path)",
+        )
     return value
 
 
@@ -353,11 +463,20 @@ def check_model(plan: Plan, transport: Transport, device: Device) -> str:
     when it differs); a plan without one gets a warning with the measured hash to pin."""
     found = model_sha256(transport, device, plan.model.path)
     if plan.model.sha256 is None:
-        log.warning("%s: the plan pins no sha256 for %s; %s holds %s (put it in the plan's model.sha256)", plan.path, plan.model.path, device.name, found)
+        log.warning(
+            "%s: the plan pins no sha256 for %s; %s holds %s (put it in the plan's model.sha256)",
+            plan.path,
+            plan.model.path,
+            device.name,
+            found,
+        )
     elif found != plan.model.sha256:
         raise ConfigError(
-            f"{device.name}: {plan.model.path} has sha256 {found}, not the plan's {plan.model.sha256}",
-            path=plan.path, line=plan.model.line, key="sha256",
+            f"{device.name}: {plan.model.path} has sha256 {found}, not the plan's "
+            f"{plan.model.sha256}",
+            path=plan.path,
+            line=plan.model.line,
+            key="sha256",
             hint="push the model the plan names (kzbuild models push FILE), or update the plan",
-        )  # fmt: skip
+        )
     return found

@@ -30,7 +30,15 @@ from pathlib import Path
 from kzbuild.adapters.gitcmd import Git
 from kzbuild.adapters.settings import Settings
 from kzbuild.device.base import ByteSink, Transport
-from kzbuild.device.run import check_seconds, check_tool, current_release, env_warnings, invocation, run_logged, synced_head
+from kzbuild.device.run import (
+    check_seconds,
+    check_tool,
+    current_release,
+    env_warnings,
+    invocation,
+    run_logged,
+    synced_head,
+)
 from kzbuild.errors import BadRecord, ConfigError, ResultsError
 from kzbuild.measure.bench import model_sha256, new_run_id, probe
 from kzbuild.measure.htpprofile import HEXAGON_CPP, check_tree_formats, parse_htp_log
@@ -39,7 +47,17 @@ from kzbuild.measure.resultplot import save_png
 from kzbuild.measure.resultsdb import LATEST
 from kzbuild.model.device import Device
 from kzbuild.model.jsonfields import Fields, tool_json
-from kzbuild.model.profile import MAX_ROWS, NO_LAYER, ComparedOp, OpSummary, OpTime, PhaseProfile, ProfileRecord, ProfileRun, ProfileSpec
+from kzbuild.model.profile import (
+    MAX_ROWS,
+    NO_LAYER,
+    ComparedOp,
+    OpSummary,
+    OpTime,
+    PhaseProfile,
+    ProfileRecord,
+    ProfileRun,
+    ProfileSpec,
+)
 from kzbuild.model.result import BuildInfo, DeviceInfo, ModelInfo
 from kzbuild.model.result import summarize as summarize_samples
 from kzbuild.model.run import Release
@@ -60,11 +78,23 @@ MAX_SPREAD_PCT = 15.0  # repetitions' timed walls further apart than this: no ra
 
 def check_spec(spec: ProfileSpec) -> None:
     if not spec.model.strip() or spec.model.startswith("-"):
-        raise ConfigError(f"--model '{spec.model}' is not a model path", hint="e.g. -m models/tiny.gguf")
-    if spec.dev is not None and (not spec.dev.strip() or spec.dev.startswith("-") or "," in spec.dev):
-        raise ConfigError(f"--dev '{spec.dev}' is not one device list (e.g. HTP0, HTP0/HTP1 or none)")
-    for name, value, low in (("-p", spec.n_prompt, 1), ("-n", spec.n_gen, 0), ("--ub", spec.n_ubatch, 1), ("-t", spec.threads, 1),
-                             ("--ngl", spec.ngl, 0), ("-r", spec.reps, 1)):  # fmt: skip
+        raise ConfigError(
+            f"--model '{spec.model}' is not a model path", hint="e.g. -m models/tiny.gguf"
+        )
+    if spec.dev is not None and (
+        not spec.dev.strip() or spec.dev.startswith("-") or "," in spec.dev
+    ):
+        raise ConfigError(
+            f"--dev '{spec.dev}' is not one device list (e.g. HTP0, HTP0/HTP1 or none)"
+        )
+    for name, value, low in (
+        ("-p", spec.n_prompt, 1),
+        ("-n", spec.n_gen, 0),
+        ("--ub", spec.n_ubatch, 1),
+        ("-t", spec.threads, 1),
+        ("--ngl", spec.ngl, 0),
+        ("-r", spec.reps, 1),
+    ):
         if value is not None and not low <= value <= MAX_TOKENS:
             raise ConfigError(f"{name} {value}: give a whole number from {low} to {MAX_TOKENS}")
     check_seconds("--timeout", spec.timeout)
@@ -72,19 +102,29 @@ def check_spec(spec: ProfileSpec) -> None:
 
 def tool_args(spec: ProfileSpec, *, verbose: bool) -> list[str]:
     args = ["-m", spec.model, "-p", str(spec.n_prompt), "-n", str(spec.n_gen), "-r", str(spec.reps)]
-    for flag, value in (("-ub", spec.n_ubatch), ("-t", spec.threads), ("-ngl", spec.ngl), ("-dev", spec.dev)):
+    for flag, value in (
+        ("-ub", spec.n_ubatch),
+        ("-t", spec.threads),
+        ("-ngl", spec.ngl),
+        ("-dev", spec.dev),
+    ):
         if value is not None:
             args += [flag, str(value)]
     return args + (["-v"] if verbose else [])
 
 
 # --- kz-profile's output ---
-def parse_tool_output(stdout: bytes, *, source: str) -> tuple[dict[str, int], tuple[PhaseProfile, ...]]:
-    """kz-profile's JSON: its configuration and one phase per prefill/decode, every field checked."""
+def parse_tool_output(
+    stdout: bytes, *, source: str
+) -> tuple[dict[str, int], tuple[PhaseProfile, ...]]:
+    """kz-profile's JSON: its configuration and one phase per prefill/decode, every field
+    checked."""
     fields = Fields(tool_json(stdout, source=source, tool=KZ_PROFILE), source)
     if fields.text("tool") != KZ_PROFILE or fields.count("format") != TOOL_FORMAT:
         raise BadRecord(f"{source}: not kz-profile output of format {TOOL_FORMAT}")
-    config = {key: fields.count(key) for key in ("n_prompt", "n_gen", "n_ubatch", "n_threads", "reps")}
+    config = {
+        key: fields.count(key) for key in ("n_prompt", "n_gen", "n_ubatch", "n_threads", "reps")
+    }
     items = fields.data.get("phases")
     if not isinstance(items, list) or not items or len(items) > len(PHASES):
         raise fields.error("phases", "a list of prefill and decode")
@@ -113,8 +153,12 @@ def parse_tool_output(stdout: bytes, *, source: str) -> tuple[dict[str, int], tu
                 phase=phase.choice("phase", PHASES),
                 tokens=phase.count("tokens", minimum=1, maximum=MAX_TOKENS),
                 ops=tuple(ops),
-                wall_us_plain=tuple(float(x) for x in phase.numbers("wall_us_plain", max_items=config["reps"])),
-                wall_us_timed=tuple(float(x) for x in phase.numbers("wall_us_timed", max_items=config["reps"])),
+                wall_us_plain=tuple(
+                    float(x) for x in phase.numbers("wall_us_plain", max_items=config["reps"])
+                ),
+                wall_us_timed=tuple(
+                    float(x) for x in phase.numbers("wall_us_timed", max_items=config["reps"])
+                ),
             )
         )
     return config, tuple(phases)
@@ -122,7 +166,8 @@ def parse_tool_output(stdout: bytes, *, source: str) -> tuple[dict[str, int], tu
 
 # --- the pinned tree's profiler format ---
 def hexagon_source(settings: Settings, recipe: str) -> str | None:
-    """ggml-hexagon.cpp at the recipe's synced head (committed, not the worktree's edits); None when not synced."""
+    """ggml-hexagon.cpp at the recipe's synced head (committed, not the worktree's edits); None when
+    not synced."""
     head = synced_head(settings, recipe)
     if head is None:
         return None
@@ -131,11 +176,17 @@ def hexagon_source(settings: Settings, recipe: str) -> str | None:
 
 
 def check_recipe_formats(settings: Settings, recipe: str) -> bool:
-    """Check the recipe's tree's profile-op formats; False (with a warning) when it is not synced here."""
+    """Check the recipe's tree's profile-op formats; False (with a warning) when it is not synced
+    here."""
     source = hexagon_source(settings, recipe)
     if source is None:
-        log.warning("cannot check ggml-hexagon's profile-op format: recipe %s is not synced here (kzbuild sync %s); "
-                    "lines of another shape are still refused", recipe, recipe)  # fmt: skip
+        log.warning(
+            "cannot check ggml-hexagon's profile-op format: recipe %s is not synced here (kzbuild "
+            "sync %s); "
+            "lines of another shape are still refused",
+            recipe,
+            recipe,
+        )
         return False
     check_tree_formats(source, f"{recipe}'s {HEXAGON_CPP}")
     return True
@@ -161,7 +212,10 @@ def profile(
         if isinstance(recipe, str):
             check_recipe_formats(settings, recipe)
         else:
-            log.warning("cannot check ggml-hexagon's profile-op format: release %s names no recipe", release.build_id)
+            log.warning(
+                "cannot check ggml-hexagon's profile-op format: release %s names no recipe",
+                release.build_id,
+            )
     for warning in env_warnings(settings, release, env):
         log.warning("%s", warning)
     model_hash = model_sha256(transport, device, spec.model)
@@ -171,7 +225,9 @@ def profile(
     host_time = datetime.now(timezone.utc).isoformat(timespec="seconds")
     logs = settings.work / "profile" / run_id
     logs.mkdir(parents=True, exist_ok=True)
-    stdout = run_logged(transport, call, logs, KZ_PROFILE, timeout=spec.timeout, on_stderr=on_stderr)
+    stdout = run_logged(
+        transport, call, logs, KZ_PROFILE, timeout=spec.timeout, on_stderr=on_stderr
+    )
     stderr_log = logs / f"{KZ_PROFILE}.stderr.log"
     config, graph = parse_tool_output(stdout, source=str(logs / f"{KZ_PROFILE}.json"))
     npu_phases: tuple[PhaseProfile, ...] = ()
@@ -179,16 +235,27 @@ def profile(
         tokens = {phase.phase: phase.tokens for phase in graph}
         parsed = parse_htp_log(stderr_log.read_bytes(), source=str(stderr_log))
         npu_phases = tuple(
-            PhaseProfile(p.phase, tokens.get(p.phase, 0), p.ops, wall_us_plain=next((g.wall_us_plain for g in graph if g.phase == p.phase), ()))
+            PhaseProfile(
+                p.phase,
+                tokens.get(p.phase, 0),
+                p.ops,
+                wall_us_plain=next((g.wall_us_plain for g in graph if g.phase == p.phase), ()),
+            )
             for p in parsed.phases
         )
     record = ProfileRecord(
         run_id=run_id,
         host_time=host_time,
         build=BuildInfo.of_release(release, release.manifest.get("build_commit")),
-        device=DeviceInfo(name=device.name, address=device.address, fingerprint=dict(state.fingerprint)),
+        device=DeviceInfo(
+            name=device.name, address=device.address, fingerprint=dict(state.fingerprint)
+        ),
         model=ModelInfo(path=spec.model, sha256=model_hash),
-        config={**config, **({"dev": spec.dev} if spec.dev else {}), **({"ngl": spec.ngl} if spec.ngl is not None else {})},
+        config={
+            **config,
+            **({"dev": spec.dev} if spec.dev else {}),
+            **({"ngl": spec.ngl} if spec.ngl is not None else {}),
+        },
         graph=graph,
         npu=npu_phases,
         env=dict(call.env),
@@ -202,7 +269,8 @@ def profile(
 
 def run_env(release: Release, spec: ProfileSpec) -> tuple[bool, dict[str, str]]:
     """Whether ggml-hexagon's profiler runs (a Hexagon build, and not --dev none), and the env
-    kz-profile gets on top of the device's: --env, plus GGML_HEXAGON_PROFILE=1 unless --env set it."""
+    kz-profile gets on top of the device's: --env, plus GGML_HEXAGON_PROFILE=1 unless --env set
+    it."""
     env = dict(spec.env)
     files = release.manifest.get("files")
     npu = isinstance(files, Mapping) and HEXAGON_LIB in files and spec.dev != "none"
@@ -213,7 +281,8 @@ def run_env(release: Release, spec: ProfileSpec) -> tuple[bool, dict[str, str]]:
 
 # --- storage ---
 class ProfileStore:
-    """``results/profiles.jsonl``: one profile run per line, sorted keys, appended under the folder's lock."""
+    """``results/profiles.jsonl``: one profile run per line, sorted keys, appended under the
+    folder's lock."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -226,19 +295,27 @@ class ProfileStore:
     def records(self) -> list[ProfileRecord]:
         if not self.path.exists():
             return []
-        return [ProfileRecord.from_dict(data, where=where) for where, data in jsonl_objects(self.path)]
+        return [
+            ProfileRecord.from_dict(data, where=where) for where, data in jsonl_objects(self.path)
+        ]
 
     def select(self, selector: str) -> ProfileRecord:
         """The run whose id is or starts with ``selector``, or the newest for ``latest``."""
         found = self.records()
         if not found:
-            raise ResultsError(f"no profile runs in {self.path}", hint="run kzbuild profile --device D -m MODEL")
+            raise ResultsError(
+                f"no profile runs in {self.path}", hint="run kzbuild profile --device D -m MODEL"
+            )
         if selector == LATEST:
             return max(found, key=lambda r: (r.host_time, r.run_id))
         chosen = [r for r in found if r.run_id.startswith(selector)]
         if len(chosen) != 1:
             listed = ", ".join(r.run_id for r in chosen[:5])
-            problem = f"matches {len(chosen)} profile runs ({listed})" if chosen else "matches no profile run"
+            problem = (
+                f"matches {len(chosen)} profile runs ({listed})"
+                if chosen
+                else "matches no profile run"
+            )
             raise ResultsError(f"'{selector}' {problem}", hint=f"run ids are in {self.path}")
         return chosen[0]
 
@@ -342,7 +419,8 @@ def compare(
     repetitions disagree (:func:`disagrees`)."""
     if a.model.sha256 != b.model.sha256:
         raise ResultsError(
-            f"profile runs {a.run_id} and {b.run_id} ran different models ({_short(a.model.sha256)} vs {_short(b.model.sha256)})"
+            f"profile runs {a.run_id} and {b.run_id} ran different models "
+            f"({_short(a.model.sha256)} vs {_short(b.model.sha256)})"
         )
     phases_a, phases_b = _phases_of(a, source), _phases_of(b, source)
     rows = []
@@ -350,7 +428,8 @@ def compare(
         pa, pb = phases_a[name], phases_b[name]
         if pa.tokens != pb.tokens:
             raise ResultsError(
-                f"{name}: {a.run_id} ran {pa.tokens} tokens, {b.run_id} ran {pb.tokens}; per-op times of different token counts are not compared"
+                f"{name}: {a.run_id} ran {pa.tokens} tokens, {b.run_id} ran {pb.tokens}; per-op "
+                "times of different token counts are not compared"
             )
         for run, phase in ((a, pa), (b, pb)):
             if disagrees(phase, max_spread_pct):
@@ -366,21 +445,35 @@ def compare(
             sa.keys() | sb.keys(),
             key=lambda o: -max(sa[o].usec if o in sa else 0.0, sb[o].usec if o in sb else 0.0),
         ):
-            rows.append(ComparedOp(name, op, sa[op].usec if op in sa else None, sb[op].usec if op in sb else None,
-                                   sa[op].backends if op in sa else (), sb[op].backends if op in sb else ()))  # fmt: skip
+            rows.append(
+                ComparedOp(
+                    name,
+                    op,
+                    sa[op].usec if op in sa else None,
+                    sb[op].usec if op in sb else None,
+                    sa[op].backends if op in sa else (),
+                    sb[op].backends if op in sb else (),
+                )
+            )
     if not rows:
         raise ResultsError(
-            f"profile runs {a.run_id} and {b.run_id} share no phase with {SOURCE_NAMES[source]} times"
+            f"profile runs {a.run_id} and {b.run_id} share no phase with {SOURCE_NAMES[source]} "
+            "times"
         )
     return rows
 
 
 def phases_of(record: ProfileRecord, source: str) -> tuple[PhaseProfile, ...]:
-    """The run's kz-profile timer phases (``graph``) or its NPU profiler phases (``npu``); ResultsError when it has none."""
+    """The run's kz-profile timer phases (``graph``) or its NPU profiler phases (``npu``);
+    ResultsError when it has none."""
     phases = record.npu if source == "npu" else record.graph
     if not phases:
-        hint = "the NPU profiler runs on Hexagon builds unless --dev none" if source == "npu" else None
-        raise ResultsError(f"profile run {record.run_id} has no {SOURCE_NAMES[source]} times", hint=hint)
+        hint = (
+            "the NPU profiler runs on Hexagon builds unless --dev none" if source == "npu" else None
+        )
+        raise ResultsError(
+            f"profile run {record.run_id} has no {SOURCE_NAMES[source]} times", hint=hint
+        )
     return phases
 
 
@@ -397,14 +490,17 @@ TOP_OPS = 15
 
 
 def plot(record: ProfileRecord, out: Path, *, source: str = "graph") -> Path:
-    """A PNG: per phase, one bar per op type (the most expensive ones), stacked by the backend it ran on."""
+    """A PNG: per phase, one bar per op type (the most expensive ones), stacked by the backend it
+    ran on."""
     phases = phases_of(record, source)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, panels = plt.subplots(len(phases), 1, figsize=(10, 5 * len(phases)), squeeze=False, layout="constrained")
+    figure, panels = plt.subplots(
+        len(phases), 1, figsize=(10, 5 * len(phases)), squeeze=False, layout="constrained"
+    )
     reps = reps_of(record)
     for axes, phase in zip((row[0] for row in panels), phases, strict=True):
         ops = [s.op for s in summarize(phase, reps=reps)][:TOP_OPS]
@@ -420,10 +516,17 @@ def plot(record: ProfileRecord, out: Path, *, source: str = "graph") -> Path:
             bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
         axes.set_xticks(range(len(ops)), ops, rotation=40, ha="right", fontsize=8)
         axes.set_ylabel("ms per run")
-        axes.set_title(f"{phase.phase} ({phase.tokens} tokens): {SOURCE_NAMES[source]} time per op type, by backend")
+        axes.set_title(
+            f"{phase.phase} ({phase.tokens} tokens): {SOURCE_NAMES[source]} time per op type, by "
+            "backend"
+        )
         axes.grid(True, axis="y", alpha=0.3)
         axes.legend(fontsize=8)
-    figure.suptitle(f"profile {record.run_id}: {record.device.name}, build {(record.build.build_id or '?')[:24]}", fontsize=9)
+    figure.suptitle(
+        f"profile {record.run_id}: {record.device.name}, build "
+        f"{(record.build.build_id or '?')[:24]}",
+        fontsize=9,
+    )
     return save_png(figure, out, option="--plot")
 
 
@@ -447,11 +550,14 @@ def read_log(path: Path) -> bytes:
 
 
 def from_log(settings: Settings, path: Path, *, recipe: str | None) -> tuple[PhaseProfile, ...]:
-    """The per-op NPU times of a saved log; the recipe's tree (when given and synced) must print the format the parser reads."""
+    """The per-op NPU times of a saved log; the recipe's tree (when given and synced) must print the
+    format the parser reads."""
     if recipe is not None:
         check_recipe_formats(settings, recipe)
     parsed = parse_htp_log(read_log(path), source=str(path))
     if not parsed.lines:
-        raise ResultsError(f"{path} holds no 'ggml-hex: ... profile-op' lines", hint=f"run with {PROFILE_ENV}=1 and debug logging (-v)")
+        raise ResultsError(
+            f"{path} holds no 'ggml-hex: ... profile-op' lines",
+            hint=f"run with {PROFILE_ENV}=1 and debug logging (-v)",
+        )
     return parsed.phases
-

@@ -125,8 +125,10 @@ def parse_kld_output(text: str, *, source: str) -> KldStats:
     missing = [label for label, (name, _) in FIGURES.items() if name not in found]
     if missing:
         raise ResultsError(
-            f"{source}: llama-perplexity printed no {missing[0]!r} (of its KL divergence statistics)",
-            hint=f"it prints them only over {MIN_TOKENS} or more scored tokens: more chunks or a larger context, and a corpus of at least context x chunks tokens",
+            f"{source}: llama-perplexity printed no {missing[0]!r} (of its KL divergence "
+            "statistics)",
+            hint=f"it prints them only over {MIN_TOKENS} or more scored tokens: more chunks or a "
+            "larger context, and a corpus of at least context x chunks tokens",
         )
     return KldStats(**found)
 
@@ -140,9 +142,10 @@ def check_tree_formats(source: str, where: str) -> None:
     missing = [fmt for fmt in EXPECTED_FORMATS.values() if fmt not in literals]
     if missing:
         raise OutputFormatChanged(
-            f"{where}: llama-perplexity's KL divergence statistics differ from the lines kzbuild's parser reads:\n"
-            + "\n".join(f"  expected, not in the tree: {fmt}" for fmt in missing),
-            hint="update kzbuild.measure.quality.EXPECTED_FORMATS (and its parser) to the new format",
+            f"{where}: llama-perplexity's KL divergence statistics differ from the lines kzbuild's "
+            "parser reads:\n" + "\n".join(f"  expected, not in the tree: {fmt}" for fmt in missing),
+            hint="update kzbuild.measure.quality.EXPECTED_FORMATS (and its parser) to the new "
+            "format",
         )
 
 
@@ -151,7 +154,8 @@ def check_worktree_formats(worktree: Path) -> None:
     shown = Git(worktree).run("show", f"HEAD:{PERPLEXITY_CPP}", check=False)
     if shown.returncode != 0:
         raise OutputFormatChanged(
-            f"{worktree}: the tree has no {PERPLEXITY_CPP}: it builds no llama-perplexity kzbuild can read"
+            f"{worktree}: the tree has no {PERPLEXITY_CPP}: it builds no llama-perplexity kzbuild "
+            "can read"
         )
     check_tree_formats(shown.stdout, f"{worktree.name}'s {PERPLEXITY_CPP}")
 
@@ -161,7 +165,8 @@ def check_quality_spec(spec: QualitySpec) -> None:
     scored = (spec.context - 1 - spec.context // 2) * spec.chunks
     if scored < MIN_TOKENS:
         raise ConfigError(
-            f"context {spec.context} x {spec.chunks} chunks scores {scored} tokens; llama-perplexity prints its statistics over {MIN_TOKENS} or more",
+            f"context {spec.context} x {spec.chunks} chunks scores {scored} tokens; "
+            f"llama-perplexity prints its statistics over {MIN_TOKENS} or more",
             hint="raise chunks or context",
         )
 
@@ -201,7 +206,8 @@ def perplexity_args(
     *,
     compare: bool,
 ) -> list[str]:
-    """llama-perplexity's arguments: the same text, context (-c = -b) and chunks for the base and each variant."""
+    """llama-perplexity's arguments: the same text, context (-c = -b) and chunks for the base and
+    each variant."""
     args = [
         "-m",
         model,
@@ -251,7 +257,8 @@ def record_reference(
     corpus: str,
     logs: Path,
 ) -> str:
-    """The reference's logits over the corpus, as ROOT/quality/<run>.kld on the device; returns its path."""
+    """The reference's logits over the corpus, as ROOT/quality/<run>.kld on the device; returns its
+    path."""
     base = f"{device.root}/{DEVICE_DIR}/{logs.name}.kld"
     run_perplexity(
         transport,
@@ -281,24 +288,44 @@ def check_variant(
     """One variant's llama-perplexity against the reference logits, judged by the spec's limits."""
     args = perplexity_args(spec, model.path, corpus[1], base, spec.options, compare=True)
     for attempt in range(1, ATTEMPTS + 1):
-        stem = variant.replace(":", "-").replace("/", "--") + (f".try{attempt}" if attempt > 1 else "")
-        release, call, stdout = run_perplexity(transport, device, release_name, spec, args, logs, stem)
+        stem = variant.replace(":", "-").replace("/", "--") + (
+            f".try{attempt}" if attempt > 1 else ""
+        )
+        release, call, stdout = run_perplexity(
+            transport, device, release_name, spec, args, logs, stem
+        )
         text = stdout.decode("utf-8", errors="replace")
         if LAST_LINE_RE.search(text) or attempt == ATTEMPTS:
             break
-        log.warning("%s: llama-perplexity exited 0 but its output stops before its statistics (its "
-                    "asynchronous log lost its last lines at exit); running it again", logs / f"{stem}.log")  # fmt: skip
+        log.warning(
+            "%s: llama-perplexity exited 0 but its output stops before its statistics (its "
+            "asynchronous log lost its last lines at exit); running it again",
+            logs / f"{stem}.log",
+        )
     stats = parse_kld_output(text, source=str(logs / f"{stem}.log"))
     problems = spec.limits.problems(stats)
     state = probe(transport)
     return QualityRecord(
-        run_id=logs.name, host_time=datetime.now(timezone.utc).isoformat(timespec="seconds"), variant=variant,
-        build=BuildInfo.of_release(release, None), device=DeviceInfo(device.name, device.address, dict(state.fingerprint)),
-        model=model, corpus=corpus[0], reference=reference,
-        config={"context": spec.context, "chunks": spec.chunks, **{f"option.{k}": v for k, v in spec.options}},
-        stats=stats, limits=spec.limits, verdict=WRONG if problems else RIGHT, problems=problems,
-        env=dict(call.env), argv=tuple(call.argv),
-    )  # fmt: skip
+        run_id=logs.name,
+        host_time=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        variant=variant,
+        build=BuildInfo.of_release(release, None),
+        device=DeviceInfo(device.name, device.address, dict(state.fingerprint)),
+        model=model,
+        corpus=corpus[0],
+        reference=reference,
+        config={
+            "context": spec.context,
+            "chunks": spec.chunks,
+            **{f"option.{k}": v for k, v in spec.options},
+        },
+        stats=stats,
+        limits=spec.limits,
+        verdict=WRONG if problems else RIGHT,
+        problems=problems,
+        env=dict(call.env),
+        argv=tuple(call.argv),
+    )
 
 
 def check_variants(
@@ -461,7 +488,8 @@ def kld_change(judged: PatchQuality) -> str:
 
 
 def markdown(records: Sequence[QualityRecord], patches: Sequence[PatchQuality]) -> str:
-    """Each variant's output, and what each patch does to it, as markdown tables (empty without a check)."""
+    """Each variant's output, and what each patch does to it, as markdown tables (empty without a
+    check)."""
     if not records:
         return ""
     lines = [
@@ -473,7 +501,8 @@ def markdown(records: Sequence[QualityRecord], patches: Sequence[PatchQuality]) 
         s = r.stats
         verdict = f"**{r.verdict}** ({'; '.join(r.problems)})" if r.problems else r.verdict
         lines.append(
-            f"| {r.variant} | {s.kld_mean:.6f} | {s.kld_p99:.6f} | {s.top1_pct:.3f} | {s.ppl_ratio:.4f} | {verdict} |"
+            f"| {r.variant} | {s.kld_mean:.6f} | {s.kld_p99:.6f} | {s.top1_pct:.3f} | "
+            f"{s.ppl_ratio:.4f} | {verdict} |"
         )
     lines += ["", "| patch | mean KLD without -> full | output |", "|---|---|---|"]
     for judged in patches:

@@ -49,7 +49,10 @@ LOCK_FILE = ".results.lock"
 UNION_MERGE = (
     "# kzbuild: appended lines of two machines merge as their union\n*.jsonl merge=union\n"
 )
-JSONL_HINT = "fix or delete that line (git diff shows what changed; kzbuild results check lists every bad line)"
+JSONL_HINT = (
+    "fix or delete that line (git diff shows what changed; kzbuild results check lists every bad "
+    "line)"
+)
 CONFLICT_MARKERS = (b"<<<<<<< ", b"=======", b">>>>>>> ", b"||||||| ")
 JSON_SPACE = " \t\r"  # what JSON allows around a value on one line
 _MONTH = re.compile(r"([0-9]{4}-[0-9]{2})")
@@ -132,7 +135,8 @@ def _parse(line: Line) -> tuple[Any] | BadRecord | None:
     except BadRecord as exc:
         if line.last_unterminated:
             log.warning(
-                "%s: skipped the unterminated last line, not a whole record (a writer killed mid-line?)",
+                "%s: skipped the unterminated last line, not a whole record (a writer killed "
+                "mid-line?)",
                 line.where,
             )
             return None
@@ -204,7 +208,8 @@ def stored_form(record: BenchRecord) -> str:
 
 
 def checked_line(record: StorableT, read: Callable[[object, str], StorableT], where: str) -> str:
-    """``record``'s canonical JSON line, checked to be UTF-8 text that ``read`` (its type's from_dict)
+    """``record``'s canonical JSON line, checked to be UTF-8 text that ``read`` (its type's
+    from_dict)
     reads back as the same record; raises BadRecord naming ``where``."""
     data = record.to_dict()
     read(data, where)  # names the key of a value of the wrong type or range
@@ -224,7 +229,8 @@ def checked_line(record: StorableT, read: Callable[[object, str], StorableT], wh
 
 
 def append_line(path: Path, text: str) -> None:
-    """Append in one write with O_APPEND, then fsync: a crash leaves at most a truncated last line."""
+    """Append in one write with O_APPEND, then fsync: a crash leaves at most a truncated last
+    line."""
     data = memoryview(text.encode("utf-8"))
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -437,4 +443,7 @@ def elsewhere_hint(settings: Settings) -> str | None:
     if not others:
         return None
     listed = "; ".join(f"{folder} ({count} records)" for folder, count in others)
-    return f"{settings.results} holds no measured results; they are in {listed}: pass --results-dir DIR or set KZ_RESULTS_DIR=DIR"
+    return (
+        f"{settings.results} holds no measured results; they are in {listed}: pass --results-dir "
+        "DIR or set KZ_RESULTS_DIR=DIR"
+    )

@@ -30,16 +30,27 @@ def axis_value(record: BenchRecord, axis: str) -> str | None:
     return None if value is None else str(value)
 
 
-def plot(records: Sequence[BenchRecord], out: Path, *, axis: str = "build", metric: str | None = None) -> Path:
+def plot(
+    records: Sequence[BenchRecord], out: Path, *, axis: str = "build", metric: str | None = None
+) -> Path:
     """Write a PNG: prefill and decode throughput, each sample and their median, along builds
     or one sweep axis.
 
     Manual reference rows are drawn as dashed lines. Series never mix devices, models or env.
     """
     measured = [r for r in records if r.kind == "bench" and (metric is None or r.test == metric)]
-    references = [r for r in records if r.kind == "manual" and r.unit == "t/s" and (metric is None or _panel(r.test) == _panel(metric))]
+    references = [
+        r
+        for r in records
+        if r.kind == "manual"
+        and r.unit == "t/s"
+        and (metric is None or _panel(r.test) == _panel(metric))
+    ]
     if not measured:
-        raise ResultsError("nothing to plot: the selection has no measured results" + (f" for {metric}" if metric else ""))
+        raise ResultsError(
+            "nothing to plot: the selection has no measured results"
+            + (f" for {metric}" if metric else "")
+        )
     if axis != "build":
         axis_value(measured[0], axis)  # rejects an unknown axis before any drawing
 
@@ -71,14 +82,20 @@ def plot(records: Sequence[BenchRecord], out: Path, *, axis: str = "build", metr
             axes.scatter(at, samples, s=18, alpha=0.7, color=line.get_color(), zorder=3)
     for record in references:
         axes = panel_of[_panel(record.test)]
-        reference_label = f"{record.label or record.test}: {record.device.name} {record.model.name} (manual)"
+        reference_label = (
+            f"{record.label or record.test}: {record.device.name} {record.model.name} (manual)"
+        )
         if record.avg_ts is not None:
-            axes.axhline(record.avg_ts, linestyle="--", linewidth=1, color="gray", label=reference_label)
+            axes.axhline(
+                record.avg_ts, linestyle="--", linewidth=1, color="gray", label=reference_label
+            )
         elif record.range_ts:
             axes.axhspan(*record.range_ts, alpha=0.1, color="gray", label=reference_label)
     if axis == "build":
         for axes in panel_of.values():
-            axes.set_xticks(range(len(builds)), [b[:12] for b in builds], rotation=30, ha="right", fontsize=8)
+            axes.set_xticks(
+                range(len(builds)), [b[:12] for b in builds], rotation=30, ha="right", fontsize=8
+            )
             axes.set_xlim(-0.5, len(builds) - 0.5)
     for axes in panel_of.values():
         if axes.get_legend_handles_labels()[0]:
@@ -113,7 +130,9 @@ def _series(
     """(test, legend label) -> points (x, its records); a series per group of records that
     compare, minus the axis."""
     grouped: dict[tuple[object, ...], list[BenchRecord]] = defaultdict(list)
-    xs: dict[tuple[object, ...], dict[object, list[BenchRecord]]] = defaultdict(lambda: defaultdict(list))
+    xs: dict[tuple[object, ...], dict[object, list[BenchRecord]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
     for record in records:
         if axis == "build":
             x: object = builds.index(record.build.build_id or "?")
@@ -147,7 +166,13 @@ def _series(
             number = _axis_number(x)
             at = number if numeric and number is not None else str(x)
             points.append((at, Group(key, tuple(rs))))
-        points.sort(key=lambda p: (isinstance(p[0], str), p[0] if not isinstance(p[0], str) else 0, str(p[0])))
+        points.sort(
+            key=lambda p: (
+                isinstance(p[0], str),
+                p[0] if not isinstance(p[0], str) else 0,
+                str(p[0]),
+            )
+        )
         series[(first.test, label)] = points
     return series
 
@@ -166,7 +191,8 @@ def _without_axis(record: BenchRecord, axis: str) -> tuple[object, ...]:
 
 
 def _axis_number(value: object) -> float | int | None:
-    """The value as a finite number when its text is one (``4``, ``1e3``); None for ``auto``, ``nan``, None."""
+    """The value as a finite number when its text is one (``4``, ``1e3``); None for ``auto``,
+    ``nan``, None."""
     text = str(value)
     for kind in (int, float):
         try:

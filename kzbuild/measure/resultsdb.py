@@ -120,7 +120,8 @@ def migrate(
 ) -> list[int]:
     """Bring the schema up to the newest migration; returns the versions applied."""
     conn.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL)"
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, description "
+        "TEXT NOT NULL, applied_at TEXT NOT NULL)"
     )
     current = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
     newest = migrations[-1].version
@@ -136,7 +137,8 @@ def migrate(
         conn.executescript(
             "BEGIN;\n"
             + migration.sql
-            + f";\nINSERT INTO schema_migrations VALUES ({migration.version}, {_sql_text(migration.description)}, {_sql_text(stamp)});\nCOMMIT;"
+            + f";\nINSERT INTO schema_migrations VALUES ({migration.version}, "
+            f"{_sql_text(migration.description)}, {_sql_text(stamp)});\nCOMMIT;"
         )
         applied.append(migration.version)
     return applied
@@ -146,12 +148,16 @@ def _sql_text(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-SCHEMA_QUERY = "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name"
+SCHEMA_QUERY = (
+    "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY "
+    "type, name"
+)
 
 
 @functools.cache
 def expected_schema() -> tuple[tuple[object, ...], ...]:
-    """sqlite_master as the migrations leave it: a database that differs was not made by this kzbuild."""
+    """sqlite_master as the migrations leave it: a database that differs was not made by this
+    kzbuild."""
     conn = sqlite3.connect(":memory:", isolation_level=None)
     try:
         migrate(conn, Path(":memory:"))
@@ -221,7 +227,8 @@ class ResultsStore:
         migrate(self.conn, self.db_path)
         if tuple(self.conn.execute(SCHEMA_QUERY).fetchall()) != expected_schema():
             raise ResultsDatabaseDamaged(
-                f"{self.db_path}: its tables are not the ones schema version {MIGRATIONS[-1].version} has"
+                f"{self.db_path}: its tables are not the ones schema version "
+                f"{MIGRATIONS[-1].version} has"
             )
         self._import_changed()
 
@@ -230,7 +237,8 @@ class ResultsStore:
             self.conn.close()
 
     def _with_rebuild(self, action: Callable[[], T]) -> T:
-        """Run ``action``; when it finds the database damaged, rebuild the database and run it once more."""
+        """Run ``action``; when it finds the database damaged, rebuild the database and run it once
+        more."""
         try:
             return action()
         except (
@@ -242,7 +250,8 @@ class ResultsStore:
         with self._locked():
             damaged = self.db_path.with_name(self.db_path.name + DAMAGED_SUFFIX)
             log.warning(
-                "results database %s cannot be used (%s); moved it to %s and rebuilt it from the JSONL shards",
+                "results database %s cannot be used (%s); moved it to %s and rebuilt it from the "
+                "JSONL shards",
                 self.db_path,
                 reason,
                 damaged.name,
@@ -257,7 +266,8 @@ class ResultsStore:
                 return action()
             except (sqlite3.DatabaseError, ResultsDatabaseDamaged, UnicodeDecodeError) as exc:
                 raise ResultsError(
-                    f"results database {self.db_path} cannot be used even rebuilt: {_damage(exc, self.db_path)}",
+                    f"results database {self.db_path} cannot be used even rebuilt: "
+                    f"{_damage(exc, self.db_path)}",
                     hint="check the disk and the folder's permissions",
                 ) from None
 
@@ -545,7 +555,8 @@ def _columns(data: dict[str, Any]) -> tuple[object, ...]:
 
 
 def _damage(exc: Exception, db_path: Path) -> str:
-    """What is wrong with the database; a database merely locked by another process is Busy, not damage."""
+    """What is wrong with the database; a database merely locked by another process is Busy, not
+    damage."""
     if (getattr(exc, "sqlite_errorname", "") or "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
         raise Busy(
             f"results database {db_path} is locked by another process: {exc}",

@@ -1,4 +1,5 @@
-"""``kzbuild roll``: try newer upstream commits, say who broke which patch, and find the newest that rolls.
+"""``kzbuild roll``: try newer upstream commits, say who broke which patch, and find the newest that
+rolls.
 
 Candidates, unless given (``--to``, in the forms ``bump`` takes): each git source's default branch
 head and its newest tags, and each pypi-sdist source's newer llama-cpp-python versions
@@ -74,29 +75,44 @@ HOST_TARGET = "host"
 BRANCH_PREFIX = "kz/roll/"
 PIN_STAGE = "--pin"  # the stage the pin is built in, for the bench
 TEST_TIMEOUT = 3600.0
-STAGED_DIRS = ("recipes", "patches", "kernels", "toolchains")  # what the stage takes from the working tree
+STAGED_DIRS = (
+    "recipes",
+    "patches",
+    "kernels",
+    "toolchains",
+)  # what the stage takes from the working tree
 LIVE = (Verdict.CLEAN, Verdict.THREE_WAY)
 NO_HOOKS = ("-c", "core.hooksPath=/dev/null")  # the user's hooks are not run in the stage
 
 
 class ABRunner(Protocol):
-    """Runs builds on a device in a given interleaved order (kzbuild.measure.rolldevice.DeviceRunner: a real device).
+    """Runs builds on a device in a given interleaved order
+    (kzbuild.measure.rolldevice.DeviceRunner: a real device).
 
     ``run`` gets each variant's artifact folder, the blocks of variant names to run, in order, and
     the seed that drew them; it returns each variant's samples of ``metric`` (higher is better),
     one per run."""
 
     metric: str
-    quality: Sequence[QualityRecord]  # after run: each variant's output against the reference, when the plan checks it
+    quality: Sequence[
+        QualityRecord
+    ]  # after run: each variant's output against the reference, when the plan checks it
 
-    def run(self, variants: Mapping[str, Path], order: Sequence[Sequence[str]], seed: int) -> Mapping[str, Sequence[float]]: ...
+    def run(
+        self, variants: Mapping[str, Path], order: Sequence[Sequence[str]], seed: int
+    ) -> Mapping[str, Sequence[float]]: ...
 
 
 # --- candidates ---
 
 
 def find_candidates(
-    settings: Settings, recipe: Recipe, to: Sequence[str] = (), *, limit: int = DEFAULT_LIMIT, progress: Progress | None = None
+    settings: Settings,
+    recipe: Recipe,
+    to: Sequence[str] = (),
+    *,
+    limit: int = DEFAULT_LIMIT,
+    progress: Progress | None = None,
 ) -> tuple[list[tuple[Candidate, Target]], list[str], list[Unchecked]]:
     """The candidates, newest first, with their targets; notes on sources that gave none; and the
     sources that could not be asked."""
@@ -127,7 +143,10 @@ def find_candidates(
         if not to and (target.commit == pin or when <= pin_time):
             continue  # not newer than the pin
         if target.commit in seen:
-            notes.append(f"{candidate.label} is the same commit as {seen[target.commit].label} ({target.commit[:12]})")
+            notes.append(
+                f"{candidate.label} is the same commit as {seen[target.commit].label} "
+                f"({target.commit[:12]})"
+            )
             continue
         seen[target.commit] = candidate
         dated.append((when, replace(candidate, date=date), target))
@@ -173,7 +192,12 @@ def _git_candidates(
                 tags.setdefault(tag, left)
     found = []
     if head:
-        found.append((Candidate(head_branch or "HEAD", head, "default branch"), Target(head, (source,), head_branch or "HEAD")))
+        found.append(
+            (
+                Candidate(head_branch or "HEAD", head, "default branch"),
+                Target(head, (source,), head_branch or "HEAD"),
+            )
+        )
     for tag in sorted(tags, key=_natural, reverse=True)[:limit]:
         found.append((Candidate(tag, tags[tag], "tag"), Target(tags[tag], (source,), tag)))
     return found
@@ -181,7 +205,11 @@ def _git_candidates(
 
 def _natural(name: str) -> tuple[tuple[int, str], ...]:
     """Sort key that orders b9 before b10 and v1.2 before v1.10."""
-    return tuple((int(part), "") if part.isdigit() else (-1, part) for part in re.split(r"(\d+)", name) if part)
+    return tuple(
+        (int(part), "") if part.isdigit() else (-1, part)
+        for part in re.split(r"(\d+)", name)
+        if part
+    )
 
 
 def _pypi_candidates(
@@ -193,7 +221,8 @@ def _pypi_candidates(
     unchecked: list[Unchecked],
     progress: Progress | None,
 ) -> list[tuple[Candidate, Target]]:
-    """The ``limit`` newest versions on the index above the pinned one, through ``pip index versions``."""
+    """The ``limit`` newest versions on the index above the pinned one, through ``pip index
+    versions``."""
     package, _, pinned = source.location.partition("==")
     try:
         current = Version(pinned)
@@ -202,7 +231,10 @@ def _pypi_candidates(
         return []
     if progress:
         progress(f"asking pip for the versions of {package}")
-    result = proc.run([sys.executable, "-m", "pip", "index", "versions", "--disable-pip-version-check", package], check=False)
+    result = proc.run(
+        [sys.executable, "-m", "pip", "index", "versions", "--disable-pip-version-check", package],
+        check=False,
+    )
     listed = re.search(r"^Available versions:(.*)$", result.stdout, re.M)
     if not result.ok or not listed:
         why = f"pip index versions {package} failed: {_last_line(result.stderr or result.stdout)}"
@@ -238,12 +270,18 @@ def _last_line(text: str) -> str:
 
 class Stage:
     """``<work>/roll/<recipe>/project``: a git worktree of the project at HEAD with the working
-    tree's recipes/ and patches/ (or, outside git, a copy), and ``work/`` its own kzbuild work dir."""
+    tree's recipes/ and patches/ (or, outside git, a copy), and ``work/`` its own kzbuild work
+    dir."""
 
     def __init__(self, settings: Settings, recipe: Recipe, name: str = "") -> None:
         self.root = settings.work / "roll" / (recipe.name.replace("/", "--") + name)
         self.project = self.root / "project"
-        self.settings = Settings(project=self.project, cache=settings.cache, work=self.root / "work", results_dir=settings.results_dir)
+        self.settings = Settings(
+            project=self.project,
+            cache=settings.cache,
+            work=self.root / "work",
+            results_dir=settings.results_dir,
+        )
         self.source = settings.project
         self.repo = Git(settings.project) if is_git_repo(settings.project) else None
         self.recipe_name = recipe.name
@@ -252,7 +290,9 @@ class Stage:
         self.remove()
         self.root.mkdir(parents=True, exist_ok=True)
         if self.repo is not None:
-            self.repo(*NO_HOOKS, "worktree", "add", "--detach", "--force", str(self.project), "HEAD")
+            self.repo(
+                *NO_HOOKS, "worktree", "add", "--detach", "--force", str(self.project), "HEAD"
+            )
             for folder in STAGED_DIRS:
                 shutil.rmtree(self.project / folder, ignore_errors=True)
                 if (self.source / folder).is_dir():
@@ -260,8 +300,16 @@ class Stage:
         else:
             skip = {".git", ".kz", ".venv"}
             if self.root.is_relative_to(self.source):
-                skip.add(self.root.relative_to(self.source).parts[0])  # the work dir: the stage itself
-            shutil.copytree(self.source, self.project, ignore=lambda folder, names: [n for n in names if Path(folder) == self.source and n in skip])
+                skip.add(
+                    self.root.relative_to(self.source).parts[0]
+                )  # the work dir: the stage itself
+            shutil.copytree(
+                self.source,
+                self.project,
+                ignore=lambda folder, names: [
+                    n for n in names if Path(folder) == self.source and n in skip
+                ],
+            )
         return recipes.load_recipe(self.project, self.recipe_name)
 
     def hold(self) -> ExitStack:
@@ -304,19 +352,34 @@ def roll(
     environ: Mapping[str, str],
     progress: Progress | None = None,
 ) -> RollReport:
-    """Try each candidate, newest first; roll (build, test, plan, bench) the first whose stack holds,
+    """Try each candidate, newest first; roll (build, test, plan, bench) the first whose stack
+    holds,
     and the next one whenever a rolled candidate fails; with ``write``, commit the rollable one."""
     stage = Stage(settings, recipe)
     held = stage.hold()  # another roll of this recipe: Busy (exit 10), never a shared stage
     try:
         with _terminate_as_interrupt():
             for left in (stage, Stage(settings, recipe, PIN_STAGE)):
-                left.remove()  # what a killed roll left: its worktree, registered in the project repo
+                # what a killed roll left: its worktree, registered in the project
+                # repo
+                left.remove()
             return _roll(
-                settings, recipe, stage, to=to, limit=limit, build=build, tests=tests,
-                plan_target=plan_target, bench=bench, blocks=blocks, seed=seed,
-                threshold_pct=threshold_pct, write=write, environ=environ, progress=progress,
-            )  # fmt: skip
+                settings,
+                recipe,
+                stage,
+                to=to,
+                limit=limit,
+                build=build,
+                tests=tests,
+                plan_target=plan_target,
+                bench=bench,
+                blocks=blocks,
+                seed=seed,
+                threshold_pct=threshold_pct,
+                write=write,
+                environ=environ,
+                progress=progress,
+            )
     finally:
         held.close()
 
@@ -341,16 +404,30 @@ def _terminate_as_interrupt() -> Iterator[None]:
 
 
 def _roll(
-    settings: Settings, recipe: Recipe, stage: Stage, *, to: Sequence[str], limit: int,
-    build: bool, tests: bool, plan_target: str | None, bench: ABRunner | None, blocks: int,
-    seed: int, threshold_pct: float, write: bool, environ: Mapping[str, str],
+    settings: Settings,
+    recipe: Recipe,
+    stage: Stage,
+    *,
+    to: Sequence[str],
+    limit: int,
+    build: bool,
+    tests: bool,
+    plan_target: str | None,
+    bench: ABRunner | None,
+    blocks: int,
+    seed: int,
+    threshold_pct: float,
+    write: bool,
+    environ: Mapping[str, str],
     progress: Progress | None,
-) -> RollReport:  # fmt: skip
+) -> RollReport:
     notes: list[str] = []
     if write and (problem := write_problem(settings)) is not None:
         notes.append(f"not written: {problem}")
         write = False
-    candidates, found_notes, unchecked = find_candidates(settings, recipe, to, limit=limit, progress=progress)
+    candidates, found_notes, unchecked = find_candidates(
+        settings, recipe, to, limit=limit, progress=progress
+    )
     notes += found_notes
     results: list[CandidateResult] = []
     pin_artifact: Path | None = None
@@ -367,27 +444,66 @@ def _roll(
                 results.append(CandidateResult(candidate, plan, Outcome.NOT_TRIED))
                 continue
             rolled = stage.create()
-            steps, outcome, artifact = _roll_steps(stage, rolled, plan, build=build, tests=tests, plan_target=plan_target, environ=environ, progress=progress)
+            steps, outcome, artifact = _roll_steps(
+                stage,
+                rolled,
+                plan,
+                build=build,
+                tests=tests,
+                plan_target=plan_target,
+                environ=environ,
+                progress=progress,
+            )
             delta = None
             if outcome is Outcome.ROLLABLE and bench is not None and artifact is not None:
                 if pin_artifact is None:
                     pin_artifact = _pin_artifact(settings, recipe, environ, progress)
-                delta = bench_ab(bench, pin_artifact, artifact, blocks=blocks, seed=seed, threshold_pct=threshold_pct)
-                steps.append(RollStep("bench", f"bench the pin against {candidate.label} interleaved on the device",
-                                      StepStatus.FAILED if delta.regressed or delta.wrong else StepStatus.PASSED, delta.describe()))
+                delta = bench_ab(
+                    bench,
+                    pin_artifact,
+                    artifact,
+                    blocks=blocks,
+                    seed=seed,
+                    threshold_pct=threshold_pct,
+                )
+                steps.append(
+                    RollStep(
+                        "bench",
+                        f"bench the pin against {candidate.label} interleaved on the device",
+                        StepStatus.FAILED if delta.regressed or delta.wrong else StepStatus.PASSED,
+                        delta.describe(),
+                    )
+                )
                 if delta.wrong:  # wrong whatever its speed
                     outcome = Outcome.WRONG
                 elif delta.regressed:
                     outcome = Outcome.REGRESSED
             elif outcome is Outcome.ROLLABLE and bench is not None:
-                steps.append(RollStep("bench", "bench the pin against the candidate", StepStatus.SKIPPED, "no host build to bench (--no-build)"))
+                steps.append(
+                    RollStep(
+                        "bench",
+                        "bench the pin against the candidate",
+                        StepStatus.SKIPPED,
+                        "no host build to bench (--no-build)",
+                    )
+                )
             results.append(CandidateResult(candidate, plan, outcome, tuple(steps), delta))
             if outcome is Outcome.ROLLABLE and write:
-                branch, commit = _commit_branch(stage, target.commit, RollReport(recipe.name, recipe.upstream.commit, tuple(results)), notes)
+                branch, commit = _commit_branch(
+                    stage,
+                    target.commit,
+                    RollReport(recipe.name, recipe.upstream.commit, tuple(results)),
+                    notes,
+                )
     finally:
         stage.remove()
     return RollReport(
-        recipe.name, recipe.upstream.commit, tuple(results), tuple(notes), branch, commit,
+        recipe.name,
+        recipe.upstream.commit,
+        tuple(results),
+        tuple(notes),
+        branch,
+        commit,
         tuple(unchecked),
     )
 
@@ -413,14 +529,30 @@ def write_problem(settings: Settings) -> str | None:
 
 
 def _roll_steps(
-    stage: Stage, rolled: Recipe, plan: BumpPlan, *, build: bool, tests: bool, plan_target: str | None,
-    environ: Mapping[str, str], progress: Progress | None,
+    stage: Stage,
+    rolled: Recipe,
+    plan: BumpPlan,
+    *,
+    build: bool,
+    tests: bool,
+    plan_target: str | None,
+    environ: Mapping[str, str],
+    progress: Progress | None,
 ) -> tuple[list[RollStep], Outcome, Path | None]:
     steps: list[RollStep] = []
     try:
-        written = bump.write(stage.settings, rolled, replace(plan, recipe=rolled), progress=progress)
+        written = bump.write(
+            stage.settings, rolled, replace(plan, recipe=rolled), progress=progress
+        )
     except KzError as exc:
-        steps.append(RollStep("sync", "write the pin and lock, sync the stack", StepStatus.FAILED, _error_text(exc)))
+        steps.append(
+            RollStep(
+                "sync",
+                "write the pin and lock, sync the stack",
+                StepStatus.FAILED,
+                _error_text(exc),
+            )
+        )
         return steps, Outcome.BUILD_FAILED, None
     described = describe_roll(rolled, plan.target)
     after = recipes.load_recipe(stage.project, rolled.name)
@@ -432,21 +564,36 @@ def _roll_steps(
         if progress:
             progress(f"building {after.name} for {HOST_TARGET} at {plan.target.commit[:12]}")
         try:
-            result = builder.build(builder.prepare(stage.settings, after, HOST_TARGET, environ=environ))
+            result = builder.build(
+                builder.prepare(stage.settings, after, HOST_TARGET, environ=environ)
+            )
         except KzError as exc:
-            steps.append(RollStep("build", f"build for {HOST_TARGET}", StepStatus.FAILED, _error_text(exc)))
+            steps.append(
+                RollStep("build", f"build for {HOST_TARGET}", StepStatus.FAILED, _error_text(exc))
+            )
             return steps, Outcome.BUILD_FAILED, None
         artifact = result.artifact.path
-        steps.append(RollStep("build", f"build for {HOST_TARGET}", StepStatus.PASSED, f"build {result.artifact.build_id}" + (" (reused)" if result.reused else "")))
+        steps.append(
+            RollStep(
+                "build",
+                f"build for {HOST_TARGET}",
+                StepStatus.PASSED,
+                f"build {result.artifact.build_id}" + (" (reused)" if result.reused else ""),
+            )
+        )
     else:
-        steps.append(RollStep("build", f"build for {HOST_TARGET}", StepStatus.SKIPPED, "--no-build"))
+        steps.append(
+            RollStep("build", f"build for {HOST_TARGET}", StepStatus.SKIPPED, "--no-build")
+        )
     if tests:
         step = run_kz_tests(stage.project, after, plan, environ)
         steps.append(step)
         if step.status is StepStatus.FAILED:
             return steps, Outcome.TESTS_FAILED, artifact
     else:
-        steps.append(RollStep("tests", "the live patches' Kz-Test", StepStatus.SKIPPED, "--no-tests"))
+        steps.append(
+            RollStep("tests", "the live patches' Kz-Test", StepStatus.SKIPPED, "--no-tests")
+        )
     if plan_target:
         steps.append(_plan_step(stage.settings, after, plan_target, environ))
         if steps[-1].status is StepStatus.FAILED:
@@ -495,24 +642,37 @@ def _error_text(exc: KzError) -> str:
 def kz_tests(recipe: Recipe, plan: BumpPlan) -> list[str]:
     """The ``Kz-Test:`` of each patch that stays in the stack at the candidate, in series order."""
     live = {p.name for p in plan.check.patches if p.verdict in LIVE}
-    return [t.value for patch in load_patches(recipe) if patch.name in live for t in patch.trailers if t.key == KZ_TEST]
+    return [
+        t.value
+        for patch in load_patches(recipe)
+        if patch.name in live
+        for t in patch.trailers
+        if t.key == KZ_TEST
+    ]
 
 
-def run_kz_tests(project: Path, recipe: Recipe, plan: BumpPlan, environ: Mapping[str, str]) -> RollStep:
-    """pytest on the live patches' Kz-Test node ids, in the rolled project (so they see its recipes),
+def run_kz_tests(
+    project: Path, recipe: Recipe, plan: BumpPlan, environ: Mapping[str, str]
+) -> RollStep:
+    """pytest on the live patches' Kz-Test node ids, in the rolled project (so they see its
+    recipes),
     slow ones included (``-m ''`` undoes the project's default deselection)."""
     names = kz_tests(recipe, plan)
     label = "the live patches' Kz-Test"
     if not names:
         return RollStep("tests", label, StepStatus.SKIPPED, "no live patch names a test")
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "", *names]
-    result = proc.run(argv, cwd=project, env=dict(environ), replace_env=True, check=False, timeout=TEST_TIMEOUT)
+    result = proc.run(
+        argv, cwd=project, env=dict(environ), replace_env=True, check=False, timeout=TEST_TIMEOUT
+    )
     tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
     status = StepStatus.PASSED if result.returncode == 0 else StepStatus.FAILED
     return RollStep("tests", f"{label}: {' '.join(names)}", status, tail)
 
 
-def _plan_step(settings: Settings, recipe: Recipe, target_name: str, environ: Mapping[str, str]) -> RollStep:
+def _plan_step(
+    settings: Settings, recipe: Recipe, target_name: str, environ: Mapping[str, str]
+) -> RollStep:
     label = f"plan the {target_name} build (--dry-run)"
     try:
         planned = builder.prepare(settings, recipe, target_name, environ=environ).plan
@@ -524,25 +684,36 @@ def _plan_step(settings: Settings, recipe: Recipe, target_name: str, environ: Ma
     return RollStep("plan", label, StepStatus.PASSED, detail)
 
 
-def _pin_artifact(settings: Settings, recipe: Recipe, environ: Mapping[str, str], progress: Progress | None) -> Path:
+def _pin_artifact(
+    settings: Settings, recipe: Recipe, environ: Mapping[str, str], progress: Progress | None
+) -> Path:
     """The current pin built for the host, in a stage of its own (never the user's worktree)."""
     stage = Stage(settings, recipe, PIN_STAGE)
     try:
         staged = stage.create()
-        return builder.build(builder.prepare(stage.settings, staged, HOST_TARGET, environ=environ), progress=None).artifact.path
+        return builder.build(
+            builder.prepare(stage.settings, staged, HOST_TARGET, environ=environ), progress=None
+        ).artifact.path
     finally:
         stage.remove()
 
 
-def bench_ab(runner: ABRunner, pin: Path, candidate: Path, *, blocks: int, seed: int, threshold_pct: float) -> BenchDelta:
+def bench_ab(
+    runner: ABRunner, pin: Path, candidate: Path, *, blocks: int, seed: int, threshold_pct: float
+) -> BenchDelta:
     """The pin and the candidate benched in interleaved blocks; the candidate's median effect."""
     order = interleaved_order(["pin", "candidate"], blocks, seed)
     samples = runner.run({"pin": pin, "candidate": candidate}, order, seed)
     a, b = list(samples["pin"]), list(samples["candidate"])
     return BenchDelta(
-        metric=runner.metric, order=tuple(name for block in order for name in block), pin=tuple(a), candidate=tuple(b),
+        metric=runner.metric,
+        order=tuple(name for block in order for name in block),
+        pin=tuple(a),
+        candidate=tuple(b),
         effect=median_effect(a, b, seed=seed, min_effect_pct=threshold_pct),
-        spread_pin_pct=_spread(a), spread_candidate_pct=_spread(b), threshold_pct=threshold_pct,
+        spread_pin_pct=_spread(a),
+        spread_candidate_pct=_spread(b),
+        threshold_pct=threshold_pct,
         quality=tuple(runner.quality),
     )
 
@@ -595,7 +766,10 @@ def _commit_branch(
 def title(report: RollReport) -> str:
     rollable = report.rollable
     if rollable is not None:
-        return f"roll {report.recipe}: rollable to {rollable.candidate.label} ({rollable.candidate.commit[:12]})"
+        return (
+            f"roll {report.recipe}: rollable to {rollable.candidate.label} "
+            f"({rollable.candidate.commit[:12]})"
+        )
     blocking = report.blocking
     if blocking is None and report.unchecked:
         sources = ", ".join(u.source for u in report.unchecked)
@@ -604,14 +778,19 @@ def title(report: RollReport) -> str:
         return f"roll {report.recipe}: could not check {sources}; {rest}"
     if blocking is None:
         return f"roll {report.recipe}: nothing newer than the pin {report.pin[:12]}"
-    return f"roll {report.recipe}: not rollable; {blocking.candidate.label} ({blocking.candidate.commit[:12]}): {blocking.outcome.value}"
+    return (
+        f"roll {report.recipe}: not rollable; {blocking.candidate.label} "
+        f"({blocking.candidate.commit[:12]}): {blocking.outcome.value}"
+    )
 
 
 def summary(report: RollReport) -> list[str]:
     """The report's gist: one line per candidate, the patches it would drop, who broke what."""
     lines = [f"- {u.describe()}" for u in report.unchecked]
     for result in report.results:
-        lines.append(f"- {result.candidate.label} ({result.candidate.commit[:12]}): {result.outcome.value}")
+        lines.append(
+            f"- {result.candidate.label} ({result.candidate.commit[:12]}): {result.outcome.value}"
+        )
         for b in result.plan.bisects:
             lines.append(f"  - {b.patch}: {_culprit(b.culprit, b.reason)}")
     rollable = report.rollable
@@ -624,7 +803,10 @@ def summary(report: RollReport) -> list[str]:
 def commit_message(report: RollReport) -> str:
     rollable = report.rollable
     assert rollable is not None
-    head = f"{report.recipe}: roll upstream {report.pin[:12]} -> {rollable.candidate.commit[:12]} ({rollable.candidate.label})"
+    head = (
+        f"{report.recipe}: roll upstream {report.pin[:12]} -> {rollable.candidate.commit[:12]} "
+        f"({rollable.candidate.label})"
+    )
     return head + "\n\n" + "\n".join(summary(report)) + "\n\nMade by kzbuild roll.\n"
 
 
@@ -633,11 +815,18 @@ def _culprit(culprit: UpstreamCommit | None, reason: str | None) -> str:
         return reason or "no result"
     number = pr_number(culprit.subject)
     pr = f"PR #{number}" if number is not None else "no PR number in the subject"
-    return f"broken by {culprit.sha[:12]} \"{culprit.subject}\" ({pr}, {culprit.author}, {culprit.date})"
+    return (
+        f'broken by {culprit.sha[:12]} "{culprit.subject}" ({pr}, {culprit.author}, {culprit.date})'
+    )
 
 
 def markdown(report: RollReport) -> str:
-    out = [f"# {title(report)}", "", f"Pin `{report.pin[:12]}`; {len(report.results)} candidate(s), newest first.", ""]
+    out = [
+        f"# {title(report)}",
+        "",
+        f"Pin `{report.pin[:12]}`; {len(report.results)} candidate(s), newest first.",
+        "",
+    ]
     out += summary(report)
     for note in report.notes:
         out.append(f"- note: {note}")
@@ -647,13 +836,21 @@ def markdown(report: RollReport) -> str:
         c = result.candidate
         check = result.plan.check
         out += ["", f"## {c.label} `{c.commit[:12]}`: {result.outcome.value}", ""]
-        between = f"{check.commits_between} upstream commits since the pin" if check.commits_between is not None else "commits since the pin unknown"
+        between = (
+            f"{check.commits_between} upstream commits since the pin"
+            if check.commits_between is not None
+            else "commits since the pin unknown"
+        )
         out += [f"{c.origin}, committed {c.date}; {between}; history {check.history}.", ""]
         out += ["| patch | verdict | detail |", "|---|---|---|"]
         for p in check.patches:
             out.append(f"| {p.name} | {p.verdict.value} | {_cell(p.describe())} |")
         for b in result.plan.bisects:
-            out += ["", f"- **{b.patch}**: {_culprit(b.culprit, b.reason)}; {b.checks} apply check(s) over {b.commits} commit(s)"]
+            out += [
+                "",
+                f"- **{b.patch}**: {_culprit(b.culprit, b.reason)}; {b.checks} apply check(s) over "
+                f"{b.commits} commit(s)",
+            ]
         if result.steps:
             out += ["", "| step | status | detail |", "|---|---|---|"]
             for s in result.steps:

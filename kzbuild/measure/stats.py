@@ -26,13 +26,15 @@ def fresh_seed(given: int | None = None) -> int:
     """``given``, else a new random seed (recorded with what it drew, so a run can be replayed)."""
     return given if given is not None else secrets.randbelow(SEEDS)
 
+
 Variant = TypeVar("Variant")
 
 RESAMPLES = 2000
 
 
 def interleaved_order(variants: Sequence[Variant], blocks: int, seed: int) -> list[list[Variant]]:
-    """``blocks`` blocks, each holding every variant once, each shuffled with one seeded generator."""
+    """``blocks`` blocks, each holding every variant once, each shuffled with one seeded
+    generator."""
     if blocks < 1:
         raise ValueError("blocks must be at least 1")
     rng = random.Random(seed)
@@ -64,7 +66,9 @@ def median_effect(
     rng = random.Random(seed)
     point = _relative(statistics.median(a), statistics.median(b))
     deltas = sorted(
-        _relative(statistics.median(rng.choices(a, k=len(a))), statistics.median(rng.choices(b, k=len(b))))
+        _relative(
+            statistics.median(rng.choices(a, k=len(a))), statistics.median(rng.choices(b, k=len(b)))
+        )
         for _ in range(resamples)
     )
     tail = (1 - confidence) / 2

@@ -57,7 +57,11 @@ SSM_CONV_KERNEL = 4
 
 LLAMA_LAYERS = 2
 
-_SPECIAL_TOKENS = (("<unk>", gguf.TokenType.UNKNOWN), ("<s>", gguf.TokenType.CONTROL), ("</s>", gguf.TokenType.CONTROL))
+_SPECIAL_TOKENS = (
+    ("<unk>", gguf.TokenType.UNKNOWN),
+    ("<s>", gguf.TokenType.CONTROL),
+    ("</s>", gguf.TokenType.CONTROL),
+)
 _WORD_START = "\u2581"  # SentencePiece's visible space
 
 
@@ -75,7 +79,9 @@ def write_tiny_model(path: Path, arch: str = "qwen35", ftype: str = "q4_0", seed
     renamed into place, so concurrent writers of the same model never expose a partial file.
     """
     if arch not in ARCHS:
-        raise ValueError(f"unknown tiny model architecture {arch!r}; choose one of {', '.join(ARCHS)}")
+        raise ValueError(
+            f"unknown tiny model architecture {arch!r}; choose one of {', '.join(ARCHS)}"
+        )
     if ftype not in FTYPES:
         raise ValueError(f"unknown tiny model type {ftype!r}; choose one of {', '.join(FTYPES)}")
     if seed < 0:
@@ -132,7 +138,9 @@ def _add_hyperparameters(writer: gguf.GGUFWriter, arch: str) -> None:
 
 def vocabulary() -> list[tuple[str, float, gguf.TokenType]]:
     """The tokens (text, score, type): specials, 256 byte-fallback tokens, then ASCII pieces."""
-    tokens: list[tuple[str, float, gguf.TokenType]] = [(text, 0.0, kind) for text, kind in _SPECIAL_TOKENS]
+    tokens: list[tuple[str, float, gguf.TokenType]] = [
+        (text, 0.0, kind) for text, kind in _SPECIAL_TOKENS
+    ]
     tokens += [(f"<0x{byte:02X}>", 0.0, gguf.TokenType.BYTE) for byte in range(256)]
     pieces = [_WORD_START] + [chr(code) for code in range(33, 127)]
     pieces += [_WORD_START + chr(code) for code in range(ord("a"), ord("z") + 1)]
@@ -224,7 +232,9 @@ def _values(tensor: _Tensor, rng: np.random.Generator) -> np.ndarray:
     return scaled.astype(np.float32)
 
 
-def _add_tensor(writer: gguf.GGUFWriter, tensor: _Tensor, ftype: str, rng: np.random.Generator) -> None:
+def _add_tensor(
+    writer: gguf.GGUFWriter, tensor: _Tensor, ftype: str, rng: np.random.Generator
+) -> None:
     values = _values(tensor, rng)
     qtype = _MATRIX_TYPES[ftype]
     block_size, _ = gguf.GGML_QUANT_SIZES[qtype]

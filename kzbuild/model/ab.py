@@ -1,4 +1,5 @@
-"""``kzbuild ab``: the variants of a recipe's patch stack, how each was built, and what each patch buys."""
+"""``kzbuild ab``: the variants of a recipe's patch stack, how each was built, and what each patch
+buys."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ class VariantSpec:
 
 @dataclass(frozen=True)
 class VariantBuild:
-    """A variant synced and built, or why it could not be (a patch that does not apply without the one left out)."""
+    """A variant synced and built, or why it could not be (a patch that does not apply without the
+    one left out)."""
 
     spec: VariantSpec
     build_id: str | None
@@ -50,16 +52,22 @@ class PatchEffect:
     variant: str
     patch: str | None  # None for upstream: the whole stack
     test: str  # pp512, tg64, ...
-    config: str  # llama-bench configuration and env that vary, e.g. "t=8 ub=512 dev=HTP0 GGML_HEXAGON_GDN_SELECT=2"
+    # llama-bench configuration and env that vary, e.g. "t=8 ub=512 dev=HTP0
+    # GGML_HEXAGON_GDN_SELECT=2"
+    config: str
     full_median: float  # t/s: median of the full stack's turns
     variant_median: float
     effect: Effect  # in percent of the variant's median, with its bootstrap interval
 
 
 Verdict = Literal[
-    "confirmed", "contradicted", "no detectable effect", "undecided (interval too wide)",
-    "not measured", "other device",
-]  # fmt: skip
+    "confirmed",
+    "contradicted",
+    "no detectable effect",
+    "undecided (interval too wide)",
+    "not measured",
+    "other device",
+]
 
 
 @dataclass(frozen=True)
@@ -70,8 +78,13 @@ class ExpectCheck:
 
     @property
     def describe(self) -> str:
-        shown = "; ".join(f"{e.config or 'default config'}: {e.effect.describe()}" for e in self.effects)
-        return f"{self.expectation.patch}: Kz-Expect {self.expectation.describe()}: {self.verdict}" + (f" ({shown})" if shown else "")
+        shown = "; ".join(
+            f"{e.config or 'default config'}: {e.effect.describe()}" for e in self.effects
+        )
+        return (
+            f"{self.expectation.patch}: Kz-Expect {self.expectation.describe()}: {self.verdict}"
+            + (f" ({shown})" if shown else "")
+        )
 
 
 @dataclass(frozen=True)

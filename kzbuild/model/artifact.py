@@ -1,4 +1,5 @@
-"""A build artifact: a directory with bin/, lib/ and manifest.json (written by ``kzbuild build``, read by deploy).
+"""A build artifact: a directory with bin/, lib/ and manifest.json (written by ``kzbuild build``,
+read by deploy).
 
 The manifest's ``files`` map each relative POSIX path to its sha256, size and mode; its other
 keys (inputs, toolchains, cmake command lines, times, ...) are kept in ``manifest``.
@@ -37,7 +38,9 @@ class Artifact:
     recipe: str | None = None
     target: str | None = None
     build_commit: str | None = None  # what the binaries report (LLAMA_BUILD_COMMIT)
-    manifest: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)  # the whole manifest
+    manifest: Mapping[str, Any] = field(
+        default_factory=dict, repr=False, compare=False
+    )  # the whole manifest
 
     @property
     def manifest_path(self) -> Path:
@@ -54,11 +57,15 @@ class Artifact:
 
     @property
     def tools(self) -> list[str]:
-        return [entry.path.removeprefix("bin/") for entry in self.files if entry.path.startswith("bin/")]
+        return [
+            entry.path.removeprefix("bin/") for entry in self.files if entry.path.startswith("bin/")
+        ]
 
     @property
     def libs(self) -> list[str]:
-        return [entry.path.removeprefix("lib/") for entry in self.files if entry.path.startswith("lib/")]
+        return [
+            entry.path.removeprefix("lib/") for entry in self.files if entry.path.startswith("lib/")
+        ]
 
     @property
     def total_size(self) -> int:
@@ -70,24 +77,34 @@ class Artifact:
 
 
 def files_digest(files: tuple[ArtifactFile, ...]) -> str:
-    """One digest over paths, contents and modes: two releases with the same digest are interchangeable."""
+    """One digest over paths, contents and modes: two releases with the same digest are
+    interchangeable."""
     lines = sorted(f"{entry.path}\0{entry.sha256}\0{entry.mode:o}\n" for entry in files)
     return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
 def parse_files(files: object) -> tuple[ArtifactFile, ...]:
-    """The ``files`` section of a manifest: ``{relpath: {sha256, size, mode}}``. Raises ValueError."""
+    """The ``files`` section of a manifest: ``{relpath: {sha256, size, mode}}``. Raises
+    ValueError."""
     if not isinstance(files, Mapping) or not files:
         raise ValueError("'files' must be a non-empty mapping of relative paths")
     parsed = []
     for relpath, entry in files.items():
         posix = PurePosixPath(str(relpath))
-        if posix.is_absolute() or ".." in posix.parts or str(posix) != relpath or relpath in ("", "."):
+        if (
+            posix.is_absolute()
+            or ".." in posix.parts
+            or str(posix) != relpath
+            or relpath in ("", ".")
+        ):
             raise ValueError(f"files: '{relpath}' is not a plain relative path")
         if CONTROL_CHARS.search(relpath):  # device tools print one path per line
             raise ValueError(f"files: {relpath!r} holds a control character")
         if posix.parts[0] == MANIFEST:
-            raise ValueError(f"files: '{relpath}': '{MANIFEST}' is the release's own manifest; it cannot be one of its files")
+            raise ValueError(
+                f"files: '{relpath}': '{MANIFEST}' is the release's own manifest; it cannot be one "
+                "of its files"
+            )
         if not isinstance(entry, Mapping):
             raise ValueError(f"files: '{relpath}' must map to {{sha256, size, mode}}")
         sha = entry.get("sha256")
@@ -96,7 +113,11 @@ def parse_files(files: object) -> tuple[ArtifactFile, ...]:
         size = entry.get("size")
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise ValueError(f"files: '{relpath}': size must be a non-negative integer")
-        parsed.append(ArtifactFile(relpath, sha, size, safe_mode(parse_mode(relpath, entry.get("mode", 0o644)))))
+        parsed.append(
+            ArtifactFile(
+                relpath, sha, size, safe_mode(parse_mode(relpath, entry.get("mode", 0o644)))
+            )
+        )
     return tuple(parsed)
 
 
@@ -112,7 +133,9 @@ def parse_mode(relpath: str, mode: object) -> int:
     elif isinstance(mode, str) and re.fullmatch(r"0?o?[0-7]{3,4}", mode):
         value = int(mode.lstrip("0o") or "0", 8)
     else:
-        raise ValueError(f"files: '{relpath}': mode must be an integer or an octal string like \"0755\"")
+        raise ValueError(
+            f"files: '{relpath}': mode must be an integer or an octal string like \"0755\""
+        )
     if not 0 <= value <= 0o7777:
         raise ValueError(f"files: '{relpath}': mode {value:o} is out of range")
     return value

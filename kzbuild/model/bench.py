@@ -45,7 +45,11 @@ class SweepAxis:
 
     @property
     def env_name(self) -> str | None:
-        return self.name.removeprefix(ENV_AXIS_PREFIX) if self.name.startswith(ENV_AXIS_PREFIX) else None
+        return (
+            self.name.removeprefix(ENV_AXIS_PREFIX)
+            if self.name.startswith(ENV_AXIS_PREFIX)
+            else None
+        )
 
 
 @dataclass(frozen=True)
@@ -72,18 +76,25 @@ class BenchPoint:
 
     def options(self, spec: BenchSpec) -> dict[str, str]:
         chosen = dict(spec.options)
-        chosen.update((name, value) for name, value in self.values if not name.startswith(ENV_AXIS_PREFIX))
+        chosen.update(
+            (name, value) for name, value in self.values if not name.startswith(ENV_AXIS_PREFIX)
+        )
         return chosen
 
     def env(self, spec: BenchSpec) -> dict[str, str]:
         chosen = dict(spec.env)
-        chosen.update((name.removeprefix(ENV_AXIS_PREFIX), value) for name, value in self.values if name.startswith(ENV_AXIS_PREFIX))
+        chosen.update(
+            (name.removeprefix(ENV_AXIS_PREFIX), value)
+            for name, value in self.values
+            if name.startswith(ENV_AXIS_PREFIX)
+        )
         return chosen
 
 
 @dataclass(frozen=True)
 class LlamaBenchTest:
-    """One test of ``llama-bench -o json`` output, checked field by field (bench.parse_llama_bench_json)."""
+    """One test of ``llama-bench -o json`` output, checked field by field
+    (bench.parse_llama_bench_json)."""
 
     n_prompt: int
     n_gen: int
@@ -106,7 +117,8 @@ class DeviceState:
 
 @dataclass(frozen=True)
 class BenchPart:
-    """A bench run that is one turn of an interleaved experiment: its records join the experiment's run."""
+    """A bench run that is one turn of an interleaved experiment: its records join the experiment's
+    run."""
 
     run_id: str
     logs: Path  # this turn's own folder

@@ -44,12 +44,21 @@ class CommitState:
     stack_problem: str = ""
     build_id: str = ""
     artifact: str = ""
-    samples: dict[str, list[float]] = field(default_factory=dict)  # by device: a comparison never mixes them
+    samples: dict[str, list[float]] = field(
+        default_factory=dict
+    )  # by device: a comparison never mixes them
 
     def to_dict(self) -> dict[str, object]:
-        return {"sha": self.sha, "built": self.built, "skipped": self.skipped, "bare": self.bare,
-                "stack_problem": self.stack_problem, "build_id": self.build_id,
-                "artifact": self.artifact, "samples": {d: list(v) for d, v in self.samples.items()}}
+        return {
+            "sha": self.sha,
+            "built": self.built,
+            "skipped": self.skipped,
+            "bare": self.bare,
+            "stack_problem": self.stack_problem,
+            "build_id": self.build_id,
+            "artifact": self.artifact,
+            "samples": {d: list(v) for d, v in self.samples.items()},
+        }
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Builds: targets, build options and the plan of one build.
 
 A build leaves an artifact, ``<artifacts>/<build-id>/`` with ``bin/``, ``lib/`` and
-``manifest.json``: see :mod:`kzbuild.model.artifact` (read it with ``kzbuild.build.builder.load_manifest``).
+``manifest.json``: see :mod:`kzbuild.model.artifact` (read it with
+``kzbuild.build.builder.load_manifest``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ class Target:
 
 @dataclass(frozen=True)
 class BuildOptions:
-    """How to build, beyond the recipe and the target; none of it enters the build id except through what it selects."""
+    """How to build, beyond the recipe and the target; none of it enters the build id except through
+    what it selects."""
 
     jobs: int | None = None  # default: the number of CPUs
     overrides: tuple[str, ...] = ()  # toolchains that replace the target's ones of the same role
@@ -50,7 +52,12 @@ class Step:
     cwd: Path | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {"name": self.name, "argv": list(self.argv), "env": dict(self.env), "cwd": str(self.cwd) if self.cwd else None}
+        return {
+            "name": self.name,
+            "argv": list(self.argv),
+            "env": dict(self.env),
+            "cwd": str(self.cwd) if self.cwd else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -61,7 +68,9 @@ class BuildPlan:
     target: str
     build_id: str
     build_commit: str  # what the binaries report (LLAMA_BUILD_COMMIT)
-    lock_sha256: str  # sha256 of the recipe's lock (recipes/<recipe>.lock.json) the tree was synced to
+    lock_sha256: (
+        str  # sha256 of the recipe's lock (recipes/<recipe>.lock.json) the tree was synced to
+    )
     inputs: Mapping[str, Any]  # everything hashed into the build id
     source: Path
     build_dir: Path
@@ -111,7 +120,9 @@ class CcacheStats:
     hits: int
     misses: int
     remote_hits: int = 0  # of the hits, those ccache's remote storage served
-    remote_errors: int = 0  # compiles whose remote lookup failed or timed out (they went on locally)
+    remote_errors: int = (
+        0  # compiles whose remote lookup failed or timed out (they went on locally)
+    )
 
     @property
     def hit_rate(self) -> float | None:
@@ -119,8 +130,14 @@ class CcacheStats:
         return self.hits / calls if calls else None
 
     def to_dict(self) -> dict[str, object]:
-        return {"hits": self.hits, "misses": self.misses, "hit_rate": self.hit_rate, "local_hits": self.hits - self.remote_hits,
-                "remote_hits": self.remote_hits, "remote_errors": self.remote_errors}
+        return {
+            "hits": self.hits,
+            "misses": self.misses,
+            "hit_rate": self.hit_rate,
+            "local_hits": self.hits - self.remote_hits,
+            "remote_hits": self.remote_hits,
+            "remote_errors": self.remote_errors,
+        }
 
 
 @dataclass(frozen=True)
@@ -134,7 +151,14 @@ class BuildResult:
     remote: RemoteOutcome | None = None  # what the remote cache did (None: none configured)
 
 
-# The v79 compile check (kzbuild.build.v79check), named here so the CLI can describe it without loading it.
+# The v79 compile check (kzbuild.build.v79check), named here so the CLI can describe it without
+# loading it.
 V79_CHECK_TARGET = "v79-check"
-V79_CHECK_DESCRIPTION = "compile every Hexagon source (HTP for hexagonv79 + HVX 128B, host backend for aarch64) without the SDK: compilation only"
-V79_CHECK_PROVES = "compilation only: every HTP source compiled for hexagonv79 (HVX 128B) and the host backend for aarch64; nothing linked, nothing run"
+V79_CHECK_DESCRIPTION = (
+    "compile every Hexagon source (HTP for hexagonv79 + HVX 128B, host backend for aarch64) "
+    "without the SDK: compilation only"
+)
+V79_CHECK_PROVES = (
+    "compilation only: every HTP source compiled for hexagonv79 (HVX 128B) and the host backend "
+    "for aarch64; nothing linked, nothing run"
+)

@@ -18,8 +18,14 @@ class CiStep:
     data: Mapping[str, object] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
-        return {"step": self.name, "status": self.status, "detail": self.detail, "seconds": round(self.seconds, 2),
-                "exit_code": self.exit_code, **self.data}
+        return {
+            "step": self.name,
+            "status": self.status,
+            "detail": self.detail,
+            "seconds": round(self.seconds, 2),
+            "exit_code": self.exit_code,
+            **self.data,
+        }
 
 
 @dataclass(frozen=True)
@@ -33,16 +39,30 @@ class CiReport:
 
     @property
     def exit_code(self) -> int:
-        """0, or the exit code of the first failed step (so scripts can tell a build failure from a missing SDK)."""
+        """0, or the exit code of the first failed step (so scripts can tell a build failure from a
+        missing SDK)."""
         return next((s.exit_code for s in self.steps if s.status == "failed"), 0)
 
     def to_dict(self) -> dict[str, object]:
-        return {"recipe": self.recipe, "ok": self.ok, "exit_code": self.exit_code, "steps": [s.to_dict() for s in self.steps]}
+        return {
+            "recipe": self.recipe,
+            "ok": self.ok,
+            "exit_code": self.exit_code,
+            "steps": [s.to_dict() for s in self.steps],
+        }
 
     def to_markdown(self) -> str:
         icon = {"ok": "✅", "failed": "❌", "skipped": "⏭️"}
-        lines = [f"### kzbuild ci: {self.recipe} {'passed' if self.ok else 'FAILED'}", "", "| step | status | detail | seconds |", "|---|---|---|---|"]
+        lines = [
+            f"### kzbuild ci: {self.recipe} {'passed' if self.ok else 'FAILED'}",
+            "",
+            "| step | status | detail | seconds |",
+            "|---|---|---|---|",
+        ]
         for step in self.steps:
             detail = step.detail.replace("|", "\\|").replace("\n", "<br>")
-            lines.append(f"| {step.name} | {icon.get(step.status, '')} {step.status} | {detail} | {step.seconds:.1f} |")
+            lines.append(
+                f"| {step.name} | {icon.get(step.status, '')} {step.status} | {detail} | "
+                f"{step.seconds:.1f} |"
+            )
         return "\n".join(lines) + "\n"

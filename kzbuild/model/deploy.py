@@ -20,7 +20,9 @@ class DeployResult:
     metadata_bytes: int  # the release's manifest.json
     seconds: float
     pruned: tuple[str, ...] = ()
-    repaired: tuple[str, ...] = ()  # files (relative to the root) re-linked to a re-sent content: they had not matched
+    repaired: tuple[
+        str, ...
+    ] = ()  # files (relative to the root) re-linked to a re-sent content: they had not matched
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)

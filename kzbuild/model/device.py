@@ -15,7 +15,9 @@ class Device:
     transport: TransportKind
     root: str  # staging root on the device: releases/<build-id>/, current -> releases/<id>
     serial: str | None = None  # adb
-    server: str | None = None  # adb: HOST:PORT of the adb server that serves it (adb -H -P); None: this machine's
+    server: str | None = (
+        None  # adb: HOST:PORT of the adb server that serves it (adb -H -P); None: this machine's
+    )
     host: str | None = None  # ssh
     port: int = 22
     user: str | None = None
@@ -30,6 +32,8 @@ class Device:
             return f"adb:{self.serial}" + (f"@{self.server}" if self.server else "")
         if self.transport == "ssh":
             user = f"{self.user}@" if self.user else ""
-            host = f"[{self.host}]" if ":" in (self.host or "") else self.host  # IPv6, as in the spec
+            host = (
+                f"[{self.host}]" if ":" in (self.host or "") else self.host
+            )  # IPv6, as in the spec
             return f"ssh://{user}{host}:{self.port}"
         return f"local:{self.root}"

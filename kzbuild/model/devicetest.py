@@ -14,7 +14,8 @@ from kzbuild.model.result import BuildInfo, DeviceInfo
 
 @dataclass(frozen=True)
 class DeviceTest:
-    """``Kz-Device-Test: test-backend-ops -o GATED_DELTA_NET -b HTP0``: a tool of the release and its arguments."""
+    """``Kz-Device-Test: test-backend-ops -o GATED_DELTA_NET -b HTP0``: a tool of the release and
+    its arguments."""
 
     patch: str  # series name
     tool: str
@@ -28,7 +29,8 @@ class DeviceTest:
 
 @dataclass(frozen=True)
 class DeviceTestResult:
-    """One device check of a patch, run on a device (``kzbuild check RECIPE --device D``), with its provenance."""
+    """One device check of a patch, run on a device (``kzbuild check RECIPE --device D``), with its
+    provenance."""
 
     run_id: str
     host_time: str
@@ -63,12 +65,26 @@ class DeviceTestResult:
         if isinstance(code, bool) or not isinstance(code, int):
             raise fields.error("returncode", "an integer")
         return cls(
-            run_id=fields.text("run_id"), host_time=fields.text("host_time"), recipe=fields.text("recipe"), patch=fields.text("patch"),
-            command=fields.text("command"), build=BuildInfo(**{name: build.optional_text(name) for name in RESULT_FIELDS[BuildInfo]}),
-            device=DeviceInfo(name=device.text("name"), address=device.text("address", ""), fingerprint=device.text_map("fingerprint", {})),
-            argv=fields.texts("argv"), env=fields.text_map("env", {}), returncode=code, passed=passed, logs=fields.text("logs", ""),
+            run_id=fields.text("run_id"),
+            host_time=fields.text("host_time"),
+            recipe=fields.text("recipe"),
+            patch=fields.text("patch"),
+            command=fields.text("command"),
+            build=BuildInfo(
+                **{name: build.optional_text(name) for name in RESULT_FIELDS[BuildInfo]}
+            ),
+            device=DeviceInfo(
+                name=device.text("name"),
+                address=device.text("address", ""),
+                fingerprint=device.text_map("fingerprint", {}),
+            ),
+            argv=fields.texts("argv"),
+            env=fields.text_map("env", {}),
+            returncode=code,
+            passed=passed,
+            logs=fields.text("logs", ""),
             seconds=float(fields.number("seconds", 0.0, zero_ok=True)),
-        )  # fmt: skip
+        )
 
 
 FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(DeviceTestResult))

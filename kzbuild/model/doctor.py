@@ -28,7 +28,8 @@ class TargetCheck:
 
 @dataclass(frozen=True)
 class DeviceCheck:
-    """Whether the device answers from this machine (adb state, ssh login with the host-key check, the local runner)."""
+    """Whether the device answers from this machine (adb state, ssh login with the host-key check,
+    the local runner)."""
 
     device: str
     transport: str
@@ -37,7 +38,13 @@ class DeviceCheck:
     hint: str | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {"device": self.device, "transport": self.transport, "ok": self.ok, "detail": self.detail, "hint": self.hint}
+        return {
+            "device": self.device,
+            "transport": self.transport,
+            "ok": self.ok,
+            "detail": self.detail,
+            "hint": self.hint,
+        }
 
 
 @dataclass(frozen=True)
@@ -50,4 +57,8 @@ class DoctorReport:
         return all(t.ok for t in self.targets) and (self.device is None or self.device.ok)
 
     def to_dict(self) -> dict[str, object]:
-        return {"ok": self.ok, "targets": [t.to_dict() for t in self.targets], "device": self.device.to_dict() if self.device else None}
+        return {
+            "ok": self.ok,
+            "targets": [t.to_dict() for t in self.targets],
+            "device": self.device.to_dict() if self.device else None,
+        }

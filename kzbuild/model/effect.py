@@ -1,4 +1,5 @@
-"""An A/B effect: B's median against A's with a bootstrap interval (computed by kzbuild.measure.stats.median_effect)."""
+"""An A/B effect: B's median against A's with a bootstrap interval (computed by
+kzbuild.measure.stats.median_effect)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,9 @@ class Cooling:
     limit_c: float
     max_wait_s: float = DEFAULT_COOL_WAIT  # then the block starts anyway, recorded as not cooled
     poll_s: float = DEFAULT_COOL_POLL
-    zones: tuple[str, ...] = ("*",)  # fnmatch patterns of zone types (thermal_zone*/type) that count
+    zones: tuple[str, ...] = (
+        "*",
+    )  # fnmatch patterns of zone types (thermal_zone*/type) that count
     sysfs: str = "/sys"  # the device's sysfs root; tests point it at a tree they build
 
 

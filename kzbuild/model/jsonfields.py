@@ -17,8 +17,12 @@ from kzbuild.errors import BadRecord
 MAX_INT = 2**63 - 1  # SQLite's INTEGER; llama-bench's counts are far below it
 SHOWN_CHARS = 60
 JSON_SCALARS = (str, int, float, bool, type(None))
-EXACT_SCALARS = frozenset({str, bool, type(None)})  # always fine; ints can be too big, floats non-finite
-SURROGATE_ESCAPE_RE = re.compile(r"\\u[dD][89a-fA-F]")  # \ud800-\udfff: json.loads lets lone ones through
+EXACT_SCALARS = frozenset(
+    {str, bool, type(None)}
+)  # always fine; ints can be too big, floats non-finite
+SURROGATE_ESCAPE_RE = re.compile(
+    r"\\u[dD][89a-fA-F]"
+)  # \ud800-\udfff: json.loads lets lone ones through
 
 
 def show(value: object) -> str:
@@ -28,11 +32,14 @@ def show(value: object) -> str:
 
 
 def tool_json(stdout: bytes, *, source: str, tool: str, item: str = "") -> Any:
-    """A device tool's JSON output, read strictly (see loads); empty or non-UTF-8 output is a BadRecord naming ``source``."""
+    """A device tool's JSON output, read strictly (see loads); empty or non-UTF-8 output is a
+    BadRecord naming ``source``."""
     try:
         text = stdout.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise BadRecord(f"{source}: not UTF-8 text (byte {exc.start} is {stdout[exc.start]:#04x})") from None
+        raise BadRecord(
+            f"{source}: not UTF-8 text (byte {exc.start} is {stdout[exc.start]:#04x})"
+        ) from None
     if not text.strip():
         raise BadRecord(f"{source}: {tool} printed nothing on stdout")
     return loads(text, where=source, item=item)
@@ -88,7 +95,8 @@ def _check_values(value: object, where: str) -> None:
 
 
 def number_or_none(value: object) -> int | float | None:
-    """The value when it is a finite JSON number (not a bool, not too big for a float), else None."""
+    """The value when it is a finite JSON number (not a bool, not too big for a float), else
+    None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     try:
@@ -140,7 +148,9 @@ class Fields:
             raise self.error(key, "one of " + ", ".join(allowed))
         return value
 
-    def count(self, key: str, default: Any = _REQUIRED, *, minimum: int = 0, maximum: int = MAX_INT) -> int:
+    def count(
+        self, key: str, default: Any = _REQUIRED, *, minimum: int = 0, maximum: int = MAX_INT
+    ) -> int:
         value = self._value(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
             raise self.error(key, f"an integer from {minimum} to {maximum}")
@@ -207,7 +217,13 @@ class Fields:
 
 def check_scalar(value: object, *, where: str) -> None:
     """A JSON scalar: a string, a finite number, a bool or null (never a list or an object)."""
-    if type(value) in EXACT_SCALARS:  # the usual case, checked first: every configuration field of every record read
+    if (
+        type(value) in EXACT_SCALARS
+    ):  # the usual case, checked first: every configuration field of every record read
         return
-    if not isinstance(value, JSON_SCALARS) or (isinstance(value, (int, float)) and not isinstance(value, bool) and number_or_none(value) is None):
+    if not isinstance(value, JSON_SCALARS) or (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and number_or_none(value) is None
+    ):
         raise BadRecord(f"{where}: {show(value)} is not a string, number, bool or null")

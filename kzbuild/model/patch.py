@@ -13,7 +13,8 @@ UPSTREAM_PR = "Upstream-PR"
 DROP_WHEN = "Drop-When"
 KZ_TEST = "Kz-Test"
 KZ_EXPECT = "Kz-Expect"  # an effect kzbuild ab checks: "pp512 +10% on pad3"
-KZ_DEVICE_TEST = "Kz-Device-Test"  # a check kzbuild check runs on a device: "test-backend-ops -o GATED_DELTA_NET -b HTP0"
+# a check kzbuild check runs on a device: "test-backend-ops -o GATED_DELTA_NET -b HTP0"
+KZ_DEVICE_TEST = "Kz-Device-Test"
 KZ_TRAILERS = (UPSTREAM_STATUS, UPSTREAM_PR, DROP_WHEN, KZ_TEST, KZ_EXPECT, KZ_DEVICE_TEST)
 REQUIRED_TRAILERS = (UPSTREAM_STATUS, KZ_TEST)
 REPEATABLE_TRAILERS = (KZ_EXPECT, KZ_DEVICE_TEST)  # one per metric and device; one per device check
@@ -29,7 +30,8 @@ STATUS_KINDS = {
 
 @dataclass(frozen=True)
 class Expectation:
-    """A patch's declared effect (``Kz-Expect: pp512 +10% on pad3``): the full stack against the stack without it."""
+    """A patch's declared effect (``Kz-Expect: pp512 +10% on pad3``): the full stack against the
+    stack without it."""
 
     patch: str  # series name
     metric: str  # a llama-bench test name: pp512, tg64, pp512+tg128, pp512@d4096

@@ -1,4 +1,5 @@
-"""An experiment plan (``plans/NAME.yaml``): the model, the device, the llama-bench runs, and for ``kzbuild ab`` the variants."""
+"""An experiment plan (``plans/NAME.yaml``): the model, the device, the llama-bench runs, and for
+``kzbuild ab`` the variants."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from kzbuild.model.quality import QualitySpec
 
 @dataclass(frozen=True)
 class PlanModel:
-    path: str  # on the device; relative paths start at the device root (a name becomes models/<name>)
+    path: (
+        str  # on the device; relative paths start at the device root (a name becomes models/<name>)
+    )
     sha256: str | None  # None: not pinned yet (the run warns with the hash it measured)
     line: int  # of its sha256 key, for errors
 

@@ -47,12 +47,15 @@ class OpTime:
         if isinstance(layer, bool) or not isinstance(layer, int) or layer < NO_LAYER:
             raise fields.error("layer", f"an integer >= {NO_LAYER}")
         return cls(
-            op=fields.text("op"), backend=fields.text("backend"), layer=layer,
-            count=fields.count("count", minimum=1), usec=fields.number("usec", zero_ok=True),
+            op=fields.text("op"),
+            backend=fields.text("backend"),
+            layer=layer,
+            count=fields.count("count", minimum=1),
+            usec=fields.number("usec", zero_ok=True),
             usec_reps=tuple(
                 float(x) for x in fields.numbers("usec_reps", (), max_items=MAX_REPS, zero_ok=True)
             ),
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True)
@@ -89,9 +92,15 @@ class PhaseProfile:
         return cls(
             phase=fields.text("phase"),
             tokens=fields.count("tokens"),
-            ops=tuple(OpTime.from_dict(row, f"{where}: ops[{index}]") for index, row in enumerate(ops)),
-            wall_us_plain=tuple(float(x) for x in fields.numbers("wall_us_plain", (), max_items=MAX_REPS)),
-            wall_us_timed=tuple(float(x) for x in fields.numbers("wall_us_timed", (), max_items=MAX_REPS)),
+            ops=tuple(
+                OpTime.from_dict(row, f"{where}: ops[{index}]") for index, row in enumerate(ops)
+            ),
+            wall_us_plain=tuple(
+                float(x) for x in fields.numbers("wall_us_plain", (), max_items=MAX_REPS)
+            ),
+            wall_us_timed=tuple(
+                float(x) for x in fields.numbers("wall_us_timed", (), max_items=MAX_REPS)
+            ),
         )
 
 
@@ -138,11 +147,15 @@ def _phases(fields: Fields, key: str) -> tuple[PhaseProfile, ...]:
     value = fields.data.get(key, [])
     if not isinstance(value, list) or len(value) > 16:
         raise fields.error(key, "a list of phases")
-    return tuple(PhaseProfile.from_dict(item, f"{fields.where}: {key}[{index}]") for index, item in enumerate(value))
+    return tuple(
+        PhaseProfile.from_dict(item, f"{fields.where}: {key}[{index}]")
+        for index, item in enumerate(value)
+    )
 
 
 FIELD_NAMES: dict[type, frozenset[str]] = {
-    cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in (OpTime, PhaseProfile, ProfileRecord)
+    cls: frozenset(f.name for f in dataclasses.fields(cls))
+    for cls in (OpTime, PhaseProfile, ProfileRecord)
 }
 
 
@@ -169,7 +182,8 @@ class ProfileRun:
 
 @dataclass(frozen=True)
 class OpSummary:
-    """One row of a report: an op type (or a layer's op type) with its count, time per repetition and share."""
+    """One row of a report: an op type (or a layer's op type) with its count, time per repetition
+    and share."""
 
     layer: int | None  # None when grouped by op only
     op: str
@@ -196,7 +210,11 @@ class ComparedOp:
 
     @property
     def change_pct(self) -> float | None:
-        return None if not self.a_usec or self.b_usec is None else self.delta_usec / self.a_usec * 100.0
+        return (
+            None
+            if not self.a_usec or self.b_usec is None
+            else self.delta_usec / self.a_usec * 100.0
+        )
 
 
 @dataclass(frozen=True)

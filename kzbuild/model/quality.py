@@ -1,4 +1,5 @@
-"""Whether a variant's output stays right: llama-perplexity's KL divergence against reference logits.
+"""Whether a variant's output stays right: llama-perplexity's KL divergence against reference
+logits.
 
 A quality record is one ``llama-perplexity --kl-divergence`` run of a variant's release against
 the logits that the reference (by default bare upstream on the CPU backend) recorded for the same
@@ -173,12 +174,18 @@ class QualityRecord:
 def describe_output(record: QualityRecord) -> str:
     """One line: the figures and the verdict (with what broke the limits)."""
     stats = record.stats
-    figures = f"mean KLD {stats.kld_mean:.6f}, 99% KLD {stats.kld_p99:.6f}, top-1 {stats.top1_pct:.3f}%, PPL ratio {stats.ppl_ratio:.4f}"
-    return f"{figures}: {record.verdict}" + (f" ({'; '.join(record.problems)})" if record.problems else "")
+    figures = (
+        f"mean KLD {stats.kld_mean:.6f}, 99% KLD {stats.kld_p99:.6f}, top-1 {stats.top1_pct:.3f}%, "
+        f"PPL ratio {stats.ppl_ratio:.4f}"
+    )
+    return f"{figures}: {record.verdict}" + (
+        f" ({'; '.join(record.problems)})" if record.problems else ""
+    )
 
 
 def _finite(fields: Fields, key: str) -> float:
-    """Any finite number: llama-perplexity's mean KLD rounds to a hair below zero when nothing changed."""
+    """Any finite number: llama-perplexity's mean KLD rounds to a hair below zero when nothing
+    changed."""
     value = number_or_none(fields.data.get(key))
     if value is None:
         raise fields.error(key, "a finite number")

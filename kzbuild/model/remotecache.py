@@ -1,4 +1,5 @@
-"""The remote build cache shared between machines: its configuration, what it did for one build, its statistics.
+"""The remote build cache shared between machines: its configuration, what it did for one build, its
+statistics.
 
 Configured by ``KZ_REMOTE_CACHE`` (a URL) or the project's ``.kz/config.yaml``; see
 :mod:`kzbuild.build.remotecache`. A URL may hold credentials: print ``shown``, never ``url``.
@@ -15,7 +16,9 @@ DEFAULT_TIMEOUT = 2.0  # seconds without an answer before a cache counts as down
 
 @dataclass(frozen=True)
 class RemoteConfig:
-    url: str  # redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] or http(s)://[USER:PASSWORD@]HOST[:PORT][/PATH]; may hold a password
+    # redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] or
+    # http(s)://[USER:PASSWORD@]HOST[:PORT][/PATH]; may hold a password
+    url: str
     source: str  # where it was set: KZ_REMOTE_CACHE, or FILE:LINE
     artifacts: bool = True  # pull artifacts by build id before building, push them after
     ccache: bool = True  # ccache's own remote storage for every compile
@@ -32,7 +35,13 @@ class RemoteConfig:
         return "redis" if self.url.startswith("redis://") else "http"
 
     def to_dict(self) -> dict[str, object]:
-        return {"url": self.shown, "source": self.source, "artifacts": self.artifacts, "ccache": self.ccache, "timeout_s": self.timeout}
+        return {
+            "url": self.shown,
+            "source": self.source,
+            "artifacts": self.artifacts,
+            "ccache": self.ccache,
+            "timeout_s": self.timeout,
+        }
 
 
 @dataclass(frozen=True)
@@ -51,9 +60,15 @@ class RemoteOutcome:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "store": self.store, "available": self.available, "pulled": self.pulled, "pushed": self.pushed,
-            "uploaded_bytes": self.uploaded_bytes, "downloaded_bytes": self.downloaded_bytes,
-            "refused": self.refused, "problems": list(self.problems), "seconds": round(self.seconds, 3),
+            "store": self.store,
+            "available": self.available,
+            "pulled": self.pulled,
+            "pushed": self.pushed,
+            "uploaded_bytes": self.uploaded_bytes,
+            "downloaded_bytes": self.downloaded_bytes,
+            "refused": self.refused,
+            "problems": list(self.problems),
+            "seconds": round(self.seconds, 3),
         }
 
 
@@ -73,8 +88,13 @@ class ArtifactCounts:
         return count / self.lookups if self.lookups else None
 
     def to_dict(self) -> dict[str, object]:
-        return {"local": self.local, "pulled": self.pulled, "built": self.built,
-                "local_hit_rate": self.rate(self.local), "remote_hit_rate": self.rate(self.pulled)}
+        return {
+            "local": self.local,
+            "pulled": self.pulled,
+            "built": self.built,
+            "local_hit_rate": self.rate(self.local),
+            "remote_hit_rate": self.rate(self.pulled),
+        }
 
 
 @dataclass(frozen=True)
@@ -96,14 +116,22 @@ class CcacheCounts:
         return count / self.compiles if self.compiles else None
 
     def to_dict(self) -> dict[str, object]:
-        return {"size_bytes": self.size_bytes, "files": self.files, "local_hits": self.local_hits, "remote_hits": self.remote_hits,
-                "misses": self.misses, "remote_errors": self.remote_errors,
-                "local_hit_rate": self.rate(self.local_hits), "remote_hit_rate": self.rate(self.remote_hits)}
+        return {
+            "size_bytes": self.size_bytes,
+            "files": self.files,
+            "local_hits": self.local_hits,
+            "remote_hits": self.remote_hits,
+            "misses": self.misses,
+            "remote_errors": self.remote_errors,
+            "local_hit_rate": self.rate(self.local_hits),
+            "remote_hit_rate": self.rate(self.remote_hits),
+        }
 
 
 @dataclass(frozen=True)
 class RemoteUsage:
-    """What the store says about itself; None where it cannot tell (a WebDAV server lists nothing)."""
+    """What the store says about itself; None where it cannot tell (a WebDAV server lists
+    nothing)."""
 
     size_bytes: int | None = None
     entries: int | None = None
@@ -113,13 +141,23 @@ class RemoteUsage:
 
     @property
     def server_hit_rate(self) -> float | None:
-        if self.server_hits is None or self.server_misses is None or not self.server_hits + self.server_misses:
+        if (
+            self.server_hits is None
+            or self.server_misses is None
+            or not self.server_hits + self.server_misses
+        ):
             return None
         return self.server_hits / (self.server_hits + self.server_misses)
 
     def to_dict(self) -> dict[str, object]:
-        return {"size_bytes": self.size_bytes, "entries": self.entries, "server_hits": self.server_hits,
-                "server_misses": self.server_misses, "server_hit_rate": self.server_hit_rate, "problem": self.problem}
+        return {
+            "size_bytes": self.size_bytes,
+            "entries": self.entries,
+            "server_hits": self.server_hits,
+            "server_misses": self.server_misses,
+            "server_hit_rate": self.server_hit_rate,
+            "problem": self.problem,
+        }
 
 
 @dataclass(frozen=True)
@@ -138,9 +176,21 @@ class CacheStats:
     def to_dict(self) -> dict[str, object]:
         return {
             "local": {
-                "ccache": {"dir": self.ccache_dir, **(self.ccache.to_dict() if self.ccache else {})},
-                "artifacts": {"dir": self.artifacts_dir, "count": self.artifact_count, "size_bytes": self.artifact_bytes},
+                "ccache": {
+                    "dir": self.ccache_dir,
+                    **(self.ccache.to_dict() if self.ccache else {}),
+                },
+                "artifacts": {
+                    "dir": self.artifacts_dir,
+                    "count": self.artifact_count,
+                    "size_bytes": self.artifact_bytes,
+                },
             },
             "artifact_lookups": self.artifact_counts.to_dict(),
-            "remote": None if self.remote is None else {**self.remote.to_dict(), **(self.remote_usage.to_dict() if self.remote_usage else {})},
+            "remote": None
+            if self.remote is None
+            else {
+                **self.remote.to_dict(),
+                **(self.remote_usage.to_dict() if self.remote_usage else {}),
+            },
         }

@@ -29,11 +29,27 @@ RELEASE_TOKEN = "{release}"  # stands for the release dir in env values, so buil
 # rather than the configuration under test; every other field is configuration.
 NOT_CONFIG_FIELDS = frozenset(
     {
-        "build_commit", "build_number", "cpu_info", "gpu_info", "backends", "model_filename",
-        "model_type", "model_size", "model_n_params", "n_prompt", "n_gen", "n_depth", "test_time",
-        "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "samples_ns", "samples_ts",
+        "build_commit",
+        "build_number",
+        "cpu_info",
+        "gpu_info",
+        "backends",
+        "model_filename",
+        "model_type",
+        "model_size",
+        "model_n_params",
+        "n_prompt",
+        "n_gen",
+        "n_depth",
+        "test_time",
+        "avg_ns",
+        "stddev_ns",
+        "avg_ts",
+        "stddev_ts",
+        "samples_ns",
+        "samples_ts",
     }
-)  # fmt: skip
+)
 
 
 def bench_test_name(n_prompt: int, n_gen: int, n_depth: int = 0) -> str:
@@ -50,7 +66,9 @@ def bench_test_name(n_prompt: int, n_gen: int, n_depth: int = 0) -> str:
 def canonical_json(data: object) -> str:
     """One line, sorted keys: equal data gives equal bytes (ids, JSONL export). Standard JSON
     only: NaN and Infinity raise ValueError rather than write what other readers refuse."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return json.dumps(
+        data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
 
 
 def content_id(stored: str) -> str:
@@ -96,8 +114,12 @@ class BuildInfo:
         """The build a device release holds, from its deployed manifest."""
         manifest = release.manifest
         return cls(
-            build_id=release.build_id, recipe=manifest.get("recipe"), manifest_sha256=release.manifest_sha256,
-            lock_sha256=manifest.get("lock_sha256"), build_commit=build_commit, release_dir=release.dir,
+            build_id=release.build_id,
+            recipe=manifest.get("recipe"),
+            manifest_sha256=release.manifest_sha256,
+            lock_sha256=manifest.get("lock_sha256"),
+            build_commit=build_commit,
+            release_dir=release.dir,
         )
 
 
@@ -142,7 +164,9 @@ class VariantInfo:
     block: int  # the block of the interleaved order it ran in, from 0
     blocks: int
     seed: int  # of the interleaved order
-    start_c: float | None = None  # hottest thermal zone when its block started (after --cool-to), deg C
+    start_c: float | None = (
+        None  # hottest thermal zone when its block started (after --cool-to), deg C
+    )
     waited_s: float | None = None  # how long the block waited to cool down
 
 
@@ -170,7 +194,9 @@ class BenchRecord:
     source: str = ""  # manual rows: where the figure comes from
     label: str = ""
     raw: Mapping[str, Any] = field(default_factory=dict)  # llama-bench's record as printed
-    variant: VariantInfo | None = None  # set by interleaved experiments; absent from the stored form when None
+    variant: VariantInfo | None = (
+        None  # set by interleaved experiments; absent from the stored form when None
+    )
     memory: MemoryInfo | None = None  # peak memory and llama.cpp's buffers; absent when None
     provenance: Provenance | None = None  # measured runs: the hash of every input; absent when None
 
@@ -187,7 +213,12 @@ class BenchRecord:
     def env_set(self) -> tuple[tuple[str, str], ...]:
         """The env with the release dir abstracted, so the same settings on two builds match."""
         release = self.build.release_dir
-        return tuple(sorted((k, v.replace(release, RELEASE_TOKEN) if release else v) for k, v in self.env.items()))
+        return tuple(
+            sorted(
+                (k, v.replace(release, RELEASE_TOKEN) if release else v)
+                for k, v in self.env.items()
+            )
+        )
 
     @property
     def config_key(self) -> tuple[tuple[str, str], ...]:
@@ -196,7 +227,14 @@ class BenchRecord:
     @property
     def group_key(self) -> tuple[object, ...]:
         """What must be equal for two records to be compared."""
-        return (self.device.key, self.model.key, self.env_set, self.test, self.config_key, self.unit)
+        return (
+            self.device.key,
+            self.model.key,
+            self.env_set,
+            self.test,
+            self.config_key,
+            self.unit,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         data = _fields_dict(self)
@@ -218,7 +256,8 @@ class BenchRecord:
 
     @classmethod
     def from_dict(cls, data: object, where: str = "record") -> BenchRecord:
-        """A record from its JSON form with every field type-checked; raises BadRecord naming the key."""
+        """A record from its JSON form with every field type-checked; raises BadRecord naming the
+        key."""
         fields = Fields(data, where)
         fields.check_known(FIELD_NAMES[cls] | {"record_id"})
         common = run_fields(fields)
@@ -235,8 +274,10 @@ class BenchRecord:
             range_ts=_range(fields),
             unit=fields.text("unit", "t/s"),
             sweep=SweepInfo(
-                point=sweep.text_map("point", {}), seed=sweep.optional_count("seed"),
-                index=sweep.count("index", 0), total=sweep.count("total", 1, minimum=1),
+                point=sweep.text_map("point", {}),
+                seed=sweep.optional_count("seed"),
+                index=sweep.count("index", 0),
+                total=sweep.count("total", 1, minimum=1),
             ),
             source=fields.text("source", ""),
             label=fields.text("label", ""),
@@ -244,7 +285,7 @@ class BenchRecord:
             variant=_variant(fields),
             memory=_optional(fields, "memory", MemoryInfo.from_fields),
             provenance=_optional(fields, "provenance", Provenance.from_fields),
-        )  # fmt: skip
+        )
 
 
 def _fields_dict(instance: Any) -> dict[str, Any]:
@@ -258,7 +299,8 @@ def _fields_dict(instance: Any) -> dict[str, Any]:
 
 
 class RunFields(TypedDict):
-    """The fields every stored run's line carries (a bench record, a profile run), with their provenance."""
+    """The fields every stored run's line carries (a bench record, a profile run), with their
+    provenance."""
 
     run_id: str
     host_time: str
@@ -273,7 +315,8 @@ class RunFields(TypedDict):
 
 
 def run_fields(fields: Fields) -> RunFields:
-    """A stored run's common fields from its JSON form, type-checked; raises BadRecord naming the key."""
+    """A stored run's common fields from its JSON form, type-checked; raises BadRecord naming the
+    key."""
     build, device, model = fields.object("build"), fields.object("device"), fields.object("model")
     build.check_known(FIELD_NAMES[BuildInfo])
     device.check_known(FIELD_NAMES[DeviceInfo])
@@ -282,17 +325,24 @@ def run_fields(fields: Fields) -> RunFields:
         run_id=fields.text("run_id"),
         host_time=fields.text("host_time"),
         build=BuildInfo(**{name: build.optional_text(name) for name in FIELD_NAMES[BuildInfo]}),
-        device=DeviceInfo(name=device.text("name"), address=device.text("address", ""), fingerprint=device.text_map("fingerprint", {})),
+        device=DeviceInfo(
+            name=device.text("name"),
+            address=device.text("address", ""),
+            fingerprint=device.text_map("fingerprint", {}),
+        ),
         model=ModelInfo(
-            path=model.text("path", ""), sha256=model.optional_text("sha256"), name=model.text("name", ""),
-            type=model.text("type", ""), size=model.optional_count("size"),
+            path=model.text("path", ""),
+            sha256=model.optional_text("sha256"),
+            name=model.text("name", ""),
+            type=model.text("type", ""),
+            size=model.optional_count("size"),
         ),
         config=fields.scalar_map("config", {}),
         env=fields.text_map("env", {}),
         argv=fields.texts("argv", ()),
         cwd=fields.text("cwd", ""),
         conditions=fields.json_map("conditions", {}),
-    )  # fmt: skip
+    )
 
 
 def _optional(fields: Fields, key: str, read: Callable[[Fields], T]) -> T | None:
@@ -305,8 +355,12 @@ def _variant(fields: Fields) -> VariantInfo | None:
     variant = fields.object("variant")
     variant.check_known(FIELD_NAMES[VariantInfo])
     return VariantInfo(
-        name=variant.text("name"), block=variant.count("block"), blocks=variant.count("blocks", minimum=1), seed=variant.count("seed"),
-        start_c=_temperature(variant, "start_c"), waited_s=variant.optional_number("waited_s", zero_ok=True),
+        name=variant.text("name"),
+        block=variant.count("block"),
+        blocks=variant.count("blocks", minimum=1),
+        seed=variant.count("seed"),
+        start_c=_temperature(variant, "start_c"),
+        waited_s=variant.optional_number("waited_s", zero_ok=True),
     )
 
 
@@ -333,7 +387,8 @@ def _range(fields: Fields) -> tuple[float, float] | None:
 
 # computed once: every record read checks its keys against them
 FIELD_NAMES: dict[type, frozenset[str]] = {
-    cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in (BenchRecord, BuildInfo, DeviceInfo, ModelInfo, SweepInfo, VariantInfo)
+    cls: frozenset(f.name for f in dataclasses.fields(cls))
+    for cls in (BenchRecord, BuildInfo, DeviceInfo, ModelInfo, SweepInfo, VariantInfo)
 }
 
 
@@ -412,9 +467,11 @@ class Comparison:
     def memory_regressions(self) -> tuple[ComparedRow, ...]:
         return tuple(row for row in self.rows if row.memory_verdict == "regression")
 
+
 @dataclass(frozen=True)
 class StoredLine:
-    """A record read from a file with its stored form: a line already in the database is never parsed."""
+    """A record read from a file with its stored form: a line already in the database is never
+    parsed."""
 
     record: BenchRecord
     stored: str

@@ -35,7 +35,9 @@ class Outcome(str, Enum):
     TESTS_FAILED = "tests failed"  # a live patch's Kz-Test fails
     REGRESSED = "regressed"  # the bench A/B fell past the threshold
     WRONG = "wrong output"  # the candidate's output is past the plan's quality limits
-    NOT_TRIED = "not tried"  # the stack holds, but a newer candidate is rollable: no build, no bench
+    NOT_TRIED = (
+        "not tried"  # the stack holds, but a newer candidate is rollable: no build, no bench
+    )
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,12 @@ class Candidate:
     date: str = ""  # committer date, ISO 8601 (newest first)
 
     def to_dict(self) -> dict[str, str]:
-        return {"label": self.label, "commit": self.commit, "origin": self.origin, "date": self.date}
+        return {
+            "label": self.label,
+            "commit": self.commit,
+            "origin": self.origin,
+            "date": self.date,
+        }
 
 
 @dataclass(frozen=True)
@@ -61,12 +68,18 @@ class RollStep:
     detail: str = ""
 
     def to_dict(self) -> dict[str, object]:
-        return {"kind": self.kind, "label": self.label, "status": self.status.value, "detail": self.detail}
+        return {
+            "kind": self.kind,
+            "label": self.label,
+            "status": self.status.value,
+            "detail": self.detail,
+        }
 
 
 @dataclass(frozen=True)
 class BenchDelta:
-    """The candidate's median against the pin's, from interleaved runs (see kzbuild.measure.stats)."""
+    """The candidate's median against the pin's, from interleaved runs (see
+    kzbuild.measure.stats)."""
 
     metric: str
     order: tuple[str, ...]  # the run order, "pin"/"candidate", as run
@@ -76,12 +89,16 @@ class BenchDelta:
     spread_pin_pct: float  # (max - min) / median of each side's samples
     spread_candidate_pct: float
     threshold_pct: float
-    quality: tuple[QualityRecord, ...] = ()  # the plan's quality check: pin and candidate against the reference
+    quality: tuple[
+        QualityRecord, ...
+    ] = ()  # the plan's quality check: pin and candidate against the reference
 
     @property
     def wrong(self) -> bool:
         """The candidate's output is past the quality limits."""
-        return any(record.variant == "candidate" and record.verdict == WRONG for record in self.quality)
+        return any(
+            record.variant == "candidate" and record.verdict == WRONG for record in self.quality
+        )
 
     @property
     def regressed(self) -> bool:
@@ -91,25 +108,39 @@ class BenchDelta:
     def describe(self) -> str:
         effect = self.effect
         return (
-            f"{self.metric}: {effect.delta_pct:+.1f}% ({effect.confidence:.0%} interval [{effect.low_pct:+.1f}%, {effect.high_pct:+.1f}%]; "
-            f"spread pin {self.spread_pin_pct:.1f}%, candidate {self.spread_candidate_pct:.1f}%; "
-            f"{len(self.pin)}+{len(self.candidate)} runs interleaved)"
-        ) + (
-            ""
-            if effect.verdict is EffectVerdict.EFFECT
-            else f"; {effect.verdict.value} at +-{effect.min_effect_pct:g}%"
-        ) + "".join(
-            f"; {record.variant} output: {describe_output(record)}" for record in self.quality
+            (
+                f"{self.metric}: {effect.delta_pct:+.1f}% ({effect.confidence:.0%} interval "
+                f"[{effect.low_pct:+.1f}%, {effect.high_pct:+.1f}%]; "
+                f"spread pin {self.spread_pin_pct:.1f}%, candidate "
+                f"{self.spread_candidate_pct:.1f}%; "
+                f"{len(self.pin)}+{len(self.candidate)} runs interleaved)"
+            )
+            + (
+                ""
+                if effect.verdict is EffectVerdict.EFFECT
+                else f"; {effect.verdict.value} at +-{effect.min_effect_pct:g}%"
+            )
+            + "".join(
+                f"; {record.variant} output: {describe_output(record)}" for record in self.quality
+            )
         )
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "metric": self.metric, "order": list(self.order), "pin": list(self.pin), "candidate": list(self.candidate),
-            "delta_pct": self.effect.delta_pct, "low_pct": self.effect.low_pct, "high_pct": self.effect.high_pct,
-            "spread_pin_pct": self.spread_pin_pct, "spread_candidate_pct": self.spread_candidate_pct,
-            "threshold_pct": self.threshold_pct, "regressed": self.regressed,
+            "metric": self.metric,
+            "order": list(self.order),
+            "pin": list(self.pin),
+            "candidate": list(self.candidate),
+            "delta_pct": self.effect.delta_pct,
+            "low_pct": self.effect.low_pct,
+            "high_pct": self.effect.high_pct,
+            "spread_pin_pct": self.spread_pin_pct,
+            "spread_candidate_pct": self.spread_candidate_pct,
+            "threshold_pct": self.threshold_pct,
+            "regressed": self.regressed,
             "verdict": self.effect.verdict.value,
-            "quality": [record.to_dict() for record in self.quality], "wrong": self.wrong,
+            "quality": [record.to_dict() for record in self.quality],
+            "wrong": self.wrong,
         }
 
 
@@ -189,4 +220,3 @@ class RollReport:
             "notes": list(self.notes),
             "unchecked": [{"source": u.source, "why": u.why} for u in self.unchecked],
         }
-

@@ -82,7 +82,9 @@ class PatchCheck:
     files: tuple[str, ...] = ()  # 3way: files merged; conflict: files that conflict
     hunks: tuple[str, ...] = ()  # 3way and conflict: the hunks that do not apply as written
     lines: tuple[int, ...] = ()  # lines of those hunks' @@ headers in the patch file
-    fuzz_context: int | None = None  # 3way, conflict: it would apply as a plain patch with this much context
+    fuzz_context: int | None = (
+        None  # 3way, conflict: it would apply as a plain patch with this much context
+    )
     proof: Proof | None = None
     note: str = ""
 
@@ -95,7 +97,10 @@ class PatchCheck:
         if self.verdict is Verdict.CONFLICT:
             parts.append("; ".join(self.hunks) if self.hunks else ", ".join(self.files))
             if self.fuzz_context is not None:
-                parts.append(f"it would apply with fuzz (context reduced to {self.fuzz_context} lines), which git am never does")
+                parts.append(
+                    f"it would apply with fuzz (context reduced to {self.fuzz_context} lines), "
+                    "which git am never does"
+                )
         if self.note:
             parts.append(self.note)
         return "; ".join(p for p in parts if p)
@@ -107,7 +112,13 @@ class PatchCheck:
             "files": list(self.files),
             "hunks": list(self.hunks),
             "fuzz_context": self.fuzz_context,
-            "proof": None if self.proof is None else {"kind": self.proof.kind, "commit": self.proof.commit, "detail": self.proof.detail},
+            "proof": None
+            if self.proof is None
+            else {
+                "kind": self.proof.kind,
+                "commit": self.proof.commit,
+                "detail": self.proof.detail,
+            },
             "note": self.note,
         }
 
@@ -196,22 +207,32 @@ class StepStatus(str, Enum):
 
 @dataclass(frozen=True)
 class UpstreamStep:
-    """One check of ``kzbuild patches upstream``: the patch applied alone at a commit, or built for the host."""
+    """One check of ``kzbuild patches upstream``: the patch applied alone at a commit, or built for
+    the host."""
 
     kind: str  # "apply", "build" (for one target) or "compile" (touched files no build compiled)
     label: str  # what was checked, as a verb phrase: "apply alone at the pin 0c1e57098..."
     status: StepStatus
     # apply: the files that do not apply; build: the touched files it compiled; compile: none did
     files: tuple[str, ...] = ()
-    detail: str = ""  # apply: git's errors; build: the compiler's last lines and the log; skipped: why
+    detail: str = (
+        ""  # apply: git's errors; build: the compiler's last lines and the log; skipped: why
+    )
 
     def to_dict(self) -> dict[str, object]:
-        return {"kind": self.kind, "label": self.label, "status": self.status.value, "files": list(self.files), "detail": self.detail}
+        return {
+            "kind": self.kind,
+            "label": self.label,
+            "status": self.status.value,
+            "files": list(self.files),
+            "detail": self.detail,
+        }
 
 
 @dataclass(frozen=True)
 class UpstreamCheck:
-    """A patch as upstream would receive it (kzbuild's trailers stripped), and whether it stands alone."""
+    """A patch as upstream would receive it (kzbuild's trailers stripped), and whether it stands
+    alone."""
 
     patch: str
     text: str  # the stripped mbox
@@ -222,4 +243,9 @@ class UpstreamCheck:
         return next((s for s in self.steps if s.status is StepStatus.FAILED), None)
 
     def to_dict(self) -> dict[str, object]:
-        return {"patch": self.patch, "text": self.text, "steps": [s.to_dict() for s in self.steps], "ok": self.first_failure is None}
+        return {
+            "patch": self.patch,
+            "text": self.text,
+            "steps": [s.to_dict() for s in self.steps],
+            "ok": self.first_failure is None,
+        }

@@ -59,7 +59,11 @@ class Lock:
         data = {
             "format": LOCK_FORMAT,
             "recipe": self.recipe,
-            "upstream": {"commit": self.upstream_commit, "tree": self.upstream_tree, "fetched_from": self.fetched_from},
+            "upstream": {
+                "commit": self.upstream_commit,
+                "tree": self.upstream_tree,
+                "fetched_from": self.fetched_from,
+            },
             "patches": [p.to_dict() for p in self.patches],
             "overlays": {"digest": self.overlay_digest, "commit": self.overlay_commit},
             "head": self.head,
@@ -85,7 +89,8 @@ class Lock:
 
 @dataclass(frozen=True)
 class SyncInProgress:
-    """Written before sync touches the tree, removed when it finishes: a sync killed halfway leaves it."""
+    """Written before sync touches the tree, removed when it finishes: a sync killed halfway leaves
+    it."""
 
     pin: str
 
@@ -124,7 +129,13 @@ class WorktreeState:
 
     @property
     def clean(self) -> bool:
-        return self.exists and not self.dirty and not self.unexported and not self.interrupted and not self.am_in_progress
+        return (
+            self.exists
+            and not self.dirty
+            and not self.unexported
+            and not self.interrupted
+            and not self.am_in_progress
+        )
 
     @property
     def user_changes(self) -> tuple[str, ...]:
@@ -147,7 +158,9 @@ class Discarded:
     """What a forced sync took out of the worktree, all kept under ``ref``."""
 
     ref: str
-    snapshot: bool  # the ref is a commit of the files on top of the old HEAD (else the old HEAD itself)
+    snapshot: (
+        bool  # the ref is a commit of the files on top of the old HEAD (else the old HEAD itself)
+    )
     changes: tuple[str, ...]  # porcelain lines: uncommitted changes and untracked files
     ignored: tuple[str, ...]  # git-ignored files where the new tree had to write
     commits: tuple[str, ...]  # "sha subject" of commits that were not in patches/

@@ -126,7 +126,9 @@ class ToolchainSpec:
     description: str
     label: str  # "NDK"
     release: str  # "r27d": what a recipe asks for, in the team's words
-    provides: tuple[str, ...]  # roles it fills; --toolchain swaps a target's toolchain of the same role
+    provides: tuple[
+        str, ...
+    ]  # roles it fills; --toolchain swaps a target's toolchain of the same role
     directory: DirectorySpec | None = None
     version: VersionRule | None = None  # of the directory, or of the program named by command
     version_program: str | None = None  # key of the program whose output holds the version
@@ -177,8 +179,12 @@ class Found:
     values: tuple[tuple[str, str], ...] = ()  # template values: root, program paths, parts
     problems: tuple[str, ...] = ()  # why it is not usable; the first is the headline
     notes: tuple[str, ...] = ()  # candidates passed over, and why
-    versions: tuple[tuple[str, str], ...] = field(default=())  # every version checked: label -> version
-    banners: tuple[tuple[str, str], ...] = field(default=())  # program -> its whole version line (distro builds differ)
+    versions: tuple[tuple[str, str], ...] = field(
+        default=()
+    )  # every version checked: label -> version
+    banners: tuple[tuple[str, str], ...] = field(
+        default=()
+    )  # program -> its whole version line (distro builds differ)
 
     @property
     def name(self) -> str:
@@ -199,8 +205,13 @@ class Found:
         return [self.render(arg) for arg in self.spec.runner]
 
     def identity(self) -> dict[str, object]:
-        """What enters a build id: names and versions, never paths (the same NDK anywhere is the same NDK)."""
-        ident: dict[str, object] = {"name": self.spec.name, "version": self.version, "found": self.ok}
+        """What enters a build id: names and versions, never paths (the same NDK anywhere is the
+        same NDK)."""
+        ident: dict[str, object] = {
+            "name": self.spec.name,
+            "version": self.version,
+            "found": self.ok,
+        }
         if self.versions:
             ident["versions"] = dict(self.versions)
         if self.banners:

@@ -34,15 +34,24 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 from kzbuild.adapters import proc
 from kzbuild.errors import CommandFailed, NotAvailableHere, SourceError
-from kzbuild.model.urls import basic_auth, redact, split_credentials  # one redaction for every URL kzbuild shows
+from kzbuild.model.urls import (
+    basic_auth,
+    redact,
+    split_credentials,
+)  # one redaction for every URL kzbuild shows
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
 PYPI_SIMPLE = "https://pypi.org/simple"
-ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
+ACCEPT = (
+    "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, "
+    "text/html;q=0.01"
+)
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
-SDIST = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*?)-(?P<version>[A-Za-z0-9][A-Za-z0-9.+!_]*)(?P<ext>\.tar\.gz|\.zip)$")
+SDIST = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*?)-(?P<version>[A-Za-z0-9][A-Za-z0-9.+!_]*)(?P<ext>\.tar\.gz|\.zip)$"
+)
 CHUNK = 1 << 20
 
 
@@ -69,7 +78,9 @@ class PipConfig:
     def locations(self) -> tuple[tuple[str, str], ...]:
         """(kind, location) in the order they are tried: the index, extra indexes, find-links."""
         indexes = () if self.no_index else (self.index_url, *self.extra_index_urls)
-        return tuple(("index", url) for url in indexes) + tuple(("find-links", link) for link in self.find_links)
+        return tuple(("index", url) for url in indexes) + tuple(
+            ("find-links", link) for link in self.find_links
+        )
 
 
 def parse_config_list(text: str) -> PipConfig:
@@ -85,7 +96,9 @@ def parse_config_list(text: str) -> PipConfig:
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             value = raw.strip()
         name = name.strip().lower().replace("_", "-")
-        merged.setdefault(section, {})["default-timeout" if name == "timeout" else name] = str(value)  # one option, two names
+        merged.setdefault(section, {})["default-timeout" if name == "timeout" else name] = str(
+            value
+        )  # one option, two names
     values: dict[str, str] = {}
     for section in ("global", "download", ":env:"):  # pip's precedence, lowest first
         values.update(merged.get(section, {}))
@@ -120,7 +133,10 @@ def read_pip_config() -> PipConfig:
     except NotAvailableHere as exc:
         raise SourceError(f"pip is not available: {exc}") from exc
     except CommandFailed as exc:
-        raise SourceError(f"pip could not read its configuration: {exc.message.splitlines()[-1] if exc.message else ''}") from exc
+        raise SourceError(
+            "pip could not read its configuration: "
+            f"{exc.message.splitlines()[-1] if exc.message else ''}"
+        ) from exc
     return parse_config_list(out)
 
 
@@ -141,7 +157,8 @@ def _link(href: str, base: str, sha256: str | None = None) -> Link | None:
     if sha256 is None:
         algo, _, digest = fragment.partition("=")
         sha256 = digest.lower()[:80] if algo == "sha256" else None
-    # a malformed hash is kept (shortened): it can never match, so the file is refused, not taken unchecked
+    # a malformed hash is kept (shortened): it can never match, so the file is refused, not
+    # taken unchecked
     return Link(filename, url, sha256) if filename else None
 
 
@@ -160,7 +177,8 @@ class _Anchors(HTMLParser):
 
 
 def parse_simple_page(body: bytes, content_type: str, page_url: str) -> list[Link]:
-    """The file links of a PEP 691 JSON or PEP 503 HTML project page; SourceError when it is not one."""
+    """The file links of a PEP 691 JSON or PEP 503 HTML project page; SourceError when it is not
+    one."""
     if content_type.split(";")[0].strip().lower() == JSON_TYPE:
         try:
             data = json.loads(body)
@@ -175,7 +193,9 @@ def parse_simple_page(body: bytes, content_type: str, page_url: str) -> list[Lin
                 continue
             hashes = entry.get("hashes")
             digest = hashes.get("sha256") if isinstance(hashes, dict) else None
-            link = _link(entry["url"], page_url, digest.lower()[:80] if isinstance(digest, str) else None)
+            link = _link(
+                entry["url"], page_url, digest.lower()[:80] if isinstance(digest, str) else None
+            )
             if link:
                 links.append(link)
         return links
@@ -189,7 +209,11 @@ def pick_sdist(links: Iterable[Link], package: str, version: str) -> Link | None
     """The sdist of exactly ``package==version`` among ``links``."""
     for link in links:
         match = SDIST.match(link.filename)
-        if match and canonical_name(match["name"]) == canonical_name(package) and match["version"].lower() == version.lower():
+        if (
+            match
+            and canonical_name(match["name"]) == canonical_name(package)
+            and match["version"].lower() == version.lower()
+        ):
             return link
     return None
 
@@ -199,11 +223,21 @@ class _SameHostAuthRedirects(urllib.request.HTTPRedirectHandler):
     """Follow redirects; an index's credentials go along only while the host stays the same."""
 
     def redirect_request(
-        self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str, headers: HTTPMessage, newurl: str
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: HTTPMessage,
+        newurl: str,
     ) -> urllib.request.Request | None:
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
         auth = req.unredirected_hdrs.get("Authorization")
-        if new is not None and auth and urlsplit(new.full_url).netloc == urlsplit(req.full_url).netloc:
+        if (
+            new is not None
+            and auth
+            and urlsplit(new.full_url).netloc == urlsplit(req.full_url).netloc
+        ):
             new.add_unredirected_header("Authorization", auth)
         return new
 
@@ -213,7 +247,9 @@ class Client:
     """urllib with pip's cert, client cert, proxy, trusted hosts, timeout and index credentials."""
 
     config: PipConfig
-    credentials: dict[str, tuple[str, str]] = field(default_factory=dict)  # host[:port] -> (user, password)
+    credentials: dict[str, tuple[str, str]] = field(
+        default_factory=dict
+    )  # host[:port] -> (user, password)
 
     def __post_init__(self) -> None:
         for _, location in self.config.locations:
@@ -229,8 +265,13 @@ class Client:
                 if self.config.client_cert:
                     context.load_cert_chain(self.config.client_cert)
         except (OSError, ssl.SSLError) as exc:
-            raise SourceError(f"pip's certificate settings cannot be used (cert={self.config.cert}, client-cert={self.config.client_cert}): {exc}") from exc
-        proxies = {"http": self.config.proxy, "https": self.config.proxy} if self.config.proxy else None  # None: the environment's
+            raise SourceError(
+                f"pip's certificate settings cannot be used (cert={self.config.cert}, "
+                f"client-cert={self.config.client_cert}): {exc}"
+            ) from exc
+        proxies = (
+            {"http": self.config.proxy, "https": self.config.proxy} if self.config.proxy else None
+        )  # None: the environment's
         self._openers = {
             trusted: urllib.request.build_opener(
                 urllib.request.ProxyHandler(proxies),
@@ -242,7 +283,9 @@ class Client:
 
     def scrub(self, text: str) -> str:
         """``text`` with every known secret replaced by ``****``."""
-        secrets = [s for user, password in self.credentials.values() for s in (password or user,) if s]
+        secrets = [
+            s for user, password in self.credentials.values() for s in (password or user,) if s
+        ]
         if self.config.proxy:
             _, proxy_creds = split_credentials(self.config.proxy)
             secrets += [s for s in (proxy_creds or ("", ""))[1:] if s]
@@ -252,17 +295,28 @@ class Client:
 
     def _trusted(self, url: str) -> bool:
         parts = urlsplit(url)
-        return parts.netloc in self.config.trusted_hosts or (parts.hostname or "") in self.config.trusted_hosts
+        return (
+            parts.netloc in self.config.trusted_hosts
+            or (parts.hostname or "") in self.config.trusted_hosts
+        )
 
     def open(self, url: str, accept: str | None = None) -> urllib.response.addinfourl:
         clean, creds = split_credentials(url)
         request = urllib.request.Request(clean)
         if accept:
             request.add_header("Accept", accept)
-        user_password = creds or self.credentials.get(urlsplit(clean).netloc) or self._netrc(urlsplit(clean).hostname)
+        user_password = (
+            creds
+            or self.credentials.get(urlsplit(clean).netloc)
+            or self._netrc(urlsplit(clean).hostname)
+        )
         if user_password:
-            request.add_unredirected_header("Authorization", basic_auth(*user_password))  # a redirect to another host drops it
-        response: urllib.response.addinfourl = self._openers[self._trusted(clean)].open(request, timeout=self.config.timeout)
+            request.add_unredirected_header(
+                "Authorization", basic_auth(*user_password)
+            )  # a redirect to another host drops it
+        response: urllib.response.addinfourl = self._openers[self._trusted(clean)].open(
+            request, timeout=self.config.timeout
+        )
         return response
 
     def _netrc(self, host: str | None) -> tuple[str, str] | None:
@@ -277,7 +331,8 @@ class Client:
         return entry[0], entry[2] or ""
 
     def links(self, kind: str, location: str, package: str) -> list[Link]:
-        """The links a configured location offers for ``package``; SourceError says why there are none."""
+        """The links a configured location offers for ``package``; SourceError says why there are
+        none."""
         if kind == "index":
             page = location.rstrip("/") + f"/{canonical_name(package)}/"
         elif "://" not in location:
@@ -292,14 +347,19 @@ class Client:
                 content_type = response.headers.get("Content-Type", "text/html")
                 final = response.geturl()
         except urllib.error.HTTPError as exc:
-            raise SourceError("no such project (HTTP 404)" if exc.code == 404 else f"HTTP {exc.code} {self.scrub(str(exc.reason))}") from None
+            raise SourceError(
+                "no such project (HTTP 404)"
+                if exc.code == 404
+                else f"HTTP {exc.code} {self.scrub(str(exc.reason))}"
+            ) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
             raise SourceError(f"cannot read {redact(page)}: {self.scrub(str(reason))}") from None
         return parse_simple_page(body, content_type, final)  # credentials follow by host, in open()
 
     def _file_links(self, page: str, *, listing: bool) -> list[Link]:
-        """A local index page (a directory means its index.html), or a find-links directory's files."""
+        """A local index page (a directory means its index.html), or a find-links directory's
+        files."""
         path = Path(urllib.request.url2pathname(urlsplit(page).path))
         if path.is_dir() and listing:
             return [Link(p.name, p.as_uri(), None) for p in sorted(path.iterdir()) if p.is_file()]
@@ -311,7 +371,9 @@ class Client:
             body = path.read_bytes()
         except OSError as exc:
             raise SourceError(f"cannot read {path}: {exc.strerror}") from None
-        return parse_simple_page(body, JSON_TYPE if path.suffix == ".json" else "text/html", path.as_uri())
+        return parse_simple_page(
+            body, JSON_TYPE if path.suffix == ".json" else "text/html", path.as_uri()
+        )
 
     def download(self, link: Link, target: Path, progress: Progress | None = None) -> None:
         """Stream ``link`` to ``target``, checking its sha256 when the index gave one."""
@@ -321,7 +383,11 @@ class Client:
             with self.open(link.url) as response, target.open("wb") as out:
                 total = int(response.headers.get("Content-Length") or 0)
                 if progress:
-                    progress(f"downloading {link.filename}" + (f" ({total / 1e6:.1f} MB)" if total else "") + f" from {shown}")
+                    progress(
+                        f"downloading {link.filename}"
+                        + (f" ({total / 1e6:.1f} MB)" if total else "")
+                        + f" from {shown}"
+                    )
                 done, reported = 0, 0
                 while chunk := response.read(CHUNK):
                     out.write(chunk)
@@ -332,14 +398,19 @@ class Client:
                         progress(f"{link.filename}: {done / 1e6:.1f} of {total / 1e6:.1f} MB")
         except urllib.error.HTTPError as exc:
             target.unlink(missing_ok=True)
-            raise SourceError(f"downloading {shown} failed: HTTP {exc.code} {self.scrub(str(exc.reason))}") from None
+            raise SourceError(
+                f"downloading {shown} failed: HTTP {exc.code} {self.scrub(str(exc.reason))}"
+            ) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             target.unlink(missing_ok=True)
             reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
             raise SourceError(f"downloading {shown} failed: {self.scrub(str(reason))}") from None
         if link.sha256 and digest.hexdigest() != link.sha256:
             target.unlink(missing_ok=True)
-            raise SourceError(f"{link.filename} from {shown} has sha256 {digest.hexdigest()}, the index says {link.sha256}; refusing it")
+            raise SourceError(
+                f"{link.filename} from {shown} has sha256 {digest.hexdigest()}, the index says "
+                f"{link.sha256}; refusing it"
+            )
 
 
 def find_sdist(client: Client, package: str, version: str) -> Link:
@@ -354,12 +425,15 @@ def find_sdist(client: Client, package: str, version: str) -> Link:
             continue
         link = pick_sdist(links, package, version)
         if link:
-            log.info("%s==%s: %s from %s %s", package, version, link.filename, kind, redact(location))
+            log.info(
+                "%s==%s: %s from %s %s", package, version, link.filename, kind, redact(location)
+            )
             return link
         tried.append(f"{kind} {redact(location)}: no sdist of {version} among {len(links)} files")
     raise SourceError(
         # one line: the sync's summary of failed sources keeps the first line of each
         f"no configured index offers the sdist of {package}=={version} ("
-        + "; ".join(tried or ["no index configured: pip's no-index without find-links"]) + ")",
+        + "; ".join(tried or ["no index configured: pip's no-index without find-links"])
+        + ")",
         hint="check pip's configuration (pip config list) and the version in the recipe",
     )

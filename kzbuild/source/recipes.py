@@ -12,7 +12,15 @@ from typing import cast
 
 from kzbuild.adapters import yamlconf
 from kzbuild.errors import ConfigError
-from kzbuild.model.recipe import SOURCE_KINDS, BuildSection, Overlay, Recipe, Source, SourceKind, Upstream
+from kzbuild.model.recipe import (
+    SOURCE_KINDS,
+    BuildSection,
+    Overlay,
+    Recipe,
+    Source,
+    SourceKind,
+    Upstream,
+)
 from kzbuild.source.stack.series import read_series
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -32,7 +40,9 @@ def recipe_path(recipes_dir: Path, name_or_path: str) -> Path:
         if path.is_file():
             return path.resolve()
     known = ", ".join(list_recipes(recipes_dir)) or "none"
-    raise ConfigError(f"no recipe named '{name_or_path}' in {recipes_dir}", hint=f"known recipes: {known}")
+    raise ConfigError(
+        f"no recipe named '{name_or_path}' in {recipes_dir}", hint=f"known recipes: {known}"
+    )
 
 
 def list_recipes(recipes_dir: Path) -> list[str]:
@@ -60,7 +70,9 @@ def parse_recipe(doc: yamlconf.Mapping, *, name: str, project: Path) -> Recipe:
     assert series_rel is not None
     series_path = (project / series_rel).resolve()
     if not series_path.is_file():
-        raise doc.error("patches" if "patches" in doc else None, f"series file '{series_rel}' does not exist")
+        raise doc.error(
+            "patches" if "patches" in doc else None, f"series file '{series_rel}' does not exist"
+        )
     series = read_series(series_path)
 
     overlays = _parse_overlays(doc.get_list("overlays"), project)
@@ -81,20 +93,32 @@ def _parse_upstream(section: yamlconf.Mapping) -> Upstream:
     section.check_keys(UPSTREAM_KEYS, required=("commit",), context="upstream")
     commit = section.get_str("commit") or ""
     if not SHA_RE.match(commit):
-        raise section.error("commit", f"'{commit}' is not a full 40-hex commit sha", hint="pin the full sha, not a short one or a branch")
+        raise section.error(
+            "commit",
+            f"'{commit}' is not a full 40-hex commit sha",
+            hint="pin the full sha, not a short one or a branch",
+        )
     remote = section.get_str("remote", "") or ""
     sources: list[Source] = []
     entries = section.get_list("sources")
     for index, entry in enumerate(entries):
         if not isinstance(entry, yamlconf.Mapping) or len(entry) != 1:
-            raise entries.error(index, f"a source is a one-key mapping, one of: {', '.join(SOURCE_KINDS)}", key="upstream.sources")
+            raise entries.error(
+                index,
+                f"a source is a one-key mapping, one of: {', '.join(SOURCE_KINDS)}",
+                key="upstream.sources",
+            )
         entry.check_keys(SOURCE_KINDS, context="upstream.sources")
-        (kind, location), = entry.items()
+        ((kind, location),) = entry.items()
         if not isinstance(location, str) or not location:
             raise entry.error(kind, "must be a non-empty string")
         if kind == "pypi-sdist" and "==" not in location:
-            raise entry.error(kind, f"'{location}' must pin a version, like llama-cpp-python==0.3.36")
-        sources.append(Source(kind=cast(SourceKind, kind), location=location))  # check_keys admitted only SOURCE_KINDS
+            raise entry.error(
+                kind, f"'{location}' must pin a version, like llama-cpp-python==0.3.36"
+            )
+        sources.append(
+            Source(kind=cast(SourceKind, kind), location=location)
+        )  # check_keys admitted only SOURCE_KINDS
     if not sources:
         if not remote:
             raise section.error(None, "needs a remote or a list of sources")

@@ -35,7 +35,9 @@ from kzbuild.model.recipe import Source
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
-REFUSED_WANT = re.compile(r"not our ref|unadvertised object|no such remote ref|couldn't find remote ref", re.I)
+REFUSED_WANT = re.compile(
+    r"not our ref|unadvertised object|no such remote ref|couldn't find remote ref", re.I
+)
 
 
 @dataclass(frozen=True)
@@ -54,14 +56,18 @@ class ObjectCache:
         self.git = Git(self.path)
 
     def lock(self) -> AbstractContextManager[None]:
-        return locked(self.settings.locks / "upstream.git.lock", what=f"the object cache {self.path}")
+        return locked(
+            self.settings.locks / "upstream.git.lock", what=f"the object cache {self.path}"
+        )
 
     def init(self) -> None:
         if (self.path / "HEAD").is_file():
             return
         self.path.mkdir(parents=True, exist_ok=True)
         self.git.init_bare()
-        self.git("config", "gc.auto", "0")  # pins are kept by refs; never repack behind a worktree's back
+        self.git(
+            "config", "gc.auto", "0"
+        )  # pins are kept by refs; never repack behind a worktree's back
 
     def pin_ref(self, sha: str) -> str:
         return f"refs/kz/pins/{sha}"
@@ -73,7 +79,9 @@ class ObjectCache:
         shallow = self.path / "shallow"
         return shallow.read_text().split() if shallow.is_file() else []
 
-    def ensure(self, sha: str, sources: tuple[Source, ...], *, progress: Progress | None = None) -> FetchOutcome:
+    def ensure(
+        self, sha: str, sources: tuple[Source, ...], *, progress: Progress | None = None
+    ) -> FetchOutcome:
         """Make ``sha`` available in the cache, trying ``sources`` in order."""
         with self.lock():
             self.init()
@@ -100,7 +108,8 @@ class ObjectCache:
                 self.git("update-ref", self.pin_ref(sha), sha)
                 return FetchOutcome(sha, self.git.tree_of(sha), source.label)
             raise SourceError(
-                f"no source could provide upstream commit {sha}:\n  " + "\n  ".join(failures or ["no sources configured"]),
+                f"no source could provide upstream commit {sha}:\n  "
+                + "\n  ".join(failures or ["no sources configured"]),
                 hint="check the recipe's upstream.sources, or your network and pip configuration",
             )
 
@@ -122,7 +131,9 @@ class ObjectCache:
             return
         except CommandFailed as exc:
             if not REFUSED_WANT.search(exc.stderr):
-                raise SourceError(f"fetch from {url} failed: {_first_line(exc.stderr) or exc.message}") from exc
+                raise SourceError(
+                    f"fetch from {url} failed: {_first_line(exc.stderr) or exc.message}"
+                ) from exc
             log.info("%s refuses a want for %s; falling back to a partial fetch", url, sha)
         self._fetch_by_branch(url, sha, progress)
 
@@ -136,13 +147,17 @@ class ObjectCache:
             scout = Git(Path(tmp))
             scout("init", "-q", "--bare")
             scout.fetch("--filter=blob:none", url, "+refs/heads/*:refs/heads/*", progress=progress)
-            containing = scout("for-each-ref", f"--contains={sha}", "--format=%(refname)", "refs/heads/").split()
+            containing = scout(
+                "for-each-ref", f"--contains={sha}", "--format=%(refname)", "refs/heads/"
+            ).split()
             if not containing:
                 raise SourceError(f"{url} has no branch that contains {sha}")
             branch = containing[0]
             depth = int(scout("rev-list", "--count", f"{sha}..{branch}")) + 1
         log.info("fetching %s from %s to depth %d", branch, url, depth)
-        self.git.fetch("--depth", str(depth), url, f"+{branch}:refs/kz/partial/tip", progress=progress)
+        self.git.fetch(
+            "--depth", str(depth), url, f"+{branch}:refs/kz/partial/tip", progress=progress
+        )
         self.git("update-ref", "-d", "refs/kz/partial/tip")
 
     def _fetch_from_sdist(self, requirement: str, sha: str, progress: Progress | None) -> None:
@@ -153,13 +168,16 @@ class ObjectCache:
                 raise SourceError(f"{sdist.name} vendors no git data (no .git/modules/ inside)")
             for gitdir in gitdirs:
                 if Git(gitdir).has_commit(sha):
-                    self.git.fetch("--depth", "1", str(gitdir), f"{sha}:{self.pin_ref(sha)}", progress=progress)
+                    self.git.fetch(
+                        "--depth", "1", str(gitdir), f"{sha}:{self.pin_ref(sha)}", progress=progress
+                    )
                     return
             heads = ", ".join(Git(g)("rev-parse", "HEAD") for g in gitdirs)
             raise SourceError(f"{sdist.name} vendors commit {heads}, not {sha}")
 
     def download_sdist(self, requirement: str, progress: Progress | None = None) -> Path:
-        """The cached sdist for ``package==version``; when missing, fetched from pip's indexes (pipindex)."""
+        """The cached sdist for ``package==version``; when missing, fetched from pip's indexes
+        (pipindex)."""
         package, version = requirement.split("==", 1)
         stem = f"{re.sub(r'[-_.]+', '_', package).lower()}-{version}"
         self.settings.sdists.mkdir(parents=True, exist_ok=True)
@@ -171,8 +189,13 @@ class ObjectCache:
 
         client = pipindex.Client(pipindex.read_pip_config())
         link = pipindex.find_sdist(client, package, version)
-        target = self.settings.sdists / f"{stem}{'.zip' if link.filename.endswith('.zip') else '.tar.gz'}"
-        with tempfile.TemporaryDirectory(prefix=".kz-download-", dir=self.settings.sdists) as tmp:  # same file system: an atomic rename
+        target = (
+            self.settings.sdists
+            / f"{stem}{'.zip' if link.filename.endswith('.zip') else '.tar.gz'}"
+        )
+        with tempfile.TemporaryDirectory(
+            prefix=".kz-download-", dir=self.settings.sdists
+        ) as tmp:  # same file system: an atomic rename
             partial = Path(tmp) / target.name
             client.download(link, partial, progress)
             partial.replace(target)  # only a complete, verified file enters the cache
@@ -184,9 +207,14 @@ def extract_vendored_gitdirs(sdist: Path, into: Path) -> list[Path]:
     with tarfile.open(sdist) as archive:
         members = [m for m in archive.getmembers() if "/.git/modules/" in m.name]
         archive.extractall(into, members=members, filter="data")
-    gitdirs = sorted(head.parent for head in into.glob("*/.git/modules/**/HEAD") if (head.parent / "objects").is_dir())
+    gitdirs = sorted(
+        head.parent
+        for head in into.glob("*/.git/modules/**/HEAD")
+        if (head.parent / "objects").is_dir()
+    )
     for gitdir in gitdirs:
-        # Its core.worktree names the submodule folder, which we did not extract; git would chdir there.
+        # Its core.worktree names the submodule folder, which we did not extract; git
+        # would chdir there.
         unset_in_config_file(gitdir / "config", "core.worktree")
     return gitdirs
 

@@ -34,7 +34,16 @@ from kzbuild.adapters.gitcmd import KZ_AUTHOR, KZ_EMAIL, Git
 from kzbuild.adapters.settings import Settings
 from kzbuild.errors import PatchError, WorktreeError
 from kzbuild.model.recipe import Recipe
-from kzbuild.model.sync import AppliedPatch, Discarded, Lock, Status, SyncInProgress, SyncRecord, SyncResult, WorktreeState
+from kzbuild.model.sync import (
+    AppliedPatch,
+    Discarded,
+    Lock,
+    Status,
+    SyncInProgress,
+    SyncRecord,
+    SyncResult,
+    WorktreeState,
+)
 from kzbuild.source.sources import ObjectCache
 from kzbuild.source.stack.series import read_series
 
@@ -43,6 +52,8 @@ log = logging.getLogger(__name__)
 BASE_REF = "refs/kz/base"
 DISCARDED_REFS = "refs/kz/discarded/"  # + UTC time: what a forced sync took out of the worktree
 STATE_FILE = "kz-sync.json"  # inside the worktree's .git: what the last sync made
+
+
 def read_lock(path: Path) -> Lock | None:
     try:
         return Lock.from_json(path.read_text(encoding="utf-8"))
@@ -93,13 +104,20 @@ class Worktree:
     def __init__(self, settings: Settings, recipe: Recipe, *, path: Path | None = None) -> None:
         self.settings = settings
         self.recipe = recipe
-        self.path = path or settings.worktree(recipe.name)  # another path: a scratch repo for checks
+        self.path = path or settings.worktree(
+            recipe.name
+        )  # another path: a scratch repo for checks
         self.git = Git(self.path)
 
     def lock(self, *, shared: bool = False, wait: float = 10.0) -> AbstractContextManager[None]:
         """Exclusive for sync; shared for readers (builds) that need the tree to hold still."""
         key = hashlib.sha256(str(self.path).encode()).hexdigest()[:16]
-        return locked(self.settings.locks / f"worktree-{key}.lock", what=f"the worktree {self.path}", shared=shared, wait=wait)
+        return locked(
+            self.settings.locks / f"worktree-{key}.lock",
+            what=f"the worktree {self.path}",
+            shared=shared,
+            wait=wait,
+        )
 
     @property
     def state_file(self) -> Path:
@@ -109,7 +127,9 @@ class Worktree:
         try:
             data = json.loads(self.state_file.read_text())
             progress = data.get("in_progress")
-            return SyncRecord(frozenset(data["commits"]), SyncInProgress(progress["pin"]) if progress else None)
+            return SyncRecord(
+                frozenset(data["commits"]), SyncInProgress(progress["pin"]) if progress else None
+            )
         except (FileNotFoundError, ValueError, KeyError, TypeError):
             return SyncRecord()
 
@@ -129,19 +149,30 @@ class Worktree:
             return WorktreeState(self.path, exists=False)
         head, base = self.git.resolve_all("HEAD", BASE_REF)
         record = self.read_record()
-        dirty = tuple(line for line in self.git("status", "--porcelain", "--untracked-files=all").splitlines() if line)
+        dirty = tuple(
+            line
+            for line in self.git("status", "--porcelain", "--untracked-files=all").splitlines()
+            if line
+        )
         # A HEAD that a finished sync (or export) recorded has only recorded commits above the base.
         settled = head in record.commits and record.in_progress is None
         unexported = self.unexported_commits(head, base, record) if head and not settled else ()
         am_in_progress = (self.path / ".git" / "rebase-apply").exists()
-        return WorktreeState(self.path, True, head, base, dirty, unexported, record.in_progress, am_in_progress)
+        return WorktreeState(
+            self.path, True, head, base, dirty, unexported, record.in_progress, am_in_progress
+        )
 
-    def unexported_commits(self, head: str, base: str | None, record: SyncRecord) -> tuple[str, ...]:
+    def unexported_commits(
+        self, head: str, base: str | None, record: SyncRecord
+    ) -> tuple[str, ...]:
         """``sha subject`` of the commits above the base that sync did not make, oldest first."""
         base = base or self.fallback_base(head)
-        revs = f"{base}..{head}" if base else head  # no base at all: every commit sync did not make counts
+        revs = (
+            f"{base}..{head}" if base else head
+        )  # no base at all: every commit sync did not make counts
         lines = self.git("log", "--reverse", "--format=%H %ce %s", revs).splitlines()
-        # git am commits before sync can record the commit: an interrupted sync owns one more commit by kzbuild.
+        # git am commits before sync can record the commit: an interrupted sync owns one
+        # more commit by kzbuild.
         pending = record.in_progress is not None
         unexported = []
         for line in lines:
@@ -155,28 +186,42 @@ class Worktree:
         return tuple(unexported)
 
     def fallback_base(self, head: str) -> str | None:
-        """Without refs/kz/base: the locked upstream commit or the pin, whichever HEAD descends from."""
+        """Without refs/kz/base: the locked upstream commit or the pin, whichever HEAD descends
+        from."""
         lock = read_lock(self.recipe.lock_path)
         for candidate in (lock.upstream_commit if lock else None, self.recipe.upstream.commit):
-            if candidate and self.git.run("merge-base", "--is-ancestor", candidate, head, check=False).ok:
+            if (
+                candidate
+                and self.git.run("merge-base", "--is-ancestor", candidate, head, check=False).ok
+            ):
                 return candidate
         return None
 
     def ignored_in_the_way(self, pin: str, inputs: Inputs) -> tuple[str, ...]:
-        """Git-ignored files at a path the pin, a patch or an overlay writes (or needs as a directory)."""
-        ignored = self.git("ls-files", "-z", "--others", "--ignored", "--exclude-standard").split("\0")
+        """Git-ignored files at a path the pin, a patch or an overlay writes (or needs as a
+        directory)."""
+        ignored = self.git("ls-files", "-z", "--others", "--ignored", "--exclude-standard").split(
+            "\0"
+        )
         ignored = [path for path in ignored if path]
         if not ignored:
             return ()
         from kzbuild.source.stack.patchfile import read_patch  # see apply_series
 
         needed = set(self.git("ls-tree", "-r", "-z", "--name-only", pin).split("\0"))
-        needed |= {change.path for name, path, _ in inputs.patches for change in read_patch(path, name).files}
+        needed |= {
+            change.path
+            for name, path, _ in inputs.patches
+            for change in read_patch(path, name).files
+        }
         needed |= {overlay.dest for overlay in self.recipe.overlays}
         needed_dirs = {parent for path in needed for parent in parent_dirs(path)}
         return tuple(
-            path for path in ignored
-            if path in needed or path in needed_dirs or any(parent in needed for parent in parent_dirs(path))
+            path
+            for path in ignored
+            if path in needed
+            or path in needed_dirs
+            or any(parent in needed for parent in parent_dirs(path))
         )
 
     def discard(self, state: WorktreeState, in_the_way: tuple[str, ...]) -> Discarded | None:
@@ -192,10 +237,24 @@ class Worktree:
                 self.git("read-tree", *([state.head] if state.head else ["--empty"]), env=index)
                 self.git("add", "-A", env=index)
                 if in_the_way:
-                    self.git("add", "-f", "--pathspec-from-file=-", "--pathspec-file-nul", env=index, input="\0".join(in_the_way))
+                    self.git(
+                        "add",
+                        "-f",
+                        "--pathspec-from-file=-",
+                        "--pathspec-file-nul",
+                        env=index,
+                        input="\0".join(in_the_way),
+                    )
                 tree = self.git("write-tree", env=index)
             parents = ["-p", state.head] if state.head else []
-            tip = self.git("commit-tree", tree, *parents, "-m", "kz: files discarded by sync --force", env=KZ_AUTHOR)
+            tip = self.git(
+                "commit-tree",
+                tree,
+                *parents,
+                "-m",
+                "kz: files discarded by sync --force",
+                env=KZ_AUTHOR,
+            )
         assert tip is not None  # no HEAD means no commits; then there were files to snapshot
         ref = DISCARDED_REFS + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
         self.git("update-ref", ref, tip)
@@ -204,7 +263,8 @@ class Worktree:
         return Discarded(ref, tip != state.head, changes, in_the_way, state.unexported)
 
     def remove_stale_git_locks(self) -> None:
-        """The lock files of a git that a killed sync took down with it (git refuses to run while they exist).
+        """The lock files of a git that a killed sync took down with it (git refuses to run while
+        they exist).
         Only called when the state file says a sync was killed here, with the worktree lock held."""
         dot_git = self.path / ".git"
         for stale in [*dot_git.glob("*.lock"), *(dot_git / "refs").rglob("*.lock")]:
@@ -220,7 +280,8 @@ class Worktree:
         alternates.write_text(str(cache.path / "objects") + "\n")
 
     def share_shallow(self, cache: ObjectCache) -> None:
-        """The cache is shallow; tell this repo where history stops, or git walks into missing parents."""
+        """The cache is shallow; tell this repo where history stops, or git walks into missing
+        parents."""
         commits = cache.shallow_commits()
         shallow = self.path / ".git" / "shallow"
         if commits:
@@ -246,10 +307,14 @@ def check_no_lost_work(state: WorktreeState, *, what: str, recipe: str) -> None:
         lines.append("commits that are not in patches/:")
         lines += [f"  {line}" for line in state.unexported[:20]]
     if state.user_am:
-        lines.append(f"a git am in progress (.git/rebase-apply): finish it (git -C {state.path} am --continue) or abort it")
+        lines.append(
+            f"a git am in progress (.git/rebase-apply): finish it (git -C {state.path} am "
+            "--continue) or abort it"
+        )
     raise WorktreeError(
         f"{what} would lose work in {state.path}:\n" + "\n".join(lines),
-        hint=f"keep it: commit it (git -C {state.path} commit -a) and run 'kzbuild patches export {recipe}'; "
+        hint=f"keep it: commit it (git -C {state.path} commit -a) and run 'kzbuild patches export "
+        f"{recipe}'; "
         f"or discard it: 'kzbuild sync {recipe} --force' (keeps it under {DISCARDED_REFS}<time>)",
     )
 
@@ -260,17 +325,26 @@ def check_nothing_in_the_way(path: Path, in_the_way: tuple[str, ...], *, recipe:
     raise WorktreeError(
         f"sync would overwrite git-ignored files in {path} (the new tree writes at their paths):\n"
         + "\n".join(f"  {name}" for name in in_the_way[:20]),
-        hint=f"move them elsewhere; or 'kzbuild sync {recipe} --force' (keeps them under {DISCARDED_REFS}<time>)",
+        hint=f"move them elsewhere; or 'kzbuild sync {recipe} --force' (keeps them under "
+        f"{DISCARDED_REFS}<time>)",
     )
 
 
-def sync(settings: Settings, recipe: Recipe, *, force: bool = False, progress: Progress | None = None) -> SyncResult:
+def sync(
+    settings: Settings, recipe: Recipe, *, force: bool = False, progress: Progress | None = None
+) -> SyncResult:
     inputs = Inputs.of(recipe)
     worktree = Worktree(settings, recipe)
     with worktree.lock():
         lock = read_lock(recipe.lock_path)
         state = worktree.state()
-        if lock and inputs.matches(lock) and state.clean and state.head == lock.head and state.base == lock.upstream_commit:
+        if (
+            lock
+            and inputs.matches(lock)
+            and state.clean
+            and state.head == lock.head
+            and state.base == lock.upstream_commit
+        ):
             return SyncResult(recipe, worktree.path, lock, changed=False, fetched_from=None)
         if not force:
             check_no_lost_work(state, what="sync", recipe=recipe.name)
@@ -292,15 +366,21 @@ def sync(settings: Settings, recipe: Recipe, *, force: bool = False, progress: P
         in_progress = SyncInProgress(pin)
         worktree.save_state(worktree.made_by_sync(), in_progress)
         if state.am_in_progress:
-            git("am", "--quit")  # left by a killed sync (or forced); the checkout below replaces what it did
-        git("clean", "-q", "-fd")  # before the checkout, so the ignore rules are the ones the user had
+            git(
+                "am", "--quit"
+            )  # left by a killed sync (or forced); the checkout below replaces what it did
+        git(
+            "clean", "-q", "-fd"
+        )  # before the checkout, so the ignore rules are the ones the user had
         git("update-ref", BASE_REF, pin)
         git("checkout", "-q", "-f", "-B", recipe.branch, pin)
 
         applied = apply_series(worktree, inputs, in_progress)
         overlay_commit = commit_overlays(worktree, pin)
 
-        fetched_from = fetched.source or (lock.fetched_from if lock and lock.upstream_commit == pin else "cache")
+        fetched_from = fetched.source or (
+            lock.fetched_from if lock and lock.upstream_commit == pin else "cache"
+        )
         new_lock = Lock(
             recipe=recipe.name,
             upstream_commit=pin,
@@ -313,17 +393,29 @@ def sync(settings: Settings, recipe: Recipe, *, force: bool = False, progress: P
         )
         worktree.save_state(new_lock.commits())
         recipe.lock_path.write_text(new_lock.to_json(), encoding="utf-8")
-        notes = tuple(f"skipped {p.file}: upstreamed ({p.upstreamed})" for p in applied if p.upstreamed)
+        notes = tuple(
+            f"skipped {p.file}: upstreamed ({p.upstreamed})" for p in applied if p.upstreamed
+        )
         return SyncResult(
-            recipe, worktree.path, new_lock, changed=True, fetched_from=fetched.source, notes=notes,
-            discarded=discarded, interrupted=state.interrupted,
+            recipe,
+            worktree.path,
+            new_lock,
+            changed=True,
+            fetched_from=fetched.source,
+            notes=notes,
+            discarded=discarded,
+            interrupted=state.interrupted,
         )
 
 
-def apply_series(worktree: Worktree, inputs: Inputs, in_progress: SyncInProgress) -> list[AppliedPatch]:
-    """Apply each patch as one commit, skipping the ones the pin already holds; on failure abort and report.
+def apply_series(
+    worktree: Worktree, inputs: Inputs, in_progress: SyncInProgress
+) -> list[AppliedPatch]:
+    """Apply each patch as one commit, skipping the ones the pin already holds; on failure abort and
+    report.
     Each commit is recorded as made, so a sync killed halfway owns the commits it left."""
-    # Imported here: patch parsing and classification cost every kzbuild start (and the no-op sync) ~40 ms.
+    # Imported here: patch parsing and classification cost every kzbuild start (and the no-op
+    # sync) ~40 ms.
     from kzbuild.source.stack.apply import find_upstreamed
     from kzbuild.source.stack.patchfile import read_patch
 
@@ -333,10 +425,17 @@ def apply_series(worktree: Worktree, inputs: Inputs, in_progress: SyncInProgress
         proof = find_upstreamed(worktree.git, read_patch(path, name), pin)
         if proof is not None:
             log.info("skipping %s: upstreamed at %s (%s)", name, pin[:12], proof.describe())
-            applied.append(AppliedPatch(file=name, sha256=digest, commit=None, upstreamed=proof.describe()))
+            applied.append(
+                AppliedPatch(file=name, sha256=digest, commit=None, upstreamed=proof.describe())
+            )
             continue
         result = worktree.git.run(
-            "am", "--3way", "--keep-non-patch", "--committer-date-is-author-date", str(path), check=False,
+            "am",
+            "--3way",
+            "--keep-non-patch",
+            "--committer-date-is-author-date",
+            str(path),
+            check=False,
         )
         if not result.ok:
             failure = describe_am_failure(result.stdout + result.stderr)
@@ -351,12 +450,17 @@ def apply_series(worktree: Worktree, inputs: Inputs, in_progress: SyncInProgress
                 hint=f"the worktree {worktree.path} is left at the last patch that applied; "
                 "rebase the patch there, then 'kzbuild patches export'",
             )
-        applied.append(AppliedPatch(file=name, sha256=digest, commit=worktree.git("rev-parse", "HEAD")))
+        applied.append(
+            AppliedPatch(file=name, sha256=digest, commit=worktree.git("rev-parse", "HEAD"))
+        )
         worktree.save_state({p.commit for p in applied if p.commit}, in_progress)
     return applied
 
 
-AM_DETAIL = re.compile(r"^(error: patch failed: .*|error: .*: patch does not apply|CONFLICT .*|error: .*does not exist in index)$")
+AM_DETAIL = re.compile(
+    r"^(error: patch failed: .*|error: .*: patch does not apply|CONFLICT .*|error: .*does not "
+    r"exist in index)$"
+)
 
 
 def describe_am_failure(output: str) -> list[str]:
@@ -365,7 +469,8 @@ def describe_am_failure(output: str) -> list[str]:
 
 
 def commit_overlays(worktree: Worktree, pin: str) -> str | None:
-    """Copy the recipe's overlays into the tree and commit them (dated like the pin, for reproducibility)."""
+    """Copy the recipe's overlays into the tree and commit them (dated like the pin, for
+    reproducibility)."""
     recipe = worktree.recipe
     if not recipe.overlays:
         return None
@@ -377,9 +482,16 @@ def commit_overlays(worktree: Worktree, pin: str) -> str | None:
     if worktree.git.run("diff", "--cached", "--quiet", check=False).ok:
         return None
     date = worktree.git.commit_date(pin)
-    listing = "\n".join(f"{o.dest} <- {o.src.relative_to(worktree.settings.project).as_posix()}" for o in recipe.overlays)
+    listing = "\n".join(
+        f"{o.dest} <- {o.src.relative_to(worktree.settings.project).as_posix()}"
+        for o in recipe.overlays
+    )
     worktree.git(
-        "commit", "-q", "--no-verify", "-m", f"kz: kernel overlays for {recipe.name}\n\n{listing}",
+        "commit",
+        "-q",
+        "--no-verify",
+        "-m",
+        f"kz: kernel overlays for {recipe.name}\n\n{listing}",
         env={**KZ_AUTHOR, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date},
     )
     return worktree.git("rev-parse", "HEAD")
@@ -388,5 +500,10 @@ def commit_overlays(worktree: Worktree, pin: str) -> str | None:
 def status(settings: Settings, recipe: Recipe) -> Status:
     lock = read_lock(recipe.lock_path)
     state = Worktree(settings, recipe).state()
-    matches = bool(lock and inputs_match(recipe, lock) and state.head == lock.head and state.base == lock.upstream_commit)
+    matches = bool(
+        lock
+        and inputs_match(recipe, lock)
+        and state.head == lock.head
+        and state.base == lock.upstream_commit
+    )
     return Status(recipe, lock, state, matches)

@@ -1,4 +1,5 @@
-"""Fixtures for the ab tests: a tiny upstream whose llama-bench prints llama-bench JSON with a speed its patches change."""
+"""Fixtures for the ab tests: a tiny upstream whose llama-bench prints llama-bench JSON with a speed
+its patches change."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import pytest
 from tests.conftest import Project, UpstreamRepo
 from tests.fixtures_build import TINY_CMAKE, Tiny, install_toolchains
 
-# llama-bench -o json shaped output: one pp32 test whose throughput comes from ggml (patches change it)
+# llama-bench -o json shaped output: one pp32 test whose throughput comes from ggml (patches
+# change it)
 BENCH_MAIN = r"""
 #include <stdio.h>
 double ggml_speed(void);
@@ -42,9 +44,11 @@ def make_bench_tiny(
 
 
 # A llama-perplexity shaped like upstream's: with --kl-divergence-base FILE alone it records the
-# reference's log-probabilities over the scored positions of every chunk; with --kl-divergence too it
+# reference's log-probabilities over the scored positions of every chunk; with --kl-divergence too
+# it
 # compares its own against them and prints the statistics block in upstream's line formats. Its
-# "logits" come from ggml (ggml_logit), so a patch of ggml perturbs the output as a kernel bug would.
+# "logits" come from ggml (ggml_logit), so a patch of ggml perturbs the output as a kernel bug
+# would.
 PERPLEXITY_CPP = r"""
 #include <math.h>
 #include <stdio.h>
@@ -131,10 +135,14 @@ int main(int argc, char ** argv) {
     return 0;
 }
 """
-LOGIT = "float ggml_logit(int pos, int tok) {\n    return (float) ((pos * 31 + tok * 17) % 23) / 4.0f;\n}\n"
+LOGIT = (
+    "float ggml_logit(int pos, int tok) {\n    return (float) ((pos * 31 + tok * 17) % 23) / "
+    "4.0f;\n}\n"
+)
 QUALITY_CMAKE = (
     TINY_CMAKE.replace("project(tinyllama C)", "project(tinyllama C CXX)")
-    + "add_executable(llama-perplexity tools/perplexity/perplexity.cpp)\ntarget_link_libraries(llama-perplexity PRIVATE ggml m)\n"
+    + "add_executable(llama-perplexity "
+    "tools/perplexity/perplexity.cpp)\ntarget_link_libraries(llama-perplexity PRIVATE ggml m)\n"
 )
 
 
@@ -142,10 +150,20 @@ QUALITY_CMAKE = (
 def quality_tiny(project: Project, upstream: UpstreamRepo) -> Tiny:
     """bench_tiny's upstream, plus a llama-perplexity whose logits a patch of ggml can perturb."""
     commit = upstream.commit(
-        {"CMakeLists.txt": QUALITY_CMAKE, "tools/main.c": BENCH_MAIN, "tools/perplexity/perplexity.cpp": PERPLEXITY_CPP, "ggml/src/ggml.c": SPEED + LOGIT},
+        {
+            "CMakeLists.txt": QUALITY_CMAKE,
+            "tools/main.c": BENCH_MAIN,
+            "tools/perplexity/perplexity.cpp": PERPLEXITY_CPP,
+            "ggml/src/ggml.c": SPEED + LOGIT,
+        },
         "tiny llama.cpp-shaped build with llama-bench JSON and llama-perplexity's KL divergence",
     )
     install_toolchains(project)
     tools = "  tools: [llama-bench, llama-completion, test-backend-ops, llama-perplexity]\n"
-    project.recipe("tiny", commit=commit, sources=[f"path: {upstream.path}"], extra="build:\n  targets: [host]\n" + tools)
+    project.recipe(
+        "tiny",
+        commit=commit,
+        sources=[f"path: {upstream.path}"],
+        extra="build:\n  targets: [host]\n" + tools,
+    )
     return Tiny(project, upstream, commit)

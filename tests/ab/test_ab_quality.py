@@ -1,4 +1,5 @@
-"""kzbuild ab checks each variant's output (tiny upstream, real builds, a local device): a patch that
+"""kzbuild ab checks each variant's output (tiny upstream, real builds, a local device): a patch
+that
 only changes speed keeps the output right; one that perturbs an op's output is wrong past max_kld,
 whatever its speed, and ab exits 14. Quality records are stored with their provenance."""
 
@@ -15,15 +16,22 @@ from tests.fixtures_build import Tiny
 
 
 def stack(tiny: Tiny, device_root: Path) -> None:
-    """faster: ggml +20%, the same logits; perturb: the same speed, logits moved as a kernel bug would."""
+    """faster: ggml +20%, the same logits; perturb: the same speed, logits moved as a kernel bug
+    would."""
     tiny.add_patch(
         "faster.patch",
         {"ggml/src/ggml.c": SPEED.replace("100.0", "120.0") + LOGIT},
         "ggml: faster" + TRAILERS,
     )
     perturbed = LOGIT.replace("/ 4.0f;", "/ 4.0f + (float) ((pos * tok) % 5) * 0.6f;")
-    tiny.add_patch("perturb.patch", {"ggml/src/ggml.c": SPEED.replace("100.0", "120.0") + perturbed}, "ggml: perturb" + TRAILERS,
-                   base=tiny.upstream.commit({"ggml/src/ggml.c": SPEED.replace("100.0", "120.0") + LOGIT}, "faster, as a base"))  # fmt: skip
+    tiny.add_patch(
+        "perturb.patch",
+        {"ggml/src/ggml.c": SPEED.replace("100.0", "120.0") + perturbed},
+        "ggml: perturb" + TRAILERS,
+        base=tiny.upstream.commit(
+            {"ggml/src/ggml.c": SPEED.replace("100.0", "120.0") + LOGIT}, "faster, as a base"
+        ),
+    )
     tiny.project.write(
         "recipes/devices.yaml",
         f"devices:\n  bench-box:\n    transport: local\n    root: {device_root}\n",

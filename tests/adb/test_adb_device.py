@@ -19,7 +19,9 @@ def online(adb_device: AdbTestDevice, adb_server: PrivateAdbServer) -> AdbTestDe
     return adb_device
 
 
-def adb_s(server: PrivateAdbServer, device: AdbTestDevice, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+def adb_s(
+    server: PrivateAdbServer, device: AdbTestDevice, *args: str, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [server.adb_path, "-P", str(server.port), "-s", device.serial, *args],
         input=input,
@@ -35,9 +37,14 @@ def test_banner_names_the_product(online: AdbTestDevice, adb_server: PrivateAdbS
     assert f"{online.serial}        device product:testpad model:testpad device:testpad" in listing
 
 
-def test_unauthorized_device_is_listed_so(make_adb_device: MakeDevice, adb_server: PrivateAdbServer) -> None:
+def test_unauthorized_device_is_listed_so(
+    make_adb_device: MakeDevice, adb_server: PrivateAdbServer
+) -> None:
     device = make_adb_device(mode="unauthorized")
-    assert adb_server.adb("connect", device.serial).stdout.strip() == f"failed to authenticate to {device.serial}"
+    assert (
+        adb_server.adb("connect", device.serial).stdout.strip()
+        == f"failed to authenticate to {device.serial}"
+    )
     assert f"{device.serial}\tunauthorized" in adb_server.adb("devices").stdout
 
 
@@ -46,7 +53,9 @@ def test_shell_v2_forwards_stdin(online: AdbTestDevice, adb_server: PrivateAdbSe
     assert (result.stdout, result.returncode) == ("olleh\n", 5)
 
 
-def test_old_style_shell_merges_streams_without_exit_code(online: AdbTestDevice, adb_server: PrivateAdbServer) -> None:
+def test_old_style_shell_merges_streams_without_exit_code(
+    online: AdbTestDevice, adb_server: PrivateAdbServer
+) -> None:
     # -x: the client opens plain "shell:" (no v2 protocol)
     result = adb_s(adb_server, online, "shell", "-x", "echo out; echo err >&2; exit 3")
     assert (result.stdout, result.stderr, result.returncode) == ("out\nerr\n", "", 0)
@@ -55,11 +64,20 @@ def test_old_style_shell_merges_streams_without_exit_code(online: AdbTestDevice,
 
 def test_shell_sees_device_paths(online: AdbTestDevice, adb_server: PrivateAdbServer) -> None:
     online.host_path("/data/local/tmp/f").write_text("content\n")
-    result = adb_s(adb_server, online, "shell", "-T", "sha256sum /data/local/tmp/f; cat /data/local/tmp/f; echo $TMPDIR")
+    result = adb_s(
+        adb_server,
+        online,
+        "shell",
+        "-T",
+        "sha256sum /data/local/tmp/f; cat /data/local/tmp/f; echo $TMPDIR",
+    )
     lines = result.stdout.splitlines()
     assert lines[0].endswith("  /data/local/tmp/f") and lines[1:] == ["content", "/data/local/tmp"]
     # only whole path names are mapped
-    assert adb_s(adb_server, online, "shell", "-T", "echo /data/local/tmpfoo").stdout == "/data/local/tmpfoo\n"
+    assert (
+        adb_s(adb_server, online, "shell", "-T", "echo /data/local/tmpfoo").stdout
+        == "/data/local/tmpfoo\n"
+    )
 
 
 def test_toybox_basics_are_there(online: AdbTestDevice, adb_server: PrivateAdbServer) -> None:
@@ -71,7 +89,9 @@ def test_toybox_basics_are_there(online: AdbTestDevice, adb_server: PrivateAdbSe
     assert (result.stdout, result.returncode) == ("x\nLinux\n", 0)
 
 
-def test_pull_of_a_directory_lists_it(online: AdbTestDevice, adb_server: PrivateAdbServer, tmp_path: Path) -> None:
+def test_pull_of_a_directory_lists_it(
+    online: AdbTestDevice, adb_server: PrivateAdbServer, tmp_path: Path
+) -> None:
     tree = online.host_path("/data/local/tmp/tree")
     (tree / "sub").mkdir(parents=True)
     (tree / "a.bin").write_bytes(os.urandom(70_000))
@@ -82,7 +102,9 @@ def test_pull_of_a_directory_lists_it(online: AdbTestDevice, adb_server: Private
     assert (tmp_path / "copy" / "sub" / "b.txt").read_text() == "b"
 
 
-def test_push_into_a_directory_uses_stat(online: AdbTestDevice, adb_server: PrivateAdbServer, tmp_path: Path) -> None:
+def test_push_into_a_directory_uses_stat(
+    online: AdbTestDevice, adb_server: PrivateAdbServer, tmp_path: Path
+) -> None:
     online.host_path("/data/local/tmp/dest").mkdir()
     source = tmp_path / "lib.so"
     source.write_bytes(b"\x7fELF")
@@ -90,13 +112,20 @@ def test_push_into_a_directory_uses_stat(online: AdbTestDevice, adb_server: Priv
     assert online.host_path("/data/local/tmp/dest/lib.so").read_bytes() == b"\x7fELF"
 
 
-def test_push_of_a_tree_keeps_symlinks(online: AdbTestDevice, adb_server: PrivateAdbServer, tmp_path: Path) -> None:
+def test_push_of_a_tree_keeps_symlinks(
+    online: AdbTestDevice, adb_server: PrivateAdbServer, tmp_path: Path
+) -> None:
     (tmp_path / "tree").mkdir()
     (tmp_path / "tree" / "libx.so.1").write_text("lib")
     (tmp_path / "tree" / "libx.so").symlink_to("libx.so.1")
-    assert adb_s(adb_server, online, "push", str(tmp_path / "tree"), "/data/local/tmp/t").returncode == 0
+    assert (
+        adb_s(adb_server, online, "push", str(tmp_path / "tree"), "/data/local/tmp/t").returncode
+        == 0
+    )
     pushed = online.host_path("/data/local/tmp/t")
-    assert os.readlink(pushed / "libx.so") == "libx.so.1" and (pushed / "libx.so").read_text() == "lib"
+    assert (
+        os.readlink(pushed / "libx.so") == "libx.so.1" and (pushed / "libx.so").read_text() == "lib"
+    )
 
 
 def test_device_paths_cannot_climb_out_of_the_root(adb_device: AdbTestDevice) -> None:

@@ -26,7 +26,7 @@ HOSTILE = [
     "`id`",
     "a'b",
     'a"b',
-    "it's \"quoted\"",
+    'it\'s "quoted"',
     "line1\nline2",
     "  spaced  ",
     "",
@@ -63,7 +63,9 @@ def test_stdout_and_stderr_stay_separate(transport: AdbTransport) -> None:
 def test_streaming_hands_output_to_callbacks(transport: AdbTransport) -> None:
     out: list[bytes] = []
     err: list[bytes] = []
-    result = transport.run(["sh", "-c", "echo one; echo two >&2; exit 3"], on_stdout=out.append, on_stderr=err.append)
+    result = transport.run(
+        ["sh", "-c", "echo one; echo two >&2; exit 3"], on_stdout=out.append, on_stderr=err.append
+    )
     assert (b"".join(out), b"".join(err), result.returncode) == (b"one\n", b"two\n", 3)
     assert result.stdout == b"" and result.stderr == b""
 
@@ -82,14 +84,26 @@ def test_env_and_cwd_are_quoted(transport: AdbTransport) -> None:
     assert result.stdout.decode() == "ADD|SUB $(x) `y` 'z'|/data/local/tmp/kz engine $(x)"
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(args=st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=40), min_size=1, max_size=4))
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    args=st.lists(
+        st.text(
+            st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=40
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
 def test_any_string_arrives_unchanged(transport: AdbTransport, args: list[str]) -> None:
     # NUL is the one character no argv can carry, on any system.
     assert echo_args(transport, args) == args
 
 
-def test_push_pull_round_trip_of_a_binary_file(transport: AdbTransport, adb_device: AdbTestDevice, tmp_path: Path) -> None:
+def test_push_pull_round_trip_of_a_binary_file(
+    transport: AdbTransport, adb_device: AdbTestDevice, tmp_path: Path
+) -> None:
     blob = tmp_path / "blob.so"
     blob.write_bytes(bytes(range(256)) * 64 + os.urandom(300_000))
     blob.chmod(0o755)
@@ -123,10 +137,14 @@ def test_pull_of_a_missing_file_says_so(transport: AdbTransport, tmp_path: Path)
     with pytest.raises(DeviceError) as caught:
         transport.pull("/data/local/tmp/nothing-here", tmp_path / "x")
     assert "No such file or directory" in str(caught.value)
-    assert str(caught.value).startswith(f"adb:{transport.serial}: pull /data/local/tmp/nothing-here")
+    assert str(caught.value).startswith(
+        f"adb:{transport.serial}: pull /data/local/tmp/nothing-here"
+    )
 
 
-def test_push_into_a_missing_directory_is_created(transport: AdbTransport, adb_device: AdbTestDevice, tmp_path: Path) -> None:
+def test_push_into_a_missing_directory_is_created(
+    transport: AdbTransport, adb_device: AdbTestDevice, tmp_path: Path
+) -> None:
     # adb's fixed_push_mkdir feature: adbd makes the parents
     source = tmp_path / "f.txt"
     source.write_text("x")
@@ -134,18 +152,23 @@ def test_push_into_a_missing_directory_is_created(transport: AdbTransport, adb_d
     assert adb_device.host_path("/data/local/tmp/new/dir/f.txt").read_text() == "x"
 
 
-def test_push_failure_on_the_device_is_a_device_error(transport: AdbTransport, adb_device: AdbTestDevice, tmp_path: Path) -> None:
+def test_push_failure_on_the_device_is_a_device_error(
+    transport: AdbTransport, adb_device: AdbTestDevice, tmp_path: Path
+) -> None:
     source = tmp_path / "f.txt"
     source.write_text("x")
     transport.run(["sh", "-c", "echo plain > /data/local/tmp/afile"])
     with pytest.raises(DeviceError) as caught:
         transport.push(source, "/data/local/tmp/afile/f.txt")
     assert str(caught.value).endswith(
-        "/f.txt -> /data/local/tmp/afile/f.txt failed: stat failed when trying to push to /data/local/tmp/afile/f.txt: Not a directory"
+        "/f.txt -> /data/local/tmp/afile/f.txt failed: stat failed when trying to push to "
+        "/data/local/tmp/afile/f.txt: Not a directory"
     )
 
 
-def test_drop_mid_push_raises_and_leaves_no_partial_file(adb_device: AdbTestDevice, tmp_path: Path) -> None:
+def test_drop_mid_push_raises_and_leaves_no_partial_file(
+    adb_device: AdbTestDevice, tmp_path: Path
+) -> None:
     transport = AdbTransport(adb_device.device(), connect_timeout=5)
     blob = tmp_path / "lib.so"
     blob.write_bytes(os.urandom(1 << 20))
@@ -154,7 +177,9 @@ def test_drop_mid_push_raises_and_leaves_no_partial_file(adb_device: AdbTestDevi
         transport.push(blob, "/data/local/tmp/lib.so")
     message = str(caught.value)
     assert message.startswith(f"adb:{adb_device.serial}: ")
-    assert "device offline (while pushing lib.so)" in message or "couldn't read from device" in message
+    assert (
+        "device offline (while pushing lib.so)" in message or "couldn't read from device" in message
+    )
     assert not adb_device.host_path("/data/local/tmp/lib.so").exists()
     # adb reconnects the device; a new transport waits for that and the push then succeeds
     again = AdbTransport(adb_device.device(), connect_timeout=10)
@@ -162,7 +187,9 @@ def test_drop_mid_push_raises_and_leaves_no_partial_file(adb_device: AdbTestDevi
     assert adb_device.host_path("/data/local/tmp/lib.so").read_bytes() == blob.read_bytes()
 
 
-def test_drop_mid_command_is_not_a_silent_success(transport: AdbTransport, adb_device: AdbTestDevice) -> None:
+def test_drop_mid_command_is_not_a_silent_success(
+    transport: AdbTransport, adb_device: AdbTestDevice
+) -> None:
     # adb 29's client exits 0 when the connection drops before the exit packet
     threading.Timer(0.3, adb_device.disconnect_all).start()
     with pytest.raises(DeviceError, match=r"device offline \(while running sh\)"):
@@ -170,14 +197,21 @@ def test_drop_mid_command_is_not_a_silent_success(transport: AdbTransport, adb_d
 
 
 def test_timeout_stops_the_command(transport: AdbTransport) -> None:
-    with pytest.raises(DeviceError, match=r"'sleep 5' timed out after 0.5 s; the adb client was stopped"):
+    with pytest.raises(
+        DeviceError, match=r"'sleep 5' timed out after 0.5 s; the adb client was stopped"
+    ):
         transport.run(["sleep", "5"], timeout=0.5)
 
 
-def test_getprop_answers_the_fingerprint(transport: AdbTransport, adb_device: AdbTestDevice) -> None:
+def test_getprop_answers_the_fingerprint(
+    transport: AdbTransport, adb_device: AdbTestDevice
+) -> None:
     assert transport.run(["getprop", "ro.soc.model"]).text() == "SM8750\n"
     adb_device.set_prop("ro.build.fingerprint", "vendor/pad3/pad3:15/X/1:user/release-keys")
-    assert transport.run(["getprop", "ro.build.fingerprint"]).text() == "vendor/pad3/pad3:15/X/1:user/release-keys\n"
+    assert (
+        transport.run(["getprop", "ro.build.fingerprint"]).text()
+        == "vendor/pad3/pad3:15/X/1:user/release-keys\n"
+    )
     assert transport.run(["getprop", "ro.nothing"]).text() == "\n"
 
 
@@ -201,23 +235,37 @@ def test_server_port_option_without_the_environment(
 def test_nothing_listening_is_a_clear_error(adb_env: PrivateAdbServer) -> None:
     serial = f"127.0.0.1:{free_port()}"
     with pytest.raises(DeviceError) as caught:
-        AdbTransport(Device(name="gone", transport="adb", serial=serial, root="/data/local/tmp/x"), connect_timeout=5)
-    assert str(caught.value) == f"adb:{serial}: cannot connect: failed to connect to '{serial}': Connection refused"
+        AdbTransport(
+            Device(name="gone", transport="adb", serial=serial, root="/data/local/tmp/x"),
+            connect_timeout=5,
+        )
+    assert (
+        str(caught.value)
+        == f"adb:{serial}: cannot connect: failed to connect to '{serial}': Connection refused"
+    )
 
 
 def test_unknown_usb_serial_lists_what_is_attached(adb_device: AdbTestDevice) -> None:
     AdbTransport(adb_device.device(), connect_timeout=5)  # so the server lists one device
     with pytest.raises(DeviceError) as caught:
-        AdbTransport(Device(name="pad3", transport="adb", serial="R5CX1234", root="/data/local/tmp/x"), connect_timeout=5)
+        AdbTransport(
+            Device(name="pad3", transport="adb", serial="R5CX1234", root="/data/local/tmp/x"),
+            connect_timeout=5,
+        )
     assert str(caught.value) == "adb:R5CX1234: no such device"
-    assert caught.value.hint is not None and f"adb devices lists: {adb_device.serial} device" in caught.value.hint
+    assert (
+        caught.value.hint is not None
+        and f"adb devices lists: {adb_device.serial} device" in caught.value.hint
+    )
 
 
 @pytest.mark.parametrize(
     ("mode", "connect_timeout", "hint"),
     [("unauthorized", 5, "'Allow USB debugging?' prompt"), ("offline", 1, "adb reconnect")],
 )
-def test_unauthorized_and_offline_devices(make_adb_device: MakeDevice, mode: Mode, connect_timeout: float, hint: str) -> None:
+def test_unauthorized_and_offline_devices(
+    make_adb_device: MakeDevice, mode: Mode, connect_timeout: float, hint: str
+) -> None:
     device = make_adb_device(mode=mode)
     with pytest.raises(DeviceError) as caught:
         AdbTransport(device.device(), connect_timeout=connect_timeout)
@@ -233,4 +281,6 @@ def test_device_without_serial() -> None:
 def test_adb_missing_is_not_available_here(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(NotAvailableHere, match="'adb' is not installed or not on PATH"):
-        AdbTransport(Device(name="pad3", transport="adb", serial="R5CX1234", root="/data/local/tmp/x"))
+        AdbTransport(
+            Device(name="pad3", transport="adb", serial="R5CX1234", root="/data/local/tmp/x")
+        )

@@ -20,7 +20,8 @@ DEVICE_APPLETS = (
     "cat chmod cmp comm cut date df dirname env find head ln ls mkdir mv printf readlink rm rmdir "
     "sha256sum sort stat tar touch uname xargs"
 ).split()
-# Android 15's toybox has these, Debian's 0.8.9 does not ("pending" there): kzbuild must not use them.
+# Android 15's toybox has these, Debian's 0.8.9 does not ("pending" there): kzbuild must not use
+# them.
 ANDROID_ONLY = ("tr", "dd", "diff", "expr", "gzip", "getopt")
 NOT_ON_ANDROID = ("bash", "dash", "gawk", "python3", "perl")
 
@@ -33,7 +34,9 @@ def shell(transport: AdbTransport, script: str, *args: str) -> list[str]:
 
 def test_the_shell_is_mksh_and_sha256sum_is_toybox(transport: AdbTransport) -> None:
     version, sh, sha256sum, path = shell(
-        transport, 'printf "%s\\n" "$KSH_VERSION" "$(readlink -f "$(command -v sh)")" "$(readlink -f "$(command -v sha256sum)")" "$PATH"'
+        transport,
+        'printf "%s\\n" "$KSH_VERSION" "$(readlink -f "$(command -v sh)")" "$(readlink -f '
+        '"$(command -v sha256sum)")" "$PATH"',
     )
     mksh, toybox, _ = toybox_applets()
     assert "MIRBSD KSH" in version  # mksh's own variable: bash and dash leave it unset
@@ -44,7 +47,12 @@ def test_the_shell_is_mksh_and_sha256sum_is_toybox(transport: AdbTransport) -> N
 
 
 def test_nothing_but_mksh_and_toybox_is_reachable(transport: AdbTransport) -> None:
-    found = shell(transport, "for c in " + " ".join(NOT_ON_ANDROID + ANDROID_ONLY) + '; do command -v "$c" || true; done')
+    found = shell(
+        transport,
+        "for c in "
+        + " ".join(NOT_ON_ANDROID + ANDROID_ONLY)
+        + '; do command -v "$c" || true; done',
+    )
     assert found == []
 
 
@@ -56,7 +64,9 @@ def test_every_applet_the_device_scripts_use_is_toybox(transport: AdbTransport) 
     assert resolved == dict.fromkeys(DEVICE_APPLETS, toybox)
 
 
-def test_models_push_over_adb_stores_once_and_bench_names_the_model_by_its_store_name(kz, adb_device: AdbTestDevice, tmp_path: Path) -> None:
+def test_models_push_over_adb_stores_once_and_bench_names_the_model_by_its_store_name(
+    kz, adb_device: AdbTestDevice, tmp_path: Path
+) -> None:
     root = "/data/local/tmp/kz-engine"
     model = tmp_path / "tiny.gguf"
     model.write_bytes(b"GGUF" + bytes(range(256)) * 1024)
@@ -67,11 +77,18 @@ def test_models_push_over_adb_stores_once_and_bench_names_the_model_by_its_store
     assert (pushed["already_there"], pushed["bytes_sent"]) == (False, model.stat().st_size)
     again = kz("models", "push", str(model), "--device", spec, "--json")
     assert again.code == 0, again.err
-    assert (json.loads(again.out)["already_there"], json.loads(again.out)["bytes_sent"]) == (True, 0)
+    assert (json.loads(again.out)["already_there"], json.loads(again.out)["bytes_sent"]) == (
+        True,
+        0,
+    )
 
     device = adb_device.device(root=root)
     transport = AdbTransport(device, connect_timeout=5)
-    assert model_sha256(transport, device, "models/tiny.gguf") == pushed["sha256"]  # toybox readlink -f into models/
+    assert (
+        model_sha256(transport, device, "models/tiny.gguf") == pushed["sha256"]
+    )  # toybox readlink -f into models/
     copy = posixpath.join(root, "copy.gguf")
     assert transport.run(["cp", posixpath.join(root, "models", "tiny.gguf"), copy]).ok
-    assert model_sha256(transport, device, copy) == pushed["sha256"]  # toybox sha256sum on the device
+    assert (
+        model_sha256(transport, device, copy) == pushed["sha256"]
+    )  # toybox sha256sum on the device

@@ -11,7 +11,8 @@ Fixtures (``tests.adbdevice.fixtures``, registered as a plugin by tests/conftest
 
     def test_deploy(adb_device):
         device = adb_device.device()  # kzbuild Device: transport adb, serial 127.0.0.1:PORT,
-                                      # root /data/local/tmp/kz-engine (name=, root=, env= ... to change)
+                                      # root /data/local/tmp/kz-engine (name=, root=, env= ... to
+                                      change)
         # same as Device(name="testpad", transport="adb", serial=adb_device.serial,
         #                root="/data/local/tmp/kz-engine")
         transport = kzbuild.device.registry.connect(device)   # adb connect + state check

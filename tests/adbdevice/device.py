@@ -149,7 +149,9 @@ class Connection:
 class AdbTestDevice:
     """A device on ``127.0.0.1:<port>``; its filesystem lives under ``base/fs``."""
 
-    def __init__(self, base: Path, *, mode: Mode = "device", props: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, base: Path, *, mode: Mode = "device", props: Mapping[str, str] | None = None
+    ) -> None:
         self.fs = DeviceFs(base, props)
         self.mode: Mode = mode
         self.faults = services.Faults()
@@ -157,7 +159,9 @@ class AdbTestDevice:
         self.port: int = self._listener.getsockname()[1]
         self._connections: set[Connection] = set()
         self._lock = threading.Lock()
-        self._accepting = threading.Thread(target=self._accept, daemon=True, name=f"adbdevice:{self.port}")
+        self._accepting = threading.Thread(
+            target=self._accept, daemon=True, name=f"adbdevice:{self.port}"
+        )
         self._accepting.start()
 
     @property
@@ -165,7 +169,10 @@ class AdbTestDevice:
         return f"127.0.0.1:{self.port}"
 
     def banner(self) -> bytes:
-        props = ";".join(f"{key}={self.fs.props[key]}" for key in ("ro.product.name", "ro.product.model", "ro.product.device"))
+        props = ";".join(
+            f"{key}={self.fs.props[key]}"
+            for key in ("ro.product.name", "ro.product.model", "ro.product.device")
+        )
         return f"device::{props};features={','.join(FEATURES)}".encode()
 
     def service_for(self, name: bytes) -> Service | None:
@@ -175,7 +182,9 @@ class AdbTestDevice:
         if kind == b"exec":
             return lambda stream: services.shell_raw(stream, self.fs, command)
         if kind == b"shell" or kind.startswith(b"shell,"):
-            options = kind.split(b",")[1:]  # v2, raw/pty, TERM=...; without a pty raw and pty are alike
+            options = kind.split(b",")[
+                1:
+            ]  # v2, raw/pty, TERM=...; without a pty raw and pty are alike
             if b"v2" in options:
                 return lambda stream: services.shell_v2(stream, self.fs, command, self.faults)
             return lambda stream: services.shell_raw(stream, self.fs, command)
@@ -223,7 +232,9 @@ class AdbTestDevice:
             connection = Connection(self, sock)
             with self._lock:
                 self._connections.add(connection)
-            threading.Thread(target=connection.serve, daemon=True, name=f"adbdevice:{self.port}:conn").start()
+            threading.Thread(
+                target=connection.serve, daemon=True, name=f"adbdevice:{self.port}:conn"
+            ).start()
 
     def forget(self, connection: Connection) -> None:
         with self._lock:

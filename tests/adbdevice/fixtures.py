@@ -37,7 +37,9 @@ def adb_env(adb_server: PrivateAdbServer, monkeypatch: pytest.MonkeyPatch) -> Pr
 
 
 @pytest.fixture
-def make_adb_device(adb_env: PrivateAdbServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeDevice]:
+def make_adb_device(
+    adb_env: PrivateAdbServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[MakeDevice]:
     """``make_adb_device(mode="device"|"unauthorized"|"offline", props=None)`` -> AdbTestDevice.
 
     With ``adb_env`` in force. Devices are disconnected from the server and stopped afterwards.

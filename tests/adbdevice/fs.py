@@ -70,7 +70,10 @@ printf '%s\\n' "${{2-}}"
 def require(program: str) -> str:
     path = shutil.which(program)
     if path is None:
-        raise RuntimeError(f"the adb test device runs Android's userland and needs '{program}': apt-get install mksh toybox (scripts/setup)")
+        raise RuntimeError(
+            f"the adb test device runs Android's userland and needs '{program}': apt-get install "
+            "mksh toybox (scripts/setup)"
+        )
     return path
 
 
@@ -108,11 +111,17 @@ class DeviceFs:
         self._to_host = re.compile(re.escape(DEVICE_TMP.encode()) + PATH_CONTINUES)
 
     def write_props(self) -> None:
-        self.props_file.write_text("".join(f"{name}={value}\n" for name, value in self.props.items()))
+        self.props_file.write_text(
+            "".join(f"{name}={value}\n" for name, value in self.props.items())
+        )
 
     def host_path(self, device_path: str | bytes) -> Path:
         """Where a device path lives on the host (``..`` cannot climb out of the root)."""
-        text = device_path.decode("utf-8", "surrogateescape") if isinstance(device_path, bytes) else device_path
+        text = (
+            device_path.decode("utf-8", "surrogateescape")
+            if isinstance(device_path, bytes)
+            else device_path
+        )
         relative = posixpath.normpath("/" + text).lstrip("/")
         return self.root / relative if relative not in ("", ".") else self.root
 
@@ -140,7 +149,14 @@ class OutputRewriter:
 
     def feed(self, chunk: bytes) -> bytes:
         data = (self._pending + chunk).replace(self.host, self.device)
-        keep = next((k for k in range(min(len(self.host) - 1, len(data)), 0, -1) if self.host.startswith(data[-k:])), 0)
+        keep = next(
+            (
+                k
+                for k in range(min(len(self.host) - 1, len(data)), 0, -1)
+                if self.host.startswith(data[-k:])
+            ),
+            0,
+        )
         self._pending = data[len(data) - keep :]
         return data[: len(data) - keep]
 

@@ -57,7 +57,9 @@ class PrivateAdbServer:
         while not port_open(self.port):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"adb server on port {self.port} did not start:\n{self.log.read_text()}")
+                raise RuntimeError(
+                    f"adb server on port {self.port} did not start:\n{self.log.read_text()}"
+                )
             time.sleep(0.05)
 
     def adb(self, *args: str, timeout: float = 20.0) -> subprocess.CompletedProcess[str]:

@@ -112,8 +112,22 @@ def shell_v2(stream: Stream, fs: DeviceFs, command: bytes, faults: Faults) -> No
     with start_shell(fs, command, merge_stderr=False) as child:
         assert child.stdout is not None and child.stderr is not None
         pumps = [
-            threading.Thread(target=pump, args=(child.stdout, fs, lambda data: stream.write(shell_packet(SHELL_STDOUT, data)))),
-            threading.Thread(target=pump, args=(child.stderr, fs, lambda data: stream.write(shell_packet(SHELL_STDERR, data)))),
+            threading.Thread(
+                target=pump,
+                args=(
+                    child.stdout,
+                    fs,
+                    lambda data: stream.write(shell_packet(SHELL_STDOUT, data)),
+                ),
+            ),
+            threading.Thread(
+                target=pump,
+                args=(
+                    child.stderr,
+                    fs,
+                    lambda data: stream.write(shell_packet(SHELL_STDERR, data)),
+                ),
+            ),
         ]
         for thread in pumps:
             thread.start()
@@ -179,9 +193,19 @@ def stat_v2_record(ident: bytes, path: os.PathLike[str], *, follow: bool) -> byt
     except OSError as exc:
         return STAT_V2.pack(ident, exc.errno or 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
     return STAT_V2.pack(
-        ident, 0, st.st_dev, st.st_ino, st.st_mode, st.st_nlink, st.st_uid, st.st_gid,
-        st.st_size, int(st.st_atime), int(st.st_mtime), int(st.st_ctime),
-    )  # fmt: skip
+        ident,
+        0,
+        st.st_dev,
+        st.st_ino,
+        st.st_mode,
+        st.st_nlink,
+        st.st_uid,
+        st.st_gid,
+        st.st_size,
+        int(st.st_atime),
+        int(st.st_mtime),
+        int(st.st_ctime),
+    )
 
 
 def stat_v1_record(path: os.PathLike[str]) -> bytes:
@@ -344,7 +368,9 @@ def send_file(stream: Stream, fs: DeviceFs, request: bytes) -> bool:
     except OSError as exc:
         fail(stream, f"open failed: {exc.strerror}")
         return False
-    pending = bytearray()  # DATA records batched into WRTEs of the agreed size, as adbd's socket does
+    pending = (
+        bytearray()
+    )  # DATA records batched into WRTEs of the agreed size, as adbd's socket does
     with source:
         while chunk := source.read(SYNC_DATA_MAX):
             pending += sync_status(b"DATA", chunk)

@@ -86,7 +86,12 @@ class Stream:
                 if self.closed.is_set():
                     raise StreamClosed("stream closed while writing")
                 try:
-                    self.owner.send(WRTE, self.local_id, self.remote_id, data[start : start + self.owner.max_payload])
+                    self.owner.send(
+                        WRTE,
+                        self.local_id,
+                        self.remote_id,
+                        data[start : start + self.owner.max_payload],
+                    )
                 except OSError as exc:
                     raise StreamClosed(str(exc)) from exc
 

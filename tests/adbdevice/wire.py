@@ -91,7 +91,9 @@ SYNC_HEADER = struct.Struct("<4sI")
 SYNC_DATA_MAX = 64 * 1024
 SYNC_PATH_MAX = 1024
 STAT_V1 = struct.Struct("<4sIII")  # id, mode, size, mtime
-STAT_V2 = struct.Struct("<4sIQQIIIIQqqq")  # id, error, dev, ino, mode, nlink, uid, gid, size, atime, mtime, ctime
+STAT_V2 = struct.Struct(
+    "<4sIQQIIIIQqqq"
+)  # id, error, dev, ino, mode, nlink, uid, gid, size, atime, mtime, ctime
 DENT_V1 = struct.Struct("<4sIIII")  # id, mode, size, mtime, namelen
 DENT_V2 = struct.Struct("<4sIQQIIIIQqqqI")  # stat_v2 fields + namelen
 

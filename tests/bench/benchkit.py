@@ -18,7 +18,9 @@ from kzbuild.measure.resultfiles import shard_name, shards
 from kzbuild.model.result import BenchRecord, BuildInfo, DeviceInfo, ModelInfo, VariantInfo
 
 DATA = Path(__file__).parent / "data"
-CAPTURED_JSON = DATA / "llama-bench-0c1e570-cpu.json"  # real llama-bench -o json output (host build at the pin)
+CAPTURED_JSON = (
+    DATA / "llama-bench-0c1e570-cpu.json"
+)  # real llama-bench -o json output (host build at the pin)
 # real llama-bench -v stderr (host build at the pin, tiny qwen35 Q4_0, -p 16 -n 4 -r 2 -t 1)
 CAPTURED_LOG = DATA / "llama-bench-0c1e570-cpu-v.stderr.log"
 PEAKRSS_SOURCE = Path(__file__).parents[2] / "kernels" / "peakrss" / "kz-peakrss.c"
@@ -71,9 +73,12 @@ def total_kib() -> int:
 
 
 def make_device_root(
-    root: Path, build_id: str = "b0000000000000001", manifest: dict[str, object] | None = None,
-    *, peakrss: bool = True,
-) -> DeviceRoot:  # fmt: skip
+    root: Path,
+    build_id: str = "b0000000000000001",
+    manifest: dict[str, object] | None = None,
+    *,
+    peakrss: bool = True,
+) -> DeviceRoot:
     """``peakrss``: the release has kz-peakrss (real, built for this host), as the project's
     recipes build it."""
     device = DeviceRoot(root, build_id)
@@ -115,15 +120,22 @@ def record(
         host_time=host_time,
         test=test,
         seq=seq,
-        build=BuildInfo(build_id=build_id, release_dir=f"/data/local/tmp/kz-engine/releases/{build_id}"),
-        device=DeviceInfo(name=device, address=f"adb:{device}", fingerprint={"android.fingerprint": fingerprint}),
+        build=BuildInfo(
+            build_id=build_id, release_dir=f"/data/local/tmp/kz-engine/releases/{build_id}"
+        ),
+        device=DeviceInfo(
+            name=device, address=f"adb:{device}", fingerprint={"android.fingerprint": fingerprint}
+        ),
         model=ModelInfo(path="models/q.gguf", sha256=model_sha),
-        config=config if config is not None else {"n_threads": 8, "n_gpu_layers": 99, "n_batch": 512},
+        config=config
+        if config is not None
+        else {"n_threads": 8, "n_gpu_layers": 99, "n_batch": 512},
         avg_ts=sum(samples) / len(samples),
         samples_ts=samples,
-        env=env if env is not None else {"LD_LIBRARY_PATH": f"/data/local/tmp/kz-engine/releases/{build_id}/lib"},
+        env=env
+        if env is not None
+        else {"LD_LIBRARY_PATH": f"/data/local/tmp/kz-engine/releases/{build_id}/lib"},
     )
-
 
 
 def flat(text: str) -> str:
@@ -149,7 +161,23 @@ sys.stdout.write(open({str(CAPTURED_JSON)!r}).read())
 
 
 # Values a shell would mangle if anything on the way pasted them unquoted.
-TRICKY = ["ADD|SUB", "$(touch pwned)", "`touch pwned`", "$HOME", "a b  c", "it's", '"q"', "*", "~", "x;y", "a\nb", "\\", "-t 6", "--", ""]
+TRICKY = [
+    "ADD|SUB",
+    "$(touch pwned)",
+    "`touch pwned`",
+    "$HOME",
+    "a b  c",
+    "it's",
+    '"q"',
+    "*",
+    "~",
+    "x;y",
+    "a\nb",
+    "\\",
+    "-t 6",
+    "--",
+    "",
+]
 
 
 def env_options(values: list[str]) -> list[str]:

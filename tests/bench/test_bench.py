@@ -1,4 +1,5 @@
-"""kzbuild bench: llama-bench argv, JSON parsing, provenance, device probe, sweeps, env-name checks."""
+"""kzbuild bench: llama-bench argv, JSON parsing, provenance, device probe, sweeps, env-name
+checks."""
 
 from __future__ import annotations
 
@@ -28,16 +29,37 @@ MODEL_BYTES = b"GGUF tiny stand-in model bytes"
 # --- parsing real llama-bench output ---
 def test_real_llama_bench_json_becomes_one_record_per_test():
     tests = bench.parse_llama_bench_json(CAPTURED_JSON.read_bytes())
-    release = Release(build_id="b1", dir="/d/releases/b1", manifest={"recipe": "demo-host", "lock_sha256": "f" * 64}, manifest_sha256="e" * 64)
+    release = Release(
+        build_id="b1",
+        dir="/d/releases/b1",
+        manifest={"recipe": "demo-host", "lock_sha256": "f" * 64},
+        manifest_sha256="e" * 64,
+    )
     device = Device(name="pad3", transport="adb", serial="pad3", root="/d")
-    state = bench.DeviceState(fingerprint={"android.fingerprint": "x/y:15"}, conditions={"thermal_c": {"cpu-0": 41.0}})
+    state = bench.DeviceState(
+        fingerprint={"android.fingerprint": "x/y:15"}, conditions={"thermal_c": {"cpu-0": 41.0}}
+    )
     spec = BenchSpec(model="models/tiny.gguf")
     point = BenchPoint(index=1, total=2, values=(("t", "1"),))
     records = [
-        bench.make_record(test, run_id="r", host_time="2026-12-01T00:00:00+00:00", seq=n, release=release, device=device, state=state,
-                          spec=spec, model_hash="a" * 64, argv=("llama-bench", "-t", "1"), env={"K": "V"}, cwd="/d", point=point, seed=9)
+        bench.make_record(
+            test,
+            run_id="r",
+            host_time="2026-12-01T00:00:00+00:00",
+            seq=n,
+            release=release,
+            device=device,
+            state=state,
+            spec=spec,
+            model_hash="a" * 64,
+            argv=("llama-bench", "-t", "1"),
+            env={"K": "V"},
+            cwd="/d",
+            point=point,
+            seed=9,
+        )
         for n, test in enumerate(tests)
-    ]  # fmt: skip
+    ]
     assert [(r.test, r.seq) for r in records] == [("pp32", 0), ("tg8", 1)]
     prefill = records[0]
     assert prefill.samples_ts == tests[0].samples_ts and len(prefill.samples_ts) == 3
@@ -45,9 +67,15 @@ def test_real_llama_bench_json_becomes_one_record_per_test():
     assert prefill.build.build_commit == "0c1e570"
     assert prefill.build.recipe == "demo-host" and prefill.build.lock_sha256 == "f" * 64
     assert prefill.build.manifest_sha256 == "e" * 64 and prefill.build.build_id == "b1"
-    assert prefill.config["n_threads"] == 1 and "avg_ts" not in prefill.config and "test_time" not in prefill.config
+    assert (
+        prefill.config["n_threads"] == 1
+        and "avg_ts" not in prefill.config
+        and "test_time" not in prefill.config
+    )
     assert prefill.model.sha256 == "a" * 64 and prefill.model.type == tests[0].model_type
-    assert prefill.sweep.point == {"t": "1"} and prefill.sweep.seed == 9 and prefill.sweep.index == 1
+    assert (
+        prefill.sweep.point == {"t": "1"} and prefill.sweep.seed == 9 and prefill.sweep.index == 1
+    )
     assert prefill.conditions["thermal_c"] == {"cpu-0": 41.0}
     assert prefill.raw == json.loads(CAPTURED_JSON.read_text())[0]
 
@@ -55,17 +83,25 @@ def test_real_llama_bench_json_becomes_one_record_per_test():
 def test_output_that_is_not_llama_bench_json_is_refused():
     with pytest.raises(ResultsError, match="not valid JSON"):
         bench.parse_llama_bench_json(b"| model | size |\n")
-    with pytest.raises(ResultsError, match="expected a non-empty JSON list of tests, got {'avg_ts': 1}"):
+    with pytest.raises(
+        ResultsError, match="expected a non-empty JSON list of tests, got {'avg_ts': 1}"
+    ):
         bench.parse_llama_bench_json(b'{"avg_ts": 1}')
 
 
 # --- the device probe ---
 def test_probe_reads_thermal_zones_and_power_supplies_from_sysfs(tmp_path):
     sysfs = tmp_path / "sys"
-    for zone, kind, temp in (("thermal_zone0", "cpu-0-0", "41250"), ("thermal_zone1", "cpu-0-0", "39000"), ("thermal_zone2", "battery", "30")):
+    for zone, kind, temp in (
+        ("thermal_zone0", "cpu-0-0", "41250"),
+        ("thermal_zone1", "cpu-0-0", "39000"),
+        ("thermal_zone2", "battery", "30"),
+    ):
         (sysfs / "class/thermal" / zone).mkdir(parents=True)
         (sysfs / "class/thermal" / zone / "type").write_text(kind + "\n")
-        (sysfs / "class/thermal" / zone / "temp").write_text(temp + ("\n" if kind != "battery" else ""))  # one without newline
+        (sysfs / "class/thermal" / zone / "temp").write_text(
+            temp + ("\n" if kind != "battery" else "")
+        )  # one without newline
     (sysfs / "class/thermal/thermal_zone3").mkdir()  # no readable temp: skipped
     (sysfs / "class/thermal/thermal_zone4").mkdir()
     (sysfs / "class/thermal/thermal_zone4/temp").write_text("55000\n")  # no type: named by its zone
@@ -74,9 +110,16 @@ def test_probe_reads_thermal_zones_and_power_supplies_from_sysfs(tmp_path):
     (battery / "status").write_text("Charging\n")
     (battery / "capacity").write_text("87\n")
     state = bench.probe(LocalTransport(str(tmp_path)), sysfs=str(sysfs))
-    assert state.conditions["thermal_c"] == {"cpu-0-0": 41.2, "cpu-0-0#2": 39.0, "battery": 30.0, "thermal_zone4": 55.0}
+    assert state.conditions["thermal_c"] == {
+        "cpu-0-0": 41.2,
+        "cpu-0-0#2": 39.0,
+        "battery": 30.0,
+        "thermal_zone4": 55.0,
+    }
     assert state.conditions["power"] == {"battery.status": "Charging", "battery.capacity": "87"}
-    uname = subprocess.run(["uname", "-a"], capture_output=True, text=True, check=True).stdout.strip()
+    uname = subprocess.run(
+        ["uname", "-a"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert state.fingerprint == {"uname": uname}
 
 
@@ -93,25 +136,54 @@ def test_probe_of_an_android_device_keeps_fingerprint_soc_and_battery():
         "thermal.cpu-1-0-0\t47800\n"
     )
     state = bench.parse_probe(text)
-    assert state.fingerprint == {"android.fingerprint": "OnePlus/pad3/OPD2413:15/AP3A.240617.008/1:user/release-keys", "android.soc_model": "SM8750"}
-    assert state.conditions["battery"] == {"AC powered": "false", "USB powered": "true", "level": "91", "temperature": "312"}
+    assert state.fingerprint == {
+        "android.fingerprint": "OnePlus/pad3/OPD2413:15/AP3A.240617.008/1:user/release-keys",
+        "android.soc_model": "SM8750",
+    }
+    assert state.conditions["battery"] == {
+        "AC powered": "false",
+        "USB powered": "true",
+        "level": "91",
+        "temperature": "312",
+    }
     assert state.conditions["thermal_c"] == {"cpu-1-0-0": 47.8}
 
 
 # --- the request and the sweep ---
 def test_only_the_given_options_reach_llama_bench():
-    spec = BenchSpec(model="models/m.gguf", options=(("t", "8"), ("p", "512")), extra_args=("-fa", "1"))
+    spec = BenchSpec(
+        model="models/m.gguf", options=(("t", "8"), ("p", "512")), extra_args=("-fa", "1")
+    )
     point = BenchPoint(0, 1, (("ngl", "99"), ("env:GGML_HEXAGON_GDN_SELECT", "2")))
     assert bench.llama_bench_args(spec, point) == [
-        "-o", "json", "-v", "-m", "models/m.gguf", "-p", "512", "-ngl", "99", "-t", "8", "-fa", "1",
-    ]  # fmt: skip
-    assert point.env(BenchSpec(model="m", env=(("A", "1"),))) == {"A": "1", "GGML_HEXAGON_GDN_SELECT": "2"}
+        "-o",
+        "json",
+        "-v",
+        "-m",
+        "models/m.gguf",
+        "-p",
+        "512",
+        "-ngl",
+        "99",
+        "-t",
+        "8",
+        "-fa",
+        "1",
+    ]
+    assert point.env(BenchSpec(model="m", env=(("A", "1"),))) == {
+        "A": "1",
+        "GGML_HEXAGON_GDN_SELECT": "2",
+    }
 
 
 def test_sweep_is_the_cartesian_product_in_a_seeded_random_order():
     spec = BenchSpec(
         model="m",
-        sweep=(bench.parse_sweep("ngl=0,16,32,99"), bench.parse_sweep("t=4,6,8"), bench.parse_sweep("env:GGML_HEXAGON_GDN_SELECT=0,1,2")),
+        sweep=(
+            bench.parse_sweep("ngl=0,16,32,99"),
+            bench.parse_sweep("t=4,6,8"),
+            bench.parse_sweep("env:GGML_HEXAGON_GDN_SELECT=0,1,2"),
+        ),
         seed=1234,
     )
     seed, points = bench.plan(spec)
@@ -150,9 +222,22 @@ def test_bad_sweeps_are_refused(text, message):
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        (BenchSpec(model="m", options=(("t", "8"),), sweep=(SweepAxis("t", ("4", "6")),)), "t is both swept and fixed"),
-        (BenchSpec(model="m", env=(("GGML_HEXAGON_NHVX", "4"),), sweep=(SweepAxis("env:GGML_HEXAGON_NHVX", ("2",)),)), "both swept and fixed"),
-        (BenchSpec(model="m", sweep=(SweepAxis("t", ("4",)), SweepAxis("t", ("6",)))), "given twice"),
+        (
+            BenchSpec(model="m", options=(("t", "8"),), sweep=(SweepAxis("t", ("4", "6")),)),
+            "t is both swept and fixed",
+        ),
+        (
+            BenchSpec(
+                model="m",
+                env=(("GGML_HEXAGON_NHVX", "4"),),
+                sweep=(SweepAxis("env:GGML_HEXAGON_NHVX", ("2",)),),
+            ),
+            "both swept and fixed",
+        ),
+        (
+            BenchSpec(model="m", sweep=(SweepAxis("t", ("4",)), SweepAxis("t", ("6",)))),
+            "given twice",
+        ),
         (BenchSpec(model="m", extra_args=("-o", "csv")), "'-o' is set by kzbuild bench itself"),
     ],
 )
@@ -175,22 +260,57 @@ def settings_for(project):
 
 
 def received(device_root) -> list[dict[str, object]]:
-    return [json.loads(line) for line in (device_root.root / "received.jsonl").read_text().splitlines()]
+    return [
+        json.loads(line) for line in (device_root.root / "received.jsonl").read_text().splitlines()
+    ]
 
 
 def test_bench_stores_records_with_full_provenance(kz, project, bench_root):
     result = kz(
-        "bench", "--device", bench_root.spec, "-m", "models/tiny.gguf", "-t", "1", "-r", "3",
-        "--env", "KZ_T_MODE=ADD|SUB", "--sweep", "ngl=0,99", "--seed", "5", "--json", "--", "-fa", "1",
-    )  # fmt: skip
+        "bench",
+        "--device",
+        bench_root.spec,
+        "-m",
+        "models/tiny.gguf",
+        "-t",
+        "1",
+        "-r",
+        "3",
+        "--env",
+        "KZ_T_MODE=ADD|SUB",
+        "--sweep",
+        "ngl=0,99",
+        "--seed",
+        "5",
+        "--json",
+        "--",
+        "-fa",
+        "1",
+    )
     assert result.code == 0, result.err
     out = json.loads(result.out)
     assert out["seed"] == 5 and len(out["records"]) == 4  # 2 points x (pp32, tg8)
     calls = received(bench_root)
-    order = [p.values for p in bench.plan(BenchSpec(model="m", sweep=(SweepAxis("ngl", ("0", "99")),), seed=5))[1]]
+    order = [
+        p.values
+        for p in bench.plan(BenchSpec(model="m", sweep=(SweepAxis("ngl", ("0", "99")),), seed=5))[1]
+    ]
     assert [call["argv"] for call in calls] == [
-        ["-o", "json", "-v", "-m", "models/tiny.gguf", "-ngl", dict(values)["ngl"], "-t", "1",
-         "-r", "3", "-fa", "1"]
+        [
+            "-o",
+            "json",
+            "-v",
+            "-m",
+            "models/tiny.gguf",
+            "-ngl",
+            dict(values)["ngl"],
+            "-t",
+            "1",
+            "-r",
+            "3",
+            "-fa",
+            "1",
+        ]
         for values in order
     ]
     assert all(call["env"] == {"KZ_T_MODE": "ADD|SUB"} for call in calls)
@@ -199,16 +319,28 @@ def test_bench_stores_records_with_full_provenance(kz, project, bench_root):
     lib = f"{bench_root.release}/lib"
     tools = [f"{bench_root.release}/bin/kz-peakrss", f"{bench_root.release}/bin/llama-bench"]
     assert first["argv"] == [*tools, *calls[0]["argv"]]
-    assert first["env"] == {"LD_LIBRARY_PATH": lib, "ADSP_LIBRARY_PATH": lib, "KZ_T_MODE": "ADD|SUB"}
+    assert first["env"] == {
+        "LD_LIBRARY_PATH": lib,
+        "ADSP_LIBRARY_PATH": lib,
+        "KZ_T_MODE": "ADD|SUB",
+    }
     assert first["cwd"] == str(bench_root.root)
     assert first["build"]["build_id"] == bench_root.build_id
-    assert first["build"]["manifest_sha256"] == hashlib.sha256((bench_root.release / "manifest.json").read_bytes()).hexdigest()
+    assert (
+        first["build"]["manifest_sha256"]
+        == hashlib.sha256((bench_root.release / "manifest.json").read_bytes()).hexdigest()
+    )
     assert first["build"]["recipe"] == "demo-host" and first["build"]["lock_sha256"] == "0" * 64
     assert first["model"]["sha256"] == hashlib.sha256(MODEL_BYTES).hexdigest()
     assert first["device"]["name"] == bench_root.spec and first["device"]["fingerprint"]["uname"]
     assert "thermal_c" in first["conditions"]
     assert first["host_time"].endswith("+00:00")
-    assert first["sweep"] == {"point": {"ngl": dict(order[0])["ngl"]}, "seed": 5, "index": 0, "total": 2}
+    assert first["sweep"] == {
+        "point": {"ngl": dict(order[0])["ngl"]},
+        "seed": 5,
+        "index": 0,
+        "total": 2,
+    }
 
     logs = Path(out["logs"])
     log_text = (logs / "000.stderr.log").read_text()
@@ -232,25 +364,56 @@ def test_bench_stores_records_with_full_provenance(kz, project, bench_root):
 def test_bench_prints_a_table_of_medians(kz, bench_root):
     result = kz("bench", "--device", bench_root.spec, "-m", "models/tiny.gguf")
     assert result.code == 0, result.err
-    assert "pp32" in result.out and "tg8" in result.out and "stored 2 records as run" in flat(result.out)
+    assert (
+        "pp32" in result.out
+        and "tg8" in result.out
+        and "stored 2 records as run" in flat(result.out)
+    )
 
 
 def test_cooldown_waits_between_runs_only(settings_for, bench_root):
     pauses: list[float] = []
-    spec = BenchSpec(model="models/tiny.gguf", sweep=(SweepAxis("t", ("1", "2", "3")),), cooldown=1.5)
+    spec = BenchSpec(
+        model="models/tiny.gguf", sweep=(SweepAxis("t", ("1", "2", "3")),), cooldown=1.5
+    )
     device = Device(name="local", transport="local", root=str(bench_root.root), env=())
     with ResultsStore(settings_for.results) as store:
-        run = bench.bench(settings_for, LocalTransport(device.root), device, spec, store, sleep=pauses.append)
+        run = bench.bench(
+            settings_for, LocalTransport(device.root), device, spec, store, sleep=pauses.append
+        )
     assert pauses == [1.5, 1.5]
     assert len(run.records) == 6
 
 
 def test_a_failing_run_keeps_the_finished_ones_and_names_its_log(kz, project, bench_root):
-    seed = next(s for s in range(100) if dict(bench.plan(BenchSpec(model="m", sweep=(SweepAxis("env:KZ_T_FAIL", ("0", "1")),), seed=s))[1][0].values)["env:KZ_T_FAIL"] == "0")
-    result = kz("bench", "--device", bench_root.spec, "-m", "models/tiny.gguf", "--sweep", "env:KZ_T_FAIL=0,1", "--seed", str(seed))
+    seed = next(
+        s
+        for s in range(100)
+        if dict(
+            bench.plan(
+                BenchSpec(model="m", sweep=(SweepAxis("env:KZ_T_FAIL", ("0", "1")),), seed=s)
+            )[1][0].values
+        )["env:KZ_T_FAIL"]
+        == "0"
+    )
+    result = kz(
+        "bench",
+        "--device",
+        bench_root.spec,
+        "-m",
+        "models/tiny.gguf",
+        "--sweep",
+        "env:KZ_T_FAIL=0,1",
+        "--seed",
+        str(seed),
+    )
     assert result.code == 12
     err = flat(result.err)
-    assert "command failed with exit code 3" in err and "replay: failing as asked" in err and "001.stderr.log" in err
+    assert (
+        "command failed with exit code 3" in err
+        and "replay: failing as asked" in err
+        and "001.stderr.log" in err
+    )
     with ResultsStore(project.root / "results") as store:
         assert [r.test for r in store.records()] == ["pp32", "tg8"]
 
@@ -258,7 +421,9 @@ def test_a_failing_run_keeps_the_finished_ones_and_names_its_log(kz, project, be
 def test_a_missing_model_is_reported(kz, bench_root):
     result = kz("bench", "--device", bench_root.spec, "-m", "models/absent.gguf")
     assert result.code == 2
-    assert "cannot read model 'models/absent.gguf'" in flat(result.err) and "kzbuild models push" in flat(result.err)
+    assert "cannot read model 'models/absent.gguf'" in flat(
+        result.err
+    ) and "kzbuild models push" in flat(result.err)
 
 
 def test_reserved_llama_bench_arguments_are_refused(kz, bench_root):
@@ -287,17 +452,37 @@ def synced_tree(project) -> None:
     git(worktree, "commit", "-q", "-m", "tree", env=GIT_ENV)
     head = git(worktree, "rev-parse", "HEAD")
     # a later uncommitted edit must not count: the pinned tree is what the build used
-    (worktree / "ggml/src/ggml-hexagon/ggml-hexagon.cpp").write_text(HEXAGON_SOURCE + 'getenv("GGML_HEXAGON_LOCAL_EDIT");\n')
-    lock = Lock("demo-host", head, git(worktree, "rev-parse", "HEAD^{tree}"), "test", (), "0" * 64, None, head)
+    (worktree / "ggml/src/ggml-hexagon/ggml-hexagon.cpp").write_text(
+        HEXAGON_SOURCE + 'getenv("GGML_HEXAGON_LOCAL_EDIT");\n'
+    )
+    lock = Lock(
+        "demo-host",
+        head,
+        git(worktree, "rev-parse", "HEAD^{tree}"),
+        "test",
+        (),
+        "0" * 64,
+        None,
+        head,
+    )
     project.write("recipes/demo-host.lock.json", lock.to_json())
 
 
 def test_env_names_the_tree_does_not_read_are_warned_about(kz, project, bench_root):
     synced_tree(project)
     result = kz(
-        "bench", "--device", bench_root.spec, "-m", "models/tiny.gguf",
-        "--env", "GGML_HEXAGON_OPSYNC=1", "--sweep", "env:GGML_HEXAGON_GDN_SELECT=1,2", "--env", "GGML_HEXAGON_LOCAL_EDIT=1",
-    )  # fmt: skip
+        "bench",
+        "--device",
+        bench_root.spec,
+        "-m",
+        "models/tiny.gguf",
+        "--env",
+        "GGML_HEXAGON_OPSYNC=1",
+        "--sweep",
+        "env:GGML_HEXAGON_GDN_SELECT=1,2",
+        "--env",
+        "GGML_HEXAGON_LOCAL_EDIT=1",
+    )
     assert result.code == 0, result.err
     err = flat(result.err)
     assert "GGML_HEXAGON_OPSYNC is not read by ggml-hexagon at demo-host's pinned tree" in err
@@ -309,11 +494,14 @@ def test_env_names_the_tree_does_not_read_are_warned_about(kz, project, bench_ro
 def test_env_names_cannot_be_checked_without_a_synced_tree(kz, bench_root):
     result = kz("run", "--device", bench_root.spec, "--env", "GGML_HEXAGON_NHVX=2", "llama-bench")
     assert result.code == 0
-    assert "cannot check GGML_HEXAGON_* names: recipe demo-host is not synced here" in flat(result.err)
+    assert "cannot check GGML_HEXAGON_* names: recipe demo-host is not synced here" in flat(
+        result.err
+    )
 
 
 def test_a_pushed_model_is_known_by_its_content_addressed_name(bench_root):
-    """models push stores models/<sha256>.gguf after verifying it; bench need not hash gigabytes again."""
+    """models push stores models/<sha256>.gguf after verifying it; bench need not hash gigabytes
+    again."""
     named = "c" * 64
     bench_root.add_file(f"models/{named}.gguf", b"verified on push")
     (bench_root.root / "models" / "pushed.gguf").symlink_to(f"{named}.gguf")
@@ -321,21 +509,46 @@ def test_a_pushed_model_is_known_by_its_content_addressed_name(bench_root):
     transport = LocalTransport(device.root)
     assert bench.model_sha256(transport, device, "models/pushed.gguf") == named
     elsewhere = bench_root.add_file(f"other/{named}.gguf", b"not in models/")
-    assert bench.model_sha256(transport, device, str(elsewhere)) == hashlib.sha256(b"not in models/").hexdigest()
-    assert bench.model_sha256(transport, device, "models/tiny.gguf") == hashlib.sha256(MODEL_BYTES).hexdigest()
+    assert (
+        bench.model_sha256(transport, device, str(elsewhere))
+        == hashlib.sha256(b"not in models/").hexdigest()
+    )
+    assert (
+        bench.model_sha256(transport, device, "models/tiny.gguf")
+        == hashlib.sha256(MODEL_BYTES).hexdigest()
+    )
 
 
-@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")  # the output pump must not die
-@pytest.mark.parametrize("log", ["\\x1c\\n", "\\xc2\\xa0", "\\xc2\\x85", "\\xff\\xfe"])  # bytes: FS, NBSP and NEL in UTF-8, not UTF-8
-def test_a_log_chunk_of_only_unusual_whitespace_or_bad_bytes_does_not_break_the_progress_display(kz, bench_root, log):
+@pytest.mark.filterwarnings(
+    "error::pytest.PytestUnhandledThreadExceptionWarning"
+)  # the output pump must not die
+@pytest.mark.parametrize(
+    "log", ["\\x1c\\n", "\\xc2\\xa0", "\\xc2\\x85", "\\xff\\xfe"]
+)  # bytes: FS, NBSP and NEL in UTF-8, not UTF-8
+def test_a_log_chunk_of_only_unusual_whitespace_or_bad_bytes_does_not_break_the_progress_display(
+    kz, bench_root, log
+):
     """bytes.strip keeps what str.strip drops: such a chunk has no line to show."""
-    bench_root.add_tool("llama-bench", REPLAY_LLAMA_BENCH.replace('sys.stderr.write("replay: loading model\\n")', f'sys.stderr.buffer.write("{log}".encode("latin-1")); sys.stderr.flush()'))
+    bench_root.add_tool(
+        "llama-bench",
+        REPLAY_LLAMA_BENCH.replace(
+            'sys.stderr.write("replay: loading model\\n")',
+            f'sys.stderr.buffer.write("{log}".encode("latin-1")); sys.stderr.flush()',
+        ),
+    )
     result = kz("bench", "--device", bench_root.spec, "-m", "models/tiny.gguf")
     assert result.code == 0, result.err
 
 
-@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")  # the output pump must not die
+@pytest.mark.filterwarnings(
+    "error::pytest.PytestUnhandledThreadExceptionWarning"
+)  # the output pump must not die
 def test_log_lines_that_look_like_markup_do_not_break_the_progress_display(kz, bench_root):
-    bench_root.add_tool("llama-bench", REPLAY_LLAMA_BENCH.replace('"replay: loading model\\n"', '"[/bold] [red] unbalanced [/x]\\n"'))
+    bench_root.add_tool(
+        "llama-bench",
+        REPLAY_LLAMA_BENCH.replace(
+            '"replay: loading model\\n"', '"[/bold] [red] unbalanced [/x]\\n"'
+        ),
+    )
     result = kz("bench", "--device", bench_root.spec, "-m", "models/tiny.gguf")
     assert result.code == 0, result.err

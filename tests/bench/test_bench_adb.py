@@ -30,7 +30,9 @@ def tablet(adb_device: AdbTestDevice) -> tuple[AdbTestDevice, DeviceRoot]:
     """The test device with a release deployed under ROOT (laid out on its filesystem)."""
     root = adb_device.host_path(ROOT)
     root.parent.mkdir(parents=True, exist_ok=True)
-    release = make_device_root(root, build_id="b-adb", manifest={"build_id": "b-adb", "recipe": "pad3-v79"})
+    release = make_device_root(
+        root, build_id="b-adb", manifest={"build_id": "b-adb", "recipe": "pad3-v79"}
+    )
     release.add_tool("show-args", SHOW_ARGS)
     release.add_tool("llama-bench", REPLAY_LLAMA_BENCH)
     release.add_file("models/q.gguf", b"model bytes")
@@ -39,7 +41,15 @@ def tablet(adb_device: AdbTestDevice) -> tuple[AdbTestDevice, DeviceRoot]:
 
 def test_run_over_adb_delivers_every_argument_and_env_value_unchanged(kz, tablet):
     device, release = tablet
-    result = kz("run", "--device", f"adb:{device.serial}:{ROOT}", *env_options(TRICKY), "--", "show-args", *TRICKY)
+    result = kz(
+        "run",
+        "--device",
+        f"adb:{device.serial}:{ROOT}",
+        *env_options(TRICKY),
+        "--",
+        "show-args",
+        *TRICKY,
+    )
     assert result.code == 0, result.err
     seen = json.loads(result.out)
     assert seen["argv"] == TRICKY
@@ -58,9 +68,19 @@ def test_run_over_adb_returns_the_exit_code(kz, tablet):
 def test_bench_over_adb_records_the_android_fingerprint(kz, tablet):
     device, release = tablet
     result = kz(
-        "bench", "--device", f"adb:{device.serial}:{ROOT}", "-m", "models/q.gguf", "-t", "4",
-        "--env", "GGML_HEXAGON_OPFILTER=ADD|SUB", "--sweep", "env:GGML_HEXAGON_GDN_SELECT=1,2", "--json",
-    )  # fmt: skip
+        "bench",
+        "--device",
+        f"adb:{device.serial}:{ROOT}",
+        "-m",
+        "models/q.gguf",
+        "-t",
+        "4",
+        "--env",
+        "GGML_HEXAGON_OPFILTER=ADD|SUB",
+        "--sweep",
+        "env:GGML_HEXAGON_GDN_SELECT=1,2",
+        "--json",
+    )
     assert result.code == 0, result.err
     records = json.loads(result.out)["records"]
     assert len(records) == 4
@@ -69,11 +89,16 @@ def test_bench_over_adb_records_the_android_fingerprint(kz, tablet):
         "android.fingerprint": DEFAULT_PROPS["ro.build.fingerprint"],
         "android.soc_model": DEFAULT_PROPS["ro.soc.model"],
     }
-    assert first["build"]["build_id"] == "b-adb" and first["build"]["release_dir"] == f"{ROOT}/releases/b-adb"
+    assert (
+        first["build"]["build_id"] == "b-adb"
+        and first["build"]["release_dir"] == f"{ROOT}/releases/b-adb"
+    )
     tools = [f"{ROOT}/releases/b-adb/bin/kz-peakrss", f"{ROOT}/releases/b-adb/bin/llama-bench"]
     assert first["argv"][:2] == tools
     assert first["env"]["LD_LIBRARY_PATH"] == f"{ROOT}/releases/b-adb/lib"
-    received = [json.loads(line) for line in (release.root / "received.jsonl").read_text().splitlines()]
+    received = [
+        json.loads(line) for line in (release.root / "received.jsonl").read_text().splitlines()
+    ]
     assert sorted(call["env"]["GGML_HEXAGON_GDN_SELECT"] for call in received) == ["1", "2"]
     assert all(call["env"]["GGML_HEXAGON_OPFILTER"] == "ADD|SUB" for call in received)
     wanted = ["-o", "json", "-v", "-m", "models/q.gguf", "-t", "4"]

@@ -47,8 +47,18 @@ class Held:
 @contextmanager
 def holding(project: Project, device: DeviceRoot, *args: str) -> Iterator[Held]:
     """``kzbuild ARGS`` in its own process, from its tool's start until the test lets it finish."""
-    argv = [sys.executable, "-m", "kzbuild", "--project", str(project.root), "--cache-dir", str(project.cache),
-            "--work-dir", str(project.work), *args]
+    argv = [
+        sys.executable,
+        "-m",
+        "kzbuild",
+        "--project",
+        str(project.root),
+        "--cache-dir",
+        str(project.cache),
+        "--work-dir",
+        str(project.work),
+        *args,
+    ]
     held = Held(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     try:
         deadline = time.monotonic() + 60
@@ -71,7 +81,9 @@ def artifact(tmp_path: Path, build_id: str) -> Path:
     return folder
 
 
-def test_a_running_tool_holds_the_device_against_deploy_and_bench(kz, project, device_root, tmp_path):
+def test_a_running_tool_holds_the_device_against_deploy_and_bench(
+    kz, project, device_root, tmp_path
+):
     device_root.add_tool("hold", HOLD_RUN)
     device_root.add_file("models/tiny.gguf", b"GGUF stand-in")
     new = artifact(tmp_path, "b0000000000000002")
@@ -87,11 +99,22 @@ def test_a_running_tool_holds_the_device_against_deploy_and_bench(kz, project, d
     assert kz("deploy", "--artifact", str(new), "--device", device_root.spec).code == 0
 
 
-def test_a_running_bench_holds_the_device_and_its_records_name_the_build_it_ran(kz, project, device_root, tmp_path):
+def test_a_running_bench_holds_the_device_and_its_records_name_the_build_it_ran(
+    kz, project, device_root, tmp_path
+):
     device_root.add_tool("llama-bench", HOLD_BENCH)
     device_root.add_file("models/tiny.gguf", b"GGUF stand-in")
     new = artifact(tmp_path, "b0000000000000002")
-    with holding(project, device_root, "bench", "--device", device_root.spec, "-m", "models/tiny.gguf", "--json") as held:
+    with holding(
+        project,
+        device_root,
+        "bench",
+        "--device",
+        device_root.spec,
+        "-m",
+        "models/tiny.gguf",
+        "--json",
+    ) as held:
         holder = f"is busy: bench by {host_name()} pid {held.process.pid} since"
         deployed = kz("deploy", "--artifact", str(new), "--device", device_root.spec)
         assert deployed.code == 10 and holder in flat(deployed.err), deployed.err
@@ -99,7 +122,9 @@ def test_a_running_bench_holds_the_device_and_its_records_name_the_build_it_ran(
         assert ran.code == 10 and holder in flat(ran.err), ran.err
     assert held.process.returncode == 0, held.err
     run = json.loads(held.out)
-    assert run["records"] and {record["build"]["build_id"] for record in run["records"]} == {device_root.build_id}
+    assert run["records"] and {record["build"]["build_id"] for record in run["records"]} == {
+        device_root.build_id
+    }
     assert kz("deploy", "--artifact", str(new), "--device", device_root.spec).code == 0
 
 

@@ -1,16 +1,27 @@
-"""run and bench over ssh: paramiko exec against a real sshd on 127.0.0.1, whose shell is a real sh."""
+"""run and bench over ssh: paramiko exec against a real sshd on 127.0.0.1, whose shell is a real
+sh."""
 
 from __future__ import annotations
 
 import json
 
-from tests.bench.benchkit import REPLAY_LLAMA_BENCH, SHOW_ARGS, TRICKY, env_options, make_device_root
+from tests.bench.benchkit import (
+    REPLAY_LLAMA_BENCH,
+    SHOW_ARGS,
+    TRICKY,
+    env_options,
+    make_device_root,
+)
 
 
 def test_run_over_ssh_delivers_every_argument_and_env_value_unchanged(kz, sshd, ssh_home, tmp_path):
-    device = make_device_root(tmp_path / "device", manifest={"build_id": "b-ssh", "recipe": "demo-host"})
+    device = make_device_root(
+        tmp_path / "device", manifest={"build_id": "b-ssh", "recipe": "demo-host"}
+    )
     device.add_tool("show-args", SHOW_ARGS)
-    result = kz("run", "--device", sshd.spec(device.root), *env_options(TRICKY), "--", "show-args", *TRICKY)
+    result = kz(
+        "run", "--device", sshd.spec(device.root), *env_options(TRICKY), "--", "show-args", *TRICKY
+    )
     assert result.code == 0, result.err
     seen = json.loads(result.out)
     assert seen["argv"] == TRICKY
@@ -20,10 +31,21 @@ def test_run_over_ssh_delivers_every_argument_and_env_value_unchanged(kz, sshd, 
 
 
 def test_bench_over_ssh_stores_records(kz, sshd, ssh_home, tmp_path):
-    device = make_device_root(tmp_path / "device", manifest={"build_id": "b-ssh", "recipe": "demo-host"})
+    device = make_device_root(
+        tmp_path / "device", manifest={"build_id": "b-ssh", "recipe": "demo-host"}
+    )
     device.add_tool("llama-bench", REPLAY_LLAMA_BENCH)
     device.add_file("models/q.gguf", b"model bytes")
-    result = kz("bench", "--device", sshd.spec(device.root), "-m", "models/q.gguf", "--env", "GGML_HEXAGON_OPFILTER=ADD|SUB", "--json")
+    result = kz(
+        "bench",
+        "--device",
+        sshd.spec(device.root),
+        "-m",
+        "models/q.gguf",
+        "--env",
+        "GGML_HEXAGON_OPFILTER=ADD|SUB",
+        "--json",
+    )
     assert result.code == 0, result.err
     records = json.loads(result.out)["records"]
     assert [r["test"] for r in records] == ["pp32", "tg8"]

@@ -1,5 +1,7 @@
-"""kzbuild check and the quality corpus over adb: the real adb client, a test device whose shell is mksh
-with toybox (as on Android). The GDN patch's own Kz-Device-Test reaches the device's test-backend-ops
+"""kzbuild check and the quality corpus over adb: the real adb client, a test device whose shell is
+mksh
+with toybox (as on Android). The GDN patch's own Kz-Device-Test reaches the device's
+test-backend-ops
 with every argument as written; the corpus is pushed once and verified with toybox's sha256sum."""
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from tests.bench.benchkit import DeviceRoot, make_device_root
 from tests.conftest import REPO_ROOT, Project
 
 ROOT = "/data/local/tmp/kz-engine"
-# test-backend-ops as the device runs it: prints each op it was asked for, exits 1 unless -b names HTP0
+# test-backend-ops as the device runs it: prints each op it was asked for, exits 1 unless -b names
+# HTP0
 BACKEND_OPS = """#!/bin/sh
 echo "args: $*"
 [ "$1" = "-o" ] && [ "$2" = "GATED_DELTA_NET" ] && [ "$3" = "-b" ] || exit 2
@@ -28,7 +31,8 @@ echo "  $2(type=f32,head_count=2): OK"
 
 @pytest.fixture
 def tablet(adb_device: AdbTestDevice, project: Project) -> tuple[AdbTestDevice, DeviceRoot]:
-    """The repo's recipes and patches in the project; a pad3-v79 release deployed on the test device."""
+    """The repo's recipes and patches in the project; a pad3-v79 release deployed on the test
+    device."""
     for folder in ("recipes", "patches"):
         shutil.copytree(REPO_ROOT / folder, project.root / folder, dirs_exist_ok=True)
     root = adb_device.host_path(ROOT)

@@ -26,17 +26,25 @@ def test_a_new_database_records_its_schema_version(tmp_path):
         rows = store.conn.execute("SELECT version, description FROM schema_migrations").fetchall()
     assert rows == [(m.version, m.description) for m in resultsdb.MIGRATIONS]
     with ResultsStore(tmp_path) as store:  # reopening applies nothing again
-        assert store.conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0] == len(resultsdb.MIGRATIONS)
+        assert store.conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0] == len(
+            resultsdb.MIGRATIONS
+        )
 
 
 def test_an_older_database_is_migrated_and_keeps_its_rows(tmp_path):
     with ResultsStore(tmp_path) as store:
         store.add([record()])
-    later = Migration(resultsdb.MIGRATIONS[-1].version + 1, "index by test", "CREATE INDEX records_test ON records (test)")
+    later = Migration(
+        resultsdb.MIGRATIONS[-1].version + 1,
+        "index by test",
+        "CREATE INDEX records_test ON records (test)",
+    )
     conn = sqlite3.connect(tmp_path / resultsdb.DB_FILE, isolation_level=None)
     assert resultsdb.migrate(conn, tmp_path, [*resultsdb.MIGRATIONS, later]) == [later.version]
     assert conn.execute("SELECT COUNT(*) FROM records").fetchone()[0] == 1
-    assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'records_test'").fetchone() == ("records_test",)
+    assert conn.execute(
+        "SELECT name FROM sqlite_master WHERE name = 'records_test'"
+    ).fetchone() == ("records_test",)
     conn.close()
 
 
@@ -50,7 +58,10 @@ def test_a_database_from_a_newer_kzbuild_is_rebuilt_from_the_export(tmp_path, ca
     with ResultsStore(tmp_path) as store:
         assert store.schema_version() == resultsdb.MIGRATIONS[-1].version
         assert store.records() == [record()]
-    assert "has schema version 99, not one this kzbuild knows" in caplog.text and "rebuilt it from the JSONL shards" in caplog.text
+    assert (
+        "has schema version 99, not one this kzbuild knows" in caplog.text
+        and "rebuilt it from the JSONL shards" in caplog.text
+    )
 
 
 # --- JSONL export ---
@@ -65,11 +76,17 @@ def test_shards_take_records_by_month_in_arrival_order_and_merge_sorts_them(tmp_
     with ResultsStore(tmp_path / "a") as first:  # in time order
         for item in sorted(batch, key=lambda r: (r.host_time, r.seq)):
             first.add([item])
-    with ResultsStore(tmp_path / "b") as second:  # older records arrive later: appended all the same
+    with ResultsStore(
+        tmp_path / "b"
+    ) as second:  # older records arrive later: appended all the same
         for item in batch:
             second.add([item])
         assert second.add(batch) == 0  # already there: nothing changes
-    assert sorted(path.name for path in resultfiles.shards(tmp_path / "b")) == ["2026-10.jsonl", "2026-11.jsonl", "undated.jsonl"]
+    assert sorted(path.name for path in resultfiles.shards(tmp_path / "b")) == [
+        "2026-10.jsonl",
+        "2026-11.jsonl",
+        "undated.jsonl",
+    ]
     arrived = (tmp_path / "b" / SHARD).read_text().splitlines()
     assert [json.loads(line)["run_id"] for line in arrived] == ["r2", "r2", "r1"]
     assert (tmp_path / "b" / ".gitattributes").read_text().endswith("*.jsonl merge=union\n")
@@ -78,9 +95,15 @@ def test_shards_take_records_by_month_in_arrival_order_and_merge_sorts_them(tmp_
     text = (tmp_path / "a" / SHARD).read_text()
     assert text == (tmp_path / "b" / SHARD).read_text()
     lines = text.splitlines()
-    assert [(json.loads(line)["run_id"], json.loads(line)["test"]) for line in lines] == [("r1", "pp512"), ("r2", "pp512"), ("r2", "tg128")]
+    assert [(json.loads(line)["run_id"], json.loads(line)["test"]) for line in lines] == [
+        ("r1", "pp512"),
+        ("r2", "pp512"),
+        ("r2", "tg128"),
+    ]
     for line in lines:
-        assert line == json.dumps(json.loads(line), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        assert line == json.dumps(
+            json.loads(line), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
 
 
 def test_the_database_is_rebuilt_from_the_export_and_follows_its_changes(tmp_path):
@@ -113,14 +136,25 @@ def test_the_seed_figures_load_as_manual_rows_with_their_source(tmp_path):
     (tmp_path / REPO_SEED.name).write_text(REPO_SEED.read_text())
     with ResultsStore(tmp_path) as store:
         seed = store.records("seed-2026-05")
-        assert store.import_file(tmp_path / REPO_SEED.name) == 0  # already imported when the db was made
+        assert (
+            store.import_file(tmp_path / REPO_SEED.name) == 0
+        )  # already imported when the db was made
     assert {r.kind for r in seed} == {"manual"}
     assert all(r.source.startswith("seed-2026-05.yaml#") and "May 2026" in r.source for r in seed)
     by_id = {r.source.split("#")[1].split(":")[0]: r for r in seed}
     assert by_id["cpu-decode"].avg_ts == 16.5 and by_id["cpu-decode"].test == "tg"
-    assert by_id["htp-prefill-best"].avg_ts == 49.9 and by_id["htp-prefill-best"].config["n_gpu_layers"] == 99
-    assert by_id["htp-prefill-range"].range_ts == (44.0, 58.0) and by_id["htp-prefill-range"].avg_ts is None
-    assert by_id["qwen3-htp-prefill"].avg_ts == 159 and by_id["qwen3-htp-prefill"].model.name == "Qwen3-4B"
+    assert (
+        by_id["htp-prefill-best"].avg_ts == 49.9
+        and by_id["htp-prefill-best"].config["n_gpu_layers"] == 99
+    )
+    assert (
+        by_id["htp-prefill-range"].range_ts == (44.0, 58.0)
+        and by_id["htp-prefill-range"].avg_ts is None
+    )
+    assert (
+        by_id["qwen3-htp-prefill"].avg_ts == 159
+        and by_id["qwen3-htp-prefill"].model.name == "Qwen3-4B"
+    )
     assert by_id["executorch-ttft"].unit == "ms"
     assert {r.device.name for r in seed} == {"pad3"}
     assert not (tmp_path / SHARD).exists()  # manual rows live in their yaml, not the export
@@ -128,11 +162,19 @@ def test_the_seed_figures_load_as_manual_rows_with_their_source(tmp_path):
 
 def test_a_bad_seed_figure_names_file_line_and_key(tmp_path):
     seed = tmp_path / "seed-bad.yaml"
-    seed.write_text("source: s\ndate: '2026'\ndevice: {name: pad3}\nfigures:\n  - id: x\n    model: m\n    test: pp\n    value: fast\n")
+    seed.write_text(
+        "source: s\ndate: '2026'\ndevice: {name: pad3}\nfigures:\n  - id: x\n    model: m\n    "
+        "test: pp\n    value: fast\n"
+    )
     with pytest.raises(ConfigError, match=r"seed-bad.yaml:8: value: must be a number > 0"):
         ResultsStore(tmp_path)
-    seed.write_text("source: s\ndate: '2026'\ndevice: {name: pad3}\nfigures:\n  - id: x\n    model: m\n    test: pp\n")
-    with pytest.raises(ConfigError, match=r"seed-bad.yaml:5: a figure needs a value, or low and high"):
+    seed.write_text(
+        "source: s\ndate: '2026'\ndevice: {name: pad3}\nfigures:\n  - id: x\n    model: m\n    "
+        "test: pp\n"
+    )
+    with pytest.raises(
+        ConfigError, match=r"seed-bad.yaml:5: a figure needs a value, or low and high"
+    ):
         ResultsStore(tmp_path)
 
 
@@ -140,9 +182,13 @@ def test_import_seed_command_imports_the_project_seed_files(kz, project):
     project.write(f"results/{REPO_SEED.name}", REPO_SEED.read_text())
     result = kz("results", "import-seed")
     assert result.code == 0, result.err
-    assert "seed-2026-05.yaml: 0 new records" in flat(result.out)  # the database made at open imported them
+    assert "seed-2026-05.yaml: 0 new records" in flat(
+        result.out
+    )  # the database made at open imported them
     listed = kz("results", "list", "--json")
-    assert [(run["run_id"], run["kind"], run["records"]) for run in json.loads(listed.out)] == [("seed-2026-05", "manual", 8)]
+    assert [(run["run_id"], run["kind"], run["records"]) for run in json.loads(listed.out)] == [
+        ("seed-2026-05", "manual", 8)
+    ]
 
 
 # --- compare ---
@@ -156,45 +202,80 @@ def test_compare_finds_a_regression_past_the_threshold_and_exits_9(kz, project):
         project,
         record(run_id="r1", build_id="build-a", samples=(100.0, 101.0, 99.0)),
         record(run_id="r1", build_id="build-a", test="tg128", samples=(20.0, 20.5, 19.5), seq=1),
-        record(run_id="r2", build_id="build-b", samples=(90.0, 91.0, 89.0), host_time="2026-10-02T00:00:00+00:00"),
-        record(run_id="r2", build_id="build-b", test="tg128", samples=(20.2, 20.1, 19.9), host_time="2026-10-02T00:00:00+00:00", seq=1),
+        record(
+            run_id="r2",
+            build_id="build-b",
+            samples=(90.0, 91.0, 89.0),
+            host_time="2026-10-02T00:00:00+00:00",
+        ),
+        record(
+            run_id="r2",
+            build_id="build-b",
+            test="tg128",
+            samples=(20.2, 20.1, 19.9),
+            host_time="2026-10-02T00:00:00+00:00",
+            seq=1,
+        ),
     )
     result = kz("results", "compare", "build-a", "build-b", "--threshold", "5%", "--json")
     assert result.code == 9
     rows = {row["test"]: row for row in json.loads(result.out)["rows"]}
-    assert rows["pp512"]["verdict"] == "regression" and rows["pp512"]["change_pct"] == pytest.approx(-10.0)
+    assert rows["pp512"]["verdict"] == "regression" and rows["pp512"][
+        "change_pct"
+    ] == pytest.approx(-10.0)
     assert rows["pp512"]["a"]["median"] == 100.0 and rows["pp512"]["b"]["median"] == 90.0
     assert rows["tg128"]["verdict"] == "same"
-    assert "1 test(s) of build-b regressed past 5% against build-a (worst -10.0%)" in flat(result.err)
+    assert "1 test(s) of build-b regressed past 5% against build-a (worst -10.0%)" in flat(
+        result.err
+    )
     # a looser threshold lets the same numbers pass; --metric keeps one test
     assert kz("results", "compare", "build-a", "build-b", "--threshold", "15").code == 0
     only_tg = kz("results", "compare", "build-a", "build-b", "--metric", "tg128", "--json")
-    assert only_tg.code == 0 and [row["test"] for row in json.loads(only_tg.out)["rows"]] == ["tg128"]
+    assert only_tg.code == 0 and [row["test"] for row in json.loads(only_tg.out)["rows"]] == [
+        "tg128"
+    ]
 
 
 def test_compare_markdown_table(kz, project):
-    store_with(project, record(run_id="r1", build_id="build-a"), record(run_id="r2", build_id="build-b", samples=(120.0, 121.0, 119.0)))
+    store_with(
+        project,
+        record(run_id="r1", build_id="build-a"),
+        record(run_id="r2", build_id="build-b", samples=(120.0, 121.0, 119.0)),
+    )
     result = kz("results", "compare", "r1", "r2", "--markdown")
     assert result.code == 0, result.err
     lines = result.out.splitlines()
     speed = "| test | device | config | env | A median | A spread | B median | B spread |"
     memory = " A peak MiB | B peak MiB | memory | memory verdict |"
     assert speed + " change | verdict |" + memory in lines
-    assert any(line.startswith("| pp512 | pad3 | t=8 ngl=99 b=512 |") and "+20.0% | improvement |" in line for line in lines)
+    assert any(
+        line.startswith("| pp512 | pad3 | t=8 ngl=99 b=512 |") and "+20.0% | improvement |" in line
+        for line in lines
+    )
 
 
 @pytest.mark.parametrize(
     ("b_changes", "message"),
     [
-        ({"device": "pad4", "fingerprint": "vendor/pad4:15/AP3A"}, "they share no device (A: pad3 [vendor/pad3:15/AP3A]; B: pad4 [vendor/pad4:15/AP3A])"),
+        (
+            {"device": "pad4", "fingerprint": "vendor/pad4:15/AP3A"},
+            "they share no device (A: pad3 [vendor/pad3:15/AP3A]; B: pad4 [vendor/pad4:15/AP3A])",
+        ),
         ({"fingerprint": "vendor/pad3:16/BP1A"}, "they share no device"),
         ({"model_sha": "b" * 64}, "they share no model (A: aaaaaaaaaaaa; B: bbbbbbbbbbbb)"),
         ({"env": {"GGML_HEXAGON_GDN_SELECT": "1"}}, "they share no env set"),
-        ({"config": {"n_threads": 6, "n_gpu_layers": 99, "n_batch": 512}}, "they share no configuration (A: t=8 ngl=99 b=512; B: t=6 ngl=99 b=512)"),
+        (
+            {"config": {"n_threads": 6, "n_gpu_layers": 99, "n_batch": 512}},
+            "they share no configuration (A: t=8 ngl=99 b=512; B: t=6 ngl=99 b=512)",
+        ),
     ],
 )
 def test_compare_never_mixes_devices_models_or_env(kz, project, b_changes, message):
-    store_with(project, record(run_id="r1", build_id="build-a"), record(run_id="r2", build_id="build-b", samples=(10.0,), **b_changes))
+    store_with(
+        project,
+        record(run_id="r1", build_id="build-a"),
+        record(run_id="r2", build_id="build-b", samples=(10.0,), **b_changes),
+    )
     result = kz("results", "compare", "r1", "r2")
     assert result.code == 13
     assert "nothing in r1 is comparable with r2" in flat(result.err)
@@ -232,7 +313,11 @@ def test_compare_refuses_unknown_selectors_and_metrics(kz, project):
 
 
 def test_show_and_latest(kz, project):
-    store_with(project, record(run_id="r1"), record(run_id="r2", host_time="2026-10-05T00:00:00+00:00", samples=(1.0, 2.0, 4.0)))
+    store_with(
+        project,
+        record(run_id="r1"),
+        record(run_id="r2", host_time="2026-10-05T00:00:00+00:00", samples=(1.0, 2.0, 4.0)),
+    )
     result = kz("results", "show", "latest", "--markdown")
     assert result.code == 0, result.err
     row = next(line for line in result.out.splitlines() if line.startswith("| pp512"))
@@ -261,8 +346,18 @@ def png_size(path: Path) -> tuple[int, int]:
 def test_plot_over_builds_and_along_a_sweep_axis_writes_pngs(kz, project):
     store_with(
         project,
-        *[record(run_id="r1", build_id="build-a", config={"n_threads": t, "n_gpu_layers": 99, "n_batch": 512}, seq=t) for t in (4, 6, 8)],
-        record(run_id="r2", build_id="build-b", host_time="2026-10-03T00:00:00+00:00", test="tg128"),
+        *[
+            record(
+                run_id="r1",
+                build_id="build-a",
+                config={"n_threads": t, "n_gpu_layers": 99, "n_batch": 512},
+                seq=t,
+            )
+            for t in (4, 6, 8)
+        ],
+        record(
+            run_id="r2", build_id="build-b", host_time="2026-10-03T00:00:00+00:00", test="tg128"
+        ),
     )
     over_builds = project.root / "over-builds.png"
     result = kz("results", "plot", "--out", str(over_builds))

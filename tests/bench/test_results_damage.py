@@ -16,9 +16,24 @@ import pytest
 from kzbuild.errors import BadRecord, Busy, ConfigError
 from kzbuild.measure import bench, resultsdb
 from kzbuild.measure.resultsdb import ResultsStore
-from tests.bench.benchkit import CAPTURED_JSON, REPLAY_LLAMA_BENCH, SHARD, exported, flat, make_device_root, record
+from tests.bench.benchkit import (
+    CAPTURED_JSON,
+    REPLAY_LLAMA_BENCH,
+    SHARD,
+    exported,
+    flat,
+    make_device_root,
+    record,
+)
 
-STORED = [record(run_id=f"r{n}", host_time=f"2026-10-0{n + 1}T00:00:00+00:00", samples=(10.0 * (n + 1), 9.0, 11.0)) for n in range(3)]
+STORED = [
+    record(
+        run_id=f"r{n}",
+        host_time=f"2026-10-0{n + 1}T00:00:00+00:00",
+        samples=(10.0 * (n + 1), 9.0, 11.0),
+    )
+    for n in range(3)
+]
 
 
 def unwrapped(text: str) -> str:
@@ -59,7 +74,9 @@ def set_version(db: Path, version: int | None) -> None:
 def change_a_number(db: Path) -> None:
     """Valid SQLite, wrong content: a sample edited in place."""
     with sqlite3.connect(db) as conn:
-        conn.execute("UPDATE records SET record = replace(record, '[10.0,9.0,11.0]', '[99.0,9.0,11.0]')")
+        conn.execute(
+            "UPDATE records SET record = replace(record, '[10.0,9.0,11.0]', '[99.0,9.0,11.0]')"
+        )
 
 
 def add_a_column(db: Path) -> None:
@@ -79,8 +96,14 @@ DAMAGE = {  # form -> (how, whether the database must be rebuilt)
     "zero length": (lambda db: db.write_bytes(b""), True),
     "a directory": (lambda db: (db.unlink(), db.mkdir()), True),
     # SQLite checks the headers of these and ignores them; the database stays as it was
-    "garbage journal left behind": (lambda db: db.with_name(db.name + "-journal").write_bytes(os.urandom(4096)), False),
-    "garbage wal left behind": (lambda db: db.with_name(db.name + "-wal").write_bytes(os.urandom(4096)), False),
+    "garbage journal left behind": (
+        lambda db: db.with_name(db.name + "-journal").write_bytes(os.urandom(4096)),
+        False,
+    ),
+    "garbage wal left behind": (
+        lambda db: db.with_name(db.name + "-wal").write_bytes(os.urandom(4096)),
+        False,
+    ),
 }
 
 
@@ -90,7 +113,9 @@ def test_each_form_of_a_damaged_database_is_rebuilt_from_the_export(kz, folder, 
     how, rebuilt = DAMAGE[damage]
     how(folder / resultsdb.DB_FILE)
     compared = kz("results", "compare", "r0", "r1", "--json")
-    assert compared.code == 0 and ("rebuilt it from the JSONL shards" in flat(compared.err)) == rebuilt
+    assert (
+        compared.code == 0 and ("rebuilt it from the JSONL shards" in flat(compared.err)) == rebuilt
+    )
     assert json.loads(compared.out)["rows"][0]["b"]["median"] == 11.0
     assert (folder / "results.sqlite3.damaged").exists() == rebuilt
     listed = kz("results", "list")
@@ -103,12 +128,16 @@ def test_a_rebuild_says_why_and_keeps_the_damaged_file(kz, folder):
     result = kz("results", "list")
     assert result.code == 0
     err = unwrapped(result.err)
-    assert "cannotbeused(fileisnotadatabase)" in err and "movedittoresults.sqlite3.damagedandrebuiltitfromtheJSONLshards" in err
+    assert (
+        "cannotbeused(fileisnotadatabase)" in err
+        and "movedittoresults.sqlite3.damagedandrebuiltitfromtheJSONLshards" in err
+    )
     assert (folder / "results.sqlite3.damaged").read_bytes() == b"not a database" * 100
 
 
 def test_a_journal_from_a_crashed_writer_of_another_database_is_not_trusted(kz, folder, tmp_path):
-    """A hot rollback journal holds pages of the database it came from; replayed into ours it damages it."""
+    """A hot rollback journal holds pages of the database it came from; replayed into ours it
+    damages it."""
     other = tmp_path / "other.sqlite3"
     conn = sqlite3.connect(other, isolation_level=None)
     conn.execute("PRAGMA journal_mode=DELETE")
@@ -127,7 +156,8 @@ def test_a_journal_from_a_crashed_writer_of_another_database_is_not_trusted(kz, 
 
 
 def test_a_database_locked_by_another_process_is_busy_not_damaged(folder):
-    """Lock errors never look like damage: a rebuild would pull the database from under its writer."""
+    """Lock errors never look like damage: a rebuild would pull the database from under its
+    writer."""
     with ResultsStore(folder) as store:
         holder = sqlite3.connect(folder / resultsdb.DB_FILE, timeout=0, isolation_level=None)
         holder.execute("BEGIN EXCLUSIVE")
@@ -148,7 +178,9 @@ def test_a_line_that_is_not_utf8_is_refused_naming_file_and_line(kz, folder):
     export.write_bytes(lines[0] + lines[1].replace(b'"pad3"', b'"pad\xff"') + lines[2])
     result = kz("results", "list")
     assert result.code == 13
-    assert unwrapped(f"{export}:2: not UTF-8 text") in unwrapped(result.err) and "kzbuildresultschecklistseverybadline" in unwrapped(result.err)
+    assert unwrapped(f"{export}:2: not UTF-8 text") in unwrapped(
+        result.err
+    ) and "kzbuildresultschecklistseverybadline" in unwrapped(result.err)
 
 
 def test_a_record_of_the_wrong_shape_is_refused_naming_key_and_value(kz, folder):
@@ -158,21 +190,34 @@ def test_a_record_of_the_wrong_shape_is_refused_naming_key_and_value(kz, folder)
     export.write_text("\n".join([*lines[:2], json.dumps(broken)]) + "\n")
     result = kz("results", "show", "latest")
     assert result.code == 13
-    assert unwrapped(f"{export}:3: samples_ts[1]: 'fast' is not a number > 0") in unwrapped(result.err)
+    assert unwrapped(f"{export}:3: samples_ts[1]: 'fast' is not a number > 0") in unwrapped(
+        result.err
+    )
 
 
 def test_a_truncated_last_line_is_skipped_and_the_next_record_starts_a_line_of_its_own(kz, folder):
     export = folder / SHARD
     whole = export.read_text()
-    cut = whole[: whole.rindex("\n", 0, len(whole) - 1) + 1 + 40]  # a writer killed 40 bytes into the last record
+    cut = whole[
+        : whole.rindex("\n", 0, len(whole) - 1) + 1 + 40
+    ]  # a writer killed 40 bytes into the last record
     export.write_text(cut)
     result = kz("results", "list", "--json")
     assert result.code == 0
     assert unwrapped(f"{export}:3: skipped the unterminated last line") in unwrapped(result.err)
-    assert [run["run_id"] for run in json.loads(result.out)] == ["r0", "r1", "r2"]  # the database still had r2
+    assert [run["run_id"] for run in json.loads(result.out)] == [
+        "r0",
+        "r1",
+        "r2",
+    ]  # the database still had r2
     with ResultsStore(folder) as store:  # to the same shard
         store.add([record(run_id="r9", host_time="2026-10-30T00:00:00+00:00")])
-    assert [json.loads(line)["run_id"] for line in export.read_text().splitlines()] == ["r0", "r1", "r2", "r9"]
+    assert [json.loads(line)["run_id"] for line in export.read_text().splitlines()] == [
+        "r0",
+        "r1",
+        "r2",
+        "r9",
+    ]
 
 
 def test_an_unterminated_but_whole_last_line_is_a_record(folder):
@@ -180,7 +225,12 @@ def test_an_unterminated_but_whole_last_line_is_a_record(folder):
     export.write_text(export.read_text().rstrip("\n"))  # an editor that drops the final newline
     with ResultsStore(folder) as store:  # to the same shard
         store.add([record(run_id="r9", host_time="2026-10-30T00:00:00+00:00")])
-    assert [json.loads(line)["run_id"] for line in export.read_text().splitlines()] == ["r0", "r1", "r2", "r9"]
+    assert [json.loads(line)["run_id"] for line in export.read_text().splitlines()] == [
+        "r0",
+        "r1",
+        "r2",
+        "r9",
+    ]
 
 
 def test_crlf_line_ends_are_read(folder):
@@ -197,7 +247,9 @@ def test_lines_that_arrive_while_a_bench_runs_are_kept(folder):
         pulled = record(run_id="teammate", host_time="2026-09-01T00:00:00+00:00")
         with open(folder / SHARD, "a") as export:
             export.write(json.dumps(pulled.to_dict()) + "\n")
-        store.add([record(run_id="mine", host_time="2026-10-02T00:00:00+00:00")])  # sorts early: appended all the same
+        store.add(
+            [record(run_id="mine", host_time="2026-10-02T00:00:00+00:00")]
+        )  # sorts early: appended all the same
     lines = (folder / SHARD).read_text().splitlines()
     assert [json.loads(line)["run_id"] for line in lines] == ["r0", "r1", "r2", "teammate", "mine"]
 
@@ -220,9 +272,13 @@ def test_a_record_that_cannot_be_stored_is_refused_before_anything_is_written(fo
     before = (folder / SHARD).read_bytes()
     nan_record = record(run_id="r9", host_time="2027-01-01T00:00:00+00:00", samples=(float("nan"),))
     with ResultsStore(folder) as store:
-        with pytest.raises(BadRecord, match=r"record 'pp512' of run 'r9': avg_ts: nan is not a number > 0"):
+        with pytest.raises(
+            BadRecord, match=r"record 'pp512' of run 'r9': avg_ts: nan is not a number > 0"
+        ):
             store.add([record(run_id="ok", host_time="2027-01-02T00:00:00+00:00"), nan_record])
-        not_utf8 = record(run_id="r9", env={"KZ": "\udcff"})  # a non-UTF-8 argument decoded by Python
+        not_utf8 = record(
+            run_id="r9", env={"KZ": "\udcff"}
+        )  # a non-UTF-8 argument decoded by Python
         with pytest.raises(BadRecord, match="cannot be stored"):
             store.add([not_utf8])
     assert (folder / SHARD).read_bytes() == before
@@ -230,10 +286,18 @@ def test_a_record_that_cannot_be_stored_is_refused_before_anything_is_written(fo
 
 def test_a_seed_figure_that_is_not_a_positive_number_or_has_nested_config_names_its_line(tmp_path):
     seed = tmp_path / "seed-bad.yaml"
-    head = "source: s\ndate: '2026'\ndevice: {name: pad3}\nfigures:\n  - id: x\n    model: m\n    test: pp\n"
-    for tail, message in (("    value: .nan\n", r"seed-bad.yaml:8: value: must be a number > 0"),
-                          ("    value: 0\n", r"seed-bad.yaml:8: value: must be a number > 0"),
-                          ("    value: 1\n    config: {t: [1, 2]}\n", r"seed-bad.yaml:5: .*config.t: \[1, 2\] is not a string, number, bool or null")):  # fmt: skip
+    head = (
+        "source: s\ndate: '2026'\ndevice: {name: pad3}\nfigures:\n  - id: x\n    model: m\n    "
+        "test: pp\n"
+    )
+    for tail, message in (
+        ("    value: .nan\n", r"seed-bad.yaml:8: value: must be a number > 0"),
+        ("    value: 0\n", r"seed-bad.yaml:8: value: must be a number > 0"),
+        (
+            "    value: 1\n    config: {t: [1, 2]}\n",
+            r"seed-bad.yaml:5: .*config.t: \[1, 2\] is not a string, number, bool or null",
+        ),
+    ):
         seed.write_text(head + tail)
         with pytest.raises(ConfigError, match=message):
             ResultsStore(tmp_path)
@@ -251,10 +315,21 @@ def test_a_probe_reading_of_nan_or_inf_is_left_out():
     assert state.conditions["thermal_c"] == {"ok": 41.0}
 
 
-@pytest.mark.parametrize(("value", "message"), [("nan%", "is not a finite percentage"), ("inf%", "is not a finite percentage"), ("-3%", "is negative"), ("abc", "is not a percentage"), ("", "must not be empty")])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("nan%", "is not a finite percentage"),
+        ("inf%", "is not a finite percentage"),
+        ("-3%", "is negative"),
+        ("abc", "is not a percentage"),
+        ("", "must not be empty"),
+    ],
+)
 def test_a_threshold_must_be_a_finite_percentage(kz, folder, value, message):
     result = kz("results", "compare", "r0", "r1", "--threshold", value)
-    assert result.code == 2 and (message if not value else f"threshold '{value}' {message}") in flat(result.err)
+    assert result.code == 2 and (
+        message if not value else f"threshold '{value}' {message}"
+    ) in flat(result.err)
 
 
 # --- processes ---
@@ -262,13 +337,23 @@ def add_many(folder: str, writer: int, start: multiprocessing.synchronize.Event)
     start.wait()
     for n in range(25):
         with ResultsStore(Path(folder)) as store:
-            store.add([record(run_id=f"w{writer}-{n}", host_time=f"2027-01-01T00:00:{n:02d}+00:00", seq=writer)])
+            store.add(
+                [
+                    record(
+                        run_id=f"w{writer}-{n}",
+                        host_time=f"2027-01-01T00:00:{n:02d}+00:00",
+                        seq=writer,
+                    )
+                ]
+            )
 
 
 def test_two_processes_storing_at_once_lose_and_interleave_nothing(tmp_path):
     context = multiprocessing.get_context("spawn")
     start = context.Event()
-    writers = [context.Process(target=add_many, args=(str(tmp_path), writer, start)) for writer in (1, 2)]
+    writers = [
+        context.Process(target=add_many, args=(str(tmp_path), writer, start)) for writer in (1, 2)
+    ]
     for process in writers:
         process.start()
     start.set()
@@ -285,13 +370,39 @@ def test_two_processes_storing_at_once_lose_and_interleave_nothing(tmp_path):
 
 def test_two_bench_commands_at_once_store_every_record(project, device_root, tmp_path):
     """Two devices (one bench holds each device's lock), one results store."""
-    devices = [device_root, make_device_root(tmp_path / "device-2", manifest={"build_id": device_root.build_id})]
+    devices = [
+        device_root,
+        make_device_root(tmp_path / "device-2", manifest={"build_id": device_root.build_id}),
+    ]
     for device in devices:
         device.add_tool("llama-bench", REPLAY_LLAMA_BENCH)
         device.add_file("models/tiny.gguf", b"GGUF stand-in")
-    argv = [sys.executable, "-m", "kzbuild", "--project", str(project.root), "--work-dir", str(project.work), "--cache-dir", str(project.cache),
-            "bench", "-m", "models/tiny.gguf", "--sweep", "t=1,2,3,4", "--json"]  # fmt: skip
-    benches = [subprocess.Popen([*argv, "--device", device.spec], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for device in devices]
+    argv = [
+        sys.executable,
+        "-m",
+        "kzbuild",
+        "--project",
+        str(project.root),
+        "--work-dir",
+        str(project.work),
+        "--cache-dir",
+        str(project.cache),
+        "bench",
+        "-m",
+        "models/tiny.gguf",
+        "--sweep",
+        "t=1,2,3,4",
+        "--json",
+    ]
+    benches = [
+        subprocess.Popen(
+            [*argv, "--device", device.spec],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for device in devices
+    ]
     outputs = [process.communicate(timeout=300) for process in benches]
     for process, (_, err) in zip(benches, outputs, strict=True):
         assert process.returncode == 0, err
@@ -306,24 +417,41 @@ def test_run_piped_into_head_ends_without_a_traceback(device_root, project):
     """The reader goes away: the tool gets SIGPIPE as in a plain pipeline; nothing hangs."""
     device_root.add_tool("noisy", "#!/bin/sh\nwhile :; do echo hello; done\n")
     kzbuild = f"{sys.executable} -m kzbuild --project {project.root} --work-dir {project.work}"
-    result = subprocess.run(["sh", "-c", f"{kzbuild} run --device {device_root.spec} noisy | head -c 12"], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        ["sh", "-c", f"{kzbuild} run --device {device_root.spec} noisy | head -c 12"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.stdout == "hello\nhello\n"
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr
 
 
 def test_paths_that_cannot_be_read_or_written_are_exit_2(kz, folder, project):
     missing = kz("results", "import-seed", str(project.root / "absent.jsonl"))
-    assert missing.code == 2 and unwrapped("absent.jsonl: cannot read file: No such file or directory") in unwrapped(missing.err)
+    assert missing.code == 2 and unwrapped(
+        "absent.jsonl: cannot read file: No such file or directory"
+    ) in unwrapped(missing.err)
     a_file = project.write("not-a-folder", "x")
     not_a_folder = kz("--results-dir", str(a_file), "results", "list")
-    assert not_a_folder.code == 2 and unwrapped("--results-dir / KZ_RESULTS_DIR:") in unwrapped(not_a_folder.err) and unwrapped("is not a folder") in unwrapped(not_a_folder.err)
+    assert (
+        not_a_folder.code == 2
+        and unwrapped("--results-dir / KZ_RESULTS_DIR:") in unwrapped(not_a_folder.err)
+        and unwrapped("is not a folder") in unwrapped(not_a_folder.err)
+    )
     to_a_folder = kz("results", "plot", "--out", str(project.root))
-    assert to_a_folder.code == 2 and unwrapped("cannot write the plot to") in unwrapped(to_a_folder.err) and unwrapped("Is a directory") in unwrapped(to_a_folder.err)
+    assert (
+        to_a_folder.code == 2
+        and unwrapped("cannot write the plot to") in unwrapped(to_a_folder.err)
+        and unwrapped("Is a directory") in unwrapped(to_a_folder.err)
+    )
     for result in (missing, not_a_folder, to_a_folder):
         assert "internal error" not in result.err
 
 
-@pytest.mark.parametrize("printed", ["", "\\n", "not-a-digest  models/tiny.gguf\\n", "\\xff\\xfe\\n"])
+@pytest.mark.parametrize(
+    "printed", ["", "\\n", "not-a-digest  models/tiny.gguf\\n", "\\xff\\xfe\\n"]
+)
 def test_a_sha256sum_that_prints_no_digest_is_a_device_error(kz, device_root, monkeypatch, printed):
     device_root.add_tool("llama-bench", REPLAY_LLAMA_BENCH)
     device_root.add_file("models/tiny.gguf", b"GGUF stand-in")

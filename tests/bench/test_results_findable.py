@@ -69,20 +69,36 @@ def test_a_results_dir_with_measurements_gets_no_pointer(kz, project):
     with ResultsStore(project.root / "results") as store:
         store.add([record(run_id="r2")])
     result = kz("results", "show", "nope")
-    assert result.code == 13 and "no results match 'nope'" in flat(result.err) and "holds no measured results" not in flat(result.err)
+    assert (
+        result.code == 13
+        and "no results match 'nope'" in flat(result.err)
+        and "holds no measured results" not in flat(result.err)
+    )
 
 
 def test_spread_is_explained_and_rows_above_the_noise_threshold_are_flagged(kz, project):
     with ResultsStore(project.root / "results") as store:
-        store.add([record(run_id="r1", samples=(100.0, 120.0, 99.0)), record(run_id="r1", test="tg128", seq=1, samples=(10.0, 10.1, 10.05))])
+        store.add(
+            [
+                record(run_id="r1", samples=(100.0, 120.0, 99.0)),
+                record(run_id="r1", test="tg128", seq=1, samples=(10.0, 10.1, 10.05)),
+            ]
+        )
     result = kz("results", "show", "r1", "--markdown")
     assert result.code == 0, result.err
-    rows = {line.split("|")[1].strip(): line for line in result.out.splitlines() if line.startswith("| pp") or line.startswith("| tg")}
+    rows = {
+        line.split("|")[1].strip(): line
+        for line in result.out.splitlines()
+        if line.startswith("| pp") or line.startswith("| tg")
+    }
     assert rows["pp512"].endswith("| 21.0% (n=3) ! | - | - |  |")  # (120 - 99) / 100
     assert rows["tg128"].endswith("| 1.0% (n=3) | - | - |  |")
     out = flat(result.out)
     assert "spread: (max - min) of the samples as % of their median; n: samples" in out
-    assert "!: 1 spread(s) above 5%: too noisy to trust small differences; raise -r (more repetitions) or add --cooldown SECONDS between runs" in out
+    assert (
+        "!: 1 spread(s) above 5%: too noisy to trust small differences; raise -r (more "
+        "repetitions) or add --cooldown SECONDS between runs" in out
+    )
     compared = flat(kz("results", "compare", "r1", "r1").out)
     assert "!: 2 spread(s) above 5%" in compared
 
@@ -94,13 +110,22 @@ def test_a_quiet_run_gets_the_footnote_but_no_flag(kz, project):
     assert "spread: (max - min)" in out and "!:" not in out
 
 
-def test_ids_are_whole_at_80_columns_and_each_shown_id_selects_its_results(kz, project, monkeypatch):
+def test_ids_are_whole_at_80_columns_and_each_shown_id_selects_its_results(
+    kz, project, monkeypatch
+):
     monkeypatch.setenv("COLUMNS", "80")
     with ResultsStore(project.root / "results") as store:
-        store.add([record(run_id=RUN_ID, build_id=BUILD_ID), record(run_id=RUN_ID, build_id=BUILD_ID, test="tg128", seq=1)])
+        store.add(
+            [
+                record(run_id=RUN_ID, build_id=BUILD_ID),
+                record(run_id=RUN_ID, build_id=BUILD_ID, test="tg128", seq=1),
+            ]
+        )
     listed = kz("results", "list")
     assert listed.code == 0, listed.err
-    row = next(line for line in listed.out.splitlines() if RUN_ID in line)  # the run id on one line, whole
+    row = next(
+        line for line in listed.out.splitlines() if RUN_ID in line
+    )  # the run id on one line, whole
     shown_build = re.search(r"host-[0-9a-f]+", row)
     assert shown_build and BUILD_ID.startswith(shown_build[0]) and "…" not in listed.out
     for selector in (RUN_ID, shown_build[0]):
@@ -125,13 +150,17 @@ def test_the_demo_ends_by_plotting_and_printing_where_its_results_are_and_how_to
     ran = subprocess.run(["bash", "-c", start + ending], cwd=project.root, env=env, **TEXT)
     assert ran.returncode == 0, ran.stderr
     assert (demo / "plot.png").stat().st_size > 1000
-    expected = f"The demo's results are in {demo} (YYYY-MM.jsonl shards, results.sqlite3, plot.png)."
+    expected = (
+        f"The demo's results are in {demo} (YYYY-MM.jsonl shards, results.sqlite3, plot.png)."
+    )
     assert expected in ran.stdout
     assert f"The history report: {demo}/report.html" in ran.stdout
     assert "<!DOCTYPE html>" in (demo / "report.html").read_text()[:50]
     commands = re.findall(r"scripts/kzbuild( results .*)", ran.stdout)
     assert commands == [
-        " results list", " results show latest", " results plot --out plot.png",
+        " results list",
+        " results show latest",
+        " results plot --out plot.png",
         " results report -o report.html",
     ]
     wrapper = shlex.quote(str(REPO_ROOT / "scripts" / "kzbuild"))

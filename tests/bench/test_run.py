@@ -1,4 +1,5 @@
-"""kzbuild run: the release's tool, the device env plus --env, exact arguments, the tool's exit code."""
+"""kzbuild run: the release's tool, the device env plus --env, exact arguments, the tool's exit
+code."""
 
 from __future__ import annotations
 
@@ -15,16 +16,31 @@ from kzbuild.model.run import Release
 from tests.bench.benchkit import SHOW_ARGS, TRICKY, flat, make_device_root
 
 # Anything a process can receive: no NUL (execve cannot carry it), no lone surrogates.
-ARG_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)
+ARG_TEXT = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40
+)
 VALUES = st.one_of(st.sampled_from(TRICKY), ARG_TEXT)
-SLOW_EXAMPLES = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SLOW_EXAMPLES = settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 @SLOW_EXAMPLES
 @given(args=st.lists(VALUES, max_size=5), value=VALUES)
-def test_any_argument_and_env_value_arrives_unchanged_through_kzbuild_run(kz, device_root, args, value):
+def test_any_argument_and_env_value_arrives_unchanged_through_kzbuild_run(
+    kz, device_root, args, value
+):
     device_root.add_tool("show-args", SHOW_ARGS)
-    result = kz("run", "--device", device_root.spec, "--env", f"KZ_T_VALUE={value}", "--", "show-args", *args)
+    result = kz(
+        "run",
+        "--device",
+        device_root.spec,
+        "--env",
+        f"KZ_T_VALUE={value}",
+        "--",
+        "show-args",
+        *args,
+    )
     assert result.code == 0, result.err
     seen = json.loads(result.out)
     assert seen["argv"] == args
@@ -36,8 +52,18 @@ def test_any_argument_and_env_value_arrives_unchanged_through_kzbuild_run(kz, de
 def test_the_device_command_line_of_a_run_survives_a_real_shell(device_root, args, value):
     """adb and ssh run remote_command(...) under sh on the device: the same bytes must arrive."""
     device_root.add_tool("show-args", SHOW_ARGS)
-    device = Device(name="t", transport="ssh", root=str(device_root.root), env=(("LD_LIBRARY_PATH", "{current}/lib"),))
-    release = Release(build_id=device_root.build_id, dir=str(device_root.release), manifest={}, manifest_sha256=None)
+    device = Device(
+        name="t",
+        transport="ssh",
+        root=str(device_root.root),
+        env=(("LD_LIBRARY_PATH", "{current}/lib"),),
+    )
+    release = Release(
+        build_id=device_root.build_id,
+        dir=str(device_root.release),
+        manifest={},
+        manifest_sha256=None,
+    )
     call = invocation(device, release, "show-args", args, {"KZ_T_VALUE": value})
     line = remote_command(call.argv, cwd=call.cwd, env=call.env)
     seen = json.loads(subprocess.run(["sh", "-c", line], capture_output=True, check=True).stdout)
@@ -53,7 +79,10 @@ def test_run_adds_nothing_and_uses_the_release_env(kz, device_root):
     seen = json.loads(result.out)
     assert seen["argv"] == ["-m", "models/x.gguf"]  # no -t 6 -ub 1024
     lib = f"{device_root.release}/lib"
-    assert seen["env"] == {"LD_LIBRARY_PATH": lib, "ADSP_LIBRARY_PATH": lib}  # no GGML_HEXAGON_OPPOLL
+    assert seen["env"] == {
+        "LD_LIBRARY_PATH": lib,
+        "ADSP_LIBRARY_PATH": lib,
+    }  # no GGML_HEXAGON_OPPOLL
     assert seen["cwd"] == str(device_root.root)
 
 
@@ -80,7 +109,8 @@ def test_run_applies_the_runner_prefix(kz, project, device_root):
     device_root.add_tool("show-args", SHOW_ARGS)
     project.write(
         "recipes/devices.yaml",
-        f"devices:\n  wrapped:\n    transport: local\n    root: {device_root.root}\n    runner: [env, KZ_T_RUNNER=yes]\n",
+        f"devices:\n  wrapped:\n    transport: local\n    root: {device_root.root}\n    runner: "
+        "[env, KZ_T_RUNNER=yes]\n",
     )
     result = kz("run", "--device", "wrapped", "show-args", "x")
     assert result.code == 0, result.err
@@ -132,7 +162,9 @@ def test_a_release_without_a_readable_manifest_still_runs_and_says_what_is_missi
     device.add_tool("show-args", SHOW_ARGS)
     result = kz("run", "--device", device.spec, "show-args")
     assert result.code == 0
-    assert "release" in flat(result.err) and "has no manifest.json; provenance will lack build inputs" in flat(result.err)
+    assert "release" in flat(
+        result.err
+    ) and "has no manifest.json; provenance will lack build inputs" in flat(result.err)
     (device.release / "manifest.json").write_text("[1, 2]")
     result = kz("run", "--device", device.spec, "show-args")
     assert result.code == 0
@@ -141,6 +173,8 @@ def test_a_release_without_a_readable_manifest_still_runs_and_says_what_is_missi
 
 def test_options_after_the_tool_belong_to_the_tool(kz, device_root):
     device_root.add_tool("show-args", SHOW_ARGS)
-    result = kz("run", "--device", device_root.spec, "show-args", "--help", "-e", "X=1", "--device", "d")
+    result = kz(
+        "run", "--device", device_root.spec, "show-args", "--help", "-e", "X=1", "--device", "d"
+    )
     assert result.code == 0, result.err
     assert json.loads(result.out)["argv"] == ["--help", "-e", "X=1", "--device", "d"]

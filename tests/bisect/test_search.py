@@ -21,10 +21,19 @@ IDENTITY = {"recipe": "tiny", "metric": "pp32 t/s"}
 
 
 class Synthetic:
-    """A device whose commit ``step`` (and later) is ``drop`` slower, with seeded noise of ``noise`` (relative sd)."""
+    """A device whose commit ``step`` (and later) is ``drop`` slower, with seeded noise of ``noise``
+    (relative sd)."""
 
-    def __init__(self, step: int | None, *, drop: float = 0.10, noise: float = 0.02, seed: int = 0,
-                 unbuildable: Sequence[int] = (), interrupt_at: int | None = None) -> None:
+    def __init__(
+        self,
+        step: int | None,
+        *,
+        drop: float = 0.10,
+        noise: float = 0.02,
+        seed: int = 0,
+        unbuildable: Sequence[int] = (),
+        interrupt_at: int | None = None,
+    ) -> None:
         self.step, self.drop, self.noise = step, drop, noise
         self.rng = random.Random(seed)
         self.unbuildable = set(unbuildable)
@@ -40,16 +49,31 @@ class Synthetic:
             return BuiltCommit(failed="cmake: error")
         return BuiltCommit(artifact=f"/artifacts/{sha[:8]}", build_id=sha[:16])
 
-    def __call__(self, artifacts: Mapping[str, str], blocks: int, seed: int) -> Mapping[str, Sequence[float]]:
+    def __call__(
+        self, artifacts: Mapping[str, str], blocks: int, seed: int
+    ) -> Mapping[str, Sequence[float]]:
         if self.interrupt_at is not None and len(self.benched) == self.interrupt_at:
             raise KeyboardInterrupt
         self.benched.append(tuple(artifacts))
-        speed = {sha: 100.0 * (1 - self.drop if self.step is not None and SHAS.index(sha) >= self.step else 1.0) for sha in artifacts}
-        return {sha: [speed[sha] * self.rng.gauss(1.0, self.noise) for _ in range(blocks)] for sha in artifacts}
+        speed = {
+            sha: 100.0
+            * (1 - self.drop if self.step is not None and SHAS.index(sha) >= self.step else 1.0)
+            for sha in artifacts
+        }
+        return {
+            sha: [speed[sha] * self.rng.gauss(1.0, self.noise) for _ in range(blocks)]
+            for sha in artifacts
+        }
 
 
 def search(tmp_path: Path, device: Synthetic, shas: Sequence[str] = SHAS, seed: int = 1) -> Search:
-    return Search(Record.open(tmp_path, IDENTITY, shas), device.build, {"box": device}, BisectLimits(), seed=seed)
+    return Search(
+        Record.open(tmp_path, IDENTITY, shas),
+        device.build,
+        {"box": device},
+        BisectLimits(),
+        seed=seed,
+    )
 
 
 @pytest.mark.parametrize("step", [1, 2, 17, 37, 62, 63])
@@ -76,12 +100,14 @@ def test_only_pairs_that_cannot_be_told_apart_take_more_samples(tmp_path):
     found = search(tmp_path, device)
     found.run()
     limits = BisectLimits()
-    sizes = {len(c.samples['box']) for c in found.commits if c.samples}
+    sizes = {len(c.samples["box"]) for c in found.commits if c.samples}
     assert min(sizes) == limits.samples_per_round and max(sizes) <= 3 * limits.max_samples
     noisy = Synthetic(30, seed=3, noise=0.08)
     crowded = search(tmp_path / "noisy", noisy)
     crowded.run()
-    assert sum(len(v) for c in crowded.commits for v in c.samples.values()) > sum(len(v) for c in found.commits for v in c.samples.values())
+    assert sum(len(v) for c in crowded.commits for v in c.samples.values()) > sum(
+        len(v) for c in found.commits for v in c.samples.values()
+    )
 
 
 def test_a_commit_that_does_not_build_is_skipped_with_its_reason(tmp_path):
@@ -113,7 +139,9 @@ def test_a_bisect_cut_midway_resumes_with_no_commit_measured_twice(tmp_path):
     resumed.rng.setstate(cut.rng.getstate())
     found = search(tmp_path / "cut", resumed).run()
     assert found[0] == expected[0] and found[3] == expected[3]
-    assert cut.benched + resumed.benched == whole.benched  # the rounds done before the cut are not run again
+    assert (
+        cut.benched + resumed.benched == whole.benched
+    )  # the rounds done before the cut are not run again
     assert not set(resumed.built) & set(cut.built)  # nor the builds
 
 
@@ -121,12 +149,23 @@ def test_a_pool_of_two_devices_narrows_in_fewer_steps_and_never_mixes_devices(tm
     one = Synthetic(37, seed=21)
     single = search(tmp_path / "one", one)
     assert single.run()[3] == 37
-    a, b = Synthetic(37, seed=22), Synthetic(37, seed=23, drop=0.12)  # b is another unit: its own speeds
-    pooled = Search(Record.open(tmp_path / "pool", IDENTITY, SHAS), a.build, {"a": a, "b": b}, BisectLimits(), seed=1)
+    a, b = (
+        Synthetic(37, seed=22),
+        Synthetic(37, seed=23, drop=0.12),
+    )  # b is another unit: its own speeds
+    pooled = Search(
+        Record.open(tmp_path / "pool", IDENTITY, SHAS),
+        a.build,
+        {"a": a, "b": b},
+        BisectLimits(),
+        seed=1,
+    )
     outcome, effect, lo, hi = pooled.run()
     assert (outcome, hi) == (BisectOutcome.FOUND, 37)
     rounds_single = len({s.lo for s in single.steps} | {s.hi for s in single.steps})
-    assert len({(s.lo, s.hi) for s in pooled.steps}) < len({(s.lo, s.hi) for s in single.steps}), rounds_single
+    assert len({(s.lo, s.hi) for s in pooled.steps}) < len({(s.lo, s.hi) for s in single.steps}), (
+        rounds_single
+    )
     for step in pooled.steps:  # each mid compared with the ends on its own device
         device = step.note.removeprefix("on ")
         for index in (step.lo, step.mid, step.hi):
@@ -135,7 +174,9 @@ def test_a_pool_of_two_devices_narrows_in_fewer_steps_and_never_mixes_devices(tm
 
 def test_compare_needs_the_minimum_effect_as_well_as_an_interval_off_zero():
     limits = BisectLimits(min_effect_pct=3.0)
-    assert compare([100, 100.1, 99.9], [99, 99.1, 98.9], limits, seed=0)[0] is PairVerdict.SAME  # -1%: real, too small
+    assert (
+        compare([100, 100.1, 99.9], [99, 99.1, 98.9], limits, seed=0)[0] is PairVerdict.SAME
+    )  # -1%: real, too small
     assert compare([100, 100.1, 99.9], [90, 90.1, 89.9], limits, seed=0)[0] is PairVerdict.DIFFERENT
     assert compare([100, 80, 120], [95, 75, 115], limits, seed=0)[0] is PairVerdict.UNDECIDED
 
@@ -152,9 +193,15 @@ def test_a_damaged_record_is_named_and_another_bisects_record_refused(tmp_path):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-                    max_leaves=20))
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+        lambda inner: (
+            st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+        ),
+        max_leaves=20,
+    )
+)
 def test_any_json_in_the_record_is_read_or_refused_clearly(tmp_path_factory, doc):
     folder = tmp_path_factory.mktemp("record")
     record = Record.open(folder, IDENTITY, SHAS[:2])

@@ -1,4 +1,5 @@
-"""Fixtures for deploy tests: artifacts with real ELF files, a real sshd, a cutting relay, the adb test device."""
+"""Fixtures for deploy tests: artifacts with real ELF files, a real sshd, a cutting relay, the adb
+test device."""
 
 from __future__ import annotations
 

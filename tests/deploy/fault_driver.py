@@ -4,8 +4,10 @@
 
 ``--kill-at N`` SIGKILLs this process at its N-th device operation, as kill -9 or a crash
 would: after a command ran (the device did it, kzbuild never saw the answer), half-way
-through an upload (half the file arrived; of a pushed dir, the files of half its bytes), or half-way through a command's input (the device
-ran it on the first half of its stdin: half a tar stream, half the files to assemble). ``--slow S`` sleeps S seconds after every
+through an upload (half the file arrived; of a pushed dir, the files of half its bytes), or half-way
+through a command's input (the device
+ran it on the first half of its stdin: half a tar stream, half the files to assemble). ``--slow S``
+sleeps S seconds after every
 operation so that concurrent runs overlap. Used by tests/deploy/test_deploy_faults.py and
 benchmarks/bench_faults.py.
 """
@@ -122,8 +124,11 @@ def install(faults: Faults) -> None:
             setattr(transport, "push_tree", wrapped)  # noqa: B010
 
 
-def command(kzbuild_args: Sequence[str], *, kill_at: int | None = None, slow: float = 0.0) -> list[str]:
-    """The argv that runs ``kzbuild kzbuild_args`` through this driver (from the repository root)."""
+def command(
+    kzbuild_args: Sequence[str], *, kill_at: int | None = None, slow: float = 0.0
+) -> list[str]:
+    """The argv that runs ``kzbuild kzbuild_args`` through this driver (from the repository
+    root)."""
     driver = [sys.executable, "-m", "tests.deploy.fault_driver", "--slow", str(slow)]
     if kill_at is not None:
         driver += ["--kill-at", str(kill_at)]

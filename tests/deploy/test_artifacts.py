@@ -1,4 +1,5 @@
-"""Loading an artifact's manifest for deploy: every bad manifest gets a message naming the problem."""
+"""Loading an artifact's manifest for deploy: every bad manifest gets a message naming the
+problem."""
 
 from __future__ import annotations
 
@@ -26,21 +27,59 @@ def rewrite(build, change):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda d: d.pop("build_id"), "build_id: must be 1-128 letters, digits and '._+-', starting with a letter or digit, not None"),
-        (lambda d: d.update(build_id="a/b"), "build_id: must be 1-128 letters, digits and '._+-', starting with a letter or digit, not 'a/b'"),
+        (
+            lambda d: d.pop("build_id"),
+            "build_id: must be 1-128 letters, digits and '._+-', starting with a letter or digit, "
+            "not None",
+        ),
+        (
+            lambda d: d.update(build_id="a/b"),
+            "build_id: must be 1-128 letters, digits and '._+-', starting with a letter or digit, "
+            "not 'a/b'",
+        ),
         (lambda d: d.update(build_id=".hidden"), "build_id: must be 1-128 letters"),
         (lambda d: d.update(files={}), "'files' must be a non-empty mapping"),
-        (lambda d: d.update(files={"../x": {"sha256": SHA, "size": 1, "mode": 420}}), "'../x' is not a plain relative path"),
-        (lambda d: d.update(files={"/etc/x": {"sha256": SHA, "size": 1, "mode": 420}}), "'/etc/x' is not a plain relative path"),
-        (lambda d: d.update(files={"bin/./x": {"sha256": SHA, "size": 1, "mode": 420}}), "'bin/./x' is not a plain relative path"),
-        (lambda d: d.update(files={"a\nb": {"sha256": SHA, "size": 1, "mode": 420}}), "'a\\nb' holds a control character"),
-        (lambda d: d.update(files={"manifest.json/x": {"sha256": SHA, "size": 1, "mode": 420}}), "'manifest.json' is the release's own manifest"),
+        (
+            lambda d: d.update(files={"../x": {"sha256": SHA, "size": 1, "mode": 420}}),
+            "'../x' is not a plain relative path",
+        ),
+        (
+            lambda d: d.update(files={"/etc/x": {"sha256": SHA, "size": 1, "mode": 420}}),
+            "'/etc/x' is not a plain relative path",
+        ),
+        (
+            lambda d: d.update(files={"bin/./x": {"sha256": SHA, "size": 1, "mode": 420}}),
+            "'bin/./x' is not a plain relative path",
+        ),
+        (
+            lambda d: d.update(files={"a\nb": {"sha256": SHA, "size": 1, "mode": 420}}),
+            "'a\\nb' holds a control character",
+        ),
+        (
+            lambda d: d.update(files={"manifest.json/x": {"sha256": SHA, "size": 1, "mode": 420}}),
+            "'manifest.json' is the release's own manifest",
+        ),
         (lambda d: d.update(files={"x": "nope"}), "'x' must map to {sha256, size, mode}"),
-        (lambda d: d.update(files={"x": {"sha256": "ABC", "size": 1}}), "'x': sha256 must be 64 lowercase hex digits"),
-        (lambda d: d.update(files={"x": {"sha256": SHA, "size": -1}}), "'x': size must be a non-negative integer"),
-        (lambda d: d.update(files={"x": {"sha256": SHA, "size": 1, "mode": "rwx"}}), "'x': mode must be an integer or an octal string"),
-        (lambda d: d.update(files={"x": {"sha256": SHA, "size": 1, "mode": 0o70000}}), "'x': mode 70000 is out of range"),
-        (lambda d: d["files"].update({"lib/gone.so": {"sha256": SHA, "size": 1, "mode": 420}}), "'lib/gone.so' is listed but missing"),
+        (
+            lambda d: d.update(files={"x": {"sha256": "ABC", "size": 1}}),
+            "'x': sha256 must be 64 lowercase hex digits",
+        ),
+        (
+            lambda d: d.update(files={"x": {"sha256": SHA, "size": -1}}),
+            "'x': size must be a non-negative integer",
+        ),
+        (
+            lambda d: d.update(files={"x": {"sha256": SHA, "size": 1, "mode": "rwx"}}),
+            "'x': mode must be an integer or an octal string",
+        ),
+        (
+            lambda d: d.update(files={"x": {"sha256": SHA, "size": 1, "mode": 0o70000}}),
+            "'x': mode 70000 is out of range",
+        ),
+        (
+            lambda d: d["files"].update({"lib/gone.so": {"sha256": SHA, "size": 1, "mode": 420}}),
+            "'lib/gone.so' is listed but missing",
+        ),
         (lambda d: d["files"]["lib/libgreet.so"].update(size=1), "'lib/libgreet.so' is "),
     ],
 )
@@ -85,4 +124,6 @@ def test_octal_string_modes_and_the_files_digest():
     assert parse_mode("x", "0755") == parse_mode("x", "755") == parse_mode("x", 0o755) == 0o755
     one = (ArtifactFile("bin/a", SHA, 1, 0o755), ArtifactFile("lib/b", "cd" * 32, 2, 0o644))
     assert files_digest(one) == files_digest(tuple(reversed(one)))  # order does not matter
-    assert files_digest(one) != files_digest((ArtifactFile("bin/a", SHA, 1, 0o644), one[1]))  # modes do
+    assert files_digest(one) != files_digest(
+        (ArtifactFile("bin/a", SHA, 1, 0o644), one[1])
+    )  # modes do

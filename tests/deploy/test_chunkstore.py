@@ -39,7 +39,10 @@ def test_a_file_is_cut_into_chunks_named_by_their_sha256_that_add_up_to_it(tmp_p
     path.write_bytes(data)
     pieces = split(path, len(data))
     assert b"".join(data[p.offset : p.offset + p.size] for p in pieces) == data
-    assert all(p.name == hashlib.sha256(data[p.offset : p.offset + p.size]).hexdigest()[:NAME_HEX] for p in pieces)
+    assert all(
+        p.name == hashlib.sha256(data[p.offset : p.offset + p.size]).hexdigest()[:NAME_HEX]
+        for p in pieces
+    )
     assert all(MIN_CHUNK <= p.size <= MAX_CHUNK for p in pieces[:-1])
 
 
@@ -61,20 +64,37 @@ def test_a_small_file_travels_whole(tmp_path: Path) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(PATHS, st.binary(max_size=2000)), min_size=1, max_size=6, unique_by=lambda item: item[0]))
-def test_tar_streams_read_back_with_names_sizes_and_contents(files: list[tuple[str, bytes]]) -> None:
-    archive = b"".join(tar_stream([Member(name, len(data), constant(data)) for name, data in files]))
+@given(
+    st.lists(
+        st.tuples(PATHS, st.binary(max_size=2000)),
+        min_size=1,
+        max_size=6,
+        unique_by=lambda item: item[0],
+    )
+)
+def test_tar_streams_read_back_with_names_sizes_and_contents(
+    files: list[tuple[str, bytes]],
+) -> None:
+    archive = b"".join(
+        tar_stream([Member(name, len(data), constant(data)) for name, data in files])
+    )
     assert len(archive) % TAR_BLOCK == 0
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         members = tar.getmembers()
-        assert [(m.name, m.size, m.mode) for m in members] == [(name, len(data), 0o644) for name, data in files]
+        assert [(m.name, m.size, m.mode) for m in members] == [
+            (name, len(data), 0o644) for name, data in files
+        ]
         assert [tar.extractfile(m).read() for m in members] == [data for _, data in files]  # type: ignore[union-attr]
 
 
 @settings(max_examples=60, deadline=None)
 @given(PATHS, PATHS)
 def test_hard_link_and_directory_headers_read_back(name: str, target: str) -> None:
-    archive = tar_header(name, 0, kind=DIRECTORY, mode=0o755) + tar_header(f"{name}/f", 0, kind=HARDLINK, linkname=target) + bytes(2 * TAR_BLOCK)
+    archive = (
+        tar_header(name, 0, kind=DIRECTORY, mode=0o755)
+        + tar_header(f"{name}/f", 0, kind=HARDLINK, linkname=target)
+        + bytes(2 * TAR_BLOCK)
+    )
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         directory, link = tar.getmembers()
     assert (directory.name, directory.isdir(), directory.mode) == (name, True, 0o755)
@@ -86,10 +106,19 @@ def test_gnu_tar_unpacks_a_stream_with_long_names_and_hard_links(tmp_path: Path)
     (tmp_path / "objects").mkdir()
     (tmp_path / "objects" / "abc").write_bytes(b"content")
     members = [Member("plain", 5, constant(b"hello")), Member(long_name, 3, constant(b"xyz"))]
-    archive = b"".join(tar_stream(members, end=False)) + tar_header("rel", 0, kind=DIRECTORY, mode=0o755) + tar_header("rel/lib.so", 0, kind=HARDLINK, linkname="objects/abc") + bytes(2 * TAR_BLOCK)
+    archive = (
+        b"".join(tar_stream(members, end=False))
+        + tar_header("rel", 0, kind=DIRECTORY, mode=0o755)
+        + tar_header("rel/lib.so", 0, kind=HARDLINK, linkname="objects/abc")
+        + bytes(2 * TAR_BLOCK)
+    )
     subprocess.run(["tar", "-x", "-f", "-"], cwd=tmp_path, input=archive, check=True)
-    assert (tmp_path / "plain").read_bytes() == b"hello" and (tmp_path / long_name).read_bytes() == b"xyz"
-    assert (tmp_path / "rel" / "lib.so").stat().st_ino == (tmp_path / "objects" / "abc").stat().st_ino
+    assert (tmp_path / "plain").read_bytes() == b"hello" and (
+        tmp_path / long_name
+    ).read_bytes() == b"xyz"
+    assert (tmp_path / "rel" / "lib.so").stat().st_ino == (
+        tmp_path / "objects" / "abc"
+    ).stat().st_ino
 
 
 def test_staging_dirs_a_killed_kzbuild_left_are_swept(tmp_path: Path) -> None:

@@ -13,7 +13,15 @@ ROOT = "/data/local/tmp/kz-engine"
 
 
 def adb_deploy(kz, adb_device, artifact, *extra: str):
-    return kz("deploy", "--device", f"adb:{adb_device.serial}:{ROOT}", "--artifact", str(artifact), "--json", *extra)
+    return kz(
+        "deploy",
+        "--device",
+        f"adb:{adb_device.serial}:{ROOT}",
+        "--artifact",
+        str(artifact),
+        "--json",
+        *extra,
+    )
 
 
 def ok(result) -> dict:
@@ -26,7 +34,9 @@ def current(adb_device) -> str:
 
 
 def run_hello(adb_device) -> str:
-    result = AdbTransport(adb_device.device(root=ROOT), connect_timeout=5).run([f"{ROOT}/current/bin/hello"])
+    result = AdbTransport(adb_device.device(root=ROOT), connect_timeout=5).run(
+        [f"{ROOT}/current/bin/hello"]
+    )
     assert result.ok, result.stderr
     return result.text()
 
@@ -46,17 +56,33 @@ def test_deploy_redeploy_changed_library_and_rollback_over_adb(kz, adb_device, a
     assert 0 < changed["bytes_sent"] <= (build2 / "lib" / "libgreet.so").stat().st_size
     assert run_hello(adb_device) == "hello from v2\nblob 65536\n"
 
-    back = ok(kz("deploy", "--device", f"adb:{adb_device.serial}:{ROOT}", "--rollback", "--keep", "1", "--json"))
+    back = ok(
+        kz(
+            "deploy",
+            "--device",
+            f"adb:{adb_device.serial}:{ROOT}",
+            "--rollback",
+            "--keep",
+            "1",
+            "--json",
+        )
+    )
     assert (back["release"], back["pruned"]) == ("b1", ["b2"])
     assert run_hello(adb_device) == "hello from v1\nblob 65536\n"
 
 
-def test_an_executable_with_spaces_and_quotes_in_its_path_runs_after_a_deploy_over_adb(kz, adb_device, artifacts):
+def test_an_executable_with_spaces_and_quotes_in_its_path_runs_after_a_deploy_over_adb(
+    kz, adb_device, artifacts
+):
     build = artifacts.make("b1")
-    (build / "bin" / "hello").rename(build / "bin" / "it's a \"hello\"")  # the list of executables reaches xargs -0
+    (build / "bin" / "hello").rename(
+        build / "bin" / 'it\'s a "hello"'
+    )  # the list of executables reaches xargs -0
     write_manifest(build, "b1")
     ok(adb_deploy(kz, adb_device, build))
-    result = AdbTransport(adb_device.device(root=ROOT), connect_timeout=5).run([f"{ROOT}/current/bin/it's a \"hello\""])
+    result = AdbTransport(adb_device.device(root=ROOT), connect_timeout=5).run(
+        [f'{ROOT}/current/bin/it\'s a "hello"']
+    )
     assert (result.returncode, result.text()) == (0, "hello from v1\nblob 65536\n")
 
 
@@ -72,5 +98,7 @@ def test_a_push_cut_over_adb_keeps_current_and_the_rerun_completes(kz, adb_devic
     rerun = ok(adb_deploy(kz, adb_device, build2))
     assert current(adb_device) == "releases/b2"
     assert rerun["files_sent"] == 2  # libgreet and libblob changed
-    assert rerun["bytes_resumed"] > 100_000  # the chunks that had arrived before the cut are not sent again
+    assert (
+        rerun["bytes_resumed"] > 100_000
+    )  # the chunks that had arrived before the cut are not sent again
     assert run_hello(adb_device) == "hello from v2\nblob 1048576\n"

@@ -62,16 +62,35 @@ class Finished:
 
 
 class Spawner:
-    """Starts ``kzbuild`` through the fault driver as a separate process against the test project."""
+    """Starts ``kzbuild`` through the fault driver as a separate process against the test
+    project."""
 
     def __init__(self, project) -> None:  # type: ignore[no-untyped-def]
         self.project = project
 
-    def start(self, *args: str, kill_at: int | None = None, slow: float = 0.0, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        kz = ["--project", str(self.project.root), "--cache-dir", str(self.project.cache), "--work-dir", str(self.project.work), *args]
+    def start(
+        self,
+        *args: str,
+        kill_at: int | None = None,
+        slow: float = 0.0,
+        env: dict[str, str] | None = None,
+    ) -> subprocess.Popen[str]:
+        kz = [
+            "--project",
+            str(self.project.root),
+            "--cache-dir",
+            str(self.project.cache),
+            "--work-dir",
+            str(self.project.work),
+            *args,
+        ]
         return subprocess.Popen(
-            fault_driver.command(kz, kill_at=kill_at, slow=slow), cwd=fault_driver.REPO, env={**os.environ, "COLUMNS": "200", **(env or {})},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            fault_driver.command(kz, kill_at=kill_at, slow=slow),
+            cwd=fault_driver.REPO,
+            env={**os.environ, "COLUMNS": "200", **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
 
     @staticmethod
@@ -125,8 +144,14 @@ def lock_left(root: Path) -> bool:
 KILL_POINTS = {"local": (1, 2, 3, 4), "ssh": (3, 4), "adb": (3, 4, 5)}
 
 
-@pytest.mark.parametrize(("target", "point"), [(kind, point) for kind, points in KILL_POINTS.items() for point in points], indirect=["target"])
-def test_kill_9_mid_deploy_then_a_fresh_deploy_recovers(kz, spawn, target, artifacts, point, clean_lock_env):
+@pytest.mark.parametrize(
+    ("target", "point"),
+    [(kind, point) for kind, points in KILL_POINTS.items() for point in points],
+    indirect=["target"],
+)
+def test_kill_9_mid_deploy_then_a_fresh_deploy_recovers(
+    kz, spawn, target, artifacts, point, clean_lock_env
+):
     deployed(kz, target, artifacts.make("b1"))
     build2 = artifacts.make("b2", greeting="hello from v2", blob_seed=2)
     killed = spawn.run(*deploy_args(target, build2), kill_at=point)
@@ -134,15 +159,22 @@ def test_kill_9_mid_deploy_then_a_fresh_deploy_recovers(kz, spawn, target, artif
     assert lock_left(target.root)  # held by a dead process
     assert assert_store_invariant(target.root) == "b1"
 
-    fresh = deployed(kz, target, build2)  # no --wait: a dead holder on this host is recovered at once
+    fresh = deployed(
+        kz, target, build2
+    )  # no --wait: a dead holder on this host is recovered at once
     assert fresh["release"] == "b2"
     assert assert_store_invariant(target.root) == "b2"
     assert not lock_left(target.root)
 
 
-def test_concurrent_deploys_one_waits_one_finishes_first(kz, spawn, target, artifacts, clean_lock_env):
+def test_concurrent_deploys_one_waits_one_finishes_first(
+    kz, spawn, target, artifacts, clean_lock_env
+):
     deployed(kz, target, artifacts.make("b1"))
-    builds = [artifacts.make("b2", greeting="v2", blob_seed=2), artifacts.make("b3", greeting="v3", blob_seed=3)]
+    builds = [
+        artifacts.make("b2", greeting="v2", blob_seed=2),
+        artifacts.make("b3", greeting="v3", blob_seed=3),
+    ]
     runs = [spawn.start(*deploy_args(target, build, "--wait", "60"), slow=0.02) for build in builds]
     finished = [spawn.finish(run) for run in runs]
     assert [run.code for run in finished] == [0, 0], [run.err for run in finished]
@@ -152,7 +184,9 @@ def test_concurrent_deploys_one_waits_one_finishes_first(kz, spawn, target, arti
 
 
 @pytest.mark.parametrize("target", ["local"], indirect=True)
-def test_concurrent_deploy_without_wait_the_loser_exits_10_naming_the_holder(kz, spawn, target, artifacts, clean_lock_env):
+def test_concurrent_deploy_without_wait_the_loser_exits_10_naming_the_holder(
+    kz, spawn, target, artifacts, clean_lock_env
+):
     deployed(kz, target, artifacts.make("b1"))
     build2 = artifacts.make("b2", greeting="v2", blob_seed=2)
     slow = spawn.start(*deploy_args(target, build2), slow=1.0)
@@ -167,11 +201,20 @@ def test_concurrent_deploy_without_wait_the_loser_exits_10_naming_the_holder(kz,
     assert assert_store_invariant(target.root) == "b2"
 
 
-@pytest.mark.parametrize(("target", "other"), [("local", "keep"), ("ssh", "rollback"), ("adb", "keep")], indirect=["target"])
-def test_deploy_against_rollback_or_keep_1_leaves_a_complete_current(kz, spawn, target, artifacts, other, clean_lock_env):
+@pytest.mark.parametrize(
+    ("target", "other"),
+    [("local", "keep"), ("ssh", "rollback"), ("adb", "keep")],
+    indirect=["target"],
+)
+def test_deploy_against_rollback_or_keep_1_leaves_a_complete_current(
+    kz, spawn, target, artifacts, other, clean_lock_env
+):
     deployed(kz, target, artifacts.make("b1"))
     deployed(kz, target, artifacts.make("b2", greeting="v2", blob_seed=2))
-    deploy = spawn.start(*deploy_args(target, artifacts.make("b3", greeting="v3", blob_seed=3), "--wait", "60"), slow=0.02)
+    deploy = spawn.start(
+        *deploy_args(target, artifacts.make("b3", greeting="v3", blob_seed=3), "--wait", "60"),
+        slow=0.02,
+    )
     second = (
         ["deploy", "--device", target.spec, "--rollback", "--wait", "60"]
         if other == "rollback"
@@ -182,24 +225,37 @@ def test_deploy_against_rollback_or_keep_1_leaves_a_complete_current(kz, spawn, 
     current = assert_store_invariant(target.root)
     assert current == last_logged(target.root)
     if other == "keep":
-        assert len(list((target.root / "releases").iterdir())) in (1, 2)  # b1 alone, or b1 and a later b3
+        assert len(list((target.root / "releases").iterdir())) in (
+            1,
+            2,
+        )  # b1 alone, or b1 and a later b3
 
 
 @pytest.mark.parametrize("target", ["local", "adb"], indirect=True)
-def test_two_machines_a_dead_holder_elsewhere_is_recovered_by_its_lease(kz, spawn, target, artifacts, monkeypatch):
+def test_two_machines_a_dead_holder_elsewhere_is_recovered_by_its_lease(
+    kz, spawn, target, artifacts, monkeypatch
+):
     deployed(kz, target, artifacts.make("b1"))
     build2 = artifacts.make("b2", greeting="v2", blob_seed=2)
-    killed = spawn.run(*deploy_args(target, build2), kill_at=3, env={devicelock.HOST_ENV: "machine-one"})
+    killed = spawn.run(
+        *deploy_args(target, build2), kill_at=3, env={devicelock.HOST_ENV: "machine-one"}
+    )
     assert killed.code == -signal.SIGKILL
 
-    monkeypatch.setenv(devicelock.HOST_ENV, "machine-two")  # the pid of machine-one says nothing here
+    monkeypatch.setenv(
+        devicelock.HOST_ENV, "machine-two"
+    )  # the pid of machine-one says nothing here
     refused = kz(*deploy_args(target, build2))
     assert refused.code == Busy.exit_code
-    assert f"is busy: deploy by machine-one pid {killed_pid(target.root)} since" in " ".join(refused.err.split())
+    assert f"is busy: deploy by machine-one pid {killed_pid(target.root)} since" in " ".join(
+        refused.err.split()
+    )
     assert assert_store_invariant(target.root) == "b1"
 
     monkeypatch.setenv(devicelock.LEASE_ENV, "1")
-    recovered = deployed(kz, target, build2, "--wait", "10")  # waits until the heartbeat is over 1 s old
+    recovered = deployed(
+        kz, target, build2, "--wait", "10"
+    )  # waits until the heartbeat is over 1 s old
     assert recovered["release"] == "b2"
     assert assert_store_invariant(target.root) == "b2" and not lock_left(target.root)
 
@@ -212,7 +268,13 @@ def killed_pid(root: Path) -> int:
 def test_two_machines_deploying_at_once_take_turns(kz, spawn, target, artifacts, clean_lock_env):
     deployed(kz, target, artifacts.make("b1"))
     runs = [
-        spawn.start(*deploy_args(target, artifacts.make(f"b{n}", greeting=f"v{n}", blob_seed=n), "--wait", "60"), slow=0.02, env={devicelock.HOST_ENV: f"machine-{n}"})
+        spawn.start(
+            *deploy_args(
+                target, artifacts.make(f"b{n}", greeting=f"v{n}", blob_seed=n), "--wait", "60"
+            ),
+            slow=0.02,
+            env={devicelock.HOST_ENV: f"machine-{n}"},
+        )
         for n in (2, 3)
     ]
     finished = [spawn.finish(run) for run in runs]
@@ -259,7 +321,11 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 512 KiB tmpfs as the device root; skipped where mounting is not permitted."""
     root = tmp_path / "device"
     root.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "kz-test", str(root)], capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=512k", "kz-test", str(root)],
+        capture_output=True,
+        text=True,
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip() or 'mount failed'}")
     try:
@@ -272,9 +338,16 @@ def grow(disk: Path) -> None:
     subprocess.run(["mount", "-o", "remount,size=8m", str(disk)], check=True)
 
 
-@pytest.mark.parametrize(("target", "blob_size"), [("local", 1 << 20), ("ssh", 1 << 20), ("local", 200 << 10)], indirect=["target"])
-def test_a_full_disk_is_exit_8_naming_device_and_path_then_the_deploy_completes(kz, small_disk, target, artifacts, blob_size, clean_lock_env):
-    """1 MiB: the disk fills up while the stream arrives; 200 KiB (3 chunks): the chunks arrive, then the disk
+@pytest.mark.parametrize(
+    ("target", "blob_size"),
+    [("local", 1 << 20), ("ssh", 1 << 20), ("local", 200 << 10)],
+    indirect=["target"],
+)
+def test_a_full_disk_is_exit_8_naming_device_and_path_then_the_deploy_completes(
+    kz, small_disk, target, artifacts, blob_size, clean_lock_env
+):
+    """1 MiB: the disk fills up while the stream arrives; 200 KiB (3 chunks): the chunks arrive,
+    then the disk
     fills up while the file is put together from them (no corruption: a full disk)."""
     assert target.root == small_disk
     deployed(kz, target, artifacts.make("b1"))
@@ -292,7 +365,9 @@ def test_a_full_disk_is_exit_8_naming_device_and_path_then_the_deploy_completes(
     assert assert_store_invariant(small_disk) == "b2"
 
 
-def test_push_failing_with_enospc_keeps_current_over_every_transport(kz, target, artifacts, clean_lock_env):
+def test_push_failing_with_enospc_keeps_current_over_every_transport(
+    kz, target, artifacts, clean_lock_env
+):
     from kzbuild.device import deploy
     from kzbuild.device.registry import connect, parse_device_spec
 
@@ -311,12 +386,23 @@ def test_push_failing_with_enospc_keeps_current_over_every_transport(kz, target,
     assert assert_store_invariant(target.root) == "b2"
 
 
-def test_two_processes_recovering_one_dead_holders_lock_at_once_both_finish(kz, spawn, artifacts, tmp_path, clean_lock_env):
+def test_two_processes_recovering_one_dead_holders_lock_at_once_both_finish(
+    kz, spawn, artifacts, tmp_path, clean_lock_env
+):
     target = Target("local", f"local:{tmp_path / 'device'}", tmp_path / "device")
     deployed(kz, target, artifacts.make("b1"))
-    killed = spawn.run(*deploy_args(target, artifacts.make("b2", greeting="v2", blob_seed=2)), kill_at=2)
+    killed = spawn.run(
+        *deploy_args(target, artifacts.make("b2", greeting="v2", blob_seed=2)), kill_at=2
+    )
     assert killed.code == -signal.SIGKILL and lock_left(target.root)
-    runs = [spawn.start(*deploy_args(target, artifacts.make(f"b{n}", greeting=f"v{n}", blob_seed=n), "--wait", "60")) for n in (3, 4)]
+    runs = [
+        spawn.start(
+            *deploy_args(
+                target, artifacts.make(f"b{n}", greeting=f"v{n}", blob_seed=n), "--wait", "60"
+            )
+        )
+        for n in (3, 4)
+    ]
     finished = [spawn.finish(run) for run in runs]
     assert [run.code for run in finished] == [0, 0], [run.err for run in finished]
     assert assert_store_invariant(target.root) == last_logged(target.root)
@@ -325,7 +411,8 @@ def test_two_processes_recovering_one_dead_holders_lock_at_once_both_finish(kz, 
 
 # --- chunks: a corrupted chunk, an assembly cut short ---
 def data_builds(artifacts, seed: int = 7) -> tuple[Path, Path, bytes]:  # type: ignore[no-untyped-def]
-    """b1 and b2 with a 2 MiB lib/libdata.so (about 25 chunks) that differs in 64 bytes in the middle
+    """b1 and b2 with a 2 MiB lib/libdata.so (about 25 chunks) that differs in 64 bytes in the
+    middle
     (and another libgreet.so); the data of b1."""
     data = random.Random(seed).randbytes(2 << 20)
     edited = data[:1_000_000] + os.urandom(64) + data[1_000_064:]
@@ -333,7 +420,9 @@ def data_builds(artifacts, seed: int = 7) -> tuple[Path, Path, bytes]:  # type: 
     return artifacts.make("b1", extra={"lib/libdata.so": data}), build2, data
 
 
-def test_a_rotten_chunk_is_caught_by_the_file_check_and_replaced(kz, target, artifacts, clean_lock_env):
+def test_a_rotten_chunk_is_caught_by_the_file_check_and_replaced(
+    kz, target, artifacts, clean_lock_env
+):
     build1, build2, data = data_builds(artifacts)
     deployed(kz, target, build1)
     pieces = split(build1 / "lib" / "libdata.so", len(data))
@@ -342,12 +431,16 @@ def test_a_rotten_chunk_is_caught_by_the_file_check_and_replaced(kz, target, art
 
     summary = deployed(kz, target, build2)
     assert summary["release"] == "b2"
-    assert hashlib.sha256(first.read_bytes()).hexdigest().startswith(pieces[0].name)  # sent again, renamed over the rotten one
+    assert (
+        hashlib.sha256(first.read_bytes()).hexdigest().startswith(pieces[0].name)
+    )  # sent again, renamed over the rotten one
     assert assert_store_invariant(target.root) == "b2"
     assert kz("device", "verify", "--device", target.spec).code == 0
 
 
-def test_verify_reports_and_drops_a_damaged_chunk_and_deploy_sends_it_again(kz, target, artifacts, clean_lock_env):
+def test_verify_reports_and_drops_a_damaged_chunk_and_deploy_sends_it_again(
+    kz, target, artifacts, clean_lock_env
+):
     build1, build2, data = data_builds(artifacts)
     deployed(kz, target, build1)
     name = split(build1 / "lib" / "libdata.so", len(data))[0].name
@@ -358,11 +451,15 @@ def test_verify_reports_and_drops_a_damaged_chunk_and_deploy_sends_it_again(kz, 
     assert not (target.root / "chunks" / name).exists()
     assert kz("device", "verify", "--device", target.spec).code == 0  # releases were never touched
     summary = deployed(kz, target, build2)
-    assert summary["bytes_sent"] < len(data) // 2  # the dropped chunk, the edited ones and libgreet.so's, not all of libdata.so
+    assert (
+        summary["bytes_sent"] < len(data) // 2
+    )  # the dropped chunk, the edited ones and libgreet.so's, not all of libdata.so
     assert (target.root / "chunks" / name).exists() and assert_store_invariant(target.root) == "b2"
 
 
-def test_an_assembly_cut_short_is_assembled_again_never_stored(kz, target, artifacts, clean_lock_env):
+def test_an_assembly_cut_short_is_assembled_again_never_stored(
+    kz, target, artifacts, clean_lock_env
+):
     build1, build2, _ = data_builds(artifacts)
     deployed(kz, target, build1)
     # what a device that died in the middle of cat leaves: b2's libdata.so, half assembled

@@ -18,7 +18,9 @@ from tests.fixtures_deploy import CuttingTransport, whole_chunks, write_manifest
 
 
 def deployed(kz, device_root: Path, artifact: Path, *extra: str) -> dict:
-    result = kz("deploy", "--device", f"local:{device_root}", "--artifact", str(artifact), "--json", *extra)
+    result = kz(
+        "deploy", "--device", f"local:{device_root}", "--artifact", str(artifact), "--json", *extra
+    )
     assert result.code == 0, result.err
     return json.loads(result.out)
 
@@ -28,7 +30,9 @@ def current_release(root: Path) -> str:
 
 
 def run_hello(root: Path) -> str:
-    return subprocess.run([root / "current" / "bin" / "hello"], capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        [root / "current" / "bin" / "hello"], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def test_first_deploy_sends_everything_and_the_release_runs(kz, artifacts, tmp_path):
@@ -42,7 +46,10 @@ def test_first_deploy_sends_everything_and_the_release_runs(kz, artifacts, tmp_p
     assert run_hello(root) == "hello from v1\nblob 65536\n"
     # the release's files are hard links into the content store
     libblob = root / "releases" / "b1" / "lib" / "libblob.so"
-    assert libblob.stat().st_ino == (root / "objects" / manifest["files"]["lib/libblob.so"]["sha256"]).stat().st_ino
+    assert (
+        libblob.stat().st_ino
+        == (root / "objects" / manifest["files"]["lib/libblob.so"]["sha256"]).stat().st_ino
+    )
     assert os.access(root / "current" / "bin" / "hello", os.X_OK)
     assert json.loads((root / "current" / "manifest.json").read_text()) == manifest
     assert list((root / "incoming").iterdir()) == []
@@ -76,7 +83,11 @@ def test_human_summary_names_counts_bytes_and_time(kz, artifacts, tmp_path):
     assert "deployed b1 to local:" in text
     assert "sent 3 file(s)" in text and "skipped 0 already on the device" in text
     assert " s" in text.split("metadata")[1]
-    again = " ".join(kz("deploy", "--device", f"local:{tmp_path / 'device'}", "--artifact", str(build)).out.split())
+    again = " ".join(
+        kz(
+            "deploy", "--device", f"local:{tmp_path / 'device'}", "--artifact", str(build)
+        ).out.split()
+    )
     assert "b1 is already current" in again and "sent 0 file(s), 0 bytes" in again
 
 
@@ -106,14 +117,23 @@ def test_cut_deploy_keeps_current_and_the_next_one_resumes(artifacts, tmp_path):
 def test_a_corrupt_upload_is_caught_on_the_device_and_removed(artifacts, tmp_path):
     build = artifacts.make("b1")
     loaded = load_artifact(build)
-    (build / "lib" / "libgreet.so").write_bytes(b"X" * (build / "lib" / "libgreet.so").stat().st_size)  # same size, other bytes
+    (build / "lib" / "libgreet.so").write_bytes(
+        b"X" * (build / "lib" / "libgreet.so").stat().st_size
+    )  # same size, other bytes
     root = tmp_path / "device"
     with pytest.raises(DeviceError) as caught:
-        deploy.deploy(LocalTransport(str(root)), Device(name="t", transport="local", root=str(root)), loaded)
-    assert "sha256 mismatch on the device" in caught.value.message and "lib/libgreet.so" in caught.value.message
+        deploy.deploy(
+            LocalTransport(str(root)), Device(name="t", transport="local", root=str(root)), loaded
+        )
+    assert (
+        "sha256 mismatch on the device" in caught.value.message
+        and "lib/libgreet.so" in caught.value.message
+    )
     assert not (root / "current").exists()
     # the two good files are verified and stored: a rerun will not send them again
-    assert len(list((root / "objects").iterdir())) == 2 and list((root / "incoming").iterdir()) == []
+    assert (
+        len(list((root / "objects").iterdir())) == 2 and list((root / "incoming").iterdir()) == []
+    )
 
 
 def test_rollback_switches_back_and_forth(kz, artifacts, tmp_path):
@@ -128,7 +148,12 @@ def test_rollback_switches_back_and_forth(kz, artifacts, tmp_path):
     back = json.loads(kz("deploy", "--device", f"local:{root}", "--rollback", "--json").out)
     assert back == {"device": f"local:{root}", "release": "b2", "previous": "b1", "pruned": []}
     log = (root / "deploys.log").read_text().splitlines()
-    assert [line.split("\t")[1:] for line in log] == [["deploy", "b1"], ["deploy", "b2"], ["rollback", "b1"], ["rollback", "b2"]]
+    assert [line.split("\t")[1:] for line in log] == [
+        ["deploy", "b1"],
+        ["deploy", "b2"],
+        ["rollback", "b1"],
+        ["rollback", "b2"],
+    ]
 
 
 def test_rollback_without_an_earlier_release_explains(kz, artifacts, tmp_path):
@@ -165,7 +190,15 @@ def test_keep_counts_recency_not_names(kz, artifacts, tmp_path):
 
 
 def test_keep_must_be_positive(kz, artifacts, tmp_path):
-    result = kz("deploy", "--device", f"local:{tmp_path / 'd'}", "--artifact", str(artifacts.make("b1")), "--keep", "0")
+    result = kz(
+        "deploy",
+        "--device",
+        f"local:{tmp_path / 'd'}",
+        "--artifact",
+        str(artifacts.make("b1")),
+        "--keep",
+        "0",
+    )
     assert result.code == 2
     assert "Invalid value for '--keep'" in result.err
     # click words the range either way, depending on its version
@@ -179,7 +212,9 @@ def test_rollback_takes_no_artifact(kz, artifacts, tmp_path):
     assert "--rollback" in result.err and "no --artifact" in " ".join(result.err.split())
 
 
-def test_a_rebuild_with_the_same_id_but_other_files_never_changes_the_current_release(kz, artifacts, tmp_path):
+def test_a_rebuild_with_the_same_id_but_other_files_never_changes_the_current_release(
+    kz, artifacts, tmp_path
+):
     root = tmp_path / "device"
     deployed(kz, root, artifacts.make("b1"))
     summary = deployed(kz, root, artifacts.make("b1", greeting="not reproducible"))
@@ -190,7 +225,9 @@ def test_a_rebuild_with_the_same_id_but_other_files_never_changes_the_current_re
 
 
 def run_hello_in(release: Path) -> str:
-    return subprocess.run([release / "bin" / "hello"], capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        [release / "bin" / "hello"], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def test_duplicate_contents_are_sent_once(kz, artifacts, tmp_path):
@@ -198,21 +235,39 @@ def test_duplicate_contents_are_sent_once(kz, artifacts, tmp_path):
     build = artifacts.make("b1", extra={"lib/a.dat": same, "lib/b.dat": same})
     summary = deployed(kz, tmp_path / "device", build)
     assert summary["files_sent"] == 5
-    assert summary["bytes_sent"] == sum(p.stat().st_size for p in build.rglob("*") if p.is_file() and p.name != "manifest.json") - len(same)
+    assert summary["bytes_sent"] == sum(
+        p.stat().st_size for p in build.rglob("*") if p.is_file() and p.name != "manifest.json"
+    ) - len(same)
 
 
 def test_paths_with_shell_characters_arrive_unchanged(kz, artifacts, tmp_path):
-    build = artifacts.make("b1", extra={"share/it's $(x) ADD|SUB;*.txt": b"quoted\n", "bin/it's a \"tool\"": b"#!/bin/sh\necho tool\n"})
-    (build / "bin" / "it's a \"tool\"").chmod(0o755)
+    build = artifacts.make(
+        "b1",
+        extra={
+            "share/it's $(x) ADD|SUB;*.txt": b"quoted\n",
+            'bin/it\'s a "tool"': b"#!/bin/sh\necho tool\n",
+        },
+    )
+    (build / "bin" / 'it\'s a "tool"').chmod(0o755)
     write_manifest(build, "b1")
     root = tmp_path / "dev ice $(x)"
     deployed(kz, root, build)
     assert (root / "current" / "share" / "it's $(x) ADD|SUB;*.txt").read_bytes() == b"quoted\n"
-    assert subprocess.run([root / "current" / "bin" / "it's a \"tool\""], capture_output=True, check=True).stdout == b"tool\n"
+    assert (
+        subprocess.run(
+            [root / "current" / "bin" / 'it\'s a "tool"'], capture_output=True, check=True
+        ).stdout
+        == b"tool\n"
+    )
 
 
 def test_the_recipes_newest_artifact_is_the_default(kz, project, artifacts, tmp_path):
-    project.write("recipes/demo-host.yaml", "description: d\nupstream:\n  remote: r\n  commit: " + "a" * 40 + "\n  sources:\n    - git: file:///x\ndevice: local\n")
+    project.write(
+        "recipes/demo-host.yaml",
+        "description: d\nupstream:\n  remote: r\n  commit: "
+        + "a" * 40
+        + "\n  sources:\n    - git: file:///x\ndevice: local\n",
+    )
     missing = kz("deploy")
     assert missing.code == 2
     assert "no artifact of recipe demo-host" in " ".join(missing.err.split())
@@ -241,12 +296,26 @@ def test_progress_reports_bytes_per_file_up_to_the_total(artifacts, tmp_path):
     root = tmp_path / "device"
     build = load_artifact(artifacts.make("b1", blob_size=3 << 20))
     events = []
-    result = deploy.deploy(LocalTransport(str(root)), Device(name="t", transport="local", root=str(root)), build, on_progress=events.append)
+    result = deploy.deploy(
+        LocalTransport(str(root)),
+        Device(name="t", transport="local", root=str(root)),
+        build,
+        on_progress=events.append,
+    )
     assert {event.total for event in events} == {result.bytes_sent}
     assert [event.done for event in events] == sorted(event.done for event in events)
-    assert events[-1].label == "verifying sha256 on the device" and events[-1].done == result.bytes_sent
-    assert {event.label for event in events[:-1]} == {"bin/hello", "lib/libblob.so", "lib/libgreet.so"}
-    assert len([event for event in events if event.label == "lib/libblob.so"]) > 2  # several updates for a big file
+    assert (
+        events[-1].label == "verifying sha256 on the device"
+        and events[-1].done == result.bytes_sent
+    )
+    assert {event.label for event in events[:-1]} == {
+        "bin/hello",
+        "lib/libblob.so",
+        "lib/libgreet.so",
+    }
+    assert (
+        len([event for event in events if event.label == "lib/libblob.so"]) > 2
+    )  # several updates for a big file
 
 
 def test_in_a_pipe_the_deploy_line_keeps_current_and_its_release_together(kz, artifacts, tmp_path):

@@ -12,7 +12,9 @@ from tests.fixtures_deploy import whole_chunks
 
 
 def ssh_deploy(kz, sshd, root: Path, artifact: Path, *extra: str, port: int | None = None):
-    return kz("deploy", "--device", sshd.spec(root, port), "--artifact", str(artifact), "--json", *extra)
+    return kz(
+        "deploy", "--device", sshd.spec(root, port), "--artifact", str(artifact), "--json", *extra
+    )
 
 
 def ok(result) -> dict:
@@ -41,7 +43,12 @@ def test_deploy_redeploy_and_one_changed_library(kz, sshd, ssh_home, artifacts, 
     assert run_hello_over_ssh(kz, sshd, root) == "hello from v1\nblob 65536\n"
 
     again = ok(ssh_deploy(kz, sshd, root, artifacts.make("b1")))
-    assert (again["bytes_sent"], again["files_sent"], again["metadata_bytes"], again["switched"]) == (0, 0, 0, False)
+    assert (
+        again["bytes_sent"],
+        again["files_sent"],
+        again["metadata_bytes"],
+        again["switched"],
+    ) == (0, 0, 0, False)
 
     build2 = artifacts.make("b2", greeting="hello from v2")
     changed = ok(ssh_deploy(kz, sshd, root, build2))
@@ -51,23 +58,32 @@ def test_deploy_redeploy_and_one_changed_library(kz, sshd, ssh_home, artifacts, 
 
 
 def settled_size(folder: Path, skip: set[str], quiet: float = 1.0, limit: float = 30.0) -> int:
-    """Bytes of the files in ``folder`` (but ``skip`` and dot files) once they have not changed for ``quiet`` seconds."""
+    """Bytes of the files in ``folder`` (but ``skip`` and dot files) once they have not changed for
+    ``quiet`` seconds."""
     deadline = time.monotonic() + limit
     last = -1
     while True:
-        size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file() and p.name not in skip and not p.name.startswith("."))
+        size = sum(
+            p.stat().st_size
+            for p in folder.iterdir()
+            if p.is_file() and p.name not in skip and not p.name.startswith(".")
+        )
         if size == last or time.monotonic() > deadline:
             return size
         last = size
         time.sleep(quiet)
 
 
-def test_cut_mid_transfer_keeps_current_then_a_rerun_resumes(kz, sshd, ssh_home, relay, artifacts, tmp_path):
+def test_cut_mid_transfer_keeps_current_then_a_rerun_resumes(
+    kz, sshd, ssh_home, relay, artifacts, tmp_path
+):
     root = tmp_path / "device"
     ok(ssh_deploy(kz, sshd, root, artifacts.make("b1")))
     big = 3 * 1024 * 1024
     build2 = artifacts.make("b2", blob_seed=2, blob_size=big)
-    blob_sha = json.loads((build2 / "manifest.json").read_text())["files"]["lib/libblob.so"]["sha256"]
+    blob_sha = json.loads((build2 / "manifest.json").read_text())["files"]["lib/libblob.so"][
+        "sha256"
+    ]
     relay.cut_after(big // 2)
     cut = ssh_deploy(kz, sshd, root, build2, port=relay.port)
     assert relay.cut.is_set()
@@ -87,18 +103,27 @@ def test_cut_mid_transfer_keeps_current_then_a_rerun_resumes(kz, sshd, ssh_home,
     assert 0 < whole <= arrived
     rerun = ok(ssh_deploy(kz, sshd, root, build2))
     assert rerun["bytes_resumed"] == whole  # at most the chunk that was cut is sent again
-    assert rerun["bytes_sent"] == (build2 / "lib" / "libblob.so").stat().st_size - rerun["bytes_resumed"]
+    assert (
+        rerun["bytes_sent"]
+        == (build2 / "lib" / "libblob.so").stat().st_size - rerun["bytes_resumed"]
+    )
     assert os.readlink(root / "current") == "releases/b2"
     assert run_hello_over_ssh(kz, sshd, root) == f"hello from v1\nblob {big}\n"
 
 
-def test_unknown_host_is_refused_and_trust_new_host_stores_it(kz, sshd, ssh_home, artifacts, tmp_path):
+def test_unknown_host_is_refused_and_trust_new_host_stores_it(
+    kz, sshd, ssh_home, artifacts, tmp_path
+):
     ssh_home.known_hosts.write_text("")
     build = artifacts.make("b1")
     refused = ssh_deploy(kz, sshd, tmp_path / "device", build)
     assert refused.code == DeviceError.exit_code
     err = "".join(refused.err.split())  # rich may wrap long lines anywhere
-    assert "unknownhostkey" in err and sshd.host_fingerprint in err and str(ssh_home.known_hosts) in err
+    assert (
+        "unknownhostkey" in err
+        and sshd.host_fingerprint in err
+        and str(ssh_home.known_hosts) in err
+    )
     assert not (tmp_path / "device").exists()
     trusted = ok(ssh_deploy(kz, sshd, tmp_path / "device", build, "--trust-new-host"))
     assert trusted["files_sent"] == 3

@@ -1,4 +1,5 @@
-"""`kzbuild models push`: content-addressed GGUF models on a device; resume, verify, never resend."""
+"""`kzbuild models push`: content-addressed GGUF models on a device; resume, verify, never
+resend."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ def write_gguf(path: Path, values: int = 200_000, seed: int = 0) -> Path:
 
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name(f"kz-test-{seed}")
-    writer.add_tensor("blob", np.random.default_rng(seed).standard_normal(values).astype(np.float32))
+    writer.add_tensor(
+        "blob", np.random.default_rng(seed).standard_normal(values).astype(np.float32)
+    )
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -68,9 +71,13 @@ def test_a_name_moves_to_a_new_model(kz, tmp_path):
 
 def test_human_output(kz, tmp_path):
     model = write_gguf(tmp_path / "tiny.gguf")
-    out = " ".join(kz("models", "push", str(model), "--device", f"local:{tmp_path / 'd'}").out.split())
+    out = " ".join(
+        kz("models", "push", str(model), "--device", f"local:{tmp_path / 'd'}").out.split()
+    )
     assert "pushed tiny.gguf" in out and "verified" in out
-    out = " ".join(kz("models", "push", str(model), "--device", f"local:{tmp_path / 'd'}").out.split())
+    out = " ".join(
+        kz("models", "push", str(model), "--device", f"local:{tmp_path / 'd'}").out.split()
+    )
     assert "already on" in out and "sent 0 bytes" in out
 
 
@@ -111,7 +118,9 @@ def test_bad_inputs(kz, tmp_path, content, name, message):
     model = tmp_path / "m.gguf"
     if content is not None:
         model.write_bytes(content)
-    args = ["models", "push", str(model), "--device", f"local:{tmp_path / 'd'}"] + (["--name", name] if name else [])
+    args = ["models", "push", str(model), "--device", f"local:{tmp_path / 'd'}"] + (
+        ["--name", name] if name else []
+    )
     result = kz(*args)
     assert result.code == ConfigError.exit_code
     assert message in " ".join(result.err.split())

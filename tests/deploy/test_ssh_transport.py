@@ -29,7 +29,9 @@ def transport(sshd, ssh_home, tmp_path):
     opened.close()
 
 
-def test_unknown_host_key_is_refused_with_fingerprint_and_known_hosts_path(sshd, ssh_home, tmp_path):
+def test_unknown_host_key_is_refused_with_fingerprint_and_known_hosts_path(
+    sshd, ssh_home, tmp_path
+):
     ssh_home.known_hosts.write_text("")
     with pytest.raises(DeviceError) as caught:
         SshTransport(ssh_device(sshd, tmp_path))
@@ -83,7 +85,9 @@ def test_explicit_known_hosts_path(sshd, ssh_home, tmp_path):
     opened.close()
 
 
-def test_a_wrong_client_key_fails_authentication_without_asking_for_a_password(sshd, ssh_home, tmp_path):
+def test_a_wrong_client_key_fails_authentication_without_asking_for_a_password(
+    sshd, ssh_home, tmp_path
+):
     stranger = keygen(tmp_path / "stranger")
     device = ssh_device(sshd, tmp_path)
     device = type(device)(**{**device.__dict__, "key": str(stranger)})
@@ -109,7 +113,8 @@ def test_nothing_listening(ssh_home, tmp_path, sshd):
 
 
 def test_the_connection_sends_small_packets_at_once(transport):
-    """Nagle off, as OpenSSH's client has it: with it on, each command waited ~40 ms for a delayed ACK."""
+    """Nagle off, as OpenSSH's client has it: with it on, each command waited ~40 ms for a delayed
+    ACK."""
     sock = transport._client.get_transport().sock
     assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
 
@@ -121,7 +126,12 @@ def test_run_returns_the_real_exit_code_and_separate_streams(transport, tmp_path
 
 def test_run_with_cwd_env_and_streaming(transport, tmp_path):
     chunks: list[bytes] = []
-    result = transport.run(["sh", "-c", 'pwd; printf %s "$KZ_X"'], cwd=str(tmp_path), env={"KZ_X": "a b|c"}, on_stdout=chunks.append)
+    result = transport.run(
+        ["sh", "-c", 'pwd; printf %s "$KZ_X"'],
+        cwd=str(tmp_path),
+        env={"KZ_X": "a b|c"},
+        on_stdout=chunks.append,
+    )
     assert result.ok and result.stdout == b""
     assert b"".join(chunks) == f"{tmp_path}\na b|c".encode()
 
@@ -132,10 +142,22 @@ def test_run_timeout(transport):
     assert transport.run(["true"]).ok  # the connection is still usable
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(arg=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40), value=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40))
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    arg=st.text(
+        st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40
+    ),
+    value=st.text(
+        st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40
+    ),
+)
 def test_any_argument_and_env_value_arrives_unchanged_over_ssh(transport, arg, value):
-    result = transport.run(["sh", "-c", 'printf %s "$1"; printf "\\0"; printf %s "$KZ_V"', "sh", arg], env={"KZ_V": value})
+    result = transport.run(
+        ["sh", "-c", 'printf %s "$1"; printf "\\0"; printf %s "$KZ_V"', "sh", arg],
+        env={"KZ_V": value},
+    )
     assert result.ok, result.stderr
     assert result.stdout == arg.encode() + b"\0" + value.encode()
 
@@ -163,7 +185,9 @@ def test_push_into_a_missing_directory_names_the_path(transport, tmp_path):
     local.write_text("x")
     with pytest.raises(DeviceError) as caught:
         transport.push(local, str(tmp_path / "no" / "such" / "f"))
-    assert "uploading f to" in caught.value.message and "failed on 127.0.0.1" in caught.value.message
+    assert (
+        "uploading f to" in caught.value.message and "failed on 127.0.0.1" in caught.value.message
+    )
 
 
 def test_a_connection_dropped_mid_upload_names_the_host(sshd, ssh_home, relay, tmp_path):
@@ -173,7 +197,9 @@ def test_a_connection_dropped_mid_upload_names_the_host(sshd, ssh_home, relay, t
     relay.cut_after(500_000)
     with pytest.raises(DeviceError) as caught:
         opened.push(local, str(tmp_path / "big.remote"))
-    assert f"connection to 127.0.0.1:{relay.port} lost while uploading big.bin" in caught.value.message
+    assert (
+        f"connection to 127.0.0.1:{relay.port} lost while uploading big.bin" in caught.value.message
+    )
     with pytest.raises(DeviceError, match="connection .* (lost|is closed)"):
         opened.run(["true"])
     opened.close()
@@ -190,6 +216,8 @@ def test_a_connection_dropped_mid_command_names_the_host(sshd, ssh_home, relay, 
 
     opened = SshTransport(ssh_device(sshd, tmp_path, relay.port))
     threading.Timer(0.3, relay.cut_now).start()
-    with pytest.raises(DeviceError, match=f"connection to 127.0.0.1:{relay.port} lost while running sleep"):
+    with pytest.raises(
+        DeviceError, match=f"connection to 127.0.0.1:{relay.port} lost while running sleep"
+    ):
         opened.run(["sleep", "5"])
     opened.close()

@@ -1,5 +1,6 @@
 """The device store never holds or runs a wrong byte: hostile manifests are refused or made safe,
-damage is found, refused by run and bench, and repaired by the next deploy, on local, ssh and adb."""
+damage is found, refused by run and bench, and repaired by the next deploy, on local, ssh and
+adb."""
 
 from __future__ import annotations
 
@@ -17,7 +18,13 @@ from kzbuild.device import deploy
 from kzbuild.device.local import LocalTransport
 from kzbuild.errors import ConfigError, DeviceError
 from kzbuild.model.device import Device
-from tests.fixtures_deploy import ArtifactMaker, assert_store_invariant, flip_byte, sha256, write_manifest
+from tests.fixtures_deploy import (
+    ArtifactMaker,
+    assert_store_invariant,
+    flip_byte,
+    sha256,
+    write_manifest,
+)
 
 ADB_ROOT = "/data/local/tmp/kz-engine"
 
@@ -72,12 +79,16 @@ def test_a_flipped_byte_is_found_refused_and_repaired(kz, store_device, artifact
 
     verify = kz("device", "verify", "--device", spec)
     assert verify.code == DeviceError.exit_code
-    assert says(verify.out, f"damaged object {blob}: objects/{blob}") and says(verify.out, "damaged release b1: releases/b1/lib/libblob.so")
+    assert says(verify.out, f"damaged object {blob}: objects/{blob}") and says(
+        verify.out, "damaged release b1: releases/b1/lib/libblob.so"
+    )
     assert says(verify.out, f"expected {blob}") and says(verify.err, "damaged releases: b1")
     assert (root / "damaged" / "b1").exists()
     refused = kz("run", "--device", spec, "hello")
     assert refused.code == DeviceError.exit_code
-    assert says(refused.err, "the current release b1 is damaged") and says(refused.err, "kzbuild deploy")
+    assert says(refused.err, "the current release b1 is damaged") and says(
+        refused.err, "kzbuild deploy"
+    )
 
     again = deployed(kz, spec, build)
     assert again["repaired"] == ["releases/b1/lib/libblob.so"]
@@ -119,7 +130,11 @@ def test_verify_checks_models_against_their_names(kz, tmp_path):
     flip_byte(stored)
     result = kz("device", "verify", "--device", f"local:{root}")
     assert result.code == DeviceError.exit_code
-    assert says(result.out, f"damaged model {stored.name}: models/{stored.name}: expected {sha256(model)}, found {sha256(stored)}")
+    assert says(
+        result.out,
+        f"damaged model {stored.name}: models/{stored.name}: expected {sha256(model)}, found "
+        f"{sha256(stored)}",
+    )
 
 
 def test_bench_refuses_a_damaged_current_release(kz, artifacts, tmp_path):
@@ -162,7 +177,9 @@ def test_a_failed_repair_marks_the_release_and_a_good_deploy_clears_it(kz, artif
     greet = build / "lib" / "libgreet.so"
     flip_byte(root / "objects" / files_of(build)["lib/libgreet.so"]["sha256"])
     original = greet.read_bytes()
-    greet.write_bytes(b"X" * len(original))  # same size, other bytes: the repair's upload cannot verify
+    greet.write_bytes(
+        b"X" * len(original)
+    )  # same size, other bytes: the repair's upload cannot verify
     failed = kz("deploy", "--device", f"local:{root}", "--artifact", str(build))
     assert failed.code == DeviceError.exit_code
     assert says(failed.err, "sha256 mismatch on the device")
@@ -171,7 +188,9 @@ def test_a_failed_repair_marks_the_release_and_a_good_deploy_clears_it(kz, artif
     greet.write_bytes(original)
     human = kz("deploy", "--device", f"local:{root}", "--artifact", str(build))
     assert human.code == 0, human.err
-    assert says(human.out, "repaired 1 damaged file(s)") and says(human.out, "releases/b1/lib/libgreet.so")
+    assert says(human.out, "repaired 1 damaged file(s)") and says(
+        human.out, "releases/b1/lib/libgreet.so"
+    )
     assert not (root / "damaged" / "b1").exists()
     assert_store_invariant(root)
 
@@ -183,8 +202,11 @@ def test_a_partial_upload_with_other_links_is_never_appended_to(artifacts, tmp_p
     deploy.deploy(LocalTransport(str(root)), device, build1)
     build2 = load_artifact(artifacts.make("b2", greeting="hello from v2"))
     new = build2.file("lib/libgreet.so")
-    # a hard link in incoming/ under the name of the next upload, shorter than it: a resume would append through it
-    os.link(root / "objects" / build1.file("share/small.txt").sha256, root / "incoming" / new.sha256)
+    # a hard link in incoming/ under the name of the next upload, shorter than it: a resume
+    # would append through it
+    os.link(
+        root / "objects" / build1.file("share/small.txt").sha256, root / "incoming" / new.sha256
+    )
     deploy.deploy(LocalTransport(str(root)), device, build2)
     assert_store_invariant(root)
 
@@ -198,7 +220,11 @@ def test_manifest_listed_among_the_files_is_refused(kz, artifacts, tmp_path):
     rewrite(build, lambda doc: doc["files"].update({"manifest.json": greet}))
     result = kz("deploy", "--device", f"local:{root}", "--artifact", str(build))
     assert result.code == ConfigError.exit_code
-    assert says(result.err, f"{build / 'manifest.json'}: files: 'manifest.json': 'manifest.json' is the release's own manifest")
+    assert says(
+        result.err,
+        f"{build / 'manifest.json'}: files: 'manifest.json': 'manifest.json' is the release's own "
+        "manifest",
+    )
     assert_store_invariant(root)
     assert os.readlink(root / "current") == "releases/b0"
 
@@ -217,7 +243,12 @@ def test_symlinks_in_an_artifact_are_refused(kz, artifacts, tmp_path, link, targ
     build = artifacts.make("b1")
     (build / link).symlink_to(target)
     real = (build / listed).resolve()
-    rewrite(build, lambda doc: doc["files"].update({listed: {"sha256": sha256(real), "size": real.stat().st_size, "mode": "0644"}}))
+    rewrite(
+        build,
+        lambda doc: doc["files"].update(
+            {listed: {"sha256": sha256(real), "size": real.stat().st_size, "mode": "0644"}}
+        ),
+    )
     result = kz("deploy", "--device", f"local:{root}", "--artifact", str(build))
     assert result.code == ConfigError.exit_code
     assert says(result.err, f"files: '{listed}': {build / link} is a symlink")
@@ -227,7 +258,9 @@ def test_symlinks_in_an_artifact_are_refused(kz, artifacts, tmp_path, link, targ
 
 def test_setuid_and_odd_modes_are_masked(kz, artifacts, tmp_path):
     root = tmp_path / "device"
-    build = artifacts.make("b1", extra={"bin/suid": b"#!/bin/sh\n", "lib/sticky.dat": b"s", "lib/writable.dat": b"w"})
+    build = artifacts.make(
+        "b1", extra={"bin/suid": b"#!/bin/sh\n", "lib/sticky.dat": b"s", "lib/writable.dat": b"w"}
+    )
     os.chmod(build / "bin" / "suid", 0o6755)
     os.chmod(build / "lib" / "sticky.dat", 0o1644)
     os.chmod(build / "lib" / "writable.dat", 0o666)
@@ -235,8 +268,16 @@ def test_setuid_and_odd_modes_are_masked(kz, artifacts, tmp_path):
     assert files_of(build)["bin/suid"]["mode"] == "6755"
     deployed(kz, f"local:{root}", build)
     release = root / "releases" / "b1"
-    modes = {rel: (release / rel).stat().st_mode & 0o7777 for rel in ("bin/suid", "lib/sticky.dat", "lib/writable.dat", "bin/hello")}
-    assert modes == {"bin/suid": 0o755, "lib/sticky.dat": 0o644, "lib/writable.dat": 0o644, "bin/hello": 0o755}
+    modes = {
+        rel: (release / rel).stat().st_mode & 0o7777
+        for rel in ("bin/suid", "lib/sticky.dat", "lib/writable.dat", "bin/hello")
+    }
+    assert modes == {
+        "bin/suid": 0o755,
+        "lib/sticky.dat": 0o644,
+        "lib/writable.dat": 0o644,
+        "bin/hello": 0o755,
+    }
     assert_store_invariant(root)
 
 
@@ -253,7 +294,9 @@ def test_duplicate_contents_with_different_modes_share_one_sound_object(kz, arti
     assert_store_invariant(root)
 
 
-def test_a_content_stored_as_data_becomes_executable_when_a_release_needs_it(kz, artifacts, tmp_path):
+def test_a_content_stored_as_data_becomes_executable_when_a_release_needs_it(
+    kz, artifacts, tmp_path
+):
     root = tmp_path / "device"
     tool = b"#!/bin/sh\necho tool\n"
     deployed(kz, f"local:{root}", artifacts.make("b1", extra={"share/tool.txt": tool}))
@@ -263,23 +306,32 @@ def test_a_content_stored_as_data_becomes_executable_when_a_release_needs_it(kz,
     deployed(kz, f"local:{root}", build2)
     assert os.access(root / "current" / "bin" / "tool", os.X_OK)
     flip_byte(root / "objects" / sha256(build2 / "bin" / "tool"), 3)
-    deployed(kz, f"local:{root}", artifacts.make("b1", extra={"share/tool.txt": tool}))  # b1 repairs it, 0644 in b1 only
+    deployed(
+        kz, f"local:{root}", artifacts.make("b1", extra={"share/tool.txt": tool})
+    )  # b1 repairs it, 0644 in b1 only
     assert_store_invariant(root)  # b2's bin/tool is still executable
 
 
-@pytest.mark.parametrize("build_id", ["a/b", "..", ".hidden", "x\ny", "a b", "-rf", "", "b\u00e9", "x" * 129, "$(id)", "a\tb"])
+@pytest.mark.parametrize(
+    "build_id",
+    ["a/b", "..", ".hidden", "x\ny", "a b", "-rf", "", "b\u00e9", "x" * 129, "$(id)", "a\tb"],
+)
 def test_odd_build_ids_are_refused(kz, artifacts, tmp_path, build_id):
     build = artifacts.make("b1")
     rewrite(build, lambda doc: doc.update(build_id=build_id))
     result = kz("deploy", "--device", f"local:{tmp_path / 'device'}", "--artifact", str(build))
     assert result.code == ConfigError.exit_code
     assert says(result.err, f"{build / 'manifest.json'}: build_id: must be 1-128 letters")
-    assert not (tmp_path / "device" / "releases").exists() or not any((tmp_path / "device" / "releases").iterdir())
+    assert not (tmp_path / "device" / "releases").exists() or not any(
+        (tmp_path / "device" / "releases").iterdir()
+    )
 
 
 def test_a_relative_device_root_is_refused(kz, project, artifacts):
     build = artifacts.make("b1")
-    project.write("recipes/devices.yaml", "devices:\n  box:\n    transport: local\n    root: rel/dir\n")
+    project.write(
+        "recipes/devices.yaml", "devices:\n  box:\n    transport: local\n    root: rel/dir\n"
+    )
     named = kz("deploy", "--device", "box", "--artifact", str(build))
     assert named.code == ConfigError.exit_code
     assert says(named.err, "devices.yaml:4: root: device box: 'rel/dir' is not an absolute path")
@@ -292,9 +344,25 @@ def test_a_relative_device_root_is_refused(kz, project, artifacts):
 # --- generated manifests: whatever they say, a clean exit code and a sound store ---
 SAFE_BUILD_IDS = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,20}", fullmatch=True)
 HOSTILE_PATHS = st.sampled_from(
-    ["manifest.json", "manifest.json/x", "../x", "lib/../../x", "/etc/passwd", "", ".", "a\nb", "lib/", "bin//hello", "lib/libx.so", "share/passwd", "bin"]
+    [
+        "manifest.json",
+        "manifest.json/x",
+        "../x",
+        "lib/../../x",
+        "/etc/passwd",
+        "",
+        ".",
+        "a\nb",
+        "lib/",
+        "bin//hello",
+        "lib/libx.so",
+        "share/passwd",
+        "bin",
+    ]
 )
-MODES = st.one_of(st.integers(-1, 0o10000), st.sampled_from(["4755", "0777", "1644", "rwx", "0o755", "06755"]))
+MODES = st.one_of(
+    st.integers(-1, 0o10000), st.sampled_from(["4755", "0777", "1644", "rwx", "0o755", "06755"])
+)
 
 
 @st.composite
@@ -307,24 +375,37 @@ def hostile_manifests(draw: st.DrawFn, real: dict) -> dict:
     for _ in range(draw(st.integers(0, 3))):
         entry = draw(st.sampled_from(list(real.values())))
         files[draw(st.one_of(HOSTILE_PATHS, st.sampled_from(list(real)), st.text(max_size=12)))] = {
-            **entry, "mode": draw(MODES), "sha256": draw(st.sampled_from([entry["sha256"], "0" * 64, "XYZ"])),
+            **entry,
+            "mode": draw(MODES),
+            "sha256": draw(st.sampled_from([entry["sha256"], "0" * 64, "XYZ"])),
         }
-    build_id = draw(st.one_of(SAFE_BUILD_IDS, st.text(max_size=20), st.sampled_from(["../up", "a/b", "x\ny", ".staging-x"])))
+    build_id = draw(
+        st.one_of(
+            SAFE_BUILD_IDS,
+            st.text(max_size=20),
+            st.sampled_from(["../up", "a/b", "x\ny", ".staging-x"]),
+        )
+    )
     return {"build_id": build_id, "files": files, "recipe": draw(st.sampled_from([None, "r", 3]))}
 
 
 @pytest.fixture
 def hostile_artifact(artifacts: ArtifactMaker) -> tuple[Path, dict]:
-    """An artifact dir with symlinks to host files, and its true manifest entries (each example rewrites the manifest)."""
+    """An artifact dir with symlinks to host files, and its true manifest entries (each example
+    rewrites the manifest)."""
     build = artifacts.make("b1", extra={"share/data.txt": b"data\n"})
     (build / "lib" / "libx.so").symlink_to("/etc/passwd")
     (build / "share" / "passwd").symlink_to("/etc/passwd")
     return build, files_of(build)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
-def test_generated_hostile_manifests_exit_cleanly_and_keep_the_store_sound(kz, hostile_artifact, tmp_path, data):
+def test_generated_hostile_manifests_exit_cleanly_and_keep_the_store_sound(
+    kz, hostile_artifact, tmp_path, data
+):
     build, real = hostile_artifact
     (build / "manifest.json").write_text(json.dumps(data.draw(hostile_manifests(real))))
     root = tmp_path / "device"
@@ -353,7 +434,8 @@ def test_a_no_op_redeploy_verifies_in_one_extra_round_trip(artifacts, tmp_path):
     deploy.deploy(LocalTransport(str(root)), device, build)
     counting = CountingTransport(str(root))
     assert deploy.deploy(counting, device, build).repaired == ()
-    # the lock taken with the state read in the same command, the release's manifest, every file hashed at once, the unlock
+    # the lock taken with the state read in the same command, the release's manifest, every
+    # file hashed at once, the unlock
     assert counting.calls == ["sh", "cat", "sha256sum", "sh"], counting.calls
 
 
@@ -363,7 +445,9 @@ def test_keep_removes_what_cut_deploys_left_behind(kz, artifacts, tmp_path):
     deployed(kz, f"local:{root}", build)
     stale = root / "releases" / ".staging-b2-0badf00d"
     (stale / "lib").mkdir(parents=True)
-    os.link(root / "releases" / "b1" / "lib" / "libgreet.so", stale / "lib" / "libgreet.so")  # would keep the content alive
+    os.link(
+        root / "releases" / "b1" / "lib" / "libgreet.so", stale / "lib" / "libgreet.so"
+    )  # would keep the content alive
     (root / "incoming" / "manifest.json-0badf00d").write_text("{}")
     result = kz("deploy", "--device", f"local:{root}", "--artifact", str(build), "--keep", "1")
     assert result.code == 0, result.err
@@ -373,18 +457,29 @@ def test_keep_removes_what_cut_deploys_left_behind(kz, artifacts, tmp_path):
 
 
 def test_a_listing_cut_short_is_an_error_not_a_listing():
-    """A device answer that lost its tail (a dropped connection, a killed shell) must not read as a store with less in it."""
+    """A device answer that lost its tail (a dropped connection, a killed shell) must not read as a
+    store with less in it."""
     from kzbuild.device.base import RemoteResult
     from kzbuild.device.store import parse_inventory, parse_state, sections
     from kzbuild.errors import DeviceError
 
-    assert sections(["a", "/", "b", "/", "c", "/", "d"], 3, what="x") == [["a"], ["b"], ["c", "/", "d"]]
+    assert sections(["a", "/", "b", "/", "c", "/", "d"], 3, what="x") == [
+        ["a"],
+        ["b"],
+        ["c", "/", "d"],
+    ]
     assert sections(["/", "/"], 3, what="x") == [[], [], []]
     with pytest.raises(DeviceError, match="cut short"):
         sections(["a", "/", "b"], 3, what="listing the content store")
-    with pytest.raises(DeviceError, match="reading the device state: the device's answer was cut short"):
+    with pytest.raises(
+        DeviceError, match="reading the device state: the device's answer was cut short"
+    ):
         parse_state(RemoteResult(0, b"releases/r1\nr1\nr2\n", b""))
     with pytest.raises(DeviceError, match="listing the content store"):
         parse_inventory(RemoteResult(0, b"abc\n", b""), "chunks")
     inventory = parse_inventory(RemoteResult(0, b"abc\n/\n12 partial\n/\n", b""), "chunks")
-    assert inventory.stored == {"abc"} and inventory.partial == {"partial": 12} and inventory.other_empty
+    assert (
+        inventory.stored == {"abc"}
+        and inventory.partial == {"partial": 12}
+        and inventory.other_empty
+    )

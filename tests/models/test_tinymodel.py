@@ -1,4 +1,5 @@
-"""The tiny model writer: deterministic bytes, metadata and shapes as the pinned llama.cpp loads them."""
+"""The tiny model writer: deterministic bytes, metadata and shapes as the pinned llama.cpp loads
+them."""
 
 from __future__ import annotations
 
@@ -34,9 +35,17 @@ def expected_shapes(reader: gguf.GGUFReader) -> dict[str, tuple[int, ...]]:
     arch = field(reader, "general.architecture")
     k = lambda name: field(reader, f"{arch}.{name}")  # noqa: E731
     n_embd, n_ff, n_layer = k("embedding_length"), k("feed_forward_length"), k("block_count")
-    n_head, n_head_kv, head_dim = k("attention.head_count"), k("attention.head_count_kv"), k("attention.key_length")
+    n_head, n_head_kv, head_dim = (
+        k("attention.head_count"),
+        k("attention.head_count_kv"),
+        k("attention.key_length"),
+    )
     n_vocab = len(field(reader, "tokenizer.ggml.tokens"))
-    want = {"token_embd.weight": (n_embd, n_vocab), "output_norm.weight": (n_embd,), "output.weight": (n_embd, n_vocab)}
+    want = {
+        "token_embd.weight": (n_embd, n_vocab),
+        "output_norm.weight": (n_embd,),
+        "output.weight": (n_embd, n_vocab),
+    }
     for il in range(n_layer):
         b = f"blk.{il}."
         want[b + "attn_norm.weight"] = (n_embd,)
@@ -63,17 +72,19 @@ def expected_shapes(reader: gguf.GGUFReader) -> dict[str, tuple[int, ...]]:
         head_k_dim = head_v_dim = k("ssm.state_size")
         n_k_heads, n_v_heads = k("ssm.group_count"), k("ssm.time_step_rank")
         key_dim, value_dim = head_k_dim * n_k_heads, head_v_dim * n_v_heads
-        want.update({
-            b + "attn_qkv.weight": (n_embd, 2 * key_dim + value_dim),
-            b + "attn_gate.weight": (n_embd, value_dim),
-            b + "ssm_conv1d.weight": (k("ssm.conv_kernel"), 2 * key_dim + value_dim),
-            b + "ssm_dt.bias": (n_v_heads,),
-            b + "ssm_a": (n_v_heads,),
-            b + "ssm_beta.weight": (n_embd, n_v_heads),
-            b + "ssm_alpha.weight": (n_embd, n_v_heads),
-            b + "ssm_norm.weight": (head_v_dim,),
-            b + "ssm_out.weight": (value_dim, n_embd),
-        })
+        want.update(
+            {
+                b + "attn_qkv.weight": (n_embd, 2 * key_dim + value_dim),
+                b + "attn_gate.weight": (n_embd, value_dim),
+                b + "ssm_conv1d.weight": (k("ssm.conv_kernel"), 2 * key_dim + value_dim),
+                b + "ssm_dt.bias": (n_v_heads,),
+                b + "ssm_a": (n_v_heads,),
+                b + "ssm_beta.weight": (n_embd, n_v_heads),
+                b + "ssm_alpha.weight": (n_embd, n_v_heads),
+                b + "ssm_norm.weight": (head_v_dim,),
+                b + "ssm_out.weight": (value_dim, n_embd),
+            }
+        )
     return want
 
 
@@ -97,7 +108,14 @@ def test_shapes_follow_the_llama_cpp_loader(tiny_models, arch, ftype):
     assert shapes(reader) == expected_shapes(reader)
 
 
-@pytest.mark.parametrize("ftype,matrix_type", [("f32", F32), ("f16", gguf.GGMLQuantizationType.F16), ("q4_0", gguf.GGMLQuantizationType.Q4_0)])
+@pytest.mark.parametrize(
+    "ftype,matrix_type",
+    [
+        ("f32", F32),
+        ("f16", gguf.GGMLQuantizationType.F16),
+        ("q4_0", gguf.GGMLQuantizationType.Q4_0),
+    ],
+)
 def test_matrices_take_the_type_and_the_rest_stays_f32(tiny_models, ftype, matrix_type):
     for arch in ARCHS:
         reader = gguf.GGUFReader(tiny_models[(arch, ftype)])
@@ -122,7 +140,9 @@ def test_qwen35_hyperparameters_fit_the_gated_delta_net(tiny_models):
     assert k("ssm.inner_size") == k("ssm.state_size") * k("ssm.time_step_rank")
     assert k("ssm.time_step_rank") % k("ssm.group_count") == 0  # value heads repeat key heads
     assert sum(k("rope.dimension_sections")) == k("rope.dimension_count") // 2
-    recurrent = [il for il in range(k("block_count")) if (il + 1) % k("full_attention_interval") != 0]
+    recurrent = [
+        il for il in range(k("block_count")) if (il + 1) % k("full_attention_interval") != 0
+    ]
     assert recurrent and len(recurrent) < k("block_count")  # a hybrid: both kinds of layer
     tensors = {t.name: t for t in reader.tensors}
     for il in recurrent:
@@ -134,10 +154,17 @@ def test_vocabulary_is_a_sentencepiece_one_with_byte_fallback(tiny_models):
     tokens = field(reader, "tokenizer.ggml.tokens")
     types = field(reader, "tokenizer.ggml.token_type")
     assert field(reader, "tokenizer.ggml.model") == "llama"
-    assert len(tokens) == len(set(tokens)) == len(types) == len(field(reader, "tokenizer.ggml.scores"))
+    assert (
+        len(tokens) == len(set(tokens)) == len(types) == len(field(reader, "tokenizer.ggml.scores"))
+    )
     assert tokens[:3] == ["<unk>", "<s>", "</s>"]
-    assert (field(reader, "tokenizer.ggml.bos_token_id"), field(reader, "tokenizer.ggml.eos_token_id")) == (1, 2)
-    byte_tokens = [token for token, kind in zip(tokens, types, strict=True) if kind == gguf.TokenType.BYTE]
+    assert (
+        field(reader, "tokenizer.ggml.bos_token_id"),
+        field(reader, "tokenizer.ggml.eos_token_id"),
+    ) == (1, 2)
+    byte_tokens = [
+        token for token, kind in zip(tokens, types, strict=True) if kind == gguf.TokenType.BYTE
+    ]
     assert byte_tokens == [f"<0x{b:02X}>" for b in range(256)]  # llama.cpp finds "\n" as <0x0A>
     assert "\u2581h" in tokens and "i" in tokens
 
@@ -150,7 +177,9 @@ def test_models_stay_small(tiny_models):
 def test_write_leaves_no_temporary_files_and_makes_folders(tmp_path):
     target = write_tiny_model(tmp_path / "a" / "b" / "m.gguf", "llama", "f16")
     assert sorted(p.name for p in target.parent.iterdir()) == ["m.gguf"]
-    assert target.stat().st_mode & 0o044 == 0o044  # readable by others, as a deployed file should be
+    assert (
+        target.stat().st_mode & 0o044 == 0o044
+    )  # readable by others, as a deployed file should be
 
 
 @pytest.mark.parametrize(
@@ -185,7 +214,10 @@ def test_cli_defaults_to_qwen35_q4_0(kz, tmp_path, tiny_models):
 def test_cli_refuses_an_unknown_arch(kz, tmp_path):
     result = kz("models", "tiny", "--arch", "mamba", "-o", str(tmp_path / "m.gguf"))
     assert result.code == 2
-    assert "Invalid value for '--arch'" in result.err and "'mamba' is not one of 'qwen35', 'llama'" in result.err
+    assert (
+        "Invalid value for '--arch'" in result.err
+        and "'mamba' is not one of 'qwen35', 'llama'" in result.err
+    )
     assert not (tmp_path / "m.gguf").exists()
 
 

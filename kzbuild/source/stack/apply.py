@@ -28,8 +28,13 @@ from kzbuild.model.stackcheck import PatchCheck, Proof, Verdict
 from kzbuild.source.stack.patchfile import DIFF_OPTIONS, SHA, hunk_text
 
 PATCH_FAILED = re.compile(r"^error: patch failed: (.+):(\d+)$")
-FILE_ERROR = re.compile(r"^error: (.+?): (does not exist in index|already exists in index|patch does not apply|does not match index)$")
-MISSING_BLOB = re.compile(r"lacks the necessary blob|sha1 information is lacking|cannot read the current contents", re.I)
+FILE_ERROR = re.compile(
+    r"^error: (.+?): (does not exist in index|already exists in index|patch does not apply|does "
+    r"not match index)$"
+)
+MISSING_BLOB = re.compile(
+    r"lacks the necessary blob|sha1 information is lacking|cannot read the current contents", re.I
+)
 FUZZ_CONTEXT = (2, 1)  # context lines to try when probing whether a patch applies with fuzz
 DISTINCT_LINE = 8  # non-blank characters an added line needs to locate a hunk without its context
 
@@ -62,7 +67,9 @@ def patch_id(git: Git, diff: str) -> str | None:
 
 def missing_preimages(git: Git, patches: list[Patch]) -> set[str]:
     """Blobs the patches were made against that this repository lacks (a 3-way merge needs them)."""
-    wanted = sorted({change.preimage for patch in patches for change in patch.files if change.preimage})
+    wanted = sorted(
+        {change.preimage for patch in patches for change in patch.files if change.preimage}
+    )
     if not wanted:
         return set()
     out = git.run("cat-file", "--batch-check", input="".join(f"{blob}\n" for blob in wanted)).stdout
@@ -87,8 +94,11 @@ def classify(git: Git, patch: Patch, target: str, *, since: str | None = None) -
     return _merge(git, patch, exact, target, notes)
 
 
-def find_upstreamed(git: Git, patch: Patch, target: str, *, since: str | None = None, notes: list[str] | None = None) -> Proof | None:
-    """Proof that upstream ``target`` already has the patch, or None. Reads the index, never changes it."""
+def find_upstreamed(
+    git: Git, patch: Patch, target: str, *, since: str | None = None, notes: list[str] | None = None
+) -> Proof | None:
+    """Proof that upstream ``target`` already has the patch, or None. Reads the index, never changes
+    it."""
     notes = [] if notes is None else notes
     proof = _named_commit_proof(git, patch, target, notes)
     if proof is None and since is not None:
@@ -104,7 +114,11 @@ def named_commits(patch: Patch) -> list[tuple[str, str, str]]:
     named = (
         ("drop-when", "Drop-When", patch.drop_when),
         ("merged", "Upstream-Status: Merged", patch.merged_commit),
-        ("backport", "Upstream-Status: Backport", backport if patch.status_kind == "Backport" and SHA.match(backport) else None),
+        (
+            "backport",
+            "Upstream-Status: Backport",
+            backport if patch.status_kind == "Backport" and SHA.match(backport) else None,
+        ),
     )
     return [(kind, label, sha) for kind, label, sha in named if sha]
 
@@ -112,11 +126,14 @@ def named_commits(patch: Patch) -> list[tuple[str, str, str]]:
 def ancestry_known(git: Git, sha: str, target: str) -> bool:
     """Whether this repository can tell if ``sha`` is in the history of ``target``."""
     full = git.resolve(sha)
-    return full is not None and (is_ancestor(git, full, target) or not history_truncated(git, target))
+    return full is not None and (
+        is_ancestor(git, full, target) or not history_truncated(git, target)
+    )
 
 
 def _named_commit_proof(git: Git, patch: Patch, target: str, notes: list[str]) -> Proof | None:
-    """The patch names an upstream commit that obsoletes it: is that commit in the target's history?"""
+    """The patch names an upstream commit that obsoletes it: is that commit in the target's
+    history?"""
     for kind, label, sha in named_commits(patch):
         full = git.resolve(sha)
         if full is None:
@@ -124,19 +141,35 @@ def _named_commit_proof(git: Git, patch: Patch, target: str, notes: list[str]) -
         elif is_ancestor(git, full, target):
             return Proof(kind, full, f"{label} {full[:12]} is in the history of {target[:12]}")
         elif history_truncated(git, target):
-            notes.append(f"cannot tell whether {label} {sha} is in the history of {target[:12]}: history missing")
+            notes.append(
+                f"cannot tell whether {label} {sha} is in the history of {target[:12]}: history "
+                "missing"
+            )
         elif kind == "merged":
-            notes.append(f"claims {label} {sha}, but that commit is not in the history of {target[:12]}")
+            notes.append(
+                f"claims {label} {sha}, but that commit is not in the history of {target[:12]}"
+            )
     return None
 
 
 def _patch_id_proof(git: Git, patch: Patch, target: str, since: str) -> Proof | None:
-    """An upstream commit in since..target with the same patch-id (the patch was cherry-picked verbatim)."""
+    """An upstream commit in since..target with the same patch-id (the patch was cherry-picked
+    verbatim)."""
     ours = patch_id(git, patch.path.read_bytes().decode("utf-8", errors="replace"))
     paths = sorted({p for change in patch.files for p in (change.path, change.old_path) if p})
     if ours is None or not paths:
         return None
-    log = git.run("log", "-p", "--no-merges", "--format=commit %H", *DIFF_OPTIONS, target, f"^{since}", "--", *paths).stdout
+    log = git.run(
+        "log",
+        "-p",
+        "--no-merges",
+        "--format=commit %H",
+        *DIFF_OPTIONS,
+        target,
+        f"^{since}",
+        "--",
+        *paths,
+    ).stdout
     if not log.strip():
         return None
     boundaries = shallow_commits(git)  # their diffs are against nothing: not real commits' changes
@@ -159,13 +192,15 @@ def _reverse_proof(git: Git, patch: Patch, target: str) -> Proof | None:
                 "reverse-apply",
                 None,
                 f"reverse-applies on {target[:12]} with context reduced to {context} line(s) "
-                "(upstream changed the code around it); each hunk's added lines occur exactly once there",
+                "(upstream changed the code around it); each hunk's added lines occur exactly once "
+                "there",
             )
     return None
 
 
 def _added_lines_unique(git: Git, patch: Patch) -> bool:
-    """Every hunk's added lines stand out: a block found exactly once in the target, with a real line in it."""
+    """Every hunk's added lines stand out: a block found exactly once in the target, with a real
+    line in it."""
     for change in patch.files:
         if change.binary:
             return False
@@ -190,26 +225,41 @@ def _merge(git: Git, patch: Patch, exact: proc.Result, target: str, notes: list[
     if merged.ok:
         if git("write-tree") == saved:
             return PatchCheck(
-                patch.name, Verdict.EMPTY,
-                note=f"a 3-way merge on {target[:12]} changes nothing: upstream may hold it, but no proof was found",
+                patch.name,
+                Verdict.EMPTY,
+                note=f"a 3-way merge on {target[:12]} changes nothing: upstream may hold it, but "
+                "no proof was found",
             )
         return PatchCheck(
-            patch.name, Verdict.THREE_WAY, files=_files(failed), hunks=_hunk_names(failed),
-            lines=tuple(h[1] for h in failed if h[1]), fuzz_context=fuzz, note="; ".join(notes),
+            patch.name,
+            Verdict.THREE_WAY,
+            files=_files(failed),
+            hunks=_hunk_names(failed),
+            lines=tuple(h[1] for h in failed if h[1]),
+            fuzz_context=fuzz,
+            note="; ".join(notes),
         )
-    conflicted = sorted({line.split("\t", 1)[1] for line in git("ls-files", "-u").splitlines() if "\t" in line})
+    conflicted = sorted(
+        {line.split("\t", 1)[1] for line in git("ls-files", "-u").splitlines() if "\t" in line}
+    )
     git("read-tree", saved)
     if MISSING_BLOB.search(merged.stderr):
         notes.append("no 3-way merge: the blobs the patch was made from are not in the cache")
     failing = conflicting_hunks(git, patch, set(conflicted) or set(_files(failed)))
     return PatchCheck(
-        patch.name, Verdict.CONFLICT, files=tuple(conflicted) or _files(failed), hunks=_hunk_names(failing),
-        lines=tuple(h[1] for h in failing if h[1]), fuzz_context=fuzz, note="; ".join(notes),
+        patch.name,
+        Verdict.CONFLICT,
+        files=tuple(conflicted) or _files(failed),
+        hunks=_hunk_names(failing),
+        lines=tuple(h[1] for h in failing if h[1]),
+        fuzz_context=fuzz,
+        note="; ".join(notes),
     )
 
 
 def apply_any(git: Git, patch: Patch) -> bool:
-    """Apply as ``git am -3`` would (exactly, else by 3-way merge); on a conflict leave the index as it was."""
+    """Apply as ``git am -3`` would (exactly, else by 3-way merge); on a conflict leave the index as
+    it was."""
     if apply(git, patch).ok:
         return True
     saved = git("write-tree")
@@ -229,12 +279,16 @@ def failed_hunks(patch: Patch, stderr: str) -> list[Failure]:
         if match := PATCH_FAILED.match(line.strip()):
             path, old_line = match.group(1), int(match.group(2))
             change = next((c for c in patch.files if c.path == path or c.old_path == path), None)
-            hunk = next((h for h in change.hunks if h.old_start == old_line), None) if change else None
+            hunk = (
+                next((h for h in change.hunks if h.old_start == old_line), None) if change else None
+            )
             if hunk:
                 failures.append((path, hunk.line, f"{path} {hunk.header} (patch line {hunk.line})"))
             else:
                 failures.append((path, None, f"{path}:{old_line}"))
-        elif (match := FILE_ERROR.match(line.strip())) and not any(f[0] == match.group(1) for f in failures):
+        elif (match := FILE_ERROR.match(line.strip())) and not any(
+            f[0] == match.group(1) for f in failures
+        ):
             failures.append((match.group(1), None, f"{match.group(1)}: {match.group(2)}"))
     return failures
 
@@ -250,7 +304,13 @@ def conflicting_hunks(git: Git, patch: Patch, files: set[str]) -> list[Failure]:
             continue
         for hunk in change.hunks:
             if not apply(git, patch, "--check", text=hunk_text(patch, change, hunk)).ok:
-                failures.append((change.path, hunk.line, f"{change.path} {hunk.header} (patch line {hunk.line})"))
+                failures.append(
+                    (
+                        change.path,
+                        hunk.line,
+                        f"{change.path} {hunk.header} (patch line {hunk.line})",
+                    )
+                )
     return failures
 
 

@@ -46,7 +46,14 @@ def plan(
     fetch_history: bool = False,
     progress: Progress | None = None,
 ) -> BumpPlan:
-    return plan_target(settings, recipe, resolve_target(settings, recipe, to, progress), bisect=bisect, fetch_history=fetch_history, progress=progress)
+    return plan_target(
+        settings,
+        recipe,
+        resolve_target(settings, recipe, to, progress),
+        bisect=bisect,
+        fetch_history=fetch_history,
+        progress=progress,
+    )
 
 
 def plan_target(
@@ -60,15 +67,22 @@ def plan_target(
 ) -> BumpPlan:
     """``plan`` for a target already resolved (``kzbuild roll`` resolves its candidates itself)."""
     patches = load_patches(recipe)
-    report = check_patches(settings, recipe, patches, target, fetch_history=fetch_history or bisect, progress=progress)
+    report = check_patches(
+        settings, recipe, patches, target, fetch_history=fetch_history or bisect, progress=progress
+    )
     bisects: tuple[BisectResult, ...] = ()
     if bisect:
-        bisects = tuple(bisect_patch(settings, recipe, patches, p.name, target.commit) for p in report.conflicts)
+        bisects = tuple(
+            bisect_patch(settings, recipe, patches, p.name, target.commit) for p in report.conflicts
+        )
     return BumpPlan(recipe, target, report, bisects, tuple(_source_notes(recipe, target)))
 
 
-def bisect_patch(settings: Settings, recipe: Recipe, patches: list[Patch], name: str, new: str) -> BisectResult:
-    """The first commit in old..new at which ``name`` (after the patches before it) stops applying."""
+def bisect_patch(
+    settings: Settings, recipe: Recipe, patches: list[Patch], name: str, new: str
+) -> BisectResult:
+    """The first commit in old..new at which ``name`` (after the patches before it) stops
+    applying."""
     old = recipe.upstream.commit
     index = [p.name for p in patches].index(name)
     scratch = Scratch(settings, recipe)
@@ -80,13 +94,25 @@ def bisect_patch(settings: Settings, recipe: Recipe, patches: list[Patch], name:
             why = "the cache holds both pins but not the commits between them"
             if not history_truncated(git, new):
                 why = f"{old[:12]} is not an ancestor of {new[:12]}"
-            return BisectResult(name, None, 0, 0, reason=f"history missing: {why}; bisect needs a git source with history")
+            return BisectResult(
+                name,
+                None,
+                0,
+                0,
+                reason=f"history missing: {why}; bisect needs a git source with history",
+            )
         commits = int(git("rev-list", "--count", f"{old}..{new}"))
         checks = 0
         if not _lock_shows_applied(recipe, name):
             checks += 1
             if not _applies_at(scratch, patches, index, old):
-                return BisectResult(name, None, checks, commits, reason=f"it does not apply at the old pin {old[:12]} either")
+                return BisectResult(
+                    name,
+                    None,
+                    checks,
+                    commits,
+                    reason=f"it does not apply at the old pin {old[:12]} either",
+                )
         scratch.load(new)
         git.run("bisect", "reset", check=False)  # a run interrupted earlier
         output = git("bisect", "start", "--no-checkout", new, old)
@@ -96,12 +122,16 @@ def bisect_patch(settings: Settings, recipe: Recipe, patches: list[Patch], name:
                     raise PatchError(f"bisect of {name} did not converge:\n{output}")
                 current = git("rev-parse", "BISECT_HEAD")
                 checks += 1
-                output = git("bisect", "good" if _applies_at(scratch, patches, index, current) else "bad")
+                output = git(
+                    "bisect", "good" if _applies_at(scratch, patches, index, current) else "bad"
+                )
         finally:
             git.run("bisect", "reset", check=False)
         match = FIRST_BAD.search(output)
         assert match is not None
-        sha, subject, author, when = git("log", "-1", "--format=%H%x00%s%x00%an <%ae>%x00%aI", match.group(1)).split("\0")
+        sha, subject, author, when = git(
+            "log", "-1", "--format=%H%x00%s%x00%an <%ae>%x00%aI", match.group(1)
+        ).split("\0")
         return BisectResult(name, UpstreamCommit(sha, subject, author, when), checks, commits)
 
 
@@ -124,7 +154,10 @@ def _source_notes(recipe: Recipe, target: Target) -> list[str]:
     notes = []
     for source in recipe.upstream.sources:
         if source.kind == "pypi-sdist" and not _same_package(source, target.sdist):
-            notes.append(f"source {source.label} vendors the old pin, not {target.commit[:12]}: update or remove it")
+            notes.append(
+                f"source {source.label} vendors the old pin, not {target.commit[:12]}: update or "
+                "remove it"
+            )
     return notes
 
 
@@ -133,14 +166,21 @@ def _same_package(source: Source, requirement: str | None) -> bool:
 
 
 def write(
-    settings: Settings, recipe: Recipe, bump: BumpPlan, *, today: Date | None = None, progress: Progress | None = None
+    settings: Settings,
+    recipe: Recipe,
+    bump: BumpPlan,
+    *,
+    today: Date | None = None,
+    progress: Progress | None = None,
 ) -> BumpWritten:
     """Update the pin, drop upstreamed patches with a record, and sync (which writes the lock)."""
     if bump.check.conflicts:
         names = ", ".join(p.name for p in bump.check.conflicts)
         raise PatchError(
-            f"not writing: {len(bump.check.conflicts)} patch(es) conflict with {bump.target.commit[:12]}: {names}",
-            hint="rebase them onto the new pin in the worktree first (see --bisect for the upstream commit that broke each)",
+            f"not writing: {len(bump.check.conflicts)} patch(es) conflict with "
+            f"{bump.target.commit[:12]}: {names}",
+            hint="rebase them onto the new pin in the worktree first (see --bisect for the "
+            "upstream commit that broke each)",
         )
     check_no_lost_work(Worktree(settings, recipe).state(), what="bump --write", recipe=recipe.name)
     touched = [recipe.path, recipe.series, recipe.series.parent / DROPPED_LOG]
@@ -156,7 +196,10 @@ def write(
             entry = require_entry(read_series(recipe.series), result.name)
             upstream = read_patch(entry.path, result.name).drop_when or proof.commit
             drop_patch(
-                recipe.series, result.name, today=today, upstream=upstream or bump.target.commit,
+                recipe.series,
+                result.name,
+                today=today,
+                upstream=upstream or bump.target.commit,
                 reason=f"upstreamed in {bump.target.commit[:12]} ({proof.describe()})",
             )
         bumped = recipes.load_recipe(settings.project, str(recipe.path))
@@ -169,7 +212,9 @@ def write(
                 path.write_bytes(data)
         raise
     dropped = tuple(p.name for p in bump.check.upstreamed)
-    return BumpWritten(recipe.path, dropped, synced, tuple(_shared_series_notes(settings, recipe, dropped)))
+    return BumpWritten(
+        recipe.path, dropped, synced, tuple(_shared_series_notes(settings, recipe, dropped))
+    )
 
 
 def _write_pin(recipe: Recipe, target: Target) -> None:
@@ -185,7 +230,11 @@ def _write_pin(recipe: Recipe, target: Target) -> None:
                 edits.append((item.line_of("pypi-sdist"), old, target.sdist))
     for line, old, new in edits:
         if old not in lines[line - 1]:
-            raise ConfigError(f"expected '{old}' on this line; edit the recipe by hand", path=recipe.path, line=line)
+            raise ConfigError(
+                f"expected '{old}' on this line; edit the recipe by hand",
+                path=recipe.path,
+                line=line,
+            )
         lines[line - 1] = lines[line - 1].replace(old, new, 1)
     recipe.path.write_text("".join(lines), encoding="utf-8")
 
@@ -197,6 +246,8 @@ def _shared_series_notes(settings: Settings, recipe: Recipe, dropped: tuple[str,
     for name in recipes.list_recipes(settings.recipes):
         other = recipes.load_recipe(settings.project, name)
         if other.name != recipe.name and other.series == recipe.series:
-            notes.append(f"recipe {other.name} (pin {other.upstream.commit[:12]}) uses the same series: it no longer gets {', '.join(dropped)}")
+            notes.append(
+                f"recipe {other.name} (pin {other.upstream.commit[:12]}) uses the same series: it "
+                f"no longer gets {', '.join(dropped)}"
+            )
     return notes
-

@@ -24,7 +24,15 @@ from kzbuild.model.recipe import Recipe, Source
 from kzbuild.model.stack import Problem
 from kzbuild.model.stackcheck import PatchCheck, StackCheck, Target, Verdict
 from kzbuild.source.sources import ObjectCache, Progress, extract_vendored_gitdirs
-from kzbuild.source.stack.apply import ancestry_known, apply_any, classify, history_truncated, is_ancestor, missing_preimages, named_commits
+from kzbuild.source.stack.apply import (
+    ancestry_known,
+    apply_any,
+    classify,
+    history_truncated,
+    is_ancestor,
+    missing_preimages,
+    named_commits,
+)
 from kzbuild.source.stack.patchfile import read_patch
 from kzbuild.source.stack.series import read_series
 from kzbuild.source.sync import Worktree
@@ -51,7 +59,8 @@ class Scratch:
         return self.repo.lock()
 
     def prepare(self) -> None:
-        """Create it on first use; refresh where the cache's history stops (it may have deepened)."""
+        """Create it on first use; refresh where the cache's history stops (it may have
+        deepened)."""
         if not (self.repo.path / ".git").is_dir():
             self.repo.create(self.cache)
         self.repo.share_shallow(self.cache)
@@ -86,7 +95,9 @@ def load_patches(recipe: Recipe) -> list[Patch]:
     return [read_patch(entry.path, entry.name) for entry in read_series(recipe.series).entries]
 
 
-def resolve_target(settings: Settings, recipe: Recipe, ref: str, progress: Progress | None = None) -> Target:
+def resolve_target(
+    settings: Settings, recipe: Recipe, ref: str, progress: Progress | None = None
+) -> Target:
     """Turn what the user typed into a commit and the sources that can provide it."""
     cache = ObjectCache(settings)
     git_sources = tuple(s for s in recipe.upstream.sources if s.kind != "pypi-sdist")
@@ -115,7 +126,11 @@ def resolve_target(settings: Settings, recipe: Recipe, ref: str, progress: Progr
             object_id, tab, name = line.partition("\t")
             if tab:
                 refs[name] = object_id
-        resolved = refs.get(f"refs/tags/{ref}^{{}}") or refs.get(f"refs/heads/{ref}") or refs.get(f"refs/tags/{ref}")
+        resolved = (
+            refs.get(f"refs/tags/{ref}^{{}}")
+            or refs.get(f"refs/heads/{ref}")
+            or refs.get(f"refs/tags/{ref}")
+        )
         if resolved:
             return Target(resolved, (source,), ref)
     if unreachable:
@@ -134,7 +149,8 @@ def resolve_target(settings: Settings, recipe: Recipe, ref: str, progress: Progr
 
 
 def sdist_commit(cache: ObjectCache, requirement: str, progress: Progress | None = None) -> str:
-    """The upstream commit an sdist vendors (remembered next to the sdist: extracting takes seconds)."""
+    """The upstream commit an sdist vendors (remembered next to the sdist: extracting takes
+    seconds)."""
     sdist = cache.download_sdist(requirement, progress)
     remembered = sdist.with_name(sdist.name + ".commit")
     if remembered.is_file():
@@ -143,13 +159,17 @@ def sdist_commit(cache: ObjectCache, requirement: str, progress: Progress | None
         gitdirs = extract_vendored_gitdirs(sdist, Path(tmp))
         llama = [g for g in gitdirs if g.name == "llama.cpp"] or gitdirs
         if len(llama) != 1:
-            raise SourceError(f"{sdist.name} vendors {len(gitdirs)} git repos; cannot tell which is llama.cpp")
+            raise SourceError(
+                f"{sdist.name} vendors {len(gitdirs)} git repos; cannot tell which is llama.cpp"
+            )
         commit = Git(llama[0])("rev-parse", "HEAD")
     remembered.write_text(commit + "\n")
     return commit
 
 
-def fetch_target(settings: Settings, recipe: Recipe, target: Target, progress: Progress | None = None) -> None:
+def fetch_target(
+    settings: Settings, recipe: Recipe, target: Target, progress: Progress | None = None
+) -> None:
     """Both the recipe's pin and the target in the cache."""
     cache = ObjectCache(settings)
     cache.ensure(recipe.upstream.commit, recipe.upstream.sources, progress=progress)
@@ -164,7 +184,11 @@ def history(git: Git, since: str | None, target: str) -> tuple[str, int | None]:
     if is_ancestor(git, since, target):
         return "complete", int(git("rev-list", "--count", f"{since}..{target}"))
     if history_truncated(git, target):
-        return f"missing: the cache holds {target[:12]} without its history back to {since[:12]} (a shallow source)", None
+        return (
+            f"missing: the cache holds {target[:12]} without its history back to {since[:12]} (a "
+            "shallow source)",
+            None,
+        )
     return f"{since[:12]} is not an ancestor of {target[:12]}", None
 
 
@@ -178,8 +202,19 @@ def check_stack(
 ) -> StackCheck:
     """Classify every patch of the recipe's series against the pin, or against ``against``."""
     pin = recipe.upstream.commit
-    target = resolve_target(settings, recipe, against, progress) if against else Target(pin, recipe.upstream.sources, pin)
-    return check_patches(settings, recipe, load_patches(recipe), target, fetch_history=fetch_history, progress=progress)
+    target = (
+        resolve_target(settings, recipe, against, progress)
+        if against
+        else Target(pin, recipe.upstream.sources, pin)
+    )
+    return check_patches(
+        settings,
+        recipe,
+        load_patches(recipe),
+        target,
+        fetch_history=fetch_history,
+        progress=progress,
+    )
 
 
 def check_patches(
@@ -203,11 +238,22 @@ def check_patches(
         state, count = history(scratch.git, since, target.commit)
         results = [classify(scratch.git, patch, target.commit, since=since) for patch in patches]
     return StackCheck(
-        target=target.commit, since=since, history=state, commits_between=count, patches=tuple(results), notes=tuple(notes)
+        target=target.commit,
+        since=since,
+        history=state,
+        commits_between=count,
+        patches=tuple(results),
+        notes=tuple(notes),
     )
 
 
-def deepen(settings: Settings, recipe: Recipe, target: Target, patches: list[Patch], progress: Progress | None = None) -> list[str]:
+def deepen(
+    settings: Settings,
+    recipe: Recipe,
+    target: Target,
+    patches: list[Patch],
+    progress: Progress | None = None,
+) -> list[str]:
     """Fetch from a git source the history a check can use, when the cache lacks it: the pin..target
     range (for patch-ids), and the target's history back to each commit a patch names (Drop-When,
     Merged, Backport <sha>), so those are checked by ancestry. Returns notes."""
@@ -215,49 +261,78 @@ def deepen(settings: Settings, recipe: Recipe, target: Target, patches: list[Pat
     git = cache.git
     old, new = recipe.upstream.commit, target.commit
     goals = [] if old == new or is_ancestor(git, old, new) else [old]
-    goals += [sha for patch in patches for _, _, sha in named_commits(patch) if not ancestry_known(git, sha, new)]
+    goals += [
+        sha
+        for patch in patches
+        for _, _, sha in named_commits(patch)
+        if not ancestry_known(git, sha, new)
+    ]
     if not goals:
         return []
-    sources = [s for s in dict.fromkeys(target.sources + recipe.upstream.sources) if s.kind != "pypi-sdist"]
+    sources = [
+        s for s in dict.fromkeys(target.sources + recipe.upstream.sources) if s.kind != "pypi-sdist"
+    ]
     if not sources:
-        return ["history missing: no git source to deepen from (an sdist vendors one commit without its history)"]
+        return [
+            "history missing: no git source to deepen from (an sdist vendors one commit without "
+            "its history)"
+        ]
     with cache.lock():
         return [_deepen_to(git, sources, goal, new, progress) for goal in dict.fromkeys(goals)]
 
 
-def fetch_range(settings: Settings, recipe: Recipe, target: Target, old: str, progress: Progress | None = None) -> str | None:
+def fetch_range(
+    settings: Settings, recipe: Recipe, target: Target, old: str, progress: Progress | None = None
+) -> str | None:
     """Make the history old..target available in the cache from a git source (``kzbuild bisect``):
     None when it already was, else a note of what was fetched or why it could not be."""
     git = ObjectCache(settings).git
     if is_ancestor(git, old, target.commit):
         return None
-    sources = [s for s in dict.fromkeys(target.sources + recipe.upstream.sources) if s.kind != "pypi-sdist"]
+    sources = [
+        s for s in dict.fromkeys(target.sources + recipe.upstream.sources) if s.kind != "pypi-sdist"
+    ]
     if not sources:
-        return "history missing: no git source to fetch it from (an sdist vendors one commit without its history)"
+        return (
+            "history missing: no git source to fetch it from (an sdist vendors one commit without "
+            "its history)"
+        )
     with ObjectCache(settings).lock():
         return _deepen_to(git, sources, old, target.commit, progress)
 
 
-def _deepen_to(git: Git, sources: list[Source], goal: str, new: str, progress: Progress | None) -> str:
-    """Deepen ``new``'s history from the first source that can until ``goal`` is in it, or is shown not to be."""
+def _deepen_to(
+    git: Git, sources: list[Source], goal: str, new: str, progress: Progress | None
+) -> str:
+    """Deepen ``new``'s history from the first source that can until ``goal`` is in it, or is shown
+    not to be."""
     for source in sources:
         if FULL_SHA.match(goal) and git.resolve(goal) is None:
-            # the goal's commit date bounds how deep to fetch; an abbreviated sha falls back to depths
+            # the goal's commit date bounds how deep to fetch; an abbreviated sha
+            # falls back to depths
             git.run("fetch", "--no-tags", "--depth=1", source.location, goal, check=False)
         full = git.resolve(goal)
-        since = [f"--shallow-since=@{int(git('log', '-1', '--format=%ct', full)) - SHALLOW_SINCE_MARGIN}"] if full else []
+        committed = int(git("log", "-1", "--format=%ct", full)) if full else 0
+        since = [f"--shallow-since=@{committed - SHALLOW_SINCE_MARGIN}"] if full else []
         for option in (*since, *(f"--depth={d}" for d in DEEPEN_STEPS)):
             if progress:
                 progress(f"deepening from {source.label} ({option})")
             result = git.run("fetch", "--no-tags", option, source.location, new, check=False)
             if not result.ok:
-                log.warning("cannot deepen from %s: %s", source.label, result.stderr.strip().splitlines()[-1:])
+                log.warning(
+                    "cannot deepen from %s: %s",
+                    source.label,
+                    result.stderr.strip().splitlines()[-1:],
+                )
                 break
             full = git.resolve(goal)
             if full is not None and is_ancestor(git, full, new):
                 return f"fetched the history {full[:12]}..{new[:12]} from {source.label}"
             if not history_truncated(git, new):
-                return f"{goal[:12]} is not in the history of {new[:12]} ({source.label} has all of it)"
+                return (
+                    f"{goal[:12]} is not in the history of {new[:12]} ({source.label} has all of "
+                    "it)"
+                )
     return f"history missing: no git source could provide {goal[:12]}..{new[:12]}"
 
 
@@ -277,12 +352,19 @@ def _tree_problem(result: PatchCheck, pin: str) -> str | None:
     at = f"{pin[:12]} (the pin of the recipe)"
     refresh = "refresh it: kzbuild sync, then kzbuild patches export"
     if result.verdict is Verdict.THREE_WAY:
-        how = f"with fuzz (context reduced to {result.fuzz_context} lines)" if result.fuzz_context is not None else "through a 3-way merge"
+        how = (
+            f"with fuzz (context reduced to {result.fuzz_context} lines)"
+            if result.fuzz_context is not None
+            else "through a 3-way merge"
+        )
         return f"applies to {at} only {how}; {result.describe()}; {refresh}"
     if result.verdict is Verdict.CONFLICT:
         return f"does not apply to {at}: {result.describe()}"
     if result.verdict is Verdict.UPSTREAMED:
-        return f"is already upstream at {at} ({result.describe()}); drop it: kzbuild patches drop {result.name} --reason ..."
+        return (
+            f"is already upstream at {at} ({result.describe()}); drop it: kzbuild patches drop "
+            f"{result.name} --reason ..."
+        )
     if result.verdict is Verdict.EMPTY:
         return f"changes nothing at {at}: {result.describe()}"
     return None

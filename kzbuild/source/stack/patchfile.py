@@ -41,7 +41,13 @@ from kzbuild.model.patch import (
     Trailer,
 )
 from kzbuild.model.stack import Problem, Series, SeriesEntry
-from kzbuild.source.stack.series import parse_series, read_series, reorder_series, series_files, unlisted_patches
+from kzbuild.source.stack.series import (
+    parse_series,
+    read_series,
+    reorder_series,
+    series_files,
+    unlisted_patches,
+)
 
 DROPPED_LOG = "DROPPED.yaml"
 # Every diff kzbuild writes or compares is made with these, whatever the local git config says,
@@ -100,7 +106,8 @@ class _PatchReader:
 
 
 def read_patch(path: Path, name: str | None = None) -> Patch:
-    """Parse a patch file; what makes it malformed (bytes that are not UTF-8 too) is listed in ``Patch.problems``."""
+    """Parse a patch file; what makes it malformed (bytes that are not UTF-8 too) is listed in
+    ``Patch.problems``."""
     data = yamlconf.read_bytes(path)
     patch = parse_patch(data.decode("utf-8", errors="replace"), path, name)
     not_utf8 = yamlconf.utf8_error(data, path)
@@ -117,7 +124,9 @@ def parse_patch(raw: str, path: Path, name: str | None = None) -> Patch:
     reader = _PatchReader(path, lines)
     number = 1
     if not lines or not MBOX_FROM.match(reader.text(1)):
-        reader.problem(1, "not a git format-patch mbox: the first line must be 'From <40-hex sha> <date>'")
+        reader.problem(
+            1, "not a git format-patch mbox: the first line must be 'From <40-hex sha> <date>'"
+        )
     else:
         number = 2
     headers, number = _read_headers(reader, number)
@@ -134,7 +143,11 @@ def parse_patch(raw: str, path: Path, name: str | None = None) -> Patch:
         reader.problem(None, "the patch changes nothing (no diff): git am refuses empty patches")
     if reader.crlf:
         more = f" and {len(reader.crlf) - 1} more" if len(reader.crlf) > 1 else ""
-        reader.problem(reader.crlf[0], f"CRLF line ending{more} outside the diff's content: the file was damaged; convert it back to LF")
+        reader.problem(
+            reader.crlf[0],
+            f"CRLF line ending{more} outside the diff's content: the file was damaged; convert it "
+            "back to LF",
+        )
     return Patch(
         name=name or path.name,
         path=path,
@@ -166,8 +179,15 @@ def _read_headers(reader: _PatchReader, number: int) -> tuple[dict[str, str], in
     for key, value in headers.items():
         try:
             decoded[key] = str(make_header(decode_header(value)))
-        except (LookupError, UnicodeError, ValueError) as exc:  # an unknown charset, a broken =?..?= word
-            reader.problem(header_lines[key], f"the '{key}:' header cannot be decoded ({exc}); it is shown as written")
+        except (
+            LookupError,
+            UnicodeError,
+            ValueError,
+        ) as exc:  # an unknown charset, a broken =?..?= word
+            reader.problem(
+                header_lines[key],
+                f"the '{key}:' header cannot be decoded ({exc}); it is shown as written",
+            )
             decoded[key] = value
     return decoded, number
 
@@ -255,8 +275,13 @@ def _read_file_change(reader: _PatchReader, start: int) -> tuple[FileChange, int
             continue
         number += 1
     if index_line is not None and not full_index:
-        reader.problem(index_line, "abbreviated index line: git am -3 needs full blob ids (format-patch --full-index)")
-    return FileChange(path, old_path, start, index_line, full_index, preimage, binary, tuple(hunks)), number
+        reader.problem(
+            index_line,
+            "abbreviated index line: git am -3 needs full blob ids (format-patch --full-index)",
+        )
+    return FileChange(
+        path, old_path, start, index_line, full_index, preimage, binary, tuple(hunks)
+    ), number
 
 
 def _read_hunk(reader: _PatchReader, number: int, match: re.Match[str]) -> tuple[Hunk, int]:
@@ -268,7 +293,9 @@ def _read_hunk(reader: _PatchReader, number: int, match: re.Match[str]) -> tuple
     added: list[str] = []
     removed: list[str] = []
     lines = reader.lines
-    while number <= len(lines) and (old_left > 0 or new_left > 0 or lines[number - 1].startswith("\\")):
+    while number <= len(lines) and (
+        old_left > 0 or new_left > 0 or lines[number - 1].startswith("\\")
+    ):
         line = lines[number - 1]
         marker, content = line[:1], line[1:]
         if marker == " " or (line == "" and old_left and new_left):
@@ -280,10 +307,22 @@ def _read_hunk(reader: _PatchReader, number: int, match: re.Match[str]) -> tuple
             added.append(content)
             new_left -= 1
         elif marker != "\\":
-            reader.problem(header_line, f"hunk ends early (at line {number}): its @@ header counts more lines than follow")
+            reader.problem(
+                header_line,
+                f"hunk ends early (at line {number}): its @@ header counts more lines than follow",
+            )
             break
         number += 1
-    return Hunk(old_start, old_count, new_start, new_count, header_line, number - 1, tuple(added), tuple(removed)), number
+    return Hunk(
+        old_start,
+        old_count,
+        new_start,
+        new_count,
+        header_line,
+        number - 1,
+        tuple(added),
+        tuple(removed),
+    ), number
 
 
 def hunk_text(patch: Patch, change: FileChange, hunk: Hunk) -> str:
@@ -302,14 +341,20 @@ def without_kz_trailers(patch: Patch) -> str:
         if trailer.key in KZ_TRAILERS:
             number = trailer.line
             drop.add(number)
-            while number < len(lines) and lines[number][:1] in (" ", "\t"):  # its continuation lines
+            while number < len(lines) and lines[number][:1] in (
+                " ",
+                "\t",
+            ):  # its continuation lines
                 number += 1
                 drop.add(number)
     kept = [line for number, line in enumerate(lines, 1) if number not in drop]
     # A trailer block left empty would leave blank lines before the "---" that ends the message;
     # the blank line that ends the mail headers stays.
     headers_end = next((i for i, line in enumerate(kept) if not line.strip()), len(kept))
-    end = next((i for i, line in enumerate(kept) if i > headers_end and is_patch_start(line.rstrip("\r"))), len(kept))
+    end = next(
+        (i for i, line in enumerate(kept) if i > headers_end and is_patch_start(line.rstrip("\r"))),
+        len(kept),
+    )
     message_end = end
     while message_end > headers_end + 1 and not kept[message_end - 1].strip():
         message_end -= 1
@@ -382,7 +427,13 @@ def trailer_problems(patch: Patch) -> list[Problem]:
     for trailer in patch.trailers:
         if trailer.key in KZ_TRAILERS:
             if trailer.key in seen and trailer.key not in REPEATABLE_TRAILERS:
-                problems.append(Problem(patch.path, trailer.line, f"{trailer.key} is given twice (first on line {seen[trailer.key].line})"))
+                problems.append(
+                    Problem(
+                        patch.path,
+                        trailer.line,
+                        f"{trailer.key} is given twice (first on line {seen[trailer.key].line})",
+                    )
+                )
                 continue
             seen[trailer.key] = trailer
             message = trailer_value_problem(trailer.key, trailer.value)
@@ -394,7 +445,9 @@ def trailer_problems(patch: Patch) -> list[Problem]:
         guess = lowered.get(trailer.key.lower()) or (close[0] if close else None)
         if guess or trailer.key.lower().startswith(("upstream-", "kz-", "drop-")):
             hint = f"; did you mean '{guess}'?" if guess else f"; known: {', '.join(KZ_TRAILERS)}"
-            problems.append(Problem(patch.path, trailer.line, f"unknown trailer '{trailer.key}'{hint}"))
+            problems.append(
+                Problem(patch.path, trailer.line, f"unknown trailer '{trailer.key}'{hint}")
+            )
     for key in REQUIRED_TRAILERS:
         if key not in seen:
             problems.append(Problem(patch.path, last_line, f"missing trailer '{key}:'"))
@@ -418,7 +471,9 @@ def trailer_value_problem(key: str, value: str) -> str | None:
         if expected == "url" and not URL.match(rest):
             return f"Upstream-Status {kind} needs the URL of the upstream PR or mail (got '{rest}')"
         if expected == "sha" and not SHA.match(rest):
-            return f"Upstream-Status {kind} needs the upstream commit sha (7 to 40 hex; got '{rest}')"
+            return (
+                f"Upstream-Status {kind} needs the upstream commit sha (7 to 40 hex; got '{rest}')"
+            )
         if expected == "sha-or-url" and not (SHA.match(rest) or URL.match(rest)):
             return f"Upstream-Status {kind} needs an upstream sha or PR URL (got '{rest}')"
         if expected == "text" and not rest:
@@ -434,15 +489,24 @@ def trailer_value_problem(key: str, value: str) -> str | None:
     return None
 
 
-EXPECT = re.compile(r"^((?:pp\d+|tg\d+|pp\d+\+tg\d+)(?:@d\d+)?)\s+([+-]\d+(?:\.\d+)?)%\s+on\s+([A-Za-z0-9][A-Za-z0-9._-]*)$", re.ASCII)
+EXPECT = re.compile(
+    r"^((?:pp\d+|tg\d+|pp\d+\+tg\d+)(?:@d\d+)?)\s+([+-]\d+(?:\.\d+)?)%\s+on\s+([A-Za-z0-9][A-Za-z0-9._-]*)$",
+    re.ASCII,
+)
 
 
 def expect_problem(value: str) -> str | None:
     match = EXPECT.match(value.strip())
     if match is None:
-        return f"Kz-Expect '{value}' is not METRIC +N% on DEVICE (e.g. 'pp512 +10% on pad3', 'tg64 -2.5% on pad3')"
+        return (
+            f"Kz-Expect '{value}' is not METRIC +N% on DEVICE (e.g. 'pp512 +10% on pad3', 'tg64 "
+            "-2.5% on pad3')"
+        )
     if float(match[2]) == 0:
-        return f"Kz-Expect '{value}': an expected change of 0% can never be contradicted; give the effect the patch is for"
+        return (
+            f"Kz-Expect '{value}': an expected change of 0% can never be contradicted; give the "
+            "effect the patch is for"
+        )
     return None
 
 
@@ -452,7 +516,15 @@ def expectations(patch: Patch) -> tuple[Expectation, ...]:
     for trailer in patch.trailers:
         match = EXPECT.match(trailer.value.strip()) if trailer.key == KZ_EXPECT else None
         if match and float(match[2]):
-            found.append(Expectation(patch=patch.name, metric=match[1], pct=float(match[2]), device=match[3], line=trailer.line))
+            found.append(
+                Expectation(
+                    patch=patch.name,
+                    metric=match[1],
+                    pct=float(match[2]),
+                    device=match[3],
+                    line=trailer.line,
+                )
+            )
     return tuple(found)
 
 
@@ -460,13 +532,17 @@ TOOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def device_test_problem(value: str) -> str | None:
-    """A Kz-Device-Test is a tool of the release (no path) and its arguments, split as a shell would."""
+    """A Kz-Device-Test is a tool of the release (no path) and its arguments, split as a shell
+    would."""
     try:
         words = shlex.split(value)
     except ValueError as exc:
         return f"Kz-Device-Test '{value}' cannot be split into arguments: {exc}"
     if not words or not TOOL_NAME.match(words[0]):
-        return f"Kz-Device-Test '{value}' does not start with a tool of the release (e.g. 'test-backend-ops -o GATED_DELTA_NET -b HTP0')"
+        return (
+            f"Kz-Device-Test '{value}' does not start with a tool of the release (e.g. "
+            "'test-backend-ops -o GATED_DELTA_NET -b HTP0')"
+        )
     return None
 
 
@@ -476,7 +552,9 @@ def device_tests(patch: Patch) -> tuple[DeviceTest, ...]:
     for trailer in patch.trailers:
         if trailer.key == KZ_DEVICE_TEST and device_test_problem(trailer.value) is None:
             tool, *args = shlex.split(trailer.value)
-            found.append(DeviceTest(patch=patch.name, tool=tool, args=tuple(args), line=trailer.line))
+            found.append(
+                DeviceTest(patch=patch.name, tool=tool, args=tuple(args), line=trailer.line)
+            )
     return tuple(found)
 
 
@@ -484,7 +562,10 @@ def lint_series(series_path: Path) -> tuple[list[Patch], list[Problem]]:
     """Everything lint finds without an upstream tree: series, files, format, trailers."""
     series, problems = parse_series(series_path)
     files = ", ".join(p.name for p in series_files(series.directory))
-    problems += [Problem(path, None, f"patch file is not listed in any series file ({files})") for path in unlisted_patches(series.directory)]
+    problems += [
+        Problem(path, None, f"patch file is not listed in any series file ({files})")
+        for path in unlisted_patches(series.directory)
+    ]
     patches = [read_patch(entry.path, entry.name) for entry in series.entries]
     for patch in patches:
         problems += list(patch.problems) + trailer_problems(patch)
@@ -545,7 +626,10 @@ def record_drop(path: Path, record: DropRecord) -> None:
         read_dropped(path)  # refuses to append to a damaged log
         text = path.read_text(encoding="utf-8")
     else:
-        text = "# Patches dropped from the stack: why, when, and the upstream commit that made them obsolete.\ndropped:\n"
+        text = (
+            "# Patches dropped from the stack: why, when, and the upstream commit that made them "
+            "obsolete.\ndropped:\n"
+        )
     if not text.endswith("\n"):
         text += "\n"
     if re.search(r"^dropped:\s*\[\]\s*$", text, re.M):
@@ -558,8 +642,16 @@ def record_drop(path: Path, record: DropRecord) -> None:
 # --- editing the stack ---
 
 
-def drop_patch(series_path: Path, name: str, *, reason: str, upstream: str | None = None, today: date | None = None) -> DropRecord:
-    """Remove ``name`` from the series, delete its file (unless another series of the folder lists it) and log why (with its subject and upstream status)."""
+def drop_patch(
+    series_path: Path,
+    name: str,
+    *,
+    reason: str,
+    upstream: str | None = None,
+    today: date | None = None,
+) -> DropRecord:
+    """Remove ``name`` from the series, delete its file (unless another series of the folder lists
+    it) and log why (with its subject and upstream status)."""
     series = read_series(series_path)
     entry = require_entry(series, name)
     name = entry.name
@@ -580,15 +672,21 @@ def drop_patch(series_path: Path, name: str, *, reason: str, upstream: str | Non
 
 
 def _listed_elsewhere(series: Series, patch: Path) -> bool:
-    """Another series file of the folder still lists the patch (an archive recipe's stack shares files)."""
+    """Another series file of the folder still lists the patch (an archive recipe's stack shares
+    files)."""
     for other in series_files(series.directory):
-        if other.resolve() != series.path.resolve() and any(e.path == patch for e in parse_series(other)[0].entries):
+        if other.resolve() != series.path.resolve() and any(
+            e.path == patch for e in parse_series(other)[0].entries
+        ):
             return True
     return False
 
 
-def move_patch(series_path: Path, name: str, *, before: str | None = None, after: str | None = None) -> list[str]:
-    """Move ``name`` before or after another entry. Returns the patches it now crosses that touch the same files."""
+def move_patch(
+    series_path: Path, name: str, *, before: str | None = None, after: str | None = None
+) -> list[str]:
+    """Move ``name`` before or after another entry. Returns the patches it now crosses that touch
+    the same files."""
     if (before is None) == (after is None):
         raise ConfigError("say where to move it: --before OTHER or --after OTHER")
     series = read_series(series_path)
@@ -612,14 +710,21 @@ def require_entry(series: Series, name: str) -> SeriesEntry:
     entry = series.entry(name) or series.entry(f"{name}.patch")
     if entry is None:
         close = difflib.get_close_matches(name, series.names(), n=1)
-        hint = f"did you mean '{close[0]}'?" if close else f"the series lists: {', '.join(series.names()) or 'nothing'}"
+        hint = (
+            f"did you mean '{close[0]}'?"
+            if close
+            else f"the series lists: {', '.join(series.names()) or 'nothing'}"
+        )
         raise ConfigError(f"'{name}' is not in {series.path}", hint=hint)
     return entry
 
 
 def patch_file_name(subject: str, taken: set[str]) -> str:
-    """A file name from a subject, like format-patch's but without a number; unique among ``taken``."""
-    slug = re.sub(r"[^A-Za-z0-9._]+", "-", subject).strip("-._").lower()[:64].rstrip("-._") or "patch"
+    """A file name from a subject, like format-patch's but without a number; unique among
+    ``taken``."""
+    slug = (
+        re.sub(r"[^A-Za-z0-9._]+", "-", subject).strip("-._").lower()[:64].rstrip("-._") or "patch"
+    )
     name, counter = f"{slug}.patch", 2
     while name in taken:
         name, counter = f"{slug}-{counter}.patch", counter + 1

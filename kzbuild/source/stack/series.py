@@ -1,7 +1,8 @@
 """The patch stack's series file: read it, validate it, and edit it keeping its comments.
 
 The series lists one patch file per line in apply order; ``#`` starts a comment. The patch
-files themselves are read by ``kzbuild.source.stack.patchfile``. This module stays small: recipes and
+files themselves are read by ``kzbuild.source.stack.patchfile``. This module stays small: recipes
+and
 sync import it on every kzbuild start.
 """
 
@@ -32,11 +33,16 @@ def parse_series(path: Path) -> tuple[Series, list[Problem]]:
         try:
             patch = (path.parent / name).resolve()
             exists = patch.is_file()
-        except (OSError, ValueError) as exc:  # a NUL byte, a name longer than the file system allows
+        except (
+            OSError,
+            ValueError,
+        ) as exc:  # a NUL byte, a name longer than the file system allows
             problems.append(Problem(path, number, f"{name!r} is not a usable file name: {exc}"))
             continue
         if name in seen:
-            problems.append(Problem(path, number, f"'{name}' is listed twice (first on line {seen[name]})"))
+            problems.append(
+                Problem(path, number, f"'{name}' is listed twice (first on line {seen[name]})")
+            )
         elif not patch.is_relative_to(folder):
             problems.append(Problem(path, number, f"'{name}' lies outside the series folder"))
         elif not exists:
@@ -57,13 +63,18 @@ def read_series(path: Path) -> Series:
 
 
 def series_files(folder: Path) -> list[Path]:
-    """The series files of a patches folder: ``series`` and any ``*.series`` (recipes may name their own)."""
-    return sorted(p for p in folder.iterdir() if p.is_file() and (p.name == "series" or p.suffix == ".series"))
+    """The series files of a patches folder: ``series`` and any ``*.series`` (recipes may name their
+    own)."""
+    return sorted(
+        p for p in folder.iterdir() if p.is_file() and (p.name == "series" or p.suffix == ".series")
+    )
 
 
 def unlisted_patches(folder: Path) -> list[Path]:
     """Patch files in ``folder`` that no series file there names."""
-    listed = {entry.path for path in series_files(folder) for entry in parse_series(path)[0].entries}
+    listed = {
+        entry.path for path in series_files(folder) for entry in parse_series(path)[0].entries
+    }
     return sorted(p.resolve() for p in folder.rglob("*.patch") if p.resolve() not in listed)
 
 
@@ -120,7 +131,7 @@ def reorder_series(path: Path, names: list[str]) -> bool:
         if position < len(wanted):
             result.append(wanted[position])
         if index == slots[-1]:
-            result.extend(wanted[len(slots):])
+            result.extend(wanted[len(slots) :])
     if not slots:
         result.extend(wanted)
     new_text = "".join(line for block in result for line in block.lines)
@@ -128,4 +139,3 @@ def reorder_series(path: Path, names: list[str]) -> bool:
         return False
     write_atomic(path, new_text.encode("utf-8"))
     return True
-
