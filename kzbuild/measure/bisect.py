@@ -33,12 +33,10 @@ from kzbuild.adapters.filelock import locked
 from kzbuild.adapters.files import write_atomic
 from kzbuild.adapters.settings import Settings
 from kzbuild.build import builder
-from kzbuild.build.artifacts import load_artifact
 from kzbuild.build.toolchains import configured_paths_file
 from kzbuild.device.base import Transport
-from kzbuild.device.deploy import deploy
 from kzbuild.errors import BuildFailed, ConfigError, PatchError, ResultsError
-from kzbuild.measure.interleave import run_interleaved
+from kzbuild.measure.interleave import deploy_arms, run_interleaved
 from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.stats import median_effect
 from kzbuild.model.bench import BenchSpec
@@ -53,7 +51,7 @@ from kzbuild.model.bisect import (
 from kzbuild.model.build import BuildOptions
 from kzbuild.model.device import Device
 from kzbuild.model.effect import Effect
-from kzbuild.model.interleave import Arm, Cooling
+from kzbuild.model.interleave import Cooling
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.remotecache import RemoteConfig
 from kzbuild.model.roll import pr_number
@@ -625,15 +623,8 @@ class DeviceBencher:
     def __call__(
         self, artifacts: Mapping[str, str], blocks: int, seed: int
     ) -> Mapping[str, Sequence[float]]:
-        arms = [
-            Arm(
-                sha[:12],
-                deploy(
-                    self.transport, self.device, load_artifact(Path(path)), wait=self.wait
-                ).release,
-            )
-            for sha, path in artifacts.items()
-        ]
+        named = [(sha[:12], Path(path)) for sha, path in artifacts.items()]
+        arms = deploy_arms(self.transport, self.device, named, wait=self.wait)
         # a store of its own: the devices of a pool bench at once, each in its thread
         with ResultsStore(self.settings.results) as store:
             done = run_interleaved(
@@ -648,10 +639,7 @@ class DeviceBencher:
                 cooling=self.cooling,
             )
         if self.test is None:
-            first = next((records[0] for records in done.records.values() if records), None)
-            if first is None:
-                raise ResultsError(f"run {done.run_id}: llama-bench measured nothing")
-            self.test = first.test
+            self.test = done.first_record().test
         by_arm = {sha[:12]: sha for sha in artifacts}
         return {
             by_arm[name]: [

@@ -16,12 +16,15 @@ import fnmatch
 import logging
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
+from pathlib import Path
 
 from kzbuild.adapters.settings import Settings
+from kzbuild.build.artifacts import load_artifact
 from kzbuild.device.base import ByteSink, Transport
+from kzbuild.device.deploy import deploy
 from kzbuild.device.devicelock import device_lock
 from kzbuild.device.run import check_seconds, env_warnings, release_named
 from kzbuild.errors import ConfigError, DeviceError
@@ -38,6 +41,17 @@ log = logging.getLogger(__name__)
 
 TEMPERATURE_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(?:°?C)?\s*$", re.IGNORECASE | re.ASCII)
 MAX_BLOCKS = 1000
+
+
+def deploy_arms(
+    transport: Transport, device: Device, artifacts: Iterable[tuple[str, Path]], *, wait: float
+) -> list[Arm]:
+    """Each named artifact deployed as a release of its own (only contents the device lacks
+    move), as the arms of an interleaved run; the last one deployed is left ``current``."""
+    return [
+        Arm(name, deploy(transport, device, load_artifact(path), wait=wait).release)
+        for name, path in artifacts
+    ]
 
 
 def parse_temperature(text: str) -> float:

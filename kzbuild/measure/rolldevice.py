@@ -10,16 +10,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from kzbuild.adapters.settings import Settings
-from kzbuild.build.artifacts import load_artifact
 from kzbuild.device.base import Transport
-from kzbuild.device.deploy import deploy
-from kzbuild.errors import ResultsError
-from kzbuild.measure.interleave import run_interleaved
+from kzbuild.measure.interleave import deploy_arms, run_interleaved
 from kzbuild.measure.quality import check_variants, quality_store
 from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.model.bench import BenchSpec
 from kzbuild.model.device import Device
-from kzbuild.model.interleave import Arm
 from kzbuild.model.quality import QualityRecord, QualitySpec
 
 
@@ -56,13 +52,8 @@ class DeviceRunner:
     def run(
         self, variants: Mapping[str, Path], order: Sequence[Sequence[str]], seed: int
     ) -> Mapping[str, Sequence[float]]:
-        arms = [
-            Arm(
-                name,
-                deploy(self.transport, self.device, load_artifact(path), wait=self.wait).release,
-            )
-            for name, path in sorted(variants.items(), key=lambda item: item[0] == "pin")
-        ]
+        pin_last = sorted(variants.items(), key=lambda item: item[0] == "pin")
+        arms = deploy_arms(self.transport, self.device, pin_last, wait=self.wait)
         done = run_interleaved(
             self.settings,
             self.transport,
@@ -74,9 +65,7 @@ class DeviceRunner:
             seed=seed,
             order=order,
         )
-        first = next((records[0] for records in done.records.values() if records), None)
-        if first is None:
-            raise ResultsError(f"run {done.run_id}: llama-bench measured nothing")
+        first = done.first_record()
         self.metric = f"{first.test} t/s"
         if (
             self.quality_spec is not None

@@ -9,7 +9,7 @@ from typing import Any
 
 from kzbuild.model.jsonfields import Fields
 from kzbuild.model.result import FIELD_NAMES as RESULT_FIELDS
-from kzbuild.model.result import BuildInfo, DeviceInfo
+from kzbuild.model.result import BuildInfo, DeviceInfo, build_info, device_info
 
 
 @dataclass(frozen=True)
@@ -70,14 +70,8 @@ class DeviceTestResult:
             recipe=fields.text("recipe"),
             patch=fields.text("patch"),
             command=fields.text("command"),
-            build=BuildInfo(
-                **{name: build.optional_text(name) for name in RESULT_FIELDS[BuildInfo]}
-            ),
-            device=DeviceInfo(
-                name=device.text("name"),
-                address=device.text("address", ""),
-                fingerprint=device.text_map("fingerprint", {}),
-            ),
+            build=build_info(build),
+            device=device_info(device),
             argv=fields.texts("argv"),
             env=fields.text_map("env", {}),
             returncode=code,

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from kzbuild.errors import ResultsError
 from kzbuild.model.result import BenchRecord
 
 DEFAULT_COOL_WAIT = 600.0  # seconds a block waits at most for the device to cool down
@@ -65,3 +66,10 @@ class InterleavedRun:
     records: Mapping[str, tuple[BenchRecord, ...]]  # by variant name, in run order
     starts: tuple[BlockStart, ...]  # one per block when cooling was asked, else none
     logs: Path
+
+    def first_record(self) -> BenchRecord:
+        """The run's first record: its test is what a sample of the run is of."""
+        first = next((records[0] for records in self.records.values() if records), None)
+        if first is None:
+            raise ResultsError(f"run {self.run_id}: llama-bench measured nothing")
+        return first

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from kzbuild.model.jsonfields import Fields, number_or_none
 from kzbuild.model.result import FIELD_NAMES as RESULT_FIELDS
-from kzbuild.model.result import BuildInfo, DeviceInfo, ModelInfo
+from kzbuild.model.result import BuildInfo, DeviceInfo, ModelInfo, build_info, device_info
 
 Verdict = Literal["right", "wrong"]
 RIGHT: Literal["right"] = "right"
@@ -138,14 +138,8 @@ class QualityRecord:
             run_id=fields.text("run_id"),
             host_time=fields.text("host_time"),
             variant=fields.text("variant"),
-            build=BuildInfo(
-                **{name: build.optional_text(name) for name in RESULT_FIELDS[BuildInfo]}
-            ),
-            device=DeviceInfo(
-                name=device.text("name"),
-                address=device.text("address", ""),
-                fingerprint=device.text_map("fingerprint", {}),
-            ),
+            build=build_info(build),
+            device=device_info(device),
             model=ModelInfo(
                 path=model.text("path", ""),
                 sha256=model.text("sha256"),

@@ -314,6 +314,20 @@ class RunFields(TypedDict):
     conditions: Mapping[str, Any]
 
 
+def build_info(build: Fields) -> BuildInfo:
+    """A stored record's ``build`` section (its keys already checked as known)."""
+    return BuildInfo(**{name: build.optional_text(name) for name in FIELD_NAMES[BuildInfo]})
+
+
+def device_info(device: Fields) -> DeviceInfo:
+    """A stored record's ``device`` section (its keys already checked as known)."""
+    return DeviceInfo(
+        name=device.text("name"),
+        address=device.text("address", ""),
+        fingerprint=device.text_map("fingerprint", {}),
+    )
+
+
 def run_fields(fields: Fields) -> RunFields:
     """A stored run's common fields from its JSON form, type-checked; raises BadRecord naming the
     key."""
@@ -324,12 +338,8 @@ def run_fields(fields: Fields) -> RunFields:
     return RunFields(
         run_id=fields.text("run_id"),
         host_time=fields.text("host_time"),
-        build=BuildInfo(**{name: build.optional_text(name) for name in FIELD_NAMES[BuildInfo]}),
-        device=DeviceInfo(
-            name=device.text("name"),
-            address=device.text("address", ""),
-            fingerprint=device.text_map("fingerprint", {}),
-        ),
+        build=build_info(build),
+        device=device_info(device),
         model=ModelInfo(
             path=model.text("path", ""),
             sha256=model.optional_text("sha256"),
