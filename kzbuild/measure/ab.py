@@ -45,6 +45,7 @@ from kzbuild.measure import quality
 from kzbuild.measure.bench import check_spec
 from kzbuild.measure.compare import describe_config, describe_env, varying_env
 from kzbuild.measure.interleave import MAX_BLOCKS, check_cooling, run_interleaved, thermal_zones
+from kzbuild.measure.resultplot import save_png
 from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.stats import SEEDS, fresh_seed, median_effect
 from kzbuild.model.ab import (
@@ -429,17 +430,7 @@ def plot_effects(found: Sequence[PatchEffect], out: Path) -> Path:
         "interval; gray: no detectable effect)"
     )
     axes.grid(True, axis="x", alpha=0.3)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        figure.savefig(out, format="png", dpi=100, bbox_inches="tight")
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot write the plot to {out}: {exc.strerror}",
-            hint="--plot names a PNG file in a writable folder",
-        ) from None
-    finally:
-        plt.close(figure)
-    return out
+    return save_png(figure, out, option="--plot")
 
 
 # --- the whole experiment ---

@@ -187,6 +187,10 @@ def test_the_markdown_table_names_each_patch_unbuildable_variants_and_verdicts(t
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", data[16:24])[0] > 300
     with pytest.raises(ConfigError, match="nothing to plot"):
         ab.plot_effects([], tmp_path / "none.png")
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(ConfigError, match="cannot write the plot to") as caught:
+        ab.plot_effects(measured, tmp_path / "a-file" / "ab.png")  # its folder is a file
+    assert caught.value.hint == "--plot names a PNG file in a writable folder"
 
 
 # --- the statistics, on synthetic samples (what the issue asks) ---
