@@ -16,18 +16,27 @@ device answers which chunks it lacks (skipped while ``chunks/`` is empty: then i
 one tar stream (``tar -x``, which toybox has) brings every missing chunk and whole file, and the
 same command assembles the files, runs ``sha256sum`` on them and moves what checked out into the
 store (the device compares the sums with sorted name lists: ``comm``, no answer from the host
-needed). Over adb the stream is replaced by a staged dir pushed with adb's sync protocol
-(:class:`~kzbuild.device.base.TreePush`), which moves bytes several times faster than a
-shell's stdin, and the command that follows runs without input.
+needed).
+
+Over adb (:class:`~kzbuild.device.base.TreePush`) there is no stream and no chunk: the contents
+the device lacks are staged on the host (hard links where the filesystem allows) and pushed with
+one ``adb push`` (adb's sync protocol moves bytes several times faster than a shell's stdin), each
+whole, or in pieces of :data:`PUSH_PIECE` bytes when bigger; one command without input then joins
+the pieces, runs ``sha256sum`` and moves what matched into the store (:data:`PUSHED_SCRIPT`). Each
+file is written once and hashed once, and the device runs a dozen processes, not a few per file:
+on the adb test device a process costs more than a round trip, and cutting files into chunks
+made a first deploy about 20x ``adb push`` of the same files. A changed file travels whole, as
+with ``adb push --sync``: bytes are what a cable has most of.
 
 Trust: a file enters ``objects/`` only when its sha256 on the device matched. A chunk that
 arrived enters ``chunks/`` only when a file built from it matched and the chunk has the size its
 list says: the concatenation matched, every part had its length, so every part is the right
 content. No chunk is hashed on its own, and no content is hashed twice. A stored chunk that rotted
 makes its file fail the check; that file is then rebuilt from freshly sent chunks only, and the
-fresh chunks replace the stored ones (a rename). A cut transfer resumes: chunks and whole files
-that had arrived complete in ``incoming/`` are not sent again (so at most one piece, of at most
-:data:`MAX_CHUNK` bytes, is: a file that is one chunk travels whole).
+fresh chunks replace the stored ones (a rename). A cut transfer resumes: chunks, pieces and
+whole files that had arrived complete in ``incoming/`` are not sent again (so at most one piece is:
+of at most :data:`MAX_CHUNK` bytes in a stream, where a file that is one chunk travels whole; of
+at most :data:`PUSH_PIECE` bytes over adb, whose adbd removes the file a cut push was writing).
 """
 
 from __future__ import annotations
@@ -95,14 +104,14 @@ PROBE_SCRIPT = (
 # $1 = incoming/, $2 = token, $3 = 1 to use only chunks sent now. stdin: a tar of the chunks and
 # whole files, and of .kz-<token>/ ($k): "plan" ("a SHA": assemble from lists/SHA, "h SHA": arrived
 # whole), lists/ (if no probe sent them), and sorted name lists: "expect" ("SHA  SHA", as sha256sum
-# prints a match), "chunked" (the assembled contents), mode/MODE (the contents of each mode). With
-# $4 = staged there is no stdin: all of it was pushed already. Assembles, runs sha256sum on every
+# prints a match), "chunked" (the assembled contents), mode/MODE (the contents of each mode).
+# Assembles, runs sha256sum on every
 # planned file and prints its lines and a "/" line. Then, with no answer from the host needed: the
 # contents that matched get their mode and move into objects/; their chunk lists move into
 # chunklists/; the chunks they were built from that arrived now (in incoming/, at the size their
 # list says, and not taken from chunks/) move into chunks/. The rest stays in incoming/.
 RECEIVE_SCRIPT = (
-    'cd "$1" || exit 1; if [ "$4" != staged ]; then tar -x -f - || exit 1; fi; '
+    'cd "$1" || exit 1; tar -x -f - || exit 1; '
     'k=".kz-$2"; fresh=$3; '
     'while read -r op o; do if [ "$op" = a ]; then rm -f "$o"; '
     "while read -r c s; do "
@@ -126,6 +135,28 @@ RECEIVE_SCRIPT = (
     'comm -12 "$k/good" "$f" > "$k/moving" || exit 1; [ -s "$k/moving" ] || continue; '
     'xargs sh -c \'chmod "$0" "$@" && mv -f "$@" ../objects/\' "${f##*/}" < "$k/moving" '
     '|| exit 1; done; rm -rf "$k"'
+)
+# Over adb: a file bigger than this is pushed in pieces of this size ("SHA.0", "SHA.1", ...), so a
+# cut push re-sends at most one piece; each joined file costs one more process on the device.
+PUSH_PIECE = 4 << 20
+# $1 = incoming/, $2 = token; no stdin: a TreePush brought the contents (whole, or in pieces) and
+# .kz-<token>/ ($k): "names" (the contents to check, sorted), "pieces" ("SHA COUNT" for each
+# content in pieces), mode/MODE (the contents of each mode). Joins the pieces (and removes them),
+# sets the modes, runs sha256sum on every content and prints its lines and a "/" line. A content
+# is named by its sha256, so it matched when its line is "SHA  SHA": sed writes those names to
+# "good", and they move into objects/. The rest stays in incoming/.
+PUSHED_SCRIPT = (
+    'cd "$1" || exit 1; k=".kz-$2"; parts=; '
+    'if [ -f "$k/pieces" ]; then while read -r o n; do set --; i=0; '
+    'while [ "$i" -lt "$n" ]; do set -- "$@" "$o.$i"; i=$((i + 1)); done; '
+    'cat "$@" > "$o" || exit 1; parts="$parts $*"; done < "$k/pieces"; fi; '
+    'for f in "$k"/mode/*; do [ -f "$f" ] || continue; '
+    'xargs chmod "${f##*/}" < "$f" || exit 1; done; '
+    'xargs sha256sum < "$k/names" > "$k/sums"; '
+    'sed -n -e p -e \'s/^\\([0-9a-f]\\{64\\}\\)  \\1$/\\1/w \'"$k/good" "$k/sums" '
+    "|| exit 1; echo /; "
+    'if [ -s "$k/good" ]; then xargs sh -c \'mv -f "$@" ../objects/\' kz < "$k/good" || exit 1; '
+    'fi; rm -rf "$k" $parts'
 )
 WHOLE_FILE_MAX = 64 << 20  # files up to this size are read once for all their chunks
 # Staging for a transport's bulk copy (adb push) goes to memory when it is this small: making 250
@@ -327,6 +358,20 @@ def stage(members: Iterable[Member], into: Path) -> None:
         member.check(written)
 
 
+def stage_parent(members: Sequence[Member], total: int) -> Path:
+    """Where to stage ``members`` (``total`` bytes): the temp dir when it is on the filesystem of
+    the files sent whole (hard links: nothing is copied), else memory when they fit."""
+    temp = Path(tempfile.gettempdir())
+    source = next((member.source for member in members if member.source is not None), None)
+    try:
+        linked = source is not None and temp.stat().st_dev == source.stat().st_dev
+    except OSError:
+        linked = False
+    if not linked and total <= MEMORY_STAGE_MAX and os.access(MEMORY_STAGE, os.W_OK):
+        return MEMORY_STAGE
+    return temp
+
+
 def sweep_stages(parent: Path) -> None:
     """Remove the staging dirs under ``parent`` that a killed kzbuild of this user left (its pid
     is in the name and gone): in /dev/shm they would hold memory until a reboot."""
@@ -371,7 +416,8 @@ def deliver(
     """
     if not uploads:
         return SendStats()
-    contents = plan(uploads)
+    pushed = isinstance(remote.transport, TreePush)
+    contents = [Content(up, ()) for up in uploads] if pushed else plan(uploads)
     stats, bad = _deliver(
         remote, layout, contents, partial, on_progress, fresh=False, probe=not chunks_empty
     )
@@ -441,7 +487,9 @@ def _deliver(
     else:
         missing = {piece.name for content in chunked for piece in content.pieces}
 
-    members = _control(control, contents)
+    pushed = isinstance(remote.transport, TreePush)
+    pieces = _push_pieces(contents, partial) if pushed else {}
+    members = _control(control, contents, pushed, pieces)
     if not probe:
         members += [replace(member, name=f"{control}/lists/{member.name}") for member in lists]
     reader = Reader()
@@ -456,7 +504,7 @@ def _deliver(
                 if piece.name in missing
             ]
             if content.pieces
-            else [(up.name, 0, up.size)]
+            else pieces.get(up.sha256, [(up.name, 0, up.size)])
         )
         for name, offset, size in parts:
             if name in wanted:
@@ -477,15 +525,43 @@ def _deliver(
     return SendStats(bytes_sent=sent, bytes_resumed=resumed), bad
 
 
-def _control(control: str, contents: Sequence[Content]) -> list[Member]:
-    """RECEIVE_SCRIPT's plan and its sorted name lists (what to expect, what is assembled, the
-    contents of each mode)."""
-    plan = "".join(f"{'a' if content.pieces else 'h'} {content.sha256}\n" for content in contents)
-    lists = {
-        "plan": plan,
-        "expect": "".join(sorted(f"{content.sha256}  {content.sha256}\n" for content in contents)),
-        "chunked": "".join(sorted(f"{content.sha256}\n" for content in contents if content.pieces)),
+def _push_pieces(
+    contents: Sequence[Content], partial: dict[str, int]
+) -> dict[str, list[tuple[str, int, int]]]:
+    """The pieces (name, offset, size) of each content bigger than PUSH_PIECE, for a TreePush;
+    none for a content that arrived whole before (joined by a command that was cut)."""
+    return {
+        content.sha256: [
+            (f"{up.name}.{index}", offset, min(PUSH_PIECE, up.size - offset))
+            for index, offset in enumerate(range(0, up.size, PUSH_PIECE))
+        ]
+        for content in contents
+        for up in [content.upload]
+        if up.size > PUSH_PIECE and partial.get(up.name) != up.size
     }
+
+
+def _control(
+    control: str,
+    contents: Sequence[Content],
+    pushed: bool,
+    pieces: dict[str, list[tuple[str, int, int]]],
+) -> list[Member]:
+    """The control files: of RECEIVE_SCRIPT (its plan and sorted name lists: what to expect, what
+    is assembled) or, when ``pushed``, of PUSHED_SCRIPT (the names, the contents in ``pieces``);
+    and the contents of each mode."""
+    names = sorted(content.sha256 for content in contents)
+    lists: dict[str, str]
+    if pushed:
+        lists = {"names": "".join(f"{name}\n" for name in names)}
+        if pieces:
+            lists["pieces"] = "".join(f"{sha} {len(parts)}\n" for sha, parts in pieces.items())
+    else:
+        lists = {
+            "plan": "".join(f"{'a' if c.pieces else 'h'} {c.sha256}\n" for c in contents),
+            "expect": "".join(f"{name}  {name}\n" for name in names),
+            "chunked": "".join(sorted(f"{c.sha256}\n" for c in contents if c.pieces)),
+        }
     for content in sorted(contents, key=lambda content: content.sha256):
         key = f"mode/{content.upload.mode:o}"
         lists[key] = lists.get(key, "") + f"{content.sha256}\n"
@@ -522,11 +598,10 @@ def _stream(
         if on_progress:
             on_progress(TransferProgress("verifying sha256 on the device", done, total))
 
-    argv = ["sh", "-c", RECEIVE_SCRIPT, "kz", layout.incoming + "/", token, "1" if fresh else "0"]
     transport = remote.transport
     if isinstance(transport, TreePush):
-        in_memory = total <= MEMORY_STAGE_MAX and os.access(MEMORY_STAGE, os.W_OK)
-        where = MEMORY_STAGE if in_memory else Path(tempfile.gettempdir())
+        argv = ["sh", "-c", PUSHED_SCRIPT, "kz", layout.incoming + "/", token]
+        where = stage_parent(members, total)
         sweep_stages(where)
         with tempfile.TemporaryDirectory(
             prefix=f"{STAGE_PREFIX}{os.getpid()}-", dir=where
@@ -536,8 +611,12 @@ def _stream(
         for member in members:
             report(member, member.size)
         verifying()
-        result = transport.run([*argv, "staged"], timeout=VERIFY_TIMEOUT)
+        result = transport.run(argv, timeout=VERIFY_TIMEOUT)
     else:
+        argv = [
+            *("sh", "-c", RECEIVE_SCRIPT, "kz", layout.incoming + "/", token),
+            "1" if fresh else "0",
+        ]
         result = transport.run_input(
             argv, tar_stream(members, report, verifying), timeout=VERIFY_TIMEOUT
         )

@@ -151,13 +151,29 @@ def _deploy(
         check = objects_check_step(layout, kept) if release not in state.damaged else None
         unlock = keep is None
         metadata, checked = _assemble(
-            remote, layout, artifact, release, lock, check=check, then=switch, unlock=unlock
+            remote,
+            layout,
+            artifact,
+            release,
+            lock,
+            stored=verified,
+            check=check,
+            then=switch,
+            unlock=unlock,
         )
         if checked:
             verified, switch = verified | set(kept), None
         elif check is not None:
             metadata, _ = _assemble(
-                remote, layout, artifact, release, lock, check=None, then=None, unlock=False
+                remote,
+                layout,
+                artifact,
+                release,
+                lock,
+                stored=verified,
+                check=None,
+                then=None,
+                unlock=False,
             )
     repaired = _verify_release(remote, layout, state, artifact, release, on_progress, verified)
     if switch is not None:
@@ -346,6 +362,7 @@ def _assemble(
     release: str,
     lock: DeviceLock,
     *,
+    stored: frozenset[str],
     check: Step | None,
     then: Step | None,
     unlock: bool,
@@ -356,6 +373,8 @@ def _assemble(
     first, and the switch ``then`` (and the lock's release, with ``unlock``) follows the release,
     all in one command. Returns the manifest's size and whether the check passed and the rest ran
     (False: the check failed, nothing else ran). Without ``check``, only the release is built.
+    Executables get their exec bit unless their content is in ``stored`` (stored by this deploy
+    with its mode: nothing to do, and no process for it on the device).
 
     One command, which renews the lock first: a tar stream of the manifest (under a name of its own
     in incoming/), the list of
@@ -367,18 +386,26 @@ def _assemble(
     manifest = f"incoming/{MANIFEST}-{token}"
     manifest_bytes = artifact.manifest_path.read_bytes()
     executables = "".join(
-        f"{staging}/{entry.path}\0" for entry in artifact.files if entry.mode & 0o111
+        f"{staging}/{entry.path}\0"
+        for entry in artifact.files
+        if entry.mode & 0o111 and entry.sha256 not in stored
     ).encode()
     dirs = sorted(
         {posixpath.dirname(f"{staging}/{entry.path}") for entry in artifact.files} | {staging}
     )
-    members = [
-        Member(manifest, len(manifest_bytes), constant(manifest_bytes)),
-        Member(f"{manifest}.exec", len(executables), constant(executables)),
-    ]
+    members = [Member(manifest, len(manifest_bytes), constant(manifest_bytes))]
+    if executables:
+        members.append(Member(f"{manifest}.exec", len(executables), constant(executables)))
     headers = [tar_header(name, 0, kind=DIRECTORY, mode=0o755) for name in dirs]
+    modes = _content_modes(artifact.files)  # toybox's tar gives a hard link's inode its mode
     headers += [
-        tar_header(f"{staging}/{entry.path}", 0, kind=HARDLINK, linkname=f"objects/{entry.sha256}")
+        tar_header(
+            f"{staging}/{entry.path}",
+            0,
+            kind=HARDLINK,
+            mode=modes[entry.sha256],
+            linkname=f"objects/{entry.sha256}",
+        )
         for entry in artifact.files
     ]
     stream = chain(tar_stream(members, end=False), (b"".join(headers), bytes(2 * TAR_BLOCK)))

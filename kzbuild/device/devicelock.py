@@ -65,7 +65,7 @@ _TOKEN_OF = (
 # $1 = ROOT, $2 = the lock dir, then the owner's lines. Exit 0: taken. Exit 3: held, and prints
 # the device's time, the heartbeat (owner's mtime, else the dir's) and the owner file.
 ACQUIRE_SCRIPT = (
-    'root=$1 lock=$2; shift 2; mkdir -p "$root" || exit 1; '
+    'root=$1 lock=$2; shift 2; [ -d "$root" ] || mkdir -p "$root" || exit 1; '
     'if err=$(mkdir "$lock" 2>&1); then '
     '  printf "%s\\n" "$@" > "$lock/owner.tmp" && mv -f "$lock/owner.tmp" "$lock/owner" && exit 0; '
     '  rm -rf "$lock"; exit 1; '
