@@ -55,7 +55,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kzbuild.device.base import NO_SPACE, TreePush, device_full, lacks_space
+from kzbuild.device.base import NO_SPACE, RemoteResult, TreePush, device_full, lacks_space
 from kzbuild.device.devicelock import pid_alive
 from kzbuild.device.store import (
     COMMAND_TIMEOUT,
@@ -67,6 +67,7 @@ from kzbuild.device.store import (
     SendStats,
     TransferProgress,
     Upload,
+    batches,
     mismatch_error,
     parse_sha256sum,
     sections,
@@ -137,26 +138,29 @@ RECEIVE_SCRIPT = (
     '|| exit 1; done; rm -rf "$k"'
 )
 # Over adb: a file bigger than this is pushed in pieces of this size ("SHA.0", "SHA.1", ...), so a
-# cut push re-sends at most one piece; each joined file costs one more process on the device.
-PUSH_PIECE = 4 << 20
-# $1 = incoming/, $2 = token; no stdin: a TreePush brought the contents (whole, or in pieces) and
-# .kz-<token>/ ($k): "names" (the contents to check, sorted), "pieces" ("SHA COUNT" for each
-# content in pieces), mode/MODE (the contents of each mode). Joins the pieces (and removes them),
-# sets the modes, runs sha256sum on every content and prints its lines and a "/" line. A content
-# is named by its sha256, so it matched when its line is "SHA  SHA": sed writes those names to
-# "good", and they move into objects/. The rest stays in incoming/.
+# cut push re-sends at most one piece (0.2 s of USB 2). A piece is copied to the staging dir and
+# joined by a process on the device, so a release's libraries (a few MB each) travel whole.
+PUSH_PIECE = 8 << 20
+# $1 = incoming/, then for each mode: MODE, a count N and N content names (NAME:P for a content
+# pushed in P pieces NAME.0 ...). No stdin, no file to read: a TreePush brought the contents,
+# and the device runs a process for each mode (chmod), sha256sum, and mv, no more (plus a cat for
+# each content in pieces). Joins the pieces (and removes them), sets the modes, runs sha256sum on
+# every content and prints its lines and a "/" line. A content is named by its sha256, so it
+# matched when its line is "SHA  SHA": those move into objects/, the rest stays in incoming/.
+# Names and sums are hex, so they are split and echoed as they are.
 PUSHED_SCRIPT = (
-    'cd "$1" || exit 1; k=".kz-$2"; parts=; '
-    'if [ -f "$k/pieces" ]; then while read -r o n; do set --; i=0; '
-    'while [ "$i" -lt "$n" ]; do set -- "$@" "$o.$i"; i=$((i + 1)); done; '
-    'cat "$@" > "$o" || exit 1; parts="$parts $*"; done < "$k/pieces"; fi; '
-    'for f in "$k"/mode/*; do [ -f "$f" ] || continue; '
-    'xargs chmod "${f##*/}" < "$f" || exit 1; done; '
-    'xargs sha256sum < "$k/names" > "$k/sums"; '
-    'sed -n -e p -e \'s/^\\([0-9a-f]\\{64\\}\\)  \\1$/\\1/w \'"$k/good" "$k/sums" '
-    "|| exit 1; echo /; "
-    'if [ -s "$k/good" ]; then xargs sh -c \'mv -f "$@" ../objects/\' kz < "$k/good" || exit 1; '
-    'fi; rm -rf "$k" $parts'
+    'cd "$1" || exit 1; shift; set -f; all=; parts=; '
+    'while [ "$#" -gt 1 ]; do m=$1 c=$2; shift 2; names=; '
+    'while [ "$c" -gt 0 ] && [ "$#" -gt 0 ]; do n=${1%%:*}; '
+    'if [ "$n" != "$1" ]; then i=0; p=; '
+    'while [ "$i" -lt "${1#*:}" ]; do p="$p $n.$i"; i=$((i + 1)); done; '
+    'cat $p > "$n" || exit 1; parts="$parts$p"; fi; '
+    'names="$names $n"; c=$((c - 1)); shift; done; '
+    'chmod "$m" $names || exit 1; all="$all$names"; done; '
+    'sums=$(sha256sum $all); echo "$sums"; echo /; set -- $sums; good=; '
+    'while [ "$#" -gt 1 ]; do [ "$1" != "$2" ] || good="$good $2"; shift 2; done; '
+    'if [ -n "$good" ]; then mv -f $good ../objects/ || exit 1; fi; '
+    'if [ -n "$parts" ]; then rm -f $parts; fi'
 )
 WHOLE_FILE_MAX = 64 << 20  # files up to this size are read once for all their chunks
 # Staging for a transport's bulk copy (adb push) goes to memory when it is this small: making 250
@@ -487,9 +491,9 @@ def _deliver(
     else:
         missing = {piece.name for content in chunked for piece in content.pieces}
 
-    pushed = isinstance(remote.transport, TreePush)
-    pieces = _push_pieces(contents, partial) if pushed else {}
-    members = _control(control, contents, pushed, pieces)
+    transport = remote.transport
+    pieces = _push_pieces(contents, partial) if isinstance(transport, TreePush) else {}
+    members = [] if isinstance(transport, TreePush) else _control(control, contents)
     if not probe:
         members += [replace(member, name=f"{control}/lists/{member.name}") for member in lists]
     reader = Reader()
@@ -516,7 +520,10 @@ def _deliver(
             whole = up.local if (offset, size) == (0, up.size) else None
             read = reader.piece(up.local, offset, size)
             members.append(Member(name, size, read, up.label, whole))
-    sent, found = _stream(remote, layout, token, members, fresh, on_progress)
+    if isinstance(transport, TreePush):
+        sent, found = _push(remote, transport, layout, contents, pieces, members, on_progress)
+    else:
+        sent, found = _stream(remote, layout, token, members, fresh, on_progress)
     bad = [
         (content, found.get(content.sha256, "no checksum (is sha256sum installed?)"))
         for content in contents
@@ -541,27 +548,15 @@ def _push_pieces(
     }
 
 
-def _control(
-    control: str,
-    contents: Sequence[Content],
-    pushed: bool,
-    pieces: dict[str, list[tuple[str, int, int]]],
-) -> list[Member]:
-    """The control files: of RECEIVE_SCRIPT (its plan and sorted name lists: what to expect, what
-    is assembled) or, when ``pushed``, of PUSHED_SCRIPT (the names, the contents in ``pieces``);
-    and the contents of each mode."""
-    names = sorted(content.sha256 for content in contents)
-    lists: dict[str, str]
-    if pushed:
-        lists = {"names": "".join(f"{name}\n" for name in names)}
-        if pieces:
-            lists["pieces"] = "".join(f"{sha} {len(parts)}\n" for sha, parts in pieces.items())
-    else:
-        lists = {
-            "plan": "".join(f"{'a' if c.pieces else 'h'} {c.sha256}\n" for c in contents),
-            "expect": "".join(f"{name}  {name}\n" for name in names),
-            "chunked": "".join(sorted(f"{c.sha256}\n" for c in contents if c.pieces)),
-        }
+def _control(control: str, contents: Sequence[Content]) -> list[Member]:
+    """RECEIVE_SCRIPT's plan and its sorted name lists (what to expect, what is assembled, the
+    contents of each mode)."""
+    plan = "".join(f"{'a' if content.pieces else 'h'} {content.sha256}\n" for content in contents)
+    lists = {
+        "plan": plan,
+        "expect": "".join(sorted(f"{content.sha256}  {content.sha256}\n" for content in contents)),
+        "chunked": "".join(sorted(f"{content.sha256}\n" for content in contents if content.pieces)),
+    }
     for content in sorted(contents, key=lambda content: content.sha256):
         key = f"mode/{content.upload.mode:o}"
         lists[key] = lists.get(key, "") + f"{content.sha256}\n"
@@ -580,8 +575,8 @@ def _stream(
     fresh: bool,
     on_progress: ProgressCallback | None,
 ) -> tuple[int, dict[str, str]]:
-    """Send ``members`` into incoming/ (one tar stream, or staged and pushed in one transfer); the
-    device then assembles, hashes and stores what matched.
+    """Send ``members`` into incoming/ in one tar stream; the device then assembles, hashes and
+    stores what matched.
 
     Returns the content bytes sent and the sha256 the device found by content name.
     """
@@ -598,33 +593,71 @@ def _stream(
         if on_progress:
             on_progress(TransferProgress("verifying sha256 on the device", done, total))
 
-    transport = remote.transport
-    if isinstance(transport, TreePush):
-        argv = ["sh", "-c", PUSHED_SCRIPT, "kz", layout.incoming + "/", token]
-        where = stage_parent(members, total)
-        sweep_stages(where)
-        with tempfile.TemporaryDirectory(
-            prefix=f"{STAGE_PREFIX}{os.getpid()}-", dir=where
-        ) as staging:
-            stage(members, Path(staging))
-            transport.push_tree(Path(staging), layout.incoming)
-        for member in members:
-            report(member, member.size)
-        verifying()
-        result = transport.run(argv, timeout=VERIFY_TIMEOUT)
-    else:
-        argv = [
-            *("sh", "-c", RECEIVE_SCRIPT, "kz", layout.incoming + "/", token),
-            "1" if fresh else "0",
+    argv = ["sh", "-c", RECEIVE_SCRIPT, "kz", layout.incoming + "/", token, "1" if fresh else "0"]
+    result = remote.transport.run_input(
+        argv, tar_stream(members, report, verifying), timeout=VERIFY_TIMEOUT
+    )
+    return total, _received(remote, layout, argv, result, f"{len(members)} file(s) and chunk(s)")
+
+
+def _push(
+    remote: Remote,
+    transport: TreePush,
+    layout: Layout,
+    contents: Sequence[Content],
+    pieces: dict[str, list[tuple[str, int, int]]],
+    members: Sequence[Member],
+    on_progress: ProgressCallback | None,
+) -> tuple[int, dict[str, str]]:
+    """Stage ``members`` and push them into incoming/ in one transfer, then have the device join,
+    hash and store ``contents`` (one PUSHED_SCRIPT command per ARGV_BUDGET of their names).
+
+    Returns the content bytes sent and the sha256 the device found by content name.
+    """
+    total = sum(member.size for member in members)
+    where = stage_parent(members, total)
+    sweep_stages(where)
+    with tempfile.TemporaryDirectory(prefix=f"{STAGE_PREFIX}{os.getpid()}-", dir=where) as staging:
+        stage(members, Path(staging))
+        transport.push_tree(Path(staging), layout.incoming)
+    done = 0
+    for member in members:
+        done += member.size
+        if on_progress:
+            on_progress(TransferProgress(member.label, done, total))
+    if on_progress:
+        on_progress(TransferProgress("verifying sha256 on the device", done, total))
+    modes = {content.sha256: content.upload.mode for content in contents}
+    words = [
+        f"{content.sha256}:{len(pieces[content.sha256])}"
+        if content.sha256 in pieces
+        else content.sha256
+        for content in contents
+    ]
+    found: dict[str, str] = {}
+    for batch in batches(words):
+        groups: dict[int, list[str]] = {}
+        for word in batch:
+            groups.setdefault(modes[word.partition(":")[0]], []).append(word)
+        args = [
+            arg for mode, group in groups.items() for arg in (f"{mode:o}", str(len(group)), *group)
         ]
-        result = transport.run_input(
-            argv, tar_stream(members, report, verifying), timeout=VERIFY_TIMEOUT
-        )
+        argv = ["sh", "-c", PUSHED_SCRIPT, "kz", layout.incoming + "/", *args]
+        result = remote.transport.run(argv, timeout=VERIFY_TIMEOUT)
+        found.update(_received(remote, layout, argv, result, f"{len(batch)} file(s)"))
+    return total, found
+
+
+def _received(
+    remote: Remote, layout: Layout, argv: Sequence[str], result: RemoteResult, count: str
+) -> dict[str, str]:
+    """The sha256 the device found by content name, from the output of a command that checked
+    ``count`` received files; the error (a full device named as such) when it failed."""
     # a full disk while assembling leaves files short: that is no corruption to retry, but
     # this error
     stderr = result.stderr.decode(errors="replace")
+    what = f"receiving {count}"
     if not result.ok or NO_SPACE in stderr:
-        what = f"receiving {len(members)} file(s) and chunk(s)"
         if NO_SPACE not in stderr and lacks_space(
             remote.transport, layout.incoming, TAR_BLOCK * 16
         ):
@@ -634,6 +667,5 @@ def _stream(
                 f"{what} into {layout.incoming}/ failed" + (f": {lines[0]}" if lines else ""),
             )
         raise remote.error(argv, result, what=what)
-    what = f"receiving {len(members)} file(s) and chunk(s)"
     sums, _ = sections(result.text().split("\n"), 2, what=what)
-    return total, parse_sha256sum(sums)
+    return parse_sha256sum(sums)

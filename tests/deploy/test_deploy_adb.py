@@ -89,7 +89,7 @@ def test_an_executable_with_spaces_and_quotes_in_its_path_runs_after_a_deploy_ov
 
 def test_a_push_cut_over_adb_keeps_current_and_the_rerun_completes(kz, adb_device, artifacts):
     ok(adb_deploy(kz, adb_device, artifacts.make("b1")))
-    blob_size = PUSH_PIECE + (1 << 19)  # pushed in two pieces: 4 MiB and 512 KiB
+    blob_size = PUSH_PIECE + (1 << 19)  # pushed in two pieces: 8 MiB and 512 KiB
     build2 = artifacts.make("b2", greeting="hello from v2", blob_seed=2, blob_size=blob_size)
     adb_device.drop_send_after(PUSH_PIECE + 100_000)  # in whichever order, one piece arrived
     cut = adb_deploy(kz, adb_device, build2)
