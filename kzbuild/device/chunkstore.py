@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING
 
 from kzbuild.device.base import NO_SPACE, RemoteResult, TreePush, device_full, lacks_space
 from kzbuild.device.devicelock import pid_alive
+from kzbuild.device.steps import Step
 from kzbuild.device.store import (
     COMMAND_TIMEOUT,
     NAME_HEX,
@@ -146,8 +147,9 @@ PUSH_PIECE = 8 << 20
 # and the device runs a process for each mode (chmod), sha256sum, and mv, no more (plus a cat for
 # each content in pieces). Joins the pieces (and removes them), sets the modes, runs sha256sum on
 # every content and prints its lines and a "/" line. A content is named by its sha256, so it
-# matched when its line is "SHA  SHA": those move into objects/, the rest stays in incoming/.
-# Names and sums are hex, so they are split and echoed as they are.
+# matched when its line is "SHA  SHA": those move into objects/, the rest stays in incoming/
+# (and the script exits MISMATCH, so that no step that follows it runs). Names and sums are hex,
+# so they are split and echoed as they are.
 PUSHED_SCRIPT = (
     'cd "$1" || exit 1; shift; set -f; all=; parts=; '
     'while [ "$#" -gt 1 ]; do m=$1 c=$2; shift 2; names=; '
@@ -157,11 +159,13 @@ PUSHED_SCRIPT = (
     'cat $p > "$n" || exit 1; parts="$parts$p"; fi; '
     'names="$names $n"; c=$((c - 1)); shift; done; '
     'chmod "$m" $names || exit 1; all="$all$names"; done; '
-    'sums=$(sha256sum $all); echo "$sums"; echo /; set -- $sums; good=; '
-    'while [ "$#" -gt 1 ]; do [ "$1" != "$2" ] || good="$good $2"; shift 2; done; '
+    'bad=; sums=$(sha256sum $all) || bad=1; echo "$sums"; echo /; set -- $sums; good=; '
+    'while [ "$#" -gt 1 ]; do if [ "$1" = "$2" ]; then good="$good $2"; else bad=1; fi; '
+    "shift 2; done; "
     'if [ -n "$good" ]; then mv -f $good ../objects/ || exit 1; fi; '
-    'if [ -n "$parts" ]; then rm -f $parts; fi'
+    'if [ -n "$parts" ]; then rm -f $parts; fi; [ -z "$bad" ] || exit 9'
 )
+MISMATCH = 9  # PUSHED_SCRIPT's exit code when a content did not match (or was missing)
 WHOLE_FILE_MAX = 64 << 20  # files up to this size are read once for all their chunks
 # Staging for a transport's bulk copy (adb push) goes to memory when it is this small: making 250
 # files of 64 KiB took 0.40 s on the ext4 /tmp of a busy build machine, 0.026 s on /dev/shm.
@@ -410,6 +414,7 @@ def deliver(
     on_progress: ProgressCallback | None,
     *,
     chunks_empty: bool = False,
+    then: Callable[[Step], RemoteResult] | None = None,
 ) -> SendStats:
     """Put every upload into ``objects/`` verified, sending only the chunks the device lacks.
 
@@ -417,13 +422,24 @@ def deliver(
     ``chunks_empty`` says chunks/ holds nothing, so there is nothing to ask about. A file that
     fails its check is rebuilt once from chunks all sent anew; if it fails again, the
     DeviceError names it.
+
+    ``then`` runs the step that checks and stores what an adb push brought, when one step does
+    it all, and returns its result: the caller puts the steps that follow it into the same
+    command (they run only when every content matched).
     """
     if not uploads:
         return SendStats()
     pushed = isinstance(remote.transport, TreePush)
     contents = [Content(up, ()) for up in uploads] if pushed else plan(uploads)
     stats, bad = _deliver(
-        remote, layout, contents, partial, on_progress, fresh=False, probe=not chunks_empty
+        remote,
+        layout,
+        contents,
+        partial,
+        on_progress,
+        fresh=False,
+        probe=not chunks_empty,
+        then=then,
     )
     if bad:
         log.warning(
@@ -467,6 +483,7 @@ def _deliver(
     *,
     fresh: bool,
     probe: bool,
+    then: Callable[[Step], RemoteResult] | None = None,
 ) -> tuple[SendStats, list[tuple[Content, str]]]:
     """One pass: (lists up, the device answers which chunks it lacks), then one transfer of the
     missing chunks and whole files that ends in their assembly, check and store on the device.
@@ -521,7 +538,7 @@ def _deliver(
             read = reader.piece(up.local, offset, size)
             members.append(Member(name, size, read, up.label, whole))
     if isinstance(transport, TreePush):
-        sent, found = _push(remote, transport, layout, contents, pieces, members, on_progress)
+        sent, found = _push(remote, transport, layout, contents, pieces, members, on_progress, then)
     else:
         sent, found = _stream(remote, layout, token, members, fresh, on_progress)
     bad = [
@@ -608,9 +625,11 @@ def _push(
     pieces: dict[str, list[tuple[str, int, int]]],
     members: Sequence[Member],
     on_progress: ProgressCallback | None,
+    then: Callable[[Step], RemoteResult] | None,
 ) -> tuple[int, dict[str, str]]:
     """Stage ``members`` and push them into incoming/ in one transfer, then have the device join,
-    hash and store ``contents`` (one PUSHED_SCRIPT command per ARGV_BUDGET of their names).
+    hash and store ``contents`` (one PUSHED_SCRIPT command per ARGV_BUDGET of their names; when
+    one does it all, ``then`` runs it, see :func:`deliver`).
 
     Returns the content bytes sent and the sha256 the device found by content name.
     """
@@ -635,29 +654,40 @@ def _push(
         for content in contents
     ]
     found: dict[str, str] = {}
-    for batch in batches(words):
+    every = list(batches(words))
+    for batch in every:
         groups: dict[int, list[str]] = {}
         for word in batch:
             groups.setdefault(modes[word.partition(":")[0]], []).append(word)
         args = [
             arg for mode, group in groups.items() for arg in (f"{mode:o}", str(len(group)), *group)
         ]
-        argv = ["sh", "-c", PUSHED_SCRIPT, "kz", layout.incoming + "/", *args]
-        result = remote.transport.run(argv, timeout=VERIFY_TIMEOUT)
-        found.update(_received(remote, layout, argv, result, f"{len(batch)} file(s)"))
+        what = f"{len(batch)} file(s)"
+        step = Step(PUSHED_SCRIPT, (layout.incoming + "/", *args), f"checking {what}")
+        if then is not None and len(every) == 1:
+            result = then(step)
+        else:
+            result = remote.transport.run(step.argv, timeout=VERIFY_TIMEOUT)
+        found.update(_received(remote, layout, step.argv, result, what, MISMATCH))
     return total, found
 
 
 def _received(
-    remote: Remote, layout: Layout, argv: Sequence[str], result: RemoteResult, count: str
+    remote: Remote,
+    layout: Layout,
+    argv: Sequence[str],
+    result: RemoteResult,
+    count: str,
+    mismatch: int = 0,
 ) -> dict[str, str]:
     """The sha256 the device found by content name, from the output of a command that checked
-    ``count`` received files; the error (a full device named as such) when it failed."""
+    ``count`` received files (exit 0, or ``mismatch`` when some did not match); the error (a full
+    device named as such) when it failed."""
     # a full disk while assembling leaves files short: that is no corruption to retry, but
     # this error
     stderr = result.stderr.decode(errors="replace")
     what = f"receiving {count}"
-    if not result.ok or NO_SPACE in stderr:
+    if result.returncode not in (0, mismatch) or NO_SPACE in stderr:
         if NO_SPACE not in stderr and lacks_space(
             remote.transport, layout.incoming, TAR_BLOCK * 16
         ):

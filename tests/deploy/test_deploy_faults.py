@@ -139,10 +139,10 @@ def lock_left(root: Path) -> bool:
 # moves on the device, 4 refresh, sha256sum of the contents b1 left in the store, the release (one
 # tar of the manifest and hard links), switch and unlock. A kill at 2, 3 or 4 cuts that command's
 # input in half: half the lists, half the stream, half the release (so no switch). Over adb no
-# chunk lists go up: the contents are a push of a staged dir (2, cut after half its bytes) and
-# then the command that checks and stores them (3), so the release comes at 4. bench_faults.py
-# kills at each.
-KILL_POINTS = {"local": (1, 2, 3, 4), "ssh": (3, 4), "adb": (2, 3, 4)}
+# chunk lists go up: the contents are a push of a staged dir (2, cut after half its bytes), and the
+# command that checks and stores them also hashes what b1 left, builds the release (3, cut in its
+# half), switches and unlocks. bench_faults.py kills at each.
+KILL_POINTS = {"local": (1, 2, 3, 4), "ssh": (3, 4), "adb": (2, 3)}
 
 
 @pytest.mark.parametrize(
