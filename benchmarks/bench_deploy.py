@@ -36,7 +36,11 @@ cases (goal in brackets):
 
 The adb rows also show the device's ``sha256sum`` (toybox) of the bytes a deploy checks, timed
 alone: the share of a deploy's time that is hashing, which this test device does about 4x
-slower than GNU's (and a phone's toybox, built with its crypto library, far faster).
+slower than GNU's (and a phone's toybox, built with its crypto library, far faster). adb push
+hashes nothing, so after the table each adb case is also given without that hashing, and broken
+down: the host's own work (planning, staging, the adb clients it starts), the push, the device
+commands' round trips (``adb shell true`` and ``adb get-state``, timed alone) and the device's
+work in them, hashing apart.
 """
 
 from __future__ import annotations

@@ -142,28 +142,28 @@ RECEIVE_SCRIPT = (
 # cut push re-sends at most one piece (0.2 s of USB 2). A piece is copied to the staging dir and
 # joined by a process on the device, so a release's libraries (a few MB each) travel whole.
 PUSH_PIECE = 8 << 20
-# $1 = incoming/, then for each mode: MODE, a count N and N content names (NAME:P for a content
-# pushed in P pieces NAME.0 ...). No stdin, no file to read: a TreePush brought the contents,
-# and the device runs a process for each mode (chmod), sha256sum, and mv, no more (plus a cat for
-# each content in pieces). Joins the pieces (and removes them), sets the modes, runs sha256sum on
-# every content and prints its lines and a "/" line. A content is named by its sha256, so it
-# matched when its line is "SHA  SHA": those move into objects/, the rest stays in incoming/
-# (and the script exits MISMATCH, so that no step that follows it runs). Names and sums are hex,
-# so they are split and echoed as they are.
+# $1 = incoming/, $2 = the mode of the contents named next, $3 = those of them pushed in pieces
+# ("NAME:P NAME:P ...": NAME.0 ... NAME.P-1), then the content names. No stdin, no file to read:
+# a TreePush brought the contents, and the device runs sha256sum, sed, chmod and mv, each once
+# for all of them (plus a cat for each content in pieces). Joins the pieces (and removes them),
+# runs sha256sum on every content and prints its lines and a "/" line. A content is named by its
+# sha256, so it matched when its line is "SHA  SHA": those get the mode and move into objects/,
+# the rest stays in incoming/ (and the script exits MISMATCH, so that no step that follows it
+# runs). The names go to the tools as "$@": a shell loop over hundreds of names costs more than a
+# process (only a mismatch takes one). Names and sums are hex, so they are split and echoed as
+# they are.
 PUSHED_SCRIPT = (
-    'cd "$1" || exit 1; shift; set -f; all=; parts=; '
-    'while [ "$#" -gt 1 ]; do m=$1 c=$2; shift 2; names=; '
-    'while [ "$c" -gt 0 ] && [ "$#" -gt 0 ]; do n=${1%%:*}; '
-    'if [ "$n" != "$1" ]; then i=0; p=; '
-    'while [ "$i" -lt "${1#*:}" ]; do p="$p $n.$i"; i=$((i + 1)); done; '
-    'cat $p > "$n" || exit 1; parts="$parts$p"; fi; '
-    'names="$names $n"; c=$((c - 1)); shift; done; '
-    'chmod "$m" $names || exit 1; all="$all$names"; done; '
-    'bad=; sums=$(sha256sum $all) || bad=1; echo "$sums"; echo /; set -- $sums; good=; '
-    'while [ "$#" -gt 1 ]; do if [ "$1" = "$2" ]; then good="$good $2"; else bad=1; fi; '
-    "shift 2; done; "
-    'if [ -n "$good" ]; then mv -f $good ../objects/ || exit 1; fi; '
-    'if [ -n "$parts" ]; then rm -f $parts; fi; [ -z "$bad" ] || exit 9'
+    'cd "$1" || exit 1; m=$2 j=$3; shift 3; set -f; parts=; '
+    "for a in $j; do n=${a%%:*}; i=0; p=; "
+    'while [ "$i" -lt "${a#*:}" ]; do p="$p $n.$i"; i=$((i + 1)); done; '
+    'cat $p > "$n" || exit 1; parts="$parts$p"; done; '
+    'sums=$(sha256sum "$@") && ok=1 || ok=; echo "$sums"; echo /; '
+    'if [ -n "$parts" ]; then rm -f $parts; fi; '
+    'if [ -n "$ok" ] && [ -z "$(echo "$sums" | sed -n \'/^\\([0-9a-f]\\{64\\}\\)  \\1$/!p\')" ]; '
+    'then chmod "$m" "$@" && mv -f "$@" ../objects/; exit; fi; '
+    'good=; d=; for w in $sums; do if [ -z "$d" ]; then d=$w; '
+    'elif [ "$d" = "$w" ]; then good="$good $w"; d=; else d=; fi; done; '
+    'if [ -n "$good" ]; then chmod "$m" $good && mv -f $good ../objects/ || exit 1; fi; exit 9'
 )
 MISMATCH = 9  # PUSHED_SCRIPT's exit code when a content did not match (or was missing)
 WHOLE_FILE_MAX = 64 << 20  # files up to this size are read once for all their chunks
@@ -646,29 +646,28 @@ def _push(
             on_progress(TransferProgress(member.label, done, total))
     if on_progress:
         on_progress(TransferProgress("verifying sha256 on the device", done, total))
-    modes = {content.sha256: content.upload.mode for content in contents}
-    words = [
-        f"{content.sha256}:{len(pieces[content.sha256])}"
-        if content.sha256 in pieces
-        else content.sha256
-        for content in contents
-    ]
+    groups: dict[int, list[Content]] = {}
+    for content in contents:
+        groups.setdefault(content.upload.mode, []).append(content)
+    # one command per mode and ARGV_BUDGET of names (PUSHED_SCRIPT takes them as "$@")
+    steps = []
+    for mode, group in groups.items():
+        for batch in batches([content.sha256 for content in group]):
+            joins = " ".join(f"{name}:{len(pieces[name])}" for name in batch if name in pieces)
+            steps.append(
+                Step(
+                    PUSHED_SCRIPT,
+                    (layout.incoming + "/", f"{mode:o}", joins, *batch),
+                    f"checking {len(batch)} file(s)",
+                )
+            )
     found: dict[str, str] = {}
-    every = list(batches(words))
-    for batch in every:
-        groups: dict[int, list[str]] = {}
-        for word in batch:
-            groups.setdefault(modes[word.partition(":")[0]], []).append(word)
-        args = [
-            arg for mode, group in groups.items() for arg in (f"{mode:o}", str(len(group)), *group)
-        ]
-        what = f"{len(batch)} file(s)"
-        step = Step(PUSHED_SCRIPT, (layout.incoming + "/", *args), f"checking {what}")
-        if then is not None and len(every) == 1:
+    for step in steps:
+        if then is not None and len(steps) == 1:
             result = then(step)
         else:
             result = remote.transport.run(step.argv, timeout=VERIFY_TIMEOUT)
-        found.update(_received(remote, layout, step.argv, result, what, MISMATCH))
+        found.update(_received(remote, layout, step.argv, result, step.what, MISMATCH))
     return total, found
 
 
