@@ -104,7 +104,8 @@ REGULAR, HARDLINK, DIRECTORY = b"0", b"1", b"5"  # ustar type flags
 # object). Unpacks them into incoming/.kz-<token>/lists/ and prints the name of every listed chunk
 # chunks/ lacks, then a "/" line. With $3 = 1, for each list that shares chunks with stored
 # objects: the stored object with a signature that shares the most ("= NEW OLD"), then the
-# signature lines of OLD's chunks that NEW's list lacks and chunks/ holds (see BASE_LINES).
+# signature lines of OLD's chunks that NEW's list lacks and chunks/ holds; the lines of those it
+# has go to incoming/.kz-<token>/base/NEW, for SIGNATURE_SCRIPT.
 PROBE_SCRIPT = (
     'd="$1/incoming/.kz-$2/lists"; rm -rf "$d" && mkdir -p "$d" && cd "$d" '
     "&& tar -x -f - || exit 1; "
@@ -115,7 +116,8 @@ PROBE_SCRIPT = (
     'o=$(grep -c -H -F -f ../shared "$r"/chunklists/* 2>/dev/null | LC_ALL=C sort -t : -k 2 -n -r '
     '| while IFS=: read -r f n; do [ "$n" -gt 0 ] || break; f=${f##*/}; '
     'if [ -f "$r/signatures/$f" ]; then echo "$f"; break; fi; done); [ -n "$o" ] || continue; '
-    'echo "= $l $o"; cut -d " " -f 1 "$l" > ../names || exit 1; '
+    'echo "= $l $o"; cut -d " " -f 1 "$l" > ../names && mkdir -p ../base || exit 1; '
+    'grep -F -f ../names "$r/signatures/$o" > "../base/$l"; '
     'grep -v -F -f ../names "$r/signatures/$o" | while read -r c p; do '
     '[ -f "$r/chunks/$c" ] && echo "$c $p"; done; done; true'
 )
@@ -131,9 +133,11 @@ DELTA_SCRIPT = (
     'r) tail -c "+$a" "$f" | head -c "$b" ;; esac >> "$n"; done < "$k/delta"; fi'
 )
 # In RECEIVE_SCRIPT, for the chunked contents that checked out ($k/built): their signatures
-# ($k/sigs/SHA, named in the sorted list $k/signed) move into signatures/.
+# ($k/sigs/SHA, named in the sorted list $k/signed; with the lines PROBE_SCRIPT kept in $k/base/SHA
+# added) move into signatures/.
 SIGNATURE_SCRIPT = (
     'if [ -f "$k/signed" ]; then comm -12 "$k/built" "$k/signed" > "$k/sign" || exit 1; '
+    'for f in "$k"/base/*; do [ -f "$f" ] && cat "$f" >> "$k/sigs/${f##*/}"; done; '
     'if [ -s "$k/sign" ]; then '
     '(cd "$k/sigs" && xargs sh -c \'mv -f "$@" ../../../signatures/\' kz < ../sign) || exit 1; '
     "fi; fi"
@@ -262,9 +266,11 @@ def plan(uploads: Sequence[Upload]) -> list[Content]:
     return [Content(upload, split(upload.local, upload.size)) for upload in uploads]
 
 
-def signature(content: Content, data: bytes) -> bytes:
-    """The signature of a chunked content (``data``, its bytes): a line per chunk, see FINE_AVG."""
+def signature(content: Content, data: bytes, only: Iterable[str] | None = None) -> bytes:
+    """The signature of a chunked content (``data``, its bytes): a line per chunk (per chunk named
+    in ``only``), see FINE_AVG."""
     view = memoryview(data)
+    names = None if only is None else set(only)
     return "".join(
         f"{piece.name} "
         + "".join(
@@ -273,6 +279,7 @@ def signature(content: Content, data: bytes) -> bytes:
         )
         + "\n"
         for piece in content.pieces
+        if names is None or piece.name in names
     ).encode()
 
 
@@ -320,6 +327,7 @@ class Delta:
 
     recipe: str
     literal: bytes
+    sources: frozenset[str]  # the old chunks it reads
 
 
 def delta(name: str, data: memoryview, base: Base, literal_path: str) -> Delta | None:
@@ -354,7 +362,8 @@ def delta(name: str, data: memoryview, base: Base, literal_path: str) -> Delta |
         else:
             lines.append(_range(literal_path, done, size, len(literal)))
             done += size
-    return Delta("".join(f"{line}\n" for line in lines), literal)
+    recipe = "".join(f"{line}\n" for line in lines)
+    return Delta(recipe, literal, frozenset(source for source, *_ in kept if source))
 
 
 def _range(path: str, offset: int, size: int, total: int) -> str:
@@ -531,7 +540,7 @@ def deliver(
     if not uploads:
         return SendStats()
     contents = plan(uploads)
-    stats, bad = _deliver(
+    stats, bad, sources = _deliver(
         remote, layout, contents, partial, on_progress, fresh=False, probe=not chunks_empty
     )
     if bad:
@@ -541,7 +550,14 @@ def deliver(
             len(bad),
             bad[0][0].upload.label,
         )
-        again, bad = _deliver(
+        # an old chunk a delta read may have rotted: it goes (its object is whole in objects/)
+        suspects = sorted({name for content, _ in bad for name in sources.get(content.sha256, ())})
+        remote.batched(
+            ["rm", "-f"],
+            [posixpath.join(layout.chunks, name) for name in suspects],
+            what="removing the chunks deltas were built from",
+        )
+        again, bad, _ = _deliver(
             remote,
             layout,
             [content for content, _ in bad],
@@ -576,12 +592,13 @@ def _deliver(
     *,
     fresh: bool,
     probe: bool,
-) -> tuple[SendStats, list[tuple[Content, str]]]:
+) -> tuple[SendStats, list[tuple[Content, str]], dict[str, set[str]]]:
     """One pass: (lists up, the device answers which chunks it lacks), then one transfer of the
     missing chunks and whole files that ends in their assembly, check and store on the device.
 
     Without ``probe`` every chunk counts as missing and the lists travel in the stream.
-    Returns what was sent and the contents that did not match (with the sha256 found).
+    Returns what was sent, the contents that did not match (with the sha256 found) and the old
+    chunks each content's deltas read.
     """
     token = secrets.token_hex(4)
     control = f".kz-{token}"
@@ -613,12 +630,14 @@ def _deliver(
     resumed = 0
     recipes: list[str] = []
     signatures: dict[str, bytes] = {}
+    sources: dict[str, set[str]] = {}
     for content in contents:
         up = content.upload
         data = _signed_data(content)
-        if data is not None:
-            signatures[up.sha256] = signature(content, data)
         base = bases.get(up.sha256) if data is not None else None
+        if data is not None:  # with a base, the device adds the lines of the chunks they share
+            only = None if base is None else missing
+            signatures[up.sha256] = signature(content, data, only)
         parts = (
             [
                 (piece.name, piece.offset, piece.size)
@@ -640,6 +659,7 @@ def _deliver(
                 built = delta(name, memoryview(data)[offset : offset + size], base, literal_path)
                 if built is not None:
                     recipes.append(built.recipe)
+                    sources.setdefault(up.sha256, set()).update(built.sources)
                     if built.literal:
                         literal = built.literal
                         members.append(
@@ -656,7 +676,7 @@ def _deliver(
         for content in contents
         if found.get(content.sha256) != content.sha256
     ]
-    return SendStats(bytes_sent=sent, bytes_resumed=resumed), bad
+    return SendStats(bytes_sent=sent, bytes_resumed=resumed), bad, sources
 
 
 def _signed_data(content: Content) -> bytes | None:
