@@ -6,6 +6,7 @@ Layout added under the device root (see :mod:`kzbuild.device.store` for the rest
     chunks/<name>                 a chunk of some object; <name> is the first 32 hex digits of its
     sha256
     chunklists/<sha256>           the chunks of objects/<sha256> in order, one "name size" line each
+    signatures/<sha256>           the fine pieces of each of those chunks, for deltas (FINE_AVG)
     incoming/.lists-<token>/      the chunk lists of one deploy, until their objects are verified
 
 A file is cut with FastCDC (:mod:`pyfastcdc`), so an edit moves only the chunks around it: the
@@ -20,14 +21,23 @@ needed). Over adb the stream is replaced by a staged dir pushed with adb's sync 
 (:class:`~kzbuild.device.base.TreePush`), which moves bytes several times faster than a
 shell's stdin, and the command that follows runs without input.
 
+A chunk the device lacks may come as a delta instead: the stored object that shares the most
+chunks with the new file is its base, and the new chunk is built on the device (``head -c``,
+``tail -c``) from ranges of the base's chunks that the new file no longer uses, plus the bytes
+found in none of them. The ranges are found by the pieces' hashes in the base's signature, so
+the host needs no copy of the old version. Not over adb: a range costs a process or two on the
+device, and adb's sync protocol moves the bytes faster.
+
 Trust: a file enters ``objects/`` only when its sha256 on the device matched. A chunk that
 arrived enters ``chunks/`` only when a file built from it matched and the chunk has the size its
 list says: the concatenation matched, every part had its length, so every part is the right
 content. No chunk is hashed on its own, and no content is hashed twice. A stored chunk that rotted
 makes its file fail the check; that file is then rebuilt from freshly sent chunks only, and the
-fresh chunks replace the stored ones (a rename). A cut transfer resumes: chunks and whole files
-that had arrived complete in ``incoming/`` are not sent again (so at most one piece, of at most
-:data:`MAX_CHUNK` bytes, is: a file that is one chunk travels whole).
+fresh chunks replace the stored ones (a rename); the chunks its deltas read are removed. A
+signature is a hint: a wrong one only makes a delta, then its file, fail the check. A cut
+transfer resumes: chunks and whole files that had arrived complete in ``incoming/`` are not sent
+again (so at most one piece, of at most :data:`MAX_CHUNK` bytes, is: a file that is one chunk
+travels whole).
 """
 
 from __future__ import annotations
@@ -75,8 +85,8 @@ log = logging.getLogger(__name__)
 # casync's and desync's defaults. Smaller chunks resend less around an edit, but every chunk is a
 # file on the device, and creating files is what a first deploy spends its time on: measured with
 # benchmarks/bench_deploy.py on a 15 MB llama.cpp build, 4 KiB chunks made 2,800 files and the
-# first deploy took 2.75x scp's time; 64 KiB makes 180. Deltas of real patch rebuilds then send
-# about 1.6x rsync's bytes instead of 1.3x (the goal is 3x).
+# first deploy took 2.75x scp's time; 64 KiB makes 180. What an edit costs around it is then
+# cut down by deltas against the chunks it replaced (FINE_AVG below), not by smaller chunks.
 MIN_CHUNK = 16 * 1024
 AVG_CHUNK = 64 * 1024
 MAX_CHUNK = 256 * 1024
@@ -96,21 +106,22 @@ FINE_MAX = 8192  # a piece's size fits 4 hex digits
 FINE_HEX = 12  # 48 bits: a collision only makes a file fail its check, then it is sent whole
 SIGNED_MAX = 64 << 20
 OP_COST = 4096
+MAX_BASED = 500  # contents a deploy looks for bases for (their names are arguments)
 STREAM_PIECE = 256 * 1024  # bytes handed to the transport at a time
 TAR_BLOCK = 512
 REGULAR, HARDLINK, DIRECTORY = b"0", b"1", b"5"  # ustar type flags
 
-# $1 = ROOT, $2 = token, $3 = 1 to look for delta bases; stdin: a tar of chunk lists (one file per
-# object). Unpacks them into incoming/.kz-<token>/lists/ and prints the name of every listed chunk
-# chunks/ lacks, then a "/" line. With $3 = 1, for each list that shares chunks with stored
-# objects: the stored object with a signature that shares the most ("= NEW OLD"), then the
+# $1 = ROOT, $2 = token, then the lists to look for delta bases for; stdin: a tar of chunk lists
+# (one file per object). Unpacks them into incoming/.kz-<token>/lists/ and prints the name of every
+# listed chunk chunks/ lacks, then a "/" line. Then for each list named that shares chunks with
+# stored objects: the stored object with a signature that shares the most ("= NEW OLD"), then the
 # signature lines of OLD's chunks that NEW's list lacks and chunks/ holds; the lines of those it
 # has go to incoming/.kz-<token>/base/NEW, for SIGNATURE_SCRIPT.
 PROBE_SCRIPT = (
     'd="$1/incoming/.kz-$2/lists"; rm -rf "$d" && mkdir -p "$d" && cd "$d" '
     "&& tar -x -f - || exit 1; "
     'cat * | while read -r c s; do [ -f "../../../chunks/$c" ] || echo "$c"; done; echo /; '
-    '[ "$3" = 1 ] || exit 0; r=../../..; for l in *; do '
+    'shift 2; r=../../..; for l in "$@"; do '
     'while read -r c s; do [ -f "$r/chunks/$c" ] && echo "$c"; done < "$l" > ../shared; '
     "[ -s ../shared ] || continue; "
     'o=$(grep -c -H -F -f ../shared "$r"/chunklists/* 2>/dev/null | LC_ALL=C sort -t : -k 2 -n -r '
@@ -611,8 +622,8 @@ def _deliver(
     bases: dict[str, Base] = {}
     if chunked and probe:
         # a range of an old chunk costs processes on the device: over adb, bytes cost less
-        look = "0" if isinstance(remote.transport, TreePush) else "1"
-        argv = ["sh", "-c", PROBE_SCRIPT, "kz", layout.root, token, look]
+        look = [] if isinstance(remote.transport, TreePush) else _signed(chunked)[:MAX_BASED]
+        argv = ["sh", "-c", PROBE_SCRIPT, "kz", layout.root, token, *look]
         answer = remote.transport.run_input(argv, tar_stream(lists), timeout=COMMAND_TIMEOUT)
         if not answer.ok:
             raise remote.error(argv, answer, what="sending the chunk lists")
@@ -679,9 +690,18 @@ def _deliver(
     return SendStats(bytes_sent=sent, bytes_resumed=resumed), bad, sources
 
 
+def _signed(contents: Iterable[Content]) -> list[str]:
+    """The contents (sha256) that get a signature: chunked, at most SIGNED_MAX bytes."""
+    return [
+        content.sha256
+        for content in contents
+        if content.pieces and content.upload.size <= SIGNED_MAX
+    ]
+
+
 def _signed_data(content: Content) -> bytes | None:
-    """The bytes of a content that gets a signature (chunked, at most SIGNED_MAX bytes)."""
-    if not content.pieces or content.upload.size > SIGNED_MAX:
+    """The bytes of a content that gets a signature."""
+    if not _signed([content]):
         return None
     try:
         return content.upload.local.read_bytes()

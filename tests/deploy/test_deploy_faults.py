@@ -142,18 +142,41 @@ def lock_left(root: Path) -> bool:
 # stream is a push of a staged dir (3, cut after half its bytes) and then the command (4), so the
 # release comes at 5. bench_faults.py kills at each.
 KILL_POINTS = {"local": (1, 2, 3, 4), "ssh": (3, 4), "adb": (3, 4, 5)}
+# the same with b2 a small edit of b1's library, sent as deltas (not over adb)
+DELTA_KILL_POINTS = {"local": (2, 3, 4), "ssh": (3, 4)}
+
+
+def delta_builds(artifacts) -> tuple[Path, Path, Path]:  # type: ignore[no-untyped-def]
+    """b1 with a 2 MiB library; b2 and b3, two other small edits of it."""
+    data = random.Random(11).randbytes(2 << 20)
+    edits = [small_edit(data, random.Random(seed)) for seed in (2, 3)]
+    return (
+        artifacts.make("b1", extra={"lib/libdata.so": data}),
+        artifacts.make("b2", extra={"lib/libdata.so": edits[0]}),
+        artifacts.make("b3", extra={"lib/libdata.so": edits[1]}),
+    )
+
+
+def library_chunks(build: Path) -> dict[str, int]:
+    library = build / "lib" / "libdata.so"
+    return {piece.name: piece.size for piece in split(library, library.stat().st_size)}
 
 
 @pytest.mark.parametrize(
-    ("target", "point"),
-    [(kind, point) for kind, points in KILL_POINTS.items() for point in points],
+    ("target", "point", "delta"),
+    [(kind, point, False) for kind, points in KILL_POINTS.items() for point in points]
+    + [(kind, point, True) for kind, points in DELTA_KILL_POINTS.items() for point in points],
     indirect=["target"],
 )
 def test_kill_9_mid_deploy_then_a_fresh_deploy_recovers(
-    kz, spawn, target, artifacts, point, clean_lock_env
+    kz, spawn, target, artifacts, point, delta, clean_lock_env
 ):
-    deployed(kz, target, artifacts.make("b1"))
-    build2 = artifacts.make("b2", greeting="hello from v2", blob_seed=2)
+    if delta:
+        build1, build2, _ = delta_builds(artifacts)
+    else:
+        build1 = artifacts.make("b1")
+        build2 = artifacts.make("b2", greeting="hello from v2", blob_seed=2)
+    deployed(kz, target, build1)
     killed = spawn.run(*deploy_args(target, build2), kill_at=point)
     assert killed.code == -signal.SIGKILL, killed.err
     assert lock_left(target.root)  # held by a dead process
@@ -163,6 +186,7 @@ def test_kill_9_mid_deploy_then_a_fresh_deploy_recovers(
         kz, target, build2
     )  # no --wait: a dead holder on this host is recovered at once
     assert fresh["release"] == "b2"
+    assert not delta or fresh["bytes_sent"] < 100_000  # still a delta against b1's chunks
     assert assert_store_invariant(target.root) == "b2"
     assert not lock_left(target.root)
 
@@ -469,44 +493,6 @@ def test_an_assembly_cut_short_is_assembled_again_never_stored(
     (target.root / "incoming" / entry["sha256"]).write_bytes(data[: len(data) // 2])
     summary = deployed(kz, target, build2)
     assert summary["release"] == "b2"
-    assert assert_store_invariant(target.root) == "b2"
-
-
-# --- deltas (a chunk built on the device from an older version's chunks; not over adb) ---
-DELTA_KILL_POINTS = {"local": (2, 3, 4), "ssh": (3, 4)}
-
-
-def delta_builds(artifacts) -> tuple[Path, Path, Path]:  # type: ignore[no-untyped-def]
-    """b1 with a 2 MiB library; b2 and b3, two other small edits of it."""
-    data = random.Random(11).randbytes(2 << 20)
-    edits = [small_edit(data, random.Random(seed)) for seed in (2, 3)]
-    return (
-        artifacts.make("b1", extra={"lib/libdata.so": data}),
-        artifacts.make("b2", extra={"lib/libdata.so": edits[0]}),
-        artifacts.make("b3", extra={"lib/libdata.so": edits[1]}),
-    )
-
-
-def library_chunks(build: Path) -> dict[str, int]:
-    library = build / "lib" / "libdata.so"
-    return {piece.name: piece.size for piece in split(library, library.stat().st_size)}
-
-
-@pytest.mark.parametrize(
-    ("target", "point"),
-    [(kind, point) for kind, points in DELTA_KILL_POINTS.items() for point in points],
-    indirect=["target"],
-)
-def test_a_delta_deploy_killed_mid_transfer_then_a_fresh_one_sends_the_delta(
-    kz, spawn, target, artifacts, point, clean_lock_env
-):
-    build1, build2, _ = delta_builds(artifacts)
-    deployed(kz, target, build1)
-    killed = spawn.run(*deploy_args(target, build2), kill_at=point)
-    assert killed.code == -signal.SIGKILL, killed.err
-    assert assert_store_invariant(target.root) == "b1"
-    fresh = deployed(kz, target, build2)
-    assert fresh["release"] == "b2" and fresh["bytes_sent"] < 100_000
     assert assert_store_invariant(target.root) == "b2"
 
 
