@@ -25,8 +25,8 @@ A chunk the device lacks may come as a delta instead: the stored object that sha
 chunks with the new file is its base, and the new chunk is built on the device (``head -c``,
 ``tail -c``) from ranges of the base's chunks that the new file no longer uses, plus the bytes
 found in none of them. The ranges are found by the pieces' hashes in the base's signature, so
-the host needs no copy of the old version. Not over adb: a range costs a process or two on the
-device, and adb's sync protocol moves the bytes faster.
+the host needs no copy of the old version. Not over adb, which stores no signatures either: a
+range costs a process or two on the device, and adb's sync protocol moves the bytes faster.
 
 Trust: a file enters ``objects/`` only when its sha256 on the device matched. A chunk that
 arrived enters ``chunks/`` only when a file built from it matched and the chunk has the size its
@@ -620,9 +620,11 @@ def _deliver(
         for data in [content.chunk_list()]
     ]
     bases: dict[str, Base] = {}
+    # a range of an old chunk costs processes on the device: over adb, bytes cost less, so no
+    # deltas and no signatures for them
+    deltas = not isinstance(remote.transport, TreePush)
     if chunked and probe:
-        # a range of an old chunk costs processes on the device: over adb, bytes cost less
-        look = [] if isinstance(remote.transport, TreePush) else _signed(chunked)[:MAX_BASED]
+        look = _signed(chunked)[:MAX_BASED] if deltas else []
         argv = ["sh", "-c", PROBE_SCRIPT, "kz", layout.root, token, *look]
         answer = remote.transport.run_input(argv, tar_stream(lists), timeout=COMMAND_TIMEOUT)
         if not answer.ok:
@@ -644,7 +646,7 @@ def _deliver(
     sources: dict[str, set[str]] = {}
     for content in contents:
         up = content.upload
-        data = _signed_data(content)
+        data = _signed_data(content) if deltas else None
         base = bases.get(up.sha256) if data is not None else None
         if data is not None:  # with a base, the device adds the lines of the chunks they share
             only = None if base is None else missing

@@ -217,3 +217,19 @@ def test_prune_drops_the_signatures_of_objects_it_drops(artifacts, tmp_path):
     left = os.listdir(root / "signatures")
     assert object_of(builds[1]) in left and object_of(builds[0]) not in left
     assert set(left) <= set(os.listdir(root / "objects"))
+
+
+def test_over_adb_a_small_edit_sends_its_chunks_and_no_signatures(kz, adb_device, artifacts):
+    root = "/data/local/tmp/kz-deltas"
+    builds = edited_builds(artifacts, 2)
+    sent = []
+    for build in builds:
+        args = ["deploy", "--device", f"adb:{adb_device.serial}:{root}", "--artifact", str(build)]
+        result = kz(*args, "--json")
+        assert result.code == 0, result.err
+        sent.append(json.loads(result.out)["bytes_sent"])
+    # the nine chunks around the edits, whole: no process per range on the device
+    assert sent[1] > 9 * 16 * 1024
+    host_root = adb_device.host_path(root)
+    assert os.listdir(host_root / "signatures") == []
+    assert assert_store_invariant(host_root) == "b2"
