@@ -70,7 +70,7 @@ from kzbuild.device.registry import parse_device_spec  # noqa: E402
 from kzbuild.device.ssh import SshTransport  # noqa: E402
 from kzbuild.model.device import Device  # noqa: E402
 from tests.adbdevice import PrivateAdbServer  # noqa: E402
-from tests.fixtures_deploy import write_manifest  # noqa: E402
+from tests.fixtures_deploy import small_edit, write_manifest  # noqa: E402
 from tests.fixtures_ssh import Relay, SshServer, free_port, keygen  # noqa: E402
 
 GOALS = {
@@ -146,16 +146,6 @@ def find_rebuild_pair() -> tuple[Path, Path] | None:
             if differing(first, second):
                 return first, second
     return None
-
-
-def small_edit(data: bytes, rng: random.Random) -> bytes:
-    """A 4 KiB insertion and eight scattered 64-byte edits (issue 27's small edit)."""
-    edited = bytearray(data)
-    for index in range(8):
-        at = (index * 2 + 1) * len(data) // 17
-        edited[at : at + 64] = rng.randbytes(64)
-    middle = len(edited) // 2
-    return bytes(edited[:middle]) + rng.randbytes(4096) + bytes(edited[middle:])
 
 
 def synthetic_pair(work: Path) -> tuple[Path, Path]:

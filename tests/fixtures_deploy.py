@@ -74,6 +74,16 @@ def write_manifest(directory: Path, build_id: str, *, recipe: str | None = None)
     return target
 
 
+def small_edit(data: bytes, rng: random.Random) -> bytes:
+    """A 4 KiB insertion and eight scattered 64-byte edits (issue 27's small edit)."""
+    edited = bytearray(data)
+    for index in range(8):
+        at = (index * 2 + 1) * len(data) // 17
+        edited[at : at + 64] = rng.randbytes(64)
+    middle = len(edited) // 2
+    return bytes(edited[:middle]) + rng.randbytes(4096) + bytes(edited[middle:])
+
+
 def assert_store_invariant(root: Path) -> str | None:
     """The device store under ``root`` (a local path: every test device stores on this disk) is
     sound; returns the release ``current`` points at (None before the first deploy).

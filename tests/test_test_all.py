@@ -34,6 +34,7 @@ def run_test_all(
     (tmp_path / "repo" / "scripts").mkdir(parents=True)
     shutil.copy(REPO_ROOT / "scripts" / "test-all", tmp_path / "repo" / "scripts" / "test-all")
     stub(tmp_path / "repo" / "scripts" / "setup", "exit 0\n")
+    stub(tmp_path / "repo" / "scripts" / "check-commits", "exit 0\n")
     record = tmp_path / "tiers"
     lines = " ".join(f'"{name}=${{{name}-<unset>}}"' for name in SEEN)
     stub(

@@ -6,6 +6,7 @@ Layout added under the device root (see :mod:`kzbuild.device.store` for the rest
     chunks/<name>                 a chunk of some object; <name> is the first 32 hex digits of its
     sha256
     chunklists/<sha256>           the chunks of objects/<sha256> in order, one "name size" line each
+    signatures/<sha256>           the fine pieces of each of those chunks, for deltas (FINE_AVG)
     incoming/.lists-<token>/      the chunk lists of one deploy, until their objects are verified
 
 A file is cut with FastCDC (:mod:`pyfastcdc`), so an edit moves only the chunks around it: the
@@ -28,15 +29,24 @@ on the adb test device a process costs more than a round trip, and cutting files
 made a first deploy about 20x ``adb push`` of the same files. A changed file travels whole, as
 with ``adb push --sync``: bytes are what a cable has most of.
 
+A chunk the device lacks may come as a delta instead: the stored object that shares the most
+chunks with the new file is its base, and the new chunk is built on the device (``head -c``,
+``tail -c``) from ranges of the base's chunks that the new file no longer uses, plus the bytes
+found in none of them. The ranges are found by the pieces' hashes in the base's signature, so
+the host needs no copy of the old version. Not over adb, which stores no signatures either: a
+range costs a process or two on the device, and adb's sync protocol moves the bytes faster.
+
 Trust: a file enters ``objects/`` only when its sha256 on the device matched. A chunk that
 arrived enters ``chunks/`` only when a file built from it matched and the chunk has the size its
 list says: the concatenation matched, every part had its length, so every part is the right
 content. No chunk is hashed on its own, and no content is hashed twice. A stored chunk that rotted
 makes its file fail the check; that file is then rebuilt from freshly sent chunks only, and the
-fresh chunks replace the stored ones (a rename). A cut transfer resumes: chunks, pieces and
-whole files that had arrived complete in ``incoming/`` are not sent again (so at most one piece is:
-of at most :data:`MAX_CHUNK` bytes in a stream, where a file that is one chunk travels whole; of
-at most :data:`PUSH_PIECE` bytes over adb, whose adbd removes the file a cut push was writing).
+fresh chunks replace the stored ones (a rename); the chunks its deltas read are removed. A
+signature is a hint: a wrong one only makes a delta, then its file, fail the check. A cut
+transfer resumes: chunks, pieces and whole files that had arrived complete in ``incoming/`` are
+not sent again (so at most one piece is: of at most :data:`MAX_CHUNK` bytes in a stream, where a
+file that is one chunk travels whole; of at most :data:`PUSH_PIECE` bytes over adb, whose adbd
+removes the file a cut push was writing).
 """
 
 from __future__ import annotations
@@ -45,6 +55,7 @@ import hashlib
 import logging
 import os
 import posixpath
+import re
 import secrets
 import shutil
 import tempfile
@@ -74,6 +85,7 @@ from kzbuild.device.store import (
     sections,
 )
 from kzbuild.errors import DeviceError
+from kzbuild.model.artifact import SHA256_RE
 
 if TYPE_CHECKING:
     from pyfastcdc import FastCDC
@@ -84,28 +96,78 @@ log = logging.getLogger(__name__)
 # casync's and desync's defaults. Smaller chunks resend less around an edit, but every chunk is a
 # file on the device, and creating files is what a first deploy spends its time on: measured with
 # benchmarks/bench_deploy.py on a 15 MB llama.cpp build, 4 KiB chunks made 2,800 files and the
-# first deploy took 2.75x scp's time; 64 KiB makes 180. Deltas of real patch rebuilds then send
-# about 1.6x rsync's bytes instead of 1.3x (the goal is 3x).
+# first deploy took 2.75x scp's time; 64 KiB makes 180. What an edit costs around it is then
+# cut down by deltas against the chunks it replaced (FINE_AVG below), not by smaller chunks.
 MIN_CHUNK = 16 * 1024
 AVG_CHUNK = 64 * 1024
 MAX_CHUNK = 256 * 1024
 WHOLE_BELOW = (
     64 * 1024
 )  # smaller files travel whole: assembling one costs a process or two on the device
+# Deltas: every chunked content up to SIGNED_MAX is stored with a signature, one line per chunk:
+# its name, then for each fine piece FastCDC cuts the chunk into (about 2.5 KiB), the first
+# FINE_HEX hex digits of the piece's sha256 and its size in 4 hex digits. When a new version of a
+# content shares chunks with a stored one, the device sends the lines of the old chunks the new
+# one lacks; the pieces of a missing chunk found there are copied from the old chunk on the
+# device, the rest is sent. A range costs a process or two on the device: one is used only when
+# it saves OP_COST bytes, and a chunk only when its delta is smaller than the chunk.
+FINE_AVG = 2048
+FINE_MIN = 512
+FINE_MAX = 8192  # a piece's size fits 4 hex digits
+FINE_HEX = 12  # 48 bits: a collision only makes a file fail its check, then it is sent whole
+SIGNED_MAX = 64 << 20
+OP_COST = 4096
+MAX_BASED = 500  # contents a deploy looks for bases for (their names are arguments)
 STREAM_PIECE = 256 * 1024  # bytes handed to the transport at a time
 TAR_BLOCK = 512
 REGULAR, HARDLINK, DIRECTORY = b"0", b"1", b"5"  # ustar type flags
 
-# $1 = ROOT, $2 = token; stdin: a tar of chunk lists (one file per object). Unpacks them into
-# incoming/.kz-<token>/lists/ and prints the name of every listed chunk chunks/ lacks.
+# $1 = ROOT, $2 = token, then the lists to look for delta bases for; stdin: a tar of chunk lists
+# (one file per object). Unpacks them into incoming/.kz-<token>/lists/ and prints the name of every
+# listed chunk chunks/ lacks, then a "/" line. Then for each list named that shares chunks with
+# stored objects: the stored object with a signature that shares the most ("= NEW OLD"), then the
+# signature lines of OLD's chunks that NEW's list lacks and chunks/ holds; the lines of those it
+# has go to incoming/.kz-<token>/base/NEW, for SIGNATURE_SCRIPT.
 PROBE_SCRIPT = (
     'd="$1/incoming/.kz-$2/lists"; rm -rf "$d" && mkdir -p "$d" && cd "$d" '
     "&& tar -x -f - || exit 1; "
-    'cat * | while read -r c s; do [ -f "../../../chunks/$c" ] || echo "$c"; done; true'
+    'cat * | while read -r c s; do [ -f "../../../chunks/$c" ] || echo "$c"; done; echo /; '
+    'shift 2; r=../../..; for l in "$@"; do '
+    'while read -r c s; do [ -f "$r/chunks/$c" ] && echo "$c"; done < "$l" > ../shared; '
+    "[ -s ../shared ] || continue; "
+    'o=$(grep -c -H -F -f ../shared "$r"/chunklists/* 2>/dev/null | LC_ALL=C sort -t : -k 2 -n -r '
+    '| while IFS=: read -r f n; do [ "$n" -gt 0 ] || break; f=${f##*/}; '
+    'if [ -f "$r/signatures/$f" ]; then echo "$f"; break; fi; done); [ -n "$o" ] || continue; '
+    'echo "= $l $o"; cut -d " " -f 1 "$l" > ../names && mkdir -p ../base || exit 1; '
+    'grep -F -f ../names "$r/signatures/$o" > "../base/$l"; '
+    'grep -v -F -f ../names "$r/signatures/$o" | while read -r c p; do '
+    '[ -f "$r/chunks/$c" ] && echo "$c $p"; done; done; true'
+)
+# In RECEIVE_SCRIPT, before the assembly: builds in incoming/ the chunks that came as deltas.
+# $k/delta holds "= CHUNK" (start CHUNK), then its parts in order, each a byte range of a file
+# (an old chunk, ../chunks/NAME, or the chunk's new bytes, $k/lit/CHUNK): "c FILE" (all of it),
+# "h FILE SIZE" (its first SIZE bytes), "t FILE FROM" (from byte FROM, 1-based, to its end), "r
+# FILE FROM SIZE". A part that fails leaves the chunk wrong: its file then fails the check.
+DELTA_SCRIPT = (
+    'if [ -f "$k/delta" ]; then while read -r op f a b; do '
+    'if [ "$op" = "=" ]; then n=$f; : > "$n" || exit 1; continue; fi; case $op in '
+    'c) cat "$f" ;; h) head -c "$a" "$f" ;; t) tail -c "+$a" "$f" ;; '
+    'r) tail -c "+$a" "$f" | head -c "$b" ;; esac >> "$n"; done < "$k/delta"; fi'
+)
+# In RECEIVE_SCRIPT, for the chunked contents that checked out ($k/built): their signatures
+# ($k/sigs/SHA, named in the sorted list $k/signed; with the lines PROBE_SCRIPT kept in $k/base/SHA
+# added) move into signatures/.
+SIGNATURE_SCRIPT = (
+    'if [ -f "$k/signed" ]; then comm -12 "$k/built" "$k/signed" > "$k/sign" || exit 1; '
+    'for f in "$k"/base/*; do [ -f "$f" ] && cat "$f" >> "$k/sigs/${f##*/}"; done; '
+    'if [ -s "$k/sign" ]; then '
+    '(cd "$k/sigs" && xargs sh -c \'mv -f "$@" ../../../signatures/\' kz < ../sign) || exit 1; '
+    "fi; fi"
 )
 # $1 = incoming/, $2 = token, $3 = 1 to use only chunks sent now. stdin: a tar of the chunks and
 # whole files, and of .kz-<token>/ ($k): "plan" ("a SHA": assemble from lists/SHA, "h SHA": arrived
-# whole), lists/ (if no probe sent them), and sorted name lists: "expect" ("SHA  SHA", as sha256sum
+# whole), lists/ (if no probe sent them), delta, lit/ and sigs/ (see DELTA_SCRIPT and
+# SIGNATURE_SCRIPT), and sorted name lists: "expect" ("SHA  SHA", as sha256sum
 # prints a match), "chunked" (the assembled contents), mode/MODE (the contents of each mode).
 # Assembles, runs sha256sum on every
 # planned file and prints its lines and a "/" line. Then, with no answer from the host needed: the
@@ -115,6 +177,7 @@ PROBE_SCRIPT = (
 RECEIVE_SCRIPT = (
     'cd "$1" || exit 1; tar -x -f - || exit 1; '
     'k=".kz-$2"; fresh=$3; '
+    f"{DELTA_SCRIPT}; "
     'while read -r op o; do if [ "$op" = a ]; then rm -f "$o"; '
     "while read -r c s; do "
     'if [ "$fresh" = 0 ] && [ -f "../chunks/$c" ]; then echo "../chunks/$c"; else echo "$c"; fi; '
@@ -132,7 +195,7 @@ RECEIVE_SCRIPT = (
     'if [ -s "$k/proven" ]; then '
     'xargs sh -c \'mv -f "$@" ../chunks/\' kz < "$k/proven" || exit 1; fi; '
     '(cd "$k/lists" && xargs sh -c \'mv -f "$@" ../../../chunklists/\' kz < ../built) '
-    "|| exit 1; fi; "
+    f"|| exit 1; {SIGNATURE_SCRIPT}; fi; "
     'for f in "$k"/mode/*; do [ -f "$f" ] || continue; '
     'comm -12 "$k/good" "$f" > "$k/moving" || exit 1; [ -s "$k/moving" ] || continue; '
     'xargs sh -c \'chmod "$0" "$@" && mv -f "$@" ../objects/\' "${f##*/}" < "$k/moving" '
@@ -181,6 +244,13 @@ def _chunker() -> FastCDC:
     )  # loaded by a deploy's first cut, not by every command that imports deploy
 
     return FastCDC(AVG_CHUNK, min_size=MIN_CHUNK, max_size=MAX_CHUNK)
+
+
+@cache
+def _fine_chunker() -> FastCDC:
+    from pyfastcdc import FastCDC
+
+    return FastCDC(FINE_AVG, min_size=FINE_MIN, max_size=FINE_MAX)
 
 
 @dataclass(frozen=True)
@@ -244,6 +314,115 @@ def split(path: Path, size: int) -> tuple[Piece, ...]:
 
 def plan(uploads: Sequence[Upload]) -> list[Content]:
     return [Content(upload, split(upload.local, upload.size)) for upload in uploads]
+
+
+def signature(content: Content, data: bytes, only: Iterable[str] | None = None) -> bytes:
+    """The signature of a chunked content (``data``, its bytes): a line per chunk (per chunk named
+    in ``only``), see FINE_AVG."""
+    view = memoryview(data)
+    names = None if only is None else set(only)
+    return "".join(
+        f"{piece.name} "
+        + "".join(
+            f"{hashlib.sha256(part.data).hexdigest()[:FINE_HEX]}{part.length:04x}"
+            for part in _fine_chunker().cut_buf(view[piece.offset : piece.offset + piece.size])
+        )
+        + "\n"
+        for piece in content.pieces
+        if names is None or piece.name in names
+    ).encode()
+
+
+@dataclass(frozen=True)
+class Base:
+    """The fine pieces of the old chunks that a new content lacks and the device holds."""
+
+    pieces: dict[tuple[str, int], tuple[str, int]]  # (hash, size) -> (old chunk, offset in it)
+    sizes: dict[str, int]  # old chunk -> its size
+
+
+CHUNK_NAME = re.compile(f"[0-9a-f]{{{NAME_HEX}}}")
+FINE_PIECES = re.compile(f"(?:[0-9a-f]{{{FINE_HEX + 4}}})+")
+
+
+def parse_bases(lines: Iterable[str]) -> dict[str, Base]:
+    """PROBE_SCRIPT's answer after its "/" line: a Base per new content (by sha256). The lines
+    come from the device's files, so what does not parse is skipped: a wrong piece only makes a
+    file fail its check."""
+    bases: dict[str, Base] = {}
+    base: Base | None = None
+    for line in lines:
+        fields = line.split()
+        if len(fields) == 3 and fields[0] == "=":
+            base = bases.setdefault(fields[1], Base({}, {})) if SHA256_RE.match(fields[1]) else None
+            continue
+        if base is None or len(fields) != 2 or not CHUNK_NAME.fullmatch(fields[0]):
+            continue
+        name, text = fields
+        if name in base.sizes or not FINE_PIECES.fullmatch(text):
+            continue
+        offset = 0
+        for at in range(0, len(text), FINE_HEX + 4):
+            size = int(text[at + FINE_HEX : at + FINE_HEX + 4], 16)
+            base.pieces.setdefault((text[at : at + FINE_HEX], size), (name, offset))
+            offset += size
+        base.sizes[name] = offset
+    return bases
+
+
+@dataclass(frozen=True)
+class Delta:
+    """How the device builds a chunk: DELTA_SCRIPT's lines, and the chunk's bytes found in no old
+    chunk (sent as lit/<name>)."""
+
+    recipe: str
+    literal: bytes
+    sources: frozenset[str]  # the old chunks it reads
+
+
+def delta(name: str, data: memoryview, base: Base, literal_path: str) -> Delta | None:
+    """Chunk ``name`` (``data``) as ranges of the old chunks in ``base`` and new bytes; None when
+    sending it whole costs less (a range costs OP_COST bytes)."""
+    runs: list[tuple[str, int, int, int]] = []  # (old chunk or "", offset in it, size, at in data)
+    for part in _fine_chunker().cut_buf(data):
+        found = base.pieces.get((hashlib.sha256(part.data).hexdigest()[:FINE_HEX], part.length))
+        source, offset = found or ("", part.offset)
+        if runs and runs[-1][0] == source and runs[-1][1] + runs[-1][2] == offset:
+            last = runs.pop()
+            runs.append((source, last[1], last[2] + part.length, last[3]))
+        else:
+            runs.append((source, offset, part.length, part.offset))
+    kept: list[tuple[str, int, int, int]] = []  # short old ranges become new bytes
+    for source, offset, size, at in runs:
+        if source and size < OP_COST:
+            source, offset = "", at
+        if kept and not source and not kept[-1][0]:
+            last = kept.pop()
+            kept.append(("", last[1], last[2] + size, last[3]))
+        else:
+            kept.append((source, offset, size, at))
+    literal = b"".join(data[at : at + size] for source, _, size, at in kept if not source)
+    if len(literal) + OP_COST * len(kept) >= len(data):
+        return None
+    lines = [f"= {name}"]
+    done = 0
+    for source, offset, size, _ in kept:
+        if source:
+            lines.append(_range(f"../chunks/{source}", offset, size, base.sizes[source]))
+        else:
+            lines.append(_range(literal_path, done, size, len(literal)))
+            done += size
+    recipe = "".join(f"{line}\n" for line in lines)
+    return Delta(recipe, literal, frozenset(source for source, *_ in kept if source))
+
+
+def _range(path: str, offset: int, size: int, total: int) -> str:
+    """DELTA_SCRIPT's line for ``size`` bytes at ``offset`` of the ``total`` bytes of ``path``."""
+    if offset == 0:
+        return f"c {path}" if size == total else f"h {path} {size}"
+    if offset + size == total:
+        return f"t {path} {offset + 1}"
+    return f"r {path} {offset + 1} {size}"
 
 
 def tar_header(
@@ -431,7 +610,7 @@ def deliver(
         return SendStats()
     pushed = isinstance(remote.transport, TreePush)
     contents = [Content(up, ()) for up in uploads] if pushed else plan(uploads)
-    stats, bad = _deliver(
+    stats, bad, sources = _deliver(
         remote,
         layout,
         contents,
@@ -448,7 +627,14 @@ def deliver(
             len(bad),
             bad[0][0].upload.label,
         )
-        again, bad = _deliver(
+        # an old chunk a delta read may have rotted: it goes (its object is whole in objects/)
+        suspects = sorted({name for content, _ in bad for name in sources.get(content.sha256, ())})
+        remote.batched(
+            ["rm", "-f"],
+            [posixpath.join(layout.chunks, name) for name in suspects],
+            what="removing the chunks deltas were built from",
+        )
+        again, bad, _ = _deliver(
             remote,
             layout,
             [content for content, _ in bad],
@@ -484,12 +670,13 @@ def _deliver(
     fresh: bool,
     probe: bool,
     then: Callable[[Step], RemoteResult] | None = None,
-) -> tuple[SendStats, list[tuple[Content, str]]]:
+) -> tuple[SendStats, list[tuple[Content, str]], dict[str, set[str]]]:
     """One pass: (lists up, the device answers which chunks it lacks), then one transfer of the
     missing chunks and whole files that ends in their assembly, check and store on the device.
 
     Without ``probe`` every chunk counts as missing and the lists travel in the stream.
-    Returns what was sent and the contents that did not match (with the sha256 found).
+    Returns what was sent, the contents that did not match (with the sha256 found) and the old
+    chunks each content's deltas read.
     """
     token = secrets.token_hex(4)
     control = f".kz-{token}"
@@ -499,12 +686,19 @@ def _deliver(
         for content in chunked
         for data in [content.chunk_list()]
     ]
+    bases: dict[str, Base] = {}
+    # a range of an old chunk costs processes on the device: over adb, bytes cost less, so no
+    # deltas and no signatures for them
+    deltas = not isinstance(remote.transport, TreePush)
     if chunked and probe:
-        argv = ["sh", "-c", PROBE_SCRIPT, "kz", layout.root, token]
+        look = _signed(chunked)[:MAX_BASED] if deltas else []
+        argv = ["sh", "-c", PROBE_SCRIPT, "kz", layout.root, token, *look]
         answer = remote.transport.run_input(argv, tar_stream(lists), timeout=COMMAND_TIMEOUT)
         if not answer.ok:
             raise remote.error(argv, answer, what="sending the chunk lists")
-        missing = set(answer.text().split())
+        names, base_lines = sections(answer.text().split("\n"), 2, what="sending the chunk lists")
+        missing = set(" ".join(names).split())
+        bases = parse_bases(base_lines)
     else:
         missing = {piece.name for content in chunked for piece in content.pieces}
 
@@ -516,8 +710,16 @@ def _deliver(
     reader = Reader()
     wanted: set[str] = set()
     resumed = 0
+    recipes: list[str] = []
+    signatures: dict[str, bytes] = {}
+    sources: dict[str, set[str]] = {}
     for content in contents:
         up = content.upload
+        data = _signed_data(content) if deltas else None
+        base = bases.get(up.sha256) if data is not None else None
+        if data is not None:  # with a base, the device adds the lines of the chunks they share
+            only = None if base is None else missing
+            signatures[up.sha256] = signature(content, data, only)
         parts = (
             [
                 (piece.name, piece.offset, piece.size)
@@ -534,19 +736,69 @@ def _deliver(
             if size and partial.get(name) == size:
                 resumed += size  # arrived whole before a cut; checked below with the rest
                 continue
+            literal_path = f"{control}/lit/{name}"
+            if base is not None and data is not None:
+                built = delta(name, memoryview(data)[offset : offset + size], base, literal_path)
+                if built is not None:
+                    recipes.append(built.recipe)
+                    sources.setdefault(up.sha256, set()).update(built.sources)
+                    if built.literal:
+                        literal = built.literal
+                        members.append(
+                            Member(literal_path, len(literal), constant(literal), up.label)
+                        )
+                    continue
             whole = up.local if (offset, size) == (0, up.size) else None
             read = reader.piece(up.local, offset, size)
             members.append(Member(name, size, read, up.label, whole))
     if isinstance(transport, TreePush):
         sent, found = _push(remote, transport, layout, contents, pieces, members, on_progress, then)
     else:
+        members[:0] = _delta_control(control, recipes, signatures)
         sent, found = _stream(remote, layout, token, members, fresh, on_progress)
     bad = [
         (content, found.get(content.sha256, "no checksum (is sha256sum installed?)"))
         for content in contents
         if found.get(content.sha256) != content.sha256
     ]
-    return SendStats(bytes_sent=sent, bytes_resumed=resumed), bad
+    return SendStats(bytes_sent=sent, bytes_resumed=resumed), bad, sources
+
+
+def _signed(contents: Iterable[Content]) -> list[str]:
+    """The contents (sha256) that get a signature: chunked, at most SIGNED_MAX bytes."""
+    return [
+        content.sha256
+        for content in contents
+        if content.pieces and content.upload.size <= SIGNED_MAX
+    ]
+
+
+def _signed_data(content: Content) -> bytes | None:
+    """The bytes of a content that gets a signature."""
+    if not _signed([content]):
+        return None
+    try:
+        return content.upload.local.read_bytes()
+    except OSError as exc:
+        raise DeviceError(f"cannot read {content.upload.local}: {exc.strerror}") from exc
+
+
+def _delta_control(
+    control: str, recipes: Sequence[str], signatures: dict[str, bytes]
+) -> list[Member]:
+    """DELTA_SCRIPT's recipe, and SIGNATURE_SCRIPT's signatures with their sorted list."""
+    members = [
+        Member(f"{control}/sigs/{sha}", len(data), constant(data))
+        for sha, data in signatures.items()
+    ]
+    texts = {"delta": "".join(recipes), "signed": "".join(f"{sha}\n" for sha in sorted(signatures))}
+    members += [
+        Member(f"{control}/{name}", len(data), constant(data))
+        for name, text in texts.items()
+        if text
+        for data in [text.encode()]
+    ]
+    return members
 
 
 def _push_pieces(

@@ -6,6 +6,7 @@ Layout under the device root (ROOT)::
     objects/<sha256>              content store; a file enters only after sha256sum on the device
     matched
     chunks/, chunklists/          the chunks deploy builds objects from (kzbuild.device.chunkstore)
+    signatures/                   what deltas against an object's chunks are cut from (the same)
     incoming/<name>               uploads in progress: a cut upload resumes from what arrived
     releases/<release>/           one per build: hard links into objects/, plus manifest.json
     releases/.staging-<release>-<random>/  a release being assembled; renamed into place once
@@ -23,7 +24,8 @@ linking it change only by a rename that replaces a whole file.
 
 Only commands Android's toybox has are used (sh, mkdir -p, ls -1 -ln, readlink, cat, stat -c, tar
 -x, xargs,
-sha256sum, chmod, ln, mv -f, rm, find -links, dirname, head -n, cut, sort, comm). ``mv -T`` is
+sha256sum, chmod, ln, mv -f, rm, find -links, dirname, head -n -c, tail -c, cut, sort, comm, grep
+-F). ``mv -T`` is
 avoided (older toybox lacks it):
 a new symlink is made in ``.switch/`` and moved *into* its directory, which is one rename(2)
 that replaces the old symlink (mv does not follow a symlink it replaces).
@@ -61,7 +63,7 @@ ARGV_BUDGET = 60_000  # bytes of arguments per remote command (Android allows fa
 COMMAND_TIMEOUT = 120.0
 VERIFY_TIMEOUT = 1800.0  # sha256sum of a multi-GB model on a phone takes a while
 
-STORE_DIRS = "objects chunks chunklists incoming releases .switch damaged"
+STORE_DIRS = "objects chunks chunklists signatures incoming releases .switch damaged"
 # $1 = ROOT. Makes the layout, repairing what a person would have to: a store dir that is a
 # symlink (incoming/ pointing out of the root would have chunks written there) or not a dir is
 # replaced (models/ may be a link to a bigger partition: it is left as it is), and an entry
@@ -116,10 +118,11 @@ PRUNE_SCRIPT = (
     # the last three: what older kzbuilds left
     "incoming/.lists-* incoming/.plan-* incoming/.store-*"
 )
-# $1 = ROOT. Drops the chunk lists of objects that are gone, then the chunks no list names.
+# $1 = ROOT. Drops the chunk lists and signatures of objects that are gone, then the chunks no list
+# names.
 CHUNK_GC_SCRIPT = (
-    'cd "$1" || exit 1; for l in chunklists/*; do [ -f "$l" ] && [ ! -e "objects/${l##*/}" ] && rm '
-    '-f "$l"; done; '
+    'cd "$1" || exit 1; for l in chunklists/* signatures/*; do [ -f "$l" ] '
+    '&& [ ! -e "objects/${l##*/}" ] && rm -f "$l"; done; '
     "cat chunklists/* 2>/dev/null | cut -d ' ' -f 1 | LC_ALL=C sort -u > incoming/.keep && ls -1 "
     "chunks | LC_ALL=C sort > incoming/.have "
     "&& comm -23 incoming/.have incoming/.keep | (cd chunks && xargs rm -f) && rm -f "

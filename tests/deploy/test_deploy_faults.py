@@ -24,7 +24,7 @@ from kzbuild.device import devicelock
 from kzbuild.device.chunkstore import split
 from kzbuild.errors import Busy, DeviceError
 from tests.deploy import fault_driver
-from tests.fixtures_deploy import NoSpaceTransport, assert_store_invariant, flip_byte
+from tests.fixtures_deploy import NoSpaceTransport, assert_store_invariant, flip_byte, small_edit
 
 ADB_ROOT = "/data/local/tmp/kz-engine"
 
@@ -143,18 +143,41 @@ def lock_left(root: Path) -> bool:
 # command that checks and stores them also hashes what b1 left, builds the release (3, cut in its
 # half), switches and unlocks. bench_faults.py kills at each.
 KILL_POINTS = {"local": (1, 2, 3, 4), "ssh": (3, 4), "adb": (2, 3)}
+# the same with b2 a small edit of b1's library, sent as deltas (not over adb)
+DELTA_KILL_POINTS = {"local": (2, 3, 4), "ssh": (3, 4)}
+
+
+def delta_builds(artifacts) -> tuple[Path, Path, Path]:  # type: ignore[no-untyped-def]
+    """b1 with a 2 MiB library; b2 and b3, two other small edits of it."""
+    data = random.Random(11).randbytes(2 << 20)
+    edits = [small_edit(data, random.Random(seed)) for seed in (2, 3)]
+    return (
+        artifacts.make("b1", extra={"lib/libdata.so": data}),
+        artifacts.make("b2", extra={"lib/libdata.so": edits[0]}),
+        artifacts.make("b3", extra={"lib/libdata.so": edits[1]}),
+    )
+
+
+def library_chunks(build: Path) -> dict[str, int]:
+    library = build / "lib" / "libdata.so"
+    return {piece.name: piece.size for piece in split(library, library.stat().st_size)}
 
 
 @pytest.mark.parametrize(
-    ("target", "point"),
-    [(kind, point) for kind, points in KILL_POINTS.items() for point in points],
+    ("target", "point", "delta"),
+    [(kind, point, False) for kind, points in KILL_POINTS.items() for point in points]
+    + [(kind, point, True) for kind, points in DELTA_KILL_POINTS.items() for point in points],
     indirect=["target"],
 )
 def test_kill_9_mid_deploy_then_a_fresh_deploy_recovers(
-    kz, spawn, target, artifacts, point, clean_lock_env
+    kz, spawn, target, artifacts, point, delta, clean_lock_env
 ):
-    deployed(kz, target, artifacts.make("b1"))
-    build2 = artifacts.make("b2", greeting="hello from v2", blob_seed=2)
+    if delta:
+        build1, build2, _ = delta_builds(artifacts)
+    else:
+        build1 = artifacts.make("b1")
+        build2 = artifacts.make("b2", greeting="hello from v2", blob_seed=2)
+    deployed(kz, target, build1)
     killed = spawn.run(*deploy_args(target, build2), kill_at=point)
     assert killed.code == -signal.SIGKILL, killed.err
     assert lock_left(target.root)  # held by a dead process
@@ -164,6 +187,7 @@ def test_kill_9_mid_deploy_then_a_fresh_deploy_recovers(
         kz, target, build2
     )  # no --wait: a dead holder on this host is recovered at once
     assert fresh["release"] == "b2"
+    assert not delta or fresh["bytes_sent"] < 100_000  # still a delta against b1's chunks
     assert assert_store_invariant(target.root) == "b2"
     assert not lock_left(target.root)
 
@@ -476,3 +500,42 @@ def test_an_assembly_cut_short_is_assembled_again_never_stored(
     summary = deployed(kz, target, build2)
     assert summary["release"] == "b2"
     assert assert_store_invariant(target.root) == "b2"
+
+
+@pytest.mark.parametrize("target", ["local", "ssh"], indirect=True)
+def test_a_rotten_base_fails_the_file_check_and_its_chunks_are_sent_instead(
+    kz, target, artifacts, clean_lock_env
+):
+    build1, build2, _ = delta_builds(artifacts)
+    deployed(kz, target, build1)
+    old, new = library_chunks(build1), library_chunks(build2)
+    rotten = [target.root / "chunks" / name for name in old.keys() - new.keys()]
+    for path in rotten:  # the chunks b2's deltas read: other bytes, the same size
+        path.write_bytes(path.read_bytes()[::-1])
+    summary = deployed(kz, target, build2)
+    assert summary["release"] == "b2"
+    # the deltas, then every chunk b1 lacks, sent whole
+    assert summary["bytes_sent"] > sum(new[name] for name in new.keys() - old.keys())
+    assert not any(path.exists() for path in rotten)  # dropped: one of them had rotted
+    assert assert_store_invariant(target.root) == "b2"
+    assert kz("device", "verify", "--device", target.spec).code == 0
+
+
+@pytest.mark.parametrize("target", ["local", "ssh"], indirect=True)
+def test_two_delta_deploys_at_once_each_pruning_the_other_both_land(
+    kz, spawn, target, artifacts, clean_lock_env
+):
+    build1, build2, build3 = delta_builds(artifacts)
+    deployed(kz, target, build1)
+    args = ("--wait", "60", "--keep", "1")
+    runs = [
+        spawn.start(*deploy_args(target, build, *args), slow=0.02) for build in (build2, build3)
+    ]
+    finished = [spawn.finish(run) for run in runs]
+    assert [run.code for run in finished] == [0, 0], [run.err for run in finished]
+    sent = [json.loads(run.out)["bytes_sent"] for run in finished]
+    assert max(sent) < 200_000, sent  # both sent deltas, against b1 or the other's release
+    current = assert_store_invariant(target.root)
+    assert current in ("b2", "b3") and current == last_logged(target.root)
+    assert sorted(os.listdir(target.root / "releases")) == [current]
+    assert kz("device", "verify", "--device", target.spec).code == 0
