@@ -25,7 +25,7 @@ linking it change only by a rename that replaces a whole file.
 Only commands Android's toybox has are used (sh, mkdir -p, ls -1 -ln, readlink, cat, stat -c, tar
 -x, xargs,
 sha256sum, chmod, ln, mv -f, rm, find -links, dirname, head -n -c, tail -c, cut, sort, comm, grep
--F). ``mv -T`` is
+-F, sed -n). ``mv -T`` is
 avoided (older toybox lacks it):
 a new symlink is made in ``.switch/`` and moved *into* its directory, which is one rename(2)
 that replaces the old symlink (mv does not follow a symlink it replaces).
