@@ -528,6 +528,21 @@ def test_a_bench_regression_blocks_the_roll_with_exit_9(rolled_tiny):
     assert raised.value.exit_code == 9
 
 
+def roll_one(tiny, runner, answer: int, why: str):  # type: ignore[no-untyped-def]
+    """Roll to a new upstream commit whose ggml answers ``answer``, benched by ``runner``."""
+    tiny.upstream.commit(tiny_answer(answer), f"ggml: answer {answer}, {why}")
+    report = roll.roll(
+        tiny.settings,
+        load_recipe(tiny.project.root, "tiny"),
+        bench=runner,
+        blocks=2,
+        plan_target=None,
+        environ=tiny.environ(),
+    )
+    (result,) = report.results
+    return report, result
+
+
 class JudgingRunner(AnswerRunner):
     """AnswerRunner plus what a plan's quality check would leave: the candidate's output drifts from
     the pin's by its answer's difference (mean KLD 0.1 per unit), against max_kld 0.01."""
@@ -546,17 +561,7 @@ class JudgingRunner(AnswerRunner):
 def test_a_faster_candidate_whose_output_is_wrong_blocks_the_roll_with_exit_17(rolled_tiny):
     from kzbuild.cli.roll import _exit
 
-    tiny = rolled_tiny
-    tiny.upstream.commit(tiny_answer(43), "ggml: answer 43, faster but wrong (#7)")
-    report = roll.roll(
-        tiny.settings,
-        load_recipe(tiny.project.root, "tiny"),
-        bench=JudgingRunner(),
-        blocks=2,
-        plan_target=None,
-        environ=tiny.environ(),
-    )
-    (result,) = report.results
+    report, result = roll_one(rolled_tiny, JudgingRunner(), 43, "faster but wrong (#7)")
     assert (
         result.bench is not None
         and result.bench.effect.delta_pct > 0
@@ -590,17 +595,7 @@ class OverBudgetRunner(AnswerRunner):
 def test_a_candidate_over_the_memory_budget_blocks_the_roll_with_exit_15(rolled_tiny):
     from kzbuild.cli.roll import _exit
 
-    tiny = rolled_tiny
-    tiny.upstream.commit(tiny_answer(43), "ggml: answer 43, faster but bigger (#8)")
-    report = roll.roll(
-        tiny.settings,
-        load_recipe(tiny.project.root, "tiny"),
-        bench=OverBudgetRunner(),
-        blocks=2,
-        plan_target=None,
-        environ=tiny.environ(),
-    )
-    (result,) = report.results
+    report, result = roll_one(rolled_tiny, OverBudgetRunner(), 43, "faster but bigger (#8)")
     assert result.bench is not None and not result.bench.regressed  # faster
     assert result.outcome is Outcome.OVER_BUDGET and result.steps[-1].status.value == "fail"
     assert "candidate over memory_budget" in roll.markdown(report)
