@@ -5,29 +5,16 @@ device."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
 
-from tests.ab.conftest import LOGIT, SPEED
+from tests.ab.conftest import LOGIT, SPEED, STAND_IN, STAND_IN_PLAN
 from tests.conftest import REPO_ROOT
 from tests.fixtures_build import Tiny
 from tests.fixtures_stack import file_source
 
-STAND_IN = b"GGUF stand-in"
-PLAN = f"""\
-model:
-  path: models/q.gguf
-  sha256: {hashlib.sha256(STAND_IN).hexdigest()}
-repetitions: 1
-seed: 5
-ab:
-  blocks: 1
-runs:
-  - name: prefill
-    options: {{p: 32, n: 0, t: 1}}
-"""
+PLAN = STAND_IN_PLAN + "seed: 5\nab:\n  blocks: 1\n"
 
 
 def rollable(tiny: Tiny, device_root: Path) -> None:

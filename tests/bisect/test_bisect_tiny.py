@@ -9,6 +9,7 @@ import json
 import pytest
 
 from tests.ab.conftest import SPEED
+from tests.bisect.conftest import bisect_args
 from tests.fixtures_build import Tiny
 
 SLOW_AT = 41  # of 1..63 after the pin
@@ -51,18 +52,7 @@ def test_bisect_names_the_slower_commit_in_at_most_8_builds_and_a_second_run_bui
 ):
     shas = history(bench_tiny, tmp_path / "device")
     plan = str(bench_tiny.project.root / "plans" / "bisect.yaml")
-    args = (
-        "bisect",
-        "tiny",
-        "--good",
-        shas[0],
-        "--bad",
-        shas[-1],
-        "--plan",
-        plan,
-        "--device",
-        "box",
-    )
+    args = bisect_args(shas, plan)
     result = kz(*args, "--json")
     assert result.code == 0, result.err
     report = json.loads(result.out)
