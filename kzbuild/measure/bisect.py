@@ -139,8 +139,16 @@ class Record:
     test: str = ""  # the test the samples are of, as the bench named it
 
     @classmethod
-    def open(cls, folder: Path, identity: Mapping[str, str], shas: Sequence[str]) -> Record:
-        """The record of this bisect (same recipe, range, plan, metric, device), or a new one."""
+    def open(
+        cls,
+        folder: Path,
+        identity: Mapping[str, str],
+        shas: Sequence[str],
+        *,
+        zero_ok: bool = False,
+    ) -> Record:
+        """The record of this bisect (same recipe, range, plan, metric, device), or a new one.
+        ``zero_ok``: a sample may be 0 (a mean KLD), else every sample is above 0 (t/s, MiB)."""
         key = hashlib.sha256(json.dumps(dict(identity), sort_keys=True).encode()).hexdigest()[:16]
         path = folder / f"{key}.json"
         fresh = cls(path, dict(identity), [CommitState(sha) for sha in shas])
@@ -150,7 +158,7 @@ class Record:
             doc = json.loads(path.read_text(encoding="utf-8"))
             if doc.get("version") != RECORD_VERSION or doc.get("identity") != dict(identity):
                 raise ValueError("another bisect's record")
-            commits = [_commit_state(item) for item in doc["commits"]]
+            commits = [_commit_state(item, zero_ok=zero_ok) for item in doc["commits"]]
             test = doc.get("test", "")
             if not isinstance(test, str):
                 raise ValueError("test is not a string")
@@ -177,17 +185,23 @@ class Record:
         write_atomic(self.path, json.dumps(doc, indent=1).encode())
 
 
-def _commit_state(item: object) -> CommitState:
+def _commit_state(item: object, *, zero_ok: bool) -> CommitState:
     if not isinstance(item, dict):
         raise ValueError("a commit entry is not an object")
     samples = item.get("samples", {})
     if not isinstance(samples, dict) or not all(
         isinstance(device, str)
         and isinstance(values, list)
-        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in values)
+        and all(
+            isinstance(v, (int, float))
+            and not isinstance(v, bool)
+            and (v > 0 or (zero_ok and v == 0))
+            for v in values
+        )
         for device, values in samples.items()
     ):
-        raise ValueError(f"commit {item.get('sha')}: samples must be numbers >= 0 by device")
+        least = "0 or more" if zero_ok else "above 0"
+        raise ValueError(f"commit {item.get('sha')}: samples must be numbers {least} by device")
     text = {k: item.get(k, "") for k in ("sha", "skipped", "stack_problem", "build_id", "artifact")}
     if not all(isinstance(v, str) for v in text.values()) or not isinstance(
         item.get("built", False), bool
@@ -833,7 +847,10 @@ def bisect(
         wait=0,
     ):
         record = Record.open(
-            folder, {**identity, "good": shas[0], "bad": shas[-1], "seed": str(seed)}, shas
+            folder,
+            {**identity, "good": shas[0], "bad": shas[-1], "seed": str(seed)},
+            shas,
+            zero_ok=metric.anchored,
         )
         search = Search(
             record,
