@@ -395,9 +395,11 @@ class Search:
         else:
             artifacts = {}
         artifacts |= {self.commits[i].sha: self.commits[i].artifact for i in points}
+        shown = ", ".join(sha[:12] for sha in artifacts)
         self.on_event(
-            f"{device}: benching {', '.join(sha[:12] for sha in artifacts)}, {missing} interleaved "
-            "block(s)"
+            f"{device}: checking the output of {shown} against the first"
+            if self.anchored
+            else f"{device}: benching {shown}, {missing} interleaved block(s)"
         )
         bencher = self.benchers[device]
         got = bencher(artifacts, missing, self.seed + 1000 * sum(points) + wanted)
