@@ -66,9 +66,9 @@ def run_command(
     the tool unchanged: kzbuild run llama-cli -m models/x.gguf -p hi
 
     The tool runs under the release's kz-peakrss. A run that succeeds is stored as a record of
-    kind run (kzbuild results show RUN-ID): its peak memory, the buffers llama.cpp logged, the
-    build, the device and its provenance; its stderr stays in WORK/run/RUN-ID/. Over
-    --memory-budget or --htp-session-limit it exits 15.
+    kind run (kzbuild results show RUN-ID): its peak memory, the buffers llama.cpp logged (its
+    tools log them with -v), the build, the device and its provenance; its stderr stays in
+    WORK/run/RUN-ID/. Over --memory-budget or --htp-session-limit it exits 15.
 
     It holds the device root's lock (ROOT/.lock) while the tool runs, so no deploy switches or
     prunes the release under it; another kzbuild holding it exits 10 naming the holder (--wait
