@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from kzbuild.adapters.gitcmd import Git
 from kzbuild.measure import memory
 from kzbuild.measure.tinymodel import write_tiny_model
 from kzbuild.model.build import BuildResult
-from tests.bench.benchkit import total_kib
+from tests.bench.benchkit import stored_run_id, total_kib
 from tests.conftest import persistent_test_cache
 
 pytestmark = pytest.mark.slow
@@ -98,9 +97,7 @@ def test_kzbuild_run_of_the_real_llama_completion_stores_its_peak_and_buffers(
     args = ["llama-completion", "-v", "-m", "models/tiny-qwen35.gguf", "-p", "hi", "-n", "0"]
     ran = kz("run", "--device", spec, *args, "-t", "1", "-no-cnv")
     assert ran.code == 0, ran.err
-    run_id = re.search(r"stored run (\S+):", " ".join(ran.err.split()))
-    assert run_id, ran.err
-    (record,) = json.loads(kz("results", "show", run_id[1], "--json").out)
+    (record,) = json.loads(kz("results", "show", stored_run_id(ran.err), "--json").out)
     assert model.stat().st_size < record["memory"]["peak_rss_kib"] * 1024 < total_kib() * 1024
     buffers = {(name, kind) for name, kind, _ in record["memory"]["buffers"]}
     assert {("CPU_REPACK", "model"), ("CPU", "compute"), ("CPU", "kv")} <= buffers

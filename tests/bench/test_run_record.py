@@ -6,25 +6,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-import sys
 
-from tests.bench.benchkit import flat, make_device_root, total_kib
+from tests.bench.benchkit import (
+    BUFFERS_TOOL,
+    flat,
+    make_device_root,
+    stored_run_id,
+    total_kib,
+)
 
 MODEL = b"GGUF stand-in for kzbuild run"
-# A tool that holds --mib MiB (written, so resident) and logs buffers as llama.cpp does.
-BUFFERS_TOOL = f"""#!{sys.executable} -S
-import sys
-args = sys.argv[1:]
-held = b"x" * (int(args[args.index("--mib") + 1]) << 20)
-print("generated", len(held) >> 20)
-sys.stderr.write(
-    "load_tensors:   CPU_REPACK model buffer size =     0.09 MiB\\n"
-    "llama_kv_cache:        CPU KV buffer size =     0.03 MiB\\n"
-    "sched_reserve:        CPU compute buffer size =     0.06 MiB\\n"
-    "load_tensors:         HTP0 model buffer size =  3700.00 MiB\\n"
-)
-"""
 
 
 def run(kz, device_root, *extra: str, mib: int = 64):  # type: ignore[no-untyped-def]
@@ -41,19 +32,13 @@ def run(kz, device_root, *extra: str, mib: int = 64):  # type: ignore[no-untyped
     )
 
 
-def stored_id(err: str) -> str:
-    found = re.search(r"stored run (\S+):", flat(err))
-    assert found, err
-    return found[1]
-
-
 def test_a_run_is_stored_with_its_peak_buffers_and_provenance(kz, device_root):
     device_root.add_tool("llama-tool", BUFFERS_TOOL)
     device_root.add_file("models/x.gguf", MODEL)
     done = run(kz, device_root)
     assert done.code == 0, done.err
     assert done.out == "generated 64\n"  # stdout is the tool's alone
-    run_id = stored_id(done.err)
+    run_id = stored_run_id(done.err)
     shown = kz("results", "show", run_id, "--json")
     assert shown.code == 0, shown.err
     (record,) = json.loads(shown.out)
@@ -77,9 +62,9 @@ def test_a_run_is_stored_with_its_peak_buffers_and_provenance(kz, device_root):
 def test_the_same_run_twice_is_compared_and_more_memory_is_a_regression(kz, device_root):
     device_root.add_tool("llama-tool", BUFFERS_TOOL)
     device_root.add_file("models/x.gguf", MODEL)
-    first = stored_id(run(kz, device_root, mib=32).err)
+    first = stored_run_id(run(kz, device_root, mib=32).err)
     device_root.add_tool("llama-tool", BUFFERS_TOOL.replace("<< 20)", "<< 21)"))  # twice as much
-    second = stored_id(run(kz, device_root, mib=32).err)
+    second = stored_run_id(run(kz, device_root, mib=32).err)
     compared = kz("results", "compare", first, second, "--json")
     assert compared.code == 9, compared.err
     (row,) = json.loads(compared.out)["rows"]
@@ -95,7 +80,7 @@ def test_a_run_over_its_memory_budget_or_htp_session_limit_exits_15(kz, device_r
     assert "OVER memory_budget" in flat(over.err) and "over the plan's memory limits" in flat(
         over.err
     )
-    shown = kz("results", "show", stored_id(over.err), "--json")
+    shown = kz("results", "show", stored_run_id(over.err), "--json")
     assert shown.code == 15 and json.loads(shown.out)[0]["memory_over"] == ["memory_budget"]
     within = run(kz, device_root, "--memory-budget", "4GiB")
     assert within.code == 0, within.err
@@ -113,7 +98,7 @@ def test_without_kz_peakrss_a_run_is_stored_without_a_peak_and_a_budget_is_refus
     done = run(kz, device)
     assert done.code == 0, done.err
     assert "peak memory is not measured" in flat(done.err)
-    (record,) = json.loads(kz("results", "show", stored_id(done.err), "--json").out)
+    (record,) = json.loads(kz("results", "show", stored_run_id(done.err), "--json").out)
     assert record["memory"]["peak_rss_kib"] is None and record["memory"]["buffers"]
     assert record["provenance"]["model_sha256"] is None  # models/x.gguf is not there: a warning
 
