@@ -35,7 +35,7 @@ from kzbuild.cli.ui import command_group, console, context, not_empty, print_jso
 from kzbuild.errors import BadRecord, ConfigError, RegressionFound, ResultsError
 from kzbuild.measure import compare, report, resultfiles, resultplot, resultsdb
 from kzbuild.measure.turn import turn_time
-from kzbuild.model.result import BenchRecord, Comparison, Group, Summary
+from kzbuild.model.result import MEASURED_KINDS, BenchRecord, Comparison, Group, Summary
 from kzbuild.model.turn import TurnTime
 
 SELECTOR_HELP = "Run id or build id (a prefix is enough), or 'latest'."
@@ -63,7 +63,9 @@ def results_list(
         print_json([run.__dict__ for run in runs])
         return
     elsewhere = (
-        resultfiles.elsewhere_hint(settings) if all(run.kind != "bench" for run in runs) else None
+        resultfiles.elsewhere_hint(settings)
+        if all(run.kind not in MEASURED_KINDS for run in runs)
+        else None
     )
     if elsewhere:
         say(f"hint: {elsewhere}")

@@ -24,6 +24,7 @@ from kzbuild.cli.options import (
 from kzbuild.cli.ui import activity, console, context, not_empty, print_json
 from kzbuild.errors import (
     BuildFailed,
+    OverMemoryBudget,
     PatchError,
     RegressionFound,
     SourceError,
@@ -128,7 +129,8 @@ def roll_command(
     live patch's Kz-Test fails there; 7 its build or plan fails; 9 its bench regressed past
     --threshold; 3 otherwise, when a source could not be checked (its host or index did not answer:
     newer upstream may be there); 17 its output is past the plan's quality limits (quality:, against
-    the pin's logits on the CPU); 10 another roll of the recipe holds its stage; 130 interrupted
+    the pin's logits on the CPU); 15 a run of it is past the plan's memory_budget or
+    htp_session_limit; 10 another roll of the recipe holds its stage; 130 interrupted
     (Ctrl-C, SIGTERM, SIGHUP: the stage is removed first). The report is written in every case.
     """
     from kzbuild.measure import roll
@@ -240,6 +242,11 @@ def _exit(report: RollReport) -> None:
         raise WrongOutput(
             f"no candidate is rollable: at {where} the output is past the plan's quality limits",
             hint="the bench step's detail gives the figures",
+        )
+    if blocking.outcome is Outcome.OVER_BUDGET:
+        raise OverMemoryBudget(
+            f"no candidate is rollable: at {where} a run is past the plan's memory limits",
+            hint="the bench step's detail names them",
         )
     if blocking.outcome is Outcome.REGRESSED:
         raise RegressionFound(

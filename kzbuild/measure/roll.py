@@ -97,6 +97,8 @@ class ABRunner(Protocol):
     quality: Sequence[
         QualityRecord
     ]  # after run: each variant's output against the reference, when the plan checks it
+    # after run: by variant, the plan's memory limits its runs exceeded (none: within them)
+    memory_over: Mapping[str, Sequence[str]]
 
     def run(
         self, variants: Mapping[str, Path], order: Sequence[Sequence[str]], seed: int
@@ -470,14 +472,18 @@ def _roll(
                     RollStep(
                         "bench",
                         f"bench the pin against {candidate.label} interleaved on the device",
-                        StepStatus.FAILED if delta.regressed or delta.wrong else StepStatus.PASSED,
+                        StepStatus.FAILED
+                        if delta.regressed or delta.wrong or delta.memory_over
+                        else StepStatus.PASSED,
                         delta.describe(),
                     )
                 )
-                if delta.wrong:  # wrong whatever its speed
+                if delta.wrong:  # wrong whatever its speed (as kzbuild ab: 17, then 9, then 15)
                     outcome = Outcome.WRONG
                 elif delta.regressed:
                     outcome = Outcome.REGRESSED
+                elif delta.memory_over:
+                    outcome = Outcome.OVER_BUDGET
             elif outcome is Outcome.ROLLABLE and bench is not None:
                 steps.append(
                     RollStep(
@@ -715,6 +721,7 @@ def bench_ab(
         spread_candidate_pct=_spread(b),
         threshold_pct=threshold_pct,
         quality=tuple(runner.quality),
+        memory_over=tuple(runner.memory_over.get("candidate", ())),
     )
 
 

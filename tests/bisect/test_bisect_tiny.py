@@ -9,6 +9,7 @@ import json
 import pytest
 
 from tests.ab.conftest import SPEED
+from tests.bisect.conftest import bisect_args
 from tests.fixtures_build import Tiny
 
 SLOW_AT = 41  # of 1..63 after the pin
@@ -51,18 +52,7 @@ def test_bisect_names_the_slower_commit_in_at_most_8_builds_and_a_second_run_bui
 ):
     shas = history(bench_tiny, tmp_path / "device")
     plan = str(bench_tiny.project.root / "plans" / "bisect.yaml")
-    args = (
-        "bisect",
-        "tiny",
-        "--good",
-        shas[0],
-        "--bad",
-        shas[-1],
-        "--plan",
-        plan,
-        "--device",
-        "box",
-    )
+    args = bisect_args(shas, plan)
     result = kz(*args, "--json")
     assert result.code == 0, result.err
     report = json.loads(result.out)
@@ -94,19 +84,7 @@ def test_a_commit_where_the_stack_does_not_apply_is_tested_bare_and_says_so(
         "docs.patch", {"docs/log.txt": "documented\n"}, "docs: a line\n\nUpstream-Status: Pending"
     )
     plan = str(bench_tiny.project.root / "plans" / "bisect.yaml")
-    result = kz(
-        "bisect",
-        "tiny",
-        "--good",
-        shas[0],
-        "--bad",
-        shas[-1],
-        "--plan",
-        plan,
-        "--device",
-        "box",
-        "--json",
-    )
+    result = kz(*bisect_args(shas, plan), "--json")
     assert result.code == 0, result.err
     report = json.loads(result.out)
     assert report["culprit"]["sha"] == shas[SLOW_AT]
@@ -125,20 +103,7 @@ def test_a_range_that_is_not_a_history_is_refused(kz, bench_tiny, tmp_path):
         "bisect", "tiny", "--good", shas[10], "--bad", shas[3], "--plan", plan, "--device", "box"
     )
     assert result.code == 2 and "is not an ancestor of" in result.err
-    unknown = kz(
-        "bisect",
-        "tiny",
-        "--good",
-        shas[0],
-        "--bad",
-        shas[3],
-        "--plan",
-        plan,
-        "--device",
-        "box",
-        "--metric",
-        "decode",
-    )
+    unknown = kz(*bisect_args(shas[:4], plan), "--metric", "decode")
     assert unknown.code == 2 and "the plan has no run 'decode'" in unknown.err
 
 
@@ -175,19 +140,7 @@ def test_a_pool_of_two_adb_devices_on_two_adb_servers_finds_it_each_comparison_o
         states = {d["name"]: (d["state"], d["pools"]) for d in json.loads(listed.out)["devices"]}
         assert states["pad-a"] == states["pad-b"] == ("free", ["pads"])
         plan = str(bench_tiny.project.root / "plans" / "bisect.yaml")
-        result = kz(
-            "bisect",
-            "tiny",
-            "--good",
-            shas[0],
-            "--bad",
-            shas[-1],
-            "--plan",
-            plan,
-            "--device",
-            "pads",
-            "--json",
-        )
+        result = kz(*bisect_args(shas, plan, "pads"), "--json")
         assert result.code == 0, result.err
         report = json.loads(result.out)
         assert report["culprit"]["sha"] == shas[SLOW_AT]
