@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, cast
+from typing import IO, TYPE_CHECKING, Any, Literal, cast
 
 import typer
 
@@ -40,17 +40,33 @@ if TYPE_CHECKING:
 UNWRAPPED_WIDTH = 100_000
 
 
-@cache
 def rich_console(*, stderr: bool) -> Console:
-    """The rich Console behind ``console`` (stdout) or ``err_console``, made on first use; rich's
-    own objects (Progress, RichHandler) get this real one. On a terminal it fits the terminal;
-    elsewhere nothing wraps (rich would otherwise wrap at 80 columns, or at the width of another
-    stream that is a terminal)."""
+    """The rich Console behind ``console`` (stdout) or ``err_console``; rich's own objects
+    (Progress, RichHandler) get this real one. Styles follow the same rule as say()'s lines
+    (colours()), not rich's own reading of the env. On a terminal it fits the terminal; elsewhere
+    nothing wraps (rich would otherwise wrap at 80 columns, or at the width of another stream that
+    is a terminal)."""
+    stream = sys.stderr if stderr else sys.stdout
+    return _rich_console(stderr, colours(stream), stream.isatty())
+
+
+@cache
+def _rich_console(stderr: bool, styles: bool, terminal: bool) -> Console:
     from rich.console import Console
 
-    if (sys.stderr if stderr else sys.stdout).isatty():
-        return Console(stderr=stderr, highlight=False)
-    return Console(stderr=stderr, highlight=False, width=UNWRAPPED_WIDTH, soft_wrap=True)
+    # "standard" colours: the styles used here are the 8 basic ones, the same codes as say()'s;
+    # a terminal without styles (NO_COLOR) still animates its bars and spinners
+    system: Literal["standard"] | None = "standard" if styles else None
+    if terminal:
+        return Console(stderr=stderr, highlight=False, force_terminal=True, color_system=system)
+    return Console(
+        stderr=stderr,
+        highlight=False,
+        force_terminal=styles,
+        color_system=system,
+        width=UNWRAPPED_WIDTH,
+        soft_wrap=True,
+    )
 
 
 class _ConsoleOnFirstUse:
