@@ -80,3 +80,27 @@ def test_no_color_wins_over_force_color_in_a_fresh_process(project):
     )
     assert result.returncode == 2
     assert result.stderr.startswith("error: no recipe named 'nosuch'")
+
+
+@pytest.mark.parametrize(
+    ("kind", "updates", "shown"),
+    [
+        ("activity", [(None, None, None, "Receiving objects:  57% (81/141)")], "57% (81/141)"),
+        ("steps", [("build", 3, 140, "[3/140] Building C object a.o")], "tiny: build"),
+        ("bytes", [("sending", 512, 2048, "bin/llama-bench")], "bin/llama-bench"),
+    ],
+)
+def test_on_a_terminal_progress_is_rich_live_display_that_leaves_no_line(
+    capsys, monkeypatch, kind, updates, shown
+):
+    from kzbuild.cli import ui
+
+    monkeypatch.setattr(ui, "stderr_is_terminal", lambda: True)
+    monkeypatch.setenv("FORCE_COLOR", "1")  # the console draws as on a terminal
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    with ui.ProgressDisplay("tiny", kind) as display:
+        for stage, done, total, note in updates:
+            display.update(stage, done, total, note)
+    err = capsys.readouterr().err
+    assert shown in err and "\x1b[2K" in err  # drawn, then erased (transient)
+    assert "Z tiny:" not in err  # no ProgressLines

@@ -10,9 +10,9 @@ from rich.filesize import decimal
 from rich.markup import escape
 
 from kzbuild.build.artifacts import find_artifact
-from kzbuild.cli.connect import open_device, transfer_bars
+from kzbuild.cli.connect import open_device
 from kzbuild.cli.options import DeviceOpt, JsonOpt, RecipeArg, TrustOpt, WaitOpt, load_recipe
-from kzbuild.cli.ui import console, context, not_empty, print_json
+from kzbuild.cli.ui import console, context, not_empty, print_json, transfer_progress
 from kzbuild.device import deploy
 
 
@@ -77,7 +77,7 @@ def deploy_command(
             _print_pruned(back.pruned)
             return
         build = find_artifact(settings, artifact, loaded)
-        with transfer_bars(not json_out) as on_progress:
+        with transfer_progress(not json_out) as on_progress:
             result = deploy.deploy(
                 transport, target, build, keep=keep, on_progress=on_progress, wait=wait
             )

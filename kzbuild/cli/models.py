@@ -11,9 +11,16 @@ from typing import Annotated, Optional
 import typer
 from rich.filesize import decimal
 
-from kzbuild.cli.connect import open_device, transfer_bars
+from kzbuild.cli.connect import open_device
 from kzbuild.cli.options import DeviceOpt, JsonOpt, TrustOpt, WaitOpt
-from kzbuild.cli.ui import command_group, console, context, not_empty, print_json
+from kzbuild.cli.ui import (
+    command_group,
+    console,
+    context,
+    not_empty,
+    print_json,
+    transfer_progress,
+)
 from kzbuild.device import deploy
 from kzbuild.errors import ConfigError
 from kzbuild.model import tinyspec
@@ -79,7 +86,7 @@ def push_command(
     settings = context(ctx).settings
     target, transport = open_device(settings, device, None, trust_new_host)
     with closing(transport):
-        with transfer_bars(not json_out) as on_progress:
+        with transfer_progress(not json_out) as on_progress:
             result = deploy.push_model(
                 transport, target, model, name=name, on_progress=on_progress, wait=wait
             )

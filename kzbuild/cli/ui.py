@@ -34,6 +34,9 @@ from kzbuild.errors import KzError
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from kzbuild.device.store import TransferProgress
+    from kzbuild.model.build import BuildEvent
+
 
 # Width of a console that writes to a log or a pipe: no terminal to fit, so no line is wrapped or
 # cut (a sha256, a path, a table cell stays whole on its line). Tables keep their natural width.
@@ -328,34 +331,135 @@ class ProgressLines:
         say(f"{stamp} {self.title}: {stage} {fraction}".rstrip() + f" ({elapsed:.0f} s)", err=True)
 
 
+class ProgressDisplay:
+    """One long operation's progress, of one of three kinds: an ``activity`` (a spinner following
+    the latest line a tool printed), ``steps`` (ninja's [n/N]) or ``bytes`` (an upload). On a
+    terminal, rich's live display (imported here, ~60 ms, only when a terminal shows it); in logs
+    and pipes, where bars and spinners show nothing, ProgressLines."""
+
+    def __init__(self, title: str, kind: Literal["activity", "steps", "bytes"]) -> None:
+        self.title = title
+        self.kind = kind
+        self._lines = None if stderr_is_terminal() else ProgressLines(title)
+        self._live: Any = None  # rich.progress.Progress, on a terminal
+        self._task: Any = None
+
+    def __enter__(self) -> ProgressDisplay:
+        if self._lines:
+            self._lines.__enter__()
+        else:
+            self._live = _live_display(self.kind)
+            if self.kind != "bytes":  # an upload's task starts with its first file
+                description = f"{self.title}: sync" if self.kind == "steps" else self.title
+                self._task = self._live.add_task(description, total=None, note="")
+            self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._lines:
+            self._lines.__exit__(*exc)
+        else:
+            self._live.stop()
+
+    def update(
+        self, stage: str | None, done: int | None = None, total: int | None = None, note: str = ""
+    ) -> None:
+        """The latest state: ``stage`` None keeps the stage; ``note`` is the tool's line (an
+        activity's, a build's) or the file being sent."""
+        if self._lines:
+            self._lines.update(*self._line_state(stage, done, total, note))
+        elif self.kind == "activity":
+            self._live.update(self._task, note=note[-100:])
+        elif self.kind == "steps":
+            fields = {"total": total, "completed": done or 0} if total else {}
+            description = f"{self.title}: {stage}"
+            self._live.update(self._task, description=description, note=note[-70:], **fields)
+        else:
+            if self._task is None:
+                self._task = self._live.add_task(note, total=total, note="")
+            self._live.update(self._task, completed=done, description=note[-40:])
+
+    def _line_state(
+        self, stage: str | None, done: int | None, total: int | None, note: str
+    ) -> tuple[str | None, str]:
+        if self.kind == "steps":
+            return stage, f"[{done}/{total}]" if total else ""
+        if self.kind == "bytes":
+            return (
+                stage,
+                f"{(done or 0) * 100 // max(total or 0, 1)}% ({done}/{total} bytes) {note}",
+            )
+        phase = GIT_PHASE.match(note)
+        return (phase["stage"], phase["fraction"]) if phase else (None, note)  # a line whole: a
+        # cut word reads as garbage
+
+
+def _live_display(kind: str) -> Any:
+    """rich's live display for a ProgressDisplay of ``kind``, on stderr, gone when it stops."""
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    description = TextColumn("{task.description}", markup=False)
+    note = TextColumn("{task.fields[note]}", style="dim", markup=False)
+    columns = {
+        "activity": (SpinnerColumn(), description, note),
+        "steps": (
+            SpinnerColumn(),
+            description,
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            note,
+        ),
+        "bytes": (
+            description,
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+        ),
+    }[kind]
+    return Progress(*columns, console=rich_console(stderr=True), transient=True)
+
+
 @contextmanager
 def activity(message: str) -> Iterator[Callable[[str], None]]:
-    """A spinner whose text follows the latest progress line of a long operation; in logs and pipes,
-    ProgressLines."""
-    if not stderr_is_terminal():
-        with ProgressLines(message) as lines:
+    """A spinner whose text follows the latest progress line of a long operation; in logs and
+    pipes, ProgressLines with git's phase and fraction."""
+    with ProgressDisplay(message, "activity") as display:
 
-            def follow(line: str) -> None:
-                phase = GIT_PHASE.match(line.strip())
-                if phase:
-                    lines.update(phase["stage"], phase["fraction"])
-                elif line.strip():
-                    lines.update(None, line.strip())  # whole: a cut word reads as garbage
+        def follow(line: str) -> None:
+            if line.strip():
+                display.update(None, note=line.strip())
 
-            yield follow
+        yield follow
+
+
+@contextmanager
+def build_progress(title: str) -> Iterator[Callable[[BuildEvent], None]]:
+    """A live bar fed by ninja's [n/N] lines; in logs and pipes, ProgressLines."""
+    with ProgressDisplay(title, "steps") as display:
+        yield lambda event: display.update(event.stage, event.done, event.total, event.line.strip())
+
+
+@contextmanager
+def transfer_progress(enabled: bool) -> Iterator[Callable[[TransferProgress], None] | None]:
+    """A bar with bytes and rate for an upload (in logs and pipes, ProgressLines); nothing when
+    ``enabled`` is false."""
+    if not enabled:
+        yield None
         return
-    from rich.markup import escape
-
-    with err_console.status(message) as status:
-
-        def update(line: str) -> None:
-            line = line.strip()
-            if line:
-                status.update(
-                    f"{message}  [dim]{escape(line[-100:])}[/dim]"
-                )  # tool output is text, not markup
-
-        yield update
+    with ProgressDisplay("upload", "bytes") as display:
+        yield lambda event: display.update("sending", event.done, event.total, event.label)
 
 
 def command_group(name: str, help_text: str) -> typer.Typer:
