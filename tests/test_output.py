@@ -1,7 +1,9 @@
 """Every command speaks through kzbuild.cli.ui, under one rule: styles on a terminal or with
 FORCE_COLOR, never with NO_COLOR, and never in a pipe."""
 
+import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -104,3 +106,27 @@ def test_on_a_terminal_progress_is_rich_live_display_that_leaves_no_line(
     err = capsys.readouterr().err
     assert shown in err and "\x1b[2K" in err  # drawn, then erased (transient)
     assert "Z tiny:" not in err  # no ProgressLines
+
+
+def test_only_ui_imports_rich_or_writes_to_the_streams():
+    """The commands print through kzbuild.cli.ui alone, so one rule styles every line."""
+    for path in sorted((ROOT / "kzbuild" / "cli").glob("*.py")):
+        if path.name == "ui.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            where = f"{path.name}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.ImportFrom):
+                assert not (node.module or "").startswith("rich"), where
+            elif isinstance(node, ast.Import):
+                assert not any(alias.name.startswith("rich") for alias in node.names), where
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                assert node.func.id != "print", where
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                assert (node.value.id, node.attr) not in {
+                    ("sys", "stdout"),
+                    ("sys", "stderr"),
+                    ("typer", "echo"),
+                    ("typer", "secho"),
+                }, where
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                assert not re.search(r"\[/?(bold|dim|red|green|yellow|cyan)\b", node.value), where

@@ -10,8 +10,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from kzbuild.cli.bench import last_line_to, refuse_with_plan, spec_from_options
 from kzbuild.cli.benchoptions import (
@@ -41,8 +39,19 @@ from kzbuild.cli.options import (
     WaitOpt,
     load_recipe,
 )
-from kzbuild.cli.results import say
-from kzbuild.cli.ui import activity, console, context, not_empty, print_json
+from kzbuild.cli.ui import (
+    Cell,
+    Column,
+    Styled,
+    activity,
+    context,
+    not_empty,
+    print_json,
+    say,
+    say_rich_table,
+    styled,
+    write_out,
+)
 from kzbuild.errors import RegressionFound, WrongOutput
 from kzbuild.measure import ab, plans, quality, resultsdb
 from kzbuild.measure.interleave import parse_temperature
@@ -293,10 +302,9 @@ def ab_command(
         shown_turns = {"turns": {k: turn_json(t) for k, t in turns.items()}} if turns else {}
         print_json(result_json(result) | ({"plot": str(plot)} if plot else {}) | shown_turns)
     elif markdown:
-        print(
+        write_out(
             ab.markdown(result.effects, result.variants, result.checks)
-            + quality.markdown(result.quality, result.patch_quality),
-            end="",
+            + quality.markdown(result.quality, result.patch_quality)
         )
     else:
         print_report(result)
@@ -360,9 +368,7 @@ def print_report(result: AbResult) -> None:
     say(f"{result.recipe} on {result.device}, target {result.target}; variants: {built}")
     for v in result.variants:
         if v.problem:
-            console.print(
-                f"[red]{escape(v.spec.name)} could not be built:[/red] {escape(v.problem)}"
-            )
+            say(styled("red", f"{v.spec.name} could not be built:"), f" {v.problem}")
     for r in result.runs:
         say(
             f"run {r.run.run_id}{' (' + r.name + ')' if r.name else ''}: {len(r.run.order)} "
@@ -374,53 +380,53 @@ def print_report(result: AbResult) -> None:
                 f"  block {start.block + 1}: {state}, hottest {start.hottest_c:.1f} C after "
                 f"{start.waited_s:.0f} s"
             )
-    table = Table(
-        title="what each patch buys: full stack vs the stack without it (median of turns, 95% "
-        "bootstrap interval)"
-    )
     output = {q.variant: q for q in result.patch_quality}
     columns = ("patch", "test", "configuration", "full t/s", "without t/s", "effect") + (
         ("mean KLD without -> full", "output") if output else ()
     )
-    for column in columns:
-        table.add_column(
-            column, overflow="fold", justify="right" if column.endswith("t/s") else "left"
-        )
+    rows: list[tuple[Cell, ...]] = []
     for e in result.effects:
-        text = escape(e.effect.describe())
+        text = e.effect.describe()
         shown = (
-            f"[green]{text}[/green]"
+            styled("green", text)
             if e.effect.low_pct > 0
-            else f"[red]{text}[/red]"
+            else styled("red", text)
             if e.effect.high_pct < 0
             else text
         )
         judged = output.get(e.variant)
-        beside = (
+        beside: tuple[Cell, ...] = (
             (quality.kld_change(judged), verdict_text(judged.verdict))
             if judged
             else ("", "")
             if output
             else ()
         )
-        table.add_row(
-            escape(e.patch or "whole stack (vs upstream)"),
-            e.test,
-            escape(e.config),
-            f"{e.full_median:.2f}",
-            f"{e.variant_median:.2f}",
-            shown,
-            *beside,
+        rows.append(
+            (
+                e.patch or "whole stack (vs upstream)",
+                e.test,
+                e.config,
+                f"{e.full_median:.2f}",
+                f"{e.variant_median:.2f}",
+                shown,
+                *beside,
+            )
         )
-    console.print(table)
+    say_rich_table(
+        [Column(column, right=column.endswith("t/s"), fold=True) for column in columns],
+        rows,
+        title="what each patch buys: full stack vs the stack without it (median of turns, 95% "
+        "bootstrap interval)",
+    )
     print_quality(result)
     for check in result.checks:
         colour = {"contradicted": "red", "confirmed": "green"}.get(check.verdict, "yellow")
-        console.print(f"[{colour}]{escape(check.describe)}[/{colour}]")
+        say(styled(colour, check.describe))
 
 
-def verdict_text(verdict: str) -> str:
-    return "[green]right[/green]" if verdict == "right" else "[bold red]WRONG[/bold red]"
+def verdict_text(verdict: str) -> Styled:
+    return styled("green", "right") if verdict == "right" else styled("bold red", "WRONG")
 
 
 def print_quality(result: AbResult) -> None:
@@ -429,30 +435,28 @@ def print_quality(result: AbResult) -> None:
     if not result.quality:
         return
     first = result.quality[0]
-    table = Table(
+    columns = ("variant", "mean KLD", "99% KLD", "top-1 %", "PPL ratio", "output")
+    say_rich_table(
+        [Column(column, right=column not in ("variant", "output")) for column in columns],
+        [
+            (
+                record.variant,
+                f"{record.stats.kld_mean:.6f}",
+                f"{record.stats.kld_p99:.6f}",
+                f"{record.stats.top1_pct:.3f}",
+                f"{record.stats.ppl_ratio:.4f}",
+                (
+                    verdict_text(record.verdict),
+                    f" ({'; '.join(record.problems)})" if record.problems else "",
+                ),
+            )
+            for record in result.quality
+        ],
         title=f"output against {first.reference.variant} "
         f"({' '.join(f'{k}={v}' for k, v in first.reference.options.items())}), "
         f"corpus {first.corpus.name} ({first.corpus.sha256[:12]}), model "
-        f"{first.model.sha256 and first.model.sha256[:12]}"
+        f"{first.model.sha256 and first.model.sha256[:12]}",
     )
-    for column in ("variant", "mean KLD", "99% KLD", "top-1 %", "PPL ratio", "output"):
-        table.add_column(column, justify="left" if column in ("variant", "output") else "right")
-    for record in result.quality:
-        stats = record.stats
-        shown = verdict_text(record.verdict) + (
-            f" ({escape('; '.join(record.problems))})" if record.problems else ""
-        )
-        table.add_row(
-            escape(record.variant),
-            f"{stats.kld_mean:.6f}",
-            f"{stats.kld_p99:.6f}",
-            f"{stats.top1_pct:.3f}",
-            f"{stats.ppl_ratio:.4f}",
-            shown,
-        )
-    console.print(table)
     for judged in result.patch_quality:
         if judged.why:
-            console.print(
-                f"[red]{escape(judged.patch or 'the whole stack')}: {escape(judged.why)}[/red]"
-            )
+            say(styled("red", f"{judged.patch or 'the whole stack'}: {judged.why}"))

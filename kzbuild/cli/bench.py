@@ -32,9 +32,9 @@ from kzbuild.cli.options import (
     TimeoutOpt,
     WaitOpt,
 )
-from kzbuild.cli.results import print_records, record_json, say
+from kzbuild.cli.results import print_records, record_json
 from kzbuild.cli.run import PASSTHROUGH
-from kzbuild.cli.ui import activity, context, print_json
+from kzbuild.cli.ui import activity, context, print_json, say
 from kzbuild.device.devicelock import DeviceLock, device_lock
 from kzbuild.device.run import parse_env_assignments
 from kzbuild.errors import ConfigError

@@ -9,7 +9,7 @@ import typer
 from kzbuild.build import remotecache
 from kzbuild.cli.build import ArtifactsOpt, JobsOpt, TargetOpt, ToolchainOpt
 from kzbuild.cli.options import NoRemoteOpt, RecipeArg, append_step_summary, load_recipe
-from kzbuild.cli.ui import build_progress, context, err_console, print_json
+from kzbuild.cli.ui import build_progress, context, print_json, say, styled
 from kzbuild.model.build import BuildOptions
 from kzbuild.model.ci import CiStep
 
@@ -42,9 +42,7 @@ def ci_command(
 
     def announce(step: CiStep) -> None:
         colour = {"ok": "green", "failed": "red", "skipped": "yellow"}.get(step.status, "white")
-        err_console.print(
-            f"[{colour}]{step.status:7}[/{colour}] {step.name}: {step.detail}", highlight=False
-        )
+        say(styled(colour, f"{step.status:7}"), f" {step.name}: {step.detail}", err=True)
 
     with build_progress(f"ci {loaded.name}") as progress:
         report = run_ci(

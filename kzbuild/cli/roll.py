@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.markup import escape
 
 from kzbuild.adapters.files import write_atomic
 from kzbuild.cli.options import (
@@ -21,7 +20,7 @@ from kzbuild.cli.options import (
     append_step_summary,
     load_recipe,
 )
-from kzbuild.cli.ui import activity, console, context, not_empty, print_json
+from kzbuild.cli.ui import activity, context, not_empty, print_json, say, styled
 from kzbuild.errors import (
     BuildFailed,
     PatchError,
@@ -206,15 +205,13 @@ def roll_command(
 
 
 def _print(report: RollReport, title: str, lines: list[str]) -> None:
-    console.print(f"[bold]{escape(title)}[/bold]")
+    say(styled("bold", title))
     for line in lines:
-        console.print(escape(line), highlight=False)
+        say(line)
     for note in report.notes:
-        console.print(f"[dim]{escape(note)}[/dim]")
+        say(styled("dim", note))
     if report.branch:
-        console.print(
-            f"[green]written[/green] branch {report.branch} ({(report.commit or '')[:12]})"
-        )
+        say(styled("green", "written"), f" branch {report.branch} ({(report.commit or '')[:12]})")
 
 
 def _exit(report: RollReport) -> None:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
-from typing import Annotated, Optional, TextIO
+from typing import Annotated, Optional
 
 import typer
 
 from kzbuild.cli.connect import open_device
 from kzbuild.cli.options import DeviceOpt, EnvOpt, TimeoutOpt, WaitOpt
-from kzbuild.cli.ui import context, not_empty
+from kzbuild.cli.ui import context, not_empty, pass_through
 from kzbuild.device.devicelock import device_lock
 from kzbuild.device.run import check_seconds, current_release, parse_env_assignments, run_in_release
 
@@ -63,16 +61,8 @@ def run_command(
                 args or [],
                 env=extra_env,
                 timeout=timeout,
-                on_stdout=_writer(sys.stdout),
-                on_stderr=_writer(sys.stderr),
+                on_stdout=pass_through(err=False),
+                on_stderr=pass_through(err=True),
             )[1]
     finally:
         transport.close()
-
-
-def _writer(stream: TextIO) -> Callable[[bytes], None]:
-    def write(chunk: bytes) -> None:
-        stream.buffer.write(chunk)
-        stream.buffer.flush()
-
-    return write

@@ -17,7 +17,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -93,6 +93,8 @@ SGR = {
     "green": "32",
     "yellow": "33",
     "cyan": "36",
+    "magenta": "35",
+    "white": "37",
     "bold red": "1;31",
 }
 
@@ -146,6 +148,28 @@ def say(*parts: str | Styled, err: bool = False) -> None:
     stream.flush()
 
 
+def write_out(text: str) -> None:
+    """Text for another program or a file (an mbox, a markdown report) on stdout, as it is."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def pass_through(*, err: bool) -> Callable[[bytes], None]:
+    """A writer of a program's output, byte for byte, to stdout (or stderr), as it comes."""
+    stream = sys.stderr if err else sys.stdout
+
+    def write(chunk: bytes) -> None:
+        stream.buffer.write(chunk)
+        stream.buffer.flush()
+
+    return write
+
+
+def stdout_is_terminal() -> bool:
+    """Whether a rich table fits the terminal; a pipe or a file gets plain lines instead."""
+    return sys.stdout.isatty()
+
+
 def say_table(rows: list[tuple[str | Styled, ...]]) -> None:
     """Rows of a key column and the rest of the line, keys padded to one width; lines are never
     wrapped or cut, so a pipe gets every name whole."""
@@ -174,6 +198,69 @@ def say_grid(
 
 def _text(part: str | Styled) -> str:
     return part if isinstance(part, str) else part.text
+
+
+# a table cell: text, styled text, or parts of one ("\n" in a part starts a line in the cell)
+Cell = str | Styled | tuple[str | Styled, ...]
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of a rich table: numbers ``right``; ``fold`` wraps a long cell rather than cut it
+    on a narrow terminal; ``whole`` keeps it on one line (an id, to be copied)."""
+
+    header: str
+    right: bool = False
+    fold: bool = False
+    whole: bool = False
+
+
+def say_rich_table(
+    columns: Sequence[str | Column],
+    rows: Iterable[Sequence[Cell]],
+    *,
+    title: str | None = None,
+    bare: bool = False,
+    row_styles: Sequence[str | None] = (),
+) -> None:
+    """A rich table on stdout: framed with its ``title``, or ``bare`` (no frame, two spaces
+    between columns). Cells are text, never markup; a row's style in ``row_styles`` (a key of
+    SGR) colours it whole."""
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    table = (
+        Table(box=None, show_header=True, padding=(0, 2))
+        if bare
+        else Table(title=None if title is None else escape(title))
+    )
+    for column in columns:
+        column = Column(column) if isinstance(column, str) else column
+        table.add_column(
+            column.header,
+            justify="right" if column.right else "left",
+            overflow="fold" if column.fold else "ellipsis",
+            no_wrap=column.whole,
+        )
+
+    def text(cell: Cell) -> Text:
+        parts = cell if isinstance(cell, tuple) else (cell,)
+        return Text.assemble(
+            *(part if isinstance(part, str) else (part.text, part.style) for part in parts)
+        )
+
+    for number, row in enumerate(rows):
+        style = row_styles[number] if number < len(row_styles) else None
+        table.add_row(*(text(cell) for cell in row), style=style)
+    console.print(table)
+
+
+def file_size(size: int) -> str:
+    """Bytes as people read them: "1.2 MB" (powers of 1000)."""
+    from rich.filesize import decimal
+
+    return decimal(size)
 
 
 def stderr_is_terminal() -> bool:
@@ -477,33 +564,25 @@ def command_group(name: str, help_text: str) -> typer.Typer:
 def report_bug(exc: BaseException) -> None:
     """An exception kzbuild did not expect: one line and where to look, the traceback only with
     -vv."""
-    from rich.markup import escape
-
-    err_console.print(
-        f"[bold red]internal error (a kzbuild bug):[/bold red] {escape(type(exc).__name__)}: "
-        f"{escape(str(exc))}",
-        highlight=False,
+    say(
+        styled("bold red", "internal error (a kzbuild bug):"),
+        f" {type(exc).__name__}: {exc}",
+        err=True,
     )
     if tracebacks_wanted():
         err_console.print_exception()
     else:
-        err_console.print(
-            "[yellow]hint:[/yellow] rerun with -vv for the traceback and report it", highlight=False
-        )
+        say(styled("yellow", "hint:"), " rerun with -vv for the traceback and report it", err=True)
 
 
 def report_error(exc: KzError) -> None:
-    from rich.markup import escape
-
-    # messages carry paths, argv and env values: brackets in them are text, not markup
-    err_console.print(
-        f"[bold red]error:[/bold red] {escape(proc.redact(exc.message))}",
-        highlight=False,
-        markup=True,
-    )
+    # messages carry paths, argv and env values, printed as they are
+    say(styled("bold red", "error:"), f" {proc.redact(exc.message)}", err=True)
     if exc.hint:
-        err_console.print(
-            f"[yellow]hint:[/yellow] {escape(proc.redact(exc.hint))}", highlight=False
-        )
+        say(styled("yellow", "hint:"), f" {proc.redact(exc.hint)}", err=True)
     if tracebacks_wanted():
         err_console.print_exception()
+
+
+def report_interrupted() -> None:
+    say(styled("red", "interrupted"), err=True)
