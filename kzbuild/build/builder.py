@@ -50,8 +50,8 @@ from kzbuild.model.build import (
     BuildOptions,
     BuildPlan,
     BuildResult,
+    BuildStep,
     CcacheStats,
-    Step,
     Target,
 )
 from kzbuild.model.recipe import Recipe
@@ -363,8 +363,8 @@ def plan_build(
     configure += [f"-D{key}={value}" for key, value in cmake_defs.items()]
     ninja = [program("ninja"), "-C", str(build_dir), "-j", str(jobs), *llama_tools]
     steps = [
-        Step("configure", tuple(configure), tuple(env.items())),
-        Step("build", tuple(ninja), tuple(env.items())),
+        BuildStep("configure", tuple(configure), tuple(env.items())),
+        BuildStep("build", tuple(ninja), tuple(env.items())),
     ]
     steps += kztools.steps(
         kernels,
@@ -402,7 +402,7 @@ def plan_build(
     )
 
 
-def _in_container(step: Step, container: Found, mounts: Sequence[Path]) -> Step:
+def _in_container(step: BuildStep, container: Found, mounts: Sequence[Path]) -> BuildStep:
     """The same command inside the toolchain image, with the folders it touches mounted at the same
     paths."""
     argv = [container.render("{docker}"), "run", "--rm", "--user", f"{os.getuid()}:{os.getgid()}"]
@@ -412,7 +412,7 @@ def _in_container(step: Step, container: Found, mounts: Sequence[Path]) -> Step:
     for key, value in step.env:
         argv += ["--env", f"{key}={value}"]
     argv += [container.render("{image}"), *step.argv]
-    return Step(step.name, tuple(argv), (), step.cwd)
+    return BuildStep(step.name, tuple(argv), (), step.cwd)
 
 
 # --- running ---------------------------------------------------------------------------
@@ -728,7 +728,10 @@ def _needs_configure(build_dir: Path, stamp: Path, wanted: str) -> bool:
 
 
 def _run_step(
-    plan: BuildPlan, step: Step, progress: Progress | None, run_env: Mapping[str, str] | None = None
+    plan: BuildPlan,
+    step: BuildStep,
+    progress: Progress | None,
+    run_env: Mapping[str, str] | None = None,
 ) -> float:
     """Run one step; ``run_env`` is added outside the plan (the remote cache: it changes no output,
     and may hold a password, so it never enters the manifest or the configure stamp)."""
