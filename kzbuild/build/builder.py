@@ -51,8 +51,8 @@ from kzbuild.model.build import (
     BuildPlan,
     BuildResult,
     BuildStep,
+    BuildTarget,
     CcacheStats,
-    Target,
 )
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.remotecache import RemoteConfig
@@ -90,8 +90,8 @@ SNAPDRAGON_FLAGS = (
     "-D_GNU_SOURCE"
 )
 
-TARGETS: dict[str, Target] = {
-    "host": Target(
+TARGETS: dict[str, BuildTarget] = {
+    "host": BuildTarget(
         name="host",
         description="this machine, CPU backend (tools run in place)",
         toolchains=("host-gcc", "cmake", "ninja", "ccache"),
@@ -100,13 +100,13 @@ TARGETS: dict[str, Target] = {
         # granted (seen on a VM). With NATIVE off, upstream enables SSE4.2/AVX/AVX2/BMI2/FMA/F16C.
         cmake=(("GGML_NATIVE", "OFF"),),
     ),
-    "linux-arm64": Target(
+    "linux-arm64": BuildTarget(
         name="linux-arm64",
         description="aarch64 Linux, CPU backend (runs here under qemu-aarch64; a stand-in tablet)",
         toolchains=("aarch64-linux-gnu", "cmake", "ninja", "ccache"),
         cmake=(("GGML_NATIVE", "OFF"), ("GGML_CPU_ARM_ARCH", "armv8.2-a+dotprod+fp16+i8mm")),
     ),
-    "v79": Target(
+    "v79": BuildTarget(
         name="v79",
         description="Android arm64 + Hexagon v79 NPU (Snapdragon 8 Elite), upstream's snapdragon "
         "preset",
@@ -138,7 +138,7 @@ BUILD_TOOL_ROLES = ("cmake", "ninja", "ccache")  # a container toolchain brings 
 BUILD_TARGETS = (*TARGETS, V79_CHECK_TARGET)
 
 
-def target(name: str) -> Target:
+def target(name: str) -> BuildTarget:
     try:
         return TARGETS[name]
     except KeyError:
@@ -168,7 +168,7 @@ def load_manifest(path: Path) -> Artifact:
 # --- toolchain selection ---------------------------------------------------------------
 
 
-def select_toolchains(tgt: Target, overrides: Sequence[str], detector: Detector) -> list[str]:
+def select_toolchains(tgt: BuildTarget, overrides: Sequence[str], detector: Detector) -> list[str]:
     """The target's toolchains, with each override replacing the ones that fill the same roles."""
     chosen = list(tgt.toolchains)
     for name in overrides:
@@ -191,7 +191,7 @@ def select_toolchains(tgt: Target, overrides: Sequence[str], detector: Detector)
 
 
 def detect_for(
-    tgt: Target, overrides: Sequence[str], detector: Detector, needed_by: str
+    tgt: BuildTarget, overrides: Sequence[str], detector: Detector, needed_by: str
 ) -> tuple[list[Found], list[Found]]:
     required = [
         detector.find(name, needed_by=needed_by)
@@ -242,7 +242,7 @@ def effective_tools(recipe: Recipe, extra: Sequence[str]) -> tuple[str, ...]:
     return tuple(tools)
 
 
-def target_cmake(tgt: Target) -> dict[str, str]:
+def target_cmake(tgt: BuildTarget) -> dict[str, str]:
     """The cmake definitions every build of ``tgt`` starts from (hashed into its build id)."""
     return dict((*COMMON_CMAKE, *tgt.cmake))
 
@@ -250,7 +250,7 @@ def target_cmake(tgt: Target) -> dict[str, str]:
 def build_inputs(
     recipe: Recipe,
     lock: Lock,
-    tgt: Target,
+    tgt: BuildTarget,
     tools: Sequence[str],
     toolchains: Sequence[Found],
     kz_tools: Mapping[str, str] | None = None,
@@ -293,7 +293,7 @@ def plan_build(
     settings: Settings,
     recipe: Recipe,
     synced: SyncResult,
-    tgt: Target,
+    tgt: BuildTarget,
     toolchains: Sequence[Found],
     optional: Sequence[Found] = (),
     *,

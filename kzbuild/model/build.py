@@ -19,7 +19,7 @@ MANIFEST_FORMAT = 1
 
 
 @dataclass(frozen=True)
-class Target:
+class BuildTarget:
     """What a build is for: the toolchains it needs and the cmake options it adds."""
 
     name: str
