@@ -418,7 +418,7 @@ def _in_container(step: BuildStep, container: Found, mounts: Sequence[Path]) -> 
 # --- running ---------------------------------------------------------------------------
 
 
-Progress = Callable[[BuildEvent], None]
+BuildProgress = Callable[[BuildEvent], None]
 
 
 NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\] (.*)$")
@@ -431,7 +431,7 @@ class _NinjaProgress:
     """Follows ninja's ``[n/N]`` lines; sub-builds (the HTP skels) print smaller totals and are
     ignored."""
 
-    def __init__(self, progress: Progress | None, stage: str) -> None:
+    def __init__(self, progress: BuildProgress | None, stage: str) -> None:
         self.progress = progress
         self.stage = stage
         self.done = 0
@@ -478,7 +478,7 @@ def prepare(
     *,
     environ: Mapping[str, str],
     options: BuildOptions = BuildOptions(),
-    progress: Progress | None = None,
+    progress: BuildProgress | None = None,
 ) -> Prepared:
     """Sync when needed, find the toolchains and plan the build (all ``--dry-run`` does)."""
     tgt = target(target_name)
@@ -491,7 +491,7 @@ def prepare(
 
 
 def timed_sync(
-    settings: Settings, recipe: Recipe, progress: Progress | None
+    settings: Settings, recipe: Recipe, progress: BuildProgress | None
 ) -> tuple[SyncResult, float]:
     """Sync ``recipe`` (its lines as "sync" events) and the seconds it took."""
     started = time.monotonic()
@@ -544,7 +544,7 @@ def missing_toolchains_error(plan: BuildPlan) -> ToolchainMissing:
 def build(
     prepared: Prepared,
     *,
-    progress: Progress | None = None,
+    progress: BuildProgress | None = None,
     remote: RemoteConfig | None = None,
     on_no_artifact: Callable[[BuildPlan], None] | None = None,
 ) -> BuildResult:
@@ -601,7 +601,7 @@ def build(
 
 
 def _build_locked(
-    prepared: Prepared, progress: Progress | None, run_env: Mapping[str, str]
+    prepared: Prepared, progress: BuildProgress | None, run_env: Mapping[str, str]
 ) -> BuildResult:
     plan = prepared.plan
     plan.build_dir.mkdir(parents=True, exist_ok=True)
@@ -639,7 +639,7 @@ def _build_locked(
 
 def _execute_locked(
     plan: BuildPlan,
-    progress: Progress | None,
+    progress: BuildProgress | None,
     synced: bool,
     sync_seconds: float,
     run_env: Mapping[str, str],
@@ -730,7 +730,7 @@ def _needs_configure(build_dir: Path, stamp: Path, wanted: str) -> bool:
 def _run_step(
     plan: BuildPlan,
     step: BuildStep,
-    progress: Progress | None,
+    progress: BuildProgress | None,
     run_env: Mapping[str, str] | None = None,
 ) -> float:
     """Run one step; ``run_env`` is added outside the plan (the remote cache: it changes no output,

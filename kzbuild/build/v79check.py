@@ -43,7 +43,7 @@ from kzbuild.adapters.files import folder_digest
 from kzbuild.adapters.settings import Settings
 from kzbuild.build.artifacts import existing_artifact, manifest_json, publish, staged
 from kzbuild.build.builder import (
-    Progress,
+    BuildProgress,
     artifacts_root,
     build_commit,
     build_id_of,
@@ -539,7 +539,7 @@ def prepare_check(
     recipe: Recipe,
     *,
     options: BuildOptions = BuildOptions(),
-    progress: Progress | None = None,
+    progress: BuildProgress | None = None,
 ) -> CheckPlan:
     """Sync when needed and compute the check id (what ``--dry-run`` shows)."""
     stand_ins = load_stand_ins(settings.project)
@@ -579,7 +579,7 @@ def prepare_check(
     )
 
 
-def run_check(plan: CheckPlan, *, progress: Progress | None = None) -> CheckResult:
+def run_check(plan: CheckPlan, *, progress: BuildProgress | None = None) -> CheckResult:
     """Reuse the artifact of the check id, or compile every source (through ccache).
 
     Raises BuildFailed (exit 7) naming the files and the patches that change them, or
@@ -632,7 +632,7 @@ def run_check(plan: CheckPlan, *, progress: Progress | None = None) -> CheckResu
 
 
 def _compile_all(
-    compiles: Sequence[Compile], plan: CheckPlan, out: Path, progress: Progress | None
+    compiles: Sequence[Compile], plan: CheckPlan, out: Path, progress: BuildProgress | None
 ) -> list[CompileOutcome]:
     finished: list[CompileOutcome] = []
     guard = threading.Lock()

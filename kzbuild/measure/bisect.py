@@ -31,6 +31,7 @@ from typing import Protocol
 
 from kzbuild.adapters.filelock import locked
 from kzbuild.adapters.files import write_atomic
+from kzbuild.adapters.proc import Progress
 from kzbuild.adapters.settings import Settings
 from kzbuild.build import builder
 from kzbuild.build.toolchains import configured_paths_file
@@ -56,7 +57,7 @@ from kzbuild.model.recipe import Recipe
 from kzbuild.model.remotecache import RemoteConfig
 from kzbuild.model.roll import pr_number
 from kzbuild.model.stackcheck import UpstreamCommit
-from kzbuild.source.sources import ObjectCache, Progress
+from kzbuild.source.sources import ObjectCache
 from kzbuild.source.stack.apply import is_ancestor
 from kzbuild.source.stack.check import fetch_range, resolve_target
 
