@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kzbuild.cli.bench import last_line_to, refuse_with_plan, spec_from_options
+from kzbuild.cli.bench import last_line_to
 from kzbuild.cli.benchoptions import (
     BatchOpt,
     CooldownOpt,
@@ -25,6 +25,7 @@ from kzbuild.cli.benchoptions import (
     SweepOpt,
     ThreadsOpt,
     UbatchOpt,
+    bench_args,
 )
 from kzbuild.cli.connect import open_device
 from kzbuild.cli.memoryview import check_budget, plan_turn, print_turn, turn_json
@@ -54,14 +55,13 @@ from kzbuild.cli.ui import (
 )
 from kzbuild.errors import RegressionFound, WrongOutput
 from kzbuild.measure import ab, plans, quality, resultsdb
-from kzbuild.measure.interleave import parse_temperature
-from kzbuild.model.ab import AbResult, VariantSpec
+from kzbuild.measure.request import resolve_ab
+from kzbuild.model.ab import DEFAULT_BLOCKS, AbResult, VariantSpec
 from kzbuild.model.build import BuildEvent, BuildOptions
-from kzbuild.model.interleave import DEFAULT_COOL_WAIT, Cooling, Turn
-from kzbuild.model.plan import Plan, PlanAb
+from kzbuild.model.interleave import DEFAULT_COOL_WAIT, Turn
+from kzbuild.model.plan import Plan
+from kzbuild.model.request import AbArgs
 from kzbuild.model.turn import TurnTime
-
-DEFAULT_BLOCKS = 5
 
 
 def register(app: typer.Typer) -> None:
@@ -190,70 +190,24 @@ def ab_command(
     """
     settings = context(ctx).settings
     loaded_recipe = load_recipe(settings, recipe)
-    given = {
-        "p": prompt,
-        "n": gen,
-        "ngl": ngl,
-        "t": threads,
-        "b": batch,
-        "ub": ubatch,
-        "dev": dev,
-        "r": repetitions,
-    }
-    plan = plans.load_plan(plan_file) if plan_file is not None else None
-    if plan is not None:
-        refuse_with_plan(
-            model=model,
-            options=given,
-            env=env,
-            sweep=sweep,
-            seed=None,
-            cooldown=cooldown,
-            timeout=timeout,
-            extra=extra,
-        )
-        specs = [(run.name, run.spec) for run in plan.runs]
-    else:
-        specs = [
-            (
-                "",
-                spec_from_options(
-                    model,
-                    given,
-                    env=env,
-                    sweep=sweep,
-                    seed=None,
-                    cooldown=cooldown,
-                    timeout=timeout,
-                    extra=extra,
-                ),
-            )
-        ]
-    limit = parse_temperature(cool_to) if cool_to is not None else plan.ab.cool_to if plan else None
-    cooling = None
-    if limit is not None:
-        plan_wait = plan.ab.cool_wait if plan else None
-        zones = tuple(cool_zones or ()) or (plan.ab.cool_zones if plan else ()) or ("*",)
-        cooling = Cooling(
-            limit_c=limit,
-            max_wait_s=cool_wait
-            if cool_wait is not None
-            else plan_wait
-            if plan_wait is not None
-            else DEFAULT_COOL_WAIT,
-            zones=zones,
-        )
-    target_name = target or loaded_recipe.build.targets[0]
-    selection = tuple(variant or (plan.ab.variants if plan else ()))
-    precision = plan.ab if plan else PlanAb()  # the minimum effect of interest, the adaptive width
-    ab.check_selection(
-        selection
-    )  # before any work; a minus:PATCH that is not live fails after the full stack's sync
-    quality_spec = quality.spec_with_limits(
-        plan.quality if plan else None, max_kld=max_kld, min_top1=min_top1
+    request = resolve_ab(
+        bench_args(ctx),  # the llama-bench options above, as given
+        AbArgs(
+            target=target,
+            variants=tuple(variant or ()),
+            blocks=blocks,
+            cool_to=cool_to,
+            cool_wait=cool_wait,
+            cool_zones=tuple(cool_zones or ()),
+            max_kld=max_kld,
+            min_top1=min_top1,
+        ),
+        default_target=loaded_recipe.build.targets[0],
     )
-    chosen_device = device or (plan.device if plan else None)
-    found, transport = open_device(settings, chosen_device, loaded_recipe.device, trust_new_host)
+    plan, precision = request.bench.plan, request.precision
+    found, transport = open_device(
+        settings, request.bench.device, loaded_recipe.device, trust_new_host
+    )
     with closing(transport), resultsdb.ResultsStore(settings.results) as store:
         if plan is not None:
             plans.check_model(plan, transport, found)
@@ -276,14 +230,14 @@ def ab_command(
                 loaded_recipe,
                 transport,
                 found,
-                specs,
+                request.bench.runs,
                 store,
-                target=target_name,
+                target=request.target,
                 environ=os.environ,
-                blocks=blocks or (plan.ab.blocks if plan and plan.ab.blocks else DEFAULT_BLOCKS),
-                selection=selection,
-                seed=seed if seed is not None else plan.seed if plan else None,
-                cooling=cooling,
+                blocks=request.blocks,
+                selection=request.selection,
+                seed=request.seed,
+                cooling=request.cooling,
                 options=BuildOptions(),
                 wait=wait,
                 on_build=on_build,
@@ -292,7 +246,7 @@ def ab_command(
                 min_effect_pct=precision.min_effect_pct,
                 max_width_pct=precision.max_width_pct,
                 max_seconds=precision.max_seconds,
-                quality_spec=quality_spec,
+                quality_spec=request.quality,
                 on_quality=on_quality,
             )
     if plot is not None:
