@@ -1,10 +1,12 @@
-"""Terminal helpers shared by the command modules: consoles, plain lines, logging, JSON, progress.
+"""The one place kzbuild speaks to the user: plain lines, styles, tables, JSON, progress, logging
+and the error lines; the commands print through it alone (tests/test_output.py).
 
-Two ways to print. ``say()`` writes plain lines with optional ANSI styles and never imports
-rich: the commands that run most (status, sync, build) print only such lines, so their start-up
-does not pay rich's ~25 ms of imports, and data in them (paths, names) is never taken for markup.
-``console`` and ``err_console`` are rich consoles for tables, JSON, spinners and bars, made on
-first use.
+One rule styles everything, colours(): styles on a terminal or with FORCE_COLOR, never with
+NO_COLOR or TERM=dumb, never in a pipe. ``say()`` writes plain lines with optional styles and never
+imports rich: the commands that run most (status, sync, build) print only such lines, so their
+start-up does not pay rich's ~25 ms of imports, and data in them (paths, names) is never taken for
+markup. Tables (say_rich_table), JSON, spinners and bars go through rich consoles made on first use
+under the same rule.
 """
 
 from __future__ import annotations
