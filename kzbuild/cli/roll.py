@@ -29,7 +29,8 @@ from kzbuild.errors import (
     WorktreeError,
     WrongOutput,
 )
-from kzbuild.model.roll import DEFAULT_BLOCKS, DEFAULT_LIMIT, DEFAULT_THRESHOLD_PCT, PLAN_TARGET
+from kzbuild.model.request import RollArgs
+from kzbuild.model.roll import DEFAULT_LIMIT, DEFAULT_THRESHOLD_PCT, PLAN_TARGET
 
 if TYPE_CHECKING:
     from kzbuild.model.roll import RollReport
@@ -131,7 +132,7 @@ def roll_command(
     (Ctrl-C, SIGTERM, SIGHUP: the stage is removed first). The report is written in every case.
     """
     from kzbuild.measure import roll
-    from kzbuild.measure.stats import fresh_seed
+    from kzbuild.measure.request import resolve_roll
 
     if (bench_plan is None) != (device is None):
         raise typer.BadParameter(
@@ -143,16 +144,17 @@ def roll_command(
         raise typer.BadParameter("must not be empty", param_hint="'--to'")
     settings = context(ctx).settings
     loaded = load_recipe(settings, recipe)
+    request = resolve_roll(
+        RollArgs(plan_file=bench_plan, to=tuple(to or ()), plan_target=plan_target)
+    )
     with ExitStack() as open_things:
         bench = None
-        blocks, seed = DEFAULT_BLOCKS, None
-        if bench_plan is not None:
+        if (plan := request.plan) is not None:
             # the device and bench modules load only for a roll that benches
             from kzbuild.cli.connect import open_device
             from kzbuild.measure import plans, resultsdb
             from kzbuild.measure.rolldevice import DeviceRunner
 
-            plan = plans.load_plan(bench_plan)
             found, transport = open_device(settings, device, None, trust_new_host)
             open_things.enter_context(closing(transport))
             store = open_things.enter_context(resultsdb.ResultsStore(settings.results))
@@ -166,20 +168,18 @@ def roll_command(
                 wait=wait,
                 quality_spec=plan.quality,
             )
-            blocks = plan.ab.blocks or blocks
-            seed = plan.seed
         with activity(f"rolling {loaded.name}") as progress:
             report = roll.roll(
                 settings,
                 loaded,
-                to=tuple(to or ()),
+                to=request.to,
                 limit=limit,
                 build=not no_build,
                 tests=not no_tests,
-                plan_target=None if plan_target == "none" else plan_target,
+                plan_target=request.plan_target,
                 bench=bench,
-                blocks=blocks,
-                seed=fresh_seed(seed),
+                blocks=request.blocks,
+                seed=request.seed,
                 threshold_pct=threshold,
                 write=write,
                 environ=os.environ,

@@ -1,5 +1,8 @@
 """The resolver of the measuring commands: the command line, the plan and the defaults made into
-one frozen request, once, each bad value refused before any device is contacted."""
+one frozen request, once, each bad value refused before any device is contacted.
+
+The measuring modules load inside the resolvers that need them: a roll without a plan needs none.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +10,27 @@ from dataclasses import replace
 
 from kzbuild.device.run import parse_env_assignments
 from kzbuild.errors import ConfigError
-from kzbuild.measure import bench, plans, quality
-from kzbuild.measure.interleave import parse_temperature
+from kzbuild.measure.stats import fresh_seed
+from kzbuild.model import roll
 from kzbuild.model.ab import DEFAULT_BLOCKS
 from kzbuild.model.bench import BenchSpec
 from kzbuild.model.interleave import DEFAULT_COOL_WAIT, Cooling
 from kzbuild.model.plan import Plan, PlanAb
-from kzbuild.model.request import AbArgs, AbRequest, BenchArgs, BenchRequest
+from kzbuild.model.request import (
+    AbArgs,
+    AbRequest,
+    BenchArgs,
+    BenchRequest,
+    RollArgs,
+    RollRequest,
+)
 
 
 def resolve_bench(args: BenchArgs) -> BenchRequest:
     """``--plan``'s runs, or the one run the options make; the device the option names, else the
     plan's."""
+    from kzbuild.measure import plans
+
     if args.plan_file is None:
         return BenchRequest(None, (("", spec_from_args(args)),), args.device)
     plan = plans.load_plan(args.plan_file)
@@ -31,7 +43,8 @@ def resolve_bench(args: BenchArgs) -> BenchRequest:
 def resolve_ab(args: BenchArgs, ab_args: AbArgs, default_target: str) -> AbRequest:
     """An A/B's request: each option over the plan's value over the default. ``--seed`` orders
     the interleaved blocks (and the plan's sweeps), so it may go with a plan."""
-    from kzbuild.measure.ab import check_selection  # it loads the build; bench needs none of it
+    from kzbuild.measure import quality
+    from kzbuild.measure.ab import check_selection
 
     plan_seed = args.seed
     request = resolve_bench(replace(args, seed=None))
@@ -54,6 +67,8 @@ def resolve_ab(args: BenchArgs, ab_args: AbArgs, default_target: str) -> AbReque
 
 
 def _cooling(ab_args: AbArgs, plan: Plan | None) -> Cooling | None:
+    from kzbuild.measure.interleave import parse_temperature
+
     limit = (
         parse_temperature(ab_args.cool_to)
         if ab_args.cool_to is not None
@@ -77,6 +92,8 @@ def _cooling(ab_args: AbArgs, plan: Plan | None) -> Cooling | None:
 
 def spec_from_args(args: BenchArgs) -> BenchSpec:
     """The bench request the command line makes, checked before any device is contacted."""
+    from kzbuild.measure import bench
+
     if args.model is None:
         raise ConfigError("give the model (-m PATH on the device) or a plan (--plan FILE)")
     spec = BenchSpec(
@@ -114,3 +131,16 @@ def refuse_with_plan(args: BenchArgs) -> None:
             f"--plan declares the model and the runs; {', '.join(given)} cannot be given with it",
             hint="edit the plan instead",
         )
+
+
+def resolve_roll(args: RollArgs) -> RollRequest:
+    """A roll's request: with a plan, its blocks and seed; the seed drawn here when none is
+    given, so the report can name it."""
+    plan_target = None if args.plan_target == "none" else args.plan_target
+    if args.plan_file is None:
+        return RollRequest(None, args.to, plan_target, roll.DEFAULT_BLOCKS, fresh_seed())
+    from kzbuild.measure import plans
+
+    plan = plans.load_plan(args.plan_file)
+    blocks = plan.ab.blocks or roll.DEFAULT_BLOCKS
+    return RollRequest(plan, args.to, plan_target, blocks, fresh_seed(plan.seed))

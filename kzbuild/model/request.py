@@ -95,3 +95,21 @@ class AbRequest:
     cooling: Cooling | None
     precision: PlanAb  # the minimum effect of interest, the adaptive width
     quality: QualitySpec | None
+
+
+@dataclass(frozen=True)
+class RollArgs:
+    """What ``kzbuild roll`` takes that a plan or a default completes, as given."""
+
+    plan_target: str  # 'none': no build plan is checked
+    plan_file: Path | None = None
+    to: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RollRequest:
+    plan: Plan | None  # benches each candidate against the pin on the device, with its first run
+    to: tuple[str, ...]  # the upstream refs to try; empty: the newest ones
+    plan_target: str | None  # the target whose build plan each candidate must produce
+    blocks: int
+    seed: int

@@ -116,3 +116,16 @@ def test_any_option_value_or_sweep_is_a_request_or_a_kzbuild_error(option, value
         return
     [(_, spec)] = request.runs
     assert (LLAMA_BENCH_FLAGS[option], value) in spec.options
+
+
+def test_a_roll_takes_its_blocks_and_seed_from_the_plan_else_the_defaults(plan_file):
+    from kzbuild.measure.request import resolve_roll
+    from kzbuild.model.request import RollArgs
+    from kzbuild.model.roll import DEFAULT_BLOCKS as ROLL_BLOCKS
+
+    benched = resolve_roll(RollArgs(plan_target="none", plan_file=plan_file, to=("b1234",)))
+    assert benched.plan is not None and (benched.blocks, benched.seed) == (3, 7)
+    assert benched.plan_target is None and benched.to == ("b1234",)
+    bare = resolve_roll(RollArgs(plan_target="v79"))
+    assert bare.plan is None and bare.blocks == ROLL_BLOCKS and bare.plan_target == "v79"
+    assert isinstance(bare.seed, int)  # drawn here, so the report names it
