@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Optional
 
@@ -22,6 +22,7 @@ from kzbuild.cli.benchoptions import (
     SweepOpt,
     ThreadsOpt,
     UbatchOpt,
+    bench_args,
 )
 from kzbuild.cli.connect import open_device
 from kzbuild.cli.memoryview import check_budget, plan_turn, print_turn, turn_json
@@ -32,15 +33,13 @@ from kzbuild.cli.options import (
     TimeoutOpt,
     WaitOpt,
 )
-from kzbuild.cli.results import print_records, record_json, say
+from kzbuild.cli.results import print_records, record_json
 from kzbuild.cli.run import PASSTHROUGH
-from kzbuild.cli.ui import activity, context, print_json
+from kzbuild.cli.ui import activity, context, print_json, say
 from kzbuild.device.devicelock import DeviceLock, device_lock
-from kzbuild.device.run import parse_env_assignments
-from kzbuild.errors import ConfigError
 from kzbuild.measure import bench, plans, resultsdb
-from kzbuild.model.bench import BenchPoint, BenchRun, BenchSpec
-from kzbuild.model.plan import Plan
+from kzbuild.measure.request import resolve_bench
+from kzbuild.model.bench import BenchPoint, BenchRun
 
 
 def register(app: typer.Typer) -> None:
@@ -83,49 +82,9 @@ def bench_command(
     (--wait waits).
     """
     settings = context(ctx).settings
-    given = {
-        "p": prompt,
-        "n": gen,
-        "ngl": ngl,
-        "t": threads,
-        "b": batch,
-        "ub": ubatch,
-        "dev": dev,
-        "r": repetitions,
-    }
-    loaded: Plan | None = None
-    if plan_file is not None:
-        loaded = plans.load_plan(plan_file)
-        refuse_with_plan(
-            model=model,
-            options=given,
-            env=env,
-            sweep=sweep,
-            seed=seed,
-            cooldown=cooldown,
-            timeout=timeout,
-            extra=extra,
-        )
-        specs = [(run.name, run.spec) for run in loaded.runs]
-    else:
-        specs = [
-            (
-                "",
-                spec_from_options(
-                    model,
-                    given,
-                    env=env,
-                    sweep=sweep,
-                    seed=seed,
-                    cooldown=cooldown,
-                    timeout=timeout,
-                    extra=extra,
-                ),
-            )
-        ]
-    target, transport = open_device(
-        settings, device or (loaded.device if loaded else None), None, trust_new_host=False
-    )
+    request = resolve_bench(bench_args(ctx))  # the llama-bench options above, as given
+    loaded, specs = request.plan, request.runs
+    target, transport = open_device(settings, request.device, None, trust_new_host=False)
     runs: list[BenchRun] = []
     try:
         with device_lock(transport, target.root, "bench", wait=wait) as lock:
@@ -178,67 +137,6 @@ def bench_command(
         if turned:
             print_turn("", turned)
     check_budget([r for run in runs for r in run.records])
-
-
-def spec_from_options(
-    model: str | None,
-    given: dict[str, str | None],
-    *,
-    env: Sequence[str] | None,
-    sweep: Sequence[str] | None,
-    seed: int | None,
-    cooldown: float,
-    timeout: float | None,
-    extra: Sequence[str] | None,
-) -> BenchSpec:
-    """The bench request the command line makes, checked before any device is contacted."""
-    if model is None:
-        raise ConfigError("give the model (-m PATH on the device) or a plan (--plan FILE)")
-    spec = BenchSpec(
-        model=model,
-        options=tuple((name, value) for name, value in given.items() if value is not None),
-        env=tuple(parse_env_assignments(env or []).items()),
-        extra_args=tuple(extra or ()),
-        sweep=tuple(bench.parse_sweep(text) for text in sweep or ()),
-        seed=seed,
-        cooldown=cooldown,
-        timeout=timeout,
-    )
-    bench.check_spec(spec)  # a bad value is a usage error wherever the device is
-    return spec
-
-
-def refuse_with_plan(
-    *,
-    model: str | None,
-    options: dict[str, str | None],
-    env: Sequence[str] | None,
-    sweep: Sequence[str] | None,
-    seed: int | None,
-    cooldown: float,
-    timeout: float | None,
-    extra: Sequence[str] | None,
-) -> None:
-    """A plan declares the whole request: bench options beside it would be silently ignored."""
-    given = [f"-{name}" for name, value in options.items() if value is not None]
-    given += [
-        flag
-        for flag, value in (
-            ("-m", model),
-            ("--env", env),
-            ("--sweep", sweep),
-            ("--seed", seed),
-            ("--timeout", timeout),
-            ("--", extra),
-        )
-        if value
-    ]
-    given += ["--cooldown"] if cooldown else []
-    if given:
-        raise ConfigError(
-            f"--plan declares the model and the runs; {', '.join(given)} cannot be given with it",
-            hint="edit the plan instead",
-        )
 
 
 def heartbeat(

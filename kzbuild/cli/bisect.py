@@ -23,7 +23,7 @@ from kzbuild.cli.options import (
     append_step_summary,
     load_recipe,
 )
-from kzbuild.cli.ui import activity, context, not_empty, print_json, say
+from kzbuild.cli.ui import activity, context, not_empty, print_json, say, write_out
 from kzbuild.errors import Busy
 from kzbuild.model.bisect import BisectLimits
 
@@ -233,7 +233,7 @@ def bisect_command(
     if json_out:
         print_json(bisect.to_json(report))
     elif markdown:
-        print(text, end="")
+        write_out(text)
     else:
         say(bisect.answer(report))
         say(

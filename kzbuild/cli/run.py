@@ -3,16 +3,14 @@ memory as a record."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
-from typing import Annotated, Optional, TextIO
+from typing import Annotated, Optional
 
 import typer
 
 from kzbuild.cli.connect import open_device
 from kzbuild.cli.memoryview import check_budget, memory_cells
 from kzbuild.cli.options import DeviceOpt, EnvOpt, TimeoutOpt, WaitOpt
-from kzbuild.cli.ui import context, not_empty, say
+from kzbuild.cli.ui import context, not_empty, pass_through, say
 from kzbuild.device.devicelock import device_lock
 from kzbuild.device.run import check_seconds, current_release, parse_env_assignments
 from kzbuild.errors import ConfigError
@@ -98,8 +96,8 @@ def run_command(
                 env=extra_env,
                 limits=limits,
                 timeout=timeout,
-                on_stdout=_writer(sys.stdout),
-                on_stderr=_writer(sys.stderr),
+                on_stdout=pass_through(err=False),
+                on_stderr=pass_through(err=True),
             )
     finally:
         transport.close()
@@ -122,11 +120,3 @@ def _size(option: str, text: str | None) -> int | None:
     if size is None:
         raise ConfigError(f"{option} {text!r} is not {SIZE_EXAMPLE}", hint=SIZE_HINT)
     return size
-
-
-def _writer(stream: TextIO) -> Callable[[bytes], None]:
-    def write(chunk: bytes) -> None:
-        stream.buffer.write(chunk)
-        stream.buffer.flush()
-
-    return write

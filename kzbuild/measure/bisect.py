@@ -32,6 +32,7 @@ from typing import Protocol
 
 from kzbuild.adapters.filelock import locked
 from kzbuild.adapters.files import write_atomic
+from kzbuild.adapters.proc import Progress
 from kzbuild.adapters.settings import Settings
 from kzbuild.build import builder
 from kzbuild.build.toolchains import configured_paths_file
@@ -62,7 +63,7 @@ from kzbuild.model.remotecache import RemoteConfig
 from kzbuild.model.result import BenchRecord
 from kzbuild.model.roll import pr_number
 from kzbuild.model.stackcheck import UpstreamCommit
-from kzbuild.source.sources import ObjectCache, Progress
+from kzbuild.source.sources import ObjectCache
 from kzbuild.source.stack.apply import is_ancestor
 from kzbuild.source.stack.check import fetch_range, resolve_target
 

@@ -57,7 +57,7 @@ class Point:
 
 
 @dataclass(frozen=True)
-class Step:
+class StepChange:
     device: str
     metric: str
     series: str
@@ -80,7 +80,7 @@ class DeviceHistory:
         str, Mapping[str, Sequence[Point]]
     ]  # metric -> series label -> points in time order
     events: Sequence[Event]
-    steps: Sequence[Step]
+    steps: Sequence[StepChange]
 
 
 def _number(value: object) -> float | None:
@@ -164,7 +164,7 @@ def history(stored: Iterable[Mapping[str, Any]]) -> list[DeviceHistory]:
                 points.sort(key=lambda p: p.time)
                 step = find_step(points)
                 if step is not None:
-                    steps.append(Step(device, metric, label, step[0], step[1], step[2]))
+                    steps.append(StepChange(device, metric, label, step[0], step[1], step[2]))
         found.append(
             DeviceHistory(
                 device, metrics, sorted(events[device].values(), key=lambda e: e.time), steps
@@ -425,7 +425,7 @@ def render(histories: Sequence[DeviceHistory], *, records: int) -> str:
     return "\n".join(parts)
 
 
-def _steps_table(steps: Sequence[Step]) -> str:
+def _steps_table(steps: Sequence[StepChange]) -> str:
     if not steps:
         return "<p>No step change found.</p>"
     rows = "".join(

@@ -41,6 +41,7 @@ from packaging.version import InvalidVersion, Version
 from kzbuild.adapters import proc, yamlconf
 from kzbuild.adapters.filelock import locked
 from kzbuild.adapters.gitcmd import KZ_AUTHOR, Git, ls_remote, remote_failure
+from kzbuild.adapters.proc import Progress
 from kzbuild.adapters.settings import Settings
 from kzbuild.build import builder
 from kzbuild.errors import KzError, SourceError
@@ -65,7 +66,7 @@ from kzbuild.model.roll import (
 )
 from kzbuild.model.stackcheck import BumpPlan, StepStatus, Target, UpstreamCommit, Verdict
 from kzbuild.source import recipes
-from kzbuild.source.sources import ObjectCache, Progress
+from kzbuild.source.sources import ObjectCache
 from kzbuild.source.stack import bump
 from kzbuild.source.stack.check import PYPI_PREFIX, fetch_target, load_patches, resolve_target
 

@@ -15,6 +15,7 @@ FULL = "full"  # the whole stack: the reference every other variant is compared 
 UPSTREAM = "upstream"  # the pin with no patches
 MINUS = "minus:"  # + a patch's series name: the stack without that one patch
 ALL_MINUS = "minus"  # in a variant selection: every "minus:" variant
+DEFAULT_BLOCKS = 5  # interleaved blocks without --blocks or the plan's ab.blocks
 
 
 @dataclass(frozen=True)
