@@ -128,11 +128,12 @@ def results_show(
         show_provenance(records, provenance, json_out=json_out)
         return
     turned = turn_time(records, records, prompt=asked[0], generate=asked[1]) if asked else None
-    if json_out:
-        shown = [record_json(r) for r in records]
-        print_json({"records": shown, "turn": turn_json(turned)} if turned else shown)
-    else:
-        print_details(records, selector or "", turned, markdown=markdown)
+    with resultsdb.gc_paused():  # a row per record, acyclic
+        if json_out:
+            shown = [record_json(r) for r in records]
+            print_json({"records": shown, "turn": turn_json(turned)} if turned else shown)
+        else:
+            print_details(records, selector or "", turned, markdown=markdown)
     check_budget(records)
 
 

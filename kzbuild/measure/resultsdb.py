@@ -449,7 +449,7 @@ class ResultsStore:
         Selection happens in SQL; each row returned is checked against its content id and parsed,
         so a damaged row rebuilds the database rather than show a wrong number.
         """
-        with _gc_paused():
+        with gc_paused():
             return self._with_rebuild(lambda: self._select(selector))
 
     def _select(self, selector: str | None) -> list[BenchRecord]:
@@ -485,7 +485,7 @@ class ResultsStore:
         """The stored JSON of every record of ``kind``, in time order, checked but not parsed into
         records: for views over the whole history (the report)."""
         query = f"{SELECT_ROWS} WHERE kind = ? {RECORD_ORDER}"
-        with _gc_paused():
+        with gc_paused():
             return self._with_rebuild(
                 lambda: list(self._checked(self.conn.execute(query, (kind,))))
             )
@@ -574,9 +574,10 @@ def _damage(exc: Exception, db_path: Path) -> str:
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while many acyclic records are made: its passes over every
-    live object made reading twice the records take more than twice the time."""
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while many acyclic records are made or shown: its passes
+    over every live object made reading or showing twice the records take more than twice the
+    time."""
     enabled = gc.isenabled()
     gc.disable()
     try:
