@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from contextlib import closing
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -28,7 +28,7 @@ from kzbuild.cli.benchoptions import (
     ThreadsOpt,
     UbatchOpt,
 )
-from kzbuild.cli.connect import open_device
+from kzbuild.cli.connect import open_pool
 from kzbuild.cli.memoryview import check_budget, plan_turn, print_turn, turn_json
 from kzbuild.cli.options import (
     DeviceOpt,
@@ -44,7 +44,7 @@ from kzbuild.cli.options import (
 from kzbuild.cli.results import say
 from kzbuild.cli.ui import activity, console, context, not_empty, print_json
 from kzbuild.errors import RegressionFound, WrongOutput
-from kzbuild.measure import ab, plans, quality, resultsdb
+from kzbuild.measure import ab, plans, quality
 from kzbuild.measure.interleave import parse_temperature
 from kzbuild.model.ab import AbResult, VariantSpec
 from kzbuild.model.build import BuildEvent, BuildOptions
@@ -244,11 +244,13 @@ def ab_command(
         plan.quality if plan else None, max_kld=max_kld, min_top1=min_top1
     )
     chosen_device = device or (plan.device if plan else None)
-    found, transport = open_device(settings, chosen_device, loaded_recipe.device, trust_new_host)
-    with closing(transport), resultsdb.ResultsStore(settings.results) as store:
-        if plan is not None:
-            plans.check_model(plan, transport, found)
-        with activity(f"ab of {loaded_recipe.name} on {found.name}") as progress:
+    with ExitStack() as opened:
+        members = open_pool(settings, chosen_device, loaded_recipe.device, trust_new_host, opened)
+        for found, transport in members:
+            if plan is not None:
+                plans.check_model(plan, transport, found)
+        where = ", ".join(found.name for found, _ in members)
+        with activity(f"ab of {loaded_recipe.name} on {where}") as progress:
 
             def on_build(spec: VariantSpec, event: BuildEvent) -> None:
                 progress(f"building {spec.name}: {event.stage} {event.line}".strip())
@@ -265,10 +267,8 @@ def ab_command(
             result = ab.run_ab(
                 settings,
                 loaded_recipe,
-                transport,
-                found,
+                members,
                 specs,
-                store,
                 target=target_name,
                 environ=os.environ,
                 blocks=blocks or (plan.ab.blocks if plan and plan.ab.blocks else DEFAULT_BLOCKS),
@@ -331,6 +331,7 @@ def result_json(result: AbResult) -> dict[str, object]:
     data["runs"] = [
         {
             "name": r.name,
+            "device": r.device,
             "run_id": r.run.run_id,
             "seed": r.run.seed,
             "order": r.run.order,
@@ -365,8 +366,8 @@ def print_report(result: AbResult) -> None:
             )
     for r in result.runs:
         say(
-            f"run {r.run.run_id}{' (' + r.name + ')' if r.name else ''}: {len(r.run.order)} "
-            f"blocks, seed {r.run.seed}, logs in {r.run.logs}"
+            f"run {r.run.run_id}{' (' + r.name + ')' if r.name else ''} on {r.device}: "
+            f"{len(r.run.order)} blocks, seed {r.run.seed}, logs in {r.run.logs}"
         )
         for start in r.run.starts:
             state = "cooled" if start.cooled else "NOT cooled"
@@ -405,7 +406,7 @@ def print_report(result: AbResult) -> None:
         )
         table.add_row(
             escape(e.patch or "whole stack (vs upstream)"),
-            e.test,
+            escape(ab.shown_test(e, result.effects)),
             escape(e.config),
             f"{e.full_median:.2f}",
             f"{e.variant_median:.2f}",
