@@ -178,6 +178,9 @@ def ab_command(
     interval. Exits 9 when a patch's Kz-Expect trailer is contradicted; 17 when a variant's output
     is past the quality limits (plan quality:, --max-kld, --min-top1): it is wrong, whatever its
     speed.
+
+    With --device POOL, the plan's runs are spread over the pool's free devices: each run is one
+    comparison, every variant interleaved on one device for all its blocks; effects are per device.
     """
     settings = context(ctx).settings
     loaded_recipe = load_recipe(settings, recipe)

@@ -83,7 +83,8 @@ def bench_command(
 
     It holds the device root's lock (ROOT/.lock) from the model check to the last run, so no deploy
     switches or prunes the release under it; another kzbuild holding it exits 10 naming the holder
-    (--wait waits).
+    (--wait waits). With --device POOL, the plan's runs are spread over the pool's free devices,
+    each run whole on one device (under that device's lock); each run's records name its device.
     """
     settings = context(ctx).settings
     given = {

@@ -20,6 +20,9 @@ of zero is contradicted. "No detectable effect" is said only of an interval with
 ``ab.min_effect_pct``; a wider one that spans 0 is "too wide to decide". With ``ab.max_width_pct``
 the blocks are run again, a batch at a time, while any interval is wider than that, until
 ``ab.max_seconds`` of benching (or MAX_BLOCKS blocks) is reached.
+
+On a pool, each spec (a plan run) is one comparison: :mod:`kzbuild.measure.pool` spreads the specs
+over the free devices, every variant of a spec interleaved on one device for all its batches.
 """
 
 from __future__ import annotations
