@@ -8,6 +8,8 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
+
 from kzbuild.measure.resultsdb import ResultsStore
 from tests.ab.conftest import SPEED
 from tests.fixtures_build import Tiny
@@ -37,25 +39,36 @@ def pool(tiny: Tiny, tmp_path: Path) -> dict[str, Path]:
         + "".join(f"  {n}: {{transport: local, root: '{r}'}}\n" for n, r in roots.items())
         + "pools:\n  pads: [pad-a, pad-b, pad-c]\n",
     )
+    write_plan(tiny)
+    return roots
+
+
+def write_plan(tiny: Tiny) -> str:
+    """plans/pool.yaml: three runs of the tiny llama-bench, 3 blocks for ab; returns its path."""
     sha = hashlib.sha256(b"GGUF stand-in").hexdigest()
-    tiny.project.write(
+    path = tiny.project.write(
         "plans/pool.yaml",
         f"model: {{path: models/q.gguf, sha256: {sha}}}\nrepetitions: 1\nseed: 7\nruns:\n"
         + "".join(f"  - {{name: {name}, {RUN}}}\n" for name in ("first", "second", "third"))
         + "ab: {blocks: 3}\n",
     )
-    return roots
+    return str(path)
+
+
+def add_faster(tiny: Tiny) -> None:
+    """A patch that makes ggml 20% faster, declaring +10% on pad-b."""
+    tiny.add_patch(
+        "faster.patch",
+        {"ggml/src/ggml.c": SPEED.replace("100.0", "120.0")},
+        "ggml: faster" + TRAILERS + "\nKz-Expect: pp32 +10% on pad-b",
+    )
 
 
 def test_ab_spreads_the_plan_runs_over_the_free_pads_each_run_on_one_device(
     kz, bench_tiny, tmp_path
 ):
     roots = pool(bench_tiny, tmp_path)
-    bench_tiny.add_patch(
-        "faster.patch",
-        {"ggml/src/ggml.c": SPEED.replace("100.0", "120.0")},
-        "ggml: faster" + TRAILERS + "\nKz-Expect: pp32 +10% on pad-b",
-    )
+    add_faster(bench_tiny)
     plan = str(bench_tiny.project.root / "plans" / "pool.yaml")
     result = kz("ab", "tiny", "--plan", plan, "--device", "pads", "--json")
     assert result.code == 0, result.err
@@ -123,3 +136,32 @@ def test_bench_plan_spreads_its_runs_over_the_free_pads(kz, bench_tiny, tmp_path
     for run in report["runs"]:
         assert {r["device"]["name"] for r in run["records"]} == {run["device"]}
     assert not (roots["pad-a"] / ".lock").exists() and not (roots["pad-b"] / ".lock").exists()
+
+
+@pytest.mark.slow  # two adb servers, two test devices, two variant builds: about 30 s
+def test_ab_and_bench_plan_on_two_adb_devices_behind_two_adb_servers(kz, bench_tiny, adb_pool):
+    root = "/data/local/tmp/kz-engine"
+    adb_pool.put(root, "models/q.gguf", b"GGUF stand-in")
+    bench_tiny.project.write("recipes/devices.yaml", adb_pool.devices_yaml(root))
+    add_faster(bench_tiny)
+    plan = write_plan(bench_tiny)
+    result = kz("ab", "tiny", "--plan", plan, "--device", "pads", "--variant", "minus", "--json")
+    assert result.code == 0, result.err
+    report = json.loads(result.out)
+    assert [r["device"] for r in report["runs"]] == ["pad-a", "pad-b", "pad-a"]
+    effects = {e["device"]: e for e in report["effects"]}
+    assert set(effects) == {"pad-a", "pad-b"} and len(report["effects"]) == 2
+    assert all(round(e["effect"]["delta_pct"], 6) == 20.0 for e in effects.values())
+    assert report["checks"][0]["verdict"] == "confirmed"
+
+    benched = kz("bench", "--plan", plan, "--device", "pads", "--json")
+    assert benched.code == 0, benched.err
+    runs = json.loads(benched.out)["runs"]
+    assert [r["device"] for r in runs] == ["pad-a", "pad-b", "pad-a"]
+    for run in runs:
+        assert {r["device"]["name"] for r in run["records"]} == {run["device"]}
+        assert {r["build"]["build_id"] for r in run["records"]} == {
+            next(v["build_id"] for v in report["variants"] if v["spec"]["name"] == "full")
+        }  # ab left each device's current release on the full stack
+    # pad-b was reached through the other server
+    assert adb_pool.second.serial in adb_pool.server.adb("devices").stdout
