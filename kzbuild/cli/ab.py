@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from contextlib import closing
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -27,7 +27,7 @@ from kzbuild.cli.benchoptions import (
     UbatchOpt,
     bench_args,
 )
-from kzbuild.cli.connect import open_device
+from kzbuild.cli.connect import open_pool
 from kzbuild.cli.memoryview import check_budget, plan_turn, print_turn, turn_json
 from kzbuild.cli.options import (
     DeviceOpt,
@@ -54,7 +54,7 @@ from kzbuild.cli.ui import (
     write_out,
 )
 from kzbuild.errors import RegressionFound, WrongOutput
-from kzbuild.measure import ab, plans, quality, resultsdb
+from kzbuild.measure import ab, plans, quality
 from kzbuild.measure.request import resolve_ab
 from kzbuild.model.ab import DEFAULT_BLOCKS, AbResult, VariantSpec
 from kzbuild.model.build import BuildEvent, BuildOptions
@@ -187,6 +187,9 @@ def ab_command(
     interval. Exits 9 when a patch's Kz-Expect trailer is contradicted; 17 when a variant's output
     is past the quality limits (plan quality:, --max-kld, --min-top1): it is wrong, whatever its
     speed.
+
+    With --device POOL, the plan's runs are spread over the pool's free devices: each run is one
+    comparison, every variant interleaved on one device for all its blocks; effects are per device.
     """
     settings = context(ctx).settings
     loaded_recipe = load_recipe(settings, recipe)
@@ -205,13 +208,15 @@ def ab_command(
         default_target=loaded_recipe.build.targets[0],
     )
     plan, precision = request.bench.plan, request.precision
-    found, transport = open_device(
-        settings, request.bench.device, loaded_recipe.device, trust_new_host
-    )
-    with closing(transport), resultsdb.ResultsStore(settings.results) as store:
-        if plan is not None:
-            plans.check_model(plan, transport, found)
-        with activity(f"ab of {loaded_recipe.name} on {found.name}") as progress:
+    with ExitStack() as opened:
+        members = open_pool(
+            settings, request.bench.device, loaded_recipe.device, trust_new_host, opened
+        )
+        for found, transport in members:
+            if plan is not None:
+                plans.check_model(plan, transport, found)
+        where = ", ".join(found.name for found, _ in members)
+        with activity(f"ab of {loaded_recipe.name} on {where}") as progress:
 
             def on_build(spec: VariantSpec, event: BuildEvent) -> None:
                 progress(f"building {spec.name}: {event.stage} {event.line}".strip())
@@ -228,10 +233,8 @@ def ab_command(
             result = ab.run_ab(
                 settings,
                 loaded_recipe,
-                transport,
-                found,
+                members,
                 request.bench.runs,
-                store,
                 target=request.target,
                 environ=os.environ,
                 blocks=request.blocks,
@@ -293,6 +296,7 @@ def result_json(result: AbResult) -> dict[str, object]:
     data["runs"] = [
         {
             "name": r.name,
+            "device": r.device,
             "run_id": r.run.run_id,
             "seed": r.run.seed,
             "order": r.run.order,
@@ -325,8 +329,8 @@ def print_report(result: AbResult) -> None:
             say(styled("red", f"{v.spec.name} could not be built:"), f" {v.problem}")
     for r in result.runs:
         say(
-            f"run {r.run.run_id}{' (' + r.name + ')' if r.name else ''}: {len(r.run.order)} "
-            f"blocks, seed {r.run.seed}, logs in {r.run.logs}"
+            f"run {r.run.run_id}{' (' + r.name + ')' if r.name else ''} on {r.device}: "
+            f"{len(r.run.order)} blocks, seed {r.run.seed}, logs in {r.run.logs}"
         )
         for start in r.run.starts:
             state = "cooled" if start.cooled else "NOT cooled"
@@ -359,7 +363,7 @@ def print_report(result: AbResult) -> None:
         rows.append(
             (
                 e.patch or "whole stack (vs upstream)",
-                e.test,
+                ab.shown_test(e, result.effects),
                 e.config,
                 f"{e.full_median:.2f}",
                 f"{e.variant_median:.2f}",

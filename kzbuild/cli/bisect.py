@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from contextlib import ExitStack, closing
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
@@ -24,7 +24,6 @@ from kzbuild.cli.options import (
     load_recipe,
 )
 from kzbuild.cli.ui import activity, context, not_empty, print_json, say, write_out
-from kzbuild.errors import Busy
 from kzbuild.model.bisect import BisectLimits
 
 LIMITS = BisectLimits()
@@ -140,9 +139,7 @@ def bisect_command(
     Ctrl-C or a lost device, the bisect resumes with no commit measured twice.
     """
     from kzbuild.build import remotecache
-    from kzbuild.cli.connect import open_device
-    from kzbuild.device.devicelock import holder, is_busy
-    from kzbuild.device.registry import resolve_devices
+    from kzbuild.cli.connect import open_pool
     from kzbuild.measure import bisect, plans
     from kzbuild.model.quality import QualitySpec
 
@@ -169,36 +166,16 @@ def bisect_command(
     spec = next(run.spec for run in plan.runs if run.name == chosen.run)
     target_name = target or loaded.build.targets[0]
     remote = remotecache.load_config(settings, os.environ, disabled=no_remote_cache)
-    members = resolve_devices(settings, device or plan.device, loaded.device)
     with ExitStack() as opened:
         benchers = {}
-        for member in members:
-            found, transport = open_device(
-                settings,
-                member.name if len(members) > 1 else device or plan.device,
-                loaded.device,
-                trust_new_host,
-            )
-            opened.enter_context(closing(transport))
-            sighting = holder(transport, found.root) if len(members) > 1 else None
-            if is_busy(sighting):
-                say(
-                    f"{found.name}: busy "
-                    f"({sighting.owner.describe() if sighting and sighting.owner else 'held'}); "
-                    "the pool goes on without it"
-                )
-                continue
+        for found, transport in open_pool(
+            settings, device or plan.device, loaded.device, trust_new_host, opened
+        ):
             plans.check_model(plan, transport, found)
             benchers[found.name] = (
                 bisect.QualityBencher(settings, transport, found, spec.model, quality, wait=wait)
                 if chosen.anchored
                 else bisect.DeviceBencher(settings, transport, found, spec, chosen, wait=wait)
-            )
-        if not benchers:
-            raise Busy(
-                f"every device of the pool is busy: {', '.join(m.name for m in members)}",
-                hint="kzbuild device list shows who holds each one; "
-                "--wait on a single device waits",
             )
         where = ", ".join(benchers)
         with activity(f"bisecting {loaded.name} {good}..{bad} on {where}") as progress:

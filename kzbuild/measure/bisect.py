@@ -24,7 +24,6 @@ import shutil
 import statistics
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from pathlib import Path
@@ -40,6 +39,7 @@ from kzbuild.device.base import Transport
 from kzbuild.device.devicelock import device_lock
 from kzbuild.errors import BuildFailed, ConfigError, PatchError, ResultsError
 from kzbuild.measure.interleave import deploy_arms, run_interleaved
+from kzbuild.measure.pool import spread
 from kzbuild.measure.quality import check_variants, quality_store
 from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.stats import median_effect
@@ -349,15 +349,12 @@ class Search:
         )[1]
 
     def _in_parallel(self, work: Mapping[str, tuple[int, int | None, int]]) -> list[Settled]:
-        if len(work) == 1:
-            ((device, (lo, mid, hi)),) = work.items()
-            return [self._settle(device, lo, mid, hi)]
-        with ThreadPoolExecutor(max_workers=len(work), thread_name_prefix="kz-bisect") as pool:
-            futures = [
-                pool.submit(self._settle, device, lo, mid, hi)
-                for device, (lo, mid, hi) in work.items()
-            ]
-            return [future.result() for future in futures]
+        """Each device settles its own lo (mid) hi, all at once (``pool.spread``)."""
+        return spread(
+            list(work),
+            list(work.values()),
+            lambda device, points: [self._settle(device, *p) for p in points],
+        )
 
     def _settle(self, device: str, lo: int, mid: int | None, hi: int) -> Settled:
         """Bench lo (mid) hi interleaved on one device in rounds until each pair is told apart or

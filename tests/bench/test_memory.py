@@ -474,7 +474,9 @@ def test_ab_gives_each_variant_its_turn_from_its_own_records(tmp_path):
             "full": (record(test=test, samples=(full,)),),
             "upstream": (record(test=test, samples=(upstream,)),),
         }
-        return AbRun(name, InterleavedRun("r", 1, (("full", "upstream"),), records, (), tmp_path))
+        return AbRun(
+            name, "pad3", InterleavedRun("r", 1, (("full", "upstream"),), records, (), tmp_path)
+        )
 
     runs = (run("pp", "pp512", 64.0, 32.0), run("tg", "tg64", 16.0, 16.0))
     result = AbResult("tiny", "pad3", "host", 1, (), runs, (), ())
