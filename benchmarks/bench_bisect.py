@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Bisect figures (issue 28): the right commit where a plain `git bisect run` is fooled by noise,
-and what a pool of two devices saves.
+and what a pool of two adb devices on two adb servers saves.
 
 A synthetic upstream of 64 commits (a real git repo) in which commit STEP makes the benched
 number 10% lower; every bench sample carries seeded Gaussian noise (--noise, relative sd).
@@ -8,18 +8,30 @@ number 10% lower; every bench sample carries seeded Gaussian noise (--noise, rel
   one sample is below the midpoint of one sample of good and one of bad (what a user scripts);
 - kzbuild: kzbuild.measure.bisect's search (interleaved rounds, bootstrap intervals, adaptive
   repeats) with the same noise model.
-Both count builds (commits built) and bench samples. Then the same search on a pool of two
-simulated devices against one: each bench turn sleeps --turn-ms (the device's time), the pool's
-devices work in parallel threads, as kzbuild bisect runs them; the figure is wall time.
-The devices here are simulated: this measures the search, not adb or llama-bench.
+Both count builds (commits built) and bench samples.
 
-Usage: python benchmarks/bench_bisect.py [--trials N] [--noise 0.05] [--turn-ms 20]
+Then the pool, for real: `kzbuild bisect` (the command, a process of its own each time) over a
+tiny llama.cpp-shaped upstream of 64 commits (real sync, cmake builds into the artifact store,
+deploys, llama-bench runs) on one adb test device, and on a pool of two adb test devices served
+by two real `adb` servers on two ports (the second device named with `server: HOST:PORT`, as a
+tablet on another machine is). Each test device runs in a process of its own. Its llama-bench
+sleeps --turn-ms (the device's time: on a tablet llama-bench runs there, not on this machine's
+cores) and its t/s carries --pool-noise. A first bisect of each kind, untimed, fills the artifact
+store; each timed one has its own seed (so its own record: everything is benched again, nothing
+is built again). The figure is the median wall time of --pool-trials bisects of each kind.
+
+Usage: python benchmarks/bench_bisect.py [--trials N] [--noise 0.05] [--turn-ms 300]
+           [--pool-noise 0.02] [--pool-trials 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,6 +44,11 @@ sys.path.insert(0, str(REPO))
 
 from kzbuild.measure.bisect import BuiltCommit, Record, Search  # noqa: E402
 from kzbuild.model.bisect import BisectLimits, BisectOutcome  # noqa: E402
+from tests.ab.conftest import SPEED  # noqa: E402
+from tests.adbdevice import PrivateAdbServer  # noqa: E402
+from tests.adbdevice.process import DeviceProcess  # noqa: E402
+from tests.conftest import Project, UpstreamRepo  # noqa: E402
+from tests.fixtures_build import TINY_CMAKE, install_toolchains  # noqa: E402
 
 COMMITS = 64
 DROP = 0.10
@@ -100,23 +117,19 @@ def plain(repo: Path, shas: Sequence[str], step: int, noise: float, seed: int) -
 
 
 class Device:
-    """A simulated device: commit index >= step is DROP slower, each sample with noise; each turn
-    takes turn_s."""
+    """A simulated device: commit index >= step is DROP slower, each sample with noise."""
 
     test = "pp512"
 
-    def __init__(
-        self, shas: Sequence[str], step: int, noise: float, seed: int, turn_s: float = 0.0
-    ) -> None:
+    def __init__(self, shas: Sequence[str], step: int, noise: float, seed: int) -> None:
         self.index = {sha: i for i, sha in enumerate(shas)}
-        self.step, self.noise, self.turn_s = step, noise, turn_s
+        self.step, self.noise = step, noise
         self.rng = random.Random(seed)
         self.samples = 0
 
     def __call__(
         self, artifacts: Mapping[str, str], blocks: int, seed: int
     ) -> Mapping[str, Sequence[float]]:
-        time.sleep(self.turn_s * blocks * len(artifacts))
         self.samples += blocks * len(artifacts)
         return {
             sha: [
@@ -149,6 +162,151 @@ def kzbuild_search(
     return outcome, hi, len(built), sum(d.samples for d in devices.values())
 
 
+# --- the pool, for real: kzbuild bisect on two adb test devices behind two adb servers ---
+
+POOL_STEP = 41  # of 1..63 after the pin
+ROOT = "/data/local/tmp/kz-engine"
+# llama-bench -o json shaped, as the ab tests' tiny one; it sleeps KZ_TINY_TURN_MS (the device's
+# time) and its t/s carries KZ_TINY_NOISE (relative sd; a sum of 12 uniforms, no libm needed)
+SLEEPY_BENCH = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+double ggml_speed(void);
+int main(void) {
+    double s = ggml_speed(), z = -6.0;
+    const char * noise = getenv("KZ_TINY_NOISE");
+    const char * ms = getenv("KZ_TINY_TURN_MS");
+    srand((unsigned) getpid() * 2654435761u ^ (unsigned) time(NULL));
+    for (int i = 0; i < 12; i++) z += rand() / (RAND_MAX + 1.0);
+    if (noise) s *= 1.0 + atof(noise) * z;
+    if (ms) usleep(atoi(ms) * 1000);
+    printf("[{\"build_commit\":\"%s\",\"model_type\":\"tiny\",\"model_size\":1000,"
+           "\"n_prompt\":32,\"n_gen\":0,\"n_depth\":0,\"n_threads\":1,\"avg_ts\":%.3f,"
+           "\"stddev_ts\":1.0,\"samples_ts\":[%.3f]}]\n", LLAMA_BUILD_COMMIT, s, s);
+    return 0;
+}
+"""
+PLAN = """\
+description: bisect on a pool of adb test devices
+model: {{path: models/q.gguf, sha256: {sha}}}
+repetitions: 1
+env: {{KZ_TINY_TURN_MS: "{turn_ms}", KZ_TINY_NOISE: "{noise}"}}
+runs:
+  - name: prefill
+    options: {{p: 32, n: 0, t: 1}}
+"""
+
+
+def pool_project(work: Path, turn_ms: int, noise: float) -> tuple[Project, list[str]]:
+    """The tiny upstream (64 commits, POOL_STEP 10% slower), its recipe and the plan."""
+    upstream = UpstreamRepo(work / "upstream")
+    shas = [
+        upstream.commit(
+            {"CMakeLists.txt": TINY_CMAKE, "tools/main.c": SLEEPY_BENCH, "ggml/src/ggml.c": SPEED},
+            "tiny llama.cpp-shaped build whose llama-bench takes the device's time",
+        )
+    ]
+    for n in range(1, 64):
+        files = {"docs/log.txt": f"change {n}\n"}
+        if n == POOL_STEP:
+            files["ggml/src/ggml.c"] = SPEED.replace("100.0", "90.0")
+        shas.append(upstream.commit(files, f"change {n}"))
+    project = Project(root=work / "project", cache=work / "cache", work=work / "work")
+    for folder in ("recipes", "patches", "kernels"):
+        (project.root / folder).mkdir(parents=True)
+    project.write("patches/series", "")
+    install_toolchains(project)
+    project.recipe(
+        "tiny",
+        commit=shas[0],
+        sources=[f"path: {upstream.path}"],
+        extra="build:\n  targets: [host]\n",
+    )
+    sha = hashlib.sha256(b"GGUF stand-in").hexdigest()
+    project.write("plans/pool.yaml", PLAN.format(sha=sha, turn_ms=turn_ms, noise=noise))
+    return project, shas
+
+
+def pool_bisect(
+    project: Project, shas: Sequence[str], device: str, seed: int, env: Mapping[str, str]
+) -> tuple[float, dict[str, object]]:
+    """One `kzbuild bisect` as a user runs it: its wall time and its --json report."""
+    argv = [
+        *(sys.executable, "-m", "kzbuild", "--project", str(project.root)),
+        *("--cache-dir", str(project.cache), "--work-dir", str(project.work)),
+        *("bisect", "tiny", "--good", shas[0], "--bad", shas[-1]),
+        *("--plan", str(project.root / "plans" / "pool.yaml"), "--device", device),
+        *("--seed", str(seed), "--json"),
+    ]
+    started = time.monotonic()
+    done = subprocess.run(argv, cwd=REPO, env=dict(env), capture_output=True, text=True)
+    wall = time.monotonic() - started
+    if done.returncode != 0:
+        raise SystemExit(f"kzbuild bisect on {device} failed ({done.returncode}):\n{done.stderr}")
+    report: dict[str, object] = json.loads(done.stdout)
+    return wall, report
+
+
+def pool_figures(work: Path, turn_ms: int, noise: float, trials: int) -> None:
+    project, shas = pool_project(work, turn_ms, noise)
+    servers = [PrivateAdbServer(work / f"adb-server-{n}") for n in (1, 2)]
+    devices: list[DeviceProcess] = []
+    try:
+        for server in servers:
+            server.start()
+            devices.append(DeviceProcess(work / f"adb-device-{len(devices) + 1}", REPO))
+        model = work / "q.gguf"
+        model.write_bytes(b"GGUF stand-in")
+        for server, device in zip(servers, devices, strict=True):
+            server.adb("connect", device.serial)
+            server.adb("-s", device.serial, "shell", "mkdir", "-p", f"{ROOT}/models")
+            server.adb("-s", device.serial, "push", str(model), f"{ROOT}/models/q.gguf")
+        first, second = devices
+        project.write(
+            "recipes/devices.yaml",
+            "devices:\n"
+            f"  pad-a: {{transport: adb, serial: '{first.serial}', root: {ROOT}}}\n"
+            f"  pad-b: {{transport: adb, serial: '{second.serial}', root: {ROOT}, "
+            f"server: '127.0.0.1:{servers[1].port}'}}\n"
+            "pools:\n  pads: [pad-a, pad-b]\n",
+        )
+        # pad-a is on the default server (this port); pad-b only through the other one
+        env = {**os.environ, **servers[0].env, "PYTHONPATH": str(REPO)}
+        kinds = {"one device": "pad-a", "pool of two": "pads"}
+        for kind, device in kinds.items():  # fills the artifact store
+            wall, report = pool_bisect(project, shas, device, 1000, env)
+            print(f"  first bisect, {kind}: {wall:.1f} s, {report['builds']} builds")
+        times: dict[str, list[float]] = {kind: [] for kind in kinds}
+        rounds: dict[str, list[int]] = {kind: [] for kind in kinds}
+        for trial in range(trials):
+            order = list(kinds) if trial % 2 == 0 else list(reversed(kinds))
+            for kind in order:
+                wall, report = pool_bisect(project, shas, kinds[kind], trial, env)
+                culprit = report["culprit"]
+                if not isinstance(culprit, dict) or culprit["sha"] != shas[POOL_STEP]:
+                    raise SystemExit(f"{kind}, seed {trial}: not the right commit: {culprit}")
+                times[kind].append(wall)
+                rounds[kind].append(int(str(report["benches"])))
+        one, two = (statistics.median(times[kind]) for kind in kinds)
+        print(
+            f"  kzbuild bisect on real adb test devices ({turn_ms} ms of llama-bench per turn, "
+            f"{noise:.0%} noise, warm artifact store, median of {trials}): one device "
+            f"{one:.1f} s ({statistics.median(rounds['one device']):g} interleaved rounds), "
+            f"pool of two on two adb servers {two:.1f} s "
+            f"({statistics.median(rounds['pool of two']):g} rounds): {two / one:.2f}x; "
+            "goal <= 0.7x"
+        )
+    finally:
+        for server, device in zip(servers, devices, strict=False):
+            server.adb("disconnect", device.serial)
+        for device in devices:
+            device.stop()
+        for server in servers:
+            server.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -158,7 +316,13 @@ def main() -> None:
         "--noise", type=float, default=0.05, help="relative sd of a sample (default 5%%)"
     )
     parser.add_argument(
-        "--turn-ms", type=float, default=20.0, help="simulated device time per bench turn"
+        "--turn-ms", type=int, default=300, help="the test devices' llama-bench time per turn"
+    )
+    parser.add_argument(
+        "--pool-noise", type=float, default=0.02, help="relative sd of the test devices' t/s"
+    )
+    parser.add_argument(
+        "--pool-trials", type=int, default=2, help="timed bisects of each kind (0: none)"
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kz-bench-bisect-") as tmp:
@@ -196,24 +360,8 @@ def main() -> None:
             f"{sum(r[4] for r in rows) / len(rows):.1f} builds, "
             f"{sum(r[5] for r in rows) / len(rows):.1f} samples on average"
         )
-        turn = args.turn_ms / 1000
-        times = {}
-        for name, count in (("one device", 1), ("pool of two", 2)):
-            started = time.monotonic()
-            for trial in range(3):
-                step = 37 + trial
-                devices = {
-                    f"d{n}": Device(shas, step, args.noise, trial * 10 + n, turn)
-                    for n in range(count)
-                }
-                kzbuild_search(work / f"{name}{trial}", shas, devices, trial)
-            times[name] = (time.monotonic() - started) / 3
-        print(
-            f"  wall time per bisect at {args.turn_ms:g} ms per bench turn: one device "
-            f"{times['one device']:.2f} s, "
-            f"pool of two {times['pool of two']:.2f} s "
-            f"({times['pool of two'] / times['one device']:.2f}x; goal <= 0.7x)"
-        )
+        if args.pool_trials:
+            pool_figures(work / "pool", args.turn_ms, args.pool_noise, args.pool_trials)
 
 
 if __name__ == "__main__":

@@ -70,6 +70,7 @@ from kzbuild.device.registry import parse_device_spec  # noqa: E402
 from kzbuild.device.ssh import SshTransport  # noqa: E402
 from kzbuild.model.device import Device  # noqa: E402
 from tests.adbdevice import PrivateAdbServer  # noqa: E402
+from tests.adbdevice.process import DeviceProcess  # noqa: E402
 from tests.fixtures_deploy import small_edit, write_manifest  # noqa: E402
 from tests.fixtures_ssh import Relay, SshServer, free_port, keygen  # noqa: E402
 
@@ -82,11 +83,6 @@ GOALS = {
     ("small edit", "rsync"): 3.0,
 }
 FILES_GOALS = {"rsync": 2.0, "adb push": 2.0}  # first deploy of N small files
-# the adb test device in its own process: prints its port, serves until stdin closes
-DEVICE_MAIN = (
-    "import sys; from pathlib import Path; from tests.adbdevice import AdbTestDevice; "
-    "d = AdbTestDevice(Path(sys.argv[1])); print(d.port, flush=True); sys.stdin.read(); d.stop()"
-)
 
 
 @dataclass(frozen=True)
@@ -399,15 +395,8 @@ class AdbBench:
         self.work = work
         self.server = PrivateAdbServer(work / "adb-server")
         self.server.start()
-        self.device = subprocess.Popen(
-            [sys.executable, "-c", DEVICE_MAIN, str(work / "adb-device")],
-            cwd=REPO,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.device.stdout is not None
-        self.serial = f"127.0.0.1:{self.device.stdout.readline().strip()}"
+        self.device = DeviceProcess(work / "adb-device", REPO)
+        self.serial = self.device.serial
         self.server.adb("connect", self.serial)
         self.roots = 0
 
@@ -446,9 +435,7 @@ class AdbBench:
 
     def stop(self) -> None:
         self.server.adb("disconnect", self.serial)
-        if self.device.stdin:
-            self.device.stdin.close()
-        self.device.wait(timeout=30)
+        self.device.stop()
         self.server.stop()
 
 

@@ -33,7 +33,7 @@ def run_ci(
     targets: Sequence[str] = (),
     options: BuildOptions = BuildOptions(),
     on_step: Report | None = None,
-    progress: builder.Progress | None = None,
+    progress: builder.BuildProgress | None = None,
     remote: RemoteConfig | None = None,
 ) -> CiReport:
     steps: list[CiStep] = []
@@ -115,7 +115,7 @@ def _build_target(
     explicit: bool,
     environ: Mapping[str, str],
     options: BuildOptions,
-    progress: builder.Progress | None,
+    progress: builder.BuildProgress | None,
     remote: RemoteConfig | None,
 ) -> CiStep:
     step = f"build:{name}"
@@ -168,7 +168,10 @@ def _build_target(
 
 
 def _check_v79(
-    settings: Settings, recipe: Recipe, options: BuildOptions, progress: builder.Progress | None
+    settings: Settings,
+    recipe: Recipe,
+    options: BuildOptions,
+    progress: builder.BuildProgress | None,
 ) -> CiStep:
     """The v79 compile check: needs no SDK, so it runs (and must pass) wherever it is asked for."""
     step = f"build:{v79check.TARGET}"

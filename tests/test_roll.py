@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from kzbuild.errors import RegressionFound, WrongOutput
+from kzbuild.errors import OverMemoryBudget, RegressionFound, WrongOutput
 from kzbuild.measure import roll
 from kzbuild.model.quality import QualityLimits
 from kzbuild.model.roll import Outcome, pr_number
@@ -434,6 +434,7 @@ class AnswerRunner:
 
     metric = "answer"
     quality: tuple[object, ...] = ()  # no quality check
+    memory_over: dict[str, list[str]] = {}  # no memory limits
 
     def __init__(self) -> None:
         self.ran: list[str] = []
@@ -527,6 +528,21 @@ def test_a_bench_regression_blocks_the_roll_with_exit_9(rolled_tiny):
     assert raised.value.exit_code == 9
 
 
+def roll_one(tiny, runner, answer: int, why: str):  # type: ignore[no-untyped-def]
+    """Roll to a new upstream commit whose ggml answers ``answer``, benched by ``runner``."""
+    tiny.upstream.commit(tiny_answer(answer), f"ggml: answer {answer}, {why}")
+    report = roll.roll(
+        tiny.settings,
+        load_recipe(tiny.project.root, "tiny"),
+        bench=runner,
+        blocks=2,
+        plan_target=None,
+        environ=tiny.environ(),
+    )
+    (result,) = report.results
+    return report, result
+
+
 class JudgingRunner(AnswerRunner):
     """AnswerRunner plus what a plan's quality check would leave: the candidate's output drifts from
     the pin's by its answer's difference (mean KLD 0.1 per unit), against max_kld 0.01."""
@@ -542,20 +558,10 @@ class JudgingRunner(AnswerRunner):
         return samples
 
 
-def test_a_faster_candidate_whose_output_is_wrong_blocks_the_roll_with_exit_14(rolled_tiny):
+def test_a_faster_candidate_whose_output_is_wrong_blocks_the_roll_with_exit_17(rolled_tiny):
     from kzbuild.cli.roll import _exit
 
-    tiny = rolled_tiny
-    tiny.upstream.commit(tiny_answer(43), "ggml: answer 43, faster but wrong (#7)")
-    report = roll.roll(
-        tiny.settings,
-        load_recipe(tiny.project.root, "tiny"),
-        bench=JudgingRunner(),
-        blocks=2,
-        plan_target=None,
-        environ=tiny.environ(),
-    )
-    (result,) = report.results
+    report, result = roll_one(rolled_tiny, JudgingRunner(), 43, "faster but wrong (#7)")
     assert (
         result.bench is not None
         and result.bench.effect.delta_pct > 0
@@ -575,6 +581,28 @@ def test_a_faster_candidate_whose_output_is_wrong_blocks_the_roll_with_exit_14(r
     with pytest.raises(WrongOutput) as raised:
         _exit(report)
     assert raised.value.exit_code == 17
+
+
+class OverBudgetRunner(AnswerRunner):
+    """AnswerRunner plus what a plan's memory_budget would leave: the candidate's runs over it."""
+
+    def run(self, variants, order, seed):
+        samples = super().run(variants, order, seed)
+        self.memory_over = {"pin": [], "candidate": ["memory_budget"]}
+        return samples
+
+
+def test_a_candidate_over_the_memory_budget_blocks_the_roll_with_exit_15(rolled_tiny):
+    from kzbuild.cli.roll import _exit
+
+    report, result = roll_one(rolled_tiny, OverBudgetRunner(), 43, "faster but bigger (#8)")
+    assert result.bench is not None and not result.bench.regressed  # faster
+    assert result.outcome is Outcome.OVER_BUDGET and result.steps[-1].status.value == "fail"
+    assert "candidate over memory_budget" in roll.markdown(report)
+    assert report.to_dict()["candidates"][0]["bench"]["memory_over"] == ["memory_budget"]
+    with pytest.raises(OverMemoryBudget) as raised:
+        _exit(report)
+    assert raised.value.exit_code == 15
 
 
 def test_a_failing_kz_test_blocks_the_candidate(rolled_tiny, kz, monkeypatch):

@@ -105,7 +105,7 @@ def test_roll_with_a_device_benches_pin_and_candidate_interleaved_there(tmp_path
     plan = tmp_path / "roll-plan.yaml"
     plan.write_text(
         "model:\n  name: tiny.gguf\n  sha256: null\nrepetitions: 1\nruns:\n  - name: prefill\n    "
-        "options: {p: 16, n: 0, t: 1}\nab:\n  blocks: 3\nseed: 7\n"
+        "options: {p: 16, n: 0, t: 1}\nab:\n  blocks: 3\nseed: 7\nmemory_budget: 4GiB\n"
     )
     capsys.readouterr()
     code = main(
@@ -137,6 +137,9 @@ def test_roll_with_a_device_benches_pin_and_candidate_interleaved_there(tmp_path
     assert all(v > 0 for v in bench["pin"] + bench["candidate"])
     assert sorted(bench["order"]) == ["candidate"] * 3 + ["pin"] * 3
     assert bench["low_pct"] <= bench["delta_pct"] <= bench["high_pct"]
+    assert bench["memory_over"] == []  # kz-peakrss measured each run, within the budget
     with ResultsStore(tmp_path / "results") as store:
-        variants = [r.variant.name for r in store.records() if r.variant is not None]
+        measured = [r for r in store.records() if r.variant is not None]
+    variants = [r.variant.name for r in measured if r.variant is not None]
     assert variants == list(bench["order"])  # stored in run order, each with its variant
+    assert all(r.memory and r.memory.peak_rss_kib for r in measured)

@@ -18,12 +18,13 @@ def stub(path: Path, script: str) -> None:
 
 
 def run_setup(tmp_path: Path, pip_script: str) -> subprocess.CompletedProcess[str]:
-    """scripts/setup in a copy of the repo's layout, with every apt package installed and a venv
-    python that runs ``pip_script``."""
+    """scripts/setup in a copy of the repo's layout, with every apt package installed, a venv
+    python that runs ``pip_script`` and an npm that says it installed a package."""
     (tmp_path / "scripts").mkdir()
     shutil.copy(REPO_ROOT / "scripts" / "setup", tmp_path / "scripts" / "setup")
     stub(tmp_path / "bin" / "dpkg-query", "printf 'install ok installed'\n")
     stub(tmp_path / "venv" / "bin" / "python", pip_script)
+    stub(tmp_path / "bin" / "npm", "echo 'added 1 package in 0.4s'\n")
     env = {
         **os.environ,
         "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
@@ -43,8 +44,8 @@ def test_setup_says_each_step_and_nothing_of_their_output_when_every_step_succee
     assert (ran.returncode, ran.stdout) == (0, "")
     lines = ran.stderr.splitlines()
     assert all(line.startswith("setup: ") for line in lines), lines
-    assert [line.split(":")[1].strip() for line in lines] == ["apt", "venv", "pip", "done"]
-    assert "Collecting" not in ran.stderr and "WARNING" not in ran.stderr
+    assert [line.split(":")[1].strip() for line in lines] == ["apt", "venv", "pip", "npm", "done"]
+    assert all(said not in ran.stderr for said in ("Collecting", "WARNING", "added"))
 
 
 def test_setup_prints_the_failing_step_and_its_output(tmp_path):

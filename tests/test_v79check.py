@@ -23,7 +23,7 @@ from kzbuild.build.v79check import (
     HEXAGON,
     HTP,
     Compile,
-    Outcome,
+    CompileOutcome,
     ccache_env,
     failure,
     involved_patches,
@@ -125,8 +125,8 @@ def test_bad_stand_ins_yaml_names_file_line_and_key(tmp_path, edit, message):
         load_stand_ins(root)
 
 
-def outcome(source: str, diagnostics: str, side: str = "dsp") -> Outcome:
-    return Outcome(Compile(side, source, (), "objects/x.o"), False, False, diagnostics, 0.1)
+def outcome(source: str, diagnostics: str, side: str = "dsp") -> CompileOutcome:
+    return CompileOutcome(Compile(side, source, (), "objects/x.o"), False, False, diagnostics, 0.1)
 
 
 def test_stand_in_gaps_are_sdk_headers_and_names_only():
@@ -226,7 +226,7 @@ def compiled(tmp_path: Path):
         Settings(project=REPO_ROOT, cache=tmp_path / "cache", work=tmp_path), f"zig {zig_version()}"
     )
 
-    def run(tree: Path) -> list[Outcome]:
+    def run(tree: Path) -> list[CompileOutcome]:
         scratch = tmp_path / "scratch"
         make_scratch(tree, scratch, stand_ins)
         return [

@@ -43,6 +43,8 @@ def _failed(argv: Sequence[str], returncode: int, stderr: str) -> CommandFailed:
 
 
 Output = TypeVar("Output", str, bytes)
+# where a long operation (a fetch, a download, a sync) sends its latest progress line
+Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -50,9 +50,9 @@ from kzbuild.model.build import (
     BuildOptions,
     BuildPlan,
     BuildResult,
+    BuildStep,
+    BuildTarget,
     CcacheStats,
-    Step,
-    Target,
 )
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.remotecache import RemoteConfig
@@ -90,8 +90,8 @@ SNAPDRAGON_FLAGS = (
     "-D_GNU_SOURCE"
 )
 
-TARGETS: dict[str, Target] = {
-    "host": Target(
+TARGETS: dict[str, BuildTarget] = {
+    "host": BuildTarget(
         name="host",
         description="this machine, CPU backend (tools run in place)",
         toolchains=("host-gcc", "cmake", "ninja", "ccache"),
@@ -100,13 +100,13 @@ TARGETS: dict[str, Target] = {
         # granted (seen on a VM). With NATIVE off, upstream enables SSE4.2/AVX/AVX2/BMI2/FMA/F16C.
         cmake=(("GGML_NATIVE", "OFF"),),
     ),
-    "linux-arm64": Target(
+    "linux-arm64": BuildTarget(
         name="linux-arm64",
         description="aarch64 Linux, CPU backend (runs here under qemu-aarch64; a stand-in tablet)",
         toolchains=("aarch64-linux-gnu", "cmake", "ninja", "ccache"),
         cmake=(("GGML_NATIVE", "OFF"), ("GGML_CPU_ARM_ARCH", "armv8.2-a+dotprod+fp16+i8mm")),
     ),
-    "v79": Target(
+    "v79": BuildTarget(
         name="v79",
         description="Android arm64 + Hexagon v79 NPU (Snapdragon 8 Elite), upstream's snapdragon "
         "preset",
@@ -138,7 +138,7 @@ BUILD_TOOL_ROLES = ("cmake", "ninja", "ccache")  # a container toolchain brings 
 BUILD_TARGETS = (*TARGETS, V79_CHECK_TARGET)
 
 
-def target(name: str) -> Target:
+def target(name: str) -> BuildTarget:
     try:
         return TARGETS[name]
     except KeyError:
@@ -168,7 +168,7 @@ def load_manifest(path: Path) -> Artifact:
 # --- toolchain selection ---------------------------------------------------------------
 
 
-def select_toolchains(tgt: Target, overrides: Sequence[str], detector: Detector) -> list[str]:
+def select_toolchains(tgt: BuildTarget, overrides: Sequence[str], detector: Detector) -> list[str]:
     """The target's toolchains, with each override replacing the ones that fill the same roles."""
     chosen = list(tgt.toolchains)
     for name in overrides:
@@ -191,7 +191,7 @@ def select_toolchains(tgt: Target, overrides: Sequence[str], detector: Detector)
 
 
 def detect_for(
-    tgt: Target, overrides: Sequence[str], detector: Detector, needed_by: str
+    tgt: BuildTarget, overrides: Sequence[str], detector: Detector, needed_by: str
 ) -> tuple[list[Found], list[Found]]:
     required = [
         detector.find(name, needed_by=needed_by)
@@ -242,7 +242,7 @@ def effective_tools(recipe: Recipe, extra: Sequence[str]) -> tuple[str, ...]:
     return tuple(tools)
 
 
-def target_cmake(tgt: Target) -> dict[str, str]:
+def target_cmake(tgt: BuildTarget) -> dict[str, str]:
     """The cmake definitions every build of ``tgt`` starts from (hashed into its build id)."""
     return dict((*COMMON_CMAKE, *tgt.cmake))
 
@@ -250,7 +250,7 @@ def target_cmake(tgt: Target) -> dict[str, str]:
 def build_inputs(
     recipe: Recipe,
     lock: Lock,
-    tgt: Target,
+    tgt: BuildTarget,
     tools: Sequence[str],
     toolchains: Sequence[Found],
     kz_tools: Mapping[str, str] | None = None,
@@ -293,7 +293,7 @@ def plan_build(
     settings: Settings,
     recipe: Recipe,
     synced: SyncResult,
-    tgt: Target,
+    tgt: BuildTarget,
     toolchains: Sequence[Found],
     optional: Sequence[Found] = (),
     *,
@@ -363,8 +363,8 @@ def plan_build(
     configure += [f"-D{key}={value}" for key, value in cmake_defs.items()]
     ninja = [program("ninja"), "-C", str(build_dir), "-j", str(jobs), *llama_tools]
     steps = [
-        Step("configure", tuple(configure), tuple(env.items())),
-        Step("build", tuple(ninja), tuple(env.items())),
+        BuildStep("configure", tuple(configure), tuple(env.items())),
+        BuildStep("build", tuple(ninja), tuple(env.items())),
     ]
     steps += kztools.steps(
         kernels,
@@ -402,7 +402,7 @@ def plan_build(
     )
 
 
-def _in_container(step: Step, container: Found, mounts: Sequence[Path]) -> Step:
+def _in_container(step: BuildStep, container: Found, mounts: Sequence[Path]) -> BuildStep:
     """The same command inside the toolchain image, with the folders it touches mounted at the same
     paths."""
     argv = [container.render("{docker}"), "run", "--rm", "--user", f"{os.getuid()}:{os.getgid()}"]
@@ -412,13 +412,13 @@ def _in_container(step: Step, container: Found, mounts: Sequence[Path]) -> Step:
     for key, value in step.env:
         argv += ["--env", f"{key}={value}"]
     argv += [container.render("{image}"), *step.argv]
-    return Step(step.name, tuple(argv), (), step.cwd)
+    return BuildStep(step.name, tuple(argv), (), step.cwd)
 
 
 # --- running ---------------------------------------------------------------------------
 
 
-Progress = Callable[[BuildEvent], None]
+BuildProgress = Callable[[BuildEvent], None]
 
 
 NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\] (.*)$")
@@ -431,7 +431,7 @@ class _NinjaProgress:
     """Follows ninja's ``[n/N]`` lines; sub-builds (the HTP skels) print smaller totals and are
     ignored."""
 
-    def __init__(self, progress: Progress | None, stage: str) -> None:
+    def __init__(self, progress: BuildProgress | None, stage: str) -> None:
         self.progress = progress
         self.stage = stage
         self.done = 0
@@ -478,7 +478,7 @@ def prepare(
     *,
     environ: Mapping[str, str],
     options: BuildOptions = BuildOptions(),
-    progress: Progress | None = None,
+    progress: BuildProgress | None = None,
 ) -> Prepared:
     """Sync when needed, find the toolchains and plan the build (all ``--dry-run`` does)."""
     tgt = target(target_name)
@@ -491,7 +491,7 @@ def prepare(
 
 
 def timed_sync(
-    settings: Settings, recipe: Recipe, progress: Progress | None
+    settings: Settings, recipe: Recipe, progress: BuildProgress | None
 ) -> tuple[SyncResult, float]:
     """Sync ``recipe`` (its lines as "sync" events) and the seconds it took."""
     started = time.monotonic()
@@ -544,7 +544,7 @@ def missing_toolchains_error(plan: BuildPlan) -> ToolchainMissing:
 def build(
     prepared: Prepared,
     *,
-    progress: Progress | None = None,
+    progress: BuildProgress | None = None,
     remote: RemoteConfig | None = None,
     on_no_artifact: Callable[[BuildPlan], None] | None = None,
 ) -> BuildResult:
@@ -601,7 +601,7 @@ def build(
 
 
 def _build_locked(
-    prepared: Prepared, progress: Progress | None, run_env: Mapping[str, str]
+    prepared: Prepared, progress: BuildProgress | None, run_env: Mapping[str, str]
 ) -> BuildResult:
     plan = prepared.plan
     plan.build_dir.mkdir(parents=True, exist_ok=True)
@@ -639,7 +639,7 @@ def _build_locked(
 
 def _execute_locked(
     plan: BuildPlan,
-    progress: Progress | None,
+    progress: BuildProgress | None,
     synced: bool,
     sync_seconds: float,
     run_env: Mapping[str, str],
@@ -728,7 +728,10 @@ def _needs_configure(build_dir: Path, stamp: Path, wanted: str) -> bool:
 
 
 def _run_step(
-    plan: BuildPlan, step: Step, progress: Progress | None, run_env: Mapping[str, str] | None = None
+    plan: BuildPlan,
+    step: BuildStep,
+    progress: BuildProgress | None,
+    run_env: Mapping[str, str] | None = None,
 ) -> float:
     """Run one step; ``run_env`` is added outside the plan (the remote cache: it changes no output,
     and may hold a password, so it never enters the manifest or the configure stamp)."""

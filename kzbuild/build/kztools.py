@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kzbuild.adapters.files import folder_digest
 from kzbuild.errors import ConfigError
-from kzbuild.model.build import Step
+from kzbuild.model.build import BuildStep
 
 # tool name -> its project folder under kernels/
 KZ_TOOLS: dict[str, str] = {"kz-profile": "profile", "kz-peakrss": "peakrss"}
@@ -52,7 +52,7 @@ def steps(
     source: Path,
     build_dir: Path,
     env: Sequence[tuple[str, str]],
-) -> list[Step]:
+) -> list[BuildStep]:
     """Configure and build each tool against ``build_dir``'s libraries, with the llama.cpp build's
     definitions."""
     out = []
@@ -72,6 +72,6 @@ def steps(
             "Ninja",
             *(f"-D{k}={v}" for k, v in defs.items()),
         ]
-        out.append(Step(f"{tool}-configure", tuple(configure), tuple(env)))
-        out.append(Step(f"{tool}-build", (ninja, "-C", str(tool_dir)), tuple(env)))
+        out.append(BuildStep(f"{tool}-configure", tuple(configure), tuple(env)))
+        out.append(BuildStep(f"{tool}-build", (ninja, "-C", str(tool_dir)), tuple(env)))
     return out

@@ -19,13 +19,13 @@ from pathlib import Path
 from kzbuild.adapters import proc
 from kzbuild.adapters.files import write_atomic
 from kzbuild.adapters.gitcmd import Git
+from kzbuild.adapters.proc import Progress
 from kzbuild.adapters.settings import Settings
 from kzbuild.build import builder, v79check
 from kzbuild.errors import BuildFailed, ToolchainMissing
 from kzbuild.model.patch import Patch
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.stackcheck import StepStatus, Target, UpstreamCheck, UpstreamStep
-from kzbuild.source.sources import Progress
 from kzbuild.source.stack.apply import apply, failed_hunks
 from kzbuild.source.stack.check import Scratch, fetch_target, resolve_target
 from kzbuild.source.stack.patchfile import read_patch, require_entry, upstream_mbox

@@ -43,7 +43,7 @@ from kzbuild.adapters.files import folder_digest
 from kzbuild.adapters.settings import Settings
 from kzbuild.build.artifacts import existing_artifact, manifest_json, publish, staged
 from kzbuild.build.builder import (
-    Progress,
+    BuildProgress,
     artifacts_root,
     build_commit,
     build_id_of,
@@ -268,7 +268,7 @@ class Compile:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class CompileOutcome:
     compile: Compile
     ok: bool
     cached: bool
@@ -346,7 +346,7 @@ def included_headers(tree: Path, sources: Iterable[str]) -> set[str]:
     return found
 
 
-def run_compile(item: Compile, scratch: Path, out: Path, env: Mapping[str, str]) -> Outcome:
+def run_compile(item: Compile, scratch: Path, out: Path, env: Mapping[str, str]) -> CompileOutcome:
     """Compile ``item`` through ccache (``env`` sets its cache dir and the compiler's identity)."""
     started = time.monotonic()
     target = out / item.object
@@ -362,7 +362,9 @@ def run_compile(item: Compile, scratch: Path, out: Path, env: Mapping[str, str])
     ccache = read_ccache_log(stats)
     stats.unlink(missing_ok=True)
     ok = result.returncode == 0 and target.is_file()
-    return Outcome(item, ok, bool(ccache and ccache.hits), diagnostics, time.monotonic() - started)
+    return CompileOutcome(
+        item, ok, bool(ccache and ccache.hits), diagnostics, time.monotonic() - started
+    )
 
 
 def ccache_env(settings: Settings, identity: str) -> dict[str, str]:
@@ -387,7 +389,7 @@ def _relative(stderr: str | bytes, scratch: Path) -> str:
 # --- faults ------------------------------------------------------------------------------
 
 
-def stand_in_gaps(outcomes: Iterable[Outcome], stand_ins: StandIns) -> list[str]:
+def stand_in_gaps(outcomes: Iterable[CompileOutcome], stand_ins: StandIns) -> list[str]:
     """SDK headers and names the sources use that the stand-ins lack, each with where it is used."""
     gaps: dict[str, str] = {}
     for outcome in outcomes:
@@ -415,7 +417,7 @@ def _system_include(header: str, diagnostics: str) -> bool:
 
 
 def involved_patches(
-    patches: Mapping[str, frozenset[str]], outcomes: Iterable[Outcome]
+    patches: Mapping[str, frozenset[str]], outcomes: Iterable[CompileOutcome]
 ) -> list[str]:
     """The patches of the stack that change a file the failed compiles' diagnostics name."""
     files: set[str] = set()
@@ -441,7 +443,7 @@ def stack_files(recipe: Recipe, lock: Lock) -> dict[str, frozenset[str]]:
 
 
 def failure(
-    failed: Sequence[Outcome],
+    failed: Sequence[CompileOutcome],
     patches: Mapping[str, frozenset[str]],
     stand_ins: StandIns,
     recipe: str,
@@ -537,7 +539,7 @@ def prepare_check(
     recipe: Recipe,
     *,
     options: BuildOptions = BuildOptions(),
-    progress: Progress | None = None,
+    progress: BuildProgress | None = None,
 ) -> CheckPlan:
     """Sync when needed and compute the check id (what ``--dry-run`` shows)."""
     stand_ins = load_stand_ins(settings.project)
@@ -577,7 +579,7 @@ def prepare_check(
     )
 
 
-def run_check(plan: CheckPlan, *, progress: Progress | None = None) -> CheckResult:
+def run_check(plan: CheckPlan, *, progress: BuildProgress | None = None) -> CheckResult:
     """Reuse the artifact of the check id, or compile every source (through ccache).
 
     Raises BuildFailed (exit 7) naming the files and the patches that change them, or
@@ -630,12 +632,12 @@ def run_check(plan: CheckPlan, *, progress: Progress | None = None) -> CheckResu
 
 
 def _compile_all(
-    compiles: Sequence[Compile], plan: CheckPlan, out: Path, progress: Progress | None
-) -> list[Outcome]:
-    finished: list[Outcome] = []
+    compiles: Sequence[Compile], plan: CheckPlan, out: Path, progress: BuildProgress | None
+) -> list[CompileOutcome]:
+    finished: list[CompileOutcome] = []
     guard = threading.Lock()
 
-    def one(item: Compile) -> Outcome:
+    def one(item: Compile) -> CompileOutcome:
         outcome = run_compile(item, plan.scratch, out, plan.ccache_env)
         with guard:
             finished.append(outcome)
@@ -659,7 +661,7 @@ def _compile_all(
 
 def _collect(
     plan: CheckPlan,
-    outcomes: Sequence[Outcome],
+    outcomes: Sequence[CompileOutcome],
     out: Path,
     no_ops: Mapping[str, int],
     warnings: int,

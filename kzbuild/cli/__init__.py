@@ -187,7 +187,9 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        print(f"kzbuild {__version__}")
+        from kzbuild.cli import ui
+
+        ui.say(f"kzbuild {__version__}")
         raise typer.Exit()
 
 
@@ -308,4 +310,4 @@ def report_bug(exc: BaseException) -> None:
 def report_interrupted() -> None:
     from kzbuild.cli import ui
 
-    ui.err_console.print("[red]interrupted[/red]")
+    ui.report_interrupted()

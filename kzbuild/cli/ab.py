@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from contextlib import closing
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
-from kzbuild.cli.bench import last_line_to, refuse_with_plan, spec_from_options
+from kzbuild.cli.bench import last_line_to
 from kzbuild.cli.benchoptions import (
     BatchOpt,
     CooldownOpt,
@@ -27,8 +25,9 @@ from kzbuild.cli.benchoptions import (
     SweepOpt,
     ThreadsOpt,
     UbatchOpt,
+    bench_args,
 )
-from kzbuild.cli.connect import open_device
+from kzbuild.cli.connect import open_pool
 from kzbuild.cli.memoryview import check_budget, plan_turn, print_turn, turn_json
 from kzbuild.cli.options import (
     DeviceOpt,
@@ -41,18 +40,28 @@ from kzbuild.cli.options import (
     WaitOpt,
     load_recipe,
 )
-from kzbuild.cli.results import say
-from kzbuild.cli.ui import activity, console, context, not_empty, print_json
+from kzbuild.cli.ui import (
+    Cell,
+    Column,
+    Styled,
+    activity,
+    context,
+    not_empty,
+    print_json,
+    say,
+    say_rich_table,
+    styled,
+    write_out,
+)
 from kzbuild.errors import RegressionFound, WrongOutput
-from kzbuild.measure import ab, plans, quality, resultsdb
-from kzbuild.measure.interleave import parse_temperature
-from kzbuild.model.ab import AbResult, VariantSpec
+from kzbuild.measure import ab, plans, quality
+from kzbuild.measure.request import resolve_ab
+from kzbuild.model.ab import DEFAULT_BLOCKS, AbResult, VariantSpec
 from kzbuild.model.build import BuildEvent, BuildOptions
-from kzbuild.model.interleave import DEFAULT_COOL_WAIT, Cooling, Turn
-from kzbuild.model.plan import Plan, PlanAb
+from kzbuild.model.interleave import DEFAULT_COOL_WAIT, Turn
+from kzbuild.model.plan import Plan
+from kzbuild.model.request import AbArgs
 from kzbuild.model.turn import TurnTime
-
-DEFAULT_BLOCKS = 5
 
 
 def register(app: typer.Typer) -> None:
@@ -178,77 +187,36 @@ def ab_command(
     interval. Exits 9 when a patch's Kz-Expect trailer is contradicted; 17 when a variant's output
     is past the quality limits (plan quality:, --max-kld, --min-top1): it is wrong, whatever its
     speed.
+
+    With --device POOL, the plan's runs are spread over the pool's free devices: each run is one
+    comparison, every variant interleaved on one device for all its blocks; effects are per device.
     """
     settings = context(ctx).settings
     loaded_recipe = load_recipe(settings, recipe)
-    given = {
-        "p": prompt,
-        "n": gen,
-        "ngl": ngl,
-        "t": threads,
-        "b": batch,
-        "ub": ubatch,
-        "dev": dev,
-        "r": repetitions,
-    }
-    plan = plans.load_plan(plan_file) if plan_file is not None else None
-    if plan is not None:
-        refuse_with_plan(
-            model=model,
-            options=given,
-            env=env,
-            sweep=sweep,
-            seed=None,
-            cooldown=cooldown,
-            timeout=timeout,
-            extra=extra,
-        )
-        specs = [(run.name, run.spec) for run in plan.runs]
-    else:
-        specs = [
-            (
-                "",
-                spec_from_options(
-                    model,
-                    given,
-                    env=env,
-                    sweep=sweep,
-                    seed=None,
-                    cooldown=cooldown,
-                    timeout=timeout,
-                    extra=extra,
-                ),
-            )
-        ]
-    limit = parse_temperature(cool_to) if cool_to is not None else plan.ab.cool_to if plan else None
-    cooling = None
-    if limit is not None:
-        plan_wait = plan.ab.cool_wait if plan else None
-        zones = tuple(cool_zones or ()) or (plan.ab.cool_zones if plan else ()) or ("*",)
-        cooling = Cooling(
-            limit_c=limit,
-            max_wait_s=cool_wait
-            if cool_wait is not None
-            else plan_wait
-            if plan_wait is not None
-            else DEFAULT_COOL_WAIT,
-            zones=zones,
-        )
-    target_name = target or loaded_recipe.build.targets[0]
-    selection = tuple(variant or (plan.ab.variants if plan else ()))
-    precision = plan.ab if plan else PlanAb()  # the minimum effect of interest, the adaptive width
-    ab.check_selection(
-        selection
-    )  # before any work; a minus:PATCH that is not live fails after the full stack's sync
-    quality_spec = quality.spec_with_limits(
-        plan.quality if plan else None, max_kld=max_kld, min_top1=min_top1
+    request = resolve_ab(
+        bench_args(ctx),  # the llama-bench options above, as given
+        AbArgs(
+            target=target,
+            variants=tuple(variant or ()),
+            blocks=blocks,
+            cool_to=cool_to,
+            cool_wait=cool_wait,
+            cool_zones=tuple(cool_zones or ()),
+            max_kld=max_kld,
+            min_top1=min_top1,
+        ),
+        default_target=loaded_recipe.build.targets[0],
     )
-    chosen_device = device or (plan.device if plan else None)
-    found, transport = open_device(settings, chosen_device, loaded_recipe.device, trust_new_host)
-    with closing(transport), resultsdb.ResultsStore(settings.results) as store:
-        if plan is not None:
-            plans.check_model(plan, transport, found)
-        with activity(f"ab of {loaded_recipe.name} on {found.name}") as progress:
+    plan, precision = request.bench.plan, request.precision
+    with ExitStack() as opened:
+        members = open_pool(
+            settings, request.bench.device, loaded_recipe.device, trust_new_host, opened
+        )
+        for found, transport in members:
+            if plan is not None:
+                plans.check_model(plan, transport, found)
+        where = ", ".join(found.name for found, _ in members)
+        with activity(f"ab of {loaded_recipe.name} on {where}") as progress:
 
             def on_build(spec: VariantSpec, event: BuildEvent) -> None:
                 progress(f"building {spec.name}: {event.stage} {event.line}".strip())
@@ -265,16 +233,14 @@ def ab_command(
             result = ab.run_ab(
                 settings,
                 loaded_recipe,
-                transport,
-                found,
-                specs,
-                store,
-                target=target_name,
+                members,
+                request.bench.runs,
+                target=request.target,
                 environ=os.environ,
-                blocks=blocks or (plan.ab.blocks if plan and plan.ab.blocks else DEFAULT_BLOCKS),
-                selection=selection,
-                seed=seed if seed is not None else plan.seed if plan else None,
-                cooling=cooling,
+                blocks=request.blocks,
+                selection=request.selection,
+                seed=request.seed,
+                cooling=request.cooling,
                 options=BuildOptions(),
                 wait=wait,
                 on_build=on_build,
@@ -283,7 +249,7 @@ def ab_command(
                 min_effect_pct=precision.min_effect_pct,
                 max_width_pct=precision.max_width_pct,
                 max_seconds=precision.max_seconds,
-                quality_spec=quality_spec,
+                quality_spec=request.quality,
                 on_quality=on_quality,
             )
     if plot is not None:
@@ -293,10 +259,9 @@ def ab_command(
         shown_turns = {"turns": {k: turn_json(t) for k, t in turns.items()}} if turns else {}
         print_json(result_json(result) | ({"plot": str(plot)} if plot else {}) | shown_turns)
     elif markdown:
-        print(
+        write_out(
             ab.markdown(result.effects, result.variants, result.checks)
-            + quality.markdown(result.quality, result.patch_quality),
-            end="",
+            + quality.markdown(result.quality, result.patch_quality)
         )
     else:
         print_report(result)
@@ -331,6 +296,7 @@ def result_json(result: AbResult) -> dict[str, object]:
     data["runs"] = [
         {
             "name": r.name,
+            "device": r.device,
             "run_id": r.run.run_id,
             "seed": r.run.seed,
             "order": r.run.order,
@@ -360,13 +326,11 @@ def print_report(result: AbResult) -> None:
     say(f"{result.recipe} on {result.device}, target {result.target}; variants: {built}")
     for v in result.variants:
         if v.problem:
-            console.print(
-                f"[red]{escape(v.spec.name)} could not be built:[/red] {escape(v.problem)}"
-            )
+            say(styled("red", f"{v.spec.name} could not be built:"), f" {v.problem}")
     for r in result.runs:
         say(
-            f"run {r.run.run_id}{' (' + r.name + ')' if r.name else ''}: {len(r.run.order)} "
-            f"blocks, seed {r.run.seed}, logs in {r.run.logs}"
+            f"run {r.run.run_id}{' (' + r.name + ')' if r.name else ''} on {r.device}: "
+            f"{len(r.run.order)} blocks, seed {r.run.seed}, logs in {r.run.logs}"
         )
         for start in r.run.starts:
             state = "cooled" if start.cooled else "NOT cooled"
@@ -374,53 +338,53 @@ def print_report(result: AbResult) -> None:
                 f"  block {start.block + 1}: {state}, hottest {start.hottest_c:.1f} C after "
                 f"{start.waited_s:.0f} s"
             )
-    table = Table(
-        title="what each patch buys: full stack vs the stack without it (median of turns, 95% "
-        "bootstrap interval)"
-    )
     output = {q.variant: q for q in result.patch_quality}
     columns = ("patch", "test", "configuration", "full t/s", "without t/s", "effect") + (
         ("mean KLD without -> full", "output") if output else ()
     )
-    for column in columns:
-        table.add_column(
-            column, overflow="fold", justify="right" if column.endswith("t/s") else "left"
-        )
+    rows: list[tuple[Cell, ...]] = []
     for e in result.effects:
-        text = escape(e.effect.describe())
+        text = e.effect.describe()
         shown = (
-            f"[green]{text}[/green]"
+            styled("green", text)
             if e.effect.low_pct > 0
-            else f"[red]{text}[/red]"
+            else styled("red", text)
             if e.effect.high_pct < 0
             else text
         )
         judged = output.get(e.variant)
-        beside = (
+        beside: tuple[Cell, ...] = (
             (quality.kld_change(judged), verdict_text(judged.verdict))
             if judged
             else ("", "")
             if output
             else ()
         )
-        table.add_row(
-            escape(e.patch or "whole stack (vs upstream)"),
-            e.test,
-            escape(e.config),
-            f"{e.full_median:.2f}",
-            f"{e.variant_median:.2f}",
-            shown,
-            *beside,
+        rows.append(
+            (
+                e.patch or "whole stack (vs upstream)",
+                ab.shown_test(e, result.effects),
+                e.config,
+                f"{e.full_median:.2f}",
+                f"{e.variant_median:.2f}",
+                shown,
+                *beside,
+            )
         )
-    console.print(table)
+    say_rich_table(
+        [Column(column, right=column.endswith("t/s"), fold=True) for column in columns],
+        rows,
+        title="what each patch buys: full stack vs the stack without it (median of turns, 95% "
+        "bootstrap interval)",
+    )
     print_quality(result)
     for check in result.checks:
         colour = {"contradicted": "red", "confirmed": "green"}.get(check.verdict, "yellow")
-        console.print(f"[{colour}]{escape(check.describe)}[/{colour}]")
+        say(styled(colour, check.describe))
 
 
-def verdict_text(verdict: str) -> str:
-    return "[green]right[/green]" if verdict == "right" else "[bold red]WRONG[/bold red]"
+def verdict_text(verdict: str) -> Styled:
+    return styled("green", "right") if verdict == "right" else styled("bold red", "WRONG")
 
 
 def print_quality(result: AbResult) -> None:
@@ -429,30 +393,28 @@ def print_quality(result: AbResult) -> None:
     if not result.quality:
         return
     first = result.quality[0]
-    table = Table(
+    columns = ("variant", "mean KLD", "99% KLD", "top-1 %", "PPL ratio", "output")
+    say_rich_table(
+        [Column(column, right=column not in ("variant", "output")) for column in columns],
+        [
+            (
+                record.variant,
+                f"{record.stats.kld_mean:.6f}",
+                f"{record.stats.kld_p99:.6f}",
+                f"{record.stats.top1_pct:.3f}",
+                f"{record.stats.ppl_ratio:.4f}",
+                (
+                    verdict_text(record.verdict),
+                    f" ({'; '.join(record.problems)})" if record.problems else "",
+                ),
+            )
+            for record in result.quality
+        ],
         title=f"output against {first.reference.variant} "
         f"({' '.join(f'{k}={v}' for k, v in first.reference.options.items())}), "
         f"corpus {first.corpus.name} ({first.corpus.sha256[:12]}), model "
-        f"{first.model.sha256 and first.model.sha256[:12]}"
+        f"{first.model.sha256 and first.model.sha256[:12]}",
     )
-    for column in ("variant", "mean KLD", "99% KLD", "top-1 %", "PPL ratio", "output"):
-        table.add_column(column, justify="left" if column in ("variant", "output") else "right")
-    for record in result.quality:
-        stats = record.stats
-        shown = verdict_text(record.verdict) + (
-            f" ({escape('; '.join(record.problems))})" if record.problems else ""
-        )
-        table.add_row(
-            escape(record.variant),
-            f"{stats.kld_mean:.6f}",
-            f"{stats.kld_p99:.6f}",
-            f"{stats.top1_pct:.3f}",
-            f"{stats.ppl_ratio:.4f}",
-            shown,
-        )
-    console.print(table)
     for judged in result.patch_quality:
         if judged.why:
-            console.print(
-                f"[red]{escape(judged.patch or 'the whole stack')}: {escape(judged.why)}[/red]"
-            )
+            say(styled("red", f"{judged.patch or 'the whole stack'}: {judged.why}"))

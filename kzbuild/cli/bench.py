@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from typing import Annotated, Optional
 
 import typer
@@ -22,8 +22,9 @@ from kzbuild.cli.benchoptions import (
     SweepOpt,
     ThreadsOpt,
     UbatchOpt,
+    bench_args,
 )
-from kzbuild.cli.connect import open_device
+from kzbuild.cli.connect import open_pool
 from kzbuild.cli.memoryview import check_budget, plan_turn, print_turn, turn_json
 from kzbuild.cli.options import (
     DeviceOpt,
@@ -32,15 +33,16 @@ from kzbuild.cli.options import (
     TimeoutOpt,
     WaitOpt,
 )
-from kzbuild.cli.results import print_records, record_json, say
+from kzbuild.cli.results import print_records, record_json
 from kzbuild.cli.run import PASSTHROUGH
-from kzbuild.cli.ui import activity, context, print_json
+from kzbuild.cli.ui import activity, context, print_json, say
+from kzbuild.device.base import Transport
 from kzbuild.device.devicelock import DeviceLock, device_lock
-from kzbuild.device.run import parse_env_assignments
-from kzbuild.errors import ConfigError
 from kzbuild.measure import bench, plans, resultsdb
+from kzbuild.measure.pool import spread
+from kzbuild.measure.request import resolve_bench
 from kzbuild.model.bench import BenchPoint, BenchRun, BenchSpec
-from kzbuild.model.plan import Plan
+from kzbuild.model.device import Device
 
 
 def register(app: typer.Typer) -> None:
@@ -80,76 +82,44 @@ def bench_command(
 
     It holds the device root's lock (ROOT/.lock) from the model check to the last run, so no deploy
     switches or prunes the release under it; another kzbuild holding it exits 10 naming the holder
-    (--wait waits).
+    (--wait waits). With --device POOL, the plan's runs are spread over the pool's free devices,
+    each run whole on one device (under that device's lock); each run's records name its device.
     """
     settings = context(ctx).settings
-    given = {
-        "p": prompt,
-        "n": gen,
-        "ngl": ngl,
-        "t": threads,
-        "b": batch,
-        "ub": ubatch,
-        "dev": dev,
-        "r": repetitions,
-    }
-    loaded: Plan | None = None
-    if plan_file is not None:
-        loaded = plans.load_plan(plan_file)
-        refuse_with_plan(
-            model=model,
-            options=given,
-            env=env,
-            sweep=sweep,
-            seed=seed,
-            cooldown=cooldown,
-            timeout=timeout,
-            extra=extra,
-        )
-        specs = [(run.name, run.spec) for run in loaded.runs]
-    else:
-        specs = [
-            (
-                "",
-                spec_from_options(
-                    model,
-                    given,
-                    env=env,
-                    sweep=sweep,
-                    seed=seed,
-                    cooldown=cooldown,
-                    timeout=timeout,
-                    extra=extra,
-                ),
-            )
-        ]
-    target, transport = open_device(
-        settings, device or (loaded.device if loaded else None), None, trust_new_host=False
-    )
-    runs: list[BenchRun] = []
-    try:
-        with device_lock(transport, target.root, "bench", wait=wait) as lock:
-            if loaded is not None:
-                plans.check_model(loaded, transport, target)
-            with resultsdb.ResultsStore(settings.results) as store:
-                for name, spec in specs:
-                    with bench_progress(
-                        f"llama-bench on {target.name}" + (f": {name}" if name else "")
-                    ) as (on_point, on_stderr):
-                        runs.append(
-                            bench.bench(
+    request = resolve_bench(bench_args(ctx))  # the llama-bench options above, as given
+    loaded, specs = request.plan, request.runs
+    runs: list[tuple[str, BenchRun]]  # each with the name of the device that ran it
+    with ExitStack() as opened:
+        members = open_pool(settings, request.device, None, False, opened)
+        where = ", ".join(target.name for target, _ in members)
+        with activity(f"llama-bench on {where}") as progress:
+
+            def bench_on(
+                member: tuple[Device, Transport], mine: Sequence[tuple[str, BenchSpec]]
+            ) -> list[tuple[str, BenchRun]]:
+                """One device's share of the runs, under its lock, each stored as it ends."""
+                target, transport = member
+                done = []
+                with device_lock(transport, target.root, "bench", wait=wait) as lock:
+                    if loaded is not None:
+                        plans.check_model(loaded, transport, target)
+                    with resultsdb.ResultsStore(settings.results) as store:
+                        for name, spec in mine:
+                            label = f"{target.name} {name}" if len(members) > 1 else name
+                            run = bench.bench(
                                 settings,
                                 transport,
                                 target,
                                 spec,
                                 store,
-                                on_point=heartbeat(lock, on_point),
-                                on_stderr=on_stderr,
+                                on_point=heartbeat(lock, point_progress(progress, label)),
+                                on_stderr=last_line_to(progress),
                             )
-                        )
-    finally:
-        transport.close()
-    by_name = {name: run.records for (name, _), run in zip(specs, runs, strict=True)}
+                            done.append((target.name, run))
+                return done
+
+            runs = spread(members, specs, bench_on)
+    by_name = {name: run.records for (name, _), (_, run) in zip(specs, runs, strict=True)}
     turned = plan_turn(loaded, by_name) if loaded is not None else None
     if json_out:
         shown = [
@@ -159,17 +129,20 @@ def bench_command(
                 "logs": str(run.logs),
                 "records": [record_json(r) for r in run.records],
             }
-            for run in runs
+            for _, run in runs
         ]
         if loaded is None:
             print_json(shown[0])
         else:
-            named = [{"name": n} | s for (n, _), s in zip(specs, shown, strict=True)]
+            named = [
+                {"name": n, "device": d} | s
+                for (n, _), (d, _), s in zip(specs, runs, shown, strict=True)
+            ]
             shown_turn = {"turn": turn_json(turned)} if turned else {}
             print_json({"plan": str(loaded.path), "runs": named} | shown_turn)
     else:
-        for (name, _), run in zip(specs, runs, strict=True):
-            title = f"run {run.run_id} on {target.name}" + (f" ({name})" if name else "")
+        for (name, _), (on, run) in zip(specs, runs, strict=True):
+            title = f"run {run.run_id} on {on}" + (f" ({name})" if name else "")
             print_records(run.records, title=title, markdown=False)
             say(
                 f"stored {len(run.records)} records as run {run.run_id} (sweep seed {run.seed}); "
@@ -177,68 +150,7 @@ def bench_command(
             )
         if turned:
             print_turn("", turned)
-    check_budget([r for run in runs for r in run.records])
-
-
-def spec_from_options(
-    model: str | None,
-    given: dict[str, str | None],
-    *,
-    env: Sequence[str] | None,
-    sweep: Sequence[str] | None,
-    seed: int | None,
-    cooldown: float,
-    timeout: float | None,
-    extra: Sequence[str] | None,
-) -> BenchSpec:
-    """The bench request the command line makes, checked before any device is contacted."""
-    if model is None:
-        raise ConfigError("give the model (-m PATH on the device) or a plan (--plan FILE)")
-    spec = BenchSpec(
-        model=model,
-        options=tuple((name, value) for name, value in given.items() if value is not None),
-        env=tuple(parse_env_assignments(env or []).items()),
-        extra_args=tuple(extra or ()),
-        sweep=tuple(bench.parse_sweep(text) for text in sweep or ()),
-        seed=seed,
-        cooldown=cooldown,
-        timeout=timeout,
-    )
-    bench.check_spec(spec)  # a bad value is a usage error wherever the device is
-    return spec
-
-
-def refuse_with_plan(
-    *,
-    model: str | None,
-    options: dict[str, str | None],
-    env: Sequence[str] | None,
-    sweep: Sequence[str] | None,
-    seed: int | None,
-    cooldown: float,
-    timeout: float | None,
-    extra: Sequence[str] | None,
-) -> None:
-    """A plan declares the whole request: bench options beside it would be silently ignored."""
-    given = [f"-{name}" for name, value in options.items() if value is not None]
-    given += [
-        flag
-        for flag, value in (
-            ("-m", model),
-            ("--env", env),
-            ("--sweep", sweep),
-            ("--seed", seed),
-            ("--timeout", timeout),
-            ("--", extra),
-        )
-        if value
-    ]
-    given += ["--cooldown"] if cooldown else []
-    if given:
-        raise ConfigError(
-            f"--plan declares the model and the runs; {', '.join(given)} cannot be given with it",
-            hint="edit the plan instead",
-        )
+    check_budget([r for _, run in runs for r in run.records])
 
 
 def heartbeat(
@@ -254,18 +166,15 @@ def heartbeat(
     return on_each
 
 
-@contextmanager
-def bench_progress(
-    message: str,
-) -> Iterator[tuple[Callable[[BenchPoint], None], Callable[[bytes], None]]]:
-    """A spinner following the sweep point and llama-bench's latest log line."""
-    with activity(message) as progress:
+def point_progress(progress: Callable[[str], None], label: str) -> Callable[[BenchPoint], None]:
+    """Shows each sweep point of a run (named by ``label``) as progress."""
+    prefix = f"{label}: " if label else ""
 
-        def on_point(point: BenchPoint) -> None:
-            shown = " ".join(f"{k}={v}" for k, v in point.values)
-            progress(f"run {point.index + 1}/{point.total} {shown}")
+    def on_point(point: BenchPoint) -> None:
+        shown = " ".join(f"{k}={v}" for k, v in point.values)
+        progress(f"{prefix}run {point.index + 1}/{point.total} {shown}")
 
-        yield on_point, last_line_to(progress)
+    return on_point
 
 
 def last_line_to(progress: Callable[[str], None]) -> Callable[[bytes], None]:

@@ -4,12 +4,13 @@ help texts come from the bench model, which other commands need not load)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from kzbuild.cli.ui import not_empty
 from kzbuild.model.bench import OPTIONS_BY_NAME
+from kzbuild.model.request import BenchArgs
 
 ModelOpt = Annotated[
     Optional[str],
@@ -74,3 +75,17 @@ PlanOpt = Annotated[
         "above.",
     ),
 ]
+
+
+def bench_args(ctx: typer.Context) -> BenchArgs:
+    """What a measuring command's line gave of the options above (and --device, -- EXTRA): the
+    command declares them under BenchArgs' names, the resolver makes the request of them."""
+    names = BenchArgs.names()
+    given: dict[str, Any] = {
+        name: tuple(value) if isinstance(value, list) else value
+        for name, value in ctx.params.items()
+        if name in names and value is not None
+    }
+    if "plan_file" in given:  # click keeps a path option as the string given
+        given["plan_file"] = Path(given["plan_file"])
+    return BenchArgs(**given)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from contextlib import ExitStack, closing
+from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -22,8 +23,7 @@ from kzbuild.cli.options import (
     append_step_summary,
     load_recipe,
 )
-from kzbuild.cli.ui import activity, context, not_empty, print_json, say
-from kzbuild.errors import Busy
+from kzbuild.cli.ui import activity, context, not_empty, print_json, say, write_out
 from kzbuild.model.bisect import BisectLimits
 
 LIMITS = BisectLimits()
@@ -65,8 +65,11 @@ def bisect_command(
         typer.Option(
             "--metric",
             callback=not_empty,
-            help="RUN:TEST of the plan whose t/s is bisected "
-            "(default: the first run's first test).",
+            help="What is bisected: RUN:TEST, a test's t/s (default: the plan's first run and "
+            "test); [RUN:]peak-memory, the peak MiB of the run's process; "
+            "[RUN:]buffer:TYPE[:KIND], llama.cpp's buffers of one type (buffer:CPU_REPACK:model); "
+            "kld[:STEP], the mean KL divergence against the good end's logits (the plan's "
+            "quality:), where a change of STEP (default its max_kld, else 0.01) counts.",
         ),
     ] = None,
     device: DeviceOpt = None,
@@ -129,15 +132,16 @@ def bisect_command(
     does not; skipped with the reason where it does not build) through the content-addressed and
     shared caches, then benched interleaved with the two ends of the range on one device. Two
     commits differ when the bootstrap interval of their medians' difference excludes zero and the
-    median moved by at least --min-effect; pairs not yet told apart get more samples. The record in
-    WORK/bisect/RECIPE/records/ is written after every build and round: run again after Ctrl-C or a
-    lost device, the bisect resumes with no commit measured twice.
+    median moved by at least --min-effect; pairs not yet told apart get more samples. The number
+    is a test's t/s, the run's peak memory or llama.cpp's buffers (--metric), or the output's mean
+    KL divergence against the good end's logits, checked once per commit (--metric kld). The
+    record in WORK/bisect/RECIPE/records/ is written after every build and round: run again after
+    Ctrl-C or a lost device, the bisect resumes with no commit measured twice.
     """
     from kzbuild.build import remotecache
-    from kzbuild.cli.connect import open_device
-    from kzbuild.device.devicelock import holder, is_busy
-    from kzbuild.device.registry import resolve_devices
+    from kzbuild.cli.connect import open_pool
     from kzbuild.measure import bisect, plans
+    from kzbuild.model.quality import QualitySpec
 
     if not plan_file.name:
         raise typer.BadParameter(
@@ -153,38 +157,25 @@ def bisect_command(
     settings = context(ctx).settings
     loaded = load_recipe(settings, recipe)
     plan = plans.load_plan(plan_file)
-    chosen = bisect.Metric.parse(metric, [run.name for run in plan.runs])
+    quality = plan.quality or QualitySpec()
+    chosen = bisect.Metric.parse(
+        metric, [run.name for run in plan.runs], max_kld=quality.limits.max_kld
+    )
+    if chosen.anchored:  # a check of the output gives the same figure again: once per commit
+        limits = replace(limits, samples_per_round=1, max_samples=1)
     spec = next(run.spec for run in plan.runs if run.name == chosen.run)
     target_name = target or loaded.build.targets[0]
     remote = remotecache.load_config(settings, os.environ, disabled=no_remote_cache)
-    members = resolve_devices(settings, device or plan.device, loaded.device)
     with ExitStack() as opened:
         benchers = {}
-        for member in members:
-            found, transport = open_device(
-                settings,
-                member.name if len(members) > 1 else device or plan.device,
-                loaded.device,
-                trust_new_host,
-            )
-            opened.enter_context(closing(transport))
-            sighting = holder(transport, found.root) if len(members) > 1 else None
-            if is_busy(sighting):
-                say(
-                    f"{found.name}: busy "
-                    f"({sighting.owner.describe() if sighting and sighting.owner else 'held'}); "
-                    "the pool goes on without it"
-                )
-                continue
+        for found, transport in open_pool(
+            settings, device or plan.device, loaded.device, trust_new_host, opened
+        ):
             plans.check_model(plan, transport, found)
-            benchers[found.name] = bisect.DeviceBencher(
-                settings, transport, found, spec, chosen, wait=wait
-            )
-        if not benchers:
-            raise Busy(
-                f"every device of the pool is busy: {', '.join(m.name for m in members)}",
-                hint="kzbuild device list shows who holds each one; "
-                "--wait on a single device waits",
+            benchers[found.name] = (
+                bisect.QualityBencher(settings, transport, found, spec.model, quality, wait=wait)
+                if chosen.anchored
+                else bisect.DeviceBencher(settings, transport, found, spec, chosen, wait=wait)
             )
         where = ", ".join(benchers)
         with activity(f"bisecting {loaded.name} {good}..{bad} on {where}") as progress:
@@ -219,7 +210,7 @@ def bisect_command(
     if json_out:
         print_json(bisect.to_json(report))
     elif markdown:
-        print(text, end="")
+        write_out(text)
     else:
         say(bisect.answer(report))
         say(

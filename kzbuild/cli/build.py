@@ -13,20 +13,11 @@ from kzbuild.adapters.settings import Settings
 from kzbuild.build import builder, remotecache
 from kzbuild.cli.complete import complete_target
 from kzbuild.cli.options import JsonOpt, NoRemoteOpt, RecipeArg, load_recipe
-from kzbuild.cli.ui import (
-    ProgressLines,
-    context,
-    print_json,
-    rich_console,
-    say,
-    stderr_is_terminal,
-    styled,
-)
+from kzbuild.cli.ui import build_progress, context, print_json, say, styled
 from kzbuild.model.build import (
     V79_CHECK_DESCRIPTION,
     V79_CHECK_PROVES,
     V79_CHECK_TARGET,
-    BuildEvent,
     BuildOptions,
     BuildPlan,
     BuildResult,
@@ -131,13 +122,13 @@ def build_command(
             if not json_out:
                 render_plan(plan, remote)
             continue
-        with BuildDisplay(f"{loaded.name} → {name}") as display:
+        with build_progress(f"{loaded.name} → {name}") as progress:
             prepared = builder.prepare(
-                settings, loaded, name, environ=os.environ, options=options, progress=display.update
+                settings, loaded, name, environ=os.environ, options=options, progress=progress
             )
             result = builder.build(
                 prepared,
-                progress=display.update,
+                progress=progress,
                 remote=remote,
                 on_no_artifact=announce_expected_duration,
             )
@@ -173,10 +164,10 @@ def v79_check(
                 f"{' '.join(v79check.HOST_FLAGS)}"
             )
         return plan.to_dict()
-    with BuildDisplay(f"{recipe.name} → {v79check.TARGET}") as display:
+    with build_progress(f"{recipe.name} → {v79check.TARGET}") as progress:
         result = v79check.run_check(
-            v79check.prepare_check(settings, recipe, options=options, progress=display.update),
-            progress=display.update,
+            v79check.prepare_check(settings, recipe, options=options, progress=progress),
+            progress=progress,
         )
     if not json_out:
         render_check(result)
@@ -324,72 +315,3 @@ def render_result(result: BuildResult) -> None:
     )
     if remote is not None and remote.pushed:
         say(f"  pushed to {remote.store} ({remote.uploaded_bytes / 1e6:.1f} MB sent)")
-
-
-class BuildDisplay:
-    """A live progress bar fed by ninja's [n/N] lines; in logs and pipes, ProgressLines."""
-
-    def __init__(self, title: str) -> None:
-        self.title = title
-        self.lines = None if stderr_is_terminal() else ProgressLines(title)
-        self.bar = None if self.lines else ProgressBar(title)
-
-    def __enter__(self) -> BuildDisplay:
-        if self.lines:
-            self.lines.__enter__()
-        elif self.bar:
-            self.bar.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.lines:
-            self.lines.__exit__(*exc)
-        elif self.bar:
-            self.bar.progress.stop()
-
-    def update(self, event: BuildEvent) -> None:
-        if self.lines:
-            self.lines.update(event.stage, f"[{event.done}/{event.total}]" if event.total else "")
-        elif self.bar:
-            self.bar.update(event)
-
-
-class ProgressBar:
-    """BuildDisplay on a terminal: rich's live bar (imported here, ~20 ms, only when a terminal
-    shows it)."""
-
-    def __init__(self, title: str) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            SpinnerColumn,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        self.title = title
-        self.progress = Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("[dim]{task.fields[line]}"),
-            console=rich_console(stderr=True),
-            transient=True,
-        )
-        self.task = self.progress.add_task(f"{title}: sync", total=None, line="")
-
-    def update(self, event: BuildEvent) -> None:
-        line = event.line.strip()[-70:]
-        if event.total:
-            self.progress.update(
-                self.task,
-                description=f"{self.title}: {event.stage}",
-                total=event.total,
-                completed=event.done or 0,
-                line=line,
-            )
-        else:
-            self.progress.update(self.task, description=f"{self.title}: {event.stage}", line=line)

@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 
 import typer
-from rich.markup import escape
 
 from kzbuild.build import remotecache
 from kzbuild.cli.options import JsonOpt, NoRemoteOpt
-from kzbuild.cli.ui import command_group, console, context, print_json
+from kzbuild.cli.ui import command_group, context, print_json, say, styled
 from kzbuild.model.remotecache import CacheStats
 
 cache_app = command_group(
@@ -58,49 +57,44 @@ def _rate(value: float | None) -> str:
 def render(stats: CacheStats) -> None:
     cc = stats.ccache
     if cc is None:
-        console.print(
-            f"[bold]local ccache[/bold]     {escape(stats.ccache_dir)}: empty (no build has run "
-            "here)",
-            highlight=False,
+        say(
+            styled("bold", "local ccache"),
+            f"     {stats.ccache_dir}: empty (no build has run here)",
         )
     else:
-        console.print(
-            f"[bold]local ccache[/bold]     {_size(cc.size_bytes)} in {cc.files} files "
-            f"({escape(stats.ccache_dir)}); "
+        say(
+            styled("bold", "local ccache"),
+            f"     {_size(cc.size_bytes)} in {cc.files} files "
+            f"({stats.ccache_dir}); "
             f"{cc.compiles} compiles: {_rate(cc.rate(cc.local_hits))} local hits, "
             f"{_rate(cc.rate(cc.remote_hits))} remote hits, "
             f"{_rate(cc.rate(cc.misses))} misses"
             + (f"; {cc.remote_errors} remote errors or timeouts" if cc.remote_errors else ""),
-            highlight=False,
         )
     counts = stats.artifact_counts
-    console.print(
-        f"[bold]local artifacts[/bold]  {stats.artifact_count} ({_size(stats.artifact_bytes)}) in "
-        f"{escape(stats.artifacts_dir)}",
-        highlight=False,
+    say(
+        styled("bold", "local artifacts"),
+        f"  {stats.artifact_count} ({_size(stats.artifact_bytes)}) in {stats.artifacts_dir}",
     )
-    console.print(
-        f"[bold]artifact lookups[/bold] {counts.lookups} builds: {counts.local} found here "
+    say(
+        styled("bold", "artifact lookups"),
+        f" {counts.lookups} builds: {counts.local} found here "
         f"({_rate(counts.rate(counts.local))}), "
         f"{counts.pulled} pulled ({_rate(counts.rate(counts.pulled))}), {counts.built} compiled",
-        highlight=False,
     )
     if stats.remote is None:
-        console.print(
-            "[bold]remote[/bold]           none configured (KZ_REMOTE_CACHE or .kz/config.yaml)",
-            highlight=False,
+        say(
+            styled("bold", "remote"),
+            "           none configured (KZ_REMOTE_CACHE or .kz/config.yaml)",
         )
         return
     usage = stats.remote_usage
-    line = (
-        f"[bold]remote[/bold]           {escape(stats.remote.shown)} (set by "
-        f"{escape(stats.remote.source)})"
-    )
+    line = f"           {stats.remote.shown} (set by {stats.remote.source})"
     if usage is not None and (usage.size_bytes is not None or usage.entries is not None):
         line += (
             f": {_size(usage.size_bytes)} in {usage.entries} keys; server hit rate "
             f"{_rate(usage.server_hit_rate)}"
         )
     if usage is not None and usage.problem:
-        line += f": {escape(usage.problem)}"
-    console.print(line, highlight=False)
+        line += f": {usage.problem}"
+    say(styled("bold", "remote"), line)

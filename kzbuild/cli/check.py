@@ -6,8 +6,6 @@ import dataclasses
 from contextlib import closing
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from kzbuild.cli.connect import open_device
 from kzbuild.cli.options import (
@@ -19,7 +17,7 @@ from kzbuild.cli.options import (
     WaitOpt,
     load_recipe,
 )
-from kzbuild.cli.ui import activity, console, context, print_json
+from kzbuild.cli.ui import Column, activity, context, print_json, say_rich_table, styled
 from kzbuild.device.devicelock import device_lock
 from kzbuild.device.run import check_seconds
 from kzbuild.errors import WrongOutput
@@ -73,26 +71,23 @@ def check_command(
     if json_out:
         print_json({"results": [dataclasses.asdict(r) for r in results]})
     else:
-        table = Table(
+        say_rich_table(
+            [Column(c, fold=True) for c in ("patch", "check", "result", "seconds", "output")],
+            [
+                (
+                    r.patch,
+                    r.command,
+                    styled("green", "passed")
+                    if r.passed
+                    else styled("bold red", f"FAILED (exit {r.returncode})"),
+                    f"{r.seconds:.1f}",
+                    r.logs + ".*.log",
+                )
+                for r in results
+            ],
             title=f"device checks of {loaded.name} on {found.name}, release "
-            f"{results[0].build.build_id}"
+            f"{results[0].build.build_id}",
         )
-        for column in ("patch", "check", "result", "seconds", "output"):
-            table.add_column(column, overflow="fold")
-        for r in results:
-            shown = (
-                "[green]passed[/green]"
-                if r.passed
-                else f"[bold red]FAILED (exit {r.returncode})[/bold red]"
-            )
-            table.add_row(
-                escape(r.patch),
-                escape(r.command),
-                shown,
-                f"{r.seconds:.1f}",
-                escape(r.logs) + ".*.log",
-            )
-        console.print(table)
     failed = [r for r in results if not r.passed]
     if failed:
         raise WrongOutput(

@@ -7,9 +7,9 @@ import os
 import typer
 
 from kzbuild.build import remotecache
-from kzbuild.cli.build import ArtifactsOpt, BuildDisplay, JobsOpt, TargetOpt, ToolchainOpt
+from kzbuild.cli.build import ArtifactsOpt, JobsOpt, TargetOpt, ToolchainOpt
 from kzbuild.cli.options import NoRemoteOpt, RecipeArg, append_step_summary, load_recipe
-from kzbuild.cli.ui import context, err_console, print_json
+from kzbuild.cli.ui import build_progress, context, print_json, say, styled
 from kzbuild.model.build import BuildOptions
 from kzbuild.model.ci import CiStep
 
@@ -42,11 +42,9 @@ def ci_command(
 
     def announce(step: CiStep) -> None:
         colour = {"ok": "green", "failed": "red", "skipped": "yellow"}.get(step.status, "white")
-        err_console.print(
-            f"[{colour}]{step.status:7}[/{colour}] {step.name}: {step.detail}", highlight=False
-        )
+        say(styled(colour, f"{step.status:7}"), f" {step.name}: {step.detail}", err=True)
 
-    with BuildDisplay(f"ci {loaded.name}") as display:
+    with build_progress(f"ci {loaded.name}") as progress:
         report = run_ci(
             settings,
             loaded,
@@ -54,7 +52,7 @@ def ci_command(
             targets=target or (),
             options=BuildOptions(jobs=jobs, overrides=tuple(toolchain or ()), artifacts=artifacts),
             on_step=announce,
-            progress=display.update,
+            progress=progress,
             remote=remotecache.load_config(settings, os.environ, disabled=no_remote_cache),
         )
     print_json(report.to_dict())

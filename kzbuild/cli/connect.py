@@ -1,15 +1,15 @@
-"""Opening the device a command names, and showing an upload's progress."""
+"""Opening the device a command names."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, closing
 
 from kzbuild.adapters.settings import Settings
-from kzbuild.cli.ui import ProgressLines, rich_console, stderr_is_terminal
+from kzbuild.cli.ui import say
 from kzbuild.device.base import Transport
-from kzbuild.device.registry import connect, resolve_device
-from kzbuild.device.store import TransferProgress
+from kzbuild.device.devicelock import holder, is_busy
+from kzbuild.device.registry import connect, resolve_device, resolve_devices
+from kzbuild.errors import Busy
 from kzbuild.model.device import Device
 
 
@@ -21,46 +21,34 @@ def open_device(
     return device, connect(device, **options)
 
 
-@contextmanager
-def transfer_bars(enabled: bool) -> Iterator[Callable[[TransferProgress], None] | None]:
-    """A progress bar with bytes and rate for an upload (in logs and pipes, ProgressLines); nothing
-    when ``enabled`` is false."""
-    if not enabled:
-        yield None
-        return
-    if not stderr_is_terminal():  # bars show nothing in logs and pipes
-        with ProgressLines("upload") as lines:
-            yield lambda event: lines.update(
-                "sending",
-                f"{event.done * 100 // max(event.total, 1)}% ({event.done}/{event.total} bytes) "
-                f"{event.label}",
-            )
-        return
-    # imported here: rich.progress costs every kzbuild start-up ~60 ms otherwise
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TaskID,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
-
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=rich_console(stderr=True), transient=True) as bars:
-        task: TaskID | None = None
-
-        def update(event: TransferProgress) -> None:
-            nonlocal task
-            if task is None:
-                task = bars.add_task(event.label, total=event.total)
-            bars.update(task, completed=event.done, description=event.label[-40:])
-
-        yield update
+def open_pool(
+    settings: Settings,
+    spec: str | None,
+    default: str | None,
+    trust_new_host: bool,
+    opened: ExitStack,
+) -> list[tuple[Device, Transport]]:
+    """The free members of the pool ``spec`` names, each opened (and closed with ``opened``); the
+    one device ``spec`` names otherwise. A member another kzbuild holds is left out, and said so
+    (a single device is not asked: its lock, with --wait, answers); Busy when all are held."""
+    members = resolve_devices(settings, spec, default)
+    if len(members) == 1:
+        device, transport = open_device(settings, spec, default, trust_new_host)
+        opened.enter_context(closing(transport))
+        return [(device, transport)]
+    free = []
+    for member in members:
+        device, transport = open_device(settings, member.name, None, trust_new_host)
+        opened.enter_context(closing(transport))
+        sighting = holder(transport, device.root)
+        if is_busy(sighting):
+            owner = sighting.owner.describe() if sighting and sighting.owner else "held"
+            say(f"{device.name}: busy ({owner}); the pool goes on without it", err=True)
+            continue
+        free.append((device, transport))
+    if not free:
+        raise Busy(
+            f"every device of the pool is busy: {', '.join(m.name for m in members)}",
+            hint="kzbuild device list shows who holds each one; --wait on a single device waits",
+        )
+    return free

@@ -6,13 +6,19 @@ from contextlib import closing
 from typing import Annotated, Optional
 
 import typer
-from rich.filesize import decimal
-from rich.markup import escape
 
 from kzbuild.build.artifacts import find_artifact
-from kzbuild.cli.connect import open_device, transfer_bars
+from kzbuild.cli.connect import open_device
 from kzbuild.cli.options import DeviceOpt, JsonOpt, RecipeArg, TrustOpt, WaitOpt, load_recipe
-from kzbuild.cli.ui import console, context, not_empty, print_json
+from kzbuild.cli.ui import (
+    context,
+    file_size,
+    not_empty,
+    print_json,
+    say,
+    styled,
+    transfer_progress,
+)
 from kzbuild.device import deploy
 
 
@@ -70,14 +76,14 @@ def deploy_command(
             if json_out:
                 print_json(back.to_dict())
                 return
-            console.print(
-                f"[green]rolled back[/green] {back.device}: current -> releases/{back.release} "
-                f"(was {back.previous})"
+            say(
+                styled("green", "rolled back"),
+                f" {back.device}: current -> releases/{back.release} (was {back.previous})",
             )
             _print_pruned(back.pruned)
             return
         build = find_artifact(settings, artifact, loaded)
-        with transfer_bars(not json_out) as on_progress:
+        with transfer_progress(not json_out) as on_progress:
             result = deploy.deploy(
                 transport, target, build, keep=keep, on_progress=on_progress, wait=wait
             )
@@ -85,33 +91,37 @@ def deploy_command(
         print_json(result.to_dict())
         return
     if result.switched:
-        console.print(
-            f"[green]deployed[/green] {result.build_id} to {result.device}: current -> "
-            f"releases/{result.release} (was {result.previous or 'nothing'})"
+        say(
+            styled("green", "deployed"),
+            f" {result.build_id} to {result.device}: current -> "
+            f"releases/{result.release} (was {result.previous or 'nothing'})",
         )
     else:
-        console.print(
-            f"[green]{result.build_id} is already current[/green] on {result.device} "
-            f"(releases/{result.release})"
+        say(
+            styled("green", f"{result.build_id} is already current"),
+            f" on {result.device} (releases/{result.release})",
         )
     resumed = (
-        f" ({decimal(result.bytes_resumed)} had arrived before a cut)"
+        f" ({file_size(result.bytes_resumed)} had arrived before a cut)"
         if result.bytes_resumed
         else ""
     )
-    console.print(
-        f"  sent {result.files_sent} file(s), {decimal(result.bytes_sent)}{resumed}; "
-        f"skipped {result.files_skipped} already on the device, {decimal(result.bytes_skipped)}; "
-        f"metadata {decimal(result.metadata_bytes)}; {result.seconds:.2f} s"
+    say(
+        f"  sent {result.files_sent} file(s), {file_size(result.bytes_sent)}{resumed}; "
+        f"skipped {result.files_skipped} already on the device, "
+        f"{file_size(result.bytes_skipped)}; "
+        f"metadata {file_size(result.metadata_bytes)}; {result.seconds:.2f} s"
     )
     if result.repaired:
-        console.print(
-            f"  [yellow]repaired[/yellow] {len(result.repaired)} damaged file(s), re-sent and "
-            f"relinked: {escape(', '.join(result.repaired))}"
+        say(
+            "  ",
+            styled("yellow", "repaired"),
+            f" {len(result.repaired)} damaged file(s), re-sent and "
+            f"relinked: {', '.join(result.repaired)}",
         )
     _print_pruned(result.pruned)
 
 
 def _print_pruned(pruned: tuple[str, ...]) -> None:
     if pruned:
-        console.print(f"  pruned {len(pruned)} old release(s): {', '.join(pruned)}")
+        say(f"  pruned {len(pruned)} old release(s): {', '.join(pruned)}")

@@ -5,11 +5,10 @@ from __future__ import annotations
 from contextlib import closing
 
 import typer
-from rich.markup import escape
 
 from kzbuild.cli.connect import open_device
 from kzbuild.cli.options import DeviceOpt, JsonOpt, TrustOpt, WaitOpt
-from kzbuild.cli.ui import command_group, console, context, print_json, say
+from kzbuild.cli.ui import command_group, context, print_json, say, styled
 from kzbuild.device.devicelock import device_lock
 from kzbuild.device.integrity import verify_store
 from kzbuild.device.store import Layout, Remote
@@ -106,14 +105,15 @@ def verify_command(
     else:
         checked = (
             f"{report.objects} content(s), {report.chunks} chunk(s), {report.releases} release(s), "
-            f"{report.models} model(s) under {escape(report.root)}"
+            f"{report.models} model(s) under {report.root}"
         )
         if report.ok:
-            console.print(f"[green]all intact[/green] on {escape(report.device)}: {checked}")
+            say(styled("green", "all intact"), f" on {report.device}: {checked}")
         for entry in report.damage:
-            console.print(
-                f"[red]damaged[/red] {entry.kind} {escape(entry.name)}: {escape(entry.path)}: "
-                f"expected {escape(entry.expected)}, found {escape(entry.found)}"
+            say(
+                styled("red", "damaged"),
+                f" {entry.kind} {entry.name}: {entry.path}: "
+                f"expected {entry.expected}, found {entry.found}",
             )
     if not report.ok:
         releases = ", ".join(report.damaged_releases) or "none"

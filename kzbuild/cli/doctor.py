@@ -11,7 +11,15 @@ from kzbuild.build import builder
 from kzbuild.cli.build import ToolchainOpt
 from kzbuild.cli.complete import complete_device, complete_recipe
 from kzbuild.cli.options import JsonOpt
-from kzbuild.cli.ui import console, context, not_empty, print_json, say, styled
+from kzbuild.cli.ui import (
+    Cell,
+    context,
+    not_empty,
+    print_json,
+    say,
+    say_rich_table,
+    styled,
+)
 from kzbuild.device.registry import resolve_device
 from kzbuild.doctor import doctor
 from kzbuild.errors import ToolchainMissing
@@ -126,34 +134,35 @@ def render_device_check(check: DeviceCheck) -> None:
 
 
 def render_target_check(check: TargetCheck) -> None:
-    state = "[green]ready[/green]" if check.ok else "[red]not ready[/red]"
-    console.print(
-        f"[bold]{check.target}[/bold] ({builder.TARGETS[check.target].description}): {state}"
+    state = styled("green", "ready") if check.ok else styled("red", "not ready")
+    say(
+        styled("bold", check.target),
+        f" ({builder.TARGETS[check.target].description}): ",
+        state,
     )
-    from rich.table import Table
-
-    table = Table(box=None, show_header=True, padding=(0, 2))
-    for column in ("toolchain", "status", "version", "proven by"):
-        table.add_column(column)
-    for found in check.required:
-        table.add_row(*toolchain_row(found, optional=False))
-    for found in check.optional:
-        table.add_row(*toolchain_row(found, optional=True))
-    console.print(table)
+    say_rich_table(
+        ("toolchain", "status", "version", "proven by"),
+        [
+            *(toolchain_row(found, optional=False) for found in check.required),
+            *(toolchain_row(found, optional=True) for found in check.optional),
+        ],
+        bare=True,
+    )
     for found in [*check.required, *check.optional]:
         for problem in found.problems:
             colour = "dim" if found in check.optional else "red"
-            console.print(f"  [{colour}]{found.name}: {problem}[/{colour}]", highlight=False)
+            say("  ", styled(colour, f"{found.name}: {problem}"))
         for note in found.notes:
-            console.print(f"  [dim]{found.name}: {note}[/dim]", highlight=False)
-    console.print()
+            say("  ", styled("dim", f"{found.name}: {note}"))
+    say()
 
 
-def toolchain_row(found: Found, *, optional: bool) -> tuple[str, str, str, str]:
+def toolchain_row(found: Found, *, optional: bool) -> tuple[str, Cell, str, str]:
+    status: Cell
     if found.ok:
-        status = "[green]ok[/green]" + (" (optional)" if optional else "")
+        status = (styled("green", "ok"), " (optional)" if optional else "")
     else:
-        status = "[dim]absent (optional)[/dim]" if optional else "[red]missing[/red]"
+        status = styled("dim", "absent (optional)") if optional else styled("red", "missing")
     versions = ", ".join(f"{label} {version}" for label, version in found.versions) or (
         found.version or ""
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from kzbuild.cli.ui import console, print_json
+from kzbuild.cli.ui import print_json, say
 from kzbuild.errors import ConfigError, OverMemoryBudget, RegressionFound, ResultsError
 from kzbuild.measure.turn import turn_time
 from kzbuild.model.memory import MIB, MemoryInfo
@@ -113,7 +113,7 @@ def turn_lines(name: str, turn: TurnTime) -> list[str]:
 
 def print_turn(name: str, turn: TurnTime) -> None:
     for line in turn_lines(name, turn):
-        console.print(line, markup=False, soft_wrap=True)
+        say(line)
 
 
 def turn_json(turn: TurnTime) -> dict[str, object]:
@@ -188,4 +188,4 @@ def show_provenance(records: Sequence[BenchRecord], wanted: str, *, json_out: bo
     runs = sorted({r.run_id for r in records})
     lines.append(f"{len(records)} record(s) in run(s) {', '.join(runs)}")
     for line in lines:
-        console.print(line, markup=False, soft_wrap=True)
+        say(line)

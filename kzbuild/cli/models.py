@@ -9,11 +9,19 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.filesize import decimal
 
-from kzbuild.cli.connect import open_device, transfer_bars
+from kzbuild.cli.connect import open_device
 from kzbuild.cli.options import DeviceOpt, JsonOpt, TrustOpt, WaitOpt
-from kzbuild.cli.ui import command_group, console, context, not_empty, print_json
+from kzbuild.cli.ui import (
+    command_group,
+    context,
+    file_size,
+    not_empty,
+    print_json,
+    say,
+    styled,
+    transfer_progress,
+)
 from kzbuild.device import deploy
 from kzbuild.errors import ConfigError
 from kzbuild.model import tinyspec
@@ -52,10 +60,7 @@ def tiny_command(
     if output.is_dir():
         raise ConfigError(f"--output {output} is a folder; name the .gguf file to write")
     path = write_tiny_model(output, arch=arch.value, ftype=ftype.value, seed=seed)
-    console.print(
-        f"wrote {path} ({arch.value}, {ftype.value}, seed {seed}, {path.stat().st_size} bytes)",
-        soft_wrap=True,
-    )
+    say(f"wrote {path} ({arch.value}, {ftype.value}, seed {seed}, {path.stat().st_size} bytes)")
 
 
 def push_command(
@@ -79,7 +84,7 @@ def push_command(
     settings = context(ctx).settings
     target, transport = open_device(settings, device, None, trust_new_host)
     with closing(transport):
-        with transfer_bars(not json_out) as on_progress:
+        with transfer_progress(not json_out) as on_progress:
             result = deploy.push_model(
                 transport, target, model, name=name, on_progress=on_progress, wait=wait
             )
@@ -87,14 +92,17 @@ def push_command(
         print_json(result.to_dict())
         return
     if result.already_there:
-        console.print(
-            f"[green]{model.name} is already on {result.device}[/green] as {result.path}; sent 0 "
-            "bytes"
+        say(
+            styled("green", f"{model.name} is already on {result.device}"),
+            f" as {result.path}; sent 0 bytes",
         )
     else:
-        resumed = f", resumed after {decimal(result.bytes_resumed)}" if result.bytes_resumed else ""
-        console.print(
-            f"[green]pushed[/green] {model.name} to {result.device} as {result.path} "
-            f"({decimal(result.bytes_sent)} sent{resumed}, verified, {result.seconds:.2f} s)"
+        resumed = (
+            f", resumed after {file_size(result.bytes_resumed)}" if result.bytes_resumed else ""
         )
-    console.print(f"  {result.link} -> {result.sha256}.gguf")
+        say(
+            styled("green", "pushed"),
+            f" {model.name} to {result.device} as {result.path} "
+            f"({file_size(result.bytes_sent)} sent{resumed}, verified, {result.seconds:.2f} s)",
+        )
+    say(f"  {result.link} -> {result.sha256}.gguf")

@@ -11,19 +11,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from kzbuild.adapters.settings import Settings
 from kzbuild.cli.options import DEFAULT_RECIPE, JsonOpt, RecipeArg, load_recipe
 from kzbuild.cli.ui import (
+    Cell,
     activity,
     command_group,
-    console,
     context,
-    err_console,
     not_empty,
     print_json,
+    say,
+    say_rich_table,
+    styled,
+    write_out,
 )
 from kzbuild.errors import BuildFailed, PatchError
 from kzbuild.source import recipes
@@ -142,23 +143,26 @@ def list_command(
         print_json(rows)
         return
     if not rows:
-        console.print("the series is empty")
+        say("the series is empty")
         return
-    table = Table("patch", "status", "upstream", "files", "+/-", *(["sync"] if recipe else []))
+    cells: list[tuple[Cell, ...]] = []
     for row in rows:
         files = row["files"]
         assert isinstance(files, list)
         shown = ", ".join(files[:3]) + (f" +{len(files) - 3} more" if len(files) > 3 else "")
-        status = "[green]ok[/green]" if row["status"] == "ok" else f"[red]{row['status']}[/red]"
-        table.add_row(
-            f"{escape(str(row['patch']))}\n[dim]{escape(str(row['subject']))}[/dim]",
-            status,
-            escape(str(row["upstream_status"] or "-")),
-            escape(shown),
-            f"+{row['added']} -{row['removed']}",
-            *([escape(str(row["synced"]))] if recipe else []),
+        cells.append(
+            (
+                (f"{row['patch']}\n", styled("dim", str(row["subject"]))),
+                styled("green" if row["status"] == "ok" else "red", str(row["status"])),
+                str(row["upstream_status"] or "-"),
+                shown,
+                f"+{row['added']} -{row['removed']}",
+                *([str(row["synced"])] if recipe else []),
+            )
         )
-    console.print(table)
+    say_rich_table(
+        ("patch", "status", "upstream", "files", "+/-", *(["sync"] if recipe else [])), cells
+    )
 
 
 @patches_app.command("lint")
@@ -196,11 +200,9 @@ def _print_problems(
         print_json([{"file": str(p.path), "line": p.line, "message": p.message} for p in problems])
         return
     for problem in problems:
-        console.print(
-            f"[red]{escape(problem.where(settings.project))}[/red]: {escape(problem.message)}"
-        )
+        say(styled("red", problem.where(settings.project)), f": {problem.message}")
     if not problems:
-        console.print(f"[green]ok[/green]: {checked} patch(es), no problems")
+        say(styled("green", "ok"), f": {checked} patch(es), no problems")
 
 
 @patches_app.command("check")
@@ -238,25 +240,27 @@ def check_command(
 
 
 def _print_check(report: StackCheck) -> None:
-    console.print(f"upstream {report.target}")
+    say(f"upstream {report.target}")
     if report.since:
         between = (
             f"{report.commits_between} commits"
             if report.commits_between is not None
             else "unknown number of commits"
         )
-        console.print(f"  since the pin {report.since[:12]}: {between}; history {report.history}")
-    table = Table("patch", "result", "detail")
-    for result in report.patches:
-        style = VERDICT_STYLE[result.verdict.value]
-        table.add_row(
-            escape(result.name),
-            f"[{style}]{result.verdict.value}[/{style}]",
-            escape(result.describe()),
-        )
-    console.print(table)
+        say(f"  since the pin {report.since[:12]}: {between}; history {report.history}")
+    say_rich_table(
+        ("patch", "result", "detail"),
+        [
+            (
+                result.name,
+                styled(VERDICT_STYLE[result.verdict.value], result.verdict.value),
+                result.describe(),
+            )
+            for result in report.patches
+        ],
+    )
     for note in report.notes:
-        console.print(f"[dim]{escape(note)}[/dim]")
+        say(styled("dim", note))
 
 
 @patches_app.command("upstream")
@@ -312,17 +316,17 @@ def upstream_command(
     if json_out:
         print_json({"recipe": loaded.name, **report.to_dict()})
     elif output is None:
-        typer.echo(report.text, nl=False)
+        write_out(report.text)
     if not json_out:
-        shown = console if output is not None else err_console  # stdout holds the mbox
+        err = output is None  # stdout holds the mbox
         style = {"pass": "green", "fail": "bold red", "skipped": "yellow"}
         for step in report.steps:
             mark = style[step.status.value]
-            shown.print(f"[{mark}]{step.status.value}[/{mark}] {escape(step.label)}")
+            say(styled(mark, step.status.value), f" {step.label}", err=err)
             if step.files and step.kind == "apply":  # a build step's files are in its detail
-                shown.print(f"  does not apply: {escape(', '.join(step.files))}")
+                say(f"  does not apply: {', '.join(step.files)}", err=err)
             if step.detail:
-                shown.print(escape("\n".join(f"  {line}" for line in step.detail.splitlines())))
+                say("\n".join(f"  {line}" for line in step.detail.splitlines()), err=err)
     failed = report.first_failure
     if failed is None:
         return
@@ -360,18 +364,18 @@ def export_command(
 
 def _print_export(result: ExportResult) -> None:
     for name in result.added:
-        console.print(f"  [green]new[/green]        {name}")
+        say("  ", styled("green", "new"), f"        {name}")
     for name in result.written:
         why = "format normalized" if name in result.normalized else "changed"
-        console.print(f"  [yellow]rewritten[/yellow]  {name} ({why})")
+        say("  ", styled("yellow", "rewritten"), f"  {name} ({why})")
     for name in result.removed:
-        console.print(f"  [red]removed[/red]    {name} (its commit is gone)")
+        say("  ", styled("red", "removed"), f"    {name} (its commit is gone)")
     for note in result.notes:
-        console.print(f"  [dim]{escape(note)}[/dim]")
+        say("  ", styled("dim", note))
     if result.series_changed:
-        console.print("  series updated")
+        say("  series updated")
     if not result.changed:
-        console.print(f"nothing to export: {len(result.unchanged)} patch(es) unchanged")
+        say(f"nothing to export: {len(result.unchanged)} patch(es) unchanged")
 
 
 @patches_app.command("new")
@@ -432,7 +436,7 @@ def new_command(
         drop_when=drop_when,
         author=author,
     )
-    console.print(f"[green]created[/green] {_shown(settings, loaded.series.parent / made)}")
+    say(styled("green", "created"), f" {_shown(settings, loaded.series.parent / made)}")
     _print_export(result)
 
 
@@ -460,9 +464,7 @@ def drop_command(
     settings = context(ctx).settings
     path = _series_path(settings, series)
     record = drop_patch(path, name, reason=reason, upstream=upstream)
-    console.print(
-        f"dropped {record.patch}; recorded in {_shown(settings, path.parent / DROPPED_LOG)}"
-    )
+    say(f"dropped {record.patch}; recorded in {_shown(settings, path.parent / DROPPED_LOG)}")
 
 
 @patches_app.command("move")
@@ -487,12 +489,12 @@ def move_command(
 
     settings = context(ctx).settings
     overlapping = move_patch(_series_path(settings, series), name, before=before, after=after)
-    console.print(f"moved {name} {'before ' + before if before else 'after ' + str(after)}")
+    say(f"moved {name} {'before ' + before if before else 'after ' + str(after)}")
     if overlapping:
-        console.print(
-            f"[yellow]warning:[/yellow] it now crosses {', '.join(overlapping)}, which touch the "
-            "same files; "
-            "run 'kzbuild patches check' to see that the stack still applies"
+        say(
+            styled("yellow", "warning:"),
+            f" it now crosses {', '.join(overlapping)}, which touch the same files; "
+            "run 'kzbuild patches check' to see that the stack still applies",
         )
 
 
@@ -539,15 +541,15 @@ def bump_command(
     if json_out:
         print_json(planned.to_dict())
     else:
-        console.print(
+        say(
             f"{loaded.name}: {planned.old[:12]} -> {planned.target.commit[:12]} "
-            f"({escape(planned.target.label)})"
+            f"({planned.target.label})"
         )
         _print_check(planned.check)
         for result in planned.bisects:
             _print_bisect(result)
         for note in planned.notes:
-            console.print(f"[dim]{escape(note)}[/dim]")
+            say(styled("dim", note))
     if not write:
         if planned.check.conflicts:
             raise PatchError(
@@ -559,29 +561,30 @@ def bump_command(
         written = bump.write(settings, loaded, planned, progress=progress)
     if json_out:
         return
-    console.print(
-        f"[green]bumped[/green] {_shown(settings, written.recipe)} to {planned.target.commit}"
+    say(
+        styled("green", "bumped"), f" {_shown(settings, written.recipe)} to {planned.target.commit}"
     )
     for name in written.dropped:
-        console.print(f"  dropped {name} (upstreamed); recorded in patches/{DROPPED_LOG}")
+        say(f"  dropped {name} (upstreamed); recorded in patches/{DROPPED_LOG}")
     for note in written.sync.notes + written.notes:
-        console.print(f"  [dim]{escape(note)}[/dim]")
-    console.print(
-        f"  synced; lock {_shown(settings, loaded.lock_path)} head {written.sync.lock.head[:12]}"
-    )
+        say("  ", styled("dim", note))
+    say(f"  synced; lock {_shown(settings, loaded.lock_path)} head {written.sync.lock.head[:12]}")
 
 
 def _print_bisect(result: BisectResult) -> None:
     checks = f"{result.checks} apply check(s) over {result.commits} upstream commit(s)"
     if result.culprit is None:
-        console.print(
-            f"bisect {escape(result.patch)}: "
-            f"[yellow]{escape(result.reason or 'no result')}[/yellow] ({checks})"
+        say(
+            f"bisect {result.patch}: ",
+            styled("yellow", result.reason or "no result"),
+            f" ({checks})",
         )
         return
     culprit = result.culprit
-    console.print(
-        f"bisect {escape(result.patch)}: first fails at [bold]{culprit.sha}[/bold] ({checks})"
+    say(
+        f"bisect {result.patch}: first fails at ",
+        styled("bold", culprit.sha),
+        f" ({checks})",
     )
-    console.print(f"  {escape(culprit.subject)}")
-    console.print(f"  {escape(culprit.author)}, {culprit.date}")
+    say(f"  {culprit.subject}")
+    say(f"  {culprit.author}, {culprit.date}")

@@ -7,14 +7,19 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from kzbuild.cli.complete import complete_recipe
 from kzbuild.cli.connect import open_device
 from kzbuild.cli.options import DeviceOpt, EnvOpt, JsonOpt, TimeoutOpt
-from kzbuild.cli.results import say
-from kzbuild.cli.ui import activity, console, context, not_empty, print_json
+from kzbuild.cli.ui import (
+    Column,
+    activity,
+    context,
+    not_empty,
+    print_json,
+    say,
+    say_rich_table,
+)
 from kzbuild.device.run import parse_env_assignments
 from kzbuild.errors import ConfigError
 from kzbuild.measure import profiling
@@ -299,7 +304,6 @@ def _print_phase(phase: PhaseProfile, *, reps: int, by: str, title: str, max_spr
         )
         return
     rows = profiling.summarize(phase, reps=reps, by=by)
-    table = Table(title=escape(title))
     headers = (["layer"] if by == "layer" else []) + [
         "op",
         "backend",
@@ -308,8 +312,7 @@ def _print_phase(phase: PhaseProfile, *, reps: int, by: str, title: str, max_spr
         "share",
         "spread",
     ]
-    for header in headers:
-        table.add_column(header, justify="left" if header in ("op", "backend") else "right")
+    cells_of_rows: list[list[str]] = []
     for row in rows:
         cells = [] if row.layer is None else ["-" if row.layer == NO_LAYER else str(row.layer)]
         spread = "-" if row.spread_pct is None else f"{row.spread_pct:.0f}%"
@@ -321,8 +324,12 @@ def _print_phase(phase: PhaseProfile, *, reps: int, by: str, title: str, max_spr
             f"{row.share * 100:.1f}%",
             spread,
         ]
-        table.add_row(*(escape(cell) for cell in cells))
-    console.print(table)
+        cells_of_rows.append(cells)
+    say_rich_table(
+        [Column(header, right=header not in ("op", "backend")) for header in headers],
+        cells_of_rows,
+        title=title,
+    )
     graph, plain, timed = profiling.phase_times(phase, reps)
     rep = profiling.median_rep(phase)
     which = (
@@ -343,20 +350,21 @@ def _print_phase(phase: PhaseProfile, *, reps: int, by: str, title: str, max_spr
 
 
 def _print_comparison(a: ProfileRecord, b: ProfileRecord, rows: Sequence[ComparedOp]) -> None:
-    table = Table(title=escape(f"{b.run_id} vs {a.run_id} (per repetition)"))
-    for header in ("phase", "op", "A ms", "A backend", "B ms", "B backend", "delta ms", "change"):
-        table.add_column(
-            header, justify="right" if header in ("A ms", "B ms", "delta ms", "change") else "left"
-        )
-    for row in rows:
-        table.add_row(
-            row.phase,
-            escape(row.op),
-            "-" if row.a_usec is None else f"{row.a_usec / 1000:.3f}",
-            escape(", ".join(row.a_backends)) or "-",
-            "-" if row.b_usec is None else f"{row.b_usec / 1000:.3f}",
-            escape(", ".join(row.b_backends)) or "-",
-            f"{row.delta_usec / 1000:+.3f}",
-            "-" if row.change_pct is None else f"{row.change_pct:+.1f}%",
-        )
-    console.print(table)
+    headers = ("phase", "op", "A ms", "A backend", "B ms", "B backend", "delta ms", "change")
+    say_rich_table(
+        [Column(h, right=h in ("A ms", "B ms", "delta ms", "change")) for h in headers],
+        [
+            (
+                row.phase,
+                row.op,
+                "-" if row.a_usec is None else f"{row.a_usec / 1000:.3f}",
+                ", ".join(row.a_backends) or "-",
+                "-" if row.b_usec is None else f"{row.b_usec / 1000:.3f}",
+                ", ".join(row.b_backends) or "-",
+                f"{row.delta_usec / 1000:+.3f}",
+                "-" if row.change_pct is None else f"{row.change_pct:+.1f}%",
+            )
+            for row in rows
+        ],
+        title=f"{b.run_id} vs {a.run_id} (per repetition)",
+    )

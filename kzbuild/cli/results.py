@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from kzbuild.adapters.settings import Settings
 from kzbuild.cli import ui
@@ -31,11 +28,21 @@ from kzbuild.cli.memoryview import (
     turn_json,
 )
 from kzbuild.cli.options import JsonOpt, MarkdownOpt
-from kzbuild.cli.ui import command_group, console, context, not_empty, print_json, say_grid
+from kzbuild.cli.ui import (
+    Column,
+    command_group,
+    context,
+    not_empty,
+    print_json,
+    say,
+    say_grid,
+    say_rich_table,
+    stdout_is_terminal,
+)
 from kzbuild.errors import BadRecord, ConfigError, RegressionFound, ResultsError
 from kzbuild.measure import compare, report, resultfiles, resultplot, resultsdb
 from kzbuild.measure.turn import turn_time
-from kzbuild.model.result import BenchRecord, Comparison, Group, Summary
+from kzbuild.model.result import MEASURED_KINDS, BenchRecord, Comparison, Group, Summary
 from kzbuild.model.turn import TurnTime
 
 SELECTOR_HELP = "Run id or build id (a prefix is enough), or 'latest'."
@@ -63,7 +70,9 @@ def results_list(
         print_json([run.__dict__ for run in runs])
         return
     elsewhere = (
-        resultfiles.elsewhere_hint(settings) if all(run.kind != "bench" for run in runs) else None
+        resultfiles.elsewhere_hint(settings)
+        if all(run.kind not in MEASURED_KINDS for run in runs)
+        else None
     )
     if elsewhere:
         say(f"hint: {elsewhere}")
@@ -119,11 +128,12 @@ def results_show(
         show_provenance(records, provenance, json_out=json_out)
         return
     turned = turn_time(records, records, prompt=asked[0], generate=asked[1]) if asked else None
-    if json_out:
-        shown = [record_json(r) for r in records]
-        print_json({"records": shown, "turn": turn_json(turned)} if turned else shown)
-    else:
-        print_details(records, selector or "", turned, markdown=markdown)
+    with resultsdb.gc_paused():  # a row per record, acyclic
+        if json_out:
+            shown = [record_json(r) for r in records]
+            print_json({"records": shown, "turn": turn_json(turned)} if turned else shown)
+        else:
+            print_details(records, selector or "", turned, markdown=markdown)
     check_budget(records)
 
 
@@ -358,11 +368,6 @@ def record_json(record: BenchRecord) -> dict[str, object]:
     return record.to_dict() | {"record_id": record.record_id} | memory_json(record.memory)
 
 
-def say(text: str) -> None:
-    """A plain line: paths, argv and env values are shown as they are, never as markup."""
-    console.print(text, markup=False, soft_wrap=True)
-
-
 ID_COLUMNS = ("run", "build")
 
 
@@ -381,18 +386,20 @@ def _render(
         ]
         say("\n".join(lines))
         return
-    if not sys.stdout.isatty():  # a pipe or a file: plain lines, every cell whole
+    if not stdout_is_terminal():  # a pipe or a file: plain lines, every cell whole
         say_grid(table_title, headers, rows, alert="regression")
         return
-    table = Table(title=escape(table_title))
-    for header in headers:
+    say_rich_table(
         # a narrow terminal wraps cells instead of cutting them; ids stay whole on one
         # line, to be copied
-        table.add_column(header, overflow="fold", no_wrap=header in ID_COLUMNS)
-    for row in rows:
-        flagged = "regression" in row or any(cell.startswith("OVER ") for cell in row)
-        table.add_row(*(escape(cell) for cell in row), style="red" if flagged else None)
-    console.print(table)
+        [Column(header, fold=True, whole=header in ID_COLUMNS) for header in headers],
+        rows,
+        title=table_title,
+        row_styles=[
+            "red" if "regression" in row or any(cell.startswith("OVER ") for cell in row) else None
+            for row in rows
+        ],
+    )
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:

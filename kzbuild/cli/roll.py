@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.markup import escape
 
 from kzbuild.adapters.files import write_atomic
 from kzbuild.cli.options import (
@@ -21,16 +20,18 @@ from kzbuild.cli.options import (
     append_step_summary,
     load_recipe,
 )
-from kzbuild.cli.ui import activity, console, context, not_empty, print_json
+from kzbuild.cli.ui import activity, context, not_empty, print_json, say, styled
 from kzbuild.errors import (
     BuildFailed,
+    OverMemoryBudget,
     PatchError,
     RegressionFound,
     SourceError,
     WorktreeError,
     WrongOutput,
 )
-from kzbuild.model.roll import DEFAULT_BLOCKS, DEFAULT_LIMIT, DEFAULT_THRESHOLD_PCT, PLAN_TARGET
+from kzbuild.model.request import RollArgs
+from kzbuild.model.roll import DEFAULT_LIMIT, DEFAULT_THRESHOLD_PCT, PLAN_TARGET
 
 if TYPE_CHECKING:
     from kzbuild.model.roll import RollReport
@@ -128,11 +129,12 @@ def roll_command(
     live patch's Kz-Test fails there; 7 its build or plan fails; 9 its bench regressed past
     --threshold; 3 otherwise, when a source could not be checked (its host or index did not answer:
     newer upstream may be there); 17 its output is past the plan's quality limits (quality:, against
-    the pin's logits on the CPU); 10 another roll of the recipe holds its stage; 130 interrupted
+    the pin's logits on the CPU); 15 a run of it is past the plan's memory_budget or
+    htp_session_limit; 10 another roll of the recipe holds its stage; 130 interrupted
     (Ctrl-C, SIGTERM, SIGHUP: the stage is removed first). The report is written in every case.
     """
     from kzbuild.measure import roll
-    from kzbuild.measure.stats import fresh_seed
+    from kzbuild.measure.request import resolve_roll
 
     if (bench_plan is None) != (device is None):
         raise typer.BadParameter(
@@ -144,16 +146,17 @@ def roll_command(
         raise typer.BadParameter("must not be empty", param_hint="'--to'")
     settings = context(ctx).settings
     loaded = load_recipe(settings, recipe)
+    request = resolve_roll(
+        RollArgs(plan_file=bench_plan, to=tuple(to or ()), plan_target=plan_target)
+    )
     with ExitStack() as open_things:
         bench = None
-        blocks, seed = DEFAULT_BLOCKS, None
-        if bench_plan is not None:
+        if (plan := request.plan) is not None:
             # the device and bench modules load only for a roll that benches
             from kzbuild.cli.connect import open_device
             from kzbuild.measure import plans, resultsdb
             from kzbuild.measure.rolldevice import DeviceRunner
 
-            plan = plans.load_plan(bench_plan)
             found, transport = open_device(settings, device, None, trust_new_host)
             open_things.enter_context(closing(transport))
             store = open_things.enter_context(resultsdb.ResultsStore(settings.results))
@@ -167,20 +170,18 @@ def roll_command(
                 wait=wait,
                 quality_spec=plan.quality,
             )
-            blocks = plan.ab.blocks or blocks
-            seed = plan.seed
         with activity(f"rolling {loaded.name}") as progress:
             report = roll.roll(
                 settings,
                 loaded,
-                to=tuple(to or ()),
+                to=request.to,
                 limit=limit,
                 build=not no_build,
                 tests=not no_tests,
-                plan_target=None if plan_target == "none" else plan_target,
+                plan_target=request.plan_target,
                 bench=bench,
-                blocks=blocks,
-                seed=fresh_seed(seed),
+                blocks=request.blocks,
+                seed=request.seed,
                 threshold_pct=threshold,
                 write=write,
                 environ=os.environ,
@@ -206,15 +207,13 @@ def roll_command(
 
 
 def _print(report: RollReport, title: str, lines: list[str]) -> None:
-    console.print(f"[bold]{escape(title)}[/bold]")
+    say(styled("bold", title))
     for line in lines:
-        console.print(escape(line), highlight=False)
+        say(line)
     for note in report.notes:
-        console.print(f"[dim]{escape(note)}[/dim]")
+        say(styled("dim", note))
     if report.branch:
-        console.print(
-            f"[green]written[/green] branch {report.branch} ({(report.commit or '')[:12]})"
-        )
+        say(styled("green", "written"), f" branch {report.branch} ({(report.commit or '')[:12]})")
 
 
 def _exit(report: RollReport) -> None:
@@ -240,6 +239,11 @@ def _exit(report: RollReport) -> None:
         raise WrongOutput(
             f"no candidate is rollable: at {where} the output is past the plan's quality limits",
             hint="the bench step's detail gives the figures",
+        )
+    if blocking.outcome is Outcome.OVER_BUDGET:
+        raise OverMemoryBudget(
+            f"no candidate is rollable: at {where} a run is past the plan's memory limits",
+            hint="the bench step's detail names them",
         )
     if blocking.outcome is Outcome.REGRESSED:
         raise RegressionFound(

@@ -1,10 +1,12 @@
-"""Terminal helpers shared by the command modules: consoles, plain lines, logging, JSON, progress.
+"""The one place kzbuild speaks to the user: plain lines, styles, tables, JSON, progress, logging
+and the error lines; the commands print through it alone (tests/test_output.py).
 
-Two ways to print. ``say()`` writes plain lines with optional ANSI styles and never imports
-rich: the commands that run most (status, sync, build) print only such lines, so their start-up
-does not pay rich's ~25 ms of imports, and data in them (paths, names) is never taken for markup.
-``console`` and ``err_console`` are rich consoles for tables, JSON, spinners and bars, made on
-first use.
+One rule styles everything, colours(): styles on a terminal or with FORCE_COLOR, never with
+NO_COLOR or TERM=dumb, never in a pipe. ``say()`` writes plain lines with optional styles and never
+imports rich: the commands that run most (status, sync, build) print only such lines, so their
+start-up does not pay rich's ~25 ms of imports, and data in them (paths, names) is never taken for
+markup. Tables (say_rich_table), JSON, spinners and bars go through rich consoles made on first use
+under the same rule.
 """
 
 from __future__ import annotations
@@ -17,13 +19,13 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, cast
+from typing import IO, TYPE_CHECKING, Any, Literal, cast
 
 import typer
 
@@ -34,23 +36,42 @@ from kzbuild.errors import KzError
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from kzbuild.device.store import TransferProgress
+    from kzbuild.model.build import BuildEvent
+
 
 # Width of a console that writes to a log or a pipe: no terminal to fit, so no line is wrapped or
 # cut (a sha256, a path, a table cell stays whole on its line). Tables keep their natural width.
 UNWRAPPED_WIDTH = 100_000
 
 
-@cache
 def rich_console(*, stderr: bool) -> Console:
-    """The rich Console behind ``console`` (stdout) or ``err_console``, made on first use; rich's
-    own objects (Progress, RichHandler) get this real one. On a terminal it fits the terminal;
-    elsewhere nothing wraps (rich would otherwise wrap at 80 columns, or at the width of another
-    stream that is a terminal)."""
+    """The rich Console behind ``console`` (stdout) or ``err_console``; rich's own objects
+    (Progress, RichHandler) get this real one. Styles follow the same rule as say()'s lines
+    (colours()), not rich's own reading of the env. On a terminal it fits the terminal; elsewhere
+    nothing wraps (rich would otherwise wrap at 80 columns, or at the width of another stream that
+    is a terminal)."""
+    stream = sys.stderr if stderr else sys.stdout
+    return _rich_console(stderr, colours(stream), stream.isatty())
+
+
+@cache
+def _rich_console(stderr: bool, styles: bool, terminal: bool) -> Console:
     from rich.console import Console
 
-    if (sys.stderr if stderr else sys.stdout).isatty():
-        return Console(stderr=stderr, highlight=False)
-    return Console(stderr=stderr, highlight=False, width=UNWRAPPED_WIDTH, soft_wrap=True)
+    # "standard" colours: the styles used here are the 8 basic ones, the same codes as say()'s;
+    # a terminal without styles (NO_COLOR) still animates its bars and spinners
+    system: Literal["standard"] | None = "standard" if styles else None
+    if terminal:
+        return Console(stderr=stderr, highlight=False, force_terminal=True, color_system=system)
+    return Console(
+        stderr=stderr,
+        highlight=False,
+        force_terminal=styles,
+        color_system=system,
+        width=UNWRAPPED_WIDTH,
+        soft_wrap=True,
+    )
 
 
 class _ConsoleOnFirstUse:
@@ -74,6 +95,8 @@ SGR = {
     "green": "32",
     "yellow": "33",
     "cyan": "36",
+    "magenta": "35",
+    "white": "37",
     "bold red": "1;31",
 }
 
@@ -127,6 +150,28 @@ def say(*parts: str | Styled, err: bool = False) -> None:
     stream.flush()
 
 
+def write_out(text: str) -> None:
+    """Text for another program or a file (an mbox, a markdown report) on stdout, as it is."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def pass_through(*, err: bool) -> Callable[[bytes], None]:
+    """A writer of a program's output, byte for byte, to stdout (or stderr), as it comes."""
+    stream = sys.stderr if err else sys.stdout
+
+    def write(chunk: bytes) -> None:
+        stream.buffer.write(chunk)
+        stream.buffer.flush()
+
+    return write
+
+
+def stdout_is_terminal() -> bool:
+    """Whether a rich table fits the terminal; a pipe or a file gets plain lines instead."""
+    return sys.stdout.isatty()
+
+
 def say_table(rows: list[tuple[str | Styled, ...]]) -> None:
     """Rows of a key column and the rest of the line, keys padded to one width; lines are never
     wrapped or cut, so a pipe gets every name whole."""
@@ -155,6 +200,69 @@ def say_grid(
 
 def _text(part: str | Styled) -> str:
     return part if isinstance(part, str) else part.text
+
+
+# a table cell: text, styled text, or parts of one ("\n" in a part starts a line in the cell)
+Cell = str | Styled | tuple[str | Styled, ...]
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of a rich table: numbers ``right``; ``fold`` wraps a long cell rather than cut it
+    on a narrow terminal; ``whole`` keeps it on one line (an id, to be copied)."""
+
+    header: str
+    right: bool = False
+    fold: bool = False
+    whole: bool = False
+
+
+def say_rich_table(
+    columns: Sequence[str | Column],
+    rows: Iterable[Sequence[Cell]],
+    *,
+    title: str | None = None,
+    bare: bool = False,
+    row_styles: Sequence[str | None] = (),
+) -> None:
+    """A rich table on stdout: framed with its ``title``, or ``bare`` (no frame, two spaces
+    between columns). Cells are text, never markup; a row's style in ``row_styles`` (a key of
+    SGR) colours it whole."""
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    table = (
+        Table(box=None, show_header=True, padding=(0, 2))
+        if bare
+        else Table(title=None if title is None else escape(title))
+    )
+    for column in columns:
+        column = Column(column) if isinstance(column, str) else column
+        table.add_column(
+            column.header,
+            justify="right" if column.right else "left",
+            overflow="fold" if column.fold else "ellipsis",
+            no_wrap=column.whole,
+        )
+
+    def text(cell: Cell) -> Text:
+        parts = cell if isinstance(cell, tuple) else (cell,)
+        return Text.assemble(
+            *(part if isinstance(part, str) else (part.text, part.style) for part in parts)
+        )
+
+    for number, row in enumerate(rows):
+        style = row_styles[number] if number < len(row_styles) else None
+        table.add_row(*(text(cell) for cell in row), style=style)
+    console.print(table)
+
+
+def file_size(size: int) -> str:
+    """Bytes as people read them: "1.2 MB" (powers of 1000)."""
+    from rich.filesize import decimal
+
+    return decimal(size)
 
 
 def stderr_is_terminal() -> bool:
@@ -312,34 +420,135 @@ class ProgressLines:
         say(f"{stamp} {self.title}: {stage} {fraction}".rstrip() + f" ({elapsed:.0f} s)", err=True)
 
 
+class ProgressDisplay:
+    """One long operation's progress, of one of three kinds: an ``activity`` (a spinner following
+    the latest line a tool printed), ``steps`` (ninja's [n/N]) or ``bytes`` (an upload). On a
+    terminal, rich's live display (imported here, ~60 ms, only when a terminal shows it); in logs
+    and pipes, where bars and spinners show nothing, ProgressLines."""
+
+    def __init__(self, title: str, kind: Literal["activity", "steps", "bytes"]) -> None:
+        self.title = title
+        self.kind = kind
+        self._lines = None if stderr_is_terminal() else ProgressLines(title)
+        self._live: Any = None  # rich.progress.Progress, on a terminal
+        self._task: Any = None
+
+    def __enter__(self) -> ProgressDisplay:
+        if self._lines:
+            self._lines.__enter__()
+        else:
+            self._live = _live_display(self.kind)
+            if self.kind != "bytes":  # an upload's task starts with its first file
+                description = f"{self.title}: sync" if self.kind == "steps" else self.title
+                self._task = self._live.add_task(description, total=None, note="")
+            self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._lines:
+            self._lines.__exit__(*exc)
+        else:
+            self._live.stop()
+
+    def update(
+        self, stage: str | None, done: int | None = None, total: int | None = None, note: str = ""
+    ) -> None:
+        """The latest state: ``stage`` None keeps the stage; ``note`` is the tool's line (an
+        activity's, a build's) or the file being sent."""
+        if self._lines:
+            self._lines.update(*self._line_state(stage, done, total, note))
+        elif self.kind == "activity":
+            self._live.update(self._task, note=note[-100:])
+        elif self.kind == "steps":
+            fields = {"total": total, "completed": done or 0} if total else {}
+            description = f"{self.title}: {stage}"
+            self._live.update(self._task, description=description, note=note[-70:], **fields)
+        else:
+            if self._task is None:
+                self._task = self._live.add_task(note, total=total, note="")
+            self._live.update(self._task, completed=done, description=note[-40:])
+
+    def _line_state(
+        self, stage: str | None, done: int | None, total: int | None, note: str
+    ) -> tuple[str | None, str]:
+        if self.kind == "steps":
+            return stage, f"[{done}/{total}]" if total else ""
+        if self.kind == "bytes":
+            return (
+                stage,
+                f"{(done or 0) * 100 // max(total or 0, 1)}% ({done}/{total} bytes) {note}",
+            )
+        phase = GIT_PHASE.match(note)
+        return (phase["stage"], phase["fraction"]) if phase else (None, note)  # a line whole: a
+        # cut word reads as garbage
+
+
+def _live_display(kind: str) -> Any:
+    """rich's live display for a ProgressDisplay of ``kind``, on stderr, gone when it stops."""
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    description = TextColumn("{task.description}", markup=False)
+    note = TextColumn("{task.fields[note]}", style="dim", markup=False)
+    columns = {
+        "activity": (SpinnerColumn(), description, note),
+        "steps": (
+            SpinnerColumn(),
+            description,
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            note,
+        ),
+        "bytes": (
+            description,
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+        ),
+    }[kind]
+    return Progress(*columns, console=rich_console(stderr=True), transient=True)
+
+
 @contextmanager
 def activity(message: str) -> Iterator[Callable[[str], None]]:
-    """A spinner whose text follows the latest progress line of a long operation; in logs and pipes,
-    ProgressLines."""
-    if not stderr_is_terminal():
-        with ProgressLines(message) as lines:
+    """A spinner whose text follows the latest progress line of a long operation; in logs and
+    pipes, ProgressLines with git's phase and fraction."""
+    with ProgressDisplay(message, "activity") as display:
 
-            def follow(line: str) -> None:
-                phase = GIT_PHASE.match(line.strip())
-                if phase:
-                    lines.update(phase["stage"], phase["fraction"])
-                elif line.strip():
-                    lines.update(None, line.strip())  # whole: a cut word reads as garbage
+        def follow(line: str) -> None:
+            if line.strip():
+                display.update(None, note=line.strip())
 
-            yield follow
+        yield follow
+
+
+@contextmanager
+def build_progress(title: str) -> Iterator[Callable[[BuildEvent], None]]:
+    """A live bar fed by ninja's [n/N] lines; in logs and pipes, ProgressLines."""
+    with ProgressDisplay(title, "steps") as display:
+        yield lambda event: display.update(event.stage, event.done, event.total, event.line.strip())
+
+
+@contextmanager
+def transfer_progress(enabled: bool) -> Iterator[Callable[[TransferProgress], None] | None]:
+    """A bar with bytes and rate for an upload (in logs and pipes, ProgressLines); nothing when
+    ``enabled`` is false."""
+    if not enabled:
+        yield None
         return
-    from rich.markup import escape
-
-    with err_console.status(message) as status:
-
-        def update(line: str) -> None:
-            line = line.strip()
-            if line:
-                status.update(
-                    f"{message}  [dim]{escape(line[-100:])}[/dim]"
-                )  # tool output is text, not markup
-
-        yield update
+    with ProgressDisplay("upload", "bytes") as display:
+        yield lambda event: display.update("sending", event.done, event.total, event.label)
 
 
 def command_group(name: str, help_text: str) -> typer.Typer:
@@ -357,33 +566,25 @@ def command_group(name: str, help_text: str) -> typer.Typer:
 def report_bug(exc: BaseException) -> None:
     """An exception kzbuild did not expect: one line and where to look, the traceback only with
     -vv."""
-    from rich.markup import escape
-
-    err_console.print(
-        f"[bold red]internal error (a kzbuild bug):[/bold red] {escape(type(exc).__name__)}: "
-        f"{escape(str(exc))}",
-        highlight=False,
+    say(
+        styled("bold red", "internal error (a kzbuild bug):"),
+        f" {type(exc).__name__}: {exc}",
+        err=True,
     )
     if tracebacks_wanted():
         err_console.print_exception()
     else:
-        err_console.print(
-            "[yellow]hint:[/yellow] rerun with -vv for the traceback and report it", highlight=False
-        )
+        say(styled("yellow", "hint:"), " rerun with -vv for the traceback and report it", err=True)
 
 
 def report_error(exc: KzError) -> None:
-    from rich.markup import escape
-
-    # messages carry paths, argv and env values: brackets in them are text, not markup
-    err_console.print(
-        f"[bold red]error:[/bold red] {escape(proc.redact(exc.message))}",
-        highlight=False,
-        markup=True,
-    )
+    # messages carry paths, argv and env values, printed as they are
+    say(styled("bold red", "error:"), f" {proc.redact(exc.message)}", err=True)
     if exc.hint:
-        err_console.print(
-            f"[yellow]hint:[/yellow] {escape(proc.redact(exc.hint))}", highlight=False
-        )
+        say(styled("yellow", "hint:"), f" {proc.redact(exc.hint)}", err=True)
     if tracebacks_wanted():
         err_console.print_exception()
+
+
+def report_interrupted() -> None:
+    say(styled("red", "interrupted"), err=True)

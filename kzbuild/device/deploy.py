@@ -49,11 +49,11 @@ from kzbuild.device.store import (
     PRUNE_SCRIPT,
     RELEASE_SCRIPT,
     VERIFY_TIMEOUT,
-    DeviceState,
     Layout,
     ProgressCallback,
     Remote,
     SendStats,
+    StoreState,
     Upload,
     batches,
     by_recency,
@@ -245,7 +245,7 @@ def _prologue(layout: Layout) -> list[Step]:
 
 
 def _release_for(
-    remote: Remote, layout: Layout, state: DeviceState, artifact: Artifact
+    remote: Remote, layout: Layout, state: StoreState, artifact: Artifact
 ) -> tuple[str, bool]:
     """The release dir name for ``artifact`` and whether the device already holds it complete.
 
@@ -306,7 +306,7 @@ def _content_modes(entries: Iterable[ArtifactFile]) -> dict[str, int]:
 def _verify_release(
     remote: Remote,
     layout: Layout,
-    state: DeviceState,
+    state: StoreState,
     artifact: Artifact,
     release: str,
     on_progress: ProgressCallback | None,

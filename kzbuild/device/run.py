@@ -26,6 +26,7 @@ from kzbuild.device.store import CURRENT_SCRIPT, DAMAGED
 from kzbuild.errors import CommandFailed, ConfigError, DeviceError
 from kzbuild.model.artifact import MANIFEST
 from kzbuild.model.device import Device
+from kzbuild.model.memory import MemoryLimits
 from kzbuild.model.run import Invocation, Release
 from kzbuild.source.sync import read_lock
 
@@ -227,6 +228,23 @@ def check_tool(transport: Transport, device: Device, release: Release, tool: str
     )
 
 
+def memory_measured(
+    transport: Transport, device: Device, release: Release, limits: MemoryLimits
+) -> bool:
+    """Whether the release's kz-peakrss can measure its runs' peak memory; without it a
+    memory_budget cannot be checked (ConfigError), else the runs carry no peak (a warning)."""
+    if has_tool(transport, release, PEAKRSS):
+        return True
+    if limits.budget_bytes is not None:
+        raise ConfigError(
+            f"{device.name}: release {release.build_id} has no {PEAKRSS}, "
+            "so the memory_budget cannot be checked",
+            hint=f"build with {PEAKRSS} in the recipe's build: tools: and deploy that build",
+        )
+    log.warning(NO_PEAKRSS, device.name, release.build_id, PEAKRSS)
+    return False
+
+
 def run_in_release(
     settings: Settings,
     transport: Transport,
@@ -236,21 +254,20 @@ def run_in_release(
     args: Sequence[str],
     *,
     env: Mapping[str, str],
+    measured: bool,
     timeout: float | None = None,
     on_stdout: ByteSink,
     on_stderr: ByteSink,
 ) -> tuple[Invocation, int]:
     """Run ``tool`` of ``release`` (kzbuild run: the current one), streaming its output; returns
-    what
-    ran and its exit code."""
+    what ran and its exit code. ``measured``: under kz-peakrss (see memory_measured), whose line is
+    then the last of its stderr."""
     for warning in env_warnings(settings, release, env):
         log.warning("%s", warning)
     call = invocation(device, release, tool, args, env)
     check_tool(transport, device, release, tool)
-    if has_tool(transport, release, PEAKRSS):  # its last stderr line: the run's peak memory
+    if measured:
         call = under_peakrss(call, release, device)
-    else:
-        log.warning(NO_PEAKRSS, device.name, release.build_id, PEAKRSS)
     result = transport.run(
         call.argv,
         cwd=call.cwd,

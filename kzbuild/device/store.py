@@ -303,7 +303,7 @@ def batches(args: Sequence[str], group: int = 1) -> Iterator[list[str]]:
 
 # --- releases and their history ---
 @dataclass(frozen=True)
-class DeviceState:
+class StoreState:
     current: str | None  # release name
     releases: frozenset[str]
     damaged: frozenset[str]  # releases with a damage marker
@@ -319,7 +319,7 @@ class HistoryEntry:
         return f"{self.time}\t{self.action}\t{self.release}"
 
 
-def read_state(remote: Remote, layout: Layout) -> DeviceState:
+def read_state(remote: Remote, layout: Layout) -> StoreState:
     """Create the layout if needed; where current points and which releases exist (one round
     trip)."""
     step = state_step(layout)
@@ -347,11 +347,11 @@ def sections(lines: list[str], count: int, *, what: str) -> list[list[str]]:
     return parts
 
 
-def parse_state(result: RemoteResult) -> DeviceState:
+def parse_state(result: RemoteResult) -> StoreState:
     lines = result.text().splitlines()
     link = lines[0].rstrip("/") if lines else ""
     releases, marked = sections(lines[1:], 2, what="reading the device state")
-    return DeviceState(posixpath.basename(link) or None, frozenset(releases), frozenset(marked))
+    return StoreState(posixpath.basename(link) or None, frozenset(releases), frozenset(marked))
 
 
 def history_step(layout: Layout) -> Step:
@@ -379,7 +379,7 @@ def _is_entry(parts: list[str]) -> bool:
     return bool(parts[2]) and parts[2].isprintable()
 
 
-def by_recency(state: DeviceState, history: Sequence[HistoryEntry]) -> list[str]:
+def by_recency(state: StoreState, history: Sequence[HistoryEntry]) -> list[str]:
     """Releases, most recently switched to first; those the log never saw come last."""
     order: list[str] = []
     for entry in reversed(history):

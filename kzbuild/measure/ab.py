@@ -20,6 +20,9 @@ of zero is contradicted. "No detectable effect" is said only of an interval with
 ``ab.min_effect_pct``; a wider one that spans 0 is "too wide to decide". With ``ab.max_width_pct``
 the blocks are run again, a batch at a time, while any interval is wider than that, until
 ``ab.max_seconds`` of benching (or MAX_BLOCKS blocks) is reached.
+
+On a pool, each spec (a plan run) is one comparison: :mod:`kzbuild.measure.pool` spreads the specs
+over the free devices, every variant of a spec interleaved on one device for all its batches.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from kzbuild.adapters.filelock import locked
@@ -45,6 +49,7 @@ from kzbuild.measure import quality
 from kzbuild.measure.bench import check_spec
 from kzbuild.measure.compare import describe_config, describe_env, varying_env
 from kzbuild.measure.interleave import MAX_BLOCKS, check_cooling, run_interleaved, thermal_zones
+from kzbuild.measure.pool import deal, spread
 from kzbuild.measure.resultplot import save_png
 from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.stats import SEEDS, fresh_seed, median_effect
@@ -321,6 +326,7 @@ def effects(
                     full_median=statistics.median(_medians(full[key])),
                     variant_median=statistics.median(_medians(turns)),
                     effect=effect,
+                    device=first.device.name,
                 )
             )
     return found
@@ -339,17 +345,21 @@ def _medians(records: Sequence[BenchRecord]) -> list[float]:
 
 
 def check_expectations(
-    declared: Sequence[Expectation], measured: Sequence[PatchEffect], device: str
+    declared: Sequence[Expectation], measured: Sequence[PatchEffect], devices: Sequence[str]
 ) -> list[ExpectCheck]:
-    """Each declared effect against the measured ones of its patch and metric: contradicted when
-    any configuration's interval lies wholly on the other side of zero."""
+    """Each declared effect against the measured ones of its patch, metric and device: contradicted
+    when any configuration's interval lies wholly on the other side of zero."""
     checks = []
     for expectation in declared:
-        if expectation.device != device:
+        if expectation.device not in devices:
             checks.append(ExpectCheck(expectation, "other device", ()))
             continue
         matching = tuple(
-            e for e in measured if e.patch == expectation.patch and e.test == expectation.metric
+            e
+            for e in measured
+            if e.patch == expectation.patch
+            and e.test == expectation.metric
+            and e.device == expectation.device
         )
         if not matching:
             checks.append(ExpectCheck(expectation, "not measured", ()))
@@ -385,8 +395,8 @@ def markdown(
     for e in found:
         patch = e.patch or "whole stack (vs upstream)"
         lines.append(
-            f"| {patch} | {e.test} | {e.config} | {e.full_median:.2f} | {e.variant_median:.2f} | "
-            f"{e.effect.describe()} |"
+            f"| {patch} | {shown_test(e, found)} | {e.config} | {e.full_median:.2f} | "
+            f"{e.variant_median:.2f} | {e.effect.describe()} |"
         )
     for variant in variants:
         if variant.problem:
@@ -399,6 +409,12 @@ def markdown(
     return "\n".join(lines) + "\n"
 
 
+def shown_test(effect: PatchEffect, found: Sequence[PatchEffect]) -> str:
+    """The effect's test, with its device when the effects come from a pool's devices."""
+    several = len({e.device for e in found}) > 1
+    return f"{effect.test} on {effect.device}" if several else effect.test
+
+
 def plot_effects(found: Sequence[PatchEffect], out: Path) -> Path:
     """A PNG: each patch's effect per test and configuration, as a bar with its 95% interval."""
     if not found:
@@ -408,7 +424,7 @@ def plot_effects(found: Sequence[PatchEffect], out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{e.patch or 'whole stack'} | {e.test} {e.config}" for e in found]
+    labels = [f"{e.patch or 'whole stack'} | {shown_test(e, found)} {e.config}" for e in found]
     height = max(3.0, 0.35 * len(found) + 1.5)
     figure, axes = plt.subplots(figsize=(11, height))
     ys = list(range(len(found)))
@@ -457,10 +473,8 @@ def more_blocks(
 def run_ab(
     settings: Settings,
     recipe: Recipe,
-    transport: Transport,
-    device: Device,
+    devices: Sequence[tuple[Device, Transport]],
     specs: Sequence[tuple[str, BenchSpec]],
-    store: ResultsStore,
     *,
     target: str,
     environ: Mapping[str, str],
@@ -483,13 +497,20 @@ def run_ab(
     on_quality: Callable[[str], None] | None = None,
 ) -> AbResult:
     """Build and deploy the variants, bench each spec in interleaved blocks (one experiment per
-    spec, all with one seed), and report what each patch buys and which Kz-Expect it contradicts."""
+    spec, all with one seed), and report what each patch buys and which Kz-Expect it contradicts.
+
+    With several ``devices`` (a pool's free members) the specs are spread over them
+    (:mod:`kzbuild.measure.pool`): each spec is one experiment, every variant interleaved on one
+    device, and keeps that device for all its batches; the effects are per device. The quality
+    check runs on the first device."""
     for _, spec in specs:
         check_spec(spec)
     expected = stack_expectations(load_patches(recipe))
+    used = [member for member, _ in deal(devices, specs)]
     if cooling is not None:
         check_cooling(cooling)
-        thermal_zones(transport, device, cooling)  # a device without them fails before any build
+        for device, transport in used:  # a device without thermal zones fails before any build
+            thermal_zones(transport, device, cooling)
     if quality_spec is not None and selection and quality_spec.reference not in selection:
         selection = (*selection, quality_spec.reference)  # the variant whose logits are the base
     built = build_variants(
@@ -507,14 +528,21 @@ def run_ab(
         quality.check_worktree_formats(
             replace(settings, work=ab_work(settings, recipe)).worktree(recipe.name)
         )
-    variants = deploy_variants(transport, device, built, wait=wait, on_progress=on_deploy)
+    deployed = {
+        device.name: deploy_variants(transport, device, built, wait=wait, on_progress=on_deploy)
+        for device, transport in used
+    }
+    (first, first_transport), variants = used[0], deployed[used[0][0].name]
     if quality_spec is not None:
-        quality.check_tools(transport, device, variants)
-    arms = [Arm(v.spec.name, v.release) for v in variants if v.release is not None]
-    if len(arms) < 2:
+        quality.check_tools(first_transport, first, variants)
+    arms = {
+        name: [Arm(v.spec.name, v.release) for v in done if v.release is not None]
+        for name, done in deployed.items()
+    }
+    if len(arms[first.name]) < 2:
         raise ConfigError(
-            f"nothing to compare: only {', '.join(a.name for a in arms) or 'no variant'} could be "
-            "built",
+            "nothing to compare: only "
+            f"{', '.join(a.name for a in arms[first.name]) or 'no variant'} could be built",
             hint="; ".join(f"{v.spec.name}: {v.problem}" for v in variants if v.problem)
             or "select more variants",
         )
@@ -523,41 +551,55 @@ def run_ab(
     runs: list[AbRun] = []
     records: dict[str, list[BenchRecord]] = defaultdict(list)
     measured: list[PatchEffect] = []
+
+    def experiments(
+        seed: int, member: tuple[Device, Transport], mine: Sequence[tuple[str, BenchSpec]]
+    ) -> list[AbRun]:
+        """One device's share of the specs, each an interleaved experiment of every variant."""
+        device, transport = member
+        done = []
+        # a store of its own: the devices of a pool bench at once, each in its thread
+        with ResultsStore(settings.results) as store:
+            for name, spec in mine:
+
+                def turn(event: Turn, name: str = name) -> None:
+                    if on_turn:
+                        on_turn(name, event)
+
+                run = run_interleaved(
+                    settings,
+                    transport,
+                    device,
+                    arms[device.name],
+                    spec,
+                    store,
+                    blocks=blocks,
+                    seed=seed,
+                    cooling=cooling,
+                    on_turn=turn,
+                    on_stderr=on_stderr,
+                    sleep=sleep,
+                )
+                done.append(AbRun(name, device.name, run))
+        return done
+
     for batch in range(MAX_BLOCKS // blocks):
         if batch and not more_blocks(measured, max_width_pct, max_seconds, clock() - started):
             break
         batch_seed = (seed + batch) % SEEDS  # the first batch draws with the recorded seed itself
-        for name, spec in specs:
-
-            def turn(event: Turn, name: str = name) -> None:
-                if on_turn:
-                    on_turn(name, event)
-
-            run = run_interleaved(
-                settings,
-                transport,
-                device,
-                arms,
-                spec,
-                store,
-                blocks=blocks,
-                seed=batch_seed,
-                cooling=cooling,
-                on_turn=turn,
-                on_stderr=on_stderr,
-                sleep=sleep,
-            )
-            runs.append(AbRun(name, run))
-            for variant, found in run.records.items():
+        for run in spread(used, specs, partial(experiments, batch_seed)):
+            runs.append(run)
+            for variant, found in run.run.records.items():
                 records[variant] += found
         benched = [v.spec for v in variants if v.release is not None]
         measured = effects(records, benched, seed=seed, min_effect_pct=min_effect_pct)
-    checks = check_expectations(expected, measured, device.name)
+    names = [device.name for device, _ in used]
+    checks = check_expectations(expected, measured, names)
     judged = (
         quality.check_ab(
             settings,
-            transport,
-            device,
+            first_transport,
+            first,
             variants,
             quality_spec,
             specs[0][1].model,
@@ -568,7 +610,7 @@ def run_ab(
     )
     return AbResult(
         recipe=recipe.name,
-        device=device.name,
+        device=", ".join(names),
         target=target,
         seed=seed,
         variants=tuple(variants),

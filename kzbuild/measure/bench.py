@@ -23,14 +23,12 @@ from typing import Any
 from kzbuild.adapters.settings import Settings
 from kzbuild.device.base import ByteSink, Transport, check_env_name
 from kzbuild.device.run import (
-    NO_PEAKRSS,
-    PEAKRSS,
     check_seconds,
     check_tool,
     current_release,
     env_warnings,
-    has_tool,
     invocation,
+    memory_measured,
     run_logged,
     under_peakrss,
 )
@@ -403,7 +401,7 @@ def bench(
             log.warning("%s", warning)
         recipe = release.manifest.get("recipe")
         check_recipe_formats(settings, recipe if isinstance(recipe, str) else None)
-    measured = memory_measured(transport, device, release, spec)
+    measured = memory_measured(transport, device, release, spec.memory_limits)
     model_hash = part.model_sha256 if part else model_sha256(transport, device, spec.model)
     seed, points = plan(spec)
     run_id = part.run_id if part else new_run_id(datetime.now(timezone.utc))
@@ -456,23 +454,6 @@ def bench(
     return BenchRun(run_id=run_id, seed=seed, records=tuple(records), logs=logs)
 
 
-def memory_measured(
-    transport: Transport, device: Device, release: Release, spec: BenchSpec
-) -> bool:
-    """Whether the release's kz-peakrss can measure the runs' peak memory; without it a plan's
-    memory_budget cannot be checked (ConfigError), else the records carry no peak (a warning)."""
-    if has_tool(transport, release, PEAKRSS):
-        return True
-    if spec.memory_limits.budget_bytes is not None:
-        raise ConfigError(
-            f"{device.name}: release {release.build_id} has no {PEAKRSS}, "
-            "so the plan's memory_budget cannot be checked",
-            hint=f"build with {PEAKRSS} in the recipe's build: tools: and deploy that build",
-        )
-    log.warning(NO_PEAKRSS, device.name, release.build_id, PEAKRSS)
-    return False
-
-
 def make_record(
     test: LlamaBenchTest,
     *,
@@ -492,14 +473,6 @@ def make_record(
     variant: VariantInfo | None = None,
     memory: MemoryInfo | None = None,
 ) -> BenchRecord:
-    lock = release.manifest.get("lock_sha256")
-    provenance = Provenance(
-        lock_sha256=lock if isinstance(lock, str) else None,
-        toolchains=toolchain_versions(release.manifest),
-        build_id=release.build_id,
-        model_sha256=model_hash,
-        device=dict(state.fingerprint),
-    )
     return BenchRecord(
         run_id=run_id,
         kind="bench",
@@ -525,5 +498,17 @@ def make_record(
         raw=dict(test.raw),
         variant=variant,
         memory=memory,
-        provenance=provenance,
+        provenance=provenance_of(release, model_hash, state),
+    )
+
+
+def provenance_of(release: Release, model_hash: str | None, state: DeviceState) -> Provenance:
+    """The identity of a number measured with the release's build on the probed device."""
+    lock = release.manifest.get("lock_sha256")
+    return Provenance(
+        lock_sha256=lock if isinstance(lock, str) else None,
+        toolchains=toolchain_versions(release.manifest),
+        build_id=release.build_id,
+        model_sha256=model_hash,
+        device=dict(state.fingerprint),
     )

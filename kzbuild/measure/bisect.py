@@ -19,11 +19,11 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import shutil
 import statistics
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from pathlib import Path
@@ -31,12 +31,16 @@ from typing import Protocol
 
 from kzbuild.adapters.filelock import locked
 from kzbuild.adapters.files import write_atomic
+from kzbuild.adapters.proc import Progress
 from kzbuild.adapters.settings import Settings
 from kzbuild.build import builder
 from kzbuild.build.toolchains import configured_paths_file
 from kzbuild.device.base import Transport
+from kzbuild.device.devicelock import device_lock
 from kzbuild.errors import BuildFailed, ConfigError, PatchError, ResultsError
 from kzbuild.measure.interleave import deploy_arms, run_interleaved
+from kzbuild.measure.pool import spread
+from kzbuild.measure.quality import check_variants, quality_store
 from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.stats import median_effect
 from kzbuild.model.bench import BenchSpec
@@ -52,11 +56,14 @@ from kzbuild.model.build import BuildOptions
 from kzbuild.model.device import Device
 from kzbuild.model.effect import Effect
 from kzbuild.model.interleave import Cooling
+from kzbuild.model.memory import BUFFER_KINDS, MIB
+from kzbuild.model.quality import QualitySpec
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.remotecache import RemoteConfig
+from kzbuild.model.result import BenchRecord
 from kzbuild.model.roll import pr_number
 from kzbuild.model.stackcheck import UpstreamCommit
-from kzbuild.source.sources import ObjectCache, Progress
+from kzbuild.source.sources import ObjectCache
 from kzbuild.source.stack.apply import is_ancestor
 from kzbuild.source.stack.check import fetch_range, resolve_target
 
@@ -81,8 +88,8 @@ Builder = Callable[[str], BuiltCommit]
 
 
 class Bencher(Protocol):
-    """Benches artifacts (by commit) in ``blocks`` interleaved blocks; returns new samples by
-    commit."""
+    """Benches artifacts (by commit, in range order; an anchored search gives the good end first)
+    in ``blocks`` interleaved blocks; returns new samples by commit."""
 
     test: str | None  # the test whose samples it returns, once known
 
@@ -101,6 +108,14 @@ def compare(
     if -limits.min_effect_pct < effect.low_pct and effect.high_pct < limits.min_effect_pct:
         return PairVerdict.SAME, effect
     return PairVerdict.UNDECIDED, effect
+
+
+class Judge(Protocol):
+    """How B's samples compare with A's: the verdict and the effect."""
+
+    def __call__(
+        self, a: Sequence[float], b: Sequence[float], limits: BisectLimits, *, seed: int
+    ) -> tuple[PairVerdict, Effect]: ...
 
 
 def check_limits(limits: BisectLimits) -> None:
@@ -125,8 +140,16 @@ class Record:
     test: str = ""  # the test the samples are of, as the bench named it
 
     @classmethod
-    def open(cls, folder: Path, identity: Mapping[str, str], shas: Sequence[str]) -> Record:
-        """The record of this bisect (same recipe, range, plan, metric, device), or a new one."""
+    def open(
+        cls,
+        folder: Path,
+        identity: Mapping[str, str],
+        shas: Sequence[str],
+        *,
+        zero_ok: bool = False,
+    ) -> Record:
+        """The record of this bisect (same recipe, range, plan, metric, device), or a new one.
+        ``zero_ok``: a sample may be 0 (a mean KLD), else every sample is above 0 (t/s, MiB)."""
         key = hashlib.sha256(json.dumps(dict(identity), sort_keys=True).encode()).hexdigest()[:16]
         path = folder / f"{key}.json"
         fresh = cls(path, dict(identity), [CommitState(sha) for sha in shas])
@@ -136,7 +159,7 @@ class Record:
             doc = json.loads(path.read_text(encoding="utf-8"))
             if doc.get("version") != RECORD_VERSION or doc.get("identity") != dict(identity):
                 raise ValueError("another bisect's record")
-            commits = [_commit_state(item) for item in doc["commits"]]
+            commits = [_commit_state(item, zero_ok=zero_ok) for item in doc["commits"]]
             test = doc.get("test", "")
             if not isinstance(test, str):
                 raise ValueError("test is not a string")
@@ -163,17 +186,23 @@ class Record:
         write_atomic(self.path, json.dumps(doc, indent=1).encode())
 
 
-def _commit_state(item: object) -> CommitState:
+def _commit_state(item: object, *, zero_ok: bool) -> CommitState:
     if not isinstance(item, dict):
         raise ValueError("a commit entry is not an object")
     samples = item.get("samples", {})
     if not isinstance(samples, dict) or not all(
         isinstance(device, str)
         and isinstance(values, list)
-        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values)
+        and all(
+            isinstance(v, (int, float))
+            and not isinstance(v, bool)
+            and (v > 0 or (zero_ok and v == 0))
+            for v in values
+        )
         for device, values in samples.items()
     ):
-        raise ValueError(f"commit {item.get('sha')}: samples must be positive numbers by device")
+        least = "0 or more" if zero_ok else "above 0"
+        raise ValueError(f"commit {item.get('sha')}: samples must be numbers {least} by device")
     text = {k: item.get(k, "") for k in ("sha", "skipped", "stack_problem", "build_id", "artifact")}
     if not all(isinstance(v, str) for v in text.values()) or not isinstance(
         item.get("built", False), bool
@@ -215,6 +244,10 @@ class Search:
     limits: BisectLimits
     seed: int
     on_event: Callable[[str], None] = lambda message: None
+    judge: Judge = compare  # how two commits' samples compare (the metric's judge)
+    # the samples are measured against the good end (a quality check): each commit is measured
+    # once, beside the good end, rather than interleaved with the range's ends
+    anchored: bool = False
     builds: int = 0
     benches: int = 0
     steps: list[NarrowingStep] = field(default_factory=list)
@@ -308,7 +341,7 @@ class Search:
             shared = [next(iter(self.benchers))]
             self._settle(shared[0], lo, None, hi)
         device = shared[0]
-        return compare(
+        return self.judge(
             self.commits[lo].samples[device],
             self.commits[hi].samples[device],
             self.limits,
@@ -316,15 +349,12 @@ class Search:
         )[1]
 
     def _in_parallel(self, work: Mapping[str, tuple[int, int | None, int]]) -> list[Settled]:
-        if len(work) == 1:
-            ((device, (lo, mid, hi)),) = work.items()
-            return [self._settle(device, lo, mid, hi)]
-        with ThreadPoolExecutor(max_workers=len(work), thread_name_prefix="kz-bisect") as pool:
-            futures = [
-                pool.submit(self._settle, device, lo, mid, hi)
-                for device, (lo, mid, hi) in work.items()
-            ]
-            return [future.result() for future in futures]
+        """Each device settles its own lo (mid) hi, all at once (``pool.spread``)."""
+        return spread(
+            list(work),
+            list(work.values()),
+            lambda device, points: [self._settle(device, *p) for p in points],
+        )
 
     def _settle(self, device: str, lo: int, mid: int | None, hi: int) -> Settled:
         """Bench lo (mid) hi interleaved on one device in rounds until each pair is told apart or
@@ -335,7 +365,7 @@ class Search:
         while True:
             self._ensure_samples(device, points, wanted)
             found = [
-                compare(
+                self.judge(
                     self.commits[a].samples[device],
                     self.commits[b].samples[device],
                     self.limits,
@@ -357,10 +387,17 @@ class Search:
         missing = wanted - min(len(self.commits[i].samples.get(device, ())) for i in points)
         if missing <= 0:
             return
-        artifacts = {self.commits[i].sha: self.commits[i].artifact for i in points}
+        if self.anchored:  # only the commits that lack samples, after the good end
+            points = [i for i in points if len(self.commits[i].samples.get(device, ())) < wanted]
+            artifacts = {self.commits[0].sha: self.commits[0].artifact}
+        else:
+            artifacts = {}
+        artifacts |= {self.commits[i].sha: self.commits[i].artifact for i in points}
+        shown = ", ".join(sha[:12] for sha in artifacts)
         self.on_event(
-            f"{device}: benching {', '.join(sha[:12] for sha in artifacts)}, {missing} interleaved "
-            "block(s)"
+            f"{device}: checking the output of {shown} against the first"
+            if self.anchored
+            else f"{device}: benching {shown}, {missing} interleaved block(s)"
         )
         bencher = self.benchers[device]
         got = bencher(artifacts, missing, self.seed + 1000 * sum(points) + wanted)
@@ -414,6 +451,8 @@ def report(
     metric: str,
     found: tuple[BisectOutcome, Effect, int, int],
     describe: Callable[[str], UpstreamCommit],
+    *,
+    absolute: bool = False,
 ) -> BisectReport:
     """The report of a finished search; ``describe(sha)`` names a commit (subject, author, date)."""
     outcome, effect, lo, hi = found
@@ -437,6 +476,7 @@ def report(
         range_hi=hi if narrowed else None,
         pr=pr_number(culprit.subject) if culprit else None,
         notes=tuple(search.notes),
+        absolute=absolute,
     )
 
 
@@ -577,33 +617,122 @@ class CommitBuilder:
         )
 
 
+SPEED, PEAK, BUFFER, KLD = "t/s", "peak-memory", "buffer", "kld"
+METRIC_WORDS = (PEAK, BUFFER, KLD)
+DEFAULT_KLD_STEP = 0.01  # a change in mean KLD (nats) that makes two commits differ, when the
+# plan's quality: sets no max_kld
+METRIC_SYNTAX = (
+    "RUN:TEST (t/s), [RUN:]peak-memory, [RUN:]buffer:TYPE[:KIND] (MiB) or kld[:STEP] (mean KLD)"
+)
+
+
 @dataclass(frozen=True)
 class Metric:
-    """What a sample is: the median t/s of one test of one plan run, per interleaved turn."""
+    """What a sample is. Speed: the median t/s of one test of one plan run, per interleaved turn.
+    Memory: per turn, the peak resident MiB of the run's llama-bench process (kz-peakrss), or the
+    MiB of the buffers llama.cpp logged for one buffer type (and kind). Quality: a commit's mean KL
+    divergence against the good end's logits (the plan's quality: settings); two commits differ when
+    it moved by ``kld_step`` or more."""
 
     run: str
     test: str | None  # None: the first test the run reports
+    kind: str = SPEED  # SPEED, PEAK, BUFFER or KLD
+    buffer: str = ""  # BUFFER: the buffer type, as llama.cpp names it (CPU, CPU_REPACK, HTP0, ...)
+    buffer_kind: str = ""  # BUFFER: one of BUFFER_KINDS, or "" for all of the type's buffers
+    kld_step: float = DEFAULT_KLD_STEP
 
     @classmethod
-    def parse(cls, text: str | None, runs: Sequence[str]) -> Metric:
-        """``RUN:TEST``, ``RUN``, or ``:TEST`` (the plan's first run); default: the first run's
-        first test."""
-        run, _, test = (text or "").partition(":")
-        run = run or runs[0]
+    def parse(
+        cls, text: str | None, runs: Sequence[str], *, max_kld: float | None = None
+    ) -> Metric:
+        """``RUN:TEST``, ``RUN`` or ``:TEST`` (the plan's first run), default the first run's first
+        test; ``[RUN:]peak-memory``; ``[RUN:]buffer:TYPE[:KIND]``; ``kld[:STEP]`` (STEP default:
+        the plan's max_kld, else DEFAULT_KLD_STEP)."""
+        parts = (text or "").split(":")
+        named = parts[0] not in METRIC_WORDS
+        run = (parts[0] if named else "") or runs[0]
         if run not in runs:
             raise ConfigError(
                 f"--metric {text}: the plan has no run '{run}'", hint=f"its runs: {', '.join(runs)}"
             )
-        return cls(run, test or None)
+        tail = parts[1:] if named else parts
+        word, rest = (tail[0], tail[1:]) if tail else ("", [])
+        if word not in METRIC_WORDS:
+            return cls(run, ":".join(tail) or None)
+        bad = ConfigError(f"--metric {text}: not a metric", hint=f"give {METRIC_SYNTAX}")
+        if word == PEAK and not rest:
+            return cls(run, None, PEAK)
+        if word == BUFFER and 1 <= len(rest) <= 2 and rest[0]:
+            kind = rest[1] if len(rest) == 2 else ""
+            if kind and kind not in BUFFER_KINDS:
+                raise ConfigError(
+                    f"--metric {text}: no buffer kind '{kind}'",
+                    hint=f"kinds: {', '.join(BUFFER_KINDS)}",
+                )
+            return cls(run, None, BUFFER, buffer=rest[0], buffer_kind=kind)
+        if word == KLD and not named and len(rest) <= 1:
+            return cls(run, None, KLD, kld_step=_kld_step(text, rest, max_kld))
+        raise bad
+
+    @property
+    def anchored(self) -> bool:
+        """Measured against the good end (a quality check) rather than interleaved."""
+        return self.kind == KLD
 
     def label(self, test: str | None = None) -> str:
+        if self.kind == PEAK:
+            return f"{self.run}:peak-memory MiB"
+        if self.kind == BUFFER:
+            kind = f":{self.buffer_kind}" if self.buffer_kind else ""
+            return f"{self.run}:buffer:{self.buffer}{kind} MiB"
+        if self.kind == KLD:
+            return f"mean KLD against the good end (step {self.kld_step:g})"
         return f"{self.run}:{test or self.test or 'first test'} t/s"
+
+    def value(self, record: BenchRecord) -> float | None:
+        """The sample one bench record gives (None: it has none)."""
+        if self.kind == SPEED:
+            return record.summary.median
+        memory = record.memory
+        if memory is None:
+            return None
+        if self.kind == PEAK:
+            return None if memory.peak_bytes is None else memory.peak_bytes / MIB
+        return sum(
+            b.mib
+            for b in memory.buffers
+            if b.buffer == self.buffer and self.buffer_kind in ("", b.kind)
+        )
+
+    def judge(
+        self, a: Sequence[float], b: Sequence[float], limits: BisectLimits, *, seed: int
+    ) -> tuple[PairVerdict, Effect]:
+        """Speed and memory: ``compare``. KLD: different when the median moved by kld_step or more
+        (the effect's *_pct fields then hold that shift, in nats: a check of the output is no
+        noisy sample)."""
+        if self.kind != KLD:
+            return compare(a, b, limits, seed=seed)
+        shift = statistics.median(b) - statistics.median(a)
+        effect = Effect(shift, shift, shift, len(a), len(b), 1.0, self.kld_step)
+        return (PairVerdict.DIFFERENT if abs(shift) >= self.kld_step else PairVerdict.SAME), effect
+
+
+def _kld_step(text: str | None, given: Sequence[str], max_kld: float | None) -> float:
+    if not given:
+        return max_kld if max_kld else DEFAULT_KLD_STEP
+    try:
+        step = float(given[0])
+    except ValueError:
+        step = math.nan
+    if not math.isfinite(step) or step <= 0:
+        raise ConfigError(f"--metric {text}: the step must be a mean KLD above 0, e.g. kld:0.01")
+    return step
 
 
 class DeviceBencher:
     """Deploys the commits' artifacts (only what the device lacks moves) and benches them in
-    interleaved blocks on one device (``kzbuild ab``'s runner); a sample is one turn's median of
-    the metric's test."""
+    interleaved blocks on one device (``kzbuild ab``'s runner); a sample is one turn's value of the
+    metric (its test's t/s, or that process's memory)."""
 
     def __init__(
         self,
@@ -643,10 +772,55 @@ class DeviceBencher:
         by_arm = {sha[:12]: sha for sha in artifacts}
         return {
             by_arm[name]: [
-                r.summary.median for r in records if r.test == self.test and r.summary.median
+                value
+                for r in records
+                if r.test == self.test
+                for value in (self.metric.value(r),)
+                if value
             ]
             for name, records in done.records.items()
         }
+
+
+class QualityBencher:
+    """Deploys the commits' artifacts and checks each one's output on one device as ``kzbuild ab``
+    does (llama-perplexity's KL divergence, the plan's quality: settings), against the logits of
+    the first artifact given, the good end's (an anchored search gives it first); a sample is a
+    commit's mean KLD. Each check is stored with the quality records."""
+
+    test: str | None = None
+
+    def __init__(
+        self,
+        settings: Settings,
+        transport: Transport,
+        device: Device,
+        model: str,
+        spec: QualitySpec,
+        *,
+        wait: float = 0.0,
+    ) -> None:
+        self.settings, self.transport, self.device = settings, transport, device
+        self.model, self.spec, self.wait = model, spec, wait
+
+    def __call__(
+        self, artifacts: Mapping[str, str], blocks: int, seed: int
+    ) -> Mapping[str, Sequence[float]]:
+        named = [(sha[:12], Path(path)) for sha, path in artifacts.items()]
+        arms = deploy_arms(self.transport, self.device, named, wait=self.wait)
+        releases = {arm.name: arm.release for arm in arms}
+        with device_lock(self.transport, self.device.root, "bisect", wait=self.wait):
+            records = check_variants(
+                self.transport,
+                self.device,
+                releases,
+                replace(self.spec, reference=named[0][0]),
+                self.model,
+                quality_store(self.settings.results),
+                self.settings.work / "quality",
+            )
+        by_arm = {sha[:12]: sha for sha in artifacts}
+        return {by_arm[r.variant]: [r.stats.kld_mean] for r in records}
 
 
 def bisect(
@@ -673,14 +847,31 @@ def bisect(
         wait=0,
     ):
         record = Record.open(
-            folder, {**identity, "good": shas[0], "bad": shas[-1], "seed": str(seed)}, shas
+            folder,
+            {**identity, "good": shas[0], "bad": shas[-1], "seed": str(seed)},
+            shas,
+            zero_ok=metric.anchored,
         )
         search = Search(
-            record, build, benchers, limits, seed, on_event=progress or (lambda message: None)
+            record,
+            build,
+            benchers,
+            limits,
+            seed,
+            on_event=progress or (lambda message: None),
+            judge=metric.judge,
+            anchored=metric.anchored,
         )
         found = search.run()
     label = metric.label(record.test or None)
-    return report(search, recipe.name, label, found, lambda sha: describe_commit(settings, sha))
+    return report(
+        search,
+        recipe.name,
+        label,
+        found,
+        lambda sha: describe_commit(settings, sha),
+        absolute=metric.anchored,
+    )
 
 
 def to_json(found: BisectReport) -> dict[str, object]:
@@ -693,6 +884,7 @@ def to_json(found: BisectReport) -> dict[str, object]:
         "builds": found.builds,
         "benches": found.benches,
         "effect": dataclasses.asdict(found.effect) if found.effect else None,
+        "effect_unit": "mean KLD" if found.absolute else "%",
         "culprit": found.culprit.to_dict() if found.culprit else None,
         "pr": found.pr,
         "range": [found.range_lo, found.range_hi] if found.range_lo is not None else None,
@@ -723,6 +915,7 @@ def markdown(found: BisectReport) -> str:
         "| # | commit | built | samples | median | verdict |",
         "|---|---|---|---|---|---|",
     ]
+    digits = 6 if found.absolute else 2
     verdicts = {
         s.mid: f"vs lower end {s.verdict_lo.value}, vs upper end {s.verdict_hi.value}: {s.chose}"
         for s in found.steps
@@ -739,7 +932,9 @@ def markdown(found: BisectReport) -> str:
         )
         every = [v for values in commit.samples.values() for v in values]
         median = (
-            "; ".join(f"{statistics.median(v):.2f} on {d}" for d, v in commit.samples.items() if v)
+            "; ".join(
+                f"{statistics.median(v):.{digits}f} on {d}" for d, v in commit.samples.items() if v
+            )
             or "-"
         )
         end = (
@@ -755,8 +950,17 @@ def markdown(found: BisectReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+def describe_effect(found: BisectReport) -> str:
+    effect = found.effect
+    if effect is None:
+        return ""
+    if found.absolute:
+        return f"mean KLD {effect.delta_pct:+.6f} (a change of {effect.min_effect_pct:g} counts)"
+    return effect.describe()
+
+
 def answer(found: BisectReport) -> str:
-    effect = found.effect.describe() if found.effect else ""
+    effect = describe_effect(found)
     if found.outcome is BisectOutcome.NO_CHANGE:
         return f"no change: good and bad cannot be told apart ({effect})"
     if found.outcome is BisectOutcome.SKIPPED_RANGE:

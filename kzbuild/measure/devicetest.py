@@ -18,12 +18,13 @@ from typing import BinaryIO
 
 from kzbuild.adapters.settings import Settings
 from kzbuild.device.base import ByteSink, Transport
-from kzbuild.device.run import current_release, run_in_release
+from kzbuild.device.run import current_release, memory_measured, run_in_release
 from kzbuild.errors import ConfigError
 from kzbuild.measure.bench import new_run_id, probe
 from kzbuild.measure.resultfiles import JsonlStore
 from kzbuild.model.device import Device
 from kzbuild.model.devicetest import DeviceTest, DeviceTestResult
+from kzbuild.model.memory import MemoryLimits
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.result import BuildInfo, DeviceInfo
 from kzbuild.source.stack.check import load_patches
@@ -65,6 +66,7 @@ def run_device_tests(
             f"--device {device.name}",
         )
     fingerprint = dict(probe(transport).fingerprint)
+    measured = memory_measured(transport, device, release, MemoryLimits())
     run_id = new_run_id(datetime.now(timezone.utc))
     logs = settings.work / "device-tests" / run_id
     logs.mkdir(parents=True, exist_ok=True)
@@ -86,6 +88,7 @@ def run_device_tests(
                 test.tool,
                 test.args,
                 env={},
+                measured=measured,
                 timeout=timeout,
                 on_stdout=_into(out),
                 on_stderr=_into(err),

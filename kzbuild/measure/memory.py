@@ -49,12 +49,24 @@ EXPECTED_FORMATS: Mapping[str, frozenset[str]] = {
     ),
 }
 FORMAT_LITERAL_RE = re.compile(r'"((?:[^"\\\n]|\\.)*buffer size = (?:[^"\\\n]|\\.)*)"')
+# The tools built on common/ (llama-completion, llama-cli, llama-perplexity, ...) log through
+# common/log.cpp, which may put the time since start and the level before each line
+# ("0.00.052.713 I load_tensors: ..."); llama-bench logs without them. Its format strings, at
+# 0c1e57098, must be in the tree too.
+PREFIX_FORMATS: Mapping[str, frozenset[str]] = {
+    "common/log.cpp": frozenset({r"%s%d.%02d.%03d.%03d%s ", r"%sI %s", r"%sD %s"})
+}
+ANY_LITERAL_RE = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
 MARK = " buffer size = "
 BUFFER_RE = re.compile(
-    r"^\w+: +(?P<buffer>\S+) +(?P<kind>model|KV|RS|compute|output)"
+    r"^(?:\d+\.\d\d\.\d{3}\.\d{3} )?(?:[ID] )?"  # common/log.cpp's prefix, when it is on
+    r"\w+: +(?P<buffer>\S+) +(?P<kind>model|KV|RS|compute|output)"
     r" buffer size = +(?P<mib>\d+\.\d\d) MiB$"
 )
-UPDATE_HINT = "update kzbuild.measure.memory (EXPECTED_FORMATS and BUFFER_RE) for this llama.cpp"
+UPDATE_HINT = (
+    "update kzbuild.measure.memory (EXPECTED_FORMATS, PREFIX_FORMATS and BUFFER_RE) for this "
+    "llama.cpp"
+)
 KINDS = {"model": "model", "KV": "kv", "RS": "rs", "compute": "compute", "output": "output"}
 
 
@@ -68,6 +80,11 @@ def check_tree_formats(sources: Mapping[str, str], where: str) -> None:
         ]
         problems += [
             f"  {path}: in the tree, unknown here: {fmt}" for fmt in sorted(found - expected)
+        ]
+    for path, expected in PREFIX_FORMATS.items():
+        literals = set(ANY_LITERAL_RE.findall(sources.get(path, "")))
+        problems += [
+            f"  {path}: expected, not in the tree: {fmt}" for fmt in sorted(expected - literals)
         ]
     if problems:
         raise LogFormatChanged(
@@ -91,7 +108,7 @@ def check_recipe_formats(settings: Settings, recipe: str | None) -> bool:
         return False
     git = Git(settings.worktree(recipe))
     sources = {}
-    for path in EXPECTED_FORMATS:
+    for path in [*EXPECTED_FORMATS, *PREFIX_FORMATS]:
         shown = git.run("show", f"{head}:{path}", check=False)
         if shown.returncode == 0:
             sources[path] = shown.stdout

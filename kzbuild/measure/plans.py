@@ -30,7 +30,7 @@ from kzbuild.measure.quality import check_quality_spec, corpus_path
 from kzbuild.model.bench import ENV_AXIS_PREFIX, OPTIONS_BY_NAME, BenchSpec
 from kzbuild.model.device import Device
 from kzbuild.model.effect import MIN_EFFECT_PCT
-from kzbuild.model.memory import MemoryLimits, parse_size
+from kzbuild.model.memory import SIZE_EXAMPLE, SIZE_HINT, MemoryLimits, parse_size
 from kzbuild.model.plan import Plan, PlanAb, PlanModel, PlanRun, PlanTurn
 from kzbuild.model.quality import (
     DEFAULT_CHUNKS,
@@ -139,8 +139,8 @@ def _size(doc: yamlconf.Mapping, key: str) -> int | None:
     if size is None:
         raise doc.error(
             key,
-            f"{value!r} is not a size such as 4GiB, 3.5GiB or 4096MiB",
-            hint="KiB MiB GiB TiB count in 1024s, KB MB GB TB in 1000s",
+            f"{value!r} is not {SIZE_EXAMPLE}",
+            hint=SIZE_HINT,
         )
     return size
 

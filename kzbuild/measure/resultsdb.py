@@ -29,12 +29,20 @@ from kzbuild.errors import BadRecord, Busy, ConfigError, ResultsDatabaseDamaged,
 from kzbuild.measure import resultfiles
 from kzbuild.measure.compare import unique
 from kzbuild.measure.resultfiles import stored_form
-from kzbuild.model.result import BenchRecord, Migration, RunSummary, StoredLine, content_id
+from kzbuild.model.result import (
+    MEASURED_KINDS,
+    BenchRecord,
+    Migration,
+    RunSummary,
+    StoredLine,
+    content_id,
+)
 
 log = logging.getLogger(__name__)
 
 DB_FILE = "results.sqlite3"
 LATEST = "latest"  # selector: the newest measured run
+MEASURED_SQL = "(" + ", ".join(f"'{kind}'" for kind in MEASURED_KINDS) + ")"  # kind IN this
 RECORD_COLUMNS = (
     "record_id",
     "run_id",
@@ -307,7 +315,7 @@ class ResultsStore:
             new = self._insert(items)
             by_shard: dict[str, list[str]] = defaultdict(list)
             for item in new:
-                if item.record.kind == "bench":
+                if item.record.kind in MEASURED_KINDS:
                     by_shard[resultfiles.shard_name(item.record.host_time)].append(
                         item.stored + "\n"
                     )
@@ -390,7 +398,7 @@ class ResultsStore:
             names = [
                 row[0]
                 for row in self.conn.execute(
-                    "SELECT DISTINCT shard FROM records WHERE kind = 'bench'"
+                    f"SELECT DISTINCT shard FROM records WHERE kind IN {MEASURED_SQL}"
                 )
             ]
             for name in names:
@@ -415,7 +423,7 @@ class ResultsStore:
     def _export(self, shard: str) -> None:
         """Rewrite one shard from the database, in time order; replaced in one step."""
         rows = self.conn.execute(
-            f"SELECT record FROM records WHERE shard = ? AND kind = 'bench' {RECORD_ORDER}",
+            f"SELECT record FROM records WHERE shard = ? AND kind IN {MEASURED_SQL} {RECORD_ORDER}",
             (shard,),
         )
         write_atomic(self.folder / shard, "".join(row[0] + "\n" for row in rows).encode("utf-8"))
@@ -429,7 +437,7 @@ class ResultsStore:
     def has_measurements(self) -> bool:
         return bool(
             self.conn.execute(
-                "SELECT EXISTS (SELECT 1 FROM records WHERE kind = 'bench')"
+                f"SELECT EXISTS (SELECT 1 FROM records WHERE kind IN {MEASURED_SQL})"
             ).fetchone()[0]
             == 1
         )
@@ -441,7 +449,7 @@ class ResultsStore:
         Selection happens in SQL; each row returned is checked against its content id and parsed,
         so a damaged row rebuilds the database rather than show a wrong number.
         """
-        with _gc_paused():
+        with gc_paused():
             return self._with_rebuild(lambda: self._select(selector))
 
     def _select(self, selector: str | None) -> list[BenchRecord]:
@@ -452,7 +460,7 @@ class ResultsStore:
             ]
         if selector == LATEST:
             newest = self.conn.execute(
-                "SELECT run_id FROM records WHERE kind = 'bench' "
+                f"SELECT run_id FROM records WHERE kind IN {MEASURED_SQL} "
                 "ORDER BY host_time DESC, run_id DESC LIMIT 1"
             ).fetchone()
             if newest is None:
@@ -477,7 +485,7 @@ class ResultsStore:
         """The stored JSON of every record of ``kind``, in time order, checked but not parsed into
         records: for views over the whole history (the report)."""
         query = f"{SELECT_ROWS} WHERE kind = ? {RECORD_ORDER}"
-        with _gc_paused():
+        with gc_paused():
             return self._with_rebuild(
                 lambda: list(self._checked(self.conn.execute(query, (kind,))))
             )
@@ -566,9 +574,10 @@ def _damage(exc: Exception, db_path: Path) -> str:
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while many acyclic records are made: its passes over every
-    live object made reading twice the records take more than twice the time."""
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while many acyclic records are made or shown: its passes
+    over every live object made reading or showing twice the records take more than twice the
+    time."""
     enabled = gc.isenabled()
     gc.disable()
     try:

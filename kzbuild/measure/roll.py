@@ -41,6 +41,7 @@ from packaging.version import InvalidVersion, Version
 from kzbuild.adapters import proc, yamlconf
 from kzbuild.adapters.filelock import locked
 from kzbuild.adapters.gitcmd import KZ_AUTHOR, Git, ls_remote, remote_failure
+from kzbuild.adapters.proc import Progress
 from kzbuild.adapters.settings import Settings
 from kzbuild.build import builder
 from kzbuild.errors import KzError, SourceError
@@ -65,7 +66,7 @@ from kzbuild.model.roll import (
 )
 from kzbuild.model.stackcheck import BumpPlan, StepStatus, Target, UpstreamCommit, Verdict
 from kzbuild.source import recipes
-from kzbuild.source.sources import ObjectCache, Progress
+from kzbuild.source.sources import ObjectCache
 from kzbuild.source.stack import bump
 from kzbuild.source.stack.check import PYPI_PREFIX, fetch_target, load_patches, resolve_target
 
@@ -97,6 +98,8 @@ class ABRunner(Protocol):
     quality: Sequence[
         QualityRecord
     ]  # after run: each variant's output against the reference, when the plan checks it
+    # after run: by variant, the plan's memory limits its runs exceeded (none: within them)
+    memory_over: Mapping[str, Sequence[str]]
 
     def run(
         self, variants: Mapping[str, Path], order: Sequence[Sequence[str]], seed: int
@@ -470,14 +473,18 @@ def _roll(
                     RollStep(
                         "bench",
                         f"bench the pin against {candidate.label} interleaved on the device",
-                        StepStatus.FAILED if delta.regressed or delta.wrong else StepStatus.PASSED,
+                        StepStatus.FAILED
+                        if delta.regressed or delta.wrong or delta.memory_over
+                        else StepStatus.PASSED,
                         delta.describe(),
                     )
                 )
-                if delta.wrong:  # wrong whatever its speed
+                if delta.wrong:  # wrong whatever its speed (as kzbuild ab: 17, then 9, then 15)
                     outcome = Outcome.WRONG
                 elif delta.regressed:
                     outcome = Outcome.REGRESSED
+                elif delta.memory_over:
+                    outcome = Outcome.OVER_BUDGET
             elif outcome is Outcome.ROLLABLE and bench is not None:
                 steps.append(
                     RollStep(
@@ -715,6 +722,7 @@ def bench_ab(
         spread_candidate_pct=_spread(b),
         threshold_pct=threshold_pct,
         quality=tuple(runner.quality),
+        memory_over=tuple(runner.memory_over.get("candidate", ())),
     )
 
 

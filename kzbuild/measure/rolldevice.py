@@ -48,6 +48,7 @@ class DeviceRunner:
         self.metric = "the first test's t/s"  # named after the run, by the test it measured
         self.quality_spec = quality_spec
         self.quality: Sequence[QualityRecord] = ()
+        self.memory_over: Mapping[str, Sequence[str]] = {}
 
     def run(
         self, variants: Mapping[str, Path], order: Sequence[Sequence[str]], seed: int
@@ -67,6 +68,10 @@ class DeviceRunner:
         )
         first = done.first_record()
         self.metric = f"{first.test} t/s"
+        self.memory_over = {
+            name: sorted({over for r in records if r.memory for over in r.memory.over})
+            for name, records in done.records.items()
+        }
         if (
             self.quality_spec is not None
         ):  # a roll has no bare-upstream variant: the pin's logits on the CPU are the reference

@@ -15,6 +15,7 @@ FULL = "full"  # the whole stack: the reference every other variant is compared 
 UPSTREAM = "upstream"  # the pin with no patches
 MINUS = "minus:"  # + a patch's series name: the stack without that one patch
 ALL_MINUS = "minus"  # in a variant selection: every "minus:" variant
+DEFAULT_BLOCKS = 5  # interleaved blocks without --blocks or the plan's ab.blocks
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class PatchEffect:
     full_median: float  # t/s: median of the full stack's turns
     variant_median: float
     effect: Effect  # in percent of the variant's median, with its bootstrap interval
+    device: str  # where both were measured: an effect never mixes devices
 
 
 Verdict = Literal[
@@ -89,16 +91,18 @@ class ExpectCheck:
 
 @dataclass(frozen=True)
 class AbRun:
-    """One interleaved experiment of an ab: the command line's bench, or one run of a plan."""
+    """One interleaved experiment of an ab: the command line's bench, or one run of a plan; every
+    variant on one device."""
 
     name: str  # the plan's run name; "" for the command line's
+    device: str  # the device's name (with a pool, each run keeps one device for all its batches)
     run: InterleavedRun
 
 
 @dataclass(frozen=True)
 class AbResult:
     recipe: str
-    device: str
+    device: str  # the device's name; with a pool, the names of the members that benched
     target: str
     seed: int
     variants: tuple[VariantBuild, ...]

@@ -92,3 +92,5 @@ class BisectReport:
     range_hi: int | None = None
     pr: int | None = None
     notes: tuple[str, ...] = ()
+    # the effect's *_pct fields hold a shift in the metric's own unit (mean KLD), not a percentage
+    absolute: bool = False

@@ -19,7 +19,7 @@ MANIFEST_FORMAT = 1
 
 
 @dataclass(frozen=True)
-class Target:
+class BuildTarget:
     """What a build is for: the toolchains it needs and the cmake options it adds."""
 
     name: str
@@ -43,7 +43,7 @@ class BuildOptions:
 
 
 @dataclass(frozen=True)
-class Step:
+class BuildStep:
     """One command of a build, exactly as it runs."""
 
     name: str  # configure | build
@@ -76,7 +76,7 @@ class BuildPlan:
     build_dir: Path
     artifact_dir: Path
     log: Path
-    steps: tuple[Step, ...]
+    steps: tuple[BuildStep, ...]
     tools: tuple[str, ...]
     lib_globs: tuple[str, ...]
     required_libs: tuple[str, ...]
@@ -84,7 +84,7 @@ class BuildPlan:
     missing: tuple[str, ...] = ()  # problems of required toolchains that were not found
     runner: tuple[str, ...] = ()  # prefix to run the built tools on this machine (qemu)
 
-    def step(self, name: str) -> Step:
+    def step(self, name: str) -> BuildStep:
         return next(s for s in self.steps if s.name == name)
 
     def to_dict(self) -> dict[str, object]:

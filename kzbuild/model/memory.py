@@ -131,6 +131,8 @@ class MemoryInfo:
 # "4GiB", "3.5 GB", "512MiB", "4096 MiB": binary units only mean 1024; decimal ones 1000
 SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B)\s*$", re.IGNORECASE)
 UNITS = {"K": 1, "M": 2, "G": 3, "T": 4}
+SIZE_EXAMPLE = "a size such as 4GiB, 3.5GiB or 4096MiB"
+SIZE_HINT = "KiB MiB GiB TiB count in 1024s, KB MB GB TB in 1000s"
 
 
 def parse_size(text: str) -> int | None:

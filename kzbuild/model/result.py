@@ -20,7 +20,10 @@ from kzbuild.model.memory import MemoryInfo
 from kzbuild.model.provenance import Provenance
 from kzbuild.model.run import Release
 
-RecordKind = Literal["bench", "manual"]
+# bench: a llama-bench test; run: one kzbuild run of a tool (its memory, no throughput); manual:
+# a reference figure from elsewhere
+RecordKind = Literal["bench", "run", "manual"]
+MEASURED_KINDS = ("bench", "run")  # measured here: written to the monthly shards
 T = TypeVar("T")
 MAX_SAMPLES = 10_000  # repetitions of one test: more is junk, not a benchmark
 RELEASE_TOKEN = "{release}"  # stands for the release dir in env values, so builds compare

@@ -35,6 +35,7 @@ class Outcome(str, Enum):
     TESTS_FAILED = "tests failed"  # a live patch's Kz-Test fails
     REGRESSED = "regressed"  # the bench A/B fell past the threshold
     WRONG = "wrong output"  # the candidate's output is past the plan's quality limits
+    OVER_BUDGET = "over memory budget"  # a run of the candidate is past the plan's memory limits
     NOT_TRIED = (
         "not tried"  # the stack holds, but a newer candidate is rollable: no build, no bench
     )
@@ -92,6 +93,9 @@ class BenchDelta:
     quality: tuple[
         QualityRecord, ...
     ] = ()  # the plan's quality check: pin and candidate against the reference
+    # the plan's memory limits (memory_budget, htp_session_limit:HTPn) a run of the candidate
+    # exceeded
+    memory_over: tuple[str, ...] = ()
 
     @property
     def wrong(self) -> bool:
@@ -123,6 +127,7 @@ class BenchDelta:
             + "".join(
                 f"; {record.variant} output: {describe_output(record)}" for record in self.quality
             )
+            + (f"; candidate over {', '.join(self.memory_over)}" if self.memory_over else "")
         )
 
     def to_dict(self) -> dict[str, object]:
@@ -141,6 +146,7 @@ class BenchDelta:
             "verdict": self.effect.verdict.value,
             "quality": [record.to_dict() for record in self.quality],
             "wrong": self.wrong,
+            "memory_over": list(self.memory_over),
         }
 
 

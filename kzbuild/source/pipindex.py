@@ -24,7 +24,7 @@ import sys
 import urllib.error
 import urllib.request
 import urllib.response
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from http.client import HTTPMessage
@@ -42,7 +42,6 @@ from kzbuild.model.urls import (
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[str], None]
 PYPI_SIMPLE = "https://pypi.org/simple"
 ACCEPT = (
     "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, "
@@ -375,7 +374,7 @@ class Client:
             body, JSON_TYPE if path.suffix == ".json" else "text/html", path.as_uri()
         )
 
-    def download(self, link: Link, target: Path, progress: Progress | None = None) -> None:
+    def download(self, link: Link, target: Path, progress: proc.Progress | None = None) -> None:
         """Stream ``link`` to ``target``, checking its sha256 when the index gave one."""
         digest = hashlib.sha256()
         shown = redact(link.url)

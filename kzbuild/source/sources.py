@@ -21,20 +21,19 @@ import logging
 import re
 import tarfile
 import tempfile
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 from kzbuild.adapters.filelock import locked
 from kzbuild.adapters.gitcmd import Git, unset_in_config_file
+from kzbuild.adapters.proc import Progress
 from kzbuild.adapters.settings import Settings
 from kzbuild.errors import CommandFailed, KzError, SourceError
 from kzbuild.model.recipe import Source
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[str], None]
 REFUSED_WANT = re.compile(
     r"not our ref|unadvertised object|no such remote ref|couldn't find remote ref", re.I
 )

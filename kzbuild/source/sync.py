@@ -21,7 +21,6 @@ import logging
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -31,6 +30,7 @@ from kzbuild import __version__
 from kzbuild.adapters.filelock import locked
 from kzbuild.adapters.files import sha256_file, write_atomic
 from kzbuild.adapters.gitcmd import KZ_AUTHOR, KZ_EMAIL, Git
+from kzbuild.adapters.proc import Progress
 from kzbuild.adapters.settings import Settings
 from kzbuild.errors import PatchError, WorktreeError
 from kzbuild.model.recipe import Recipe
@@ -93,9 +93,6 @@ class Inputs:
 def inputs_match(recipe: Recipe, lock: Lock | None) -> bool:
     """The recipe's pin, patches and overlays are what ``lock`` was synced from."""
     return lock is not None and Inputs.of(recipe).matches(lock)
-
-
-Progress = Callable[[str], None]
 
 
 class Worktree:

@@ -3,6 +3,8 @@ its patches change."""
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from tests.conftest import Project, UpstreamRepo
@@ -22,6 +24,17 @@ int main(void) {
 }
 """
 SPEED = "double ggml_speed(void) {\n    return 100.0;\n}\n"
+STAND_IN = b"GGUF stand-in"  # the model file on the device: the tiny tools never read it
+# a plan benching the tiny llama-bench's one test with that model
+STAND_IN_PLAN = f"""\
+model:
+  path: models/q.gguf
+  sha256: {hashlib.sha256(STAND_IN).hexdigest()}
+repetitions: 1
+runs:
+  - name: prefill
+    options: {{p: 32, n: 0, t: 1}}
+"""
 
 
 @pytest.fixture

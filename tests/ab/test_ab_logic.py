@@ -145,17 +145,17 @@ def test_expectations_are_confirmed_contradicted_undetected_unmeasured_or_for_an
         expectation(+10, device="pad4"),
         expectation(+3, patch="b.patch"),
     ]
-    verdicts = [c.verdict for c in ab.check_expectations(declared, measured, "pad3")]
+    verdicts = [c.verdict for c in ab.check_expectations(declared, measured, ["pad3"])]
     assert verdicts == ["confirmed", "contradicted", "not measured", "other device", "not measured"]
     flat = {
         "full": turns("full", [100, 104, 96, 100]),
         "minus:a.patch": turns("minus:a.patch", [101, 97, 103, 100]),
     }
-    (check,) = ab.check_expectations([expectation(+10)], ab.effects(flat, SPECS[:2]), "pad3")
+    (check,) = ab.check_expectations([expectation(+10)], ab.effects(flat, SPECS[:2]), ["pad3"])
     # +-4% noise on 4 turns cannot exclude +-2%
     assert check.verdict == "undecided (interval too wide)"
     wide_minimum = ab.effects(flat, SPECS[:2], min_effect_pct=10)
-    (check,) = ab.check_expectations([expectation(+10)], wide_minimum, "pad3")
+    (check,) = ab.check_expectations([expectation(+10)], wide_minimum, ["pad3"])
     assert (
         check.verdict == "no detectable effect"
         and "a.patch: Kz-Expect pp512 +10% on pad3: no detectable effect" in check.describe
@@ -173,7 +173,7 @@ def test_the_markdown_table_names_each_patch_unbuildable_variants_and_verdicts(t
         VariantBuild(SPECS[1], None, False, problem="patch b.patch does not apply"),
     ]
     text = ab.markdown(
-        measured, variants, ab.check_expectations([expectation(+5)], measured, "pad3")
+        measured, variants, ab.check_expectations([expectation(+5)], measured, ["pad3"])
     )
     lines = text.splitlines()
     assert lines[0].startswith("| patch | test | configuration | full stack t/s | without it t/s |")

@@ -90,15 +90,16 @@ def patch_effect(effect: Effect) -> PatchEffect:
         full_median=100.0,
         variant_median=100.0,
         effect=effect,
+        device="box",
     )
 
 
 def test_a_declared_effect_measured_too_widely_is_undecided_not_unconfirmed():
     wide, narrow = Effect(1.0, -40.0, 60.0, 3, 3), Effect(0.1, -0.5, 0.8, 30, 30)
     expectation = Expectation(patch="p.patch", metric="pp32", pct=10.0, device="box", line=1)
-    (check,) = check_expectations([expectation], [patch_effect(wide)], "box")
+    (check,) = check_expectations([expectation], [patch_effect(wide)], ["box"])
     assert check.verdict == "undecided (interval too wide)"
-    (check,) = check_expectations([expectation], [patch_effect(narrow)], "box")
+    (check,) = check_expectations([expectation], [patch_effect(narrow)], ["box"])
     assert check.verdict == "no detectable effect"
 
 

@@ -30,6 +30,9 @@ The device's filesystem: device path ``P`` is host path ``adb_device.host_path(P
 (``<tmp>/adbdeviceN/fs/P``); see :mod:`tests.adbdevice.fs` for how shell commands see
 ``/data/local/tmp`` and the limits of that mapping.
 
+Benchmarks run a device in a process of its own (``tests.adbdevice.process.DeviceProcess``), so
+its work does not wait on the measuring process's GIL.
+
 Hooks on an ``AdbTestDevice``:
 
 - ``drop_send_after(nbytes)``: the next push (one ``adb push``, however many files it

@@ -9,6 +9,8 @@ See the package docstring (``tests/adbdevice/__init__.py``) for what a test gets
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +63,42 @@ def make_adb_device(
 def adb_device(make_adb_device: MakeDevice) -> AdbTestDevice:
     """An online test device (not yet ``adb connect``-ed: AdbTransport connects it)."""
     return make_adb_device()
+
+
+@dataclass(frozen=True)
+class AdbPool:
+    """Two online test devices: ``first`` on the session's adb server, ``second`` on ``server``,
+    another adb server (as a tablet on another machine, reached with ``adb -H HOST -P PORT``)."""
+
+    first: AdbTestDevice
+    second: AdbTestDevice
+    server: PrivateAdbServer
+
+    def devices_yaml(self, root: str) -> str:
+        """recipes/devices.yaml naming them pad-a and pad-b, in the pool ``pads``."""
+        return (
+            "devices:\n"
+            f"  pad-a: {{transport: adb, serial: '{self.first.serial}', root: {root}}}\n"
+            f"  pad-b: {{transport: adb, serial: '{self.second.serial}', server: "
+            f"'127.0.0.1:{self.server.port}', root: {root}}}\n"
+            "pools:\n  pads: [pad-a, pad-b]\n"
+        )
+
+    def put(self, root: str, relpath: str, data: bytes) -> None:
+        """The same file on both devices, under ``root``."""
+        for device in (self.first, self.second):
+            path = device.host_path(f"{root}/{relpath}")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+
+
+@pytest.fixture
+def adb_pool(make_adb_device: MakeDevice, tmp_path: Path) -> Iterator[AdbPool]:
+    other = PrivateAdbServer(tmp_path / "adb-server-2")
+    other.start()
+    pool = AdbPool(make_adb_device(), make_adb_device(), other)
+    try:
+        yield pool
+    finally:
+        other.adb("disconnect", pool.second.serial)
+        other.stop()

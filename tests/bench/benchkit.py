@@ -6,6 +6,7 @@ import atexit
 import functools
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -90,6 +91,28 @@ def make_device_root(
         (device.release / "manifest.json").write_text(json.dumps(manifest))
     os.symlink(f"releases/{build_id}", root / "current")
     return device
+
+
+# A tool that holds --mib MiB (written, so resident) and logs buffers as llama.cpp does.
+BUFFERS_TOOL = f"""#!{sys.executable} -S
+import sys
+args = sys.argv[1:]
+held = b"x" * (int(args[args.index("--mib") + 1]) << 20)
+print("generated", len(held) >> 20)
+sys.stderr.write(
+    "load_tensors:   CPU_REPACK model buffer size =     0.09 MiB\\n"
+    "llama_kv_cache:        CPU KV buffer size =     0.03 MiB\\n"
+    "sched_reserve:        CPU compute buffer size =     0.06 MiB\\n"
+    "load_tensors:         HTP0 model buffer size =  3700.00 MiB\\n"
+)
+"""
+
+
+def stored_run_id(err: str) -> str:
+    """The run id kzbuild run's last stderr line says its record was stored as."""
+    found = re.search(r"stored run (\S+):", flat(err))
+    assert found, err
+    return found[1]
 
 
 # A tool that reports exactly what it received.

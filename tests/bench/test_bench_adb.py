@@ -6,6 +6,7 @@ shell exactly as on a tablet; ``getprop`` answers with the test device's propert
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -13,12 +14,14 @@ import pytest
 from tests.adbdevice import AdbTestDevice
 from tests.adbdevice.fs import DEFAULT_PROPS
 from tests.bench.benchkit import (
+    BUFFERS_TOOL,
     REPLAY_LLAMA_BENCH,
     SHOW_ARGS,
     TRICKY,
     DeviceRoot,
     env_options,
     make_device_root,
+    stored_run_id,
     total_kib,
 )
 
@@ -109,3 +112,27 @@ def test_bench_over_adb_records_the_android_fingerprint(kz, tablet):
         assert 1024 < item["memory"]["peak_rss_kib"] < total_kib()
         buffers = item["memory"]["buffers"]
         assert ["CPU_REPACK", "model", 0.09] in buffers and ["CPU", "compute", 0.06] in buffers
+
+
+def test_run_over_adb_stores_its_record_with_the_android_fingerprint_and_peak(kz, tablet):
+    """kzbuild run's record on the adb device: kz-peakrss under mksh and toybox, the model hashed
+    by toybox's sha256sum, getprop's fingerprint in the provenance."""
+    device, release = tablet
+    release.add_tool("llama-tool", BUFFERS_TOOL)
+    ran = kz(
+        "run",
+        "--device",
+        f"adb:{device.serial}:{ROOT}",
+        "llama-tool",
+        "-m",
+        "models/q.gguf",
+        "--mib",
+        "32",
+    )
+    assert ran.code == 0, ran.err
+    (record,) = json.loads(kz("results", "show", stored_run_id(ran.err), "--json").out)
+    assert record["kind"] == "run" and 32 * 1024 < record["memory"]["peak_rss_kib"] < total_kib()
+    assert ("CPU_REPACK", "model", 0.09) in [tuple(b) for b in record["memory"]["buffers"]]
+    provenance = record["provenance"]
+    assert provenance["device"]["android.fingerprint"] == DEFAULT_PROPS["ro.build.fingerprint"]
+    assert provenance["model_sha256"] == hashlib.sha256(b"model bytes").hexdigest()

@@ -79,6 +79,22 @@ def test_buffers_of_a_real_llama_bench_log_each_at_its_largest():
     )  # compute: 0.06 for the pp16 context, 0.03 for tg4's
 
 
+def test_buffer_lines_behind_common_logs_time_and_level_are_read():
+    """llama-completion -v, at the pin: common/log.cpp puts the time and the level first."""
+    text = (
+        "0.00.052.713 I load_tensors:   CPU_REPACK model buffer size =     0.00 MiB\n"
+        "0.00.137.049 I load_tensors:   CPU_REPACK model buffer size =     0.09 MiB\n"
+        "0.00.147.849 I sched_reserve:        CPU compute buffer size =     5.15 MiB\n"
+        "0.00.160.824 D ~llama_context:        CPU compute buffer size is   5.1460 MiB, matches\n"
+        "I llama_kv_cache:        CPU KV buffer size =     0.50 MiB\n"
+    )
+    assert memory.parse_buffers(text, source="log") == (
+        BufferSize("CPU", "kv", 0.5),
+        BufferSize("CPU", "compute", 5.15),
+        BufferSize("CPU_REPACK", "model", 0.09),
+    )
+
+
 def test_a_buffer_line_of_another_shape_is_refused_with_its_line():
     text = "ok\nload_tensors:   CPU_REPACK model buffer size =     0.09 GiB\n"
     with pytest.raises(LogFormatChanged, match=r"log:2: a buffer size line") as caught:
@@ -119,11 +135,14 @@ def test_any_log_text_parses_or_is_refused_as_a_format_change(text):
 
 
 def test_the_tree_formats_are_checked_and_a_changed_one_is_named():
+    formats = {**memory.EXPECTED_FORMATS, **memory.PREFIX_FORMATS}
     sources = {
-        path: "\n".join(f'LOG("{fmt}", x);' for fmt in formats)
-        for path, formats in memory.EXPECTED_FORMATS.items()
+        path: "\n".join(f'LOG("{fmt}", x);' for fmt in listed) for path, listed in formats.items()
     }
     memory.check_tree_formats(sources, "tree")
+    without_prefix = sources | {"common/log.cpp": 'fprintf(f, "%sI %s", a, b);'}
+    with pytest.raises(LogFormatChanged, match=r"common/log.cpp: expected, not in the tree: %sD"):
+        memory.check_tree_formats(without_prefix, "tree")
     sources["src/llama-kv-cache.cpp"] = r'LOG("%s: %10s KV buffer size = %8.2f GiB\n", x);'
     with pytest.raises(LogFormatChanged) as caught:
         memory.check_tree_formats(sources, "tree")
@@ -439,7 +458,7 @@ def test_a_budget_on_a_release_without_kz_peakrss_is_refused(kz, tmp_path):
     result = kz("bench", "--plan", str(plan), "--device", bare.spec)
     assert (
         result.code == 2
-        and "has no kz-peakrss, so the plan's memory_budget cannot be checked" in result.err
+        and "has no kz-peakrss, so the memory_budget cannot be checked" in result.err
     )
 
 
@@ -455,7 +474,9 @@ def test_ab_gives_each_variant_its_turn_from_its_own_records(tmp_path):
             "full": (record(test=test, samples=(full,)),),
             "upstream": (record(test=test, samples=(upstream,)),),
         }
-        return AbRun(name, InterleavedRun("r", 1, (("full", "upstream"),), records, (), tmp_path))
+        return AbRun(
+            name, "pad3", InterleavedRun("r", 1, (("full", "upstream"),), records, (), tmp_path)
+        )
 
     runs = (run("pp", "pp512", 64.0, 32.0), run("tg", "tg64", 16.0, 16.0))
     result = AbResult("tiny", "pad3", "host", 1, (), runs, (), ())

@@ -3,6 +3,7 @@ with kz-peakrss built from kernels/peakrss/), a tiny qwen35 Q4_0 on a local devi
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from kzbuild.adapters.gitcmd import Git
 from kzbuild.measure import memory
 from kzbuild.measure.tinymodel import write_tiny_model
 from kzbuild.model.build import BuildResult
-from tests.bench.benchkit import total_kib
+from tests.bench.benchkit import stored_run_id, total_kib
 from tests.conftest import persistent_test_cache
 
 pytestmark = pytest.mark.slow
@@ -54,7 +55,10 @@ def test_the_synced_trees_buffer_lines_are_the_ones_the_parser_reads(real_host_b
     worktree = persistent_test_cache() / "kz-work" / "src" / "demo-host"
     git = Git(worktree)
     memory.check_tree_formats(
-        {path: git.run("show", f"HEAD:{path}").stdout for path in memory.EXPECTED_FORMATS},
+        {
+            path: git.run("show", f"HEAD:{path}").stdout
+            for path in [*memory.EXPECTED_FORMATS, *memory.PREFIX_FORMATS]
+        },
         str(worktree),
     )
 
@@ -77,3 +81,28 @@ def test_the_deployed_binary_names_its_build_id_as_kzbuild_does(
     assert kz("--version").out.strip() == f"kzbuild {manifest['kzbuild_version']}"
     # kzbuild run measured the tool's process too: kz-peakrss's line comes last
     assert memory.parse_peak(ran.err) is not None
+
+
+def test_kzbuild_run_of_the_real_llama_completion_stores_its_peak_and_buffers(
+    kz, real_host_build: BuildResult, tmp_path: Path
+):
+    """kzbuild run keeps a record of the real tool's run: its peak above the model file, the
+    buffers its log names, its provenance; a budget of the model file's size exits 15."""
+    spec = f"local:{tmp_path / 'device'}"
+    model = write_tiny_model(tmp_path / "tiny-qwen35.gguf", arch="qwen35", ftype="q4_0")
+    assert (
+        kz("deploy", "--device", spec, "--artifact", str(real_host_build.artifact.path)).code == 0
+    )
+    assert kz("models", "push", str(model), "--device", spec).code == 0
+    args = ["llama-completion", "-v", "-m", "models/tiny-qwen35.gguf", "-p", "hi", "-n", "0"]
+    ran = kz("run", "--device", spec, *args, "-t", "1", "-no-cnv")
+    assert ran.code == 0, ran.err
+    (record,) = json.loads(kz("results", "show", stored_run_id(ran.err), "--json").out)
+    assert model.stat().st_size < record["memory"]["peak_rss_kib"] * 1024 < total_kib() * 1024
+    buffers = {(name, kind) for name, kind, _ in record["memory"]["buffers"]}
+    assert {("CPU_REPACK", "model"), ("CPU", "compute"), ("CPU", "kv")} <= buffers
+    assert record["provenance"]["build_id"] == real_host_build.artifact.build_id
+    assert record["provenance"]["model_sha256"] == hashlib.sha256(model.read_bytes()).hexdigest()
+    budget = f"{model.stat().st_size // 1024}KiB"
+    over = kz("run", "--device", spec, "--memory-budget", budget, *args, "-t", "1", "-no-cnv")
+    assert over.code == 15, over.err

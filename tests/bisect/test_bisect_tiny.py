@@ -9,6 +9,7 @@ import json
 import pytest
 
 from tests.ab.conftest import SPEED
+from tests.bisect.conftest import bisect_args
 from tests.fixtures_build import Tiny
 
 SLOW_AT = 41  # of 1..63 after the pin
@@ -51,18 +52,7 @@ def test_bisect_names_the_slower_commit_in_at_most_8_builds_and_a_second_run_bui
 ):
     shas = history(bench_tiny, tmp_path / "device")
     plan = str(bench_tiny.project.root / "plans" / "bisect.yaml")
-    args = (
-        "bisect",
-        "tiny",
-        "--good",
-        shas[0],
-        "--bad",
-        shas[-1],
-        "--plan",
-        plan,
-        "--device",
-        "box",
-    )
+    args = bisect_args(shas, plan)
     result = kz(*args, "--json")
     assert result.code == 0, result.err
     report = json.loads(result.out)
@@ -74,9 +64,8 @@ def test_bisect_names_the_slower_commit_in_at_most_8_builds_and_a_second_run_bui
     tried = {c["sha"]: c for c in report["commits"]}
     assert all(not c["bare"] and len(c["samples"]["box"]) >= 3 for c in tried.values())
 
-    again = kz(
-        *args, "--markdown"
-    )  # the same bisect: its record answers, nothing is built or benched
+    # the same bisect: its record answers, nothing is built or benched
+    again = kz(*args, "--markdown")
     assert again.code == 0, again.err
     assert "0 built here, 0 interleaved rounds" in again.out
     assert f"first commit that moved prefill:pp32 t/s: {shas[SLOW_AT][:12]}" in " ".join(
@@ -94,19 +83,7 @@ def test_a_commit_where_the_stack_does_not_apply_is_tested_bare_and_says_so(
         "docs.patch", {"docs/log.txt": "documented\n"}, "docs: a line\n\nUpstream-Status: Pending"
     )
     plan = str(bench_tiny.project.root / "plans" / "bisect.yaml")
-    result = kz(
-        "bisect",
-        "tiny",
-        "--good",
-        shas[0],
-        "--bad",
-        shas[-1],
-        "--plan",
-        plan,
-        "--device",
-        "box",
-        "--json",
-    )
+    result = kz(*bisect_args(shas, plan), "--json")
     assert result.code == 0, result.err
     report = json.loads(result.out)
     assert report["culprit"]["sha"] == shas[SLOW_AT]
@@ -125,85 +102,34 @@ def test_a_range_that_is_not_a_history_is_refused(kz, bench_tiny, tmp_path):
         "bisect", "tiny", "--good", shas[10], "--bad", shas[3], "--plan", plan, "--device", "box"
     )
     assert result.code == 2 and "is not an ancestor of" in result.err
-    unknown = kz(
-        "bisect",
-        "tiny",
-        "--good",
-        shas[0],
-        "--bad",
-        shas[3],
-        "--plan",
-        plan,
-        "--device",
-        "box",
-        "--metric",
-        "decode",
-    )
+    unknown = kz(*bisect_args(shas[:4], plan), "--metric", "decode")
     assert unknown.code == 2 and "the plan has no run 'decode'" in unknown.err
 
 
 @pytest.mark.slow  # two adb servers, two test devices, ~10 builds: about 45 s
 def test_a_pool_of_two_adb_devices_on_two_adb_servers_finds_it_each_comparison_on_one_device(
-    kz, bench_tiny, tmp_path, make_adb_device
+    kz, bench_tiny, tmp_path, adb_pool
 ):
-    from tests.adbdevice.server import PrivateAdbServer
-
     shas = history(bench_tiny, tmp_path / "unused")
     root = "/data/local/tmp/kz-engine"
-    first, second = make_adb_device(), make_adb_device()
-    other_server = PrivateAdbServer(
-        tmp_path / "adb-server-2"
-    )  # as on another machine: adb -H HOST -P PORT
-    other_server.start()
-    try:
-        for device in (first, second):
-            models = device.host_path(f"{root}/models")
-            models.mkdir(parents=True)
-            (models / "q.gguf").write_bytes(b"GGUF stand-in")
-        bench_tiny.project.write(
-            "recipes/devices.yaml",
-            (
-                "devices:\n"
-                f"  pad-a: {{transport: adb, serial: '{first.serial}', root: {root}}}\n"
-                f"  pad-b: {{transport: adb, serial: '{second.serial}', server: "
-                f"'127.0.0.1:{other_server.port}', root: {root}}}\n"
-                "pools:\n  pads: [pad-a, pad-b]\n"
-            ),
-        )
-        listed = kz("device", "list", "--json")
-        assert listed.code == 0, listed.err
-        states = {d["name"]: (d["state"], d["pools"]) for d in json.loads(listed.out)["devices"]}
-        assert states["pad-a"] == states["pad-b"] == ("free", ["pads"])
-        plan = str(bench_tiny.project.root / "plans" / "bisect.yaml")
-        result = kz(
-            "bisect",
-            "tiny",
-            "--good",
-            shas[0],
-            "--bad",
-            shas[-1],
-            "--plan",
-            plan,
-            "--device",
-            "pads",
-            "--json",
-        )
-        assert result.code == 0, result.err
-        report = json.loads(result.out)
-        assert report["culprit"]["sha"] == shas[SLOW_AT]
-        used = {step["note"] for step in report["steps"]}
-        assert used == {"on pad-a", "on pad-b"}
-        for step in report[
-            "steps"
-        ]:  # the mid and both ends have samples from the device that compared them
-            device = step["note"].removeprefix("on ")
-            commits = {c["index"]: c for c in report["commits"]}
-            assert all(
-                commits[i]["samples"].get(device) for i in (step["lo"], step["mid"], step["hi"])
-            )
-        assert (
-            second.serial in other_server.adb("devices").stdout
-        )  # pad-b was reached through the other server
-    finally:
-        other_server.adb("disconnect", second.serial)
-        other_server.stop()
+    adb_pool.put(root, "models/q.gguf", b"GGUF stand-in")
+    bench_tiny.project.write("recipes/devices.yaml", adb_pool.devices_yaml(root))
+    listed = kz("device", "list", "--json")
+    assert listed.code == 0, listed.err
+    states = {d["name"]: (d["state"], d["pools"]) for d in json.loads(listed.out)["devices"]}
+    assert states["pad-a"] == states["pad-b"] == ("free", ["pads"])
+    plan = str(bench_tiny.project.root / "plans" / "bisect.yaml")
+    result = kz(*bisect_args(shas, plan, "pads"), "--json")
+    assert result.code == 0, result.err
+    report = json.loads(result.out)
+    assert report["culprit"]["sha"] == shas[SLOW_AT]
+    used = {step["note"] for step in report["steps"]}
+    assert used == {"on pad-a", "on pad-b"}
+    for step in report[
+        "steps"
+    ]:  # the mid and both ends have samples from the device that compared them
+        device = step["note"].removeprefix("on ")
+        commits = {c["index"]: c for c in report["commits"]}
+        assert all(commits[i]["samples"].get(device) for i in (step["lo"], step["mid"], step["hi"]))
+    # pad-b was reached through the other server
+    assert adb_pool.second.serial in adb_pool.server.adb("devices").stdout

@@ -192,6 +192,18 @@ def test_a_damaged_record_is_named_and_another_bisects_record_refused(tmp_path):
         Record.open(tmp_path, IDENTITY, SHAS[:4])
 
 
+def test_a_zero_sample_is_read_only_where_the_metric_allows_it(tmp_path):
+    """A mean KLD of 0 is a result (the good end against its own logits); 0 t/s or MiB is not."""
+    record = Record.open(tmp_path, IDENTITY, SHAS[:2], zero_ok=True)
+    record.commits[0].samples["box"] = [0.0]
+    record.save()
+    assert Record.open(tmp_path, IDENTITY, SHAS[:2], zero_ok=True).commits[0].samples == {
+        "box": [0.0]
+    }
+    with pytest.raises(ResultsError, match="samples must be numbers above 0"):
+        Record.open(tmp_path, IDENTITY, SHAS[:2])
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.recursive(

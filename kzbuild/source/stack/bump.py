@@ -19,13 +19,13 @@ import re
 from datetime import date as Date
 
 from kzbuild.adapters import yamlconf
+from kzbuild.adapters.proc import Progress
 from kzbuild.adapters.settings import Settings
 from kzbuild.errors import ConfigError, PatchError
 from kzbuild.model.patch import Patch
 from kzbuild.model.recipe import Recipe, Source
 from kzbuild.model.stackcheck import BisectResult, BumpPlan, BumpWritten, Target, UpstreamCommit
 from kzbuild.source import recipes
-from kzbuild.source.sources import Progress
 from kzbuild.source.stack.apply import apply_any, history_truncated, is_ancestor
 from kzbuild.source.stack.check import Scratch, check_patches, load_patches, resolve_target
 from kzbuild.source.stack.patchfile import DROPPED_LOG, drop_patch, read_patch, require_entry

@@ -17,13 +17,14 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from kzbuild.adapters.gitcmd import Git, ls_remote, remote_failure
+from kzbuild.adapters.proc import Progress
 from kzbuild.adapters.settings import Settings
 from kzbuild.errors import ConfigError, SourceError
 from kzbuild.model.patch import Patch
 from kzbuild.model.recipe import Recipe, Source
 from kzbuild.model.stack import Problem
 from kzbuild.model.stackcheck import PatchCheck, StackCheck, Target, Verdict
-from kzbuild.source.sources import ObjectCache, Progress, extract_vendored_gitdirs
+from kzbuild.source.sources import ObjectCache, extract_vendored_gitdirs
 from kzbuild.source.stack.apply import (
     ancestry_known,
     apply_any,
