@@ -36,7 +36,11 @@ cases (goal in brackets):
 
 The adb rows also show the device's ``sha256sum`` (toybox) of the bytes a deploy checks, timed
 alone: the share of a deploy's time that is hashing, which this test device does about 4x
-slower than GNU's (and a phone's toybox, built with its crypto library, far faster).
+slower than GNU's (and a phone's toybox, built with its crypto library, far faster). adb push
+hashes nothing, so after the table each adb case is also given without that hashing, and broken
+down: the host's own work (planning, staging, the adb clients it starts), the push, the device
+commands' round trips (``adb shell true`` and ``adb get-state``, timed alone) and the device's
+work in them, hashing apart.
 """
 
 from __future__ import annotations
@@ -50,9 +54,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -60,6 +65,7 @@ sys.path.insert(0, str(REPO))
 from kzbuild.build.artifacts import load_artifact  # noqa: E402
 from kzbuild.device import deploy  # noqa: E402
 from kzbuild.device.adb import AdbTransport  # noqa: E402
+from kzbuild.device.base import ByteSource, RemoteResult  # noqa: E402
 from kzbuild.device.registry import parse_device_spec  # noqa: E402
 from kzbuild.device.ssh import SshTransport  # noqa: E402
 from kzbuild.model.device import Device  # noqa: E402
@@ -314,6 +320,74 @@ def measure_ssh(work: Path, releases: Releases, runs: int) -> list[Row]:
 
 
 # --- adb ---
+class TimedAdb(AdbTransport):
+    """The adb transport, adding up where a deploy's time goes: its device commands (each an ``adb
+    shell`` and the state check after it) and its pushes."""
+
+    def __init__(self, device: Device, *, server_port: int) -> None:
+        self.commands = 0
+        self.spent = {"commands": 0.0, "push": 0.0}
+        super().__init__(device, server_port=server_port)
+
+    def _add(self, what: str, started: float) -> None:
+        self.spent[what] += time.perf_counter() - started
+
+    def run(self, argv: Sequence[str], **options: Any) -> RemoteResult:
+        started, self.commands = time.perf_counter(), self.commands + 1
+        try:
+            return super().run(argv, **options)
+        finally:
+            self._add("commands", started)
+
+    def run_input(self, argv: Sequence[str], data: ByteSource, **options: Any) -> RemoteResult:
+        started, self.commands = time.perf_counter(), self.commands + 1
+        try:
+            return super().run_input(argv, data, **options)
+        finally:
+            self._add("commands", started)
+
+    def push_tree(self, local: Path, remote: str) -> None:
+        started = time.perf_counter()
+        try:
+            super().push_tree(local, remote)
+        finally:
+            self._add("push", started)
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Where one adb deploy's wall time went (seconds; ``commands`` device commands)."""
+
+    total: float
+    push: float
+    command_time: float
+    commands: int
+
+    def lines(self, round_trip: float, hashing: float) -> list[str]:
+        """The parts: the host's own work, the push, the commands' round trips (``round_trip``
+        each: adb's per-command cost), and the device's work in them, hashing (timed alone)
+        apart."""
+        trips = min(self.commands * round_trip, self.command_time)
+        device = self.command_time - trips
+        parts = [
+            ("host (plan, stage, adb clients)", self.total - self.push - self.command_time),
+            ("adb push of the staged files", self.push),
+            (f"{self.commands} device commands: round trips", trips),
+            ("  device work: sha256sum (timed alone)", min(hashing, device)),
+            ("  device work: the rest (join, store, release)", max(device - hashing, 0.0)),
+        ]
+        return [f"    {name:48} {sec:7.3f} s {sec / self.total:5.0%}" for name, sec in parts]
+
+
+def median_breakdown(items: list[Breakdown]) -> Breakdown:
+    return Breakdown(
+        statistics.median(b.total for b in items),
+        statistics.median(b.push for b in items),
+        statistics.median(b.command_time for b in items),
+        round(statistics.median(b.commands for b in items)),
+    )
+
+
 class AdbBench:
     """The private adb server and the test device (in a process of its own)."""
 
@@ -334,10 +408,22 @@ class AdbBench:
         argv = [self.server.adb_path, "-P", str(self.server.port), "-s", self.serial, *args]
         return subprocess.run(argv, check=True, capture_output=True)
 
-    def kz(self, root: str, artifact: Path) -> None:
+    def kz(self, root: str, artifact: Path) -> Breakdown:
+        started = time.perf_counter()
         device = Device(name="bench", transport="adb", serial=self.serial, root=root)
-        transport = AdbTransport(device, server_port=self.server.port)
+        transport = TimedAdb(device, server_port=self.server.port)
         deploy.deploy(transport, device, load_artifact(artifact))
+        total = time.perf_counter() - started
+        spent = transport.spent
+        return Breakdown(total, spent["push"], spent["commands"], transport.commands)
+
+    def round_trip(self) -> float:
+        """adb's cost of one device command that does nothing: ``adb shell true`` and the state
+        query kzbuild makes after each command."""
+        started = time.perf_counter()
+        self.adb("shell", "-n", "-T", "--", "true")
+        self.adb("get-state")
+        return time.perf_counter() - started
 
     def push(self, root: str, artifact: Path, *sync: str) -> None:
         self.adb("push", *sync, f"{artifact}/.", root)
@@ -353,42 +439,64 @@ class AdbBench:
         self.server.stop()
 
 
-def measure_adb(work: Path, releases: Releases, runs: int) -> list[Row]:
+def measure_adb(work: Path, releases: Releases, runs: int) -> tuple[list[Row], list[str]]:
+    """The adb rows, and the lines that break each case down (printed after the table)."""
     work.mkdir()
     bench = AdbBench(work)
     try:
         rows: list[Row] = []
+        notes: list[str] = []
+        round_trip = statistics.median(bench.round_trip() for _ in range(max(runs, 5)))
         cases = [
             ("first deploy (adb)", releases.base),
             *[(f"{count:,} files (adb)", artifact) for count, artifact in releases.files.items()],
         ]
         for label, artifact in cases:
-            kz, push = [], []
+            kz, push, parts = [], [], []
             for _ in range(runs):
-                kz.append(timed(lambda root=bench.root(), a=artifact: bench.kz(root, a)))
+                kz.append(timed(lambda r=bench.root(), a=artifact: parts.append(bench.kz(r, a))))
                 push.append(timed(lambda root=bench.root(), a=artifact: bench.push(root, a)))
-            rows.append((label, "s", median(kz), "adb push", median(push)))
             hashed = bench.root()
             bench.push(hashed, artifact)
-            rows.append(
-                (label, "s", median([bench.hashing(hashed) for _ in range(runs)]), "sha256", 0)
-            )
-        kz, push = [], []
+            hashing = median([bench.hashing(hashed) for _ in range(runs)])
+            rows += [(label, "s", median(kz), "adb push", median(push))]
+            rows += [(label, "s", hashing, "sha256", 0)]
+            notes += explain(label, median(kz), median(push), hashing, parts, round_trip)
+        kz, push, parts = [], [], []
         for _ in range(runs):
             kz_root, push_root = bench.root(), bench.root()
             bench.kz(kz_root, releases.base)
-            kz.append(timed(lambda root=kz_root: bench.kz(root, releases.one_lib)))
+            kz.append(timed(lambda r=kz_root: parts.append(bench.kz(r, releases.one_lib))))
             bench.push(push_root, releases.base)
             push.append(timed(lambda root=push_root: bench.push(root, releases.one_lib, "--sync")))
         label = "one changed library (adb)"
-        rows.append((label, "s", median(kz), "adb push --sync", median(push)))
         # a deploy that keeps stored contents hashes them all (the changed file as it is stored)
-        rows.append(
-            (label, "s", median([bench.hashing(push_root) for _ in range(runs)]), "sha256", 0)
+        hashing = median([bench.hashing(push_root) for _ in range(runs)])
+        rows += [(label, "s", median(kz), "adb push --sync", median(push))]
+        rows += [(label, "s", hashing, "sha256", 0)]
+        notes += explain(label, median(kz), median(push), hashing, parts, round_trip)
+        notes.append(
+            f"adb's cost of one device command (adb shell true, get-state): {round_trip:.3f} s"
         )
-        return rows
+        return rows, notes
     finally:
         bench.stop()
+
+
+def explain(
+    label: str,
+    mine: Timing,
+    anchor: Timing,
+    hashing: Timing,
+    parts: list[Breakdown],
+    round_trip: float,
+) -> list[str]:
+    """Where a case's time went (medians of its runs), and its wall ratio with the device's
+    sha256sum, which adb push does not run, left out."""
+    rest = max(mine.wall - hashing.wall, 0.0)
+    ratio = rest / anchor.wall if anchor.wall else 0.0
+    head = f"{label}: without the device's sha256sum {rest:.3f} s, {ratio:.2f}x the anchor"
+    return [head, *median_breakdown(parts).lines(round_trip, hashing.wall)]
 
 
 # --- main ---
@@ -427,11 +535,16 @@ def main() -> None:
             base, rebuilt, one_lib, small_edit_pair(work), {n: small_files(work, n) for n in counts}
         )
         rows: list[Row] = []
+        notes: list[str] = []
         if not args.no_ssh:
             rows += measure_ssh(work / "ssh", releases, args.runs)
         if not args.no_adb:
-            rows += measure_adb(work / "adb", releases, args.runs)
+            adb_rows, notes = measure_adb(work / "adb", releases, args.runs)
+            rows += adb_rows
         report(rows, base, rebuilt)
+        if notes:
+            print("\nwhere the adb time goes (wall, medians):")
+            print("\n".join(notes))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

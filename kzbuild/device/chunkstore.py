@@ -17,9 +17,17 @@ device answers which chunks it lacks (skipped while ``chunks/`` is empty: then i
 one tar stream (``tar -x``, which toybox has) brings every missing chunk and whole file, and the
 same command assembles the files, runs ``sha256sum`` on them and moves what checked out into the
 store (the device compares the sums with sorted name lists: ``comm``, no answer from the host
-needed). Over adb the stream is replaced by a staged dir pushed with adb's sync protocol
-(:class:`~kzbuild.device.base.TreePush`), which moves bytes several times faster than a
-shell's stdin, and the command that follows runs without input.
+needed).
+
+Over adb (:class:`~kzbuild.device.base.TreePush`) there is no stream and no chunk: the contents
+the device lacks are staged on the host (hard links where the filesystem allows) and pushed with
+one ``adb push`` (adb's sync protocol moves bytes several times faster than a shell's stdin), each
+whole, or in pieces of :data:`PUSH_PIECE` bytes when bigger; one command without input then joins
+the pieces, runs ``sha256sum`` and moves what matched into the store (:data:`PUSHED_SCRIPT`). Each
+file is written once and hashed once, and the device runs a dozen processes, not a few per file:
+on the adb test device a process costs more than a round trip, and cutting files into chunks
+made a first deploy about 20x ``adb push`` of the same files. A changed file travels whole, as
+with ``adb push --sync``: bytes are what a cable has most of.
 
 A chunk the device lacks may come as a delta instead: the stored object that shares the most
 chunks with the new file is its base, and the new chunk is built on the device (``head -c``,
@@ -35,9 +43,10 @@ content. No chunk is hashed on its own, and no content is hashed twice. A stored
 makes its file fail the check; that file is then rebuilt from freshly sent chunks only, and the
 fresh chunks replace the stored ones (a rename); the chunks its deltas read are removed. A
 signature is a hint: a wrong one only makes a delta, then its file, fail the check. A cut
-transfer resumes: chunks and whole files that had arrived complete in ``incoming/`` are not sent
-again (so at most one piece, of at most :data:`MAX_CHUNK` bytes, is: a file that is one chunk
-travels whole).
+transfer resumes: chunks, pieces and whole files that had arrived complete in ``incoming/`` are
+not sent again (so at most one piece is: of at most :data:`MAX_CHUNK` bytes in a stream, where a
+file that is one chunk travels whole; of at most :data:`PUSH_PIECE` bytes over adb, whose adbd
+removes the file a cut push was writing).
 """
 
 from __future__ import annotations
@@ -57,8 +66,9 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kzbuild.device.base import NO_SPACE, TreePush, device_full, lacks_space
+from kzbuild.device.base import NO_SPACE, RemoteResult, TreePush, device_full, lacks_space
 from kzbuild.device.devicelock import pid_alive
+from kzbuild.device.steps import Step
 from kzbuild.device.store import (
     COMMAND_TIMEOUT,
     NAME_HEX,
@@ -69,6 +79,7 @@ from kzbuild.device.store import (
     SendStats,
     TransferProgress,
     Upload,
+    batches,
     mismatch_error,
     parse_sha256sum,
     sections,
@@ -157,14 +168,14 @@ SIGNATURE_SCRIPT = (
 # whole files, and of .kz-<token>/ ($k): "plan" ("a SHA": assemble from lists/SHA, "h SHA": arrived
 # whole), lists/ (if no probe sent them), delta, lit/ and sigs/ (see DELTA_SCRIPT and
 # SIGNATURE_SCRIPT), and sorted name lists: "expect" ("SHA  SHA", as sha256sum
-# prints a match), "chunked" (the assembled contents), mode/MODE (the contents of each mode). With
-# $4 = staged there is no stdin: all of it was pushed already. Assembles, runs sha256sum on every
+# prints a match), "chunked" (the assembled contents), mode/MODE (the contents of each mode).
+# Assembles, runs sha256sum on every
 # planned file and prints its lines and a "/" line. Then, with no answer from the host needed: the
 # contents that matched get their mode and move into objects/; their chunk lists move into
 # chunklists/; the chunks they were built from that arrived now (in incoming/, at the size their
 # list says, and not taken from chunks/) move into chunks/. The rest stays in incoming/.
 RECEIVE_SCRIPT = (
-    'cd "$1" || exit 1; if [ "$4" != staged ]; then tar -x -f - || exit 1; fi; '
+    'cd "$1" || exit 1; tar -x -f - || exit 1; '
     'k=".kz-$2"; fresh=$3; '
     f"{DELTA_SCRIPT}; "
     'while read -r op o; do if [ "$op" = a ]; then rm -f "$o"; '
@@ -190,6 +201,34 @@ RECEIVE_SCRIPT = (
     'xargs sh -c \'chmod "$0" "$@" && mv -f "$@" ../objects/\' "${f##*/}" < "$k/moving" '
     '|| exit 1; done; rm -rf "$k"'
 )
+# Over adb: a file bigger than this is pushed in pieces of this size ("SHA.0", "SHA.1", ...), so a
+# cut push re-sends at most one piece (0.2 s of USB 2). A piece is copied to the staging dir and
+# joined by a process on the device, so a release's libraries (a few MB each) travel whole.
+PUSH_PIECE = 8 << 20
+# $1 = incoming/, $2 = the mode of the contents named next, $3 = those of them pushed in pieces
+# ("NAME:P NAME:P ...": NAME.0 ... NAME.P-1), then the content names. No stdin, no file to read:
+# a TreePush brought the contents, and the device runs sha256sum, sed, chmod and mv, each once
+# for all of them (plus a cat for each content in pieces). Joins the pieces (and removes them),
+# runs sha256sum on every content and prints its lines and a "/" line. A content is named by its
+# sha256, so it matched when its line is "SHA  SHA": those get the mode and move into objects/,
+# the rest stays in incoming/ (and the script exits MISMATCH, so that no step that follows it
+# runs). The names go to the tools as "$@": a shell loop over hundreds of names costs more than a
+# process (only a mismatch takes one). Names and sums are hex, so they are split and echoed as
+# they are.
+PUSHED_SCRIPT = (
+    'cd "$1" || exit 1; m=$2 j=$3; shift 3; set -f; parts=; '
+    "for a in $j; do n=${a%%:*}; i=0; p=; "
+    'while [ "$i" -lt "${a#*:}" ]; do p="$p $n.$i"; i=$((i + 1)); done; '
+    'cat $p > "$n" || exit 1; parts="$parts$p"; done; '
+    'sums=$(sha256sum "$@") && ok=1 || ok=; echo "$sums"; echo /; '
+    'if [ -n "$parts" ]; then rm -f $parts; fi; '
+    'if [ -n "$ok" ] && [ -z "$(echo "$sums" | sed -n \'/^\\([0-9a-f]\\{64\\}\\)  \\1$/!p\')" ]; '
+    'then chmod "$m" "$@" && mv -f "$@" ../objects/; exit; fi; '
+    'good=; d=; for w in $sums; do if [ -z "$d" ]; then d=$w; '
+    'elif [ "$d" = "$w" ]; then good="$good $w"; d=; else d=; fi; done; '
+    'if [ -n "$good" ]; then chmod "$m" $good && mv -f $good ../objects/ || exit 1; fi; exit 9'
+)
+MISMATCH = 9  # PUSHED_SCRIPT's exit code when a content did not match (or was missing)
 WHOLE_FILE_MAX = 64 << 20  # files up to this size are read once for all their chunks
 # Staging for a transport's bulk copy (adb push) goes to memory when it is this small: making 250
 # files of 64 KiB took 0.40 s on the ext4 /tmp of a busy build machine, 0.026 s on /dev/shm.
@@ -506,6 +545,20 @@ def stage(members: Iterable[Member], into: Path) -> None:
         member.check(written)
 
 
+def stage_parent(members: Sequence[Member], total: int) -> Path:
+    """Where to stage ``members`` (``total`` bytes): the temp dir when it is on the filesystem of
+    the files sent whole (hard links: nothing is copied), else memory when they fit."""
+    temp = Path(tempfile.gettempdir())
+    source = next((member.source for member in members if member.source is not None), None)
+    try:
+        linked = source is not None and temp.stat().st_dev == source.stat().st_dev
+    except OSError:
+        linked = False
+    if not linked and total <= MEMORY_STAGE_MAX and os.access(MEMORY_STAGE, os.W_OK):
+        return MEMORY_STAGE
+    return temp
+
+
 def sweep_stages(parent: Path) -> None:
     """Remove the staging dirs under ``parent`` that a killed kzbuild of this user left (its pid
     is in the name and gone): in /dev/shm they would hold memory until a reboot."""
@@ -540,6 +593,7 @@ def deliver(
     on_progress: ProgressCallback | None,
     *,
     chunks_empty: bool = False,
+    then: Callable[[Step], RemoteResult] | None = None,
 ) -> SendStats:
     """Put every upload into ``objects/`` verified, sending only the chunks the device lacks.
 
@@ -547,12 +601,24 @@ def deliver(
     ``chunks_empty`` says chunks/ holds nothing, so there is nothing to ask about. A file that
     fails its check is rebuilt once from chunks all sent anew; if it fails again, the
     DeviceError names it.
+
+    ``then`` runs the step that checks and stores what an adb push brought, when one step does
+    it all, and returns its result: the caller puts the steps that follow it into the same
+    command (they run only when every content matched).
     """
     if not uploads:
         return SendStats()
-    contents = plan(uploads)
+    pushed = isinstance(remote.transport, TreePush)
+    contents = [Content(up, ()) for up in uploads] if pushed else plan(uploads)
     stats, bad, sources = _deliver(
-        remote, layout, contents, partial, on_progress, fresh=False, probe=not chunks_empty
+        remote,
+        layout,
+        contents,
+        partial,
+        on_progress,
+        fresh=False,
+        probe=not chunks_empty,
+        then=then,
     )
     if bad:
         log.warning(
@@ -603,6 +669,7 @@ def _deliver(
     *,
     fresh: bool,
     probe: bool,
+    then: Callable[[Step], RemoteResult] | None = None,
 ) -> tuple[SendStats, list[tuple[Content, str]], dict[str, set[str]]]:
     """One pass: (lists up, the device answers which chunks it lacks), then one transfer of the
     missing chunks and whole files that ends in their assembly, check and store on the device.
@@ -635,7 +702,9 @@ def _deliver(
     else:
         missing = {piece.name for content in chunked for piece in content.pieces}
 
-    members = _control(control, contents)
+    transport = remote.transport
+    pieces = _push_pieces(contents, partial) if isinstance(transport, TreePush) else {}
+    members = [] if isinstance(transport, TreePush) else _control(control, contents)
     if not probe:
         members += [replace(member, name=f"{control}/lists/{member.name}") for member in lists]
     reader = Reader()
@@ -658,7 +727,7 @@ def _deliver(
                 if piece.name in missing
             ]
             if content.pieces
-            else [(up.name, 0, up.size)]
+            else pieces.get(up.sha256, [(up.name, 0, up.size)])
         )
         for name, offset, size in parts:
             if name in wanted:
@@ -682,8 +751,11 @@ def _deliver(
             whole = up.local if (offset, size) == (0, up.size) else None
             read = reader.piece(up.local, offset, size)
             members.append(Member(name, size, read, up.label, whole))
-    members[:0] = _delta_control(control, recipes, signatures)
-    sent, found = _stream(remote, layout, token, members, fresh, on_progress)
+    if isinstance(transport, TreePush):
+        sent, found = _push(remote, transport, layout, contents, pieces, members, on_progress, then)
+    else:
+        members[:0] = _delta_control(control, recipes, signatures)
+        sent, found = _stream(remote, layout, token, members, fresh, on_progress)
     bad = [
         (content, found.get(content.sha256, "no checksum (is sha256sum installed?)"))
         for content in contents
@@ -729,6 +801,22 @@ def _delta_control(
     return members
 
 
+def _push_pieces(
+    contents: Sequence[Content], partial: dict[str, int]
+) -> dict[str, list[tuple[str, int, int]]]:
+    """The pieces (name, offset, size) of each content bigger than PUSH_PIECE, for a TreePush;
+    none for a content that arrived whole before (joined by a command that was cut)."""
+    return {
+        content.sha256: [
+            (f"{up.name}.{index}", offset, min(PUSH_PIECE, up.size - offset))
+            for index, offset in enumerate(range(0, up.size, PUSH_PIECE))
+        ]
+        for content in contents
+        for up in [content.upload]
+        if up.size > PUSH_PIECE and partial.get(up.name) != up.size
+    }
+
+
 def _control(control: str, contents: Sequence[Content]) -> list[Member]:
     """RECEIVE_SCRIPT's plan and its sorted name lists (what to expect, what is assembled, the
     contents of each mode)."""
@@ -756,8 +844,8 @@ def _stream(
     fresh: bool,
     on_progress: ProgressCallback | None,
 ) -> tuple[int, dict[str, str]]:
-    """Send ``members`` into incoming/ (one tar stream, or staged and pushed in one transfer); the
-    device then assembles, hashes and stores what matched.
+    """Send ``members`` into incoming/ in one tar stream; the device then assembles, hashes and
+    stores what matched.
 
     Returns the content bytes sent and the sha256 the device found by content name.
     """
@@ -775,29 +863,82 @@ def _stream(
             on_progress(TransferProgress("verifying sha256 on the device", done, total))
 
     argv = ["sh", "-c", RECEIVE_SCRIPT, "kz", layout.incoming + "/", token, "1" if fresh else "0"]
-    transport = remote.transport
-    if isinstance(transport, TreePush):
-        in_memory = total <= MEMORY_STAGE_MAX and os.access(MEMORY_STAGE, os.W_OK)
-        where = MEMORY_STAGE if in_memory else Path(tempfile.gettempdir())
-        sweep_stages(where)
-        with tempfile.TemporaryDirectory(
-            prefix=f"{STAGE_PREFIX}{os.getpid()}-", dir=where
-        ) as staging:
-            stage(members, Path(staging))
-            transport.push_tree(Path(staging), layout.incoming)
-        for member in members:
-            report(member, member.size)
-        verifying()
-        result = transport.run([*argv, "staged"], timeout=VERIFY_TIMEOUT)
-    else:
-        result = transport.run_input(
-            argv, tar_stream(members, report, verifying), timeout=VERIFY_TIMEOUT
-        )
+    result = remote.transport.run_input(
+        argv, tar_stream(members, report, verifying), timeout=VERIFY_TIMEOUT
+    )
+    return total, _received(remote, layout, argv, result, f"{len(members)} file(s) and chunk(s)")
+
+
+def _push(
+    remote: Remote,
+    transport: TreePush,
+    layout: Layout,
+    contents: Sequence[Content],
+    pieces: dict[str, list[tuple[str, int, int]]],
+    members: Sequence[Member],
+    on_progress: ProgressCallback | None,
+    then: Callable[[Step], RemoteResult] | None,
+) -> tuple[int, dict[str, str]]:
+    """Stage ``members`` and push them into incoming/ in one transfer, then have the device join,
+    hash and store ``contents`` (one PUSHED_SCRIPT command per ARGV_BUDGET of their names; when
+    one does it all, ``then`` runs it, see :func:`deliver`).
+
+    Returns the content bytes sent and the sha256 the device found by content name.
+    """
+    total = sum(member.size for member in members)
+    where = stage_parent(members, total)
+    sweep_stages(where)
+    with tempfile.TemporaryDirectory(prefix=f"{STAGE_PREFIX}{os.getpid()}-", dir=where) as staging:
+        stage(members, Path(staging))
+        transport.push_tree(Path(staging), layout.incoming)
+    done = 0
+    for member in members:
+        done += member.size
+        if on_progress:
+            on_progress(TransferProgress(member.label, done, total))
+    if on_progress:
+        on_progress(TransferProgress("verifying sha256 on the device", done, total))
+    groups: dict[int, list[Content]] = {}
+    for content in contents:
+        groups.setdefault(content.upload.mode, []).append(content)
+    # one command per mode and ARGV_BUDGET of names (PUSHED_SCRIPT takes them as "$@")
+    steps = []
+    for mode, group in groups.items():
+        for batch in batches([content.sha256 for content in group]):
+            joins = " ".join(f"{name}:{len(pieces[name])}" for name in batch if name in pieces)
+            steps.append(
+                Step(
+                    PUSHED_SCRIPT,
+                    (layout.incoming + "/", f"{mode:o}", joins, *batch),
+                    f"checking {len(batch)} file(s)",
+                )
+            )
+    found: dict[str, str] = {}
+    for step in steps:
+        if then is not None and len(steps) == 1:
+            result = then(step)
+        else:
+            result = remote.transport.run(step.argv, timeout=VERIFY_TIMEOUT)
+        found.update(_received(remote, layout, step.argv, result, step.what, MISMATCH))
+    return total, found
+
+
+def _received(
+    remote: Remote,
+    layout: Layout,
+    argv: Sequence[str],
+    result: RemoteResult,
+    count: str,
+    mismatch: int = 0,
+) -> dict[str, str]:
+    """The sha256 the device found by content name, from the output of a command that checked
+    ``count`` received files (exit 0, or ``mismatch`` when some did not match); the error (a full
+    device named as such) when it failed."""
     # a full disk while assembling leaves files short: that is no corruption to retry, but
     # this error
     stderr = result.stderr.decode(errors="replace")
-    if not result.ok or NO_SPACE in stderr:
-        what = f"receiving {len(members)} file(s) and chunk(s)"
+    what = f"receiving {count}"
+    if result.returncode not in (0, mismatch) or NO_SPACE in stderr:
         if NO_SPACE not in stderr and lacks_space(
             remote.transport, layout.incoming, TAR_BLOCK * 16
         ):
@@ -807,6 +948,5 @@ def _stream(
                 f"{what} into {layout.incoming}/ failed" + (f": {lines[0]}" if lines else ""),
             )
         raise remote.error(argv, result, what=what)
-    what = f"receiving {len(members)} file(s) and chunk(s)"
     sums, _ = sections(result.text().split("\n"), 2, what=what)
-    return total, parse_sha256sum(sums)
+    return parse_sha256sum(sums)

@@ -21,7 +21,7 @@ from itertools import chain
 from pathlib import Path
 
 from kzbuild.adapters.files import sha256_file
-from kzbuild.device.base import Transport
+from kzbuild.device.base import RemoteResult, Transport
 from kzbuild.device.chunkstore import (
     DIRECTORY,
     HARDLINK,
@@ -48,6 +48,7 @@ from kzbuild.device.store import (
     COMMAND_TIMEOUT,
     PRUNE_SCRIPT,
     RELEASE_SCRIPT,
+    VERIFY_TIMEOUT,
     Layout,
     ProgressCallback,
     Remote,
@@ -140,9 +141,6 @@ def _deploy(
     if not complete:
         have = parse_inventory(inventory_result, layout.chunks)
         uploads = _plan_uploads(artifact, have.stored)
-        stats = deliver(
-            remote, layout, uploads, have.partial, on_progress, chunks_empty=have.other_empty
-        )
         verified = frozenset(up.sha256 for up in uploads)
         # the contents stored before are hashed (as objects/SHA) in the command that builds the
         # release and switches to it; should one not match, the sequence stops before the release
@@ -150,14 +148,65 @@ def _deploy(
         kept = sorted({entry.sha256 for entry in artifact.files} - verified)
         check = objects_check_step(layout, kept) if release not in state.damaged else None
         unlock = keep is None
-        metadata, checked = _assemble(
-            remote, layout, artifact, release, lock, check=check, then=switch, unlock=unlock
+        assembled: list[tuple[int, bool]] = []
+
+        def store_then_release(receive: Step) -> RemoteResult:
+            """Over adb: the check and store of what was pushed, then all of the below, in one
+            command."""
+            size, passed, head = _assemble(
+                remote,
+                layout,
+                artifact,
+                release,
+                lock,
+                stored=verified,
+                first=receive,
+                check=check,
+                then=switch,
+                unlock=unlock,
+            )
+            assert head is not None
+            if head.ok:
+                assembled.append((size, passed))
+            return head
+
+        stats = deliver(
+            remote,
+            layout,
+            uploads,
+            have.partial,
+            on_progress,
+            chunks_empty=have.other_empty,
+            then=store_then_release,
+        )
+        metadata, checked = (
+            assembled[0]
+            if assembled
+            else _assemble(
+                remote,
+                layout,
+                artifact,
+                release,
+                lock,
+                stored=verified,
+                check=check,
+                then=switch,
+                unlock=unlock,
+            )[:2]
         )
         if checked:
             verified, switch = verified | set(kept), None
         elif check is not None:
-            metadata, _ = _assemble(
-                remote, layout, artifact, release, lock, check=None, then=None, unlock=False
+            metadata, _, _ = _assemble(
+                remote,
+                layout,
+                artifact,
+                release,
+                lock,
+                stored=verified,
+                check=None,
+                then=None,
+                unlock=False,
             )
     repaired = _verify_release(remote, layout, state, artifact, release, on_progress, verified)
     if switch is not None:
@@ -346,16 +395,21 @@ def _assemble(
     release: str,
     lock: DeviceLock,
     *,
+    stored: frozenset[str],
+    first: Step | None = None,
     check: Step | None,
     then: Step | None,
     unlock: bool,
-) -> tuple[int, bool]:
+) -> tuple[int, bool, RemoteResult | None]:
     """Build a staging dir of hard links into the store, add the manifest, and rename it into place.
 
     With ``check`` (a content check, :func:`~kzbuild.device.integrity.objects_check_step`) it runs
     first, and the switch ``then`` (and the lock's release, with ``unlock``) follows the release,
     all in one command. Returns the manifest's size and whether the check passed and the rest ran
     (False: the check failed, nothing else ran). Without ``check``, only the release is built.
+    Executables get their exec bit unless their content is in ``stored`` (stored by this deploy
+    with its mode: nothing to do, and no process for it on the device). A step ``first`` runs
+    before all of it, and the rest only if it succeeds; its result comes third (None without it).
 
     One command, which renews the lock first: a tar stream of the manifest (under a name of its own
     in incoming/), the list of
@@ -367,18 +421,26 @@ def _assemble(
     manifest = f"incoming/{MANIFEST}-{token}"
     manifest_bytes = artifact.manifest_path.read_bytes()
     executables = "".join(
-        f"{staging}/{entry.path}\0" for entry in artifact.files if entry.mode & 0o111
+        f"{staging}/{entry.path}\0"
+        for entry in artifact.files
+        if entry.mode & 0o111 and entry.sha256 not in stored
     ).encode()
     dirs = sorted(
         {posixpath.dirname(f"{staging}/{entry.path}") for entry in artifact.files} | {staging}
     )
-    members = [
-        Member(manifest, len(manifest_bytes), constant(manifest_bytes)),
-        Member(f"{manifest}.exec", len(executables), constant(executables)),
-    ]
+    members = [Member(manifest, len(manifest_bytes), constant(manifest_bytes))]
+    if executables:
+        members.append(Member(f"{manifest}.exec", len(executables), constant(executables)))
     headers = [tar_header(name, 0, kind=DIRECTORY, mode=0o755) for name in dirs]
+    modes = _content_modes(artifact.files)  # toybox's tar gives a hard link's inode its mode
     headers += [
-        tar_header(f"{staging}/{entry.path}", 0, kind=HARDLINK, linkname=f"objects/{entry.sha256}")
+        tar_header(
+            f"{staging}/{entry.path}",
+            0,
+            kind=HARDLINK,
+            mode=modes[entry.sha256],
+            linkname=f"objects/{entry.sha256}",
+        )
         for entry in artifact.files
     ]
     stream = chain(tar_stream(members, end=False), (b"".join(headers), bytes(2 * TAR_BLOCK)))
@@ -387,20 +449,28 @@ def _assemble(
         (layout.root, staging, manifest, f"releases/{release}"),
         "completing the release",
     )
+    lead = [first] if first else []
+    size = len(manifest_bytes)
+    timeout = VERIFY_TIMEOUT if first else COMMAND_TIMEOUT
     if check is None:
-        remote.checked([step], lock.refresh_then([step], data=stream))
-        return len(manifest_bytes), False
-    steps = [check, step, *([then] if then else [])]
+        results = lock.refresh_then([*lead, step], data=stream, timeout=timeout)
+        head = results[0] if first else None
+        if head is None or head.ok:
+            remote.checked([step], results[len(lead) :])
+        return size, False, head
+    steps = [*lead, check, step, *([then] if then else [])]
     if unlock and then:
-        results = lock.release_after(steps, data=stream)
+        results = lock.release_after(steps, data=stream, timeout=timeout)
     else:
-        results = lock.refresh_then(steps, data=stream)
-    if not results[0].ok:
-        return len(manifest_bytes), False
-    remote.checked(steps[1:2], results[1:2])
+        results = lock.refresh_then(steps, data=stream, timeout=timeout)
+    head = results[0] if first else None
+    results = results[len(lead) :]
+    if (head is not None and not head.ok) or not results[0].ok:
+        return size, False, head
+    remote.checked([step], results[1:2])
     if then:
         check_switch(remote, layout.current, then, results[2])
-    return len(manifest_bytes), True
+    return size, True, head
 
 
 def rollback(

@@ -65,7 +65,7 @@ _TOKEN_OF = (
 # $1 = ROOT, $2 = the lock dir, then the owner's lines. Exit 0: taken. Exit 3: held, and prints
 # the device's time, the heartbeat (owner's mtime, else the dir's) and the owner file.
 ACQUIRE_SCRIPT = (
-    'root=$1 lock=$2; shift 2; mkdir -p "$root" || exit 1; '
+    'root=$1 lock=$2; shift 2; [ -d "$root" ] || mkdir -p "$root" || exit 1; '
     'if err=$(mkdir "$lock" 2>&1); then '
     '  printf "%s\\n" "$@" > "$lock/owner.tmp" && mv -f "$lock/owner.tmp" "$lock/owner" && exit 0; '
     '  rm -rf "$lock"; exit 1; '
@@ -201,7 +201,11 @@ class DeviceLock:
         return results[1:]
 
     def release_after(
-        self, steps: Sequence[Step], *, data: ByteSource | None = None
+        self,
+        steps: Sequence[Step],
+        *,
+        data: ByteSource | None = None,
+        timeout: float = COMMAND_TIMEOUT,
     ) -> list[RemoteResult]:
         """Renew the heartbeat, run ``steps`` (with ``data`` as their stdin), then release the
         lock, in one round trip.
@@ -210,7 +214,7 @@ class DeviceLock:
         ``release`` removes it as usual. Returns the steps' results, up to the first that failed.
         """
         remove = remove_step(self.layout, self.owner.token)
-        results = self.refresh_then([*steps, remove], data=data)
+        results = self.refresh_then([*steps, remove], data=data, timeout=timeout)
         if len(results) > len(steps) and results[-1].returncode in (0, NOT_OURS):
             self._released(results[-1].ok)
         return results[: len(steps)]

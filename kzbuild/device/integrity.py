@@ -54,7 +54,7 @@ RELINK_SCRIPT = (
 OBJECTS_CHECK_SCRIPT = (
     'cd "$1" || exit 1; s=$2; shift 2; [ "$#" -gt 0 ] || exit 0; '
     'sha256sum "$@" > "$s.sums" 2>/dev/null; '
-    'for a; do printf "%s  %s\\n" "$a" "$a"; done > "$s.want" || exit 1; '
+    'for a; do echo "$a  $a"; done > "$s.want" || exit 1; '
     'cmp -s "$s.sums" "$s.want"; rc=$?; rm -f "$s.sums" "$s.want"; [ "$rc" = 0 ] || exit 9'
 )
 

@@ -28,12 +28,13 @@ MARK = "--kz-step-"
 # $1 = the marker; then per step: its script, the count of its arguments, the arguments. Each step
 # runs in a subshell with its own arguments as "$@" (and only the kz_* variables of the sequence
 # itself set). After each step, "\n<marker> <exit code>" goes to stdout and to stderr; the first
-# step that fails ends it all.
+# step that fails ends it all. echo, not printf: printf is no mksh builtin (a process per call on
+# the adb test device), and the marker and code hold no backslash and no leading "-n".
 SEQUENCE_SCRIPT = (
     'kz_m=$1; shift; while [ "$#" -gt 0 ]; do kz_s=$1 kz_n=$2; shift 2; kz_a=; kz_i=1; '
     'while [ "$kz_i" -le "$kz_n" ]; do kz_a="$kz_a \\"\\${$kz_i}\\""; kz_i=$((kz_i + 1)); done; '
     'eval "(set -- $kz_a; eval \\"\\$kz_s\\")"; kz_rc=$?; shift "$kz_n"; '
-    'printf \'\\n%s %s\\n\' "$kz_m" "$kz_rc"; printf \'\\n%s %s\\n\' "$kz_m" "$kz_rc" >&2; '
+    'echo; echo "$kz_m $kz_rc"; { echo; echo "$kz_m $kz_rc"; } >&2; '
     '[ "$kz_rc" = 0 ] || exit "$kz_rc"; done'
 )
 

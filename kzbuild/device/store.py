@@ -25,7 +25,7 @@ linking it change only by a rename that replaces a whole file.
 Only commands Android's toybox has are used (sh, mkdir -p, ls -1 -ln, readlink, cat, stat -c, tar
 -x, xargs,
 sha256sum, chmod, ln, mv -f, rm, find -links, dirname, head -n -c, tail -c, cut, sort, comm, grep
--F). ``mv -T`` is
+-F, sed -n). ``mv -T`` is
 avoided (older toybox lacks it):
 a new symlink is made in ``.switch/`` and moved *into* its directory, which is one rename(2)
 that replaces the old symlink (mv does not follow a symlink it replaces).
@@ -69,40 +69,45 @@ STORE_DIRS = "objects chunks chunklists signatures incoming releases .switch dam
 # replaced (models/ may be a link to a bigger partition: it is left as it is), and an entry
 # of objects/ or chunks/ that is not a regular file (a directory, a symlink) is removed, so
 # deploy sends its content again. Prints the current link's target on
-# the first line, then the release names, a "/" line, then the releases marked damaged.
+# the first line, then the release names, a "/" line, then the releases marked damaged. Only what
+# is missing is made: every tool run is a process, which costs the most on a device.
 STATE_SCRIPT = (
-    'mkdir -p "$1" && cd "$1" || exit 1; '
+    '{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" || exit 1; new=; '
     f"for d in {STORE_DIRS}; do "
     'if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then rm -f "$d" || exit 1; fi; '
-    'mkdir -p "$d" || exit 1; done; mkdir -p models || exit 1; '
+    '[ -d "$d" ] || new="$new $d"; done; [ -d models ] || new="$new models"; '
+    'if [ -n "$new" ]; then mkdir -p $new || exit 1; fi; '
     "for f in objects/* chunks/*; do "
     'if [ -L "$f" ] || { [ -e "$f" ] && [ ! -f "$f" ]; }; then rm -rf "$f" || exit 1; fi; done; '
-    'printf "%s\\n" "$(readlink current)"; ls -1 releases && echo / && ls -1 damaged'
+    "readlink current || echo; ls -1 releases && echo / && ls -1 damaged"
 )
 # $1 = a store dir, $2 = incoming, optionally $3 = another dir. Prints the store's names, a "/"
 # line,
 # then "size name" per partial upload (from one ls -ln); with $3, a "/" line and the first name in
 # $3.
 # A partial upload with other hard links is removed: appending to it would write through them.
+# The shell's globs, not ls, look into an empty incoming/ and into $3: a process less each.
 INVENTORY_SCRIPT = (
-    'ls -1 "$1" || exit 1; echo /; cd "$2" || exit 1; ls -ln | while read -r p l u g s rest; do '
+    'ls -1 "$1" || exit 1; echo /; other=$3; cd "$2" || exit 1; set -- *; '
+    'if [ -e "$1" ] || [ -L "$1" ]; then ls -ln | while read -r p l u g s rest; do '
     'case $p in -*) ;; *) continue ;; esac; n=${rest##* }; if [ "$l" -gt 1 ]; then rm -f "$n"; '
-    'else echo "$s $n"; fi; done; '
-    'if [ -n "$3" ]; then echo /; ls -1 "$3" | head -n 1; fi; true'
+    'else echo "$s $n"; fi; done; fi; '
+    'if [ -n "$other" ]; then echo /; for f in "$other"/*; do '
+    '{ [ -e "$f" ] || [ -L "$f" ]; } && echo "${f##*/}"; break; done; fi; true'
 )
 # $1 = mode, $2 = store dir, then verified uploads: set their mode, rename them into the store.
 STORE_SCRIPT = 'mode=$1 dest=$2; shift 2; chmod "$mode" "$@" && mv -f "$@" "$dest"'
 # $1 = ROOT, $2 = the staging dir, $3 = the manifest in incoming/, $4 = the release dir, which
 # must not
 # exist (all relative to ROOT); stdin: a tar of the manifest, the NUL-separated list of
-# executables ($3.exec) and
+# executables ($3.exec, left out when none needs it) and
 # the staging dir's hard links into objects/. A content stored before without an exec bit gains it.
 RELEASE_SCRIPT = (
-    'cd "$1" || exit 1; staging=$2 manifest=$3 release=$4; rm -rf "$staging" && tar -x -f - || '
-    "exit 1; "
-    'if [ -s "$manifest.exec" ]; then xargs -0 chmod 755 < "$manifest.exec" || exit 1; fi; '
-    'rm -f "$manifest.exec" && mv -f "$manifest" "$staging/manifest.json" && [ ! -e "$release" ] '
-    '&& mv "$staging" "$release"'
+    'cd "$1" || exit 1; staging=$2 manifest=$3 release=$4; '
+    '{ [ ! -e "$staging" ] || rm -rf "$staging"; } && tar -x -f - || exit 1; '
+    'if [ -e "$manifest.exec" ]; then xargs -0 chmod 755 < "$manifest.exec" '
+    '&& rm -f "$manifest.exec" || exit 1; fi; '
+    'mv -f "$manifest" "$staging/manifest.json" && [ ! -e "$release" ] && mv "$staging" "$release"'
 )
 # $1 = ROOT, then releases to remove (with their damage markers); what cut deploys left behind
 # goes too.
@@ -132,10 +137,11 @@ DAMAGED = "damaged"  # CURRENT_SCRIPT's word for a marked release
 # $1 = the deploy log; prints it, or nothing when there is none yet.
 HISTORY_SCRIPT = 'cat "$1" 2>/dev/null; true'
 # $1 = staged link, $2 = target, $3 = the link's dir, $4 = the link; then optionally
-# $5 = a log file and $6 = a line to append to it. Prints where the link now points.
+# $5 = a log file and $6 = a line to append to it (a HistoryEntry line: no backslash, so echo
+# writes it as it is). Prints where the link now points.
 SWITCH_SCRIPT = (
-    'rm -f "$1" && ln -s "$2" "$1" && mv -f "$1" "$3" || exit 1; '
-    'if [ -n "$5" ]; then printf "%s\\n" "$6" >> "$5" || exit 1; fi; readlink "$4"'
+    '{ { [ ! -e "$1" ] && [ ! -L "$1" ]; } || rm -f "$1"; } && ln -s "$2" "$1" && mv -f "$1" "$3" '
+    '|| exit 1; if [ -n "$5" ]; then echo "$6" >> "$5" || exit 1; fi; readlink "$4"'
 )
 
 

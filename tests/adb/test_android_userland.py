@@ -18,7 +18,7 @@ from tests.adbdevice.fs import toybox_applets
 # each of them, and so does Debian's toybox 0.8.9 (``test``, ``[`` and ``echo`` are mksh builtins).
 DEVICE_APPLETS = (
     "cat chmod cmp comm cut date df dirname env find head ln ls mkdir mv printf readlink rm rmdir "
-    "sha256sum sort stat tar touch uname xargs"
+    "sed sha256sum sort stat tar touch uname xargs"
 ).split()
 # Android 15's toybox has these, Debian's 0.8.9 does not ("pending" there): kzbuild must not use
 # them.

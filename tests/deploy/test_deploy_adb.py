@@ -6,8 +6,9 @@ import json
 import os
 
 from kzbuild.device.adb import AdbTransport
+from kzbuild.device.chunkstore import PUSH_PIECE
 from kzbuild.errors import DeviceError
-from tests.fixtures_deploy import write_manifest
+from tests.fixtures_deploy import assert_store_invariant, sha256, write_manifest
 
 ROOT = "/data/local/tmp/kz-engine"
 
@@ -88,8 +89,9 @@ def test_an_executable_with_spaces_and_quotes_in_its_path_runs_after_a_deploy_ov
 
 def test_a_push_cut_over_adb_keeps_current_and_the_rerun_completes(kz, adb_device, artifacts):
     ok(adb_deploy(kz, adb_device, artifacts.make("b1")))
-    build2 = artifacts.make("b2", greeting="hello from v2", blob_seed=2, blob_size=1 << 20)
-    adb_device.drop_send_after(300_000)
+    blob_size = PUSH_PIECE + (1 << 19)  # pushed in two pieces: 8 MiB and 512 KiB
+    build2 = artifacts.make("b2", greeting="hello from v2", blob_seed=2, blob_size=blob_size)
+    adb_device.drop_send_after(PUSH_PIECE + 100_000)  # in whichever order, one piece arrived
     cut = adb_deploy(kz, adb_device, build2)
     assert cut.code == DeviceError.exit_code
     assert f"adb:{adb_device.serial}" in cut.err
@@ -98,7 +100,26 @@ def test_a_push_cut_over_adb_keeps_current_and_the_rerun_completes(kz, adb_devic
     rerun = ok(adb_deploy(kz, adb_device, build2))
     assert current(adb_device) == "releases/b2"
     assert rerun["files_sent"] == 2  # libgreet and libblob changed
-    assert (
-        rerun["bytes_resumed"] > 100_000
-    )  # the chunks that had arrived before the cut are not sent again
-    assert run_hello(adb_device) == "hello from v2\nblob 1048576\n"
+    assert rerun["bytes_resumed"] >= 1 << 19  # the pieces that had arrived are not sent again
+    assert run_hello(adb_device) == f"hello from v2\nblob {blob_size}\n"
+
+
+def test_a_rotten_piece_left_by_a_cut_push_fails_the_check_and_is_sent_again(
+    kz, adb_device, artifacts
+):
+    ok(adb_deploy(kz, adb_device, artifacts.make("b1")))
+    blob_size = PUSH_PIECE + 1000
+    build2 = artifacts.make("b2", greeting="hello from v2", blob_seed=2, blob_size=blob_size)
+    blob = build2 / "lib" / "libblob.so"
+    # what a cut push left: the first piece whole, with one byte that storage turned
+    rotten = bytearray(blob.read_bytes()[:PUSH_PIECE])
+    rotten[10] ^= 0xFF
+    incoming = adb_device.host_path(f"{ROOT}/incoming")
+    (incoming / f"{sha256(blob)}.0").write_bytes(rotten)
+
+    rerun = ok(adb_deploy(kz, adb_device, build2))
+    assert rerun["bytes_resumed"] == PUSH_PIECE  # taken as arrived, then the joined file failed
+    assert rerun["bytes_sent"] >= blob_size  # so all of its pieces were sent again
+    assert run_hello(adb_device) == f"hello from v2\nblob {blob_size}\n"
+    assert assert_store_invariant(adb_device.host_path(ROOT)) == "b2"
+    assert not list(incoming.iterdir())  # neither the rotten piece nor any other is left
