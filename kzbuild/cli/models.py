@@ -14,7 +14,7 @@ from rich.filesize import decimal
 from kzbuild.cli.connect import open_device, transfer_bars
 from kzbuild.cli.options import DeviceOpt, JsonOpt, TrustOpt, WaitOpt
 from kzbuild.cli.ui import command_group, console, context, not_empty, print_json
-from kzbuild.device import deploy
+from kzbuild.device import modelpush
 from kzbuild.errors import ConfigError
 from kzbuild.model import tinyspec
 
@@ -75,13 +75,23 @@ def push_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Store a model on a device as ROOT/models/<sha256>.gguf plus a readable name; resumes,
-    verifies, never resends."""
+    verifies, never resends.
+
+    The model travels in pieces cut at its tensors: pieces a model already on the device holds
+    are copied there instead of sent, and every piece is checked on the device before it joins
+    the file. The model's sha256 and pieces are kept in the cache dir by its file's stat data."""
     settings = context(ctx).settings
     target, transport = open_device(settings, device, None, trust_new_host)
     with closing(transport):
         with transfer_bars(not json_out) as on_progress:
-            result = deploy.push_model(
-                transport, target, model, name=name, on_progress=on_progress, wait=wait
+            result = modelpush.push_model(
+                transport,
+                target,
+                model,
+                name=name,
+                on_progress=on_progress,
+                wait=wait,
+                cache=settings.model_digests,
             )
     if json_out:
         print_json(result.to_dict())
@@ -93,8 +103,14 @@ def push_command(
         )
     else:
         resumed = f", resumed after {decimal(result.bytes_resumed)}" if result.bytes_resumed else ""
+        reused = (
+            f", {decimal(result.bytes_reused)} copied from models on the device"
+            if result.bytes_reused
+            else ""
+        )
         console.print(
             f"[green]pushed[/green] {model.name} to {result.device} as {result.path} "
-            f"({decimal(result.bytes_sent)} sent{resumed}, verified, {result.seconds:.2f} s)"
+            f"({decimal(result.bytes_sent)} sent{reused}{resumed}, verified, "
+            f"{result.seconds:.2f} s)"
         )
     console.print(f"  {result.link} -> {result.sha256}.gguf")
