@@ -62,6 +62,7 @@ from kzbuild.device.store import (
     parse_history,
     parse_inventory,
     parse_state,
+    pruned_releases,
     state_step,
     switch_step,
 )
@@ -454,9 +455,7 @@ def prune(remote: Remote, layout: Layout, keep: int) -> tuple[str, ...]:
         steps, run_steps(remote.transport, steps, timeout=COMMAND_TIMEOUT)
     )
     state = parse_state(state_result)
-    recency = by_recency(state, parse_history(history_result))
-    kept = set(recency[:keep]) | ({state.current} if state.current else set())
-    doomed = [name for name in recency if name not in kept]
+    doomed = pruned_releases(state, by_recency(state, parse_history(history_result)), keep)
     for batch in list(batches(doomed)) or [[]]:  # stale staging dirs go even when no release does
         remote.script(PRUNE_SCRIPT, [layout.root, *batch], what="removing old releases")
     unused = (

@@ -377,6 +377,13 @@ def by_recency(state: DeviceState, history: Sequence[HistoryEntry]) -> list[str]
     return order + sorted(state.releases - set(order))
 
 
+def pruned_releases(state: DeviceState, recency: Sequence[str], keep: int) -> list[str]:
+    """The releases ``--keep keep`` removes: all but the ``keep`` most recent (``recency``, from
+    :func:`by_recency`) and the current one."""
+    kept = set(recency[:keep]) | ({state.current} if state.current else set())
+    return [name for name in recency if name not in kept]
+
+
 def switch_step(layout: Layout, release: str, action: str) -> Step:
     """The step that points current at releases/<release> and logs it (see :func:`check_switch`)."""
     entry = HistoryEntry(datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), action, release)
