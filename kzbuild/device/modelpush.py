@@ -111,15 +111,28 @@ PROLOGUE_SCRIPT = (
 # piece arrived as the file SHA1) or "c SHA1 SIZE FROM BACK" (copy SIZE bytes that start BACK
 # bytes before the end of FROM: a model SHA, or "part" itself). Each piece is made, checked
 # against its name with sha1sum and appended to part; its line goes to done. A piece that does
-# not match is removed and named on a "bad SHA1" line (exit 3); the lines after it do not run.
+# not match is removed and named on a "bad SHA1" line (exit 3); the pieces after it are not
+# appended. A plan of arrived pieces only is checked with one sha1sum and appended with one cat
+# (a process per piece costs more than hashing it on a busy device).
 CHECK_SCRIPT = (
-    'cd "$1" || exit 1; while read -r op d s src back; do '
+    'cd "$1" || exit 1; if ! grep -q "^c " "$2"; then cut -d " " -f 2 "$2" > "$2.n" '
+    '&& xargs sha1sum < "$2.n" > "$2.s" || exit 1; '
+    'while read -r h d; do [ "$h" = "$d" ] || { rm -f "$d"; echo "bad $d"; exit 3; }; '
+    'done < "$2.s"; xargs cat < "$2.n" >> part && cut -d " " -f 2,3 "$2" >> done '
+    '&& xargs rm -f < "$2.n" && rm -f "$2" "$2.n" "$2.s"; exit; fi; '
+    "while read -r op d s src back; do "
     'if [ "$op" = c ]; then if [ "$src" = part ]; then f=part; else f="$3/$src.gguf"; fi; '
     'tail -c "$back" "$f" | head -c "$s" > "$d" || exit 1; fi; '
     'h=$(sha1sum < "$d") || exit 1; '
     'if [ "${h%% *}" != "$d" ]; then rm -f "$d"; echo "bad $d"; exit 3; fi; '
     'cat "$d" >> part && echo "$d $s" >> done && rm -f "$d" || exit 1; '
     'done < "$2" && rm -f "$2"'
+)
+# $1 = the work dir, $2 = bytes, $3 = lines: cut the part to its first $2 bytes and done to its
+# first $3 lines (what a cut push or another file left beyond the pieces that are this model's).
+TRIM_SCRIPT = (
+    'cd "$1" && truncate -s "$2" part && head -n "$3" done > done.kz 2>/dev/null; '
+    "mv -f done.kz done"
 )
 # $1 = the work dir, $2 = the model's size, $3 = the models dir, $4 = SHA256. Stores the part
 # as models/SHA256.gguf and its pieces' list, if it has the size; removes the work dir.
@@ -306,18 +319,15 @@ def push_pieces(
     pieces = list(known.pieces) if known else None
     done = list(device.done)
     prefix = _checked_prefix(done, pieces, model, layout) if done else 0
-    if prefix < len(done):  # the part holds pieces another file had: start it anew
-        transfer.remote.run(
-            [
-                "rm",
-                "-f",
-                posixpath.join(transfer.work, "part"),
-                posixpath.join(transfer.work, "done"),
-            ],
-            what="clearing an old partial model",
-        )
-        prefix, done = 0, []
+    done = done[:prefix]
     part_size = sum(size for _, size in done)
+    if prefix < len(device.done) or device.arrived.get("part", 0) != part_size:
+        # another file's pieces, or bytes a cut left between appending a piece and listing it
+        transfer.remote.script(
+            TRIM_SCRIPT,
+            [transfer.work, str(part_size), str(prefix)],
+            what="trimming a partial model to its checked pieces",
+        )
     transfer.resumed = part_size
     batches: queue.Queue[tuple[Path, list[str], int] | BaseException | None] = queue.Queue(1)
     result: list[ModelDigests] = []

@@ -120,6 +120,23 @@ def test_a_cut_push_resumes_from_the_pieces_that_arrived(tmp_path):
     assert not list((root / "incoming").iterdir())
 
 
+def test_bytes_a_cut_left_past_the_checked_pieces_are_trimmed(tmp_path, monkeypatch):
+    monkeypatch.setattr(modelpush, "BATCH", 1)  # each piece is a batch, checked before the next
+    model = write_model(tmp_path / "m.gguf", tensors=4)
+    root = tmp_path / "device"
+    device = Device(name="t", transport="local", root=str(root))
+    with pytest.raises(DeviceError, match="connection lost"):
+        modelpush.push_model(CuttingTransport(str(root), budget=2_600_000), device, model)
+    part = next((root / "incoming").glob(".kzm-*/part"))
+    checked = part.stat().st_size
+    assert checked > 0
+    with open(part, "ab") as handle:  # appended, then cut before its line went to done
+        handle.write(b"x" * 1000)
+    result = modelpush.push_model(LocalTransport(str(root)), device, model)
+    assert result.bytes_resumed >= checked
+    assert (root / "models" / "m.gguf").read_bytes() == model.read_bytes()
+
+
 def test_a_model_that_shares_tensors_sends_only_the_changed_one(tmp_path):
     first = write_model(tmp_path / "q8.gguf", tensors=4)
     variant = write_model(tmp_path / "q4.gguf", tensors=4, f16=2)
