@@ -108,24 +108,26 @@ PROLOGUE_SCRIPT = (
     'case $p in -*) echo "$s ${rest##* }" ;; esac; done; echo /; cat done 2>/dev/null; true'
 )
 # $1 = the work dir, $2 = a plan in it, $3 = the models dir. Each plan line: "p SHA1 SIZE" (the
-# piece arrived as the file SHA1) or "c SHA1 SIZE FROM BACK" (copy SIZE bytes that start BACK
-# bytes before the end of FROM: a model SHA, or "part" itself). Each piece is made, checked
-# against its name with sha1sum and appended to part; its line goes to done. A piece that does
-# not match is removed and named on a "bad SHA1" line (exit 3); the pieces after it are not
-# appended. A plan of arrived pieces only is checked with one sha1sum and appended with one cat
-# (a process per piece costs more than hashing it on a busy device).
+# piece arrived as the file SHA1) or "c SHA1 SIZE FROM BACK AT" (copy SIZE bytes that start BACK
+# bytes before the end of FROM, a model SHA or "part" itself, to byte AT of the part). Each piece
+# is checked against its name with sha1sum and appended to part, a copy in one pass (tee); its
+# line goes to done. A piece that does not match is removed (a copy: cut off the part again) and
+# named on a "bad SHA1" line (exit 3); the pieces after it are not appended. A plan of arrived
+# pieces only is checked with one sha1sum and appended with one cat (a process per piece costs
+# more than hashing it on a busy device).
 CHECK_SCRIPT = (
     'cd "$1" || exit 1; if ! grep -q "^c " "$2"; then cut -d " " -f 2 "$2" > "$2.n" '
     '&& xargs sha1sum < "$2.n" > "$2.s" || exit 1; '
     'while read -r h d; do [ "$h" = "$d" ] || { rm -f "$d"; echo "bad $d"; exit 3; }; '
     'done < "$2.s"; xargs cat < "$2.n" >> part && cut -d " " -f 2,3 "$2" >> done '
     '&& xargs rm -f < "$2.n" && rm -f "$2" "$2.n" "$2.s"; exit; fi; '
-    "while read -r op d s src back; do "
+    "while read -r op d s src back at; do "
     'if [ "$op" = c ]; then if [ "$src" = part ]; then f=part; else f="$3/$src.gguf"; fi; '
-    'tail -c "$back" "$f" | head -c "$s" > "$d" || exit 1; fi; '
-    'h=$(sha1sum < "$d") || exit 1; '
+    'h=$(tail -c "$back" "$f" | head -c "$s" | tee -a part | sha1sum) || exit 1; '
+    'if [ "${h%% *}" != "$d" ]; then truncate -s "$at" part; echo "bad $d"; exit 3; fi; '
+    'else h=$(sha1sum < "$d") || exit 1; '
     'if [ "${h%% *}" != "$d" ]; then rm -f "$d"; echo "bad $d"; exit 3; fi; '
-    'cat "$d" >> part && echo "$d $s" >> done && rm -f "$d" || exit 1; '
+    'cat "$d" >> part && rm -f "$d" || exit 1; fi; echo "$d $s" >> done || exit 1; '
     'done < "$2" && rm -f "$2"'
 )
 # $1 = the work dir, $2 = bytes, $3 = lines: cut the part to its first $2 bytes and done to its
@@ -474,11 +476,11 @@ def _plan_line(
     name = f"{piece.sha1} {piece.size}"
     if reuse and piece.sha1 in in_part:
         transfer.reused += piece.size
-        return f"c {name} part {offset - in_part[piece.sha1]}", 0
+        return f"c {name} part {offset - in_part[piece.sha1]} {offset}", 0
     if reuse and piece.sha1 in device.sources:
         model_sha, at, model_size = device.sources[piece.sha1]
         transfer.reused += piece.size
-        return f"c {name} {model_sha} {model_size - at}", 0
+        return f"c {name} {model_sha} {model_size - at} {offset}", 0
     if device.arrived.get(piece.sha1) == piece.size:
         transfer.resumed += piece.size
         return f"p {name}", 0

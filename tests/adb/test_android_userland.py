@@ -19,7 +19,7 @@ from tests.adbdevice.fs import toybox_applets
 # builtins).
 DEVICE_APPLETS = (
     "cat chmod cmp comm cut date df dirname env find grep head ln ls mkdir mv printf readlink rm "
-    "rmdir sha1sum sha256sum sort stat tail tar touch truncate uname xargs"
+    "rmdir sha1sum sha256sum sort stat tail tar tee touch truncate uname xargs"
 ).split()
 # Android 15's toybox has these, Debian's 0.8.9 does not ("pending" there): kzbuild must not use
 # them.
