@@ -17,8 +17,8 @@ cases (goal in brackets):
    and its time against ``adb push`` of the variant.
 
 Also shown: the device's ``sha1sum`` and ``sha256sum`` of the model alone (toybox; the share of a
-push that checking takes on this device), and how a cut push resumed is in the tests
-(tests/deploy/test_models_push.py), not here.
+push that checking takes on this device). A cut push and its resume are tested in
+tests/deploy/test_models_push.py, not measured here. Figures: benchmarks/README.md.
 """
 
 from __future__ import annotations
