@@ -6,6 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -262,3 +265,51 @@ def test_in_a_pipe_the_stored_name_and_sha256_stay_on_one_line(kz, tmp_path):
     lines = result.out.splitlines()
     assert f"  {root}/models/{model.name} -> {sha256(model)}.gguf" in lines
     assert any(line.startswith("pushed ") and f"as {root}/models/" in line for line in lines)
+
+
+def adb_push_children() -> list[int]:
+    """The pids of this process's ``adb push`` children (the transfer kzbuild started)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == os.getpid() and b"push" in argv and argv[0].endswith(b"adb"):
+            found.append(int(entry.name))
+    return found
+
+
+def test_over_adb_a_push_whose_adb_is_killed_resumes(adb_device, tmp_path):
+    model = write_model(tmp_path / "m.gguf", tensors=6)
+    device = adb_device.device()
+    adb_device.faults.send_delay = 0.02  # a slow cable: the push takes a few seconds
+    outcome: list[BaseException | None] = []
+
+    def push() -> None:
+        try:
+            modelpush.push_model(AdbTransport(device, connect_timeout=5), device, model)
+            outcome.append(None)
+        except DeviceError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=push)
+    thread.start()
+    incoming = Path(adb_device.host_path(f"{device.root}/incoming"))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pieces = [p for p in incoming.glob(".kzm-*/*") if len(p.name) == 40]
+        if len(pieces) >= 2 and (pids := adb_push_children()):
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)  # adb killed mid-transfer
+            break
+        time.sleep(0.01)
+    thread.join(60)
+    assert outcome and isinstance(outcome[0], DeviceError), outcome
+    adb_device.faults.send_delay = 0.0
+    result = modelpush.push_model(AdbTransport(device, connect_timeout=5), device, model)
+    assert result.bytes_resumed > 0
+    assert result.bytes_sent + result.bytes_resumed == model.stat().st_size
+    stored = Path(adb_device.host_path(f"{device.root}/models/m.gguf"))
+    assert stored.read_bytes() == model.read_bytes()
