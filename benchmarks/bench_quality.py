@@ -34,8 +34,9 @@ sys.path.insert(0, str(REPO))
 
 from kzbuild.adapters.settings import Settings  # noqa: E402
 from kzbuild.build.builder import load_manifest  # noqa: E402
-from kzbuild.device.deploy import deploy, push_model  # noqa: E402
+from kzbuild.device.deploy import deploy  # noqa: E402
 from kzbuild.device.local import LocalTransport  # noqa: E402
+from kzbuild.device.modelpush import push_model  # noqa: E402
 from kzbuild.device.registry import local_device  # noqa: E402
 from kzbuild.device.run import invocation, release_named  # noqa: E402
 from kzbuild.measure import quality  # noqa: E402

@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from kzbuild.adapters.files import sha256_file  # noqa: E402
 from kzbuild.build.artifacts import load_artifact  # noqa: E402
-from kzbuild.device import deploy  # noqa: E402
+from kzbuild.device import deploy, modelpush  # noqa: E402
 from kzbuild.device.integrity import verify_store  # noqa: E402
 from kzbuild.device.local import LocalTransport  # noqa: E402
 from kzbuild.device.store import Layout, Remote  # noqa: E402
@@ -127,7 +127,7 @@ def run_corruptions(rounds: int, seed: int, libs: int = 4, lib_mb: float = 1.0) 
     transport = LocalTransport(str(root))
     model = work / "tiny.gguf"
     model.write_bytes(b"GGUF" + os.urandom(1 << 20))
-    deploy.push_model(transport, device, model)
+    modelpush.push_model(transport, device, model)
     for build in builds.values():
         deploy.deploy(transport, device, build)
     current = "b2"

@@ -125,6 +125,11 @@ class Settings:
         (toolchains.VersionOutputs)."""
         return self.cache / "toolchain-versions.json"
 
+    @property
+    def model_digests(self) -> Path:
+        """Models' sha256 and pieces by their file's stat data (modelpush.DigestCache)."""
+        return self.cache / "model-digests.json"
+
     # --- the project ---
     @property
     def recipes(self) -> Path:

@@ -82,7 +82,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "device": (
         "kzbuild.cli.device",
-        "Devices: list them with their pools and lock holders, check what is stored on one.",
+        "Devices: list them with their pools and lock holders, check what is stored on one and the "
+        "space it holds.",
     ),
     "models": (
         "kzbuild.cli.models",

@@ -8,14 +8,16 @@ import typer
 
 from kzbuild.cli.connect import open_device
 from kzbuild.cli.options import DeviceOpt, JsonOpt, TrustOpt, WaitOpt
-from kzbuild.cli.ui import command_group, context, print_json, say, styled
+from kzbuild.cli.ui import command_group, context, file_size, print_json, say, styled
 from kzbuild.device.devicelock import device_lock
 from kzbuild.device.integrity import verify_store
 from kzbuild.device.store import Layout, Remote
 from kzbuild.errors import DeviceError
 
 device_app = command_group(
-    "device", "Devices: list them with their pools and lock holders, check what is stored on one."
+    "device",
+    "Devices: list them with their pools and lock holders, check what is stored on one and the "
+    "space it holds.",
 )
 
 
@@ -23,6 +25,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(device_app, name="device")
     device_app.command("verify")(verify_command)
     device_app.command("list")(list_command)
+    device_app.command("status")(status_command)
 
 
 def list_command(ctx: typer.Context, json_out: JsonOpt = False) -> None:
@@ -122,4 +125,50 @@ def verify_command(
             f"releases: {releases})",
             hint="kzbuild deploy of a damaged release's build re-sends what is damaged; run and "
             "bench refuse a damaged release until then",
+        )
+
+
+def status_command(
+    ctx: typer.Context,
+    device: DeviceOpt = None,
+    trust_new_host: TrustOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """The space each release and model holds on a device, and what deploy --keep N would free.
+
+    A content that several releases share is one file (hard links): each release counts it in
+    what it holds, only one release counts it as its own, and the contents total counts it once.
+    A model under several names is one file; models that share tensors each hold them. Read
+    only: no lock is taken.
+    """
+    from kzbuild.device.space import space
+
+    target, transport = open_device(context(ctx).settings, device, None, trust_new_host)
+    with closing(transport):
+        report = space(Remote(transport), Layout(target.root))
+    if json_out:
+        print_json(report.to_dict())
+        return
+    say(f"{report.device} {report.root}: {file_size(report.total)} in the store")
+    say(
+        f"releases, most recent first ({file_size(report.contents)} of contents, each once; "
+        "holds: every content it links, own: the ones no other release links)"
+    )
+    for release in report.releases:
+        mark = "*" if release.current else " "
+        say(
+            f"  {mark} {release.name}: holds {file_size(release.holds)}, "
+            f"own {file_size(release.own)}"
+        )
+    say(f"chunks kept to send deltas: {file_size(report.chunks)}")
+    say("models (one file each; a model under several names is stored once)")
+    for model in report.models:
+        names = ", ".join(model.names) or "no name"
+        say(f"    {model.sha256[:12]}.gguf: {file_size(model.size)} ({names})")
+    if report.incoming:
+        say(f"cut uploads waiting to resume: {file_size(report.incoming)}")
+    for keep in report.keeps:
+        say(
+            f"deploy --keep {keep.keep} would remove {len(keep.removes)} release(s) and free "
+            f"{file_size(keep.frees)} (models are never pruned)"
         )

@@ -22,7 +22,7 @@ from kzbuild.cli.ui import (
     styled,
     transfer_progress,
 )
-from kzbuild.device import deploy
+from kzbuild.device import modelpush
 from kzbuild.errors import ConfigError
 from kzbuild.model import tinyspec
 
@@ -80,13 +80,23 @@ def push_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Store a model on a device as ROOT/models/<sha256>.gguf plus a readable name; resumes,
-    verifies, never resends."""
+    verifies, never resends.
+
+    The model travels in pieces cut at its tensors: pieces a model already on the device holds
+    are copied there instead of sent, and every piece is checked on the device before it joins
+    the file. The model's sha256 and pieces are kept in the cache dir by its file's stat data."""
     settings = context(ctx).settings
     target, transport = open_device(settings, device, None, trust_new_host)
     with closing(transport):
         with transfer_progress(not json_out) as on_progress:
-            result = deploy.push_model(
-                transport, target, model, name=name, on_progress=on_progress, wait=wait
+            result = modelpush.push_model(
+                transport,
+                target,
+                model,
+                name=name,
+                on_progress=on_progress,
+                wait=wait,
+                cache=settings.model_digests,
             )
     if json_out:
         print_json(result.to_dict())
@@ -100,9 +110,15 @@ def push_command(
         resumed = (
             f", resumed after {file_size(result.bytes_resumed)}" if result.bytes_resumed else ""
         )
+        reused = (
+            f", {file_size(result.bytes_reused)} copied from models on the device"
+            if result.bytes_reused
+            else ""
+        )
         say(
             styled("green", "pushed"),
             f" {model.name} to {result.device} as {result.path} "
-            f"({file_size(result.bytes_sent)} sent{resumed}, verified, {result.seconds:.2f} s)",
+            f"({file_size(result.bytes_sent)} sent{reused}{resumed}, verified, "
+            f"{result.seconds:.2f} s)",
         )
     say(f"  {result.link} -> {result.sha256}.gguf")

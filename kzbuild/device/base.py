@@ -88,21 +88,6 @@ class Transport(Protocol):
 
 
 @runtime_checkable
-class Resumable(Protocol):
-    """A transport that can continue an upload cut off midway (deploy and models push use it)."""
-
-    def append(
-        self, local: Path, remote: str, *, offset: int, progress: ProgressFn | None = None
-    ) -> None:
-        """Write ``local`` from byte ``offset`` on to the end of ``remote``, which holds its first
-        ``offset`` bytes.
-
-        ``progress`` gets the bytes sent by this call so far.
-        """
-        ...
-
-
-@runtime_checkable
 class TreePush(Protocol):
     """A transport with a bulk file copy cheaper than a command's stdin (adb's sync protocol).
 

@@ -1,11 +1,12 @@
-"""Deploy: content-addressed, incremental and atomic releases on a device; models push.
+"""Deploy: content-addressed, incremental and atomic releases on a device.
 
 The device side (layout, verified resumable uploads, the one-rename switch) is in
 :mod:`kzbuild.device.store`. A release is a directory of hard links into the device's content
 store, so only contents the device lacks are sent, and ``current`` moves only after the whole
 release is there and verified.
 
-Every operation that changes a device root (deploy, rollback, prune, models push) holds the
+Every operation that changes a device root (deploy, rollback, prune; models push in
+:mod:`kzbuild.device.modelpush`) holds the
 root's lock (:mod:`kzbuild.device.devicelock`) and refreshes it between its steps.
 """
 
@@ -15,12 +16,10 @@ import logging
 import posixpath
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import replace
 from itertools import chain
-from pathlib import Path
 
-from kzbuild.adapters.files import sha256_file
 from kzbuild.device.base import RemoteResult, Transport
 from kzbuild.device.chunkstore import (
     DIRECTORY,
@@ -60,27 +59,20 @@ from kzbuild.device.store import (
     check_switch,
     damaged_history_lines,
     history_step,
-    inventory,
     inventory_step,
     parse_history,
     parse_inventory,
     parse_state,
-    point,
-    read_state,
-    send,
+    pruned_releases,
     state_step,
     switch_step,
 )
-from kzbuild.errors import ConfigError, DeviceError
-from kzbuild.model.artifact import MANIFEST, SHA256_RE, Artifact, ArtifactFile, files_digest
-from kzbuild.model.deploy import DeployResult, ModelPushResult, RollbackResult
+from kzbuild.errors import DeviceError
+from kzbuild.model.artifact import MANIFEST, Artifact, ArtifactFile, files_digest
+from kzbuild.model.deploy import DeployResult, RollbackResult
 from kzbuild.model.device import Device
 
 log = logging.getLogger(__name__)
-
-GGUF_MAGIC = b"GGUF"
-
-Heartbeat = Callable[[], None]  # renews the device lock between the steps of an operation
 
 
 # --- deploy, rollback, prune ---
@@ -533,9 +525,7 @@ def prune(remote: Remote, layout: Layout, keep: int) -> tuple[str, ...]:
         steps, run_steps(remote.transport, steps, timeout=COMMAND_TIMEOUT)
     )
     state = parse_state(state_result)
-    recency = by_recency(state, parse_history(history_result))
-    kept = set(recency[:keep]) | ({state.current} if state.current else set())
-    doomed = [name for name in recency if name not in kept]
+    doomed = pruned_releases(state, by_recency(state, parse_history(history_result)), keep)
     for batch in list(batches(doomed)) or [[]]:  # stale staging dirs go even when no release does
         remote.script(PRUNE_SCRIPT, [layout.root, *batch], what="removing old releases")
     unused = (
@@ -547,91 +537,3 @@ def prune(remote: Remote, layout: Layout, keep: int) -> tuple[str, ...]:
     remote.batched(["rm", "-f"], unused, what="removing unused contents")
     remote.script(CHUNK_GC_SCRIPT, [layout.root], what="removing unused chunks")
     return tuple(doomed)
-
-
-# --- models ---
-def push_model(
-    transport: Transport,
-    device: Device,
-    model: Path,
-    *,
-    name: str | None = None,
-    on_progress: ProgressCallback | None = None,
-    wait: float = 0.0,
-) -> ModelPushResult:
-    """Store a GGUF model as models/<sha256>.gguf (sent only if absent) and point models/<name> at
-    it
-    (waiting for the device lock like deploy)."""
-    started = time.monotonic()
-    name = name or model.name
-    _check_model(model, name)
-    sha = sha256_file(model)
-    stored_name = f"{sha}.gguf"
-    if (
-        name != stored_name
-        and name.endswith(".gguf")
-        and SHA256_RE.match(name.removesuffix(".gguf"))
-    ):
-        raise ConfigError(
-            f"bad model name '{name}': names of the form <sha256>.gguf are the store's own"
-        )
-    with device_lock(transport, device.root, "models push", wait=wait) as lock:
-        return _push_model(
-            transport,
-            device,
-            model,
-            name,
-            sha,
-            on_progress,
-            heartbeat=lock.refresh,
-            started=started,
-        )
-
-
-def _push_model(
-    transport: Transport,
-    device: Device,
-    model: Path,
-    name: str,
-    sha: str,
-    on_progress: ProgressCallback | None,
-    *,
-    heartbeat: Heartbeat,
-    started: float,
-) -> ModelPushResult:
-    stored_name = f"{sha}.gguf"
-    remote = Remote(transport)
-    layout = Layout(device.root)
-    read_state(remote, layout)  # the layout; a wrong kind of file at a store dir is replaced
-    have = inventory(remote, layout, layout.models)
-    present = stored_name in have.stored
-    stats = SendStats()
-    if not present:
-        upload = Upload(model, sha, model.stat().st_size, 0o644, stored_name, model.name)
-        stats = send(remote, layout, layout.models, [upload], have.partial, on_progress)
-        heartbeat()
-    link = posixpath.join(layout.models, name)
-    if name != stored_name:
-        point(remote, layout, link, stored_name)
-    return ModelPushResult(
-        device=transport.address,
-        sha256=sha,
-        path=posixpath.join(layout.models, stored_name),
-        link=link,
-        bytes_sent=stats.bytes_sent,
-        bytes_resumed=stats.bytes_resumed,
-        already_there=present,
-        seconds=time.monotonic() - started,
-    )
-
-
-def _check_model(model: Path, name: str) -> None:
-    if not model.is_file():
-        raise ConfigError(f"no model file {model}")
-    with open(model, "rb") as handle:
-        if handle.read(4) != GGUF_MAGIC:
-            raise ConfigError(f"{model} is not a GGUF model (it does not start with 'GGUF')")
-    if "/" in name or name.startswith(".") or not name:
-        raise ConfigError(
-            f"bad model name '{name}': use a plain file name that does not start with '.'"
-        )

@@ -67,11 +67,6 @@ class LocalTransport:
         self._copy(local, remote, 0, progress)
         os.chmod(remote, local.stat().st_mode & PUSH_MODE_BITS)
 
-    def append(
-        self, local: Path, remote: str, *, offset: int, progress: ProgressFn | None = None
-    ) -> None:
-        self._copy(local, remote, offset, progress)
-
     def _copy(self, local: Path, remote: str, offset: int, progress: ProgressFn | None) -> None:
         sent = 0
         try:

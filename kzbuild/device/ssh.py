@@ -273,11 +273,6 @@ class SshTransport:
         except CONNECTION_ERRORS + (OSError,) as exc:
             raise self._lost(f"setting the mode of {remote}", exc) from exc
 
-    def append(
-        self, local: Path, remote: str, *, offset: int, progress: ProgressFn | None = None
-    ) -> None:
-        self._upload(local, remote, offset, progress)
-
     def _upload(self, local: Path, remote: str, offset: int, progress: ProgressFn | None) -> None:
         sent = 0
         size = local.stat().st_size

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kzbuild.device.base import NO_SPACE, RemoteResult, Resumable, Transport, device_full
+from kzbuild.device.base import NO_SPACE, RemoteResult, Transport, device_full
 from kzbuild.device.steps import Step
 from kzbuild.errors import DeviceError
 
@@ -95,8 +95,6 @@ INVENTORY_SCRIPT = (
     'if [ -n "$other" ]; then echo /; for f in "$other"/*; do '
     '{ [ -e "$f" ] || [ -L "$f" ]; } && echo "${f##*/}"; break; done; fi; true'
 )
-# $1 = mode, $2 = store dir, then verified uploads: set their mode, rename them into the store.
-STORE_SCRIPT = 'mode=$1 dest=$2; shift 2; chmod "$mode" "$@" && mv -f "$@" "$dest"'
 # $1 = ROOT, $2 = the staging dir, $3 = the manifest in incoming/, $4 = the release dir, which
 # must not
 # exist (all relative to ROOT); stdin: a tar of the manifest, the NUL-separated list of
@@ -388,6 +386,13 @@ def by_recency(state: StoreState, history: Sequence[HistoryEntry]) -> list[str]:
     return order + sorted(state.releases - set(order))
 
 
+def pruned_releases(state: StoreState, recency: Sequence[str], keep: int) -> list[str]:
+    """The releases ``--keep keep`` removes: all but the ``keep`` most recent (``recency``, from
+    :func:`by_recency`) and the current one."""
+    kept = set(recency[:keep]) | ({state.current} if state.current else set())
+    return [name for name in recency if name not in kept]
+
+
 def switch_step(layout: Layout, release: str, action: str) -> Step:
     """The step that points current at releases/<release> and logs it (see :func:`check_switch`)."""
     entry = HistoryEntry(datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), action, release)
@@ -476,66 +481,6 @@ def sizes_of(lines: list[str]) -> dict[str, int]:
     return sizes
 
 
-def send(
-    remote: Remote,
-    layout: Layout,
-    store_dir: str,
-    uploads: Sequence[Upload],
-    partial: dict[str, int],
-    on_progress: ProgressCallback | None,
-) -> SendStats:
-    """Upload to incoming/ (resuming what ``partial`` says arrived), check every sha256 on the
-    device, then move the files into ``store_dir``."""
-    if not uploads:
-        return SendStats()
-    resumable = isinstance(remote.transport, Resumable)
-    offsets = {
-        up.name: partial.get(up.name, 0) if resumable and partial.get(up.name, 0) <= up.size else 0
-        for up in uploads
-    }
-    total = sum(up.size - offsets[up.name] for up in uploads)
-    done = 0
-    for up in uploads:
-        offset = offsets[up.name]
-        if offset == up.size and up.size:
-            continue  # arrived whole before a cut; verified below like the rest
-        target = posixpath.join(layout.incoming, up.name)
-        base = done
-
-        def report(sent: int, label: str = up.label, base: int = base) -> None:
-            if on_progress:
-                on_progress(TransferProgress(label, base + sent, total))
-
-        if offset:
-            log.info("%s: resuming %s at byte %d", remote.address, up.label, offset)
-            remote.transport.append(up.local, target, offset=offset, progress=report)  # type: ignore[attr-defined]
-        else:
-            remote.transport.push(up.local, target, progress=report)
-        done += up.size - offset
-        report(up.size - offset)
-    if on_progress:
-        on_progress(TransferProgress("verifying sha256 on the device", done, total))
-    found = device_sha256(remote, [posixpath.join(layout.incoming, up.name) for up in uploads])
-    bad = [up for up in uploads if found.get(posixpath.join(layout.incoming, up.name)) != up.sha256]
-    _store(remote, layout, store_dir, [up for up in uploads if up not in bad])
-    if bad:
-        remote.batched(
-            ["rm", "-f"],
-            [posixpath.join(layout.incoming, up.name) for up in bad],
-            what="removing corrupt uploads",
-        )
-        raise mismatch_error(
-            remote,
-            len(bad),
-            bad[0],
-            found.get(
-                posixpath.join(layout.incoming, bad[0].name),
-                "no checksum (is sha256sum installed?)",
-            ),
-        )
-    return SendStats(bytes_sent=done, bytes_resumed=sum(offsets.values()))
-
-
 def mismatch_error(remote: Remote, count: int, example: Upload, found: str) -> DeviceError:
     """The error for uploads whose sha256 on the device did not match (they were removed)."""
     return DeviceError(
@@ -571,16 +516,3 @@ def parse_sha256sum(lines: Iterable[str]) -> dict[str, str]:
         if path:
             found[path] = digest
     return found
-
-
-def _store(remote: Remote, layout: Layout, store_dir: str, verified: Sequence[Upload]) -> None:
-    by_mode: dict[int, list[str]] = {}
-    for up in verified:
-        by_mode.setdefault(up.mode, []).append(posixpath.join(layout.incoming, up.name))
-    for mode, paths in by_mode.items():
-        for batch in batches(paths):
-            remote.script(
-                STORE_SCRIPT,
-                [f"{mode:o}", store_dir + "/", *batch],
-                what="moving verified files into the store",
-            )

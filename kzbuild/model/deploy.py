@@ -47,6 +47,7 @@ class ModelPushResult:
     link: str  # readable name pointing at it
     bytes_sent: int
     bytes_resumed: int
+    bytes_reused: int  # copied on the device out of models it held
     already_there: bool
     seconds: float
 

@@ -14,11 +14,12 @@ from tests.adbdevice import AdbTestDevice
 from tests.adbdevice.fs import toybox_applets
 
 # Every command kzbuild runs on a device outside a release (store, chunkstore, integrity,
-# devicelock, deploy, run, bench, models push, adb's progress poll). Android 15's toybox has
-# each of them, and so does Debian's toybox 0.8.9 (``test``, ``[`` and ``echo`` are mksh builtins).
+# devicelock, deploy, run, bench, models push, device status, adb's progress poll). Android 15's
+# toybox has each of them, and so does Debian's toybox 0.8.9 (``test``, ``[`` and ``echo`` are mksh
+# builtins).
 DEVICE_APPLETS = (
-    "cat chmod cmp comm cut date df dirname env find head ln ls mkdir mv printf readlink rm rmdir "
-    "sed sha256sum sort stat tar touch uname xargs"
+    "cat chmod cmp comm cut date df dirname env find grep head ln ls mkdir mv printf readlink rm "
+    "rmdir sed sha1sum sha256sum sort stat tail tar tee touch truncate uname xargs"
 ).split()
 # Android 15's toybox has these, Debian's 0.8.9 does not ("pending" there): kzbuild must not use
 # them.

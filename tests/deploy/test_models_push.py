@@ -6,12 +6,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from kzbuild.device import deploy
+from kzbuild.device import modelpush
+from kzbuild.device.adb import AdbTransport
 from kzbuild.device.local import LocalTransport
 from kzbuild.errors import ConfigError, DeviceError
 from kzbuild.model.device import Device
@@ -26,6 +30,26 @@ def write_gguf(path: Path, values: int = 200_000, seed: int = 0) -> Path:
     writer.add_tensor(
         "blob", np.random.default_rng(seed).standard_normal(values).astype(np.float32)
     )
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+TENSOR_VALUES = 300_000  # 1.2 MB in f32: each tensor is a piece of its own
+
+
+def write_model(path: Path, *, tensors: int, f16: int | None = None, seed: int = 0) -> Path:
+    """A GGUF of ``tensors`` f32 tensors (tensor ``f16`` in f16), each with a small norm."""
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for index in range(tensors):
+        data = rng.standard_normal(TENSOR_VALUES).astype(np.float32)
+        writer.add_tensor(f"blk.{index}.w", data.astype(np.float16) if index == f16 else data)
+        writer.add_tensor(f"blk.{index}.norm", rng.standard_normal(64).astype(np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -81,16 +105,123 @@ def test_human_output(kz, tmp_path):
     assert "already on" in out and "sent 0 bytes" in out
 
 
-def test_a_cut_push_resumes(tmp_path):
-    model = write_gguf(tmp_path / "tiny.gguf")
+def test_a_cut_push_resumes_from_the_pieces_that_arrived(tmp_path):
+    model = write_model(tmp_path / "m.gguf", tensors=4)
     root = tmp_path / "device"
     device = Device(name="t", transport="local", root=str(root))
     with pytest.raises(DeviceError, match="connection lost"):
-        deploy.push_model(CuttingTransport(str(root), budget=300_000), device, model)
-    assert not (root / "models" / "tiny.gguf").exists()
-    result = deploy.push_model(LocalTransport(str(root)), device, model)
-    assert (result.bytes_resumed, result.bytes_sent) == (300_000, model.stat().st_size - 300_000)
-    assert (root / "models" / "tiny.gguf").read_bytes() == model.read_bytes()
+        modelpush.push_model(CuttingTransport(str(root), budget=2_600_000), device, model)
+    assert not (root / "models" / "m.gguf").exists()
+    result = modelpush.push_model(LocalTransport(str(root)), device, model)
+    arrived = 0
+    for _, size in modelpush.cut(model):  # the pieces that went whole before the cut
+        if arrived + size > 2_600_000:
+            break
+        arrived += size
+    assert (result.bytes_resumed, result.bytes_sent) == (arrived, model.stat().st_size - arrived)
+    assert (root / "models" / "m.gguf").read_bytes() == model.read_bytes()
+    assert not list((root / "incoming").iterdir())
+
+
+def test_bytes_a_cut_left_past_the_checked_pieces_are_trimmed(tmp_path, monkeypatch):
+    monkeypatch.setattr(modelpush, "BATCH", 1)  # each piece is a batch, checked before the next
+    model = write_model(tmp_path / "m.gguf", tensors=4)
+    root = tmp_path / "device"
+    device = Device(name="t", transport="local", root=str(root))
+    with pytest.raises(DeviceError, match="connection lost"):
+        modelpush.push_model(CuttingTransport(str(root), budget=2_600_000), device, model)
+    part = next((root / "incoming").glob(".kzm-*/part"))
+    checked = part.stat().st_size
+    assert checked > 0
+    with open(part, "ab") as handle:  # appended, then cut before its line went to done
+        handle.write(b"x" * 1000)
+    result = modelpush.push_model(LocalTransport(str(root)), device, model)
+    assert result.bytes_resumed >= checked
+    assert (root / "models" / "m.gguf").read_bytes() == model.read_bytes()
+
+
+def test_a_model_that_shares_tensors_sends_only_the_changed_one(tmp_path):
+    first = write_model(tmp_path / "q8.gguf", tensors=4)
+    variant = write_model(tmp_path / "q4.gguf", tensors=4, f16=2)
+    root = tmp_path / "device"
+    device = Device(name="t", transport="local", root=str(root))
+    modelpush.push_model(LocalTransport(str(root)), device, first)
+    result = modelpush.push_model(LocalTransport(str(root)), device, variant)
+    changed = TENSOR_VALUES * 2  # tensor 2 in f16
+    assert changed <= result.bytes_sent <= 1.2 * changed
+    assert result.bytes_sent + result.bytes_reused == variant.stat().st_size
+    assert (root / "models" / "q4.gguf").read_bytes() == variant.read_bytes()
+    lists = sorted(p.name for p in (root / "models" / ".pieces").iterdir())
+    assert lists == sorted([sha256(first), sha256(variant)])
+
+
+def test_a_damaged_model_on_the_device_is_not_copied_from(tmp_path, caplog):
+    first = write_model(tmp_path / "a.gguf", tensors=3)
+    variant = write_model(tmp_path / "b.gguf", tensors=3, f16=0)
+    root = tmp_path / "device"
+    device = Device(name="t", transport="local", root=str(root))
+    modelpush.push_model(LocalTransport(str(root)), device, first)
+    stored = root / "models" / f"{sha256(first)}.gguf"
+    data = bytearray(stored.read_bytes())
+    data[-100] ^= 0xFF  # in the last tensor, which the variant shares
+    stored.write_bytes(bytes(data))
+    result = modelpush.push_model(LocalTransport(str(root)), device, variant)
+    assert "did not match its sha1" in caplog.text
+    assert (root / "models" / "b.gguf").read_bytes() == variant.read_bytes()
+    assert result.bytes_sent < variant.stat().st_size  # the pieces before the damage stayed
+
+
+def test_cached_digests_skip_the_read_and_a_wrong_entry_is_caught_on_the_device(
+    tmp_path, monkeypatch
+):
+    model = write_model(tmp_path / "m.gguf", tensors=3)
+    cache = tmp_path / "cache.json"
+    os.utime(model, (1_000_000_000, 1_000_000_000))  # long before it is hashed: not racy
+    device = Device(name="t", transport="local", root=str(tmp_path / "d1"))
+    first = modelpush.push_model(LocalTransport(device.root), device, model, cache=cache)
+    entry = modelpush.DigestCache(cache).get(model)
+    assert entry is not None and entry.sha256 == sha256(model) == first.sha256
+
+    def no_hashing(*args, **kwargs):
+        raise AssertionError("hashed although the cache knew the model")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(modelpush, "digest_pieces", no_hashing)
+        device2 = Device(name="t", transport="local", root=str(tmp_path / "d2"))
+        second = modelpush.push_model(LocalTransport(device2.root), device2, model, cache=cache)
+    assert second.sha256 == first.sha256 and second.bytes_sent == model.stat().st_size
+
+    # the file rewritten in place, its size and times as before (git's "racy" case, forced)
+    stat = model.stat()
+    other = write_model(tmp_path / "other.gguf", tensors=3, seed=9)
+    model.write_bytes(other.read_bytes())
+    os.utime(model, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    key = modelpush.DigestCache.key(model)
+    texts = json.loads(cache.read_text())
+    texts["entries"][key] = next(iter(texts["entries"].values()))  # the old entry, new ctime
+    cache.write_text(json.dumps(texts))
+    device3 = Device(name="t", transport="local", root=str(tmp_path / "d3"))
+    third = modelpush.push_model(LocalTransport(device3.root), device3, model, cache=cache)
+    assert third.sha256 == sha256(model) != first.sha256
+    assert (tmp_path / "d3" / "models" / f"{third.sha256}.gguf").read_bytes() == model.read_bytes()
+    assert modelpush.DigestCache(cache).get(model).sha256 == third.sha256  # type: ignore[union-attr]
+
+
+def test_over_adb_a_cut_push_resumes_verified(adb_device, tmp_path):
+    model = write_model(tmp_path / "m.gguf", tensors=6)
+    device = adb_device.device()
+    adb_device.drop_send_after(model.stat().st_size // 2)
+    with pytest.raises(DeviceError):
+        modelpush.push_model(AdbTransport(device, connect_timeout=5), device, model)
+    work = next(Path(adb_device.host_path(f"{device.root}/incoming")).glob(".kzm-*"))
+    arrived = [p for p in work.iterdir() if len(p.name) == 40]
+    assert arrived  # whole pieces that came before the cut
+    damaged = arrived[0]
+    damaged.write_bytes(b"\0" * damaged.stat().st_size)  # one of them rots before the rerun
+    result = modelpush.push_model(AdbTransport(device, connect_timeout=5), device, model)
+    assert 0 < result.bytes_resumed and result.bytes_sent < model.stat().st_size
+    stored = Path(adb_device.host_path(f"{device.root}/models/m.gguf"))
+    assert stored.read_bytes() == model.read_bytes()
 
 
 def test_over_ssh(kz, sshd, ssh_home, tmp_path):
@@ -134,3 +265,51 @@ def test_in_a_pipe_the_stored_name_and_sha256_stay_on_one_line(kz, tmp_path):
     lines = result.out.splitlines()
     assert f"  {root}/models/{model.name} -> {sha256(model)}.gguf" in lines
     assert any(line.startswith("pushed ") and f"as {root}/models/" in line for line in lines)
+
+
+def adb_push_children() -> list[int]:
+    """The pids of this process's ``adb push`` children (the transfer kzbuild started)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == os.getpid() and b"push" in argv and argv[0].endswith(b"adb"):
+            found.append(int(entry.name))
+    return found
+
+
+def test_over_adb_a_push_whose_adb_is_killed_resumes(adb_device, tmp_path):
+    model = write_model(tmp_path / "m.gguf", tensors=6)
+    device = adb_device.device()
+    adb_device.faults.send_delay = 0.02  # a slow cable: the push takes a few seconds
+    outcome: list[BaseException | None] = []
+
+    def push() -> None:
+        try:
+            modelpush.push_model(AdbTransport(device, connect_timeout=5), device, model)
+            outcome.append(None)
+        except DeviceError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=push)
+    thread.start()
+    incoming = Path(adb_device.host_path(f"{device.root}/incoming"))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pieces = [p for p in incoming.glob(".kzm-*/*") if len(p.name) == 40]
+        if len(pieces) >= 2 and (pids := adb_push_children()):
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)  # adb killed mid-transfer
+            break
+        time.sleep(0.01)
+    thread.join(60)
+    assert outcome and isinstance(outcome[0], DeviceError), outcome
+    adb_device.faults.send_delay = 0.0
+    result = modelpush.push_model(AdbTransport(device, connect_timeout=5), device, model)
+    assert result.bytes_resumed > 0
+    assert result.bytes_sent + result.bytes_resumed == model.stat().st_size
+    stored = Path(adb_device.host_path(f"{device.root}/models/m.gguf"))
+    assert stored.read_bytes() == model.read_bytes()

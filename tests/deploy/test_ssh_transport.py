@@ -162,7 +162,7 @@ def test_any_argument_and_env_value_arrives_unchanged_over_ssh(transport, arg, v
     assert result.stdout == arg.encode() + b"\0" + value.encode()
 
 
-def test_push_append_and_pull(transport, tmp_path):
+def test_push_and_pull(transport, tmp_path):
     local = tmp_path / "data.bin"
     local.write_bytes(os.urandom(300_000))
     local.chmod(0o750)
@@ -172,9 +172,6 @@ def test_push_append_and_pull(transport, tmp_path):
     assert remote.read_bytes() == local.read_bytes()
     assert remote.stat().st_mode & 0o777 == 0o750
     assert seen[-1] == 300_000 and seen == sorted(seen)
-    remote.write_bytes(local.read_bytes()[:123_456])
-    transport.append(local, str(remote), offset=123_456)
-    assert remote.read_bytes() == local.read_bytes()
     back = tmp_path / "back.bin"
     transport.pull(str(remote), back)
     assert back.read_bytes() == local.read_bytes()

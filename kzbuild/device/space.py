@@ -1,0 +1,172 @@
+"""``kzbuild device status``: the space each release and model holds on a device, and what
+``--keep N`` would free; one read-only round trip.
+
+A release is a dir of hard links into ``objects/``, so a content that several releases share is
+one inode: each release's ``holds`` counts it, its ``own`` only when no other release links it,
+and ``contents`` (objects/) counts every inode once. ``chunks/`` holds the chunks of chunked
+contents again, beside them, to send deltas. A model is one file (llama.cpp maps one file per
+model): a model under several names is stored once, but two models that share tensors each hold
+them. What ``--keep N`` frees is what :func:`~kzbuild.device.deploy.prune` removes: the releases
+it drops, the contents only they (or nothing) link, and the chunks only those contents use;
+models and cut uploads are never pruned.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections import defaultdict
+
+from kzbuild.device.steps import Step, run_steps
+from kzbuild.device.store import (
+    COMMAND_TIMEOUT,
+    HistoryEntry,
+    Layout,
+    Remote,
+    StoreState,
+    by_recency,
+    history_step,
+    parse_history,
+    parse_state,
+    pruned_releases,
+    sections,
+    state_step,
+)
+from kzbuild.model.devicespace import KeepSpace, ModelSpace, ReleaseSpace, SpaceReport
+
+# $1 = ROOT. "INODE SIZE PATH" of every file under releases/, objects/, chunks/ and incoming/,
+# "/", the models ("f SIZE NAME" for a file, "l TARGET NAME" for a link), "/", then every chunk
+# list's lines as grep prints them ("chunklists/SHA:CHUNK SIZE").
+SPACE_SCRIPT = (
+    'cd "$1" || exit 1; find releases objects chunks incoming -type f -exec stat -c "%i %s %n" '
+    "{} + 2>/dev/null; echo /; for f in models/*; do n=${f#models/}; "
+    'if [ -L "$f" ]; then echo "l $(readlink "$f") $n"; '
+    'elif [ -f "$f" ]; then echo "f $(stat -c %s "$f") $n"; fi; done; echo /; '
+    "grep -H '' chunklists/* 2>/dev/null; true"
+)
+
+
+def space(remote: Remote, layout: Layout) -> SpaceReport:
+    """What the store under ``layout`` holds (read only: no lock, nothing changes)."""
+    steps = [
+        state_step(layout),
+        history_step(layout),
+        Step(SPACE_SCRIPT, (layout.root,), "listing the store's files"),
+    ]
+    state_result, history_result, files_result = remote.checked(
+        steps, run_steps(remote.transport, steps, timeout=COMMAND_TIMEOUT)
+    )
+    files, models, lists = sections(
+        files_result.text().splitlines(), 3, what="listing the store's files"
+    )
+    return report(
+        remote.address,
+        layout.root,
+        parse_state(state_result),
+        parse_history(history_result),
+        files,
+        models,
+        lists,
+    )
+
+
+def report(
+    device: str,
+    root: str,
+    state: StoreState,
+    history: list[HistoryEntry],
+    files: list[str],
+    models: list[str],
+    lists: list[str],
+) -> SpaceReport:
+    """The report from the listings of :data:`SPACE_SCRIPT` (a line it cannot read is skipped)."""
+    sizes: dict[str, int] = {}  # inode -> bytes
+    objects: dict[str, str] = {}  # sha256 -> inode
+    linked: dict[str, set[str]] = defaultdict(set)  # release -> inodes
+    chunks: dict[str, int] = {}
+    incoming = 0
+    for line in files:
+        inode, size, path = (line.split(" ", 2) + ["", ""])[:3]
+        if not (inode.isdigit() and size.isdigit()):
+            continue
+        top, _, rest = path.partition("/")
+        if top == "releases" and not rest.startswith(".staging-"):
+            linked[rest.split("/", 1)[0]].add(inode)
+        elif top == "objects":
+            objects[rest] = inode
+        elif top == "chunks":
+            chunks[rest] = int(size)
+            continue
+        elif top == "incoming":
+            incoming += int(size)
+            continue
+        sizes[inode] = int(size)
+    recency = by_recency(state, history)
+    holders: dict[str, set[str]] = defaultdict(set)  # inode -> releases
+    for release in recency:
+        for inode in linked[release]:
+            holders[inode].add(release)
+    releases = tuple(
+        ReleaseSpace(
+            name,
+            name == state.current,
+            sum(sizes[inode] for inode in linked[name]),
+            sum(sizes[inode] for inode in linked[name] if holders[inode] == {name}),
+        )
+        for name in recency
+    )
+    uses: dict[str, set[str]] = defaultdict(set)  # object sha256 -> its chunks
+    for line in lists:
+        where, _, entry = line.partition(":")
+        uses[posixpath.basename(where)].add(entry.split(" ", 1)[0])
+    keeps = tuple(
+        _keeping(keep, state, recency, linked, holders, sizes, objects, uses, chunks)
+        for keep in range(1, max(len(recency), 1))
+    )
+    return SpaceReport(
+        device,
+        root,
+        releases,
+        sum(sizes[inode] for inode in set(objects.values())),
+        sum(chunks.values()),
+        _models(models),
+        incoming,
+        keeps,
+    )
+
+
+def _keeping(
+    keep: int,
+    state: StoreState,
+    recency: list[str],
+    linked: dict[str, set[str]],
+    holders: dict[str, set[str]],
+    sizes: dict[str, int],
+    objects: dict[str, str],
+    uses: dict[str, set[str]],
+    chunks: dict[str, int],
+) -> KeepSpace:
+    doomed = pruned_releases(state, recency, keep)
+    kept = set(recency) - set(doomed)
+    alive = {inode for inode, names in holders.items() if names & kept}
+    # the doomed releases' own files (a manifest) and every content no kept release links
+    gone = {inode for name in doomed for inode in linked[name]} - alive
+    gone |= {inode for inode in objects.values() if inode not in alive}
+    needed = {chunk for sha, inode in objects.items() if inode in alive for chunk in uses[sha]}
+    freed_chunks = sum(size for name, size in chunks.items() if name not in needed)
+    return KeepSpace(keep, tuple(doomed), sum(sizes[inode] for inode in gone) + freed_chunks)
+
+
+def _models(lines: list[str]) -> tuple[ModelSpace, ...]:
+    sizes: dict[str, int] = {}
+    names: dict[str, list[str]] = defaultdict(list)
+    for line in lines:
+        kind, _, rest = line.partition(" ")
+        value, _, name = rest.partition(" ")
+        if kind == "f" and value.isdigit() and name.endswith(".gguf"):
+            sizes[name.removesuffix(".gguf")] = int(value)
+        elif kind == "l":
+            names[posixpath.basename(value).removesuffix(".gguf")].append(name)
+    return tuple(
+        ModelSpace(sha, size, tuple(sorted(names[sha])))
+        for sha, size in sorted(sizes.items(), key=lambda item: -item[1])
+    )

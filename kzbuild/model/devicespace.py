@@ -1,0 +1,46 @@
+"""What the store on a device holds, and what pruning would free (``kzbuild device status``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class ReleaseSpace:
+    name: str
+    current: bool
+    holds: int  # bytes of the distinct contents its files link (shared ones included)
+    own: int  # bytes of the contents no other release links
+
+
+@dataclass(frozen=True)
+class ModelSpace:
+    sha256: str
+    size: int
+    names: tuple[str, ...]  # the readable names pointing at it
+
+
+@dataclass(frozen=True)
+class KeepSpace:
+    keep: int
+    removes: tuple[str, ...]  # the releases ``--keep N`` removes
+    frees: int  # bytes: contents only they (or nothing) link, the chunks only those use
+
+
+@dataclass(frozen=True)
+class SpaceReport:
+    device: str
+    root: str
+    releases: tuple[ReleaseSpace, ...]  # most recently switched to first
+    contents: int  # bytes in objects/, each content once however many releases link it
+    chunks: int  # bytes in chunks/ (kept beside the contents, to send deltas)
+    models: tuple[ModelSpace, ...]
+    incoming: int  # bytes of cut uploads waiting to be resumed
+    keeps: tuple[KeepSpace, ...]
+
+    @property
+    def total(self) -> int:
+        return self.contents + self.chunks + sum(m.size for m in self.models) + self.incoming
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self) | {"total": self.total}
