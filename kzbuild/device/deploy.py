@@ -18,6 +18,7 @@ import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import replace
+from functools import partial
 from itertools import chain
 
 from kzbuild.device.base import RemoteResult, Transport
@@ -142,21 +143,12 @@ def _deploy(
         unlock = keep is None
         assembled: list[tuple[int, bool]] = []
 
+        assemble = partial(_assemble, remote, layout, artifact, release, lock, stored=verified)
+
         def store_then_release(receive: Step) -> RemoteResult:
             """Over adb: the check and store of what was pushed, then all of the below, in one
             command."""
-            size, passed, head = _assemble(
-                remote,
-                layout,
-                artifact,
-                release,
-                lock,
-                stored=verified,
-                first=receive,
-                check=check,
-                then=switch,
-                unlock=unlock,
-            )
+            size, passed, head = assemble(first=receive, check=check, then=switch, unlock=unlock)
             assert head is not None
             if head.ok:
                 assembled.append((size, passed))
@@ -172,34 +164,12 @@ def _deploy(
             then=store_then_release,
         )
         metadata, checked = (
-            assembled[0]
-            if assembled
-            else _assemble(
-                remote,
-                layout,
-                artifact,
-                release,
-                lock,
-                stored=verified,
-                check=check,
-                then=switch,
-                unlock=unlock,
-            )[:2]
+            assembled[0] if assembled else assemble(check=check, then=switch, unlock=unlock)[:2]
         )
         if checked:
             verified, switch = verified | set(kept), None
         elif check is not None:
-            metadata, _, _ = _assemble(
-                remote,
-                layout,
-                artifact,
-                release,
-                lock,
-                stored=verified,
-                check=None,
-                then=None,
-                unlock=False,
-            )
+            metadata, _, _ = assemble(check=None, then=None, unlock=False)
     repaired = _verify_release(remote, layout, state, artifact, release, on_progress, verified)
     if switch is not None:
         # renew the lock right before the switch; with nothing to prune, release it in the

@@ -147,7 +147,9 @@ BAD_PIECE = 3  # CHECK_SCRIPT's and STORE_SCRIPT's exit code for content that di
 
 
 @dataclass(frozen=True)
-class Piece:
+class ModelPiece:
+    """A model's piece, cut at its tensors: where it lies and the sha1 the device checks."""
+
     offset: int
     size: int
     sha1: str
@@ -156,7 +158,7 @@ class Piece:
 @dataclass(frozen=True)
 class ModelDigests:
     sha256: str
-    pieces: tuple[Piece, ...]
+    pieces: tuple[ModelPiece, ...]
 
 
 class PieceMismatch(DeviceError):
@@ -184,14 +186,19 @@ def read_range(model: Path, offset: int, size: int) -> bytes:
     return data
 
 
-def digest_pieces(model: Path, layout: Sequence[tuple[int, int]]) -> Iterator[tuple[Piece, bytes]]:
+def digest_pieces(
+    model: Path, layout: Sequence[tuple[int, int]]
+) -> Iterator[tuple[ModelPiece, bytes]]:
     """Each piece with its bytes, in order, read once."""
     with open(model, "rb") as handle:
         for offset, size in layout:
             data = handle.read(size)
             if len(data) != size:
                 raise DeviceError(f"{model} changed while it was being read (it is shorter now)")
-            yield Piece(offset, size, hashlib.sha1(data, usedforsecurity=False).hexdigest()), data
+            yield (
+                ModelPiece(offset, size, hashlib.sha1(data, usedforsecurity=False).hexdigest()),
+                data,
+            )
 
 
 def model_digests(model: Path) -> ModelDigests:
@@ -224,7 +231,8 @@ class DigestCache:
             if not entry or model.stat().st_mtime >= entry["at"] - RACY_SECONDS:
                 return None
             return ModelDigests(
-                entry["sha256"], tuple(Piece(int(o), int(s), str(d)) for o, s, d in entry["pieces"])
+                entry["sha256"],
+                tuple(ModelPiece(int(o), int(s), str(d)) for o, s, d in entry["pieces"]),
             )
         except (ValueError, KeyError, TypeError):
             return None
@@ -372,7 +380,7 @@ def push_pieces(
 
 def _checked_prefix(
     done: list[tuple[str, int]],
-    pieces: list[Piece] | None,
+    pieces: list[ModelPiece] | None,
     model: Path,
     layout: list[tuple[int, int]],
 ) -> int:
@@ -387,7 +395,9 @@ def _checked_prefix(
     return count
 
 
-def _limited(items: Iterator[tuple[Piece, bytes]], count: int) -> Iterator[tuple[Piece, bytes]]:
+def _limited(
+    items: Iterator[tuple[ModelPiece, bytes]], count: int
+) -> Iterator[tuple[ModelPiece, bytes]]:
     for index, item in enumerate(items):
         if index >= count:
             return
@@ -397,7 +407,7 @@ def _limited(items: Iterator[tuple[Piece, bytes]], count: int) -> Iterator[tuple
 def _produce(
     model: Path,
     layout: list[tuple[int, int]],
-    pieces: list[Piece] | None,
+    pieces: list[ModelPiece] | None,
     prefix: int,
     device: DeviceModels,
     reuse: bool,
@@ -411,7 +421,7 @@ def _produce(
         where = MEMORY_STAGE if os.access(MEMORY_STAGE, os.W_OK) else Path(tempfile.gettempdir())
         sweep_stages(where)
         whole = hashlib.sha256() if pieces is None else None
-        found: list[Piece] = []
+        found: list[ModelPiece] = []
         in_part: dict[str, int] = {}  # sha1 -> offset in the part (pieces checked in already)
         offset = 0
         staged: Path | None = None
@@ -451,8 +461,8 @@ def _produce(
 
 
 def _pieces(
-    model: Path, layout: list[tuple[int, int]], pieces: list[Piece] | None
-) -> Iterator[tuple[Piece, bytes]]:
+    model: Path, layout: list[tuple[int, int]], pieces: list[ModelPiece] | None
+) -> Iterator[tuple[ModelPiece, bytes]]:
     """Pieces with their bytes: hashed now, or known (then no bytes: read when staged)."""
     if pieces is None:
         yield from digest_pieces(model, layout)
@@ -462,7 +472,7 @@ def _pieces(
 
 
 def _plan_line(
-    piece: Piece,
+    piece: ModelPiece,
     offset: int,
     in_part: dict[str, int],
     device: DeviceModels,
