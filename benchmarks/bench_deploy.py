@@ -34,9 +34,9 @@ cases (goal in brackets):
    bytes against rsync (<= 3x);
 6. no-op redeploy over ssh (no anchor: 0 content bytes).
 
-The adb rows also show the device's ``sha256sum`` (toybox) of the bytes a deploy checks, timed
-alone: the share of a deploy's time that is hashing, which this test device does about 4x
-slower than GNU's (and a phone's toybox, built with its crypto library, far faster). adb push
+The adb rows also show the device's ``sha256sum`` (toybox, built as Android builds it: through
+libcrypto, see docs/testing.md) of the bytes a deploy checks, timed alone: the share of a
+deploy's time that is hashing. adb push
 hashes nothing, so after the table each adb case is also given without that hashing, and broken
 down: the host's own work (planning, staging, the adb clients it starts), the push, the device
 commands' round trips (``adb shell true`` and ``adb get-state``, timed alone) and the device's

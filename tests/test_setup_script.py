@@ -44,7 +44,14 @@ def test_setup_says_each_step_and_nothing_of_their_output_when_every_step_succee
     assert (ran.returncode, ran.stdout) == (0, "")
     lines = ran.stderr.splitlines()
     assert all(line.startswith("setup: ") for line in lines), lines
-    assert [line.split(":")[1].strip() for line in lines] == ["apt", "venv", "pip", "npm", "done"]
+    assert [line.split(":")[1].strip() for line in lines] == [
+        "apt",
+        "venv",
+        "pip",
+        "toybox",
+        "npm",
+        "done",
+    ]
     assert all(said not in ran.stderr for said in ("Collecting", "WARNING", "added"))
 
 

@@ -25,8 +25,9 @@ the store. Nothing is hashed twice on either side.
 Trust: every byte of a stored model was checked on the device as part of its piece, against the
 sha1 the host computed from the same read that gave the model's sha256. The device does not
 hash the whole file again: the concatenation of checked pieces is the file the host read. The
-pieces are checked with sha1, not sha256, for speed: on the adb test device toybox's
-``sha256sum`` runs at a fifth of ``adb push``'s speed, its ``sha1sum`` at about the same speed.
+pieces are checked with sha1, not sha256, for speed: Debian's toybox (the adb test device's
+before it ran Android's build) hashed sha256 at a fifth of ``adb push``'s speed and sha1 at
+about its speed; through libcrypto, as Android builds toybox, the two run alike.
 sha1 guards against what goes wrong here (a cut or damaged transfer, a damaged stored model a
 piece is copied from, a file changed on the host while it was read), not against someone who
 crafts two different tensors with one sha1; ``kzbuild device verify`` still checks every

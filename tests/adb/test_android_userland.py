@@ -6,25 +6,29 @@ from __future__ import annotations
 
 import json
 import posixpath
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from kzbuild.device.adb import AdbTransport
 from kzbuild.measure.bench import model_sha256
 from tests.adbdevice import AdbTestDevice
 from tests.adbdevice.fs import toybox_applets
+from tests.adbdevice.toybox import ToyboxMissing, android_toybox, build_dir
 
 # Every command kzbuild runs on a device outside a release (store, chunkstore, integrity,
-# devicelock, deploy, run, bench, models push, device status, adb's progress poll). Android 15's
-# toybox has each of them, and so does Debian's toybox 0.8.9 (``test``, ``[`` and ``echo`` are mksh
-# builtins).
+# devicelock, deploy, run, bench, models push, device status, adb's progress poll). Android's
+# toybox has each of them (``test``, ``[`` and ``echo`` are mksh builtins).
 DEVICE_APPLETS = (
     "cat chmod cmp comm cut date df dirname env find grep head ln ls mkdir mv printf readlink rm "
     "rmdir sed sha1sum sha256sum sort stat tail tar tee touch truncate uname xargs"
 ).split()
-# Android 15's toybox has these, Debian's 0.8.9 does not ("pending" there): kzbuild must not use
-# them.
-ANDROID_ONLY = ("tr", "dd", "diff", "expr", "gzip", "getopt")
-NOT_ON_ANDROID = ("bash", "dash", "gawk", "python3", "perl")
+# android_defconfig enables these "pending" commands, which Debian's toybox package lacks: the
+# device has them, as Android does.
+ANDROID_PENDING = ("tr", "dd", "diff", "expr", "gzip", "getopt")
+# Debian's toybox has these, Android's does not; nor has Android the rest.
+NOT_ON_ANDROID = ("wget", "su", "sha3sum", "bash", "dash", "gawk", "python3", "perl")
 
 
 def shell(transport: AdbTransport, script: str, *args: str) -> list[str]:
@@ -47,14 +51,26 @@ def test_the_shell_is_mksh_and_sha256sum_is_toybox(transport: AdbTransport) -> N
     assert shell(transport, "toybox --version")[0].startswith("toybox ")
 
 
+def test_the_toybox_is_androids_build_hashing_through_libcrypto() -> None:
+    _, toybox, _ = toybox_applets()
+    config = (build_dir() / "config").read_text().splitlines()
+    assert {"CONFIG_TOYBOX_LIBCRYPTO=y", "CONFIG_SHA256SUM=y"} <= set(config)
+    linked = subprocess.run(["ldd", toybox], capture_output=True, text=True, check=True).stdout
+    assert "libcrypto.so" in linked
+
+
 def test_nothing_but_mksh_and_toybox_is_reachable(transport: AdbTransport) -> None:
     found = shell(
-        transport,
-        "for c in "
-        + " ".join(NOT_ON_ANDROID + ANDROID_ONLY)
-        + '; do command -v "$c" || true; done',
+        transport, "for c in " + " ".join(NOT_ON_ANDROID) + '; do command -v "$c" || true; done'
     )
     assert found == []
+
+
+def test_androids_pending_applets_are_there(transport: AdbTransport) -> None:
+    _, toybox, _ = toybox_applets()
+    script = 'for c in "$@"; do readlink -f "$(command -v "$c")"; done'
+    assert shell(transport, script, *ANDROID_PENDING) == [toybox] * len(ANDROID_PENDING)
+    assert shell(transport, "printf 'a-b' | tr - _") == ["a_b"]
 
 
 def test_every_applet_the_device_scripts_use_is_toybox(transport: AdbTransport) -> None:
@@ -93,3 +109,11 @@ def test_models_push_over_adb_stores_once_and_bench_names_the_model_by_its_store
     assert (
         model_sha256(transport, device, copy) == pushed["sha256"]
     )  # toybox sha256sum on the device
+
+
+def test_without_the_build_the_device_says_how_to_make_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("KZ_TEST_CACHE", str(tmp_path))  # nothing built there: no fallback
+    with pytest.raises(ToyboxMissing, match="run scripts/setup"):
+        android_toybox()

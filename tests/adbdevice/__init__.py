@@ -4,8 +4,9 @@ Not part of kzbuild: test support. ``adb connect 127.0.0.1:PORT`` reaches it thr
 private adb server; it offers ``shell,v2`` (stdout, stderr and the real exit code),
 old-style ``shell:``/``exec:``, and ``sync:`` (STAT/STA2/LST2, LIST/LIS2, SEND, RECV) for
 push, pull and stat. Its shell is Android's: ``sh -c`` is mksh, and PATH holds only toybox's
-applets (Debian's toybox 0.8.9) and a ``getprop`` (see :mod:`tests.adbdevice.fs`); the binaries
-it runs are this machine's: deploy a host build to it.
+applets (toybox 0.8.9 built with Android's config and libcrypto, :mod:`tests.adbdevice.toybox`)
+and a ``getprop`` (see :mod:`tests.adbdevice.fs`); the binaries it runs are this machine's:
+deploy a host build to it.
 
 Fixtures (``tests.adbdevice.fixtures``, registered as a plugin by tests/conftest.py)::
 

@@ -7,10 +7,10 @@ Shell commands run as Android runs them: adbd starts ``/system/bin/sh -c CMD``, 
 and its PATH reaches only toybox applets. Here ``base/bin/sh`` is a symlink to mksh, and PATH
 is ``base/bin`` alone: that ``sh``, ``toybox`` and a symlink to it for every applet it
 lists, and a ``getprop`` script (run by mksh), so no GNU coreutils, bash or dash is reachable.
-Debian's toybox is 0.8.9 built without toybox's "pending" commands, so it lacks some that
-Android 15's toybox has (``tr``, ``dd``, ``diff``, ``expr``, ``gzip``, ...; Android's ``awk``
-is not toybox's at all). kzbuild's device scripts use none of those; the applets they use are
-listed and checked in tests/adb/test_android_userland.py.
+The toybox is Android's build of 0.8.9 (``android_defconfig``, hashing through libcrypto; see
+:mod:`tests.adbdevice.toybox`), not Debian's package. Android's ``awk`` is not toybox's at all
+and is not here. The applets kzbuild's device scripts use are listed and checked in
+tests/adb/test_android_userland.py.
 
 The command text has every ``/data/local/tmp`` (the one place a non-root Android shell may
 write) replaced by its host directory, and the output has that host directory replaced back,
@@ -37,6 +37,8 @@ import subprocess
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
+
+from tests.adbdevice.toybox import android_toybox
 
 DEVICE_TMP = "/data/local/tmp"
 DEFAULT_PROPS = {
@@ -72,7 +74,7 @@ def require(program: str) -> str:
     if path is None:
         raise RuntimeError(
             f"the adb test device runs Android's userland and needs '{program}': apt-get install "
-            "mksh toybox (scripts/setup)"
+            "mksh (scripts/setup)"
         )
     return path
 
@@ -80,7 +82,7 @@ def require(program: str) -> str:
 @cache
 def toybox_applets() -> tuple[str, str, tuple[str, ...]]:
     """(mksh, toybox, the applets ``toybox`` lists)."""
-    mksh, toybox = require("mksh"), require("toybox")
+    mksh, toybox = require("mksh"), str(android_toybox())
     listed = subprocess.run([toybox], check=True, capture_output=True, text=True, timeout=30).stdout
     return mksh, toybox, tuple(listed.split())
 

@@ -26,7 +26,10 @@ class DeviceProcess:
             text=True,
         )
         assert self.process.stdout is not None
-        self.serial = f"127.0.0.1:{self.process.stdout.readline().strip()}"
+        port = self.process.stdout.readline().strip()
+        if not port:  # it failed to start (no Android toybox built, say): its error is above
+            raise RuntimeError(f"the adb test device's process exited ({self.process.wait()})")
+        self.serial = f"127.0.0.1:{port}"
 
     def stop(self) -> None:
         if self.process.stdin:
