@@ -3,36 +3,34 @@ appends each piece while the next ones are on the way, and keeps only the finish
 
 Layout added under the device root (see :mod:`kzbuild.device.store` for the rest)::
 
-    models/.pieces/<sha256>     the pieces of models/<sha256>.gguf in order, one "sha1 size" line
+    models/.pieces/<sha256>     the pieces of models/<sha256>.gguf in order, one "sha256 size" line
                                 each: what a later push may copy out of that file
     incoming/.kzm-<key>/        one model on its way (<key>: its size and first piece): pieces
-                                named by their sha1, ``part`` (the checked pieces so far, in
+                                named by their sha256, ``part`` (the checked pieces so far, in
                                 order) and ``done`` (their lines)
 
 Pieces (:mod:`kzbuild.device.ggufcut`): every metadata entry and every tensor starts a piece,
 so a quant variant that changes one tensor leaves every other piece as it was; a file that is
 not a GGUF this reader knows is cut every :data:`LARGEST` bytes.
 
-One pass over the file on the host reads each piece, hashes it (sha1, and the whole file's
+One pass over the file on the host reads each piece, hashes it (sha256, and the whole file's
 sha256, the model's name) and stages the pieces the device lacks into a memory dir, a batch of
 about :data:`BATCH` bytes at a time. Over adb a batch is one ``adb push`` (the sync protocol,
 as fast as ``adb push`` of the file), and while the next batch is pushed the device checks the
 previous one: for each piece in order it takes the piece that arrived, or copies it out of a
-model it holds (``tail -c | head -c``: tail seeks), checks its ``sha1sum``, and appends it to
+model it holds (``tail -c | head -c``: tail seeks), checks its ``sha256sum``, and appends it to
 ``part``; a piece that does not match stops the batch. The last command renames ``part`` into
 the store. Nothing is hashed twice on either side.
 
 Trust: every byte of a stored model was checked on the device as part of its piece, against the
-sha1 the host computed from the same read that gave the model's sha256. The device does not
-hash the whole file again: the concatenation of checked pieces is the file the host read. The
-pieces are checked with sha1, not sha256, for speed: Debian's toybox (the adb test device's
-before it ran Android's build) hashed sha256 at a fifth of ``adb push``'s speed and sha1 at
-about its speed; through libcrypto, as Android builds toybox, the two run alike.
-sha1 guards against what goes wrong here (a cut or damaged transfer, a damaged stored model a
-piece is copied from, a file changed on the host while it was read), not against someone who
-crafts two different tensors with one sha1; ``kzbuild device verify`` still checks every
-model's sha256. A cut push resumes: ``part`` and the pieces that arrived whole stay, and a
-repeated push sends only what is missing.
+sha256 the host computed from the same read that gave the model's sha256. The device does not
+hash the whole file again: the concatenation of checked pieces is the file the host read.
+(Pieces were checked with sha1 for a while, for speed on the adb test device, whose Debian
+toybox hashed sha256 at a fifth of ``adb push``'s speed; Android builds toybox with libcrypto,
+where both run alike, and so does the test device now.)
+
+A cut push resumes: ``part`` and the pieces that arrived whole stay, and a repeated push sends
+only what is missing.
 
 Host cache: the sha256 and the pieces of a model file are kept in the cache dir by the file's
 device, inode, size, mtime and ctime (as git's index keeps a file's stat data), so pushing the
@@ -90,7 +88,8 @@ GGUF_MAGIC = b"GGUF"
 SMALL = 1 << 20  # spans below this are merged with their neighbours
 LARGEST = 16 << 20  # no piece is bigger (a cut push resends at most one piece per batch in flight)
 BATCH = 64 << 20  # bytes staged and pushed at a time (two batches are in memory at most)
-PLAN_VERSION = 1  # bump when the cutting changes: cached pieces of another cutting are not used
+# bump when the cutting or the piece digest changes: cached pieces of another kind are not used
+PLAN_VERSION = 2
 RACY_SECONDS = 2.0
 CACHE_LIMIT = 200
 PIECES_DIR = ".pieces"
@@ -108,25 +107,25 @@ PROLOGUE_SCRIPT = (
     'cd "incoming/$2" && ls -ln | while read -r p l u g s rest; do '
     'case $p in -*) echo "$s ${rest##* }" ;; esac; done; echo /; cat done 2>/dev/null; true'
 )
-# $1 = the work dir, $2 = a plan in it, $3 = the models dir. Each plan line: "p SHA1 SIZE" (the
-# piece arrived as the file SHA1) or "c SHA1 SIZE FROM BACK AT" (copy SIZE bytes that start BACK
-# bytes before the end of FROM, a model SHA or "part" itself, to byte AT of the part). Each piece
-# is checked against its name with sha1sum and appended to part, a copy in one pass (tee); its
-# line goes to done. A piece that does not match is removed (a copy: cut off the part again) and
-# named on a "bad SHA1" line (exit 3); the pieces after it are not appended. A plan of arrived
-# pieces only is checked with one sha1sum and appended with one cat (a process per piece costs
-# more than hashing it on a busy device).
+# $1 = the work dir, $2 = a plan in it, $3 = the models dir. Each plan line: "p SHA SIZE" (the
+# piece arrived as the file SHA, its sha256) or "c SHA SIZE FROM BACK AT" (copy SIZE bytes that
+# start BACK bytes before the end of FROM, a model SHA or "part" itself, to byte AT of the part).
+# Each piece is checked against its name with sha256sum and appended to part, a copy in one pass
+# (tee); its line goes to done. A piece that does not match is removed (a copy: cut off the part
+# again) and named on a "bad SHA" line (exit 3); the pieces after it are not appended. A plan of
+# arrived pieces only is checked with one sha256sum and appended with one cat (a process per
+# piece costs more than hashing it on a busy device).
 CHECK_SCRIPT = (
     'cd "$1" || exit 1; if ! grep -q "^c " "$2"; then cut -d " " -f 2 "$2" > "$2.n" '
-    '&& xargs sha1sum < "$2.n" > "$2.s" || exit 1; '
+    '&& xargs sha256sum < "$2.n" > "$2.s" || exit 1; '
     'while read -r h d; do [ "$h" = "$d" ] || { rm -f "$d"; echo "bad $d"; exit 3; }; '
     'done < "$2.s"; xargs cat < "$2.n" >> part && cut -d " " -f 2,3 "$2" >> done '
     '&& xargs rm -f < "$2.n" && rm -f "$2" "$2.n" "$2.s"; exit; fi; '
     "while read -r op d s src back at; do "
     'if [ "$op" = c ]; then if [ "$src" = part ]; then f=part; else f="$3/$src.gguf"; fi; '
-    'h=$(tail -c "$back" "$f" | head -c "$s" | tee -a part | sha1sum) || exit 1; '
+    'h=$(tail -c "$back" "$f" | head -c "$s" | tee -a part | sha256sum) || exit 1; '
     'if [ "${h%% *}" != "$d" ]; then truncate -s "$at" part; echo "bad $d"; exit 3; fi; '
-    'else h=$(sha1sum < "$d") || exit 1; '
+    'else h=$(sha256sum < "$d") || exit 1; '
     'if [ "${h%% *}" != "$d" ]; then rm -f "$d"; echo "bad $d"; exit 3; fi; '
     'cat "$d" >> part && rm -f "$d" || exit 1; fi; echo "$d $s" >> done || exit 1; '
     'done < "$2" && rm -f "$2"'
@@ -149,11 +148,11 @@ BAD_PIECE = 3  # CHECK_SCRIPT's and STORE_SCRIPT's exit code for content that di
 
 @dataclass(frozen=True)
 class ModelPiece:
-    """A model's piece, cut at its tensors: where it lies and the sha1 the device checks."""
+    """A model's piece, cut at its tensors: where it lies and the sha256 the device checks."""
 
     offset: int
     size: int
-    sha1: str
+    digest: str  # the piece's sha256
 
 
 @dataclass(frozen=True)
@@ -163,7 +162,7 @@ class ModelDigests:
 
 
 class PieceMismatch(DeviceError):
-    """A piece did not match its sha1 on the device (it was removed; what checked out before it
+    """A piece did not match its sha256 on the device (it was removed; what checked out before it
     stays in the part)."""
 
 
@@ -197,7 +196,7 @@ def digest_pieces(
             if len(data) != size:
                 raise DeviceError(f"{model} changed while it was being read (it is shorter now)")
             yield (
-                ModelPiece(offset, size, hashlib.sha1(data, usedforsecurity=False).hexdigest()),
+                ModelPiece(offset, size, hashlib.sha256(data).hexdigest()),
                 data,
             )
 
@@ -239,7 +238,7 @@ class DigestCache:
             return None
 
     def put(self, model: Path, found: ModelDigests, at: float) -> None:
-        pieces = [[piece.offset, piece.size, piece.sha1] for piece in found.pieces]
+        pieces = [[piece.offset, piece.size, piece.digest] for piece in found.pieces]
         self.texts.put(
             self.key(model), json.dumps({"sha256": found.sha256, "pieces": pieces, "at": at})
         )
@@ -252,7 +251,7 @@ def work_name(model: Path, layout: Sequence[tuple[int, int]]) -> str:
     """The work dir of a model in incoming/: its size and first piece, so that a push cut before
     the model's sha256 was known resumes into the same dir."""
     size = sum(length for _, length in layout)
-    first = hashlib.sha1(read_range(model, *layout[0]), usedforsecurity=False).hexdigest()
+    first = hashlib.sha256(read_range(model, *layout[0])).hexdigest()
     return f"{WORK_PREFIX}{size}-{first[:16]}"
 
 
@@ -261,7 +260,9 @@ class DeviceModels:
     """What the prologue found."""
 
     sizes: dict[str, int]  # stored model file name -> size
-    sources: dict[str, tuple[str, int, int]]  # piece sha1 -> (model sha256, offset, model size)
+    sources: dict[
+        str, tuple[str, int, int]
+    ]  # piece piece sha256 -> (model sha256, offset, model size)
     arrived: dict[str, int]  # work dir file -> size
     done: tuple[tuple[str, int], ...]  # pieces checked into the part, in order
 
@@ -281,12 +282,12 @@ def parse_prologue(result: RemoteResult) -> DeviceModels:
         if line.startswith("= "):
             model, offset = line[2:], 0
             continue
-        sha1, _, size = line.partition(" ")
+        digest, _, size = line.partition(" ")
         if size.isdigit() and f"{model}.gguf" in sizes:
-            sources.setdefault(sha1, (model, offset, sizes[f"{model}.gguf"]))
+            sources.setdefault(digest, (model, offset, sizes[f"{model}.gguf"]))
             offset += int(size)
     checked = tuple(
-        (sha1, int(size)) for sha1, _, size in (line.partition(" ") for line in done) if size
+        (digest, int(size)) for digest, _, size in (line.partition(" ") for line in done) if size
     )
     return DeviceModels(sizes, sources, sizes_of(arrived), checked)
 
@@ -389,8 +390,8 @@ def _checked_prefix(
     if pieces is None:
         pieces = [piece for piece, _ in _limited(digest_pieces(model, layout), len(done))]
     count = 0
-    for (sha1, size), piece in zip(done, pieces, strict=False):
-        if (sha1, size) != (piece.sha1, piece.size):
+    for (digest, size), piece in zip(done, pieces, strict=False):
+        if (digest, size) != (piece.digest, piece.size):
             break
         count += 1
     return count
@@ -423,7 +424,9 @@ def _produce(
         sweep_stages(where)
         whole = hashlib.sha256() if pieces is None else None
         found: list[ModelPiece] = []
-        in_part: dict[str, int] = {}  # sha1 -> offset in the part (pieces checked in already)
+        in_part: dict[
+            str, int
+        ] = {}  # piece sha256 -> offset in the part (pieces checked in already)
         offset = 0
         staged: Path | None = None
         plan: list[str] = []
@@ -445,7 +448,7 @@ def _produce(
                 )
                 plan.append(line)
                 batch_bytes += sent
-            in_part.setdefault(piece.sha1, offset)
+            in_part.setdefault(piece.digest, offset)
             offset += piece.size
             if staged is not None and (batch_bytes >= BATCH or len(plan) >= 4096):
                 number += 1
@@ -484,18 +487,18 @@ def _plan_line(
     transfer: Transfer,
 ) -> tuple[str, int]:
     """The check plan's line for ``piece`` (at ``offset`` in the model) and the bytes it sends."""
-    name = f"{piece.sha1} {piece.size}"
-    if reuse and piece.sha1 in in_part:
+    name = f"{piece.digest} {piece.size}"
+    if reuse and piece.digest in in_part:
         transfer.reused += piece.size
-        return f"c {name} part {offset - in_part[piece.sha1]} {offset}", 0
-    if reuse and piece.sha1 in device.sources:
-        model_sha, at, model_size = device.sources[piece.sha1]
+        return f"c {name} part {offset - in_part[piece.digest]} {offset}", 0
+    if reuse and piece.digest in device.sources:
+        model_sha, at, model_size = device.sources[piece.digest]
         transfer.reused += piece.size
         return f"c {name} {model_sha} {model_size - at} {offset}", 0
-    if device.arrived.get(piece.sha1) == piece.size:
+    if device.arrived.get(piece.digest) == piece.size:
         transfer.resumed += piece.size
         return f"p {name}", 0
-    (staged / piece.sha1).write_bytes(data or read_range(model, piece.offset, piece.size))
+    (staged / piece.digest).write_bytes(data or read_range(model, piece.offset, piece.size))
     return f"p {name}", piece.size
 
 
@@ -524,7 +527,7 @@ def _check(transfer: Transfer, step: Step) -> None:
     result = transfer.run_check(step)
     if result.returncode == BAD_PIECE:
         raise PieceMismatch(
-            f"{transfer.remote.address}: a piece of {transfer.label} did not match its sha1 on "
+            f"{transfer.remote.address}: a piece of {transfer.label} did not match its sha256 on "
             f"the device ({result.text().strip()})"
         )
     transfer.remote.checked([step], [result])

@@ -166,7 +166,7 @@ def test_a_damaged_model_on_the_device_is_not_copied_from(tmp_path, caplog):
     data[-100] ^= 0xFF  # in the last tensor, which the variant shares
     stored.write_bytes(bytes(data))
     result = modelpush.push_model(LocalTransport(str(root)), device, variant)
-    assert "did not match its sha1" in caplog.text
+    assert "did not match its sha256" in caplog.text
     assert (root / "models" / "b.gguf").read_bytes() == variant.read_bytes()
     assert result.bytes_sent < variant.stat().st_size  # the pieces before the damage stayed
 
@@ -214,7 +214,7 @@ def test_over_adb_a_cut_push_resumes_verified(adb_device, tmp_path):
     with pytest.raises(DeviceError):
         modelpush.push_model(AdbTransport(device, connect_timeout=5), device, model)
     work = next(Path(adb_device.host_path(f"{device.root}/incoming")).glob(".kzm-*"))
-    arrived = [p for p in work.iterdir() if len(p.name) == 40]
+    arrived = [p for p in work.iterdir() if len(p.name) == 64]
     assert arrived  # whole pieces that came before the cut
     damaged = arrived[0]
     damaged.write_bytes(b"\0" * damaged.stat().st_size)  # one of them rots before the rerun
@@ -299,7 +299,7 @@ def test_over_adb_a_push_whose_adb_is_killed_resumes(adb_device, tmp_path):
     incoming = Path(adb_device.host_path(f"{device.root}/incoming"))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        pieces = [p for p in incoming.glob(".kzm-*/*") if len(p.name) == 40]
+        pieces = [p for p in incoming.glob(".kzm-*/*") if len(p.name) == 64]
         if len(pieces) >= 2 and (pids := adb_push_children()):
             for pid in pids:
                 os.kill(pid, signal.SIGKILL)  # adb killed mid-transfer
