@@ -39,7 +39,7 @@ from kzbuild.device.base import Transport
 from kzbuild.device.devicelock import device_lock
 from kzbuild.errors import BuildFailed, ConfigError, PatchError, ResultsError
 from kzbuild.measure.interleave import deploy_arms, run_interleaved
-from kzbuild.measure.pool import spread
+from kzbuild.measure.pool import race
 from kzbuild.measure.quality import check_variants, quality_store
 from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.stats import median_effect
@@ -236,7 +236,8 @@ class Search:
 
     With a pool (several ``benchers``, one per device) each step measures as many commits as there
     are devices, each on its own device between the range's two ends, all at once; a comparison
-    never mixes devices."""
+    never mixes devices. The first answer that puts the change outside another device's commit
+    stops that device's comparison at its next round, and the step ends without it."""
 
     record: Record
     build: Builder
@@ -270,27 +271,37 @@ class Search:
                     f"{self.commits[end].skipped}",
                     hint="choose a --good and --bad that build",
                 )
-        ends = self._in_parallel({device: (lo, None, hi) for device in self.benchers})
-        if not all(found.verdicts[0] is PairVerdict.DIFFERENT for found in ends):
-            return BisectOutcome.NO_CHANGE, ends[0].effects[0], lo, hi
+        ends = self._race(lo, [None] * len(self.benchers), hi)
+        for found in ends:
+            if found is not None and found.verdicts[0] is not PairVerdict.DIFFERENT:
+                return BisectOutcome.NO_CHANGE, found.effects[0], lo, hi
         while True:
             mids = self._next_mids(lo, hi, len(self.benchers))
             if not mids:
                 break
-            settled = self._in_parallel(
-                {device: (lo, mid, hi) for device, mid in zip(self.benchers, mids, strict=False)}
-            )
-            lo, hi = self._narrow(lo, hi, list(zip(mids, settled, strict=False)))
+            lo, hi = self._narrow(lo, hi, list(zip(mids, self._race(lo, mids, hi), strict=True)))
         between = [i for i in range(lo + 1, hi) if self.commits[i].skipped]
         final = self._final_effect(lo, hi)
         return (BisectOutcome.SKIPPED_RANGE if between else BisectOutcome.FOUND), final, lo, hi
 
-    def _narrow(self, lo: int, hi: int, measured: list[tuple[int, Settled]]) -> tuple[int, int]:
+    def _narrow(
+        self, lo: int, hi: int, measured: list[tuple[int, Settled | None]]
+    ) -> tuple[int, int]:
         """The new range: after the last commit that looks like lo, up to the first that looks like
-        hi."""
-        like_hi = []
-        for mid, found in measured:
-            below = self._culprit_is_below(found, mid)
+        hi. A comparison stopped as moot (None) tells nothing."""
+        like_hi: list[int] = []
+        like_lo: list[int] = []
+        for (mid, found), device in zip(measured, self.benchers, strict=False):
+            if found is None:
+                self.notes.append(
+                    f"{self.commits[mid].sha[:12]} on {device}: stopped, another device's answer "
+                    "put the change outside it"
+                )
+                continue
+            below, note = self._culprit_is_below(found)
+            if note:
+                sha = self.commits[mid].sha[:12]
+                self.notes.append(f"{sha}: {note}; followed the larger change of the median")
             self.steps.append(
                 NarrowingStep(
                     lo,
@@ -302,21 +313,20 @@ class Search:
                     note=f"on {found.device}",
                 )
             )
-            if below:
-                like_hi.append(mid)
+            (like_hi if below else like_lo).append(mid)
         new_hi = min(like_hi, default=hi)
-        new_lo = max(
-            (mid for mid, _ in measured if mid < new_hi and mid not in like_hi), default=lo
-        )
+        new_lo = max((mid for mid in like_lo if mid < new_hi), default=lo)
         return new_lo, new_hi
 
-    def _culprit_is_below(self, found: Settled, mid: int) -> bool:
-        """Whether the change lies at or before mid (mid already looks like hi), else after it."""
+    @staticmethod
+    def _culprit_is_below(found: Settled) -> tuple[bool, str]:
+        """Whether the change lies at or before mid (mid already looks like hi), else after it;
+        and why, when the verdicts alone do not say."""
         v_lo, v_hi = found.verdicts
         if v_lo is PairVerdict.DIFFERENT and v_hi is not PairVerdict.DIFFERENT:
-            return True
+            return True, ""
         if v_hi is PairVerdict.DIFFERENT and v_lo is not PairVerdict.DIFFERENT:
-            return False
+            return False, ""
         # both differ (two steps), or neither could be told apart within the limit: follow
         # the larger move
         note = (
@@ -324,10 +334,7 @@ class Search:
             if v_lo is v_hi is PairVerdict.DIFFERENT
             else "not told apart within the sample limit"
         )
-        self.notes.append(
-            f"{self.commits[mid].sha[:12]}: {note}; followed the larger change of the median"
-        )
-        return abs(found.effects[0].delta_pct) >= abs(found.effects[1].delta_pct)
+        return abs(found.effects[0].delta_pct) >= abs(found.effects[1].delta_pct), note
 
     def _final_effect(self, lo: int, hi: int) -> Effect:
         """The culprit against its parent, on a device that measured both (measuring them if none
@@ -348,21 +355,42 @@ class Search:
             seed=self.seed,
         )[1]
 
-    def _in_parallel(self, work: Mapping[str, tuple[int, int | None, int]]) -> list[Settled]:
-        """Each device settles its own lo (mid) hi, all at once (``pool.spread``)."""
-        return spread(
-            list(work),
-            list(work.values()),
-            lambda device, points: [self._settle(device, *p) for p in points],
+    def _race(self, lo: int, mids: Sequence[int | None], hi: int) -> list[Settled | None]:
+        """Each device settles its own lo (mid) hi, all at once (``pool.race``). A device's answer
+        stops the others' comparisons it makes moot: ends that are the same (no change), or a
+        change found at or below its mid (the mids above no longer matter) or above it (the mids
+        below)."""
+
+        def moot(mid: int | None, found: Settled, other: int | None) -> bool:
+            if mid is None or other is None:
+                return found.verdicts[0] is not PairVerdict.DIFFERENT
+            below, _ = self._culprit_is_below(found)
+            return other > mid if below else other < mid
+
+        return race(
+            list(self.benchers),
+            mids,
+            lambda device, mid, stopped: self._settle(device, lo, mid, hi, stopped),
+            moot,
         )
 
-    def _settle(self, device: str, lo: int, mid: int | None, hi: int) -> Settled:
+    def _settle(
+        self,
+        device: str,
+        lo: int,
+        mid: int | None,
+        hi: int,
+        stopped: Callable[[], bool] = lambda: False,
+    ) -> Settled | None:
         """Bench lo (mid) hi interleaved on one device in rounds until each pair is told apart or
         hits the limit. A round asks for ``samples_per_round`` more samples than the last; the
-        record's samples count, so a resumed bisect measures only what it lacks."""
+        record's samples count, so a resumed bisect measures only what it lacks. None: told to
+        stop (``stopped()``, asked before each round that measures)."""
         points = [i for i in (lo, mid, hi) if i is not None]
         wanted = self.limits.samples_per_round
         while True:
+            if self._missing(device, points, wanted) > 0 and stopped():
+                return None
             self._ensure_samples(device, points, wanted)
             found = [
                 self.judge(
@@ -383,8 +411,11 @@ class Search:
                 return Settled(device, verdicts, tuple(e for _, e in found))
             wanted = min(wanted + self.limits.samples_per_round, self.limits.max_samples)
 
+    def _missing(self, device: str, points: Sequence[int], wanted: int) -> int:
+        return wanted - min(len(self.commits[i].samples.get(device, ())) for i in points)
+
     def _ensure_samples(self, device: str, points: Sequence[int], wanted: int) -> None:
-        missing = wanted - min(len(self.commits[i].samples.get(device, ())) for i in points)
+        missing = self._missing(device, points, wanted)
         if missing <= 0:
             return
         if self.anchored:  # only the commits that lack samples, after the good end
