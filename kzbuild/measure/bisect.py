@@ -223,11 +223,23 @@ def _commit_state(item: object, *, zero_ok: bool) -> CommitState:
 @dataclass(frozen=True)
 class Settled:
     """What one device's rounds over lo (mid) hi told: each neighbouring pair's verdict and
-    effect."""
+    effect, and lo against hi when asked (a pool's first step)."""
 
     device: str
     verdicts: tuple[PairVerdict, ...]
     effects: tuple[Effect, ...]
+    ends: tuple[PairVerdict, Effect] | None = None
+
+    @property
+    def no_change(self) -> bool:
+        """lo and hi, compared alone or beside a mid, were not told apart."""
+        verdict = self.ends[0] if self.ends else self.verdicts[0]
+        return verdict is not PairVerdict.DIFFERENT
+
+    @property
+    def across(self) -> Effect:
+        """hi against lo (of a comparison of the ends alone, or with ``ends``)."""
+        return self.ends[1] if self.ends else self.effects[0]
 
 
 @dataclass
@@ -271,15 +283,24 @@ class Search:
                     f"{self.commits[end].skipped}",
                     hint="choose a --good and --bad that build",
                 )
-        ends = self._race(lo, [None] * len(self.benchers), hi)
-        for found in ends:
-            if found is not None and found.verdicts[0] is not PairVerdict.DIFFERENT:
-                return BisectOutcome.NO_CHANGE, found.effects[0], lo, hi
-        while True:
+        # one device compares the ends alone first; a pool compares them beside its first step's
+        # mids, so that no step has one device waiting
+        with_ends = len(self.benchers) > 1
+        mids = self._next_mids(lo, hi, len(self.benchers)) if with_ends else []
+        if not mids:
+            with_ends = False
+            for found in self._race(lo, [None] * len(self.benchers), hi):
+                if found is not None and found.no_change:
+                    return BisectOutcome.NO_CHANGE, found.across, lo, hi
             mids = self._next_mids(lo, hi, len(self.benchers))
-            if not mids:
-                break
-            lo, hi = self._narrow(lo, hi, list(zip(mids, self._race(lo, mids, hi), strict=True)))
+        while mids:
+            settled = self._race(lo, mids, hi, with_ends=with_ends)
+            for found in settled:
+                if with_ends and found is not None and found.no_change:
+                    return BisectOutcome.NO_CHANGE, found.across, lo, hi
+            with_ends = False
+            lo, hi = self._narrow(lo, hi, list(zip(mids, settled, strict=True)))
+            mids = self._next_mids(lo, hi, len(self.benchers))
         between = [i for i in range(lo + 1, hi) if self.commits[i].skipped]
         final = self._final_effect(lo, hi)
         return (BisectOutcome.SKIPPED_RANGE if between else BisectOutcome.FOUND), final, lo, hi
@@ -355,22 +376,24 @@ class Search:
             seed=self.seed,
         )[1]
 
-    def _race(self, lo: int, mids: Sequence[int | None], hi: int) -> list[Settled | None]:
-        """Each device settles its own lo (mid) hi, all at once (``pool.race``). A device's answer
-        stops the others' comparisons it makes moot: ends that are the same (no change), or a
-        change found at or below its mid (the mids above no longer matter) or above it (the mids
-        below)."""
+    def _race(
+        self, lo: int, mids: Sequence[int | None], hi: int, *, with_ends: bool = False
+    ) -> list[Settled | None]:
+        """Each device settles its own lo (mid) hi (``with_ends``: and lo against hi), all at once
+        (``pool.race``). A device's answer stops the others' comparisons it makes moot: ends that
+        are the same (no change), or a change found at or below its mid (the mids above no longer
+        matter) or above it (the mids below)."""
 
         def moot(mid: int | None, found: Settled, other: int | None) -> bool:
-            if mid is None or other is None:
-                return found.verdicts[0] is not PairVerdict.DIFFERENT
+            if mid is None or other is None or found.no_change:
+                return found.no_change
             below, _ = self._culprit_is_below(found)
             return other > mid if below else other < mid
 
         return race(
             list(self.benchers),
             mids,
-            lambda device, mid, stopped: self._settle(device, lo, mid, hi, stopped),
+            lambda device, mid, stopped: self._settle(device, lo, mid, hi, stopped, with_ends),
             moot,
         )
 
@@ -381,12 +404,16 @@ class Search:
         mid: int | None,
         hi: int,
         stopped: Callable[[], bool] = lambda: False,
+        with_ends: bool = False,
     ) -> Settled | None:
         """Bench lo (mid) hi interleaved on one device in rounds until each pair is told apart or
-        hits the limit. A round asks for ``samples_per_round`` more samples than the last; the
-        record's samples count, so a resumed bisect measures only what it lacks. None: told to
-        stop (``stopped()``, asked before each round that measures)."""
+        hits the limit (``with_ends``: lo against hi first; when they are the same, that is the
+        answer). A round asks for ``samples_per_round`` more samples than the last; the record's
+        samples count, so a resumed bisect measures only what it lacks. None: told to stop
+        (``stopped()``, asked before each round that measures)."""
         points = [i for i in (lo, mid, hi) if i is not None]
+        pairs = [*pairwise(points), *([(lo, hi)] if with_ends else [])]
+        told = len(points) - 1  # the neighbouring pairs; then lo against hi, if asked
         wanted = self.limits.samples_per_round
         while True:
             if self._missing(device, points, wanted) > 0 and stopped():
@@ -399,16 +426,24 @@ class Search:
                     self.limits,
                     seed=self.seed,
                 )
-                for a, b in pairwise(points)
+                for a, b in pairs
             ]
-            verdicts = tuple(v for v, _ in found)
+            verdicts = tuple(v for v, _ in found[:told])
             decided = PairVerdict.UNDECIDED not in verdicts or (
                 mid is not None
                 and PairVerdict.DIFFERENT in verdicts
                 and PairVerdict.SAME in verdicts
             )
+            if with_ends:
+                ends = found[told][0]
+                decided = ends is PairVerdict.SAME or (ends is PairVerdict.DIFFERENT and decided)
             if decided or wanted >= self.limits.max_samples:
-                return Settled(device, verdicts, tuple(e for _, e in found))
+                return Settled(
+                    device,
+                    verdicts,
+                    tuple(e for _, e in found[:told]),
+                    found[told] if with_ends else None,
+                )
             wanted = min(wanted + self.limits.samples_per_round, self.limits.max_samples)
 
     def _missing(self, device: str, points: Sequence[int], wanted: int) -> int:
