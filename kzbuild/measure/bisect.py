@@ -231,9 +231,11 @@ class Settled:
 
     @property
     def no_change(self) -> bool:
-        """lo and hi, compared alone or beside a mid, were not told apart."""
-        verdict = self.ends[0] if self.ends else self.verdicts[0]
-        return verdict is not PairVerdict.DIFFERENT
+        """lo and hi, compared alone or beside a mid (``ends``), were not told apart; False when
+        lo and hi were not compared."""
+        if self.ends:
+            return self.ends[0] is not PairVerdict.DIFFERENT
+        return len(self.verdicts) == 1 and self.verdicts[0] is not PairVerdict.DIFFERENT
 
     @property
     def across(self) -> Effect:
