@@ -1,5 +1,6 @@
 """measure/pool.py: comparisons dealt to devices in turn, each device's share on its own thread,
-results in the items' order; a device's error waits for the others' shares."""
+results in the items' order; a device's error waits for the others' shares; a race
+stops the comparisons an answer made moot."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kzbuild.measure.pool import deal, spread
+from kzbuild.measure.pool import deal, race, spread
 
 
 @settings(deadline=None)  # threads start on a busy machine
@@ -62,3 +63,30 @@ def test_a_failing_device_lets_the_others_finish_before_its_error_is_raised():
     assert finished == ["slow"]
     with pytest.raises(ValueError, match="no device"):
         spread([], [1], work)
+
+
+def test_a_race_stops_the_comparisons_an_answer_made_moot_and_skips_those_the_record_settles():
+    rounds: dict[str, int] = {}
+    recorded = {"a": None, "b": None, "c": None}
+
+    def work(device: str, item: int, stopped) -> int | None:
+        if recorded[device] is not None:
+            return recorded[device]
+        for n in range(200):  # rounds: "a" answers after 2, the others would take 200
+            if stopped():
+                return None
+            rounds[device] = n + 1
+            if device == "a" and n == 1:
+                return item
+            time.sleep(0.01)
+        return item
+
+    done = race(["a", "b", "c"], [1, 2, 3], work, lambda item, result, other: other > item + 1)
+    assert done[:2] == [1, 2] and done[2] is None  # only 3 was moot after a's answer
+    assert rounds["a"] == 2 and rounds["c"] < 200 and rounds["b"] == 200
+    rounds.clear()
+    recorded["a"] = 1  # a resumed race: a's answer is in the record, so c never starts
+    done = race(["a", "b", "c"], [1, 2, 3], work, lambda item, result, other: other > item + 1)
+    assert done == [1, 2, None] and "c" not in rounds and "a" not in rounds
+    with pytest.raises(ValueError, match="3 comparisons for 2 devices"):
+        race(["a", "b"], [1, 2, 3], work, lambda item, result, other: False)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from contextlib import ExitStack
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -25,6 +23,7 @@ from kzbuild.cli.options import (
 )
 from kzbuild.cli.ui import activity, context, not_empty, print_json, say, write_out
 from kzbuild.model.bisect import BisectLimits
+from kzbuild.model.request import BisectArgs
 
 LIMITS = BisectLimits()
 
@@ -141,7 +140,7 @@ def bisect_command(
     from kzbuild.build import remotecache
     from kzbuild.cli.connect import open_pool
     from kzbuild.measure import bisect, plans
-    from kzbuild.model.quality import QualitySpec
+    from kzbuild.measure.request import resolve_bisect
 
     if not plan_file.name:
         raise typer.BadParameter(
@@ -150,45 +149,50 @@ def bisect_command(
         )
     if not good or not bad:
         raise typer.BadParameter("give both ends of the range", param_hint="'--good' / '--bad'")
-    limits = BisectLimits(
-        min_effect_pct=min_effect, samples_per_round=samples, max_samples=max_samples
-    )
-    bisect.check_limits(limits)
     settings = context(ctx).settings
     loaded = load_recipe(settings, recipe)
-    plan = plans.load_plan(plan_file)
-    quality = plan.quality or QualitySpec()
-    chosen = bisect.Metric.parse(
-        metric, [run.name for run in plan.runs], max_kld=quality.limits.max_kld
+    request = resolve_bisect(
+        BisectArgs(
+            plan_file=plan_file,
+            metric=metric,
+            target=target,
+            device=device,
+            seed=seed,
+            limits=BisectLimits(
+                min_effect_pct=min_effect, samples_per_round=samples, max_samples=max_samples
+            ),
+        ),
+        loaded.build.targets[0],
     )
-    if chosen.anchored:  # a check of the output gives the same figure again: once per commit
-        limits = replace(limits, samples_per_round=1, max_samples=1)
-    spec = next(run.spec for run in plan.runs if run.name == chosen.run)
-    target_name = target or loaded.build.targets[0]
+    chosen = request.metric
     remote = remotecache.load_config(settings, os.environ, disabled=no_remote_cache)
     with ExitStack() as opened:
         benchers = {}
         for found, transport in open_pool(
-            settings, device or plan.device, loaded.device, trust_new_host, opened
+            settings, request.device, loaded.device, trust_new_host, opened
         ):
-            plans.check_model(plan, transport, found)
+            plans.check_model(request.plan, transport, found)
             benchers[found.name] = (
-                bisect.QualityBencher(settings, transport, found, spec.model, quality, wait=wait)
+                bisect.QualityBencher(
+                    settings, transport, found, request.spec.model, request.quality, wait=wait
+                )
                 if chosen.anchored
-                else bisect.DeviceBencher(settings, transport, found, spec, chosen, wait=wait)
+                else bisect.DeviceBencher(
+                    settings, transport, found, request.spec, chosen, wait=wait
+                )
             )
         where = ", ".join(benchers)
         with activity(f"bisecting {loaded.name} {good}..{bad} on {where}") as progress:
             build = bisect.CommitBuilder(
-                settings, loaded, target_name, environ=os.environ, remote=remote
+                settings, loaded, request.target, environ=os.environ, remote=remote
             )
             identity = {
                 "recipe": loaded.name,
-                "target": target_name,
+                "target": request.target,
                 "devices": where,
                 "metric": chosen.label(),
-                "plan": hashlib.sha256(plan_file.read_bytes()).hexdigest(),
-                "limits": repr(limits),
+                "plan": request.plan_digest,
+                "limits": repr(request.limits),
             }
             report = bisect.bisect(
                 settings,
@@ -199,8 +203,8 @@ def bisect_command(
                 benchers=benchers,
                 identity=identity,
                 metric=chosen,
-                limits=limits,
-                seed=seed if seed is not None else plan.seed or 0,
+                limits=request.limits,
+                seed=request.seed,
                 progress=progress,
             )
     text = bisect.markdown(report)

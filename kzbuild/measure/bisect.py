@@ -19,7 +19,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import math
 import shutil
 import statistics
 import threading
@@ -39,16 +38,18 @@ from kzbuild.device.base import Transport
 from kzbuild.device.devicelock import device_lock
 from kzbuild.errors import BuildFailed, ConfigError, PatchError, ResultsError
 from kzbuild.measure.interleave import deploy_arms, run_interleaved
-from kzbuild.measure.pool import spread
+from kzbuild.measure.pool import race
 from kzbuild.measure.quality import check_variants, quality_store
 from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.stats import median_effect
 from kzbuild.model.bench import BenchSpec
 from kzbuild.model.bisect import (
+    KLD,
     BisectLimits,
     BisectOutcome,
     BisectReport,
     CommitState,
+    Metric,
     NarrowingStep,
     PairVerdict,
 )
@@ -56,11 +57,9 @@ from kzbuild.model.build import BuildOptions
 from kzbuild.model.device import Device
 from kzbuild.model.effect import Effect
 from kzbuild.model.interleave import Cooling
-from kzbuild.model.memory import BUFFER_KINDS, MIB
 from kzbuild.model.quality import QualitySpec
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.remotecache import RemoteConfig
-from kzbuild.model.result import BenchRecord
 from kzbuild.model.roll import pr_number
 from kzbuild.model.stackcheck import UpstreamCommit
 from kzbuild.source.sources import ObjectCache
@@ -223,11 +222,25 @@ def _commit_state(item: object, *, zero_ok: bool) -> CommitState:
 @dataclass(frozen=True)
 class Settled:
     """What one device's rounds over lo (mid) hi told: each neighbouring pair's verdict and
-    effect."""
+    effect, and lo against hi when asked (a pool's first step)."""
 
     device: str
     verdicts: tuple[PairVerdict, ...]
     effects: tuple[Effect, ...]
+    ends: tuple[PairVerdict, Effect] | None = None
+
+    @property
+    def no_change(self) -> bool:
+        """lo and hi, compared alone or beside a mid (``ends``), were not told apart; False when
+        lo and hi were not compared."""
+        if self.ends:
+            return self.ends[0] is not PairVerdict.DIFFERENT
+        return len(self.verdicts) == 1 and self.verdicts[0] is not PairVerdict.DIFFERENT
+
+    @property
+    def across(self) -> Effect:
+        """hi against lo (of a comparison of the ends alone, or with ``ends``)."""
+        return self.ends[1] if self.ends else self.effects[0]
 
 
 @dataclass
@@ -236,7 +249,8 @@ class Search:
 
     With a pool (several ``benchers``, one per device) each step measures as many commits as there
     are devices, each on its own device between the range's two ends, all at once; a comparison
-    never mixes devices."""
+    never mixes devices. The first answer that puts the change outside another device's commit
+    stops that device's comparison at its next round, and the step ends without it."""
 
     record: Record
     build: Builder
@@ -270,27 +284,46 @@ class Search:
                     f"{self.commits[end].skipped}",
                     hint="choose a --good and --bad that build",
                 )
-        ends = self._in_parallel({device: (lo, None, hi) for device in self.benchers})
-        if not all(found.verdicts[0] is PairVerdict.DIFFERENT for found in ends):
-            return BisectOutcome.NO_CHANGE, ends[0].effects[0], lo, hi
-        while True:
+        # one device compares the ends alone first; a pool compares them beside its first step's
+        # mids, so that no step has one device waiting
+        with_ends = len(self.benchers) > 1
+        mids = self._next_mids(lo, hi, len(self.benchers)) if with_ends else []
+        if not mids:
+            with_ends = False
+            for found in self._race(lo, [None] * len(self.benchers), hi):
+                if found is not None and found.no_change:
+                    return BisectOutcome.NO_CHANGE, found.across, lo, hi
             mids = self._next_mids(lo, hi, len(self.benchers))
-            if not mids:
-                break
-            settled = self._in_parallel(
-                {device: (lo, mid, hi) for device, mid in zip(self.benchers, mids, strict=False)}
-            )
-            lo, hi = self._narrow(lo, hi, list(zip(mids, settled, strict=False)))
+        while mids:
+            settled = self._race(lo, mids, hi, with_ends=with_ends)
+            for found in settled:
+                if with_ends and found is not None and found.no_change:
+                    return BisectOutcome.NO_CHANGE, found.across, lo, hi
+            with_ends = False
+            lo, hi = self._narrow(lo, hi, list(zip(mids, settled, strict=True)))
+            mids = self._next_mids(lo, hi, len(self.benchers))
         between = [i for i in range(lo + 1, hi) if self.commits[i].skipped]
         final = self._final_effect(lo, hi)
         return (BisectOutcome.SKIPPED_RANGE if between else BisectOutcome.FOUND), final, lo, hi
 
-    def _narrow(self, lo: int, hi: int, measured: list[tuple[int, Settled]]) -> tuple[int, int]:
+    def _narrow(
+        self, lo: int, hi: int, measured: list[tuple[int, Settled | None]]
+    ) -> tuple[int, int]:
         """The new range: after the last commit that looks like lo, up to the first that looks like
-        hi."""
-        like_hi = []
-        for mid, found in measured:
-            below = self._culprit_is_below(found, mid)
+        hi. A comparison stopped as moot (None) tells nothing."""
+        like_hi: list[int] = []
+        like_lo: list[int] = []
+        for (mid, found), device in zip(measured, self.benchers, strict=False):
+            if found is None:
+                self.notes.append(
+                    f"{self.commits[mid].sha[:12]} on {device}: stopped, another device's answer "
+                    "put the change outside it"
+                )
+                continue
+            below, note = self._culprit_is_below(found)
+            if note:
+                sha = self.commits[mid].sha[:12]
+                self.notes.append(f"{sha}: {note}; followed the larger change of the median")
             self.steps.append(
                 NarrowingStep(
                     lo,
@@ -302,21 +335,20 @@ class Search:
                     note=f"on {found.device}",
                 )
             )
-            if below:
-                like_hi.append(mid)
+            (like_hi if below else like_lo).append(mid)
         new_hi = min(like_hi, default=hi)
-        new_lo = max(
-            (mid for mid, _ in measured if mid < new_hi and mid not in like_hi), default=lo
-        )
+        new_lo = max((mid for mid in like_lo if mid < new_hi), default=lo)
         return new_lo, new_hi
 
-    def _culprit_is_below(self, found: Settled, mid: int) -> bool:
-        """Whether the change lies at or before mid (mid already looks like hi), else after it."""
+    @staticmethod
+    def _culprit_is_below(found: Settled) -> tuple[bool, str]:
+        """Whether the change lies at or before mid (mid already looks like hi), else after it;
+        and why, when the verdicts alone do not say."""
         v_lo, v_hi = found.verdicts
         if v_lo is PairVerdict.DIFFERENT and v_hi is not PairVerdict.DIFFERENT:
-            return True
+            return True, ""
         if v_hi is PairVerdict.DIFFERENT and v_lo is not PairVerdict.DIFFERENT:
-            return False
+            return False, ""
         # both differ (two steps), or neither could be told apart within the limit: follow
         # the larger move
         note = (
@@ -324,10 +356,7 @@ class Search:
             if v_lo is v_hi is PairVerdict.DIFFERENT
             else "not told apart within the sample limit"
         )
-        self.notes.append(
-            f"{self.commits[mid].sha[:12]}: {note}; followed the larger change of the median"
-        )
-        return abs(found.effects[0].delta_pct) >= abs(found.effects[1].delta_pct)
+        return abs(found.effects[0].delta_pct) >= abs(found.effects[1].delta_pct), note
 
     def _final_effect(self, lo: int, hi: int) -> Effect:
         """The culprit against its parent, on a device that measured both (measuring them if none
@@ -348,21 +377,48 @@ class Search:
             seed=self.seed,
         )[1]
 
-    def _in_parallel(self, work: Mapping[str, tuple[int, int | None, int]]) -> list[Settled]:
-        """Each device settles its own lo (mid) hi, all at once (``pool.spread``)."""
-        return spread(
-            list(work),
-            list(work.values()),
-            lambda device, points: [self._settle(device, *p) for p in points],
+    def _race(
+        self, lo: int, mids: Sequence[int | None], hi: int, *, with_ends: bool = False
+    ) -> list[Settled | None]:
+        """Each device settles its own lo (mid) hi (``with_ends``: and lo against hi), all at once
+        (``pool.race``). A device's answer stops the others' comparisons it makes moot: ends that
+        are the same (no change), or a change found at or below its mid (the mids above no longer
+        matter) or above it (the mids below)."""
+
+        def moot(mid: int | None, found: Settled, other: int | None) -> bool:
+            if mid is None or other is None or found.no_change:
+                return found.no_change
+            below, _ = self._culprit_is_below(found)
+            return other > mid if below else other < mid
+
+        return race(
+            list(self.benchers),
+            mids,
+            lambda device, mid, stopped: self._settle(device, lo, mid, hi, stopped, with_ends),
+            moot,
         )
 
-    def _settle(self, device: str, lo: int, mid: int | None, hi: int) -> Settled:
+    def _settle(
+        self,
+        device: str,
+        lo: int,
+        mid: int | None,
+        hi: int,
+        stopped: Callable[[], bool] = lambda: False,
+        with_ends: bool = False,
+    ) -> Settled | None:
         """Bench lo (mid) hi interleaved on one device in rounds until each pair is told apart or
-        hits the limit. A round asks for ``samples_per_round`` more samples than the last; the
-        record's samples count, so a resumed bisect measures only what it lacks."""
+        hits the limit (``with_ends``: lo against hi first; when they are the same, that is the
+        answer). A round asks for ``samples_per_round`` more samples than the last; the record's
+        samples count, so a resumed bisect measures only what it lacks. None: told to stop
+        (``stopped()``, asked before each round that measures)."""
         points = [i for i in (lo, mid, hi) if i is not None]
+        pairs = [*pairwise(points), *([(lo, hi)] if with_ends else [])]
+        told = len(points) - 1  # the neighbouring pairs; then lo against hi, if asked
         wanted = self.limits.samples_per_round
         while True:
+            if self._missing(device, points, wanted) > 0 and stopped():
+                return None
             self._ensure_samples(device, points, wanted)
             found = [
                 self.judge(
@@ -371,20 +427,31 @@ class Search:
                     self.limits,
                     seed=self.seed,
                 )
-                for a, b in pairwise(points)
+                for a, b in pairs
             ]
-            verdicts = tuple(v for v, _ in found)
+            verdicts = tuple(v for v, _ in found[:told])
             decided = PairVerdict.UNDECIDED not in verdicts or (
                 mid is not None
                 and PairVerdict.DIFFERENT in verdicts
                 and PairVerdict.SAME in verdicts
             )
+            if with_ends:
+                ends = found[told][0]
+                decided = ends is PairVerdict.SAME or (ends is PairVerdict.DIFFERENT and decided)
             if decided or wanted >= self.limits.max_samples:
-                return Settled(device, verdicts, tuple(e for _, e in found))
+                return Settled(
+                    device,
+                    verdicts,
+                    tuple(e for _, e in found[:told]),
+                    found[told] if with_ends else None,
+                )
             wanted = min(wanted + self.limits.samples_per_round, self.limits.max_samples)
 
+    def _missing(self, device: str, points: Sequence[int], wanted: int) -> int:
+        return wanted - min(len(self.commits[i].samples.get(device, ())) for i in points)
+
     def _ensure_samples(self, device: str, points: Sequence[int], wanted: int) -> None:
-        missing = wanted - min(len(self.commits[i].samples.get(device, ())) for i in points)
+        missing = self._missing(device, points, wanted)
         if missing <= 0:
             return
         if self.anchored:  # only the commits that lack samples, after the good end
@@ -617,116 +684,22 @@ class CommitBuilder:
         )
 
 
-SPEED, PEAK, BUFFER, KLD = "t/s", "peak-memory", "buffer", "kld"
-METRIC_WORDS = (PEAK, BUFFER, KLD)
-DEFAULT_KLD_STEP = 0.01  # a change in mean KLD (nats) that makes two commits differ, when the
-# plan's quality: sets no max_kld
-METRIC_SYNTAX = (
-    "RUN:TEST (t/s), [RUN:]peak-memory, [RUN:]buffer:TYPE[:KIND] (MiB) or kld[:STEP] (mean KLD)"
-)
+def judge_of(metric: Metric) -> Judge:
+    """Speed and memory: ``compare``. KLD: different when the median moved by the metric's
+    kld_step or more (the effect's *_pct fields then hold that shift, in nats: a check of the
+    output is no noisy sample)."""
+    if metric.kind != KLD:
+        return compare
 
-
-@dataclass(frozen=True)
-class Metric:
-    """What a sample is. Speed: the median t/s of one test of one plan run, per interleaved turn.
-    Memory: per turn, the peak resident MiB of the run's llama-bench process (kz-peakrss), or the
-    MiB of the buffers llama.cpp logged for one buffer type (and kind). Quality: a commit's mean KL
-    divergence against the good end's logits (the plan's quality: settings); two commits differ when
-    it moved by ``kld_step`` or more."""
-
-    run: str
-    test: str | None  # None: the first test the run reports
-    kind: str = SPEED  # SPEED, PEAK, BUFFER or KLD
-    buffer: str = ""  # BUFFER: the buffer type, as llama.cpp names it (CPU, CPU_REPACK, HTP0, ...)
-    buffer_kind: str = ""  # BUFFER: one of BUFFER_KINDS, or "" for all of the type's buffers
-    kld_step: float = DEFAULT_KLD_STEP
-
-    @classmethod
-    def parse(
-        cls, text: str | None, runs: Sequence[str], *, max_kld: float | None = None
-    ) -> Metric:
-        """``RUN:TEST``, ``RUN`` or ``:TEST`` (the plan's first run), default the first run's first
-        test; ``[RUN:]peak-memory``; ``[RUN:]buffer:TYPE[:KIND]``; ``kld[:STEP]`` (STEP default:
-        the plan's max_kld, else DEFAULT_KLD_STEP)."""
-        parts = (text or "").split(":")
-        named = parts[0] not in METRIC_WORDS
-        run = (parts[0] if named else "") or runs[0]
-        if run not in runs:
-            raise ConfigError(
-                f"--metric {text}: the plan has no run '{run}'", hint=f"its runs: {', '.join(runs)}"
-            )
-        tail = parts[1:] if named else parts
-        word, rest = (tail[0], tail[1:]) if tail else ("", [])
-        if word not in METRIC_WORDS:
-            return cls(run, ":".join(tail) or None)
-        bad = ConfigError(f"--metric {text}: not a metric", hint=f"give {METRIC_SYNTAX}")
-        if word == PEAK and not rest:
-            return cls(run, None, PEAK)
-        if word == BUFFER and 1 <= len(rest) <= 2 and rest[0]:
-            kind = rest[1] if len(rest) == 2 else ""
-            if kind and kind not in BUFFER_KINDS:
-                raise ConfigError(
-                    f"--metric {text}: no buffer kind '{kind}'",
-                    hint=f"kinds: {', '.join(BUFFER_KINDS)}",
-                )
-            return cls(run, None, BUFFER, buffer=rest[0], buffer_kind=kind)
-        if word == KLD and not named and len(rest) <= 1:
-            return cls(run, None, KLD, kld_step=_kld_step(text, rest, max_kld))
-        raise bad
-
-    @property
-    def anchored(self) -> bool:
-        """Measured against the good end (a quality check) rather than interleaved."""
-        return self.kind == KLD
-
-    def label(self, test: str | None = None) -> str:
-        if self.kind == PEAK:
-            return f"{self.run}:peak-memory MiB"
-        if self.kind == BUFFER:
-            kind = f":{self.buffer_kind}" if self.buffer_kind else ""
-            return f"{self.run}:buffer:{self.buffer}{kind} MiB"
-        if self.kind == KLD:
-            return f"mean KLD against the good end (step {self.kld_step:g})"
-        return f"{self.run}:{test or self.test or 'first test'} t/s"
-
-    def value(self, record: BenchRecord) -> float | None:
-        """The sample one bench record gives (None: it has none)."""
-        if self.kind == SPEED:
-            return record.summary.median
-        memory = record.memory
-        if memory is None:
-            return None
-        if self.kind == PEAK:
-            return None if memory.peak_bytes is None else memory.peak_bytes / MIB
-        return sum(
-            b.mib
-            for b in memory.buffers
-            if b.buffer == self.buffer and self.buffer_kind in ("", b.kind)
-        )
-
-    def judge(
-        self, a: Sequence[float], b: Sequence[float], limits: BisectLimits, *, seed: int
+    def kld(
+        a: Sequence[float], b: Sequence[float], limits: BisectLimits, *, seed: int
     ) -> tuple[PairVerdict, Effect]:
-        """Speed and memory: ``compare``. KLD: different when the median moved by kld_step or more
-        (the effect's *_pct fields then hold that shift, in nats: a check of the output is no
-        noisy sample)."""
-        if self.kind != KLD:
-            return compare(a, b, limits, seed=seed)
         shift = statistics.median(b) - statistics.median(a)
-        effect = Effect(shift, shift, shift, len(a), len(b), 1.0, self.kld_step)
-        return (PairVerdict.DIFFERENT if abs(shift) >= self.kld_step else PairVerdict.SAME), effect
+        effect = Effect(shift, shift, shift, len(a), len(b), 1.0, metric.kld_step)
+        verdict = PairVerdict.DIFFERENT if abs(shift) >= metric.kld_step else PairVerdict.SAME
+        return verdict, effect
 
-
-def _kld_step(text: str | None, given: Sequence[str], max_kld: float | None) -> float:
-    if not given:
-        return max_kld if max_kld else DEFAULT_KLD_STEP
-    try:
-        step = float(given[0])
-    except ValueError:
-        step = math.nan
-    if not math.isfinite(step) or step <= 0:
-        raise ConfigError(f"--metric {text}: the step must be a mean KLD above 0, e.g. kld:0.01")
-    return step
+    return kld
 
 
 class DeviceBencher:
@@ -859,7 +832,7 @@ def bisect(
             limits,
             seed,
             on_event=progress or (lambda message: None),
-            judge=metric.judge,
+            judge=judge_of(metric),
             anchored=metric.anchored,
         )
         found = search.run()

@@ -6,6 +6,7 @@ The measuring modules load inside the resolvers that need them: a roll without a
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 
 from kzbuild.device.run import parse_env_assignments
@@ -21,6 +22,8 @@ from kzbuild.model.request import (
     AbRequest,
     BenchArgs,
     BenchRequest,
+    BisectArgs,
+    BisectRequest,
     RollArgs,
     RollRequest,
 )
@@ -144,3 +147,34 @@ def resolve_roll(args: RollArgs) -> RollRequest:
     plan = plans.load_plan(args.plan_file)
     blocks = plan.ab.blocks or roll.DEFAULT_BLOCKS
     return RollRequest(plan, args.to, plan_target, blocks, fresh_seed(plan.seed))
+
+
+def resolve_bisect(args: BisectArgs, default_target: str) -> BisectRequest:
+    """A bisect's request: the limits checked, the plan loaded, the metric parsed against its runs
+    (a kld metric takes one sample per commit: a check of the output gives the same figure
+    again); target, device and seed from the options, else the plan, else the defaults."""
+    from kzbuild.measure import plans
+    from kzbuild.measure.bisect import check_limits
+    from kzbuild.model.bisect import Metric
+    from kzbuild.model.quality import QualitySpec
+
+    check_limits(args.limits)
+    plan = plans.load_plan(args.plan_file)
+    quality = plan.quality or QualitySpec()
+    metric = Metric.parse(
+        args.metric, [run.name for run in plan.runs], max_kld=quality.limits.max_kld
+    )
+    limits = args.limits
+    if metric.anchored:
+        limits = replace(limits, samples_per_round=1, max_samples=1)
+    return BisectRequest(
+        plan=plan,
+        plan_digest=hashlib.sha256(args.plan_file.read_bytes()).hexdigest(),
+        metric=metric,
+        spec=next(run.spec for run in plan.runs if run.name == metric.run),
+        quality=quality,
+        limits=limits,
+        target=args.target or default_target,
+        device=args.device or plan.device,
+        seed=args.seed if args.seed is not None else plan.seed or 0,
+    )

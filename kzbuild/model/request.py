@@ -1,5 +1,6 @@
-"""What a measuring command asks for: the command line as given (BenchArgs, AbArgs), and the
-request the resolver (measure/request.py) makes of it, the plan and the defaults, once."""
+"""What a measuring command asks for: the command line as given (BenchArgs, AbArgs, RollArgs,
+BisectArgs), and the request the resolver (measure/request.py) makes of it, the plan and the
+defaults, once."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from kzbuild.model.bench import BenchSpec
+from kzbuild.model.bisect import BisectLimits, Metric
 from kzbuild.model.interleave import Cooling
 from kzbuild.model.plan import Plan, PlanAb
 from kzbuild.model.quality import QualitySpec
@@ -113,3 +115,30 @@ class RollRequest:
     plan_target: str | None  # the target whose build plan each candidate must produce
     blocks: int
     seed: int
+
+
+@dataclass(frozen=True)
+class BisectArgs:
+    """What ``kzbuild bisect`` takes that its plan or a default completes, as given."""
+
+    plan_file: Path
+    metric: str | None = None
+    target: str | None = None
+    device: str | None = None
+    seed: int | None = None
+    limits: BisectLimits = BisectLimits()
+
+
+@dataclass(frozen=True)
+class BisectRequest:
+    """A bisect's request: the plan's run the metric names, and how commits are told apart."""
+
+    plan: Plan
+    plan_digest: str  # sha256 of the plan file: part of the record's identity
+    metric: Metric
+    spec: BenchSpec  # the plan run the metric names
+    quality: QualitySpec  # the plan's quality: settings (a kld metric checks the output with them)
+    limits: BisectLimits  # a kld metric: one sample per commit
+    target: str
+    device: str | None  # the option's, else the plan's; None: the recipe's device
+    seed: int  # the option's, else the plan's, else 0

@@ -129,3 +129,25 @@ def test_a_roll_takes_its_blocks_and_seed_from_the_plan_else_the_defaults(plan_f
     bare = resolve_roll(RollArgs(plan_target="v79"))
     assert bare.plan is None and bare.blocks == ROLL_BLOCKS and bare.plan_target == "v79"
     assert isinstance(bare.seed, int)  # drawn here, so the report names it
+
+
+def test_a_bisect_takes_its_target_device_and_seed_from_the_options_else_the_plan(plan_file):
+    from kzbuild.measure.request import resolve_bisect
+    from kzbuild.model.bisect import KLD, BisectLimits
+    from kzbuild.model.request import BisectArgs
+
+    planned = resolve_bisect(BisectArgs(plan_file=plan_file), "host")
+    assert (planned.target, planned.device, planned.seed) == ("host", "pad3", 7)
+    assert planned.metric.run == "prefill" and planned.spec.model == "models/q.gguf"
+    assert planned.limits == BisectLimits() and len(planned.plan_digest) == 64
+    given_ = resolve_bisect(
+        BisectArgs(plan_file=plan_file, metric="kld:0.5", target="v79", device="pads", seed=0),
+        "host",
+    )
+    assert (given_.target, given_.device, given_.seed) == ("v79", "pads", 0)
+    assert given_.metric.kind == KLD and given_.metric.kld_step == 0.5
+    assert (given_.limits.samples_per_round, given_.limits.max_samples) == (1, 1)
+    with pytest.raises(ConfigError, match="the plan has no run 'decode'"):
+        resolve_bisect(BisectArgs(plan_file=plan_file, metric="decode"), "host")
+    with pytest.raises(ConfigError, match="minimum effect"):
+        resolve_bisect(BisectArgs(plan_file, limits=BisectLimits(min_effect_pct=0)), "host")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -170,6 +171,62 @@ def test_a_pool_of_two_devices_narrows_in_fewer_steps_and_never_mixes_devices(tm
         device = step.note.removeprefix("on ")
         for index in (step.lo, step.mid, step.hi):
             assert pooled.commits[index].samples[device]
+
+
+def pooled(folder: Path, devices: Mapping[str, Synthetic], seed: int = 1) -> Search:
+    first = next(iter(devices.values()))
+    return Search(Record.open(folder, IDENTITY, SHAS), first.build, devices, BisectLimits(), seed)
+
+
+def test_a_pool_of_two_says_no_change_on_a_flat_range_at_least_19_times_in_20(tmp_path):
+    verdicts = [
+        pooled(
+            tmp_path / str(trial),
+            {"a": Synthetic(None, seed=2000 + trial), "b": Synthetic(None, seed=3000 + trial)},
+            seed=trial,
+        ).run()[0]
+        for trial in range(20)
+    ]
+    assert verdicts.count(BisectOutcome.NO_CHANGE) >= 19, verdicts
+
+
+class Slow(Synthetic):
+    """A unit so noisy that its comparisons run to the sample limit, a round at a time."""
+
+    def __call__(
+        self, artifacts: Mapping[str, str], blocks: int, seed: int
+    ) -> Mapping[str, Sequence[float]]:
+        time.sleep(0.05)
+        return super().__call__(artifacts, blocks, seed)
+
+
+def test_a_pool_stops_the_comparison_another_devices_answer_made_moot(tmp_path):
+    # the change at 5: a's commit (21) answers "at or below" in a round or two, which makes b's
+    # (42) moot while b, too noisy to settle soon, is still measuring it
+    fast, slow = Synthetic(5, seed=31), Slow(5, seed=32, noise=0.3)
+    search = pooled(tmp_path, {"a": fast, "b": slow})
+    outcome, _, lo, hi = search.run()
+    assert (outcome, hi) == (BisectOutcome.FOUND, 5)
+    limit = BisectLimits().max_samples
+    assert 0 < len(search.commits[42].samples["b"]) < limit
+    assert any(note.startswith(f"{SHAS[42][:12]} on b: stopped") for note in search.notes), (
+        search.notes
+    )
+    assert all(step.mid != 42 for step in search.steps)  # a stopped comparison decides nothing
+
+
+def test_a_pooled_bisect_cut_midway_resumes_with_no_sample_taken_again(tmp_path):
+    cut = {"a": Synthetic(37, seed=41), "b": Synthetic(37, seed=42, interrupt_at=2)}
+    with pytest.raises(KeyboardInterrupt):
+        pooled(tmp_path, cut).run()
+    before = json.loads(next(tmp_path.glob("*.json")).read_text())["commits"]
+    resumed = {"a": Synthetic(37, seed=43), "b": Synthetic(37, seed=44)}
+    search = pooled(tmp_path, resumed)
+    assert search.run()[3] == 37
+    for old, new in zip(before, search.commits, strict=True):
+        for device, samples in old["samples"].items():
+            assert new.samples[device][: len(samples)] == samples  # kept, only added to
+    assert not set(resumed["a"].built) & set(cut["a"].built)  # nothing built twice
 
 
 def test_compare_needs_the_minimum_effect_as_well_as_an_interval_off_zero():
