@@ -71,6 +71,7 @@ from kzbuild.device.ssh import SshTransport  # noqa: E402
 from kzbuild.model.device import Device  # noqa: E402
 from tests.adbdevice import PrivateAdbServer  # noqa: E402
 from tests.adbdevice.process import DeviceProcess  # noqa: E402
+from tests.cachedir import persistent_cache_root  # noqa: E402
 from tests.fixtures_deploy import small_edit, write_manifest  # noqa: E402
 from tests.fixtures_ssh import Relay, SshServer, free_port, keygen  # noqa: E402
 
@@ -111,7 +112,7 @@ Row = tuple[str, str, Timing | int, str, Timing | int]  # case, unit, kzbuild, a
 
 # --- releases ---
 def test_cache_artifacts() -> Path:
-    cache = os.environ.get("KZ_TEST_CACHE", Path.home() / ".cache" / "kzbuild-test")
+    cache = persistent_cache_root()
     return Path(cache) / "kz-work" / "artifacts"
 
 

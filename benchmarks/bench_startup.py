@@ -21,7 +21,6 @@ syncs and builds demo-host only when that tier has not.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import subprocess
@@ -31,7 +30,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-TEST_CACHE = Path(os.environ.get("KZ_TEST_CACHE", Path.home() / ".cache" / "kzbuild-test"))
+sys.path.insert(0, str(REPO))
+
+from tests.cachedir import persistent_cache_root  # noqa: E402
+
+TEST_CACHE = persistent_cache_root()
 KZBUILD = [sys.executable, "-m", "kzbuild"]
 ANCHOR = [sys.executable, "-c", "import typer, rich"]
 GOALS = {"--help": 1.5, "status": 2.5, "sync": 2.5, "build": 2.5}

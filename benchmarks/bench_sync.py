@@ -25,6 +25,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.cachedir import persistent_cache_root  # noqa: E402
+
 ENV = {
     **os.environ,
     "GIT_CONFIG_NOSYSTEM": "1",
@@ -153,7 +157,7 @@ def bench_synthetic(tmp: Path, commits: int) -> None:
 def bench_sdist(tmp: Path) -> None:
     cache = tmp / "sdist-cache"
     cache.mkdir()
-    shared = Path(os.environ.get("KZ_TEST_CACHE", Path.home() / ".cache/kzbuild-test")) / "sdists"
+    shared = persistent_cache_root() / "sdists"
     shared.mkdir(parents=True, exist_ok=True)
     (cache / "sdists").symlink_to(shared)
     pin = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"

@@ -14,6 +14,7 @@ import pytest
 from kzbuild.adapters import yamlconf
 from kzbuild.adapters.settings import Settings
 from kzbuild.cli import main
+from tests.cachedir import persistent_cache_root
 
 # Fixture modules are plugins, registered once here: a session fixture (real_host_build, sshd,
 # adb_server, pin_tree) then starts once per session, where importing it into each test module
@@ -232,7 +233,7 @@ def kz(project: Project, capsys: pytest.CaptureFixture[str]) -> Callable[..., Cl
 
 def persistent_test_cache() -> Path:
     """A cache kept between test runs for downloads (sdists): CI downloads each once per machine."""
-    path = Path(os.environ.get("KZ_TEST_CACHE", Path.home() / ".cache" / "kzbuild-test"))
+    path = persistent_cache_root()
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -30,6 +30,8 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
+from tests.cachedir import persistent_cache_root
+
 VERSION = "0.8.9"
 TARBALL_URL = f"http://deb.debian.org/debian/pool/main/t/toybox/toybox_{VERSION}+dfsg.orig.tar.xz"
 TARBALL_SHA256 = "16fb5967531e88ca33b8c9142376987617ebe52e34e2b3f3a779603674b7d07c"
@@ -51,7 +53,7 @@ def build_key() -> str:
 
 
 def build_dir() -> Path:
-    cache = Path(os.environ.get("KZ_TEST_CACHE", Path.home() / ".cache" / "kzbuild-test"))
+    cache = persistent_cache_root()
     return cache / "toybox" / f"{VERSION}-{build_key()}"
 
 
