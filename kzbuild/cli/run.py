@@ -13,10 +13,9 @@ from kzbuild.cli.options import DeviceOpt, EnvOpt, TimeoutOpt, WaitOpt
 from kzbuild.cli.ui import context, not_empty, pass_through, say
 from kzbuild.device.devicelock import device_lock
 from kzbuild.device.run import check_seconds, current_release, parse_env_assignments
-from kzbuild.errors import ConfigError
 from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.toolrun import run_tool
-from kzbuild.model.memory import SIZE_EXAMPLE, SIZE_HINT, MemoryLimits, parse_size
+from kzbuild.model.memory import MemoryLimits, size_option
 
 # everything after TOOL (options too) belongs to the tool
 PASSTHROUGH = {"ignore_unknown_options": True, "allow_interspersed_args": False}
@@ -76,8 +75,8 @@ def run_command(
     check_seconds("--timeout", timeout)
     extra_env = parse_env_assignments(env or [])
     limits = MemoryLimits(
-        budget_bytes=_size("--memory-budget", memory_budget),
-        htp_session_bytes=_size("--htp-session-limit", htp_session_limit),
+        budget_bytes=size_option("--memory-budget", memory_budget),
+        htp_session_bytes=size_option("--htp-session-limit", htp_session_limit),
     )
     target, transport = open_device(settings, device, None, trust_new_host=False)
     try:
@@ -111,12 +110,3 @@ def run_command(
         )
         check_budget([record])
     return code
-
-
-def _size(option: str, text: str | None) -> int | None:
-    if text is None:
-        return None
-    size = parse_size(text)
-    if size is None:
-        raise ConfigError(f"{option} {text!r} is not {SIZE_EXAMPLE}", hint=SIZE_HINT)
-    return size

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from kzbuild.errors import ConfigError
 from kzbuild.model.jsonfields import Fields
 
 BUFFER_KINDS = ("model", "kv", "rs", "compute", "output")
@@ -144,6 +145,17 @@ def parse_size(text: str) -> int | None:
     base = 1024 if "I" in unit else 1000
     value = int(float(found[1]) * base ** UNITS[unit[0]])
     return value if value > 0 else None
+
+
+def size_option(option: str, text: str | None) -> int | None:
+    """The bytes a command-line option gives (None when not given); a usage error naming the
+    option when it is not a size."""
+    if text is None:
+        return None
+    size = parse_size(text)
+    if size is None:
+        raise ConfigError(f"{option} {text!r} is not {SIZE_EXAMPLE}", hint=SIZE_HINT)
+    return size
 
 
 def format_mib(value_bytes: int | float | None) -> str:
