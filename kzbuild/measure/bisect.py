@@ -430,11 +430,10 @@ class Search:
                 for a, b in pairs
             ]
             verdicts = tuple(v for v, _ in found[:told])
-            decided = PairVerdict.UNDECIDED not in verdicts or (
-                mid is not None
-                and PairVerdict.DIFFERENT in verdicts
-                and PairVerdict.SAME in verdicts
-            )
+            # one change lies on one side of mid: both sides moving is a sign of noise (or of two
+            # changes), told only by the samples up to the limit
+            both = (PairVerdict.DIFFERENT, PairVerdict.DIFFERENT)
+            decided = PairVerdict.UNDECIDED not in verdicts and verdicts != both
             if with_ends:
                 ends = found[told][0]
                 decided = ends is PairVerdict.SAME or (ends is PairVerdict.DIFFERENT and decided)
