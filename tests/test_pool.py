@@ -1,6 +1,6 @@
 """measure/pool.py: comparisons dealt to devices in turn, each device's share on its own thread,
-results in the items' order; a device's error waits for the others' shares; a race
-stops the comparisons an answer made moot."""
+results in the items' order; a device's error waits for the others' shares; a feed keeps every
+device busy and stops the comparisons an answer made moot."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kzbuild.measure.pool import deal, race, spread
+from kzbuild.measure.pool import deal, feed, spread
 
 
 @settings(deadline=None)  # threads start on a busy machine
@@ -65,28 +65,57 @@ def test_a_failing_device_lets_the_others_finish_before_its_error_is_raised():
         spread([], [1], work)
 
 
-def test_a_race_stops_the_comparisons_an_answer_made_moot_and_skips_those_the_record_settles():
-    rounds: dict[str, int] = {}
-    recorded = {"a": None, "b": None, "c": None}
+def test_a_feed_keeps_devices_busy_stops_moot_items_and_starts_none_the_record_settles():
+    rounds: dict[int, int] = {}
+    queue = [1, 2, 3, 4, 5]
+    answers: list[tuple[str, int, str | None]] = []
 
-    def work(device: str, item: int, stopped) -> int | None:
-        if recorded[device] is not None:
-            return recorded[device]
-        for n in range(200):  # rounds: "a" answers after 2, the others would take 200
+    def work(device: str, item: int, stopped) -> str | None:
+        if item == 1:
+            return "from the record"
+        for n in range(50):  # rounds: 2 answers after 2, the others would take 50
             if stopped():
                 return None
-            rounds[device] = n + 1
-            if device == "a" and n == 1:
-                return item
+            rounds[item] = n + 1
+            if item == 2 and n == 1:
+                return "quick"
             time.sleep(0.01)
-        return item
+        return "slow"
 
-    done = race(["a", "b", "c"], [1, 2, 3], work, lambda item, result, other: other > item + 1)
-    assert done[:2] == [1, 2] and done[2] is None  # only 3 was moot after a's answer
-    assert rounds["a"] == 2 and rounds["c"] < 200 and rounds["b"] == 200
-    rounds.clear()
-    recorded["a"] = 1  # a resumed race: a's answer is in the record, so c never starts
-    done = race(["a", "b", "c"], [1, 2, 3], work, lambda item, result, other: other > item + 1)
-    assert done == [1, 2, None] and "c" not in rounds and "a" not in rounds
-    with pytest.raises(ValueError, match="3 comparisons for 2 devices"):
-        race(["a", "b"], [1, 2, 3], work, lambda item, result, other: False)
+    def moot(item: int) -> bool:  # 2's answer makes 4 moot
+        return item == 4 and ("a", 2, "quick") in answers
+
+    feed(
+        ["a", "b", "c"],
+        lambda device, busy: queue.pop(0) if queue else None,
+        work,
+        lambda device, item, result: answers.append((device, item, result)),
+        moot,
+    )
+    # a's first item is settled by the record, so a takes the next at once; freed by 2's quick
+    # answer, a takes 5 while b still measures 3; c's 4 is stopped once 2 made it moot
+    assert answers[:2] == [("a", 1, "from the record"), ("a", 2, "quick")]
+    assert set(answers[2:]) == {("c", 4, None), ("b", 3, "slow"), ("a", 5, "slow")}
+    assert 1 not in rounds and rounds[3] == rounds[5] == 50 and rounds[4] < 50
+
+
+def test_a_feeds_error_stops_the_other_devices_and_waits_for_them():
+    finished: list[str] = []
+
+    def work(device: str, item: int, stopped) -> int | None:
+        if stopped() and item > 0:  # the record: nothing
+            return None
+        if device == "lost":
+            time.sleep(0.05)
+            raise OSError("device lost")
+        while not stopped():
+            time.sleep(0.01)
+        finished.append(device)
+        return None
+
+    items = iter([1, 2])
+    with pytest.raises(OSError, match="device lost"):
+        feed(["lost", "slow"], lambda device, busy: next(items, None), work, print, bool)
+    assert finished == ["slow"]
+    with pytest.raises(ValueError, match="no device"):
+        feed([], lambda device, busy: None, work, print, bool)

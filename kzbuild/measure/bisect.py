@@ -38,7 +38,7 @@ from kzbuild.device.base import Transport
 from kzbuild.device.devicelock import device_lock
 from kzbuild.errors import BuildFailed, ConfigError, PatchError, ResultsError
 from kzbuild.measure.interleave import deploy_arms, run_interleaved
-from kzbuild.measure.pool import race
+from kzbuild.measure.pool import feed
 from kzbuild.measure.quality import check_variants, quality_store
 from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.stats import median_effect
@@ -230,12 +230,11 @@ class Settled:
     ends: tuple[PairVerdict, Effect] | None = None
 
     @property
-    def no_change(self) -> bool:
-        """lo and hi, compared alone or beside a mid (``ends``), were not told apart; False when
-        lo and hi were not compared."""
+    def ends_verdict(self) -> PairVerdict | None:
+        """lo against hi, compared alone or beside a mid (``ends``); None when not compared."""
         if self.ends:
-            return self.ends[0] is not PairVerdict.DIFFERENT
-        return len(self.verdicts) == 1 and self.verdicts[0] is not PairVerdict.DIFFERENT
+            return self.ends[0]
+        return self.verdicts[0] if len(self.verdicts) == 1 else None
 
     @property
     def across(self) -> Effect:
@@ -243,14 +242,40 @@ class Settled:
         return self.ends[1] if self.ends else self.effects[0]
 
 
+@dataclass(frozen=True)
+class Probe:
+    """A comparison handed to one device: mid (None: the ends alone) between the range's ends as
+    they stood, and (``ends``) the ends against each other, while no answer has told them apart."""
+
+    lo: int
+    mid: int | None
+    hi: int
+    ends: bool = False
+
+
+@dataclass
+class Narrowing:
+    """Where a search stands: its range, and what is known of its ends."""
+
+    lo: int
+    hi: int
+    fresh: set[str]  # devices not yet handed a comparison: their first one includes the ends
+    ends_in_flight: int = 0
+    apart: bool = False  # a device told the ends apart
+    same: Settled | None = None  # the answer that says "no change"
+
+
 @dataclass
 class Search:
     """One bisect over a record: builds on demand, benches in interleaved rounds, narrows the range.
 
-    With a pool (several ``benchers``, one per device) each step measures as many commits as there
-    are devices, each on its own device between the range's two ends, all at once; a comparison
-    never mixes devices. The first answer that puts the change outside another device's commit
-    stops that device's comparison at its next round, and the step ends without it."""
+    One device compares the ends alone, then the commit nearest the middle of the range, and so on.
+    A pool (several ``benchers``, one per device) keeps every device busy: a free device is handed
+    the commit nearest the middle of the widest stretch of the range that no comparison in flight
+    splits, between the range's two ends as they stand (so one device halves the range while
+    another halves the half that its answer may leave); each device's first comparison includes
+    the ends. A comparison never mixes devices. An answer that puts the change outside another
+    device's commit stops that comparison at its next round, and no device waits for another."""
 
     record: Record
     build: Builder
@@ -276,69 +301,108 @@ class Search:
         """Outcome, the effect across the final pair, and that pair's indices (lo, hi)."""
         if not self.benchers:
             raise ConfigError("no device to bench on")
-        lo, hi = 0, len(self.commits) - 1
-        for end, name in ((lo, "good"), (hi, "bad")):
+        first, last = 0, len(self.commits) - 1
+        for end, name in ((first, "good"), (last, "bad")):
             if not self._ensure_built(end):
                 raise BuildFailed(
                     f"the {name} end {self.commits[end].sha[:12]} cannot be built: "
                     f"{self.commits[end].skipped}",
                     hint="choose a --good and --bad that build",
                 )
-        # one device compares the ends alone first; a pool compares them beside its first step's
-        # mids, so that no step has one device waiting
-        with_ends = len(self.benchers) > 1
-        mids = self._next_mids(lo, hi, len(self.benchers)) if with_ends else []
-        if not mids:
-            with_ends = False
-            for found in self._race(lo, [None] * len(self.benchers), hi):
-                if found is not None and found.no_change:
-                    return BisectOutcome.NO_CHANGE, found.across, lo, hi
-            mids = self._next_mids(lo, hi, len(self.benchers))
-        while mids:
-            settled = self._race(lo, mids, hi, with_ends=with_ends)
-            for found in settled:
-                if with_ends and found is not None and found.no_change:
-                    return BisectOutcome.NO_CHANGE, found.across, lo, hi
-            with_ends = False
-            lo, hi = self._narrow(lo, hi, list(zip(mids, settled, strict=True)))
-            mids = self._next_mids(lo, hi, len(self.benchers))
+        state = Narrowing(first, last, set(self.benchers))
+        feed(
+            list(self.benchers),
+            lambda device, busy: self._pick(state, device, busy),
+            lambda device, probe, stopped: self._settle(
+                device, probe.lo, probe.mid, probe.hi, stopped, probe.ends
+            ),
+            lambda device, probe, found: self._answer(state, device, probe, found),
+            lambda probe: self._moot(state, probe),
+        )
+        if state.same is not None:
+            return BisectOutcome.NO_CHANGE, state.same.across, first, last
+        lo, hi = state.lo, state.hi
         between = [i for i in range(lo + 1, hi) if self.commits[i].skipped]
         final = self._final_effect(lo, hi)
         return (BisectOutcome.SKIPPED_RANGE if between else BisectOutcome.FOUND), final, lo, hi
 
-    def _narrow(
-        self, lo: int, hi: int, measured: list[tuple[int, Settled | None]]
-    ) -> tuple[int, int]:
-        """The new range: after the last commit that looks like lo, up to the first that looks like
-        hi. A comparison stopped as moot (None) tells nothing."""
-        like_hi: list[int] = []
-        like_lo: list[int] = []
-        for (mid, found), device in zip(measured, self.benchers, strict=False):
-            if found is None:
+    def _pick(self, state: Narrowing, device: str, busy: Sequence[Probe]) -> Probe | None:
+        """The comparison for a free device, or None when there is none to make. A device's first
+        includes the ends while they are not told apart (one device compares them alone)."""
+        if state.same is not None:
+            return None
+        ends = device in state.fresh and not state.apart
+        state.fresh.discard(device)
+        mid = None if ends and len(self.benchers) == 1 else self._free_mid(state, busy)
+        if mid is None and not ends:
+            return None
+        state.ends_in_flight += ends
+        return Probe(state.lo, mid, state.hi, ends)
+
+    def _free_mid(self, state: Narrowing, busy: Sequence[Probe]) -> int | None:
+        """The buildable commit nearest the middle of the widest stretch of the range that the
+        commits in flight leave (the lower of two as wide); None when every stretch is empty."""
+        inside = {p.mid for p in busy if p.mid is not None and state.lo < p.mid < state.hi}
+        points = sorted({state.lo, state.hi} | inside)
+        for lo, hi in sorted(pairwise(points), key=lambda gap: (gap[0] - gap[1], gap[0])):
+            mid = self._next_mid(lo, hi)
+            if mid is not None:
+                return mid
+        return None
+
+    def _answer(self, state: Narrowing, device: str, probe: Probe, found: Settled | None) -> None:
+        """Narrow the range by a device's answer (None: it was stopped as moot); ends that one
+        device found the same, or that no device told apart, say "no change"."""
+        state.ends_in_flight -= probe.ends
+        sha = self.commits[probe.mid].sha[:12] if probe.mid is not None else ""
+        if found is None:
+            if sha:
                 self.notes.append(
-                    f"{self.commits[mid].sha[:12]} on {device}: stopped, another device's answer "
-                    "put the change outside it"
+                    f"{sha} on {device}: stopped, another device's answer put the change outside it"
                 )
-                continue
-            below, note = self._culprit_is_below(found)
-            if note:
-                sha = self.commits[mid].sha[:12]
-                self.notes.append(f"{sha}: {note}; followed the larger change of the median")
-            self.steps.append(
-                NarrowingStep(
-                    lo,
-                    mid,
-                    hi,
-                    found.verdicts[0],
-                    found.verdicts[1],
-                    "lower half" if below else "upper half",
-                    note=f"on {found.device}",
-                )
+            return
+        if probe.ends:
+            verdict = found.ends_verdict
+            state.apart |= verdict is PairVerdict.DIFFERENT
+            undecided = not (state.apart or state.fresh or state.ends_in_flight)
+            if verdict is PairVerdict.SAME or undecided:
+                state.same = found
+                return
+        if probe.mid is None:
+            return
+        if not state.lo < probe.mid < state.hi:
+            self.notes.append(
+                f"{sha} on {device}: answered after other answers put the change outside it"
             )
-            (like_hi if below else like_lo).append(mid)
-        new_hi = min(like_hi, default=hi)
-        new_lo = max((mid for mid in like_lo if mid < new_hi), default=lo)
-        return new_lo, new_hi
+            return
+        below, note = self._culprit_is_below(found)
+        if note:
+            self.notes.append(f"{sha}: {note}; followed the larger change of the median")
+        self.steps.append(
+            NarrowingStep(
+                probe.lo,
+                probe.mid,
+                probe.hi,
+                found.verdicts[0],
+                found.verdicts[1],
+                "lower half" if below else "upper half",
+                note=f"on {device}",
+            )
+        )
+        if below:
+            state.hi = probe.mid
+        else:
+            state.lo = probe.mid
+
+    @staticmethod
+    def _moot(state: Narrowing, probe: Probe) -> bool:
+        """Whether a comparison in flight no longer matters: no change was found, or its commit is
+        outside the range (its ends still count while no device has told them apart)."""
+        if state.same is not None:
+            return True
+        if probe.ends and not state.apart:
+            return False
+        return probe.mid is None or not state.lo < probe.mid < state.hi
 
     @staticmethod
     def _culprit_is_below(found: Settled) -> tuple[bool, str]:
@@ -376,27 +440,6 @@ class Search:
             self.limits,
             seed=self.seed,
         )[1]
-
-    def _race(
-        self, lo: int, mids: Sequence[int | None], hi: int, *, with_ends: bool = False
-    ) -> list[Settled | None]:
-        """Each device settles its own lo (mid) hi (``with_ends``: and lo against hi), all at once
-        (``pool.race``). A device's answer stops the others' comparisons it makes moot: ends that
-        are the same (no change), or a change found at or below its mid (the mids above no longer
-        matter) or above it (the mids below)."""
-
-        def moot(mid: int | None, found: Settled, other: int | None) -> bool:
-            if mid is None or other is None or found.no_change:
-                return found.no_change
-            below, _ = self._culprit_is_below(found)
-            return other > mid if below else other < mid
-
-        return race(
-            list(self.benchers),
-            mids,
-            lambda device, mid, stopped: self._settle(device, lo, mid, hi, stopped, with_ends),
-            moot,
-        )
 
     def _settle(
         self,
@@ -488,27 +531,25 @@ class Search:
             return False
         self.on_event(f"building {state.sha[:12]} ({index}/{len(self.commits) - 1})")
         outcome = self.build(state.sha)
-        self.builds += 1
-        if outcome.failed:
-            state.skipped = outcome.failed
-        else:
-            state.built, state.artifact, state.build_id = True, outcome.artifact, outcome.build_id
-            state.bare, state.stack_problem = outcome.bare, outcome.stack_problem
-        self.record.save()
+        with self._saving:  # the devices of a pool save their rounds meanwhile
+            self.builds += 1
+            if outcome.failed:
+                state.skipped = outcome.failed
+            else:
+                state.built, state.artifact = True, outcome.artifact
+                state.build_id, state.bare = outcome.build_id, outcome.bare
+                state.stack_problem = outcome.stack_problem
+            self.record.save()
         return state.built
 
-    def _next_mids(self, lo: int, hi: int, count: int) -> list[int]:
-        """Up to ``count`` buildable commits strictly inside lo..hi, spread evenly (with one device,
-        the one nearest the middle); an unbuildable one is passed over, as ``git bisect skip``
-        does."""
-        chosen: list[int] = []
-        for j in range(count):
-            goal = lo + (hi - lo) * (j + 1) // (count + 1)
-            for index in sorted(range(lo + 1, hi), key=lambda i: (abs(i - goal), i)):
-                if index not in chosen and self._ensure_built(index):
-                    chosen.append(index)
-                    break
-        return sorted(chosen)
+    def _next_mid(self, lo: int, hi: int) -> int | None:
+        """The buildable commit strictly inside lo..hi nearest its middle (None: there is none);
+        an unbuildable one is passed over, as ``git bisect skip`` does."""
+        goal = lo + (hi - lo) // 2
+        for index in sorted(range(lo + 1, hi), key=lambda i: (abs(i - goal), i)):
+            if self._ensure_built(index):
+                return index
+        return None
 
 
 def report(

@@ -1,22 +1,22 @@
 """Independent comparisons spread over the devices of a pool, each whole on one device.
 
-``bisect`` (a commit between the range's ends), ``ab`` (a plan run: every variant interleaved)
-and ``bench --plan`` (a plan run) hand their comparisons to :func:`spread`. The comparisons are
-dealt to the devices in turn (the first to the first device, ...), the same way every time, so a
-comparison that continues (``ab``'s next batch of blocks, a resumed bisect) goes back to the
-device that began it and a result never mixes devices. Each device works through its share in
-order, in a thread of its own; the devices work at once.
+``ab`` (a plan run: every variant interleaved) and ``bench --plan`` (a plan run) hand their
+comparisons to :func:`spread`. The comparisons are dealt to the devices in turn (the first to the
+first device, ...), the same way every time, so a comparison that continues (``ab``'s next batch
+of blocks) goes back to the device that began it and a result never mixes devices. Each device
+works through its share in order, in a thread of its own; the devices work at once.
 
-:func:`race` is for comparisons of which only some may matter (``bisect``'s commits between the
-range's ends, one per device): the first answer that makes another comparison moot stops that one
-at its next round, so no device keeps measuring a commit the search no longer needs.
+:func:`feed` is for a search (``bisect``'s commits between the range's ends): each free device
+is handed the most useful comparison given those in flight, and an answer that makes a comparison
+in flight moot stops it at its next round, so no device waits for another or keeps measuring a
+commit the search no longer needs.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 D = TypeVar("D")
@@ -55,42 +55,52 @@ def spread(
     return ordered
 
 
-def race(
+def feed(
     devices: Sequence[D],
-    items: Sequence[T],
+    pick: Callable[[D, Sequence[T]], T | None],
     work: Callable[[D, T, Callable[[], bool]], R | None],
-    moot: Callable[[T, R, T], bool],
-) -> list[R | None]:
-    """One item per device (the first item on the first device, ...), all at once, a thread each.
-    ``work(device, item, stopped)`` asks ``stopped()`` before each new measurement and gives None
-    when it is told to stop. When an item's result makes another item moot (``moot(item, result,
-    other)``), the other is told to stop. First, one after the other, each item's work is asked
-    for what it can give with nothing new measured (``stopped()`` always true: a resumed search
-    replays its record), so the items moot by the record alone are never started. The results in
-    the order of ``items`` (None: stopped). Every device finishes before the first error, if any,
-    is raised."""
-    if len(items) > len(devices):
-        raise ValueError(f"{len(items)} comparisons for {len(devices)} devices")
-    stops = [threading.Event() for _ in items]
+    answer: Callable[[D, T, R | None], None],
+    moot: Callable[[T], bool],
+) -> None:
+    """Keep every device busy until there is nothing left to pick. A free device (in the order
+    given) is handed ``pick(device, the items in flight)`` (None: nothing for it now). Its item is
+    first worked with ``stopped()`` always true, here: what the record settles is answered with
+    nothing measured. Else the device works on it in a thread of its own: ``work(device, item,
+    stopped)`` asks ``stopped()`` before each new measurement and gives None when it is told to
+    stop. Each result is handed to ``answer`` here, as it comes, and then every item in flight
+    that is ``moot`` is told to stop. On an error every item is told to stop, every device
+    finishes, and the error is raised."""
+    if not devices:
+        raise ValueError("no device to spread over")
+    busy: dict[Future[R | None], tuple[D, T, threading.Event]] = {}
 
-    def answered(n: int, result: R | None) -> R | None:
-        if result is not None:
-            for m, other in enumerate(items):
-                if m != n and moot(items[n], result, other):
-                    stops[m].set()
-        return result
+    def told(device: D, item: T, result: R | None) -> None:
+        answer(device, item, result)
+        for _, other, stop in busy.values():
+            if moot(other):
+                stop.set()
 
-    known = [answered(n, work(devices[n], item, lambda: True)) for n, item in enumerate(items)]
-    live = [n for n, result in enumerate(known) if result is None and not stops[n].is_set()]
-
-    def run(n: int) -> R | None:
-        return answered(n, work(devices[n], items[n], stops[n].is_set))
-
-    if len(live) == 1:
-        known[live[0]] = run(live[0])
-    elif live:
-        with ThreadPoolExecutor(max_workers=len(live), thread_name_prefix="kz-pool") as pool:
-            futures = {n: pool.submit(run, n) for n in live}
-            for n, future in futures.items():
-                known[n] = future.result()
-    return known
+    with ThreadPoolExecutor(max_workers=len(devices), thread_name_prefix="kz-pool") as pool:
+        try:
+            while True:
+                for device in devices:
+                    while all(device is not held for held, _, _ in busy.values()):
+                        item = pick(device, [item for _, item, _ in busy.values()])
+                        if item is None:
+                            break
+                        known = work(device, item, lambda: True)
+                        if known is not None:
+                            told(device, item, known)
+                            continue
+                        stop = threading.Event()
+                        busy[pool.submit(work, device, item, stop.is_set)] = (device, item, stop)
+                if not busy:
+                    return
+                done, _ = wait(busy, return_when=FIRST_COMPLETED)
+                for future in [f for f in busy if f in done]:  # in the order they were started
+                    device, item, _ = busy.pop(future)
+                    told(device, item, future.result())
+        except BaseException:
+            for _, _, stop in busy.values():
+                stop.set()
+            raise
