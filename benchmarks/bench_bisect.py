@@ -8,7 +8,8 @@ number 10% lower; every bench sample carries seeded Gaussian noise (--noise, rel
   one sample is below the midpoint of one sample of good and one of bad (what a user scripts);
 - kzbuild: kzbuild.measure.bisect's search (interleaved rounds, bootstrap intervals, adaptive
   repeats) with the same noise model.
-Both count builds (commits built) and bench samples.
+Both count builds (commits built) and bench samples; kzbuild's search runs on one simulated device
+and on a pool of two (each with its own noise).
 
 Then the pool, for real: `kzbuild bisect` (the command, a process of its own each time) over a
 tiny llama.cpp-shaped upstream of 64 commits (real sync, cmake builds into the artifact store,
@@ -18,7 +19,9 @@ tablet on another machine is). Each test device runs in a process of its own. It
 sleeps --turn-ms (the device's time: on a tablet llama-bench runs there, not on this machine's
 cores) and its t/s carries --pool-noise. A first bisect of each kind, untimed, fills the artifact
 store; each timed one has its own seed (so its own record: everything is benched again, nothing
-is built again). The figure is the median wall time of --pool-trials bisects of each kind.
+is built again). The timed bisects alternate between the kinds; each one's wall time and rounds
+are printed, then the median wall time of --pool-trials bisects of each kind and the range of the
+machine's load average (taken before each).
 
 Usage: python benchmarks/bench_bisect.py [--trials N] [--noise 0.05] [--turn-ms 300]
            [--pool-noise 0.02] [--pool-trials 2]
@@ -280,10 +283,13 @@ def pool_figures(work: Path, turn_ms: int, noise: float, trials: int) -> None:
             print(f"  first bisect, {kind}: {wall:.1f} s, {report['builds']} builds")
         times: dict[str, list[float]] = {kind: [] for kind in kinds}
         rounds: dict[str, list[int]] = {kind: [] for kind in kinds}
+        loads: list[float] = []
         for trial in range(trials):
             order = list(kinds) if trial % 2 == 0 else list(reversed(kinds))
             for kind in order:
+                loads.append(os.getloadavg()[0])
                 wall, report = pool_bisect(project, shas, kinds[kind], trial, env)
+                print(f"  seed {trial}, {kind}: {wall:.1f} s, {report['benches']} rounds")
                 culprit = report["culprit"]
                 if not isinstance(culprit, dict) or culprit["sha"] != shas[POOL_STEP]:
                     raise SystemExit(f"{kind}, seed {trial}: not the right commit: {culprit}")
@@ -296,7 +302,7 @@ def pool_figures(work: Path, turn_ms: int, noise: float, trials: int) -> None:
             f"{one:.1f} s ({statistics.median(rounds['one device']):g} interleaved rounds), "
             f"pool of two on two adb servers {two:.1f} s "
             f"({statistics.median(rounds['pool of two']):g} rounds): {two / one:.2f}x; "
-            "goal <= 0.7x"
+            f"goal <= 0.7x (load average {min(loads):.1f} to {max(loads):.1f})"
         )
     finally:
         for server, device in zip(servers, devices, strict=False):
@@ -328,38 +334,39 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kz-bench-bisect-") as tmp:
         work = Path(tmp)
         shas = make_repo(work / "upstream")
-        rows = []
+        plain_right, plain_samples = 0, 0
+        # kzbuild's search on one simulated device, and on a pool of two: right, builds, samples
+        ours = {"one device": [0, 0, 0], "a pool of two": [0, 0, 0]}
         for trial in range(args.trials):
             step = random.Random(trial).randrange(1, COMMITS)
-            named, plain_samples = plain(work / "upstream", shas, step, args.noise, seed=trial)
-            outcome, hi, builds, samples = kzbuild_search(
-                work / f"k{trial}", shas, {"d": Device(shas, step, args.noise, trial)}, trial
-            )
-            rows.append(
-                (
-                    step,
-                    named == step,
-                    plain_samples,
-                    outcome is BisectOutcome.FOUND and hi == step,
-                    builds,
-                    samples,
+            named, samples = plain(work / "upstream", shas, step, args.noise, seed=trial)
+            plain_right, plain_samples = plain_right + (named == step), plain_samples + samples
+            for kind, count in (("one device", 1), ("a pool of two", 2)):
+                devices = {
+                    f"d{n}": Device(shas, step, args.noise, trial + 1000 * n) for n in range(count)
+                }
+                outcome, hi, builds, samples = kzbuild_search(
+                    work / f"k{trial}-{count}", shas, devices, trial
                 )
-            )
-        plain_right = sum(r[1] for r in rows)
-        ours_right = sum(r[3] for r in rows)
+                found = outcome is BisectOutcome.FOUND and hi == step
+                ours[kind] = [
+                    ours[kind][0] + found,
+                    ours[kind][1] + builds,
+                    ours[kind][2] + samples,
+                ]
         print(
             f"{args.trials} trials, 64 commits, a {DROP:.0%} step, {args.noise:.0%} noise per "
             "sample"
         )
         print(
             f"  plain git bisect run (one sample per commit): right {plain_right}/{args.trials}, "
-            f"{sum(r[2] for r in rows) / len(rows):.1f} samples on average, builds = samples"
+            f"{plain_samples / args.trials:.1f} samples on average, builds = samples"
         )
-        print(
-            f"  kzbuild bisect: right {ours_right}/{args.trials}, "
-            f"{sum(r[4] for r in rows) / len(rows):.1f} builds, "
-            f"{sum(r[5] for r in rows) / len(rows):.1f} samples on average"
-        )
+        for kind, (right, builds, samples) in ours.items():
+            print(
+                f"  kzbuild bisect on {kind}: right {right}/{args.trials}, "
+                f"{builds / args.trials:.1f} builds, {samples / args.trials:.1f} samples on average"
+            )
         if args.pool_trials:
             pool_figures(work / "pool", args.turn_ms, args.pool_noise, args.pool_trials)
 
