@@ -222,7 +222,7 @@ def _commit_state(item: object, *, zero_ok: bool) -> CommitState:
 @dataclass(frozen=True)
 class Settled:
     """What one device's rounds over lo (mid) hi told: each neighbouring pair's verdict and
-    effect, and lo against hi when asked (a pool's first step)."""
+    effect, and lo against hi when asked (a device's first comparison in a pool)."""
 
     device: str
     verdicts: tuple[PairVerdict, ...]
@@ -356,7 +356,7 @@ class Search:
         state.ends_in_flight -= probe.ends
         sha = self.commits[probe.mid].sha[:12] if probe.mid is not None else ""
         if found is None:
-            if sha:
+            if sha and state.same is None:  # with no change, nothing else mattered
                 self.notes.append(
                     f"{sha} on {device}: stopped, another device's answer put the change outside it"
                 )
