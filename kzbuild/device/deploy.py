@@ -25,7 +25,6 @@ from kzbuild.device.base import RemoteResult, Transport
 from kzbuild.device.chunkstore import (
     DIRECTORY,
     HARDLINK,
-    TAR_BLOCK,
     Member,
     constant,
     deliver,
@@ -74,6 +73,10 @@ from kzbuild.model.deploy import DeployResult, RollbackResult
 from kzbuild.model.device import Device
 
 log = logging.getLogger(__name__)
+
+# contents whose exec bit the release command checks, as its arguments (their names, 67 bytes
+# each, share the command with a check of as many more); more are chmod-ed in commands of their own
+EXEC_ARGS = 200
 
 
 # --- deploy, rollback, prune ---
@@ -373,29 +376,29 @@ def _assemble(
     with its mode: nothing to do, and no process for it on the device). A step ``first`` runs
     before all of it, and the rest only if it succeeds; its result comes third (None without it).
 
-    One command, which renews the lock first: a tar stream of the manifest (under a name of its own
-    in incoming/), the list of
-    executables and the release's dirs and hard links (which tar makes without a process per
-    file). The staging dir's name is unique: nothing is written through a hard link.
+    One command, which renews the lock first: a tar stream of the release's dirs, its manifest and
+    its hard links (which tar makes without a process per file); the contents that must be
+    executable go as arguments (the shell tests their exec bit: chmod runs only for one that lacks
+    it), or, more than EXEC_ARGS of them, are chmod-ed first in commands of their own. The staging
+    dir's name is unique: nothing is written through a hard link.
     """
     token = secrets.token_hex(4)
     staging = f"releases/.staging-{release}-{token}"
-    manifest = f"incoming/{MANIFEST}-{token}"
     manifest_bytes = artifact.manifest_path.read_bytes()
-    executables = "".join(
-        f"{staging}/{entry.path}\0"
-        for entry in artifact.files
-        if entry.mode & 0o111 and entry.sha256 not in stored
-    ).encode()
+    modes = _content_modes(artifact.files)  # toybox's tar gives a hard link's inode its mode
+    executables = sorted(sha for sha, mode in modes.items() if mode & 0o111 and sha not in stored)
+    if len(executables) > EXEC_ARGS:
+        remote.batched(
+            ["chmod", "755"],
+            [posixpath.join(layout.objects, sha) for sha in executables],
+            what="making stored contents executable",
+        )
+        executables = []
     dirs = sorted(
         {posixpath.dirname(f"{staging}/{entry.path}") for entry in artifact.files} | {staging}
     )
-    members = [Member(manifest, len(manifest_bytes), constant(manifest_bytes))]
-    if executables:
-        members.append(Member(f"{manifest}.exec", len(executables), constant(executables)))
     headers = [tar_header(name, 0, kind=DIRECTORY, mode=0o755) for name in dirs]
-    modes = _content_modes(artifact.files)  # toybox's tar gives a hard link's inode its mode
-    headers += [
+    links = [
         tar_header(
             f"{staging}/{entry.path}",
             0,
@@ -405,10 +408,13 @@ def _assemble(
         )
         for entry in artifact.files
     ]
-    stream = chain(tar_stream(members, end=False), (b"".join(headers), bytes(2 * TAR_BLOCK)))
+    manifest = Member(f"{staging}/{MANIFEST}", len(manifest_bytes), constant(manifest_bytes))
+    # the manifest last: a stream cut short at a block boundary (which tar may take for its end)
+    # leaves no manifest, and RELEASE_SCRIPT then builds no release
+    stream = chain((b"".join(headers + links),), tar_stream([manifest]))
     step = Step(
         RELEASE_SCRIPT,
-        (layout.root, staging, manifest, f"releases/{release}"),
+        (layout.root, staging, f"releases/{release}", *executables),
         "completing the release",
     )
     lead = [first] if first else []
