@@ -5,14 +5,20 @@ or, as adb itself does, from ``ANDROID_ADB_SERVER_PORT`` in the environment (def
 
 Commands run as ``adb -s SERIAL shell -n -T -- CMD`` where CMD is built by
 :func:`~kzbuild.device.base.remote_command`, so every argument is shell-quoted once and
-arrives unchanged. adb 29's client exits 0 when the connection drops before the command's
-exit packet, so after each command the transport asks the adb server whether the device is
-still online: a lost device is a DeviceError, never a silent success.
+arrives unchanged; a device script (``sh -c SCRIPT NAME ARGS...``) runs in the shell adbd starts
+(``set -- ARGS...; SCRIPT``: the same parse, one shell process less on the device). adb 29's
+client exits 0 when the connection drops before the command's exit packet, so every command ends
+with a line on stderr that carries its exit code and a random token (an EXIT trap of the device's
+shell, so it comes after anything the command wrote); the transport takes it off. A command
+without that line did not finish: the transport then asks the adb server whether the device is
+still online, and a lost device is a DeviceError, never a silent success. (Asking after every
+command cost an adb client process each.)
 """
 
 from __future__ import annotations
 
 import re
+import secrets
 import shlex
 import threading
 import time
@@ -42,6 +48,7 @@ UNAUTHORIZED_HINT = (
 OFFLINE_HINT = (
     "the device is attached but not answering: replug it, or run 'adb reconnect' / restart adbd"
 )
+EXIT_MARK = "kz-exit-"  # then a random token, a space and the exit code, on stderr's last line
 
 
 class AdbTransport:
@@ -94,36 +101,46 @@ class AdbTransport:
         on_stdout: ByteSink | None = None,
         on_stderr: ByteSink | None = None,
     ) -> RemoteResult:
-        command = remote_command(argv, cwd=cwd, env=env)
+        trailer = ExitTrailer(on_stderr)
         try:
             code, out, err = proc.run_split(
-                self._device_argv("shell", "-n", "-T", "--", command),
+                self._device_argv("shell", "-n", "-T", "--", trailer.wrap(argv, cwd, env)),
                 timeout=timeout,
                 on_stdout=on_stdout,
-                on_stderr=on_stderr,
+                on_stderr=trailer.feed if on_stderr else None,
             )
         except CommandFailed as exc:  # run_split raises only for the timeout
             raise DeviceError(
                 f"{self.address}: '{shlex.join(argv)}' {exc.stderr}; the adb client was stopped"
             ) from exc
-        self._check_online(f"while running {argv[0]}")
-        return RemoteResult(code, out, err)
+        return self._finished(argv, trailer, code, out, err)
 
     def run_input(
         self, argv: Sequence[str], data: ByteSource, *, timeout: float | None = None
     ) -> RemoteResult:
         """``adb shell -T`` without ``-n``: the shell protocol v2 carries stdin, then closes it."""
-        command = remote_command(argv)
+        trailer = ExitTrailer(None)
         try:
             code, out, err = proc.run_split(
-                self._device_argv("shell", "-T", "--", command), timeout=timeout, stdin=data
+                self._device_argv("shell", "-T", "--", trailer.wrap(argv, None, None)),
+                timeout=timeout,
+                stdin=data,
             )
         except CommandFailed as exc:
             raise DeviceError(
                 f"{self.address}: '{shlex.join(argv)}' {exc.stderr}; the adb client was stopped"
             ) from exc
-        self._check_online(f"while running {argv[0]}")
-        return RemoteResult(code, out, err)
+        return self._finished(argv, trailer, code, out, err)
+
+    def _finished(
+        self, argv: Sequence[str], trailer: ExitTrailer, code: int, out: bytes, err: bytes
+    ) -> RemoteResult:
+        """The command's result; without its exit line, only once the device is known online."""
+        err = trailer.end(err)
+        if trailer.code is None:
+            self._check_online(f"while running {argv[0]}")
+            return RemoteResult(code, out, err)
+        return RemoteResult(trailer.code, out, err)
 
     def push(self, local: Path, remote: str, *, progress: ProgressFn | None = None) -> None:
         size = local.stat().st_size
@@ -284,6 +301,48 @@ class AdbTransport:
         attached = [" ".join(line.split()) for line in lines if line.strip()]
         listed = "; ".join(attached) if attached else "nothing"
         return f"adb devices lists: {listed}; a network device needs SERIAL as host:port"
+
+
+class ExitTrailer:
+    """The line a device command ends with on stderr (``EXIT_MARK``, a token, its exit code), put
+    there by an EXIT trap of the device's shell, and taken off again: ``code`` is that exit code,
+    None when the line never came (the command did not finish). With ``sink``, stderr streams to
+    it through :meth:`feed`, holding back what could be the start of the line."""
+
+    def __init__(self, sink: ByteSink | None) -> None:
+        self.sink = sink
+        self.mark = f"{EXIT_MARK}{secrets.token_hex(8)}"
+        self.line = re.compile(rb"\n" + self.mark.encode() + rb" ([0-9]{1,3})\n\Z")
+        self.code: int | None = None
+        self._held = b""
+
+    def wrap(self, argv: Sequence[str], cwd: str | None, env: Mapping[str, str] | None) -> str:
+        """The command line for adbd's shell: the trap, then the command (a script inline)."""
+        trap = f"trap 'kz_rc=$?; {{ echo; echo \"{self.mark} $kz_rc\"; }} >&2' EXIT; "
+        if len(argv) >= 3 and argv[:2] == ["sh", "-c"] and cwd is None and not env:
+            return f"{trap}set -- {shlex.join(argv[4:])}; {argv[2]}"
+        return trap + remote_command(argv, cwd=cwd, env=env)
+
+    def feed(self, data: bytes) -> None:
+        assert self.sink is not None
+        data = self._held + data
+        keep = len(self.mark) + 8  # "\n" MARK " " CODE "\n", at most
+        self._held = data[-keep:]
+        if data[:-keep]:
+            self.sink(data[:-keep])
+
+    def end(self, stderr: bytes) -> bytes:
+        """stderr without the line (what was kept, or what :meth:`feed` held back); sets code."""
+        rest = self._held if self.sink is not None else stderr
+        found = self.line.search(rest)
+        if found:
+            self.code = int(found[1])
+            rest = rest[: found.start()]
+        if self.sink is not None:
+            if rest:
+                self.sink(rest)
+            return stderr
+        return rest
 
 
 def server_options(server: str | None, port: int | None) -> list[str]:
