@@ -33,7 +33,9 @@ from kzbuild.device.chunkstore import (
 )
 from kzbuild.device.devicelock import DeviceLock, device_lock
 from kzbuild.device.integrity import (
+    KeptCheck,
     check,
+    kept_hash_step,
     manifest_files,
     objects_check_step,
     release_expectations,
@@ -101,7 +103,8 @@ def deploy(
     """
     started = time.monotonic()
     layout = Layout(device.root)
-    with device_lock(transport, device.root, "deploy", wait=wait, then=_prologue(layout)) as lock:
+    prologue, kept_job = _prologue(layout, artifact)
+    with device_lock(transport, device.root, "deploy", wait=wait, then=prologue) as lock:
         return _deploy(
             transport,
             device,
@@ -110,6 +113,8 @@ def deploy(
             on_progress=on_progress,
             lock=lock,
             started=started,
+            prologue=prologue,
+            kept_job=kept_job,
         )
 
 
@@ -122,10 +127,12 @@ def _deploy(
     on_progress: ProgressCallback | None,
     lock: DeviceLock,
     started: float,
+    prologue: list[Step],
+    kept_job: KeptCheck | None,
 ) -> DeployResult:
     remote = Remote(transport)
     layout = Layout(device.root)
-    state_result, inventory_result = remote.checked(_prologue(layout), lock.then)
+    state_result, inventory_result, *job = remote.checked(prologue, lock.then)
     state = parse_state(state_result)
     release, complete = _release_for(remote, layout, state, artifact)
     uploads: list[Upload] = []
@@ -138,11 +145,20 @@ def _deploy(
         have = parse_inventory(inventory_result, layout.chunks)
         uploads = _plan_uploads(artifact, have.stored)
         verified = frozenset(up.sha256 for up in uploads)
-        # the contents stored before are hashed (as objects/SHA) in the command that builds the
-        # release and switches to it; should one not match, the sequence stops before the release
-        # and the release is built, checked and repaired as below
+        # the contents stored before are hashed (as objects/SHA) before the command that builds
+        # the release switches to it: by the job the first command started in the background,
+        # while the rest is sent (that command waits for it), else in that command; should one
+        # not match, the sequence stops before the release and the release is built, checked and
+        # repaired as below
         kept = sorted({entry.sha256 for entry in artifact.files} - verified)
-        check = objects_check_step(layout, kept) if release not in state.damaged else None
+        waiting = kept_job.wait_step(job[0]) if kept_job and job and kept else None
+        check = (
+            None
+            if release in state.damaged
+            else waiting[0]
+            if waiting and waiting[1] == len(kept)
+            else objects_check_step(layout, kept)
+        )
         unlock = keep is None
         assembled: list[tuple[int, bool]] = []
 
@@ -203,10 +219,16 @@ def _deploy(
     )
 
 
-def _prologue(layout: Layout) -> list[Step]:
-    """What deploy runs in the round trip that takes the lock: the state, and the store's
-    inventory."""
-    return [state_step(layout), inventory_step(layout, layout.objects, layout.chunks)]
+def _prologue(layout: Layout, artifact: Artifact) -> tuple[list[Step], KeptCheck | None]:
+    """What deploy runs in the round trip that takes the lock: the state, the store's inventory,
+    and the start of a background sha256sum of the artifact's contents the store holds already
+    (:func:`~kzbuild.device.integrity.kept_hash_step`; not when the release is there)."""
+    steps = [state_step(layout), inventory_step(layout, layout.objects, layout.chunks)]
+    names = sorted({entry.sha256 for entry in artifact.files})
+    started = kept_hash_step(layout, artifact.build_id, names)
+    if started is None:
+        return steps, None
+    return [*steps, started[0]], started[1]
 
 
 def _release_for(
