@@ -14,9 +14,9 @@ Two devices, each with its anchors:
   as on Android), run in a process of its own so that its work is not counted as the client's.
 
 Every time is reported twice: wall seconds and the client's CPU seconds (this process and the
-children it waited for: kzbuild's library call and its adb clients; scp, rsync, adb and their
-ssh). Medians of ``--runs``, the tools taking turns. The machine this runs on is often shared:
-the ratios hold within one run, the seconds do not carry over.
+children it waited for, from getrusage: kzbuild's library call and its adb clients; scp, rsync,
+adb and their ssh). Medians of ``--runs``, the tools taking turns. The machine this runs on is
+often shared: the ratios hold within one run, the seconds do not carry over.
 
 The release: ``--from`` and ``--to`` are two `kzbuild build` outputs of one target whose patch
 stacks differ (default: the first such pair of host artifacts in the test cache,
@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -92,13 +93,22 @@ class Timing:
     cpu: float
 
 
+def cpu_seconds() -> float:
+    """User and system CPU seconds of this process and of its children that were waited for, to
+    the microsecond (os.times counts 10 ms ticks: coarser than an adb client's CPU time)."""
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def timed(action: Callable[[], object]) -> Timing:
     """Wall and client CPU seconds of ``action`` (this process and its waited-for children)."""
-    before, started = os.times(), time.perf_counter()
+    before, started = cpu_seconds(), time.perf_counter()
     action()
-    wall, after = time.perf_counter() - started, os.times()
-    cpu = sum(after[i] - before[i] for i in range(4))  # user, system, children's user and system
-    return Timing(wall, cpu)
+    wall, after = time.perf_counter() - started, cpu_seconds()
+    return Timing(wall, after - before)
 
 
 def median(timings: list[Timing]) -> Timing:
@@ -419,11 +429,10 @@ class AdbBench:
         return Breakdown(total, spent["push"], spent["commands"], transport.commands)
 
     def round_trip(self) -> float:
-        """adb's cost of one device command that does nothing: ``adb shell true`` and the state
-        query kzbuild makes after each command."""
+        """adb's cost of one device command that does nothing: ``adb shell true`` (kzbuild asks
+        the adb server for the device's state only after a command that did not finish)."""
         started = time.perf_counter()
         self.adb("shell", "-n", "-T", "--", "true")
-        self.adb("get-state")
         return time.perf_counter() - started
 
     def push(self, root: str, artifact: Path, *sync: str) -> None:
@@ -476,9 +485,7 @@ def measure_adb(work: Path, releases: Releases, runs: int) -> tuple[list[Row], l
         rows += [(label, "s", median(kz), "adb push --sync", median(push))]
         rows += [(label, "s", hashing, "sha256", 0)]
         notes += explain(label, median(kz), median(push), hashing, parts, round_trip)
-        notes.append(
-            f"adb's cost of one device command (adb shell true, get-state): {round_trip:.3f} s"
-        )
+        notes.append(f"adb's cost of one device command (adb shell true): {round_trip:.3f} s")
         return rows, notes
     finally:
         bench.stop()
