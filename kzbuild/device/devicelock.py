@@ -90,17 +90,17 @@ REFRESH_SCRIPT = (
 # seconds. Under the break mutex: exit 0 removed, 6 it holds another token now, 5 the mutex is
 # taken (a mutex older than the lease, left by a device that rebooted mid-break, is removed for
 # the next attempt). While it is being removed, the lock is a dir without owner, which nobody
-# breaks (its mtime is new) or takes (mkdir fails until it is gone).
+# breaks (its mtime is new) or takes (mkdir fails until it is gone); one rm removes it, then the
+# mutex.
 REMOVE_SCRIPT = _TOKEN_OF + (
     'm="$1.break"; '
     'if ! mkdir "$m" 2>/dev/null; then '
     '  age=$(( $(date +%s) - $(stat -c %Y "$m" 2>/dev/null || date +%s) )); '
     '  [ "$age" -gt "$3" ] && rmdir "$m" 2>/dev/null; exit 5; '
     "fi; "
-    'token_of "$1"; rc=0; '
-    'if [ ! -d "$1" ]; then rc=0; elif [ "$t" = "$2" ]; then rm -rf "$1" || rc=1; '
-    "else rc=6; fi; "
-    'rmdir "$m"; exit $rc'
+    'token_of "$1"; '
+    'if [ -d "$1" ] && [ "$t" != "$2" ]; then rmdir "$m"; exit 6; fi; '
+    'rm -rf "$1" "$m" || exit 1'
 )
 
 # $1 = the lock dir. Prints nothing when there is no lock, else what ACQUIRE_SCRIPT prints when
