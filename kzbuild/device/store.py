@@ -16,6 +16,8 @@ Layout under the device root (ROOT)::
     deploys.log                   one line per switch of current (time, action, release)
     models/<sha256>.gguf, models/<name> -> <sha256>.gguf
     .switch/                      new symlinks are made here, then renamed into place
+    .switch/.kz-kept              the verdict of deploy's background sha256sum of the contents a
+                                  release keeps (kzbuild.device.integrity.KeptCheck)
     .lock/owner                   the one writer's lock (kzbuild.device.devicelock)
 
 Nothing is ever written through a hard link: every write goes to a fresh name (incoming/,
