@@ -100,42 +100,10 @@ def test_env_and_cwd_are_quoted(transport: AdbTransport) -> None:
 def test_any_string_arrives_unchanged(transport: AdbTransport, args: list[str]) -> None:
     # NUL is the one character no argv can carry, on any system.
     assert echo_args(transport, args) == args
-
-
-@settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(
-    args=st.lists(
-        st.text(
-            st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=40
-        ),
-        min_size=1,
-        max_size=4,
-    )
-)
-def test_a_device_script_gets_its_arguments_unchanged(
-    transport: AdbTransport, args: list[str]
-) -> None:
-    # sh -c SCRIPT NAME ARGS runs in adbd's own shell, as set -- ARGS; SCRIPT
+    # a device script (sh -c SCRIPT NAME ARGS) runs in adbd's own shell, as set -- ARGS; SCRIPT
     result = transport.run(["sh", "-c", 'printf "%s\\0" "$@"; exit 4', "kz", *args])
     assert result.returncode == 4, result.stderr
     assert result.stdout.decode().split("\0")[:-1] == args
-
-
-def test_a_finished_command_asks_the_adb_server_nothing_more(
-    transport: AdbTransport, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def no_state() -> tuple[str, str]:
-        raise AssertionError("adb get-state ran after a command that finished")
-
-    monkeypatch.setattr(transport, "_state", no_state)
-    # the command's own stderr may look like the exit line: only the last one, with the token, is
-    result = transport.run(["sh", "-c", 'echo "kz-exit-0123 0" >&2; exit 5'])
-    assert (result.returncode, result.stderr) == (5, b"kz-exit-0123 0\n")
-    streamed: list[bytes] = []
-    result = transport.run(["sh", "-c", "printf err >&2"], on_stderr=streamed.append)
-    assert (result.returncode, b"".join(streamed)) == (0, b"err")
 
 
 def test_push_pull_round_trip_of_a_binary_file(
