@@ -49,6 +49,7 @@ from kzbuild.device.store import (
     COMMAND_TIMEOUT,
     PRUNE_SCRIPT,
     RELEASE_SCRIPT,
+    STORE_DIRS,
     VERIFY_TIMEOUT,
     Layout,
     ProgressCallback,
@@ -104,7 +105,9 @@ def deploy(
     started = time.monotonic()
     layout = Layout(device.root)
     prologue, kept_job = _prologue(layout, artifact)
-    with device_lock(transport, device.root, "deploy", wait=wait, then=prologue) as lock:
+    with device_lock(
+        transport, device.root, "deploy", wait=wait, then=prologue, make=STORE_DIRS
+    ) as lock:
         return _deploy(
             transport,
             device,

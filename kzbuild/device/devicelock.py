@@ -63,14 +63,16 @@ _TOKEN_OF = (
     "token_of() { t=; { read -r _; read -r _; read -r _; read -r _; read -r t; } 2>/dev/null < "
     '"$1/owner"; }; '
 )
-# $1 = ROOT, $2 = the lock dir, $3 = the owner file's text. Exit 0: taken. Exit 3: held, and
-# prints the device's time, the heartbeat (owner's mtime, else the dir's) and the owner file. The
-# owner is written by the shell itself (no process): until it is, a reader sees a lock with no
-# owner yet, as between the mkdir and the write of any lock.
+# $1 = ROOT, $2 = the lock dir, $3 = the owner file's text, $4 = dirs to make in ROOT when ROOT is
+# made (the same mkdir: a first deploy's store). Exit 0: taken. Exit 3: held, and prints the
+# device's time, the heartbeat (owner's mtime, else the dir's) and the owner file. The owner is
+# written by the shell itself (no process): until it is, a reader sees a lock with no owner yet,
+# as between the mkdir and the write of any lock.
 ACQUIRE_SCRIPT = SHELL_FUNCTIONS + (
-    'root=$1 lock=$2; [ -d "$root" ] || mkdir -p "$root" || exit 1; '
+    'root=$1 lock=$2 owner=$3 dirs=$4; if [ ! -d "$root" ]; then set -- "$root"; '
+    'for d in $dirs; do set -- "$@" "$root/$d"; done; mkdir -p "$@" || exit 1; fi; '
     'if err=$(mkdir "$lock" 2>&1); then '
-    '  kz_put "$3" > "$lock/owner" && exit 0; '
+    '  kz_put "$owner" > "$lock/owner" && exit 0; '
     '  rm -rf "$lock"; exit 1; '
     "fi; "
     '[ -d "$lock" ] || { kz_put "$err" >&2; exit 1; }; '
@@ -261,13 +263,20 @@ class DeviceLock:
 
 @contextmanager
 def device_lock(
-    transport: Transport, root: str, operation: str, *, wait: float = 0.0, then: Sequence[Step] = ()
+    transport: Transport,
+    root: str,
+    operation: str,
+    *,
+    wait: float = 0.0,
+    then: Sequence[Step] = (),
+    make: Sequence[str] = (),
 ) -> Iterator[DeviceLock]:
     """Hold the device root's lock for ``operation``; wait up to ``wait`` seconds, then raise Busy.
 
     ``then`` runs right after the lock is taken, in the same round trip (results in ``lock.then``).
+    When the root is not there yet, the dirs ``make`` (relative to it) are made with it.
     """
-    lock = acquire(Remote(transport), Layout(root), operation, wait=wait, then=then)
+    lock = acquire(Remote(transport), Layout(root), operation, wait=wait, then=then, make=make)
     try:
         yield lock
     finally:
@@ -275,7 +284,13 @@ def device_lock(
 
 
 def acquire(
-    remote: Remote, layout: Layout, operation: str, *, wait: float, then: Sequence[Step] = ()
+    remote: Remote,
+    layout: Layout,
+    operation: str,
+    *,
+    wait: float,
+    then: Sequence[Step] = (),
+    make: Sequence[str] = (),
 ) -> DeviceLock:
     """Take the lock, waiting up to ``wait`` seconds; ``then`` runs in the same round trip once it
     is taken
@@ -285,7 +300,9 @@ def acquire(
     owner = LockOwner(host, os.getpid(), since, operation, secrets.token_hex(8))
     deadline = time.monotonic() + wait
     step = Step(
-        ACQUIRE_SCRIPT, (layout.root, layout.lock, owner_text(owner)), "taking the device lock"
+        ACQUIRE_SCRIPT,
+        (layout.root, layout.lock, owner_text(owner), " ".join(make)),
+        "taking the device lock",
     )
     argv = step.argv
     broken: set[str] = set()  # tokens of stale locks removed: one seen again is not broken twice

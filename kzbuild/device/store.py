@@ -65,7 +65,19 @@ ARGV_BUDGET = 60_000  # bytes of arguments per remote command (Android allows fa
 COMMAND_TIMEOUT = 120.0
 VERIFY_TIMEOUT = 1800.0  # sha256sum of a multi-GB model on a phone takes a while
 
-STORE_DIRS = "objects chunks chunklists signatures incoming releases .switch damaged"
+# the dirs of the store; models/ last: it may be a link to a bigger partition, which STATE_SCRIPT
+# leaves as it is (the rest it replaces when they are not dirs)
+STORE_DIRS = (
+    "objects",
+    "chunks",
+    "chunklists",
+    "signatures",
+    "incoming",
+    "releases",
+    ".switch",
+    "damaged",
+    "models",
+)
 # Shell functions the scripts below share, builtins only (on the adb test device, as on Android,
 # a process costs more than a round trip; mksh has no printf builtin, and its echo reads
 # backslashes): kz_put prints its argument as it is, with a newline (mksh's print, else printf,
@@ -88,7 +100,7 @@ SHELL_FUNCTIONS = (
 # on a device.
 STATE_SCRIPT = SHELL_FUNCTIONS + (
     '{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" || exit 1; new=; '
-    f"for d in {STORE_DIRS}; do "
+    f"for d in {' '.join(STORE_DIRS[:-1])}; do "
     'if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then rm -f "$d" || exit 1; fi; '
     '[ -d "$d" ] || new="$new $d"; done; [ -d models ] || new="$new models"; '
     'if [ -n "$new" ]; then mkdir -p $new || exit 1; fi; '
