@@ -39,8 +39,10 @@ libcrypto, see docs/testing.md) of the bytes a deploy checks, timed alone: the s
 deploy's time that is hashing. adb push
 hashes nothing, so after the table each adb case is also given without that hashing, and broken
 down: the host's own work (planning, staging, the adb clients it starts), the push, the device
-commands' round trips (``adb shell true`` and ``adb get-state``, timed alone) and the device's
-work in them, hashing apart.
+commands' round trips (``adb shell true``, timed alone) and the device's work in them, hashing
+apart (a deploy that keeps stored contents hashes them during the push: that part is off the
+critical path, and the line "the rest" then shows what is left after all the hashing). Last, what
+one process costs on the device (``toybox true`` in a loop): the unit of the device's work.
 """
 
 from __future__ import annotations
@@ -435,6 +437,14 @@ class AdbBench:
         self.adb("shell", "-n", "-T", "--", "true")
         return time.perf_counter() - started
 
+    def process_cost(self) -> float:
+        """What one process costs on the device: 50 runs of ``toybox true`` in one shell, less
+        that shell's own round trip, over 50."""
+        script = "i=0; while [ $i -lt 50 ]; do toybox true; i=$((i + 1)); done"
+        started = time.perf_counter()
+        self.adb("shell", "-n", "-T", "--", script)
+        return max(time.perf_counter() - started - self.round_trip(), 0.0) / 50
+
     def push(self, root: str, artifact: Path, *sync: str) -> None:
         self.adb("push", *sync, f"{artifact}/.", root)
 
@@ -486,6 +496,8 @@ def measure_adb(work: Path, releases: Releases, runs: int) -> tuple[list[Row], l
         rows += [(label, "s", hashing, "sha256", 0)]
         notes += explain(label, median(kz), median(push), hashing, parts, round_trip)
         notes.append(f"adb's cost of one device command (adb shell true): {round_trip:.3f} s")
+        process = statistics.median(bench.process_cost() for _ in range(max(runs, 3)))
+        notes.append(f"one process on the device (toybox true): {process * 1000:.1f} ms")
         return rows, notes
     finally:
         bench.stop()
