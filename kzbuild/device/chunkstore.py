@@ -532,14 +532,19 @@ class Reader:
 def stage(members: Iterable[Member], into: Path) -> None:
     """Write ``members`` as files of their modes under ``into``, for a transport's bulk copy (a
     member that is a whole local file of that mode is hard-linked when the filesystem allows)."""
+    made = {str(into)}
     for member in members:
-        target = into / member.name
-        target.parent.mkdir(parents=True, exist_ok=True)
+        target = f"{into}/{member.name}"
+        parent = os.path.dirname(target)
+        if parent not in made:
+            os.makedirs(parent, exist_ok=True)
+            made.add(parent)
         if member.source is not None:
             try:
-                if member.source.stat().st_mode & 0o7777 == member.mode:
+                info = os.stat(member.source)
+                if info.st_mode & 0o7777 == member.mode:
                     os.link(member.source, target)
-                    member.check(member.source.stat().st_size)
+                    member.check(info.st_size)
                     continue
             except OSError:
                 pass  # another filesystem: copied below
