@@ -14,9 +14,9 @@ Two devices, each with its anchors:
   as on Android), run in a process of its own so that its work is not counted as the client's.
 
 Every time is reported twice: wall seconds and the client's CPU seconds (this process and the
-children it waited for: kzbuild's library call and its adb clients; scp, rsync, adb and their
-ssh). Medians of ``--runs``, the tools taking turns. The machine this runs on is often shared:
-the ratios hold within one run, the seconds do not carry over.
+children it waited for, from getrusage: kzbuild's library call and its adb clients; scp, rsync,
+adb and their ssh). Medians of ``--runs``, the tools taking turns. The machine this runs on is
+often shared: the ratios hold within one run, the seconds do not carry over.
 
 The release: ``--from`` and ``--to`` are two `kzbuild build` outputs of one target whose patch
 stacks differ (default: the first such pair of host artifacts in the test cache,
@@ -39,8 +39,10 @@ libcrypto, see docs/testing.md) of the bytes a deploy checks, timed alone: the s
 deploy's time that is hashing. adb push
 hashes nothing, so after the table each adb case is also given without that hashing, and broken
 down: the host's own work (planning, staging, the adb clients it starts), the push, the device
-commands' round trips (``adb shell true`` and ``adb get-state``, timed alone) and the device's
-work in them, hashing apart.
+commands' round trips (``adb shell true``, timed alone) and the device's work in them, hashing
+apart (a deploy that keeps stored contents hashes them during the push: that part is off the
+critical path, and the line "the rest" then shows what is left after all the hashing). Last, what
+one process costs on the device (``toybox true`` in a loop): the unit of the device's work.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -92,13 +95,22 @@ class Timing:
     cpu: float
 
 
+def cpu_seconds() -> float:
+    """User and system CPU seconds of this process and of its children that were waited for, to
+    the microsecond (os.times counts 10 ms ticks: coarser than an adb client's CPU time)."""
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def timed(action: Callable[[], object]) -> Timing:
     """Wall and client CPU seconds of ``action`` (this process and its waited-for children)."""
-    before, started = os.times(), time.perf_counter()
+    before, started = cpu_seconds(), time.perf_counter()
     action()
-    wall, after = time.perf_counter() - started, os.times()
-    cpu = sum(after[i] - before[i] for i in range(4))  # user, system, children's user and system
-    return Timing(wall, cpu)
+    wall, after = time.perf_counter() - started, cpu_seconds()
+    return Timing(wall, after - before)
 
 
 def median(timings: list[Timing]) -> Timing:
@@ -419,12 +431,19 @@ class AdbBench:
         return Breakdown(total, spent["push"], spent["commands"], transport.commands)
 
     def round_trip(self) -> float:
-        """adb's cost of one device command that does nothing: ``adb shell true`` and the state
-        query kzbuild makes after each command."""
+        """adb's cost of one device command that does nothing: ``adb shell true`` (kzbuild asks
+        the adb server for the device's state only after a command that did not finish)."""
         started = time.perf_counter()
         self.adb("shell", "-n", "-T", "--", "true")
-        self.adb("get-state")
         return time.perf_counter() - started
+
+    def process_cost(self) -> float:
+        """What one process costs on the device: 50 runs of ``toybox true`` in one shell, less
+        that shell's own round trip, over 50."""
+        script = "i=0; while [ $i -lt 50 ]; do toybox true; i=$((i + 1)); done"
+        started = time.perf_counter()
+        self.adb("shell", "-n", "-T", "--", script)
+        return max(time.perf_counter() - started - self.round_trip(), 0.0) / 50
 
     def push(self, root: str, artifact: Path, *sync: str) -> None:
         self.adb("push", *sync, f"{artifact}/.", root)
@@ -476,9 +495,9 @@ def measure_adb(work: Path, releases: Releases, runs: int) -> tuple[list[Row], l
         rows += [(label, "s", median(kz), "adb push --sync", median(push))]
         rows += [(label, "s", hashing, "sha256", 0)]
         notes += explain(label, median(kz), median(push), hashing, parts, round_trip)
-        notes.append(
-            f"adb's cost of one device command (adb shell true, get-state): {round_trip:.3f} s"
-        )
+        notes.append(f"adb's cost of one device command (adb shell true): {round_trip:.3f} s")
+        process = statistics.median(bench.process_cost() for _ in range(max(runs, 3)))
+        notes.append(f"one process on the device (toybox true): {process * 1000:.1f} ms")
         return rows, notes
     finally:
         bench.stop()

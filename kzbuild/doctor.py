@@ -15,6 +15,7 @@ from contextlib import closing
 from kzbuild.adapters.settings import Settings
 from kzbuild.build.builder import detect_for, target
 from kzbuild.build.toolchains import Detector
+from kzbuild.device.adb import adb_server_port
 from kzbuild.device.registry import connect
 from kzbuild.errors import DeviceError
 from kzbuild.model.device import Device
@@ -80,12 +81,6 @@ def check_adb_device(
     except DeviceError as exc:
         return DeviceCheck(device.name, "adb", False, exc.message, exc.hint)
     return DeviceCheck(device.name, "adb", True, f"{address} online (adb server on port {port})")
-
-
-def adb_server_port(environ: Mapping[str, str]) -> int:
-    """The port adb clients use: ANDROID_ADB_SERVER_PORT, else adb's default 5037."""
-    value = environ.get("ANDROID_ADB_SERVER_PORT", "")
-    return int(value) if value.isdigit() else 5037
 
 
 def listening(host: str, port: int) -> bool:

@@ -5,15 +5,23 @@ or, as adb itself does, from ``ANDROID_ADB_SERVER_PORT`` in the environment (def
 
 Commands run as ``adb -s SERIAL shell -n -T -- CMD`` where CMD is built by
 :func:`~kzbuild.device.base.remote_command`, so every argument is shell-quoted once and
-arrives unchanged. adb 29's client exits 0 when the connection drops before the command's
-exit packet, so after each command the transport asks the adb server whether the device is
-still online: a lost device is a DeviceError, never a silent success.
+arrives unchanged; a device script (``sh -c SCRIPT NAME ARGS...``) runs in the shell adbd starts
+(``set -- ARGS...; SCRIPT``: the same parse, one shell process less on the device). adb 29's
+client exits 0 when the connection drops before the command's exit packet, so every command ends
+with a line on stderr that carries its exit code and a random token (an EXIT trap of the device's
+shell, so it comes after anything the command wrote); the transport takes it off. A command
+without that line did not finish: the transport then asks the adb server whether the device is
+still online, and a lost device is a DeviceError, never a silent success. (Asking after every
+command cost an adb client process each.)
 """
 
 from __future__ import annotations
 
+import os
 import re
+import secrets
 import shlex
+import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -42,6 +50,8 @@ UNAUTHORIZED_HINT = (
 OFFLINE_HINT = (
     "the device is attached but not answering: replug it, or run 'adb reconnect' / restart adbd"
 )
+DEFAULT_SERVER_PORT = 5037
+EXIT_MARK = "kz-exit-"  # then a random token, a space and the exit code, on stderr's last line
 
 
 class AdbTransport:
@@ -77,6 +87,7 @@ class AdbTransport:
             "adb", why="the adb transport drives the adb client; Debian package 'adb'"
         )
         self._adb = [adb, *server_options(device.server, server_port)]
+        self._server = server_address(device.server, server_port)
         self._wait_online()
 
     @property
@@ -94,36 +105,46 @@ class AdbTransport:
         on_stdout: ByteSink | None = None,
         on_stderr: ByteSink | None = None,
     ) -> RemoteResult:
-        command = remote_command(argv, cwd=cwd, env=env)
+        trailer = ExitTrailer(on_stderr)
         try:
             code, out, err = proc.run_split(
-                self._device_argv("shell", "-n", "-T", "--", command),
+                self._device_argv("shell", "-n", "-T", "--", trailer.wrap(argv, cwd, env)),
                 timeout=timeout,
                 on_stdout=on_stdout,
-                on_stderr=on_stderr,
+                on_stderr=trailer.feed if on_stderr else None,
             )
         except CommandFailed as exc:  # run_split raises only for the timeout
             raise DeviceError(
                 f"{self.address}: '{shlex.join(argv)}' {exc.stderr}; the adb client was stopped"
             ) from exc
-        self._check_online(f"while running {argv[0]}")
-        return RemoteResult(code, out, err)
+        return self._finished(argv, trailer, code, out, err)
 
     def run_input(
         self, argv: Sequence[str], data: ByteSource, *, timeout: float | None = None
     ) -> RemoteResult:
         """``adb shell -T`` without ``-n``: the shell protocol v2 carries stdin, then closes it."""
-        command = remote_command(argv)
+        trailer = ExitTrailer(None)
         try:
             code, out, err = proc.run_split(
-                self._device_argv("shell", "-T", "--", command), timeout=timeout, stdin=data
+                self._device_argv("shell", "-T", "--", trailer.wrap(argv, None, None)),
+                timeout=timeout,
+                stdin=data,
             )
         except CommandFailed as exc:
             raise DeviceError(
                 f"{self.address}: '{shlex.join(argv)}' {exc.stderr}; the adb client was stopped"
             ) from exc
-        self._check_online(f"while running {argv[0]}")
-        return RemoteResult(code, out, err)
+        return self._finished(argv, trailer, code, out, err)
+
+    def _finished(
+        self, argv: Sequence[str], trailer: ExitTrailer, code: int, out: bytes, err: bytes
+    ) -> RemoteResult:
+        """The command's result; without its exit line, only once the device is known online."""
+        err = trailer.end(err)
+        if trailer.code is None:
+            self._check_online(f"while running {argv[0]}")
+            return RemoteResult(code, out, err)
+        return RemoteResult(trailer.code, out, err)
 
     def push(self, local: Path, remote: str, *, progress: ProgressFn | None = None) -> None:
         size = local.stat().st_size
@@ -200,18 +221,27 @@ class AdbTransport:
 
     def _state(self) -> tuple[str, str]:
         """The adb server's view of the device:
-        (device|offline|unauthorized|connecting|missing|other, adb's words)."""
-        try:
-            result = proc.run(
-                self._device_argv("get-state"), check=False, timeout=self.connect_timeout
-            )
-        except CommandFailed as exc:
-            raise DeviceError(
-                f"{self.address}: the adb server did not answer: {exc.stderr}"
-            ) from exc
-        if result.ok:
-            return result.stdout.strip(), ""
-        text = result.stderr.strip()
+        (device|offline|unauthorized|connecting|missing|other, adb's words).
+
+        Asked on the adb server's own socket (what ``adb get-state`` sends it, without starting an
+        adb client: a process costs 3 ms of CPU); through the adb client when that fails (no
+        server running yet: the client starts one)."""
+        answer = self._ask_server(f"host-serial:{self.serial}:get-state")
+        if answer is not None:
+            ok, text = answer
+        else:
+            try:
+                result = proc.run(
+                    self._device_argv("get-state"), check=False, timeout=self.connect_timeout
+                )
+            except CommandFailed as exc:
+                raise DeviceError(
+                    f"{self.address}: the adb server did not answer: {exc.stderr}"
+                ) from exc
+            ok, text = result.ok, result.stdout if result.ok else result.stderr
+        text = text.strip()
+        if ok:
+            return text, ""
         for state, marker in (
             ("unauthorized", "unauthorized"),
             ("offline", "offline"),
@@ -223,6 +253,25 @@ class AdbTransport:
             if marker in text:
                 return state, text
         return "other", text
+
+    def _ask_server(self, request: str) -> tuple[bool, str] | None:
+        """The adb server's answer to one host request (OKAY or FAIL, and its words), on its
+        socket; None when it cannot be asked there."""
+        if self._server is None:
+            return None
+        data = request.encode()
+        try:
+            with socket.create_connection(self._server, timeout=self.connect_timeout) as sock:
+                sock.sendall(b"%04x%s" % (len(data), data))
+                reply = sock.makefile("rb")
+                status = reply.read(4)
+                length = int(reply.read(4), 16)
+                words = reply.read(length)
+        except (OSError, ValueError):
+            return None
+        if status not in (b"OKAY", b"FAIL") or len(words) != length:
+            return None
+        return status == b"OKAY", words.decode(errors="replace")
 
     def _wait_online(self) -> None:
         """Connect a host:port serial if the server doesn't know it; wait out a transient
@@ -286,6 +335,48 @@ class AdbTransport:
         return f"adb devices lists: {listed}; a network device needs SERIAL as host:port"
 
 
+class ExitTrailer:
+    """The line a device command ends with on stderr (``EXIT_MARK``, a token, its exit code), put
+    there by an EXIT trap of the device's shell, and taken off again: ``code`` is that exit code,
+    None when the line never came (the command did not finish). With ``sink``, stderr streams to
+    it through :meth:`feed`, holding back what could be the start of the line."""
+
+    def __init__(self, sink: ByteSink | None) -> None:
+        self.sink = sink
+        self.mark = f"{EXIT_MARK}{secrets.token_hex(8)}"
+        self.line = re.compile(rb"\n" + self.mark.encode() + rb" ([0-9]{1,3})\n\Z")
+        self.code: int | None = None
+        self._held = b""
+
+    def wrap(self, argv: Sequence[str], cwd: str | None, env: Mapping[str, str] | None) -> str:
+        """The command line for adbd's shell: the trap, then the command (a script inline)."""
+        trap = f"trap 'kz_rc=$?; {{ echo; echo \"{self.mark} $kz_rc\"; }} >&2' EXIT; "
+        if len(argv) >= 3 and argv[:2] == ["sh", "-c"] and cwd is None and not env:
+            return f"{trap}set -- {shlex.join(argv[4:])}; {argv[2]}"
+        return trap + remote_command(argv, cwd=cwd, env=env)
+
+    def feed(self, data: bytes) -> None:
+        assert self.sink is not None
+        data = self._held + data
+        keep = len(self.mark) + 8  # "\n" MARK " " CODE "\n", at most
+        self._held = data[-keep:]
+        if data[:-keep]:
+            self.sink(data[:-keep])
+
+    def end(self, stderr: bytes) -> bytes:
+        """stderr without the line (what was kept, or what :meth:`feed` held back); sets code."""
+        rest = self._held if self.sink is not None else stderr
+        found = self.line.search(rest)
+        if found:
+            self.code = int(found[1])
+            rest = rest[: found.start()]
+        if self.sink is not None:
+            if rest:
+                self.sink(rest)
+            return stderr
+        return rest
+
+
 def server_options(server: str | None, port: int | None) -> list[str]:
     """adb's options for the server a device is served by: another machine's (``-H HOST -P PORT``),
     or this machine's on ``port`` (else adb's default: ANDROID_ADB_SERVER_PORT, else 5037)."""
@@ -293,6 +384,23 @@ def server_options(server: str | None, port: int | None) -> list[str]:
         host, _, server_port = server.rpartition(":")
         return ["-H", host.strip("[]"), "-P", server_port]
     return ["-P", str(port)] if port else []
+
+
+def server_address(server: str | None, port: int | None) -> tuple[str, int] | None:
+    """Where the adb client would reach its server (see :func:`server_options`); None when the
+    environment names it in a way only the client reads (ADB_SERVER_SOCKET)."""
+    if server:
+        host, _, server_port = server.rpartition(":")
+        return host.strip("[]"), int(server_port)
+    if os.environ.get("ADB_SERVER_SOCKET"):
+        return None
+    return "localhost", port or adb_server_port(os.environ)
+
+
+def adb_server_port(environ: Mapping[str, str]) -> int:
+    """The port adb clients use: ANDROID_ADB_SERVER_PORT, else adb's default 5037."""
+    value = environ.get("ANDROID_ADB_SERVER_PORT", "")
+    return int(value) if value.isdigit() else DEFAULT_SERVER_PORT
 
 
 def adb_error(result: proc.Result) -> str:

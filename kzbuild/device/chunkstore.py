@@ -205,28 +205,32 @@ RECEIVE_SCRIPT = (
 # cut push re-sends at most one piece (0.2 s of USB 2). A piece is copied to the staging dir and
 # joined by a process on the device, so a release's libraries (a few MB each) travel whole.
 PUSH_PIECE = 8 << 20
-# $1 = incoming/, $2 = the mode of the contents named next, $3 = those of them pushed in pieces
-# ("NAME:P NAME:P ...": NAME.0 ... NAME.P-1), then the content names. No stdin, no file to read:
-# a TreePush brought the contents, and the device runs sha256sum, sed, chmod and mv, each once
-# for all of them (plus a cat for each content in pieces). Joins the pieces (and removes them),
-# runs sha256sum on every content and prints its lines and a "/" line. A content is named by its
-# sha256, so it matched when its line is "SHA  SHA": those get the mode and move into objects/,
-# the rest stays in incoming/ (and the script exits MISMATCH, so that no step that follows it
-# runs). The names go to the tools as "$@": a shell loop over hundreds of names costs more than a
-# process (only a mismatch takes one). Names and sums are hex, so they are split and echoed as
-# they are.
+# $1 = incoming/, $2 = how many of the contents named next must be executable (they come first),
+# $3 = those of them pushed in pieces ("NAME:P NAME:P ...": NAME.0 ... NAME.P-1), then the content
+# names. No stdin, no file to read: a TreePush brought the contents, each with its mode (the
+# staged file has it and adbd gives it to the file it writes). The device runs sha256sum and mv,
+# each once for all of them (plus a cat for each content in pieces, and a chmod only when a
+# content that must be executable is not: one joined from pieces, say). Joins the pieces (and
+# removes them), runs sha256sum on every content and prints its lines and a "/" line. A content is
+# named by its sha256, so it matched when its line is "SHA  SHA" (the shell compares the words in
+# pairs: no sed): those move into objects/, the rest stays in incoming/ (and the script exits
+# MISMATCH, so that no step that follows it runs). The names go to the tools as "$@". Names and
+# sums are hex, so they are split and echoed as they are.
 PUSHED_SCRIPT = (
-    'cd "$1" || exit 1; m=$2 j=$3; shift 3; set -f; parts=; '
+    'cd "$1" || exit 1; x=$2 j=$3; shift 3; set -f; parts=; '
     "for a in $j; do n=${a%%:*}; i=0; p=; "
     'while [ "$i" -lt "${a#*:}" ]; do p="$p $n.$i"; i=$((i + 1)); done; '
     'cat $p > "$n" || exit 1; parts="$parts$p"; done; '
-    'sums=$(sha256sum "$@") && ok=1 || ok=; echo "$sums"; echo /; '
+    'sums=$(sha256sum "$@"); echo "$sums"; echo /; '
     'if [ -n "$parts" ]; then rm -f $parts; fi; '
-    'if [ -n "$ok" ] && [ -z "$(echo "$sums" | sed -n \'/^\\([0-9a-f]\\{64\\}\\)  \\1$/!p\')" ]; '
-    'then chmod "$m" "$@" && mv -f "$@" ../objects/; exit; fi; '
+    'i=0; f=; for n; do [ "$i" -lt "$x" ] || break; i=$((i + 1)); [ -x "$n" ] || f="$f $n"; done; '
+    'if [ -n "$f" ]; then chmod 755 $f || exit 1; fi; '
+    'k=0; d=; for w in $sums; do if [ -z "$d" ]; then d=$w; '
+    'else [ "$d" = "$w" ] && k=$((k + 1)); d=; fi; done; '
+    'if [ "$k" = "$#" ]; then mv -f "$@" ../objects/; exit; fi; '
     'good=; d=; for w in $sums; do if [ -z "$d" ]; then d=$w; '
     'elif [ "$d" = "$w" ]; then good="$good $w"; d=; else d=; fi; done; '
-    'if [ -n "$good" ]; then chmod "$m" $good && mv -f $good ../objects/ || exit 1; fi; exit 9'
+    'if [ -n "$good" ]; then mv -f $good ../objects/ || exit 1; fi; exit 9'
 )
 MISMATCH = 9  # PUSHED_SCRIPT's exit code when a content did not match (or was missing)
 WHOLE_FILE_MAX = 64 << 20  # files up to this size are read once for all their chunks
@@ -287,6 +291,7 @@ class Member:
     read: Callable[[], Iterator[bytes]]
     label: str = ""  # for progress; empty: not file contents (a list)
     source: Path | None = None  # the local file whose whole content it is, if any
+    mode: int = 0o644  # of the staged file (a TreePush gives the device's file the same)
 
     def check(self, written: int) -> None:
         """That ``written`` bytes, what was read of it, is its size."""
@@ -525,16 +530,22 @@ class Reader:
 
 
 def stage(members: Iterable[Member], into: Path) -> None:
-    """Write ``members`` as files under ``into``, for a transport's bulk copy (a member that is a
-    whole local file is hard-linked when the filesystem allows)."""
+    """Write ``members`` as files of their modes under ``into``, for a transport's bulk copy (a
+    member that is a whole local file of that mode is hard-linked when the filesystem allows)."""
+    made = {str(into)}
     for member in members:
-        target = into / member.name
-        target.parent.mkdir(parents=True, exist_ok=True)
+        target = f"{into}/{member.name}"
+        parent = os.path.dirname(target)
+        if parent not in made:
+            os.makedirs(parent, exist_ok=True)
+            made.add(parent)
         if member.source is not None:
             try:
-                os.link(member.source, target)
-                member.check(member.source.stat().st_size)
-                continue
+                info = os.stat(member.source)
+                if info.st_mode & 0o7777 == member.mode:
+                    os.link(member.source, target)
+                    member.check(info.st_size)
+                    continue
             except OSError:
                 pass  # another filesystem: copied below
         with open(target, "wb") as out:
@@ -542,6 +553,7 @@ def stage(members: Iterable[Member], into: Path) -> None:
             for data in member.read():
                 out.write(data)
                 written += len(data)
+        os.chmod(target, member.mode)
         member.check(written)
 
 
@@ -750,7 +762,7 @@ def _deliver(
                     continue
             whole = up.local if (offset, size) == (0, up.size) else None
             read = reader.piece(up.local, offset, size)
-            members.append(Member(name, size, read, up.label, whole))
+            members.append(Member(name, size, read, up.label, whole, up.mode))
     if isinstance(transport, TreePush):
         sent, found = _push(remote, transport, layout, contents, pieces, members, on_progress, then)
     else:
@@ -898,21 +910,21 @@ def _push(
             on_progress(TransferProgress(member.label, done, total))
     if on_progress:
         on_progress(TransferProgress("verifying sha256 on the device", done, total))
-    groups: dict[int, list[Content]] = {}
-    for content in contents:
-        groups.setdefault(content.upload.mode, []).append(content)
-    # one command per mode and ARGV_BUDGET of names (PUSHED_SCRIPT takes them as "$@")
+    # the contents that must be executable first; one command per ARGV_BUDGET of names
+    # (PUSHED_SCRIPT takes them as "$@")
+    ordered = sorted(contents, key=lambda content: not content.upload.mode & 0o111)
     steps = []
-    for mode, group in groups.items():
-        for batch in batches([content.sha256 for content in group]):
-            joins = " ".join(f"{name}:{len(pieces[name])}" for name in batch if name in pieces)
-            steps.append(
-                Step(
-                    PUSHED_SCRIPT,
-                    (layout.incoming + "/", f"{mode:o}", joins, *batch),
-                    f"checking {len(batch)} file(s)",
-                )
+    for batch in batches([content.sha256 for content in ordered]):
+        names = set(batch)
+        executable = sum(1 for c in ordered if c.sha256 in names and c.upload.mode & 0o111)
+        joins = " ".join(f"{name}:{len(pieces[name])}" for name in batch if name in pieces)
+        steps.append(
+            Step(
+                PUSHED_SCRIPT,
+                (layout.incoming + "/", str(executable), joins, *batch),
+                f"checking {len(batch)} file(s)",
             )
+        )
     found: dict[str, str] = {}
     for step in steps:
         if then is not None and len(steps) == 1:

@@ -25,7 +25,6 @@ from kzbuild.device.base import RemoteResult, Transport
 from kzbuild.device.chunkstore import (
     DIRECTORY,
     HARDLINK,
-    TAR_BLOCK,
     Member,
     constant,
     deliver,
@@ -34,7 +33,9 @@ from kzbuild.device.chunkstore import (
 )
 from kzbuild.device.devicelock import DeviceLock, device_lock
 from kzbuild.device.integrity import (
+    KeptCheck,
     check,
+    kept_hash_step,
     manifest_files,
     objects_check_step,
     release_expectations,
@@ -48,6 +49,7 @@ from kzbuild.device.store import (
     COMMAND_TIMEOUT,
     PRUNE_SCRIPT,
     RELEASE_SCRIPT,
+    STORE_DIRS,
     VERIFY_TIMEOUT,
     Layout,
     ProgressCallback,
@@ -75,6 +77,10 @@ from kzbuild.model.device import Device
 
 log = logging.getLogger(__name__)
 
+# contents whose exec bit the release command checks, as its arguments (their names, 67 bytes
+# each, share the command with a check of as many more); more are chmod-ed in commands of their own
+EXEC_ARGS = 200
+
 
 # --- deploy, rollback, prune ---
 def deploy(
@@ -98,7 +104,10 @@ def deploy(
     """
     started = time.monotonic()
     layout = Layout(device.root)
-    with device_lock(transport, device.root, "deploy", wait=wait, then=_prologue(layout)) as lock:
+    prologue, kept_job = _prologue(layout, artifact)
+    with device_lock(
+        transport, device.root, "deploy", wait=wait, then=prologue, make=STORE_DIRS
+    ) as lock:
         return _deploy(
             transport,
             device,
@@ -107,6 +116,8 @@ def deploy(
             on_progress=on_progress,
             lock=lock,
             started=started,
+            prologue=prologue,
+            kept_job=kept_job,
         )
 
 
@@ -119,10 +130,12 @@ def _deploy(
     on_progress: ProgressCallback | None,
     lock: DeviceLock,
     started: float,
+    prologue: list[Step],
+    kept_job: KeptCheck | None,
 ) -> DeployResult:
     remote = Remote(transport)
     layout = Layout(device.root)
-    state_result, inventory_result = remote.checked(_prologue(layout), lock.then)
+    state_result, inventory_result, *job = remote.checked(prologue, lock.then)
     state = parse_state(state_result)
     release, complete = _release_for(remote, layout, state, artifact)
     uploads: list[Upload] = []
@@ -135,11 +148,20 @@ def _deploy(
         have = parse_inventory(inventory_result, layout.chunks)
         uploads = _plan_uploads(artifact, have.stored)
         verified = frozenset(up.sha256 for up in uploads)
-        # the contents stored before are hashed (as objects/SHA) in the command that builds the
-        # release and switches to it; should one not match, the sequence stops before the release
-        # and the release is built, checked and repaired as below
+        # the contents stored before are hashed (as objects/SHA) before the command that builds
+        # the release switches to it: by the job the first command started in the background,
+        # while the rest is sent (that command waits for it), else in that command; should one
+        # not match, the sequence stops before the release and the release is built, checked and
+        # repaired as below
         kept = sorted({entry.sha256 for entry in artifact.files} - verified)
-        check = objects_check_step(layout, kept) if release not in state.damaged else None
+        waiting = kept_job.wait_step(job[0]) if kept_job and job and kept else None
+        check = (
+            None
+            if release in state.damaged
+            else waiting[0]
+            if waiting and waiting[1] == len(kept)
+            else objects_check_step(layout, kept)
+        )
         unlock = keep is None
         assembled: list[tuple[int, bool]] = []
 
@@ -200,10 +222,16 @@ def _deploy(
     )
 
 
-def _prologue(layout: Layout) -> list[Step]:
-    """What deploy runs in the round trip that takes the lock: the state, and the store's
-    inventory."""
-    return [state_step(layout), inventory_step(layout, layout.objects, layout.chunks)]
+def _prologue(layout: Layout, artifact: Artifact) -> tuple[list[Step], KeptCheck | None]:
+    """What deploy runs in the round trip that takes the lock: the state, the store's inventory,
+    and the start of a background sha256sum of the artifact's contents the store holds already
+    (:func:`~kzbuild.device.integrity.kept_hash_step`; not when the release is there)."""
+    steps = [state_step(layout), inventory_step(layout, layout.objects, layout.chunks)]
+    names = sorted({entry.sha256 for entry in artifact.files})
+    started = kept_hash_step(layout, artifact.build_id, names)
+    if started is None:
+        return steps, None
+    return [*steps, started[0]], started[1]
 
 
 def _release_for(
@@ -373,29 +401,29 @@ def _assemble(
     with its mode: nothing to do, and no process for it on the device). A step ``first`` runs
     before all of it, and the rest only if it succeeds; its result comes third (None without it).
 
-    One command, which renews the lock first: a tar stream of the manifest (under a name of its own
-    in incoming/), the list of
-    executables and the release's dirs and hard links (which tar makes without a process per
-    file). The staging dir's name is unique: nothing is written through a hard link.
+    One command, which renews the lock first: a tar stream of the release's dirs, its manifest and
+    its hard links (which tar makes without a process per file); the contents that must be
+    executable go as arguments (the shell tests their exec bit: chmod runs only for one that lacks
+    it), or, more than EXEC_ARGS of them, are chmod-ed first in commands of their own. The staging
+    dir's name is unique: nothing is written through a hard link.
     """
     token = secrets.token_hex(4)
     staging = f"releases/.staging-{release}-{token}"
-    manifest = f"incoming/{MANIFEST}-{token}"
     manifest_bytes = artifact.manifest_path.read_bytes()
-    executables = "".join(
-        f"{staging}/{entry.path}\0"
-        for entry in artifact.files
-        if entry.mode & 0o111 and entry.sha256 not in stored
-    ).encode()
+    modes = _content_modes(artifact.files)  # toybox's tar gives a hard link's inode its mode
+    executables = sorted(sha for sha, mode in modes.items() if mode & 0o111 and sha not in stored)
+    if len(executables) > EXEC_ARGS:
+        remote.batched(
+            ["chmod", "755"],
+            [posixpath.join(layout.objects, sha) for sha in executables],
+            what="making stored contents executable",
+        )
+        executables = []
     dirs = sorted(
         {posixpath.dirname(f"{staging}/{entry.path}") for entry in artifact.files} | {staging}
     )
-    members = [Member(manifest, len(manifest_bytes), constant(manifest_bytes))]
-    if executables:
-        members.append(Member(f"{manifest}.exec", len(executables), constant(executables)))
     headers = [tar_header(name, 0, kind=DIRECTORY, mode=0o755) for name in dirs]
-    modes = _content_modes(artifact.files)  # toybox's tar gives a hard link's inode its mode
-    headers += [
+    links = [
         tar_header(
             f"{staging}/{entry.path}",
             0,
@@ -405,10 +433,13 @@ def _assemble(
         )
         for entry in artifact.files
     ]
-    stream = chain(tar_stream(members, end=False), (b"".join(headers), bytes(2 * TAR_BLOCK)))
+    manifest = Member(f"{staging}/{MANIFEST}", len(manifest_bytes), constant(manifest_bytes))
+    # the manifest last: a stream cut short at a block boundary (which tar may take for its end)
+    # leaves no manifest, and RELEASE_SCRIPT then builds no release
+    stream = chain((b"".join(headers + links),), tar_stream([manifest]))
     step = Step(
         RELEASE_SCRIPT,
-        (layout.root, staging, manifest, f"releases/{release}"),
+        (layout.root, staging, f"releases/{release}", *executables),
         "completing the release",
     )
     lead = [first] if first else []

@@ -2,16 +2,17 @@
 
 ``ROOT/.lock/`` is taken with ``mkdir`` (atomic on every filesystem; toybox has it) and holds
 an ``owner`` file (host, pid, since, operation, random token; see
-:class:`kzbuild.model.devicelock.LockOwner`) written to a temp name and renamed in. The holder
-touches ``owner`` between the steps of an operation: its mtime is the heartbeat.
+:class:`kzbuild.model.devicelock.LockOwner`) that the device's shell writes right after the
+``mkdir``. The holder rewrites ``owner`` in place between the steps of an operation: its mtime is
+the heartbeat.
 
 A lock is stale when its holder ran on this host (by name) and its pid is gone, or when its
 heartbeat is older than the lease (``KZ_LOCK_LEASE`` seconds, default 600), which is what
 recovers a lock of a machine that died or is unreachable. A stale lock is broken under a
 second lock dir (``ROOT/.lock.break``) that only breakers and releasers take: the lock is
 removed only if it still holds the token judged stale, so two breakers cannot remove a fresh
-lock, and a holder removes only a lock with its own token. The removal renames the lock dir
-away first, so it disappears in one step.
+lock, and a holder removes only a lock with its own token. While it is removed the lock is a
+dir without owner and a fresh mtime, which nobody breaks or takes.
 
 ``KZ_LOCK_HOST`` overrides the host name recorded (tests use it to act as two machines).
 All scripts are constant strings; paths and owner fields go in as positional arguments.
@@ -32,7 +33,7 @@ from datetime import datetime, timezone
 
 from kzbuild.device.base import ByteSource, RemoteResult, Transport
 from kzbuild.device.steps import Step, run_steps
-from kzbuild.device.store import COMMAND_TIMEOUT, Layout, Remote
+from kzbuild.device.store import COMMAND_TIMEOUT, SHELL_FUNCTIONS, Layout, Remote
 from kzbuild.errors import Busy, ConfigError, KzError
 from kzbuild.model.devicelock import LockOwner, LockSighting, token_line
 
@@ -62,36 +63,46 @@ _TOKEN_OF = (
     "token_of() { t=; { read -r _; read -r _; read -r _; read -r _; read -r t; } 2>/dev/null < "
     '"$1/owner"; }; '
 )
-# $1 = ROOT, $2 = the lock dir, then the owner's lines. Exit 0: taken. Exit 3: held, and prints
-# the device's time, the heartbeat (owner's mtime, else the dir's) and the owner file.
-ACQUIRE_SCRIPT = (
-    'root=$1 lock=$2; shift 2; [ -d "$root" ] || mkdir -p "$root" || exit 1; '
+# $1 = ROOT, $2 = the lock dir, $3 = the owner file's text, $4 = dirs to make in ROOT when ROOT is
+# made (the same mkdir: a first deploy's store). Exit 0: taken. Exit 3: held, and prints the
+# device's time, the heartbeat (owner's mtime, else the dir's) and the owner file. The owner is
+# written by the shell itself (no process): until it is, a reader sees a lock with no owner yet,
+# as between the mkdir and the write of any lock.
+ACQUIRE_SCRIPT = SHELL_FUNCTIONS + (
+    'root=$1 lock=$2 owner=$3 dirs=$4; if [ ! -d "$root" ]; then set -- "$root"; '
+    'for d in $dirs; do set -- "$@" "$root/$d"; done; mkdir -p "$@" || exit 1; fi; '
     'if err=$(mkdir "$lock" 2>&1); then '
-    '  printf "%s\\n" "$@" > "$lock/owner.tmp" && mv -f "$lock/owner.tmp" "$lock/owner" && exit 0; '
+    '  kz_put "$owner" > "$lock/owner" && exit 0; '
     '  rm -rf "$lock"; exit 1; '
     "fi; "
-    '[ -d "$lock" ] || { printf "%s\\n" "$err" >&2; exit 1; }; '
+    '[ -d "$lock" ] || { kz_put "$err" >&2; exit 1; }; '
     'date +%s; stat -c %Y "$lock/owner" 2>/dev/null || stat -c %Y "$lock" 2>/dev/null || exit 4; '
     'cat "$lock/owner" 2>/dev/null; exit 3'
 )
-# $1 = the lock dir, $2 = our token. Exit 6: the lock is not ours any more.
+# $1 = the lock dir, $2 = our token, $3 = the owner file's text. Exit 6: the lock is not ours any
+# more. The heartbeat: the shell writes the owner's own text over it, in place (``<>``: the file is
+# not truncated, so a reader never sees it empty, and no block is freed), which sets its mtime
+# without a touch process.
 REFRESH_SCRIPT = (
-    _TOKEN_OF + 'token_of "$1"; [ -n "$2" ] && [ "$t" = "$2" ] || exit 6; touch "$1/owner"'
+    SHELL_FUNCTIONS
+    + _TOKEN_OF
+    + 'token_of "$1"; [ -n "$2" ] && [ "$t" = "$2" ] || exit 6; kz_put "$3" 1<> "$1/owner"'
 )
-# $1 = the lock dir, $2 = the token it must hold ("" for a lock without owner), $3 = a unique
-# name to rename it to, $4 = the lease in seconds. Under the break mutex: exit 0 removed,
-# 6 it holds another token now, 5 the mutex is taken (a mutex older than the lease, left by
-# a device that rebooted mid-break, is removed for the next attempt).
+# $1 = the lock dir, $2 = the token it must hold ("" for a lock without owner), $3 = the lease in
+# seconds. Under the break mutex: exit 0 removed, 6 it holds another token now, 5 the mutex is
+# taken (a mutex older than the lease, left by a device that rebooted mid-break, is removed for
+# the next attempt). While it is being removed, the lock is a dir without owner, which nobody
+# breaks (its mtime is new) or takes (mkdir fails until it is gone); one rm removes it, then the
+# mutex.
 REMOVE_SCRIPT = _TOKEN_OF + (
     'm="$1.break"; '
     'if ! mkdir "$m" 2>/dev/null; then '
     '  age=$(( $(date +%s) - $(stat -c %Y "$m" 2>/dev/null || date +%s) )); '
-    '  [ "$age" -gt "$4" ] && rmdir "$m" 2>/dev/null; exit 5; '
+    '  [ "$age" -gt "$3" ] && rmdir "$m" 2>/dev/null; exit 5; '
     "fi; "
-    'token_of "$1"; rc=0; '
-    'if [ ! -d "$1" ]; then rc=0; elif [ "$t" = "$2" ]; then mv "$1" "$3" && rm -rf "$3" || rc=1; '
-    "else rc=6; fi; "
-    'rmdir "$m"; exit $rc'
+    'token_of "$1"; '
+    'if [ -d "$1" ] && [ "$t" != "$2" ]; then rmdir "$m"; exit 6; fi; '
+    'rm -rf "$1" "$m" || exit 1'
 )
 
 # $1 = the lock dir. Prints nothing when there is no lock, else what ACQUIRE_SCRIPT prints when
@@ -187,7 +198,9 @@ class DeviceLock:
         results, up to the first that failed.
         """
         refresh = Step(
-            REFRESH_SCRIPT, (self.layout.lock, self.owner.token), "refreshing the device lock"
+            REFRESH_SCRIPT,
+            (self.layout.lock, self.owner.token, owner_text(self.owner)),
+            "refreshing the device lock",
         )
         results = run_steps(self.remote.transport, [refresh, *steps], data=data, timeout=timeout)
         if results[0].returncode == NOT_OURS:
@@ -250,13 +263,20 @@ class DeviceLock:
 
 @contextmanager
 def device_lock(
-    transport: Transport, root: str, operation: str, *, wait: float = 0.0, then: Sequence[Step] = ()
+    transport: Transport,
+    root: str,
+    operation: str,
+    *,
+    wait: float = 0.0,
+    then: Sequence[Step] = (),
+    make: Sequence[str] = (),
 ) -> Iterator[DeviceLock]:
     """Hold the device root's lock for ``operation``; wait up to ``wait`` seconds, then raise Busy.
 
     ``then`` runs right after the lock is taken, in the same round trip (results in ``lock.then``).
+    When the root is not there yet, the dirs ``make`` (relative to it) are made with it.
     """
-    lock = acquire(Remote(transport), Layout(root), operation, wait=wait, then=then)
+    lock = acquire(Remote(transport), Layout(root), operation, wait=wait, then=then, make=make)
     try:
         yield lock
     finally:
@@ -264,7 +284,13 @@ def device_lock(
 
 
 def acquire(
-    remote: Remote, layout: Layout, operation: str, *, wait: float, then: Sequence[Step] = ()
+    remote: Remote,
+    layout: Layout,
+    operation: str,
+    *,
+    wait: float,
+    then: Sequence[Step] = (),
+    make: Sequence[str] = (),
 ) -> DeviceLock:
     """Take the lock, waiting up to ``wait`` seconds; ``then`` runs in the same round trip once it
     is taken
@@ -274,7 +300,9 @@ def acquire(
     owner = LockOwner(host, os.getpid(), since, operation, secrets.token_hex(8))
     deadline = time.monotonic() + wait
     step = Step(
-        ACQUIRE_SCRIPT, (layout.root, layout.lock, *owner.lines()), "taking the device lock"
+        ACQUIRE_SCRIPT,
+        (layout.root, layout.lock, owner_text(owner), " ".join(make)),
+        "taking the device lock",
     )
     argv = step.argv
     broken: set[str] = set()  # tokens of stale locks removed: one seen again is not broken twice
@@ -340,12 +368,16 @@ def remove_if_held_by(remote: Remote, layout: Layout, token: str) -> bool:
 
 
 def remove_step(layout: Layout, token: str) -> Step:
-    grave = f"{layout.lock}.stale-{secrets.token_hex(6)}"
     return Step(
         REMOVE_SCRIPT,
-        (layout.lock, token, grave, str(int(lease_seconds()))),
+        (layout.lock, token, str(int(lease_seconds()))),
         "removing the device lock",
     )
+
+
+def owner_text(owner: LockOwner) -> str:
+    """The owner file's text (its lines, the last without its newline: the device adds it)."""
+    return "\n".join(owner.lines())
 
 
 def _busy(

@@ -15,10 +15,12 @@ import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from kzbuild.device.base import RemoteResult
 from kzbuild.device.steps import Step
 from kzbuild.device.store import (
     ARGV_BUDGET,
     NAME_HEX,
+    SHELL_FUNCTIONS,
     Layout,
     Remote,
     device_sha256,
@@ -57,6 +59,78 @@ OBJECTS_CHECK_SCRIPT = (
     'for a; do echo "$a  $a"; done > "$s.want" || exit 1; '
     'cmp -s "$s.sums" "$s.want"; rc=$?; rm -f "$s.sums" "$s.want"; [ "$rc" = 0 ] || exit 9'
 )
+
+
+# $1 = objects/, $2 = the result file, $3 = a token, $4 = a release dir, then content names. Unless
+# the release dir exists (then the release is likely there whole: nothing to start), starts, in the
+# background, sha256sum of those of the contents objects/ holds, and prints its pid and how many
+# it hashes (none: "0 0", nothing started). When the sums are in, the job writes "ok TOKEN" to the
+# result file if each content hashed to its name, else "bad TOKEN". It ignores SIGHUP and keeps no
+# stream of the command open, so the command ends at once and the hashing goes on while the host
+# sends the rest.
+KEPT_HASH_SCRIPT = SHELL_FUNCTIONS + (
+    '[ ! -d "$4" ] && cd "$1" || { echo "0 0"; exit 0; }; r=$2 k=$3; shift 4; set -f; c=$#; '
+    'for a; do [ -f "$a" ] && set -- "$@" "$a"; done; shift "$c"; '
+    '[ "$#" -gt 0 ] || { echo "0 0"; exit 0; }; '
+    "( trap '' HUP; s=$(sha256sum \"$@\" 2>/dev/null); g=0; d=; for w in $s; do "
+    'if [ -z "$d" ]; then d=$w; else [ "$d" = "$w" ] && g=$((g + 1)); d=; fi; done; '
+    'v=bad; [ "$g" = "$#" ] && v=ok; kz_put "$v $k" > "$r" ) < /dev/null > /dev/null 2>&1 & '
+    'echo "$! $#"'
+)
+# $1 = the result file, $2 = the token, $3 = the pid of KEPT_HASH_SCRIPT's job. Waits for the
+# job's result (a sleep of 20 ms per look while it runs); exit 0 when it says ok, 9 otherwise (no
+# result from a job that ended: its sums are not known).
+KEPT_WAIT_SCRIPT = (
+    "v=; t=; while :; do "
+    'read -r v t 2>/dev/null < "$1"; [ "$t" = "$2" ] && break; '
+    'if ! kill -0 "$3" 2>/dev/null; then read -r v t 2>/dev/null < "$1"; break; fi; '
+    "sleep 0.02; done; "
+    '[ "$t" = "$2" ] && [ "$v" = ok ] || exit 9'
+)
+
+
+@dataclass(frozen=True)
+class KeptCheck:
+    """A background sha256sum of stored contents (:func:`kept_hash_step`), started in one command
+    and waited for in a later one (:meth:`wait_step`)."""
+
+    layout: Layout
+    token: str
+
+    @property
+    def result(self) -> str:
+        return self.layout.join(".switch", ".kz-kept")
+
+    def wait_step(self, started: RemoteResult) -> tuple[Step, int] | None:
+        """The step that waits for the job ``started`` (its start step's result) and fails unless
+        every content matched, with how many it hashes; None when no job was started."""
+        fields = started.text().split()
+        if not started.ok or len(fields) != 2 or not all(f.isdigit() for f in fields):
+            return None
+        pid, count = (int(field) for field in fields)
+        if not count:
+            return None
+        step = Step(
+            KEPT_WAIT_SCRIPT, (self.result, self.token, str(pid)), "checking stored contents"
+        )
+        return step, count
+
+
+def kept_hash_step(
+    layout: Layout, release: str, names: Sequence[str]
+) -> tuple[Step, KeptCheck] | None:
+    """The step that starts hashing those of ``names`` that objects/ holds, in the background on
+    the device, unless releases/``release`` exists; None when the names would take more than half
+    of a command's arguments."""
+    if sum(len(name) + 3 for name in names) > ARGV_BUDGET // 2:
+        return None
+    kept = KeptCheck(layout, secrets.token_hex(8))
+    step = Step(
+        KEPT_HASH_SCRIPT,
+        (layout.objects, kept.result, kept.token, layout.release(release), *names),
+        "hashing stored contents",
+    )
+    return step, kept
 
 
 @dataclass(frozen=True)

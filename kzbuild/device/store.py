@@ -16,6 +16,8 @@ Layout under the device root (ROOT)::
     deploys.log                   one line per switch of current (time, action, release)
     models/<sha256>.gguf, models/<name> -> <sha256>.gguf
     .switch/                      new symlinks are made here, then renamed into place
+    .switch/.kz-kept              the verdict of deploy's background sha256sum of the contents a
+                                  release keeps (kzbuild.device.integrity.KeptCheck)
     .lock/owner                   the one writer's lock (kzbuild.device.devicelock)
 
 Nothing is ever written through a hard link: every write goes to a fresh name (incoming/,
@@ -63,49 +65,79 @@ ARGV_BUDGET = 60_000  # bytes of arguments per remote command (Android allows fa
 COMMAND_TIMEOUT = 120.0
 VERIFY_TIMEOUT = 1800.0  # sha256sum of a multi-GB model on a phone takes a while
 
-STORE_DIRS = "objects chunks chunklists signatures incoming releases .switch damaged"
+# the dirs of the store; models/ last: it may be a link to a bigger partition, which STATE_SCRIPT
+# leaves as it is (the rest it replaces when they are not dirs)
+STORE_DIRS = (
+    "objects",
+    "chunks",
+    "chunklists",
+    "signatures",
+    "incoming",
+    "releases",
+    ".switch",
+    "damaged",
+    "models",
+)
+# Shell functions the scripts below share, builtins only (on the adb test device, as on Android,
+# a process costs more than a round trip; mksh has no printf builtin, and its echo reads
+# backslashes): kz_put prints its argument as it is, with a newline (mksh's print, else printf,
+# which dash and bash have built in); kz_ls prints its arguments one a line, nothing for a glob
+# that matched nothing (an ``ls -1`` of the current dir, without the process).
+SHELL_FUNCTIONS = (
+    'if [ -n "${KSH_VERSION-}" ]; then kz_put() { print -r -- "$1"; }; '
+    'else kz_put() { printf "%s\\n" "$1"; }; fi; '
+    'kz_ls() { { [ -e "$1" ] || [ -L "$1" ] || [ "$#" -gt 1 ]; } || return 0; '
+    "IFS='\n'; kz_put \"$*\"; unset IFS; }; "
+)
 # $1 = ROOT. Makes the layout, repairing what a person would have to: a store dir that is a
 # symlink (incoming/ pointing out of the root would have chunks written there) or not a dir is
 # replaced (models/ may be a link to a bigger partition: it is left as it is), and an entry
 # of objects/ or chunks/ that is not a regular file (a directory, a symlink) is removed, so
-# deploy sends its content again. Prints the current link's target on
-# the first line, then the release names, a "/" line, then the releases marked damaged. Only what
-# is missing is made: every tool run is a process, which costs the most on a device.
-STATE_SCRIPT = (
+# deploy sends its content again. Prints where the current link points on the first line (the
+# release it is the same dir as, found by ``test -ef``; readlink only when it points at none),
+# then the release names, a "/" line, then the releases marked damaged. Only what is missing is
+# made, and the listings are the shell's globs: every tool run is a process, which costs the most
+# on a device.
+STATE_SCRIPT = SHELL_FUNCTIONS + (
     '{ [ -d "$1" ] || mkdir -p "$1"; } && cd "$1" || exit 1; new=; '
-    f"for d in {STORE_DIRS}; do "
+    f"for d in {' '.join(STORE_DIRS[:-1])}; do "
     'if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then rm -f "$d" || exit 1; fi; '
     '[ -d "$d" ] || new="$new $d"; done; [ -d models ] || new="$new models"; '
     'if [ -n "$new" ]; then mkdir -p $new || exit 1; fi; '
     "for f in objects/* chunks/*; do "
     'if [ -L "$f" ] || { [ -e "$f" ] && [ ! -f "$f" ]; }; then rm -rf "$f" || exit 1; fi; done; '
-    "readlink current || echo; ls -1 releases && echo / && ls -1 damaged"
+    "t=; if [ -L current ]; then for r in releases/*; do "
+    'if [ current -ef "$r" ]; then t=$r; break; fi; done; '
+    '[ -n "$t" ] || t=$(readlink current); fi; kz_put "$t"; '
+    "cd releases && kz_ls * && echo / && cd ../damaged && kz_ls *"
 )
 # $1 = a store dir, $2 = incoming, optionally $3 = another dir. Prints the store's names, a "/"
 # line,
 # then "size name" per partial upload (from one ls -ln); with $3, a "/" line and the first name in
 # $3.
 # A partial upload with other hard links is removed: appending to it would write through them.
-# The shell's globs, not ls, look into an empty incoming/ and into $3: a process less each.
-INVENTORY_SCRIPT = (
-    'ls -1 "$1" || exit 1; echo /; other=$3; cd "$2" || exit 1; set -- *; '
+# The shell's globs, not ls, list the store and look into an empty incoming/ and into $3: a
+# process less each.
+INVENTORY_SCRIPT = SHELL_FUNCTIONS + (
+    'cd "$1" || exit 1; kz_ls *; echo /; other=$3; cd "$2" || exit 1; set -- *; '
     'if [ -e "$1" ] || [ -L "$1" ]; then ls -ln | while read -r p l u g s rest; do '
     'case $p in -*) ;; *) continue ;; esac; n=${rest##* }; if [ "$l" -gt 1 ]; then rm -f "$n"; '
     'else echo "$s $n"; fi; done; fi; '
     'if [ -n "$other" ]; then echo /; for f in "$other"/*; do '
     '{ [ -e "$f" ] || [ -L "$f" ]; } && echo "${f##*/}"; break; done; fi; true'
 )
-# $1 = ROOT, $2 = the staging dir, $3 = the manifest in incoming/, $4 = the release dir, which
-# must not
-# exist (all relative to ROOT); stdin: a tar of the manifest, the NUL-separated list of
-# executables ($3.exec, left out when none needs it) and
-# the staging dir's hard links into objects/. A content stored before without an exec bit gains it.
+# $1 = ROOT, $2 = the staging dir, $3 = the release dir, which must not exist (both relative to
+# ROOT), then the contents (names in objects/) that must be executable; stdin: a tar of the
+# staging dir: its dirs, its hard links into objects/ and, last, its manifest.json (no manifest:
+# the stream was cut, so no release). A content stored before without an exec bit gains it (the
+# shell tests each; chmod runs only for those that lack it).
 RELEASE_SCRIPT = (
-    'cd "$1" || exit 1; staging=$2 manifest=$3 release=$4; '
-    '{ [ ! -e "$staging" ] || rm -rf "$staging"; } && tar -x -f - || exit 1; '
-    'if [ -e "$manifest.exec" ]; then xargs -0 chmod 755 < "$manifest.exec" '
-    '&& rm -f "$manifest.exec" || exit 1; fi; '
-    'mv -f "$manifest" "$staging/manifest.json" && [ ! -e "$release" ] && mv "$staging" "$release"'
+    'cd "$1" || exit 1; staging=$2 release=$3; shift 3; set -f; '
+    '{ [ ! -e "$staging" ] || rm -rf "$staging"; } && tar -x -f - '
+    '&& [ -f "$staging/manifest.json" ] || exit 1; '
+    'x=; for o; do [ -x "objects/$o" ] || x="$x objects/$o"; done; '
+    'if [ -n "$x" ]; then chmod 755 $x || exit 1; fi; '
+    '[ ! -e "$release" ] && mv "$staging" "$release"'
 )
 # $1 = ROOT, then releases to remove (with their damage markers); what cut deploys left behind
 # goes too.
@@ -136,10 +168,13 @@ DAMAGED = "damaged"  # CURRENT_SCRIPT's word for a marked release
 HISTORY_SCRIPT = 'cat "$1" 2>/dev/null; true'
 # $1 = staged link, $2 = target, $3 = the link's dir, $4 = the link; then optionally
 # $5 = a log file and $6 = a line to append to it (a HistoryEntry line: no backslash, so echo
-# writes it as it is). Prints where the link now points.
-SWITCH_SCRIPT = (
+# writes it as it is). Prints where the link now points: the target when the link reaches the same
+# file as it (``test -ef``, no process), else what readlink says.
+SWITCH_SCRIPT = SHELL_FUNCTIONS + (
     '{ { [ ! -e "$1" ] && [ ! -L "$1" ]; } || rm -f "$1"; } && ln -s "$2" "$1" && mv -f "$1" "$3" '
-    '|| exit 1; if [ -n "$5" ]; then echo "$6" >> "$5" || exit 1; fi; readlink "$4"'
+    '|| exit 1; if [ -n "$5" ]; then echo "$6" >> "$5" || exit 1; fi; '
+    "case $2 in /*) p=$2 ;; *) p=$3$2 ;; esac; "
+    'if [ -e "$p" ] && [ "$4" -ef "$p" ]; then kz_put "$2"; else readlink "$4"; fi'
 )
 
 

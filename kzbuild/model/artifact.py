@@ -11,7 +11,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 MANIFEST = "manifest.json"
@@ -90,17 +90,14 @@ def parse_files(files: object) -> tuple[ArtifactFile, ...]:
         raise ValueError("'files' must be a non-empty mapping of relative paths")
     parsed = []
     for relpath, entry in files.items():
-        posix = PurePosixPath(str(relpath))
-        if (
-            posix.is_absolute()
-            or ".." in posix.parts
-            or str(posix) != relpath
-            or relpath in ("", ".")
-        ):
+        # a plain relative path: no empty part (absolute, "a//b", "a/"), no "." and no ".."; the
+        # string's own split, not PurePosixPath (which costs more than the rest for thousands)
+        parts = relpath.split("/") if isinstance(relpath, str) else [""]
+        if any(part in ("", ".", "..") for part in parts):
             raise ValueError(f"files: '{relpath}' is not a plain relative path")
         if CONTROL_CHARS.search(relpath):  # device tools print one path per line
             raise ValueError(f"files: {relpath!r} holds a control character")
-        if posix.parts[0] == MANIFEST:
+        if parts[0] == MANIFEST:
             raise ValueError(
                 f"files: '{relpath}': '{MANIFEST}' is the release's own manifest; it cannot be one "
                 "of its files"

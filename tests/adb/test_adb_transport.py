@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,10 @@ def test_env_and_cwd_are_quoted(transport: AdbTransport) -> None:
 def test_any_string_arrives_unchanged(transport: AdbTransport, args: list[str]) -> None:
     # NUL is the one character no argv can carry, on any system.
     assert echo_args(transport, args) == args
+    # a device script (sh -c SCRIPT NAME ARGS) runs in adbd's own shell, as set -- ARGS; SCRIPT
+    result = transport.run(["sh", "-c", 'printf "%s\\0" "$@"; exit 4', "kz", *args])
+    assert result.returncode == 4, result.stderr
+    assert result.stdout.decode().split("\0")[:-1] == args
 
 
 def test_push_pull_round_trip_of_a_binary_file(
@@ -180,7 +185,13 @@ def test_drop_mid_push_raises_and_leaves_no_partial_file(
     assert (
         "device offline (while pushing lib.so)" in message or "couldn't read from device" in message
     )
-    assert not adb_device.host_path("/data/local/tmp/lib.so").exists()
+    # the device removes the cut file when it sees the connection go, as adbd does: not
+    # necessarily before the client has reported the failure
+    partial = adb_device.host_path("/data/local/tmp/lib.so")
+    deadline = time.monotonic() + 5
+    while partial.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not partial.exists()
     # adb reconnects the device; a new transport waits for that and the push then succeeds
     again = AdbTransport(adb_device.device(), connect_timeout=10)
     again.push(blob, "/data/local/tmp/lib.so")
@@ -284,3 +295,29 @@ def test_adb_missing_is_not_available_here(monkeypatch: pytest.MonkeyPatch, tmp_
         AdbTransport(
             Device(name="pad3", transport="adb", serial="R5CX1234", root="/data/local/tmp/x")
         )
+
+
+def test_the_device_state_comes_from_the_adb_servers_socket(
+    adb_device: AdbTestDevice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kzbuild.adapters import proc
+
+    clients: list[list[str]] = []
+    real_run = proc.run
+
+    def counted(argv: list[str], **options: object) -> proc.Result:
+        clients.append([str(arg) for arg in argv])
+        return real_run(argv, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(proc, "run", counted)
+    AdbTransport(adb_device.device(), connect_timeout=5)  # connects: adb connect is a client
+    clients.clear()
+    transport = AdbTransport(adb_device.device(), connect_timeout=5)
+    assert transport._state() == ("device", "")
+    assert clients == []
+    # where only the adb client knows the server (ADB_SERVER_SOCKET), it asks through the client
+    monkeypatch.setenv(
+        "ADB_SERVER_SOCKET", f"tcp:localhost:{os.environ['ANDROID_ADB_SERVER_PORT']}"
+    )
+    assert AdbTransport(adb_device.device(), connect_timeout=5)._state() == ("device", "")
+    assert [argv[-1] for argv in clients] == ["get-state", "get-state"]

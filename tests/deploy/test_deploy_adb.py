@@ -8,7 +8,7 @@ import os
 from kzbuild.device.adb import AdbTransport
 from kzbuild.device.chunkstore import PUSH_PIECE
 from kzbuild.errors import DeviceError
-from tests.fixtures_deploy import assert_store_invariant, sha256, write_manifest
+from tests.fixtures_deploy import assert_store_invariant, flip_byte, sha256, write_manifest
 
 ROOT = "/data/local/tmp/kz-engine"
 
@@ -123,3 +123,25 @@ def test_a_rotten_piece_left_by_a_cut_push_fails_the_check_and_is_sent_again(
     assert run_hello(adb_device) == f"hello from v2\nblob {blob_size}\n"
     assert assert_store_invariant(adb_device.host_path(ROOT)) == "b2"
     assert not list(incoming.iterdir())  # neither the rotten piece nor any other is left
+
+
+def test_kept_contents_are_hashed_during_the_push_and_rot_in_them_is_repaired(
+    kz, adb_device, artifacts
+):
+    build1 = artifacts.make("b1")
+    ok(adb_deploy(kz, adb_device, build1))
+    build2 = artifacts.make("b2", greeting="hello from v2")  # keeps hello and libblob of b1
+    changed = ok(adb_deploy(kz, adb_device, build2))
+    assert changed["files_sent"] == 1 and changed["repaired"] == []
+    # the first command's background sha256sum of the kept contents gave its verdict
+    verdict = adb_device.host_path(f"{ROOT}/.switch/.kz-kept").read_text().split()
+    assert verdict[0] == "ok" and len(verdict) == 2
+    blob = json.loads((build1 / "manifest.json").read_text())["files"]["lib/libblob.so"]
+    flip_byte(adb_device.host_path(f"{ROOT}/objects/{blob['sha256']}"))  # rot in what b3 keeps
+    build3 = artifacts.make("b3", greeting="hello from v3")
+    third = ok(adb_deploy(kz, adb_device, build3))
+    assert adb_device.host_path(f"{ROOT}/.switch/.kz-kept").read_text().split()[0] == "bad"
+    assert "releases/b3/lib/libblob.so" in third["repaired"]
+    assert current(adb_device) == "releases/b3"
+    assert run_hello(adb_device) == "hello from v3\nblob 65536\n"
+    assert_store_invariant(adb_device.host_path(ROOT))
