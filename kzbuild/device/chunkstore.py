@@ -44,9 +44,12 @@ makes its file fail the check; that file is then rebuilt from freshly sent chunk
 fresh chunks replace the stored ones (a rename); the chunks its deltas read are removed. A
 signature is a hint: a wrong one only makes a delta, then its file, fail the check. A cut
 transfer resumes: chunks, pieces and whole files that had arrived complete in ``incoming/`` are
-not sent again (so at most one piece is: of at most :data:`MAX_CHUNK` bytes in a stream, where a
-file that is one chunk travels whole; of at most :data:`PUSH_PIECE` bytes over adb, whose adbd
-removes the file a cut push was writing).
+not sent again. Sent again is the piece being written when the link went (of at most
+:data:`MAX_CHUNK` bytes in a stream, where a file that is one chunk travels whole; of at most
+:data:`PUSH_PIECE` bytes over adb, whose adbd removes the file a cut push was writing), and over
+ssh what sshd had received but not yet handed to the device's ``tar``: sshd drops it with the
+connection, up to its channel window (2 MiB with OpenSSH), more than the piece when the device
+is slow to write.
 """
 
 from __future__ import annotations
