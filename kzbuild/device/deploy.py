@@ -96,10 +96,11 @@ def deploy(
     Waits up to ``wait`` seconds for another writer to the device root, then raises Busy.
 
     Round trips: taking the lock, reading the state and listing the store are one; a first deploy
-    then sends its contents (:func:`~kzbuild.device.chunkstore.deliver`: a tar stream that ends in
-    the check and the move into the store; over adb a push, then that command), and renews the
-    lock, completes the release, switches and releases the lock in one. A release that keeps
-    contents the device held before has them hashed first (one more), then switches in its own.
+    then renews the lock, sends its contents (:func:`~kzbuild.device.chunkstore.deliver`: a tar
+    stream that ends in the check and the move into the store, and carries the release's own tar
+    as a file; over adb a push, then that command), hashes the contents the release keeps,
+    completes the release, switches and releases the lock, all in one command (the steps after
+    the store run only when every content matched).
     """
     started = time.monotonic()
     layout = Layout(device.root)
