@@ -61,7 +61,7 @@ from tests.fixtures_deploy import ArtifactMaker, assert_store_invariant  # noqa:
 from tests.fixtures_ssh import SshServer, free_port, keygen  # noqa: E402
 
 # device commands of a deploy of b2 over b1 (local, ssh) (see tests/deploy/test_deploy_faults.py)
-OPERATIONS = 4
+OPERATIONS = 3
 BUSY, DEVICE_ERROR = 10, 8
 
 

@@ -312,9 +312,10 @@ class NoSpaceTransport:
         if not spent[1]:
             return result
         written, self.budget = spent[0], 0
-        where = next(
-            arg for arg in reversed(argv) if arg.startswith("/")
-        )  # the dir the command writes to
+        # the dir the command writes to: incoming/ for a stream (which may carry the release and
+        # the lock's removal after it), else its last path
+        paths = [arg for arg in argv if arg.startswith("/")]
+        where = next((arg for arg in paths if arg.endswith("/incoming/")), paths[-1])
         raise device_full(
             self.inner.address, f"writing {where} failed after {written} bytes: {NO_SPACE}"
         )

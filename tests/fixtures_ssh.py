@@ -137,8 +137,11 @@ def shutdown(*sockets: socket.socket) -> None:
 
 class Relay:
     """Relays 127.0.0.1:port to a server, optionally at ``rate`` bytes/s each way (a slow link);
-    ``cut_after(n)`` drops every connection after n more client bytes. ``moved`` counts the bytes
-    relayed (client to server, server to client) since the last ``count_from_zero()``."""
+    ``cut_after(n)`` drops every connection after n more client bytes, or with ``hold`` stops
+    relaying client bytes there (and sets ``held``) until ``cut_now()``: the server then has time
+    to hand on what it had buffered, as a stalled cable allows before it is pulled. ``moved``
+    counts the bytes relayed (client to server, server to client) since the last
+    ``count_from_zero()``."""
 
     def __init__(self, target_port: int, rate: float | None = None) -> None:
         self.target_port = target_port
@@ -147,18 +150,21 @@ class Relay:
         self.port = self.listener.getsockname()[1]
         self._lock = threading.Lock()
         self._budget: int | None = None
+        self._hold = False
         self._sockets: list[socket.socket] = []
         self.moved = [0, 0]
         self.cut = threading.Event()
+        self.held = threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def count_from_zero(self) -> None:
         with self._lock:
             self.moved = [0, 0]
 
-    def cut_after(self, nbytes: int) -> None:
+    def cut_after(self, nbytes: int, *, hold: bool = False) -> None:
         with self._lock:
             self._budget = nbytes
+            self._hold = hold
 
     def _accept(self) -> None:
         while True:
@@ -191,6 +197,9 @@ class Relay:
                                 self._budget -= len(data)
                     if self._budget == 0:
                         sink.sendall(data)
+                        if self._hold:
+                            self.held.set()
+                            self.cut.wait()
                         self.cut_now()
                         return
                 sink.sendall(data)

@@ -13,11 +13,13 @@ A file is cut with FastCDC (:mod:`pyfastcdc`), so an edit moves only the chunks 
 device receives the chunks it lacks, and ``cat`` puts each file together from ``chunks/`` and
 ``incoming/``. A file under :data:`WHOLE_BELOW` travels whole, as before. At most two device
 commands move a deploy's contents, however many files it has: the chunk lists go up and the
-device answers which chunks it lacks (skipped while ``chunks/`` is empty: then it lacks all);
-one tar stream (``tar -x``, which toybox has) brings every missing chunk and whole file, and the
-same command assembles the files, runs ``sha256sum`` on them and moves what checked out into the
-store (the device compares the sums with sorted name lists: ``comm``, no answer from the host
-needed).
+device answers which chunks it lacks (skipped while ``chunks/`` is empty: then it lacks all, and
+each file is cut when the stream reaches it, so the host's cutting and hashing overlap the
+transfer); one tar stream (``tar -x``, which toybox has) brings every missing chunk and whole
+file, its control files last, and the same command assembles the files, runs ``sha256sum`` on
+them and moves what checked out into the store (the device compares each sum with its file's
+name, no answer from the host needed); the caller's steps may follow in that command, reading a
+file the stream brought (deploy's release, see :data:`Carry`).
 
 Over adb (:class:`~kzbuild.device.base.TreePush`) there is no stream and no chunk: the contents
 the device lacks are staged on the host (hard links where the filesystem allows) and pushed with
@@ -44,9 +46,12 @@ makes its file fail the check; that file is then rebuilt from freshly sent chunk
 fresh chunks replace the stored ones (a rename); the chunks its deltas read are removed. A
 signature is a hint: a wrong one only makes a delta, then its file, fail the check. A cut
 transfer resumes: chunks, pieces and whole files that had arrived complete in ``incoming/`` are
-not sent again (so at most one piece is: of at most :data:`MAX_CHUNK` bytes in a stream, where a
-file that is one chunk travels whole; of at most :data:`PUSH_PIECE` bytes over adb, whose adbd
-removes the file a cut push was writing).
+not sent again. Sent again is the piece being written when the link went (of at most
+:data:`MAX_CHUNK` bytes in a stream, where a file that is one chunk travels whole; of at most
+:data:`PUSH_PIECE` bytes over adb, whose adbd removes the file a cut push was writing), and over
+ssh what sshd had received but not yet handed to the device's ``tar``: sshd drops it with the
+connection, up to its channel window (2 MiB with OpenSSH), more than the piece when the device
+is slow to write.
 """
 
 from __future__ import annotations
@@ -61,12 +66,19 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kzbuild.device.base import NO_SPACE, RemoteResult, TreePush, device_full, lacks_space
+from kzbuild.device.base import (
+    NO_SPACE,
+    ByteSource,
+    RemoteResult,
+    TreePush,
+    device_full,
+    lacks_space,
+)
 from kzbuild.device.devicelock import pid_alive
 from kzbuild.device.steps import Step
 from kzbuild.device.store import (
@@ -165,33 +177,41 @@ SIGNATURE_SCRIPT = (
     "fi; fi"
 )
 # $1 = incoming/, $2 = token, $3 = 1 to use only chunks sent now. stdin: a tar of the chunks and
-# whole files, and of .kz-<token>/ ($k): "plan" ("a SHA": assemble from lists/SHA, "h SHA": arrived
-# whole), lists/ (if no probe sent them), delta, lit/ and sigs/ (see DELTA_SCRIPT and
-# SIGNATURE_SCRIPT), and sorted name lists: "expect" ("SHA  SHA", as sha256sum
-# prints a match), "chunked" (the assembled contents), mode/MODE (the contents of each mode).
-# Assembles, runs sha256sum on every
-# planned file and prints its lines and a "/" line. Then, with no answer from the host needed: the
-# contents that matched get their mode and move into objects/; their chunk lists move into
-# chunklists/; the chunks they were built from that arrived now (in incoming/, at the size their
-# list says, and not taken from chunks/) move into chunks/. The rest stays in incoming/.
+# whole files, and of .kz-<token>/ ($k): "plan" (sorted by SHA; "a SHA": assemble from lists/SHA,
+# "x SHA": the same for a list too long for one command line, "h SHA": arrived whole), lists/ (if
+# no probe sent them), delta, lit/ and sigs/ (see DELTA_SCRIPT and SIGNATURE_SCRIPT), and sorted
+# name lists: "chunked" (the assembled contents), mode/MODE (the contents of each mode).
+# Assembles, runs sha256sum on every planned file and prints its lines and a "/" line. Then, with
+# no answer from the host needed: the contents that matched get their mode and move into
+# objects/; their chunk lists move into chunklists/; the chunks they were built from that arrived
+# now (in incoming/, at the size their list says, and not taken from chunks/) move into chunks/.
+# The rest stays in incoming/, and the script exits MISMATCH (so that no step that follows it
+# runs; $k.release, a file such a step would have read, goes). Each step runs as few processes as
+# it can (on a busy device every process waits for a core): shell loops pick the names, one tool
+# takes them all.
 RECEIVE_SCRIPT = (
     'cd "$1" || exit 1; tar -x -f - || exit 1; '
     'k=".kz-$2"; fresh=$3; '
     f"{DELTA_SCRIPT}; "
-    'while read -r op o; do if [ "$op" = a ]; then rm -f "$o"; '
-    "while read -r c s; do "
+    'xargs rm -f < "$k/chunked" || exit 1; '
+    'while read -r op o; do if [ "$op" = a ]; then set --; while read -r c s; do '
+    'if [ "$fresh" = 0 ] && [ -f "../chunks/$c" ]; then set -- "$@" "../chunks/$c"; '
+    'else set -- "$@" "$c"; fi; done < "$k/lists/$o"; cat "$@" > "$o"; '
+    'elif [ "$op" = x ]; then while read -r c s; do '
     'if [ "$fresh" = 0 ] && [ -f "../chunks/$c" ]; then echo "../chunks/$c"; else echo "$c"; fi; '
     'done < "$k/lists/$o" | xargs cat > "$o"; fi; echo "$o"; '
-    'done < "$k/plan" | xargs sha256sum > "$k/sums"; cat "$k/sums"; echo /; '
-    'LC_ALL=C sort "$k/sums" | comm -12 - "$k/expect" | cut -d " " -f 1 > "$k/good" '
-    '&& comm -12 "$k/good" "$k/chunked" > "$k/built" || exit 1; '
+    'done < "$k/plan" | xargs sha256sum > "$k/sums"; '
+    'p=0; while read -r op o; do p=$((p + 1)); done < "$k/plan"; g=0; '
+    'while read -r h o; do echo "$h  $o"; [ "$h" = "$o" ] || continue; echo "$o" >&3; '
+    'g=$((g + 1)); if [ -f "$k/lists/$o" ]; then echo "$o" >&4; fi; '
+    'done < "$k/sums" 3> "$k/good" 4> "$k/built" || exit 1; echo /; '
     'if [ -s "$k/built" ]; then '
     '(cd "$k/lists" && xargs cat < ../built) | LC_ALL=C sort -u > "$k/want" || exit 1; '
-    'cut -d " " -f 1 "$k/want" | xargs stat -c "%n %s" 2>/dev/null | LC_ALL=C sort > "$k/have"; '
-    'if [ "$fresh" = 1 ]; then : > "$k/old"; '
-    'else ls -1 ../chunks | LC_ALL=C sort > "$k/old"; fi || exit 1; '
-    'comm -12 "$k/want" "$k/have" | cut -d " " -f 1 | comm -23 - "$k/old" > "$k/proven" '
-    "|| exit 1; "
+    "LC_ALL=C ls -ln | while read -r p l u g s rest; do case $p in -*) ;; *) continue ;; esac; "
+    'echo "${rest##* } $s"; done > "$k/have" || exit 1; '
+    'comm -12 "$k/want" "$k/have" | cut -d " " -f 1 > "$k/proven" || exit 1; '
+    'if [ "$fresh" = 0 ]; then LC_ALL=C ls -1 ../chunks | comm -13 - "$k/proven" > "$k/new" '
+    '&& mv -f "$k/new" "$k/proven" || exit 1; fi; '
     'if [ -s "$k/proven" ]; then '
     'xargs sh -c \'mv -f "$@" ../chunks/\' kz < "$k/proven" || exit 1; fi; '
     '(cd "$k/lists" && xargs sh -c \'mv -f "$@" ../../../chunklists/\' kz < ../built) '
@@ -199,8 +219,11 @@ RECEIVE_SCRIPT = (
     'for f in "$k"/mode/*; do [ -f "$f" ] || continue; '
     'comm -12 "$k/good" "$f" > "$k/moving" || exit 1; [ -s "$k/moving" ] || continue; '
     'xargs sh -c \'chmod "$0" "$@" && mv -f "$@" ../objects/\' "${f##*/}" < "$k/moving" '
-    '|| exit 1; done; rm -rf "$k"'
+    '|| exit 1; done; rm -rf "$k"; [ "$g" = "$p" ] || { rm -f "$k.release"; exit 9; }'
 )
+# a content of more chunks than this is assembled through xargs ("x" in RECEIVE_SCRIPT's plan):
+# its list of names stays under 128 KiB, the least a kernel allows a command line
+ARGV_CHUNKS = 2000
 # Over adb: a file bigger than this is pushed in pieces of this size ("SHA.0", "SHA.1", ...), so a
 # cut push re-sends at most one piece (0.2 s of USB 2). A piece is copied to the staging dir and
 # joined by a process on the device, so a release's libraries (a few MB each) travel whole.
@@ -232,13 +255,20 @@ PUSHED_SCRIPT = (
     'elif [ "$d" = "$w" ]; then good="$good $w"; d=; else d=; fi; done; '
     'if [ -n "$good" ]; then mv -f $good ../objects/ || exit 1; fi; exit 9'
 )
-MISMATCH = 9  # PUSHED_SCRIPT's exit code when a content did not match (or was missing)
+MISMATCH = 9  # RECEIVE_SCRIPT's and PUSHED_SCRIPT's exit code when a content did not match
 WHOLE_FILE_MAX = 64 << 20  # files up to this size are read once for all their chunks
 # Staging for a transport's bulk copy (adb push) goes to memory when it is this small: making 250
 # files of 64 KiB took 0.40 s on the ext4 /tmp of a busy build machine, 0.026 s on /dev/shm.
 MEMORY_STAGE = Path("/dev/shm")
 MEMORY_STAGE_MAX = 512 << 20
 STAGE_PREFIX = "kz-stage-"  # then the pid of the kzbuild that stages
+
+
+# deliver's ``then`` (see there) is called with the step that checks and stores what was sent and,
+# over a stream, a Carry: given the bytes of a file of the caller's, it returns the stream that
+# brings that file too, and the file's path on the device (the caller's steps read it there).
+Carry = Callable[[bytes], tuple[ByteSource, str]]
+Then = Callable[[Step, Carry | None], RemoteResult]
 
 
 @cache
@@ -315,10 +345,6 @@ def split(path: Path, size: int) -> tuple[Piece, ...]:
         for chunk in _chunker().cut_file(path)
     )
     return pieces if len(pieces) > 1 else ()
-
-
-def plan(uploads: Sequence[Upload]) -> list[Content]:
-    return [Content(upload, split(upload.local, upload.size)) for upload in uploads]
 
 
 def signature(content: Content, data: bytes, only: Iterable[str] | None = None) -> bytes:
@@ -514,6 +540,10 @@ class Reader:
         self._path: Path | None = None
         self._data = b""
 
+    def keep(self, path: Path, data: bytes) -> None:
+        """``data`` is the content of ``path`` (read already): its pieces are taken from it."""
+        self._path, self._data = path, data
+
     def piece(self, path: Path, offset: int, size: int) -> Callable[[], Iterator[bytes]]:
         def read() -> Iterator[bytes]:
             try:
@@ -605,7 +635,7 @@ def deliver(
     on_progress: ProgressCallback | None,
     *,
     chunks_empty: bool = False,
-    then: Callable[[Step], RemoteResult] | None = None,
+    then: Then | None = None,
 ) -> SendStats:
     """Put every upload into ``objects/`` verified, sending only the chunks the device lacks.
 
@@ -614,18 +644,17 @@ def deliver(
     fails its check is rebuilt once from chunks all sent anew; if it fails again, the
     DeviceError names it.
 
-    ``then`` runs the step that checks and stores what an adb push brought, when one step does
-    it all, and returns its result: the caller puts the steps that follow it into the same
-    command (they run only when every content matched).
+    ``then`` runs the step that checks and stores what was sent, when one step does it all (a
+    stream; over adb, a push of contents of one mode), and returns its result: the caller puts
+    the steps that follow it into the same command (they run only when every content matched),
+    and over a stream may add a file to it (a Carry).
     """
     if not uploads:
         return SendStats()
-    pushed = isinstance(remote.transport, TreePush)
-    contents = [Content(up, ()) for up in uploads] if pushed else plan(uploads)
     stats, bad, sources = _deliver(
         remote,
         layout,
-        contents,
+        uploads,
         partial,
         on_progress,
         fresh=False,
@@ -649,7 +678,7 @@ def deliver(
         again, bad, _ = _deliver(
             remote,
             layout,
-            [content for content, _ in bad],
+            [content.upload for content, _ in bad],
             {},
             on_progress,
             fresh=True,
@@ -675,105 +704,175 @@ def deliver(
 def _deliver(
     remote: Remote,
     layout: Layout,
-    contents: Sequence[Content],
+    uploads: Sequence[Upload],
     partial: dict[str, int],
     on_progress: ProgressCallback | None,
     *,
     fresh: bool,
     probe: bool,
-    then: Callable[[Step], RemoteResult] | None = None,
+    then: Then | None = None,
 ) -> tuple[SendStats, list[tuple[Content, str]], dict[str, set[str]]]:
     """One pass: (lists up, the device answers which chunks it lacks), then one transfer of the
     missing chunks and whole files that ends in their assembly, check and store on the device.
 
-    Without ``probe`` every chunk counts as missing and the lists travel in the stream.
+    Without ``probe`` every chunk counts as missing, the lists travel in the stream, and each file
+    is cut when the stream reaches it: the host's cutting and hashing overlap the transfer and
+    the device's writing (a first deploy's case).
     Returns what was sent, the contents that did not match (with the sha256 found) and the old
     chunks each content's deltas read.
     """
     token = secrets.token_hex(4)
-    control = f".kz-{token}"
-    chunked = [content for content in contents if content.pieces]
-    lists = [
-        Member(content.sha256, len(data), constant(data))
-        for content in chunked
-        for data in [content.chunk_list()]
-    ]
-    bases: dict[str, Base] = {}
-    # a range of an old chunk costs processes on the device: over adb, bytes cost less, so no
-    # deltas and no signatures for them
-    deltas = not isinstance(remote.transport, TreePush)
-    if chunked and probe:
-        look = _signed(chunked)[:MAX_BASED] if deltas else []
-        argv = ["sh", "-c", PROBE_SCRIPT, "kz", layout.root, token, *look]
-        answer = remote.transport.run_input(argv, tar_stream(lists), timeout=COMMAND_TIMEOUT)
-        if not answer.ok:
-            raise remote.error(argv, answer, what="sending the chunk lists")
-        names, base_lines = sections(answer.text().split("\n"), 2, what="sending the chunk lists")
-        missing = set(" ".join(names).split())
-        bases = parse_bases(base_lines)
-    else:
-        missing = {piece.name for content in chunked for piece in content.pieces}
-
     transport = remote.transport
-    pieces = _push_pieces(contents, partial) if isinstance(transport, TreePush) else {}
-    members = [] if isinstance(transport, TreePush) else _control(control, contents)
-    if not probe:
-        members += [replace(member, name=f"{control}/lists/{member.name}") for member in lists]
-    reader = Reader()
-    wanted: set[str] = set()
-    resumed = 0
-    recipes: list[str] = []
-    signatures: dict[str, bytes] = {}
-    sources: dict[str, set[str]] = {}
-    for content in contents:
-        up = content.upload
-        data = _signed_data(content) if deltas else None
-        base = bases.get(up.sha256) if data is not None else None
-        if data is not None:  # with a base, the device adds the lines of the chunks they share
-            only = None if base is None else missing
-            signatures[up.sha256] = signature(content, data, only)
-        parts = (
-            [
-                (piece.name, piece.offset, piece.size)
-                for piece in content.pieces
-                if piece.name in missing
-            ]
-            if content.pieces
-            else pieces.get(up.sha256, [(up.name, 0, up.size)])
-        )
-        for name, offset, size in parts:
-            if name in wanted:
-                continue
-            wanted.add(name)
-            if size and partial.get(name) == size:
-                resumed += size  # arrived whole before a cut; checked below with the rest
-                continue
-            literal_path = f"{control}/lit/{name}"
-            if base is not None and data is not None:
-                built = delta(name, memoryview(data)[offset : offset + size], base, literal_path)
-                if built is not None:
-                    recipes.append(built.recipe)
-                    sources.setdefault(up.sha256, set()).update(built.sources)
-                    if built.literal:
-                        literal = built.literal
-                        members.append(
-                            Member(literal_path, len(literal), constant(literal), up.label)
-                        )
-                    continue
-            whole = up.local if (offset, size) == (0, up.size) else None
-            read = reader.piece(up.local, offset, size)
-            members.append(Member(name, size, read, up.label, whole, up.mode))
+    sending = _Sending(f".kz-{token}", partial, deltas=not isinstance(transport, TreePush))
     if isinstance(transport, TreePush):
-        sent, found = _push(remote, transport, layout, contents, pieces, members, on_progress, then)
+        pushed = [Content(up, ()) for up in uploads]
+        sending.push_pieces = _push_pieces(pushed, partial)
+        members = list(sending.members(pushed))
+        sent, found = _push(
+            remote, transport, layout, pushed, sending.push_pieces, members, on_progress, then
+        )
     else:
-        members[:0] = _delta_control(control, recipes, signatures)
-        sent, found = _stream(remote, layout, token, members, fresh, on_progress)
+        contents: Iterable[Content] = (Content(up, split(up.local, up.size)) for up in uploads)
+        if probe:
+            contents = list(contents)
+            _probe(remote, layout, token, contents, sending)
+        sent, found = _stream(
+            remote,
+            layout,
+            token,
+            uploads,
+            contents,
+            sending,
+            on_progress,
+            fresh=fresh,
+            probe=probe,
+            then=then,
+        )
+    if len(sending.contents) != len(uploads):  # the device answered before the stream's end
+        raise DeviceError(
+            f"{remote.address}: the device stopped reading after {len(sending.contents)} of "
+            f"{len(uploads)} file(s)"
+        )
     bad = [
         (content, found.get(content.sha256, "no checksum (is sha256sum installed?)"))
-        for content in contents
+        for content in sending.contents
         if found.get(content.sha256) != content.sha256
     ]
-    return SendStats(bytes_sent=sent, bytes_resumed=resumed), bad, sources
+    return SendStats(bytes_sent=sent, bytes_resumed=sending.resumed), bad, sending.sources
+
+
+def _lists(contents: Iterable[Content], prefix: str = "") -> list[Member]:
+    """The chunk lists of the chunked ``contents``, as tar members named prefix + sha256."""
+    return [
+        Member(f"{prefix}{content.sha256}", len(data), constant(data))
+        for content in contents
+        if content.pieces
+        for data in [content.chunk_list()]
+    ]
+
+
+def _probe(
+    remote: Remote, layout: Layout, token: str, contents: Sequence[Content], sending: _Sending
+) -> None:
+    """Send the chunk lists up; the device's answer sets which chunks it lacks and the bases
+    for deltas in ``sending`` (nothing to ask when no content is chunked)."""
+    chunked = [content for content in contents if content.pieces]
+    if not chunked:
+        return
+    # a range of an old chunk costs processes on the device: over adb, bytes cost less, so no
+    # deltas and no signatures for them
+    look = _signed(chunked)[:MAX_BASED] if sending.deltas else []
+    argv = ["sh", "-c", PROBE_SCRIPT, "kz", layout.root, token, *look]
+    answer = remote.transport.run_input(argv, tar_stream(_lists(chunked)), timeout=COMMAND_TIMEOUT)
+    if not answer.ok:
+        raise remote.error(argv, answer, what="sending the chunk lists")
+    names, base_lines = sections(answer.text().split("\n"), 2, what="sending the chunk lists")
+    sending.missing = set(" ".join(names).split())
+    sending.bases = parse_bases(base_lines)
+
+
+class _Sending:
+    """What one pass sends, worked out as its transfer goes: the contents planned so far, the
+    chunks on their way, and the deltas, signatures and resumed bytes that come with them."""
+
+    def __init__(self, control: str, partial: dict[str, int], *, deltas: bool) -> None:
+        self.control = control  # the pass's dir in incoming/ (RECEIVE_SCRIPT's $k)
+        self.partial = partial
+        self.deltas = deltas  # whether contents get signatures and deltas (not over adb)
+        self.missing: set[str] | None = None  # the chunks the device lacks; None: all of them
+        self.bases: dict[str, Base] = {}
+        self.push_pieces: dict[str, list[tuple[str, int, int]]] = {}  # over adb, see _push_pieces
+        self.contents: list[Content] = []  # in the order they went
+        self.wanted: set[str] = set()
+        self.resumed = 0
+        self.settled = 0  # content bytes dealt with unsent: resumed, sent once, built on the device
+        self.recipes: list[str] = []
+        self.signatures: dict[str, bytes] = {}
+        self.unsigned: list[Content] = []  # contents whose signatures are still to make
+        self.sources: dict[str, set[str]] = {}  # old chunks each content's deltas read
+        self.reader = Reader()
+
+    def parts(self, content: Content) -> list[tuple[str, int, int]]:
+        """The chunks (name, offset, size) of ``content`` to deliver: those missing, or the whole
+        file (in pieces over adb when it is big)."""
+        if content.pieces:
+            return [
+                (piece.name, piece.offset, piece.size)
+                for piece in content.pieces
+                if self.missing is None or piece.name in self.missing
+            ]
+        up = content.upload
+        return self.push_pieces.get(up.sha256, [(up.name, 0, up.size)])
+
+    def members(self, contents: Iterable[Content]) -> Iterator[Member]:
+        """The tar members that bring ``contents``: a member per missing chunk, whole file or
+        delta's new bytes; none for what is there already (resumed) or on its way."""
+        for content in contents:
+            self.contents.append(content)
+            up = content.upload
+            data = _signed_data(content) if self.deltas else None
+            base = self.bases.get(up.sha256) if data is not None else None
+            if data is not None:
+                self.reader.keep(up.local, data)
+                if base is None:  # signed at the stream's end, while the device writes its chunks
+                    self.unsigned.append(content)
+                else:  # the device adds the lines of the chunks they share
+                    self.signatures[up.sha256] = signature(content, data, self.missing)
+            for name, offset, size in self.parts(content):
+                if name in self.wanted:  # on its way already
+                    self.settled += size
+                    continue
+                self.wanted.add(name)
+                if size and self.partial.get(name) == size:
+                    self.resumed += size  # arrived whole before a cut; checked with the rest
+                    self.settled += size
+                    continue
+                literal_path = f"{self.control}/lit/{name}"
+                if base is not None and data is not None:
+                    view = memoryview(data)[offset : offset + size]
+                    built = delta(name, view, base, literal_path)
+                    if built is not None:
+                        self.recipes.append(built.recipe)
+                        self.sources.setdefault(up.sha256, set()).update(built.sources)
+                        self.settled += size - len(built.literal)
+                        if built.literal:
+                            literal = built.literal
+                            yield Member(literal_path, len(literal), constant(literal), up.label)
+                        continue
+                whole = up.local if (offset, size) == (0, up.size) else None
+                yield Member(
+                    name, size, self.reader.piece(up.local, offset, size), up.label, whole, up.mode
+                )
+
+    def control_members(self, lists: bool) -> list[Member]:
+        """RECEIVE_SCRIPT's control files for the contents that went, with their chunk lists when
+        no probe sent them: the stream's last members (the device reads them once tar is done)."""
+        members = _control(self.control, self.contents)
+        if lists:
+            members += _lists(self.contents, f"{self.control}/lists/")
+        for content in self.unsigned:
+            self.signatures[content.sha256] = signature(content, _read(content.upload.local))
+        return members + _delta_control(self.control, self.recipes, self.signatures)
 
 
 def _signed(contents: Iterable[Content]) -> list[str]:
@@ -787,12 +886,14 @@ def _signed(contents: Iterable[Content]) -> list[str]:
 
 def _signed_data(content: Content) -> bytes | None:
     """The bytes of a content that gets a signature."""
-    if not _signed([content]):
-        return None
+    return _read(content.upload.local) if _signed([content]) else None
+
+
+def _read(path: Path) -> bytes:
     try:
-        return content.upload.local.read_bytes()
+        return path.read_bytes()
     except OSError as exc:
-        raise DeviceError(f"cannot read {content.upload.local}: {exc.strerror}") from exc
+        raise DeviceError(f"cannot read {path}: {exc.strerror}") from exc
 
 
 def _delta_control(
@@ -830,15 +931,14 @@ def _push_pieces(
 
 
 def _control(control: str, contents: Sequence[Content]) -> list[Member]:
-    """RECEIVE_SCRIPT's plan and its sorted name lists (what to expect, what is assembled, the
-    contents of each mode)."""
-    plan = "".join(f"{'a' if content.pieces else 'h'} {content.sha256}\n" for content in contents)
+    """RECEIVE_SCRIPT's plan and its sorted name lists (what is assembled, the contents of each
+    mode)."""
+    ordered = sorted(contents, key=lambda content: content.sha256)
     lists = {
-        "plan": plan,
-        "expect": "".join(sorted(f"{content.sha256}  {content.sha256}\n" for content in contents)),
-        "chunked": "".join(sorted(f"{content.sha256}\n" for content in contents if content.pieces)),
+        "plan": "".join(f"{_assembly(content)} {content.sha256}\n" for content in ordered),
+        "chunked": "".join(f"{content.sha256}\n" for content in ordered if content.pieces),
     }
-    for content in sorted(contents, key=lambda content: content.sha256):
+    for content in ordered:
         key = f"mode/{content.upload.mode:o}"
         lists[key] = lists.get(key, "") + f"{content.sha256}\n"
     return [
@@ -848,37 +948,76 @@ def _control(control: str, contents: Sequence[Content]) -> list[Member]:
     ]
 
 
+def _assembly(content: Content) -> str:
+    """RECEIVE_SCRIPT's plan letter for ``content``: how the device puts it together."""
+    if not content.pieces:
+        return "h"
+    return "a" if len(content.pieces) <= ARGV_CHUNKS else "x"
+
+
 def _stream(
     remote: Remote,
     layout: Layout,
     token: str,
-    members: Sequence[Member],
-    fresh: bool,
+    uploads: Sequence[Upload],
+    contents: Iterable[Content],
+    sending: _Sending,
     on_progress: ProgressCallback | None,
+    *,
+    fresh: bool,
+    probe: bool,
+    then: Then | None,
 ) -> tuple[int, dict[str, str]]:
-    """Send ``members`` into incoming/ in one tar stream; the device then assembles, hashes and
-    stores what matched.
+    """Send what ``contents`` need into incoming/ in one tar stream, worked out as it goes (see
+    :class:`_Sending`), its control files last; the device then assembles, hashes and stores what
+    matched (``then`` runs that step, see :func:`deliver`).
 
     Returns the content bytes sent and the sha256 the device found by content name.
     """
-    total = sum(member.size for member in members if member.label)
-    done = 0
+    if sending.missing is None:
+        total = sum(up.size for up in uploads)
+    else:
+        total = sum(size for content in contents for _, _, size in sending.parts(content))
+    sent = count = 0
 
-    def report(member: Member, count: int) -> None:
-        nonlocal done
-        if member.label and on_progress:
-            done += count
-            on_progress(TransferProgress(member.label, done, total))
+    def report(member: Member, written: int) -> None:
+        nonlocal sent, count
+        count += 1
+        if member.label:
+            sent += written
+            if on_progress:
+                on_progress(TransferProgress(member.label, sent + sending.settled, total))
 
     def verifying() -> None:
         if on_progress:
-            on_progress(TransferProgress("verifying sha256 on the device", done, total))
+            message = "verifying sha256 on the device"
+            on_progress(TransferProgress(message, sent + sending.settled, total))
 
-    argv = ["sh", "-c", RECEIVE_SCRIPT, "kz", layout.incoming + "/", token, "1" if fresh else "0"]
-    result = remote.transport.run_input(
-        argv, tar_stream(members, report, verifying), timeout=VERIFY_TIMEOUT
+    def stream(extra: Iterable[Member] = ()) -> ByteSource:
+        def members() -> Iterator[Member]:  # the control files once the contents went
+            yield from sending.members(contents)
+            yield from sending.control_members(lists=not probe)
+            yield from extra
+
+        return tar_stream(members(), report, verifying)
+
+    def carry(data: bytes) -> tuple[ByteSource, str]:
+        name = f"{sending.control}.release"  # RECEIVE_SCRIPT's $k.release
+        return stream([Member(name, len(data), constant(data))]), f"{layout.incoming}/{name}"
+
+    # without a probe chunks/ was empty: nothing to look for there
+    only_sent = fresh or not probe
+    step = Step(
+        RECEIVE_SCRIPT,
+        (layout.incoming + "/", token, str(int(only_sent))),
+        "receiving files and chunks",
     )
-    return total, _received(remote, layout, argv, result, f"{len(members)} file(s) and chunk(s)")
+    if then is None:
+        result = remote.transport.run_input(step.argv, stream(), timeout=VERIFY_TIMEOUT)
+    else:
+        result = then(step, carry)
+    what = f"{count} file(s) and chunk(s)"
+    return sent, _received(remote, layout, step.argv, result, what, MISMATCH)
 
 
 def _push(
@@ -889,7 +1028,7 @@ def _push(
     pieces: dict[str, list[tuple[str, int, int]]],
     members: Sequence[Member],
     on_progress: ProgressCallback | None,
-    then: Callable[[Step], RemoteResult] | None,
+    then: Then | None,
 ) -> tuple[int, dict[str, str]]:
     """Stage ``members`` and push them into incoming/ in one transfer, then have the device join,
     hash and store ``contents`` (one PUSHED_SCRIPT command per ARGV_BUDGET of their names; when
@@ -928,7 +1067,7 @@ def _push(
     found: dict[str, str] = {}
     for step in steps:
         if then is not None and len(steps) == 1:
-            result = then(step)
+            result = then(step, None)
         else:
             result = remote.transport.run(step.argv, timeout=VERIFY_TIMEOUT)
         found.update(_received(remote, layout, step.argv, result, step.what, MISMATCH))

@@ -21,10 +21,11 @@ from dataclasses import replace
 from functools import partial
 from itertools import chain
 
-from kzbuild.device.base import RemoteResult, Transport
+from kzbuild.device.base import ByteSource, RemoteResult, Transport
 from kzbuild.device.chunkstore import (
     DIRECTORY,
     HARDLINK,
+    Carry,
     Member,
     constant,
     deliver,
@@ -81,6 +82,10 @@ log = logging.getLogger(__name__)
 # each, share the command with a check of as many more); more are chmod-ed in commands of their own
 EXEC_ARGS = 200
 
+# $1 = a file that holds RELEASE_SCRIPT's stdin (removed once it is open), then RELEASE_SCRIPT's
+# arguments: the release in the command whose stream brought that file (a Carry)
+RELEASE_FROM_FILE = 'exec < "$1" && rm -f "$1" || exit 1; shift; ' + RELEASE_SCRIPT
+
 
 # --- deploy, rollback, prune ---
 def deploy(
@@ -97,10 +102,11 @@ def deploy(
     Waits up to ``wait`` seconds for another writer to the device root, then raises Busy.
 
     Round trips: taking the lock, reading the state and listing the store are one; a first deploy
-    then sends its contents (:func:`~kzbuild.device.chunkstore.deliver`: a tar stream that ends in
-    the check and the move into the store; over adb a push, then that command), and renews the
-    lock, completes the release, switches and releases the lock in one. A release that keeps
-    contents the device held before has them hashed first (one more), then switches in its own.
+    then renews the lock, sends its contents (:func:`~kzbuild.device.chunkstore.deliver`: a tar
+    stream that ends in the check and the move into the store, and carries the release's own tar
+    as a file; over adb a push, then that command), hashes the contents the release keeps,
+    completes the release, switches and releases the lock, all in one command (the steps after
+    the store run only when every content matched).
     """
     started = time.monotonic()
     layout = Layout(device.root)
@@ -167,10 +173,11 @@ def _deploy(
 
         assemble = partial(_assemble, remote, layout, artifact, release, lock, stored=verified)
 
-        def store_then_release(receive: Step) -> RemoteResult:
-            """Over adb: the check and store of what was pushed, then all of the below, in one
-            command."""
-            size, passed, head = assemble(first=receive, check=check, then=switch, unlock=unlock)
+        def store_then_release(receive: Step, carry: Carry | None) -> RemoteResult:
+            """The check and store of what was sent, then all of the below, in one command."""
+            size, passed, head = assemble(
+                first=receive, carry=carry, check=check, then=switch, unlock=unlock
+            )
             assert head is not None
             if head.ok:
                 assembled.append((size, passed))
@@ -387,6 +394,7 @@ def _assemble(
     *,
     stored: frozenset[str],
     first: Step | None = None,
+    carry: Carry | None = None,
     check: Step | None,
     then: Step | None,
     unlock: bool,
@@ -400,6 +408,8 @@ def _assemble(
     Executables get their exec bit unless their content is in ``stored`` (stored by this deploy
     with its mode: nothing to do, and no process for it on the device). A step ``first`` runs
     before all of it, and the rest only if it succeeds; its result comes third (None without it).
+    With ``carry`` (``first``'s stream, see :func:`~kzbuild.device.chunkstore.deliver`) the
+    release's tar travels in that stream as a file, and the command's stdin is that stream.
 
     One command, which renews the lock first: a tar stream of the release's dirs, its manifest and
     its hard links (which tar makes without a process per file); the contents that must be
@@ -442,20 +452,24 @@ def _assemble(
         (layout.root, staging, f"releases/{release}", *executables),
         "completing the release",
     )
+    data: ByteSource = stream
+    if carry is not None:
+        data, path = carry(b"".join(stream))
+        step = Step(RELEASE_FROM_FILE, (path, *step.args), step.what)
     lead = [first] if first else []
     size = len(manifest_bytes)
     timeout = VERIFY_TIMEOUT if first else COMMAND_TIMEOUT
     if check is None:
-        results = lock.refresh_then([*lead, step], data=stream, timeout=timeout)
+        results = lock.refresh_then([*lead, step], data=data, timeout=timeout)
         head = results[0] if first else None
         if head is None or head.ok:
             remote.checked([step], results[len(lead) :])
         return size, False, head
     steps = [*lead, check, step, *([then] if then else [])]
     if unlock and then:
-        results = lock.release_after(steps, data=stream, timeout=timeout)
+        results = lock.release_after(steps, data=data, timeout=timeout)
     else:
-        results = lock.refresh_then(steps, data=stream, timeout=timeout)
+        results = lock.refresh_then(steps, data=data, timeout=timeout)
     head = results[0] if first else None
     results = results[len(lead) :]
     if (head is not None and not head.ok) or not results[0].ok:

@@ -19,7 +19,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +44,11 @@ CONNECT_TIMEOUT = 15.0  # TCP connect, banner and authentication, each
 IO_TIMEOUT = 60.0  # a single SFTP request or channel open with no answer
 UPLOAD_CHUNK = 256 * 1024
 NUDGE_INTERVAL = 0.004  # seconds between SSH_MSG_IGNOREs while the first channel request waits
+# ciphers offered first: AES-GCM encrypts and authenticates in one pass (AES-NI on both ends), where
+# paramiko's default aes128-ctr adds an HMAC-SHA2-256 per packet; measured with a 15 MB stream
+# to the test sshd, it took 0.040 s of client CPU against 0.070 s, and 0.30 s against 0.36 s.
+# The server picks the first one offered that it has, so one without GCM gets the others as before.
+FIRST_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 # errors paramiko raises for a transfer or command; an SFTP request the server refuses is an OSError
 CONNECTION_ERRORS = (EOFError, socket.error, paramiko.SSHException)
 # of those, the ones that mean the connection itself is gone
@@ -104,6 +109,7 @@ class SshTransport:
                 banner_timeout=CONNECT_TIMEOUT,
                 auth_timeout=CONNECT_TIMEOUT,
                 channel_timeout=IO_TIMEOUT,
+                transport_factory=_gcm_first,
             )
         except paramiko.BadHostKeyException as exc:
             raise DeviceError(
@@ -336,6 +342,20 @@ def _open_socket(host: str, port: int) -> socket.socket:
     sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
+
+
+def _gcm_first(
+    sock: paramiko.transport._SocketLike,
+    /,
+    *,
+    disabled_algorithms: Mapping[str, Iterable[str]] | None = None,
+    **_gss: bool,  # paramiko's type stubs still pass GSS options, which paramiko 4 dropped
+) -> paramiko.Transport:
+    """paramiko's transport for ``sock``, offering FIRST_CIPHERS first."""
+    transport = paramiko.Transport(sock, disabled_algorithms=disabled_algorithms)
+    options = transport.get_security_options()
+    options.ciphers = FIRST_CIPHERS + tuple(c for c in options.ciphers if c not in FIRST_CIPHERS)
+    return transport
 
 
 def _nudge(transport: paramiko.Transport, done: threading.Event) -> None:

@@ -133,18 +133,19 @@ def lock_left(root: Path) -> bool:
     return (root / ".lock").exists()
 
 
-# a deploy of b2 over b1 (two changed libraries) makes 4 device operations: 1 lock, state and
+# a deploy of b2 over b1 (two changed libraries) makes 3 device operations: 1 lock, state and
 # inventory (one sequence, kzbuild.device.steps), 2 chunk lists up (the device answers which
-# chunks it lacks), 3 one tar stream of chunks that ends in assembly, sha256sum and the store
-# moves on the device, 4 refresh, sha256sum of the contents b1 left in the store, the release (one
-# tar of the manifest and hard links), switch and unlock. A kill at 2, 3 or 4 cuts that command's
-# input in half: half the lists, half the stream, half the release (so no switch). Over adb no
-# chunk lists go up: the contents are a push of a staged dir (2, cut after half its bytes), and the
-# command that checks and stores them also hashes what b1 left, builds the release (3, cut in its
-# half), switches and unlocks. bench_faults.py kills at each.
-KILL_POINTS = {"local": (1, 2, 3, 4), "ssh": (3, 4), "adb": (2, 3)}
+# chunks it lacks), 3 refresh, one tar stream of chunks (and, last, the release's own tar of the
+# manifest and hard links, as a file) that ends in assembly, sha256sum and the store moves on the
+# device, then sha256sum of the contents b1 left in the store, the release, switch and unlock. A
+# kill at 2 or 3 cuts that command's input in half: half the lists, half the stream (so no
+# release, no switch). Over adb no chunk lists go up: the contents are a push of a staged dir (2,
+# cut after half its bytes), and the command that checks and stores them also hashes what b1
+# left, builds the release (3, cut in its half), switches and unlocks. bench_faults.py kills at
+# each.
+KILL_POINTS = {"local": (1, 2, 3), "ssh": (2, 3), "adb": (2, 3)}
 # the same with b2 a small edit of b1's library, sent as deltas (not over adb)
-DELTA_KILL_POINTS = {"local": (2, 3, 4), "ssh": (3, 4)}
+DELTA_KILL_POINTS = {"local": (2, 3), "ssh": (2, 3)}
 
 
 def delta_builds(artifacts) -> tuple[Path, Path, Path]:  # type: ignore[no-untyped-def]

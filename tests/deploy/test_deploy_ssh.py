@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -74,6 +75,20 @@ def settled_size(folder: Path, skip: set[str], quiet: float = 1.0, limit: float 
         time.sleep(quiet)
 
 
+def cut_once_chunks_arrived(relay, incoming: Path, original: Path, limit: float = 60.0) -> None:
+    """Once ``relay`` holds the connection, wait until whole chunks of ``original`` lie in
+    ``incoming`` and it is quiet, then cut the connection (at the latest after ``limit`` s)."""
+    deadline = time.monotonic() + limit
+    try:
+        if relay.held.wait(limit):
+            while time.monotonic() < deadline:
+                settled_size(incoming, skip=set(), quiet=0.5, limit=limit)
+                if whole_chunks(incoming, original) > 0:
+                    break
+    finally:
+        relay.cut_now()
+
+
 def test_cut_mid_transfer_keeps_current_then_a_rerun_resumes(
     kz, sshd, ssh_home, relay, artifacts, tmp_path
 ):
@@ -81,32 +96,38 @@ def test_cut_mid_transfer_keeps_current_then_a_rerun_resumes(
     ok(ssh_deploy(kz, sshd, root, artifacts.make("b1")))
     big = 3 * 1024 * 1024
     build2 = artifacts.make("b2", blob_seed=2, blob_size=big)
+    blob = build2 / "lib" / "libblob.so"
     blob_sha = json.loads((build2 / "manifest.json").read_text())["files"]["lib/libblob.so"][
         "sha256"
     ]
-    relay.cut_after(big // 2)
+    # sshd drops the bytes it holds for the device's tar when the connection goes (up to its
+    # channel window, 2 MiB): on a busy machine that was once all but the first 64 KiB, no whole
+    # chunk, nothing to resume. So the link stalls mid-stream, and is cut once chunks are stored.
+    relay.cut_after(big // 2, hold=True)
+    cutter = threading.Thread(
+        target=cut_once_chunks_arrived, args=(relay, root / "incoming", blob), daemon=True
+    )
+    cutter.start()
     cut = ssh_deploy(kz, sshd, root, build2, port=relay.port)
-    assert relay.cut.is_set()
+    cutter.join()
+    assert relay.held.is_set() and relay.cut.is_set()
     assert cut.code == DeviceError.exit_code, cut.err
     assert f"connection to 127.0.0.1:{relay.port} lost" in " ".join(cut.err.split())
     assert os.readlink(root / "current") == "releases/b1"
     assert run_hello_over_ssh(kz, sshd, root) == "hello from v1\nblob 65536\n"
-    # chunks of libblob arrived in incoming/, the last one maybe cut short; the device's tar may
-    # still be writing what it had buffered when the connection dropped: measure once it is quiet.
-    # Only chunks count: a cut that lands on a tar block boundary lets the device start putting
-    # libblob together from the chunks it has (a partial file under its sha256, never stored).
+    # chunks of libblob arrived in incoming/, the last one cut short; measure once the device's tar
+    # is quiet. Only chunks count: a cut that lands on a tar block boundary lets the device start
+    # putting libblob together from the chunks it has (a partial file under its sha256, never
+    # stored).
     arrived = settled_size(root / "incoming", skip={blob_sha})
     assert 0 < arrived < big
     assert not (root / "objects" / blob_sha).exists() and not (root / "releases" / "b2").exists()
 
-    whole = whole_chunks(root / "incoming", build2 / "lib" / "libblob.so")
+    whole = whole_chunks(root / "incoming", blob)
     assert 0 < whole <= arrived
     rerun = ok(ssh_deploy(kz, sshd, root, build2))
     assert rerun["bytes_resumed"] == whole  # at most the chunk that was cut is sent again
-    assert (
-        rerun["bytes_sent"]
-        == (build2 / "lib" / "libblob.so").stat().st_size - rerun["bytes_resumed"]
-    )
+    assert rerun["bytes_sent"] == blob.stat().st_size - rerun["bytes_resumed"]
     assert os.readlink(root / "current") == "releases/b2"
     assert run_hello_over_ssh(kz, sshd, root) == f"hello from v1\nblob {big}\n"
 

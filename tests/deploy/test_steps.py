@@ -276,10 +276,10 @@ def test_a_rollback_makes_two_device_commands(artifacts, tmp_path):
 
 
 @pytest.mark.parametrize("keep", [None, 1])
-def test_a_first_deploy_makes_three_device_commands(artifacts, tmp_path, keep):
-    """lock+state+inventory, the tar stream that ends in the check and the store moves, and
-    refresh+release+switch+unlock (with --keep the lock stays held for the prune's four
-    commands, then goes in a command of its own)."""
+def test_a_first_deploy_makes_two_device_commands(artifacts, tmp_path, keep):
+    """lock+state+inventory, then refresh and the tar stream that ends in the check and the store
+    moves, the release (its tar came in the stream), switch and unlock (with --keep the lock stays
+    held for the prune's four commands, then goes in a command of its own)."""
     root = tmp_path / "device"
     counting = CountingTransport(str(root))
     result = deploy.deploy(
@@ -289,5 +289,5 @@ def test_a_first_deploy_makes_three_device_commands(artifacts, tmp_path, keep):
         keep=keep,
     )
     assert result.switched and result.files_sent > 0
-    assert counting.commands == (3 if keep is None else 3 + 4 + 1)
+    assert counting.commands == (2 if keep is None else 2 + 4 + 1)
     assert (root / "current").resolve().name == "b1" and not (root / ".lock").exists()
