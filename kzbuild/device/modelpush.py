@@ -30,9 +30,10 @@ travels and feeds each block's sha256 to the command as soon as it has it.
 **Pieces** (a variant of a stored model, or a push resumed): one pass over the file reads each
 piece, hashes it and stages the pieces the device lacks into a memory dir, a batch of about
 :data:`BATCH` bytes at a time. Over adb a batch is one ``adb push``, and while the next batch is
-pushed the device checks the previous one: for each piece in order it takes the piece that
-arrived, or copies it out of a model it holds (``tail -c | head -c``: tail seeks), checks its
-``sha256sum``, and appends it to ``part``; a piece that does not match stops the batch.
+pushed the device checks the previous one: for each piece in order it checks the piece that
+arrived with ``sha256sum`` and appends it to ``part``, or appends it to ``part`` out of a model
+it holds (``dd``, which seeks) and hashes it there (from its offset to the end, no pipe); a piece
+that does not match stops the batch.
 
 The last command renames ``part`` into the store. Nothing is hashed twice on either side.
 
@@ -135,10 +136,11 @@ PROLOGUE_SCRIPT = (
     'case $p in -*) echo "$s ${rest##* }" ;; esac; done; echo /; cat done 2>/dev/null; true'
 )
 # $1 = the work dir, $2 = a plan in it, $3 = the models dir. Each plan line: "p SHA SIZE" (the
-# piece arrived as the file SHA, its sha256) or "c SHA SIZE FROM BACK AT" (copy SIZE bytes that
-# start BACK bytes before the end of FROM, a model SHA or "part" itself, to byte AT of the part).
-# Each piece is checked against its name with sha256sum and appended to part, a copy in one pass
-# (tee); its line goes to done. A piece that does not match is removed (a copy: cut off the part
+# piece arrived as the file SHA, its sha256) or "c SHA SIZE FROM SKIP AT" (copy the SIZE bytes
+# at byte SKIP of FROM, a model SHA or "part" itself, to byte AT, the end, of the part). Each
+# piece is checked against its name with sha256sum and appended to part (a copy is appended
+# first, then hashed straight from the part: the range from AT to its end); its line goes to
+# done. A piece that does not match is removed (a copy: cut off the part
 # again) and named on a "bad SHA" line (exit 3); the pieces after it are not appended. A plan of
 # arrived pieces only is checked with one sha256sum and appended with one cat (a process per
 # piece costs more than hashing it on a busy device).
@@ -148,9 +150,11 @@ CHECK_SCRIPT = (
     'while read -r h d; do [ "$h" = "$d" ] || { rm -f "$d"; echo "bad $d"; exit 3; }; '
     'done < "$2.s"; xargs cat < "$2.n" >> part && cut -d " " -f 2,3 "$2" >> done '
     '&& xargs rm -f < "$2.n" && rm -f "$2" "$2.n" "$2.s"; exit; fi; '
-    "while read -r op d s src back at; do "
+    "while read -r op d s src skip at; do "
     'if [ "$op" = c ]; then if [ "$src" = part ]; then f=part; else f="$3/$src.gguf"; fi; '
-    'h=$(tail -c "$back" "$f" | head -c "$s" | tee -a part | sha256sum) || exit 1; '
+    'dd if="$f" bs=65536 skip="$skip" count="$s" iflag=skip_bytes,count_bytes 2>/dev/null '
+    ">> part || exit 1; "
+    'h=$({ dd bs=1 skip="$at" count=0 2>/dev/null; sha256sum; } < part) || exit 1; '
     'if [ "${h%% *}" != "$d" ]; then truncate -s "$at" part; echo "bad $d"; exit 3; fi; '
     'else h=$(sha256sum < "$d") || exit 1; '
     'if [ "${h%% *}" != "$d" ]; then rm -f "$d"; echo "bad $d"; exit 3; fi; '
@@ -388,9 +392,7 @@ class DeviceModels:
     """What the prologue found."""
 
     sizes: dict[str, int]  # stored model file name -> size
-    sources: dict[
-        str, tuple[str, int, int]
-    ]  # piece piece sha256 -> (model sha256, offset, model size)
+    sources: dict[str, tuple[str, int]]  # piece sha256 -> (stored model's sha256, offset in it)
     arrived: dict[str, int]  # work dir file -> size
     done: tuple[tuple[str, int], ...]  # pieces checked into the part, in order
 
@@ -404,7 +406,7 @@ def parse_prologue(result: RemoteResult) -> DeviceModels:
         result.text().splitlines(), 4, what="listing the device's models"
     )
     sizes = sizes_of(stored)
-    sources: dict[str, tuple[str, int, int]] = {}
+    sources: dict[str, tuple[str, int]] = {}
     model, offset = "", 0
     for line in lists:
         if line.startswith("= "):
@@ -412,7 +414,7 @@ def parse_prologue(result: RemoteResult) -> DeviceModels:
             continue
         digest, _, size = line.partition(" ")
         if size.isdigit() and f"{model}.gguf" in sizes:
-            sources.setdefault(digest, (model, offset, sizes[f"{model}.gguf"]))
+            sources.setdefault(digest, (model, offset))
             offset += int(size)
     checked = tuple(
         (digest, int(size)) for digest, _, size in (line.partition(" ") for line in done) if size
@@ -739,11 +741,11 @@ def _plan_line(
     name = f"{piece.digest} {piece.size}"
     if reuse and piece.digest in in_part:
         transfer.reused += piece.size
-        return f"c {name} part {offset - in_part[piece.digest]} {offset}", 0
+        return f"c {name} part {in_part[piece.digest]} {offset}", 0
     if reuse and piece.digest in device.sources:
-        model_sha, at, model_size = device.sources[piece.digest]
+        model_sha, at = device.sources[piece.digest]
         transfer.reused += piece.size
-        return f"c {name} {model_sha} {model_size - at} {offset}", 0
+        return f"c {name} {model_sha} {at} {offset}", 0
     if device.arrived.get(piece.digest) == piece.size:
         transfer.resumed += piece.size
         return f"p {name}", 0

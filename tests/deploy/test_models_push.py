@@ -222,6 +222,33 @@ def test_a_model_that_shares_tensors_sends_only_the_changed_one(tmp_path):
     assert lists == sorted([sha256(first), sha256(variant)])
 
 
+def write_tensors(path: Path, tensors: list[np.ndarray]) -> Path:
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for index, data in enumerate(tensors):
+        writer.add_tensor(f"blk.{index}.w", data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_piece_repeated_in_a_model_is_copied_out_of_its_own_part(tmp_path):
+    rng = np.random.default_rng(5)
+    a, b, c = (rng.standard_normal(TENSOR_VALUES).astype(np.float32) for _ in range(3))
+    first = write_tensors(tmp_path / "first.gguf", [a, b, c])
+    again = write_tensors(tmp_path / "again.gguf", [a, b, a, a])
+    root = tmp_path / "device"
+    device = Device(name="t", transport="local", root=str(root))
+    modelpush.push_model(LocalTransport(str(root)), device, first)
+    result = modelpush.push_model(LocalTransport(str(root)), device, again)
+    assert result.bytes_sent < TENSOR_VALUES  # the tensor infos: every tensor was copied
+    assert result.bytes_reused >= 4 * TENSOR_VALUES * 4
+    assert (root / "models" / "again.gguf").read_bytes() == again.read_bytes()
+
+
 def test_a_damaged_model_on_the_device_is_not_copied_from(tmp_path, caplog):
     first = write_model(tmp_path / "a.gguf", tensors=3)
     variant = write_model(tmp_path / "b.gguf", tensors=3, f16=0)
