@@ -16,7 +16,8 @@ so a quant variant that changes one tensor leaves every other piece as it was; a
 not a GGUF this reader knows is cut every :data:`LARGEST` bytes.
 
 **Direct push** (the device holds less than 1/:data:`REUSE_SHARE` of the model, and no checked
-part of it): the file itself goes in one transfer (one ``adb push``, no copy staged on the host)
+part of it; before the file was read, none of :data:`SAMPLES` pieces spread over it): the file
+itself goes in one transfer (one ``adb push``, no copy staged on the host)
 to ``in``, and one device command, started with it, checks it as it grows: it links ``in`` as
 ``part`` as soon as it appears (adbd removes a file whose transfer was cut; the second name
 keeps what arrived), then checks each *block* (pieces in a row, :data:`BLOCK` bytes or more)
@@ -109,6 +110,7 @@ BATCH = 64 << 20  # bytes staged and pushed at a time (two batches are in memory
 BLOCK = 64 << 20  # a direct push checks pieces in runs of this many bytes (a pipeline each)
 TAIL_SHARE = 4  # ... and hashes its last 1/TAIL_SHARE straight from the file once it is there
 REUSE_SHARE = 8  # the file itself goes unless the device holds 1/REUSE_SHARE of it or more
+SAMPLES = 4  # pieces hashed to guess that share before the file was read
 # bump when the cutting, the blocks or the digests change: cached digests of another kind are
 # not used
 PLAN_VERSION = 3
@@ -465,7 +467,7 @@ def push_pieces(
     transfer.stop, transfer.checks = threading.Event(), []  # a second pass starts afresh
     transfer.sent = transfer.reused = 0
     prefix, transfer.resumed = _resume(transfer, model, layout, device, known)
-    if prefix == 0 and _direct(transfer.total, device, known, reuse=reuse):
+    if prefix == 0 and _direct(model, layout, device, known, reuse=reuse):
         return _push_direct(transfer, model, layout, known)
     batches: queue.Queue[tuple[Path, list[str], int] | BaseException | None] = queue.Queue(1)
     result: list[ModelDigests] = []
@@ -553,12 +555,23 @@ def _resume(
     return bisect.bisect_right(ends, int(now)), int(now)
 
 
-def _direct(total: int, device: DeviceModels, known: ModelDigests | None, *, reuse: bool) -> bool:
+def _direct(
+    model: Path,
+    layout: list[tuple[int, int]],
+    device: DeviceModels,
+    known: ModelDigests | None,
+    *,
+    reuse: bool,
+) -> bool:
     """Whether to send the file itself: the device holds less than 1/REUSE_SHARE of it, in its
-    models or in pieces a cut push left (a push with no digests yet only comes here when the
-    device holds no model)."""
+    models or in pieces a cut push left. Without digests yet (a cold cache), SAMPLES pieces
+    spread over the file stand for it: it goes itself unless a stored model holds one of them."""
+    total = sum(size for _, size in layout)
     if known is None:
-        return True
+        return not (reuse and device.sources) or not any(
+            hashlib.sha256(read_range(model, *layout[index])).hexdigest() in device.sources
+            for index in _samples(layout)
+        )
     held = sum(
         piece.size
         for piece in known.pieces
@@ -566,6 +579,14 @@ def _direct(total: int, device: DeviceModels, known: ModelDigests | None, *, reu
         or device.arrived.get(piece.digest) == piece.size
     )
     return held * REUSE_SHARE < total
+
+
+def _samples(layout: list[tuple[int, int]]) -> list[int]:
+    """The pieces at 1/2n, 3/2n, ... of the file (n = SAMPLES)."""
+    total = sum(size for _, size in layout)
+    starts = [offset for offset, _ in layout]
+    at = [total * (2 * k + 1) // (2 * SAMPLES) for k in range(SAMPLES)]
+    return sorted({bisect.bisect_right(starts, offset) - 1 for offset in at})
 
 
 def _push_direct(
@@ -839,9 +860,8 @@ def push_model(
         remote = Remote(transport)
         found = parse_prologue(remote.checked(steps, lock.then)[1])
         size = model.stat().st_size
-        if known is None and (found.sources or size in found.sizes.values()):
-            # it may be there already, or share pieces with a model there: read it first
-            known = _hashed(model, digests)
+        if known is None and size in found.sizes.values():
+            known = _hashed(model, digests)  # it may be there already: nothing to send then
         transfer = Transfer(
             remote,
             layout,
