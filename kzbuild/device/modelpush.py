@@ -90,7 +90,8 @@ from kzbuild.device.store import (
     ProgressCallback,
     Remote,
     TransferProgress,
-    point,
+    check_switch,
+    point_step,
     sections,
     sizes_of,
     state_step,
@@ -876,8 +877,16 @@ def push_model(
         if not present:
             sha = _send_model(transfer, model, pieces, found, known, digests)
         link = posixpath.join(layout.models, name)
+        # storing, naming and releasing the lock: one round trip
+        last = [] if present else [store_step(layout, work, size, sha)]
         if name != f"{sha}.gguf":
-            point(remote, layout, link, f"{sha}.gguf")
+            last.append(point_step(layout, link, f"{sha}.gguf"))
+        if last:
+            for step, result in zip(last, lock.release_after(last), strict=False):
+                if step.script == STORE_SCRIPT:
+                    _check_stored(transfer, step, result)
+                else:
+                    check_switch(remote, link, step, result)
     return ModelPushResult(
         device=transport.address,
         sha256=sha,
@@ -911,7 +920,7 @@ def _send_model(
     known: ModelDigests | None,
     cache: DigestCache | None,
 ) -> str:
-    """Send what the device lacks, check it into the part, store it; the model's sha256.
+    """Send what the device lacks and check it into the part; the model's sha256.
 
     A piece or block that fails its check on the device (a damaged transfer, a damaged model a
     piece was copied from, a model file that changed since its digests were cached) makes a
@@ -930,16 +939,17 @@ def _send_model(
     sha = known.sha256 if known else got.sha256
     if cache and known is None:
         cache.put(model, got, at)
-    step = store_step(transfer.layout, transfer.work, transfer.total, sha)
-    result = transfer.run_check(step, None)
+    return sha
+
+
+def _check_stored(transfer: Transfer, step: Step, result: RemoteResult) -> None:
     if result.returncode == BAD_PIECE:
         raise DeviceError(
-            f"{transfer.remote.address}: {model.name} has the wrong size on the device after all "
-            f"its pieces checked out ({result.text().strip()}, expected {transfer.total})",
+            f"{transfer.remote.address}: {transfer.label} has the wrong size on the device after "
+            f"all its pieces checked out ({result.text().strip()}, expected {transfer.total})",
             hint="rerun: the pieces that checked out are kept",
         )
     transfer.remote.checked([step], [result])
-    return sha
 
 
 def _check_model(model: Path, name: str) -> None:
