@@ -30,11 +30,12 @@ travels and feeds each block's sha256 to the command as soon as it has it.
 
 **Pieces** (a variant of a stored model, or a push resumed): one pass over the file reads each
 piece, hashes it and stages the pieces the device lacks into a memory dir, a batch of about
-:data:`BATCH` bytes at a time. Over adb a batch is one ``adb push``, and while the next batch is
-pushed the device checks the previous one: for each piece in order it checks the piece that
-arrived with ``sha256sum`` and appends it to ``part``, or appends it to ``part`` out of a model
-it holds (``dd``, which seeks) and hashes it there (from its offset to the end, no pipe); a piece
-that does not match stops the batch.
+:data:`BATCH` bytes at a time (or of :data:`PLANNED` bytes of the model, most of them copied on
+the device, so that the device copies while the host reads on). Over adb a batch is one ``adb
+push``, and while the next batch is pushed the device checks the previous one: for each piece in
+order it checks the piece that arrived with ``sha256sum`` and appends it to ``part``, or appends
+it to ``part`` out of a model it holds (``dd``, which seeks) and hashes it there (from its offset
+to the end, no pipe); a piece that does not match stops the batch.
 
 The last command renames ``part`` into the store. Nothing is hashed twice on either side.
 
@@ -108,6 +109,7 @@ GGUF_MAGIC = b"GGUF"
 SMALL = 1 << 20  # spans below this are merged with their neighbours
 LARGEST = 16 << 20  # no piece is bigger (a cut push resends at most one piece per batch in flight)
 BATCH = 64 << 20  # bytes staged and pushed at a time (two batches are in memory at most)
+PLANNED = 4 * BATCH  # ... or bytes a batch's check copies on the device (checked meanwhile)
 BLOCK = 64 << 20  # a direct push checks pieces in runs of this many bytes (a pipeline each)
 TAIL_SHARE = 4  # ... and hashes its last 1/TAIL_SHARE straight from the file once it is there
 REUSE_SHARE = 8  # the file itself goes unless the device holds 1/REUSE_SHARE of it or more
@@ -716,7 +718,7 @@ def _produce(
         offset = 0
         staged: Path | None = None
         plan: list[str] = []
-        batch_bytes = 0
+        batch_bytes = planned = 0
         number = 0
         for index, (piece, data) in enumerate(items):
             if transfer.stop.is_set():
@@ -731,12 +733,15 @@ def _produce(
                 )
                 plan.append(line)
                 batch_bytes += sent
+                planned += piece.size
             in_part.setdefault(piece.digest, offset)
             offset += piece.size
-            if staged is not None and (batch_bytes >= BATCH or len(plan) >= 4096):
+            if staged is not None and (
+                batch_bytes >= BATCH or planned >= PLANNED or len(plan) >= 4096
+            ):
                 number += 1
                 batches.put(_close_batch(staged, plan, number, batch_bytes))
-                staged, plan, batch_bytes = None, [], 0
+                staged, plan, batch_bytes, planned = None, [], 0, 0
         if staged is not None:
             number += 1
             batches.put(_close_batch(staged, plan, number, batch_bytes))
