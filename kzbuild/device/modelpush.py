@@ -21,7 +21,8 @@ itself goes in one transfer (one ``adb push``, no copy staged on the host)
 to ``in``, and one device command, started with it, checks it as it grows: it links ``in`` as
 ``part`` as soon as it appears (adbd removes a file whose transfer was cut; the second name
 keeps what arrived), then checks each *block* (pieces in a row, :data:`BLOCK` bytes or more)
-once it has arrived, ``dd | sha256sum`` of its range, and appends its pieces to ``done``. The
+once it has arrived, ``dd | sha256sum`` of its range (at the lowest priority: the transfer goes
+first, the checks catch up after it on a busy device), and appends its pieces to ``done``. The
 last block, at least 1/:data:`TAIL_SHARE` of the model, is hashed straight from the file once it
 is complete (``sha256sum`` reading from the block's offset to the end: no pipe, about half the
 CPU of a piped range), beside the blocks still being checked. Nothing is written twice on the
@@ -123,6 +124,8 @@ PIECES_DIR = ".pieces"
 WORK_PREFIX = ".kzm-"
 ARRIVING = "in"  # a direct push's file while it arrives (the device links it as part)
 POLL = "0.05"  # seconds between the direct push checker's looks at the arriving file
+# the checks of blocks that arrived yield to the transfer (a busy device catches up after it)
+LOWER = "nice -n 19 "
 STALLED_POLLS = 1200  # 2 minutes at least without a new byte: the checker gives up
 
 # $1 = ROOT, $2 = the work dir's name in incoming/. Keeps what a direct push's file holds as the
@@ -166,18 +169,24 @@ CHECK_SCRIPT = (
     'cat "$d" >> part && rm -f "$d" || exit 1; fi; echo "$d $s" >> done || exit 1; '
     'done < "$2" && rm -f "$2"'
 )
-# sh: sets $h to the sha256 of the $2 bytes of part from byte $1 (one pipe: sha256sum reads no
-# range of a file by itself)
-_RANGE_SUM = (
-    'range_sum() { h=$(dd if=part bs=65536 skip="$1" count="$2" iflag=skip_bytes,count_bytes '
-    "2>/dev/null | sha256sum) || exit 1; h=${h%% *}; }; "
-)
+
+
+def _range_sum(prefix: str = "") -> str:
+    """sh: ``range_sum AT SIZE`` sets $h to the sha256 of those bytes of part (one pipe:
+    sha256sum reads no range of a file by itself); ``prefix`` goes before each of its commands."""
+    return (
+        f'range_sum() {{ h=$({prefix}dd if=part bs=65536 skip="$1" count="$2" '
+        f"iflag=skip_bytes,count_bytes 2>/dev/null | {prefix}sha256sum) || exit 1; "
+        "h=${h%% *}; }; "
+    )
+
+
 # $1 = the work dir, $2 = bytes, $3 = lines: how much of part and done hold this model's checked
 # pieces. stdin: "SHA SIZE" of the pieces that follow in the model. Cuts done to its first $3
 # lines, checks each of those pieces that part holds whole, where it lies, appends those that
 # match to done up to the first that does not, cuts part after them and prints its size.
 RESUME_SCRIPT = (
-    _RANGE_SUM + 'cd "$1" || exit 1; head -n "$3" done > done.kz 2>/dev/null; '
+    _range_sum() + 'cd "$1" || exit 1; head -n "$3" done > done.kz 2>/dev/null; '
     "mv -f done.kz done || exit 1; at=$2; n=$(stat -c %s part 2>/dev/null) || n=0; "
     'while read -r d s; do [ $((at + s)) -le "$n" ] || break; range_sum "$at" "$s"; '
     '[ "$h" = "$d" ] || break; echo "$d $s" >> done || exit 1; at=$((at + s)); done; '
@@ -192,7 +201,7 @@ RESUME_SCRIPT = (
 # 5 when follower no longer holds the token (the host gave up on the push, or a later push
 # started). Waits without a process where the shell can (mksh's read -t on a FIFO it holds).
 FOLLOW_SCRIPT = (
-    _RANGE_SUM + 'cd "$1" || exit 1; total=$2 last_at=$3 tok=$4 job=; '
+    _range_sum(LOWER) + 'cd "$1" || exit 1; total=$2 last_at=$3 tok=$4 job=; '
     'echo "$tok" > follower || exit 1; rm -f part done tail.sum tick; '
     'if [ -n "$KSH_VERSION" ] && mkfifo tick && exec 3<>tick; then '
     'pause() { read -t "$1" -u3 x; }; else pause() { sleep "$1"; }; fi; '
