@@ -477,7 +477,6 @@ def push_pieces(
 
     PieceMismatch: a piece or block did not check out (what did before it stays in the part)."""
     transfer.stop, transfer.checks = threading.Event(), []  # a second pass starts afresh
-    transfer.sent = transfer.reused = 0
     prefix, transfer.resumed = _resume(transfer, model, layout, device, known)
     if prefix == 0 and _direct(model, layout, device, known, reuse=reuse):
         return _push_direct(transfer, model, layout, known)
@@ -640,7 +639,7 @@ def _push_direct(
         transfer.stop.set()
         _stop_following(transfer, follower)
         raise
-    transfer.sent = transfer.total
+    transfer.sent += transfer.total
     follower.join()
     outcome = checked[0]
     if isinstance(outcome, BaseException):
