@@ -112,7 +112,7 @@ LARGEST = 16 << 20  # no piece is bigger (a cut push resends at most one piece p
 BATCH = 64 << 20  # bytes staged and pushed at a time (two batches are in memory at most)
 PLANNED = 4 * BATCH  # ... or bytes a batch's check copies on the device (checked meanwhile)
 BLOCK = 64 << 20  # a direct push checks pieces in runs of this many bytes (a pipeline each)
-TAIL_SHARE = 4  # ... and hashes its last 1/TAIL_SHARE straight from the file once it is there
+TAIL_SHARE = 2  # ... and hashes its last 1/TAIL_SHARE straight from the file once it is there
 REUSE_SHARE = 8  # the file itself goes unless the device holds 1/REUSE_SHARE of it or more
 SAMPLES = 4  # pieces hashed to guess that share before the file was read
 # bump when the cutting, the blocks or the digests change: cached digests of another kind are
