@@ -82,9 +82,10 @@ def push_command(
     """Store a model on a device as ROOT/models/<sha256>.gguf plus a readable name; resumes,
     verifies, never resends.
 
-    The model travels in pieces cut at its tensors: pieces a model already on the device holds
-    are copied there instead of sent, and every piece is checked on the device before it joins
-    the file. The model's sha256 and pieces are kept in the cache dir by its file's stat data."""
+    The file travels whole, checked on the device (sha256 of every piece) while it arrives; a
+    model that shares tensors with one on the device travels in pieces cut at its tensors, the
+    shared ones copied there instead of sent. The model's sha256 and pieces are kept in the
+    cache dir by its file's stat data."""
     settings = context(ctx).settings
     target, transport = open_device(settings, device, None, trust_new_host)
     with closing(transport):

@@ -83,7 +83,7 @@ def report(
     objects: dict[str, str] = {}  # sha256 -> inode
     linked: dict[str, set[str]] = defaultdict(set)  # release -> inodes
     chunks: dict[str, int] = {}
-    incoming = 0
+    incoming: dict[str, int] = {}  # inode -> bytes (a direct models push names its file twice)
     for line in files:
         inode, size, path = (line.split(" ", 2) + ["", ""])[:3]
         if not (inode.isdigit() and size.isdigit()):
@@ -97,7 +97,7 @@ def report(
             chunks[rest] = int(size)
             continue
         elif top == "incoming":
-            incoming += int(size)
+            incoming[inode] = int(size)
             continue
         sizes[inode] = int(size)
     recency = by_recency(state, history)
@@ -129,7 +129,7 @@ def report(
         sum(sizes[inode] for inode in set(objects.values())),
         sum(chunks.values()),
         _models(models),
-        incoming,
+        sum(incoming.values()),
         keeps,
     )
 

@@ -111,3 +111,13 @@ def test_status_over_adb(kz, adb_device, artifacts, tmp_path):
         k: v for k, v in local.items() if k not in ("device", "root")
     }
     assert over_adb["models"][0]["names"] == ["m.gguf"]
+
+
+def test_a_cut_models_push_counts_its_file_once(kz, tmp_path):
+    root = tmp_path / "device"
+    work = root / "incoming" / ".kzm-3000-abc"
+    work.mkdir(parents=True)
+    (work / "in").write_bytes(b"x" * 3000)
+    os.link(work / "in", work / "part")  # the checker's second name of the arriving file
+    (work / "done").write_text("")
+    assert status(kz, root)["incoming"] == 3000

@@ -4,6 +4,7 @@ resend."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import signal
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kzbuild.device import modelpush
 from kzbuild.device.adb import AdbTransport
@@ -123,21 +126,88 @@ def test_a_cut_push_resumes_from_the_pieces_that_arrived(tmp_path):
     assert not list((root / "incoming").iterdir())
 
 
-def test_bytes_a_cut_left_past_the_checked_pieces_are_trimmed(tmp_path, monkeypatch):
-    monkeypatch.setattr(modelpush, "BATCH", 1)  # each piece is a batch, checked before the next
+def cut_part(root: Path) -> Path:
+    """What a cut direct push left of the model in its work dir (the checker's second name for
+    the arriving file, or the arriving file itself if the checker had not linked it yet)."""
+    work = next((root / "incoming").glob(".kzm-*"))
+    return work / "part" if (work / "part").exists() else work / modelpush.ARRIVING
+
+
+def test_a_piece_that_rotted_in_a_cut_part_is_sent_again_with_what_follows(tmp_path):
     model = write_model(tmp_path / "m.gguf", tensors=4)
     root = tmp_path / "device"
     device = Device(name="t", transport="local", root=str(root))
     with pytest.raises(DeviceError, match="connection lost"):
         modelpush.push_model(CuttingTransport(str(root), budget=2_600_000), device, model)
-    part = next((root / "incoming").glob(".kzm-*/part"))
-    checked = part.stat().st_size
-    assert checked > 0
-    with open(part, "ab") as handle:  # appended, then cut before its line went to done
-        handle.write(b"x" * 1000)
+    whole = [(o, s) for o, s in modelpush.cut(model) if o + s <= 2_600_000]
+    rotten = max(whole, key=lambda span: span[1])  # the biggest piece that arrived whole
+    part = cut_part(root)
+    with open(part, "r+b") as handle:
+        handle.seek(rotten[0] + rotten[1] // 2)
+        handle.write(b"\xff\x00\xff")
+        handle.seek(0, os.SEEK_END)
+        handle.write(b"x" * 1000)  # and bytes past the cut that are no piece at all
     result = modelpush.push_model(LocalTransport(str(root)), device, model)
-    assert result.bytes_resumed >= checked
+    assert (result.bytes_resumed, result.bytes_sent) == (
+        rotten[0],
+        model.stat().st_size - rotten[0],
+    )
     assert (root / "models" / "m.gguf").read_bytes() == model.read_bytes()
+    assert not list((root / "incoming").iterdir())
+
+
+class CorruptingTransport(LocalTransport):
+    """A local transport whose first push arrives with one byte flipped at ``at``."""
+
+    def __init__(self, root: str, at: int) -> None:
+        super().__init__(root)
+        self.at: int | None = at
+
+    def push(self, local: Path, remote: str, *, progress=None) -> None:  # type: ignore[no-untyped-def]
+        super().push(local, remote, progress=progress)
+        if self.at is not None:
+            with open(remote, "r+b") as handle:
+                handle.seek(self.at)
+                byte = handle.read(1)
+                handle.seek(self.at)
+                handle.write(bytes([byte[0] ^ 1]))
+            self.at = None
+
+
+@pytest.mark.parametrize("share", [0.1, 0.95])  # in a block checked as it came, in the last one
+def test_a_direct_push_damaged_on_the_way_is_caught_before_it_is_stored(tmp_path, caplog, share):
+    model = write_model(tmp_path / "m.gguf", tensors=6)
+    root = tmp_path / "device"
+    device = Device(name="t", transport="local", root=str(root))
+    at = int(model.stat().st_size * share)
+    result = modelpush.push_model(CorruptingTransport(str(root), at), device, model)
+    assert "a block of m.gguf did not match its sha256" in caplog.text
+    assert (root / "models" / "m.gguf").read_bytes() == model.read_bytes()
+    spans = modelpush.cut(model)
+    damaged = next(o for o, s in spans if o <= at < o + s)
+    assert result.bytes_resumed == damaged  # the pieces before the damage were kept
+    assert result.bytes_sent == 2 * model.stat().st_size - damaged  # the file, then the rest
+
+
+@given(st.lists(st.integers(min_value=1, max_value=3 * modelpush.BLOCK), min_size=1, max_size=40))
+@settings(max_examples=200, deadline=None)
+def test_check_blocks_are_runs_of_whole_pieces(sizes):
+    layout = list(zip(itertools.accumulate([0, *sizes[:-1]]), sizes, strict=True))
+    total = sum(sizes)
+    blocks = modelpush.check_blocks(layout)
+    starts = {offset for offset, _ in layout}
+    assert [o for o, _ in blocks] == sorted(o for o, _ in blocks)
+    assert sum(size for _, size in blocks) == total and blocks[0][0] == 0
+    assert all(offset in starts for offset, _ in blocks)
+    assert all(o + s == nxt for (o, s), (nxt, _) in itertools.pairwise(blocks))
+    last = blocks[-1]
+    assert last[1] * modelpush.TAIL_SHARE >= total
+    # the last block is the shortest such run: one piece fewer would be too short
+    assert (
+        last[0] == 0
+        or (last[1] - next(s for o, s in layout if o == last[0])) * modelpush.TAIL_SHARE < total
+    )
+    assert all(size >= modelpush.BLOCK for _, size in blocks[:-2])
 
 
 def test_a_model_that_shares_tensors_sends_only_the_changed_one(tmp_path):
@@ -153,6 +223,33 @@ def test_a_model_that_shares_tensors_sends_only_the_changed_one(tmp_path):
     assert (root / "models" / "q4.gguf").read_bytes() == variant.read_bytes()
     lists = sorted(p.name for p in (root / "models" / ".pieces").iterdir())
     assert lists == sorted([sha256(first), sha256(variant)])
+
+
+def write_tensors(path: Path, tensors: list[np.ndarray]) -> Path:
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for index, data in enumerate(tensors):
+        writer.add_tensor(f"blk.{index}.w", data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_piece_repeated_in_a_model_is_copied_out_of_its_own_part(tmp_path):
+    rng = np.random.default_rng(5)
+    a, b, c = (rng.standard_normal(TENSOR_VALUES).astype(np.float32) for _ in range(3))
+    first = write_tensors(tmp_path / "first.gguf", [a, b, c])
+    again = write_tensors(tmp_path / "again.gguf", [a, b, a, a])
+    root = tmp_path / "device"
+    device = Device(name="t", transport="local", root=str(root))
+    modelpush.push_model(LocalTransport(str(root)), device, first)
+    result = modelpush.push_model(LocalTransport(str(root)), device, again)
+    assert result.bytes_sent < TENSOR_VALUES  # the tensor infos: every tensor was copied
+    assert result.bytes_reused >= 4 * TENSOR_VALUES * 4
+    assert (root / "models" / "again.gguf").read_bytes() == again.read_bytes()
 
 
 def test_a_damaged_model_on_the_device_is_not_copied_from(tmp_path, caplog):
@@ -210,16 +307,23 @@ def test_cached_digests_skip_the_read_and_a_wrong_entry_is_caught_on_the_device(
 def test_over_adb_a_cut_push_resumes_verified(adb_device, tmp_path):
     model = write_model(tmp_path / "m.gguf", tensors=6)
     device = adb_device.device()
-    adb_device.drop_send_after(model.stat().st_size // 2)
+    adb_device.faults.send_delay = 0.01  # a cable slower than loopback: the checker is there first
+    adb_device.drop_send_after(model.stat().st_size * 7 // 8)  # in the last block
     with pytest.raises(DeviceError):
         modelpush.push_model(AdbTransport(device, connect_timeout=5), device, model)
-    work = next(Path(adb_device.host_path(f"{device.root}/incoming")).glob(".kzm-*"))
-    arrived = [p for p in work.iterdir() if len(p.name) == 64]
-    assert arrived  # whole pieces that came before the cut
-    damaged = arrived[0]
-    damaged.write_bytes(b"\0" * damaged.stat().st_size)  # one of them rots before the rerun
+    adb_device.faults.send_delay = 0.0
+    part = cut_part(Path(adb_device.host_path(f"{device.root}")))
+    done = part.parent / "done"
+    checked = len(done.read_text().splitlines()) if done.exists() else 0
+    whole = [(o, s) for o, s in modelpush.cut(model) if o + s <= part.stat().st_size]
+    # whole before the cut but not checked yet, then rotted
+    rotten = max(whole[checked:], key=lambda span: span[1])
+    with open(part, "r+b") as handle:
+        handle.seek(rotten[0])
+        handle.write(b"\0" * rotten[1])
     result = modelpush.push_model(AdbTransport(device, connect_timeout=5), device, model)
-    assert 0 < result.bytes_resumed and result.bytes_sent < model.stat().st_size
+    assert 0 < result.bytes_resumed == rotten[0]
+    assert result.bytes_sent == model.stat().st_size - rotten[0]
     stored = Path(adb_device.host_path(f"{device.root}/models/m.gguf"))
     assert stored.read_bytes() == model.read_bytes()
 
@@ -281,6 +385,14 @@ def adb_push_children() -> list[int]:
     return found
 
 
+def arrived(incoming: Path) -> int:
+    """The bytes in the part of the model on its way (0 before there is one)."""
+    try:
+        return max(part.stat().st_size for part in incoming.glob(".kzm-*/part"))
+    except (ValueError, OSError):
+        return 0
+
+
 def test_over_adb_a_push_whose_adb_is_killed_resumes(adb_device, tmp_path):
     model = write_model(tmp_path / "m.gguf", tensors=6)
     device = adb_device.device()
@@ -299,8 +411,7 @@ def test_over_adb_a_push_whose_adb_is_killed_resumes(adb_device, tmp_path):
     incoming = Path(adb_device.host_path(f"{device.root}/incoming"))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        pieces = [p for p in incoming.glob(".kzm-*/*") if len(p.name) == 64]
-        if len(pieces) >= 2 and (pids := adb_push_children()):
+        if arrived(incoming) > 2 * TENSOR_VALUES * 4 and (pids := adb_push_children()):
             for pid in pids:
                 os.kill(pid, signal.SIGKILL)  # adb killed mid-transfer
             break
@@ -309,7 +420,7 @@ def test_over_adb_a_push_whose_adb_is_killed_resumes(adb_device, tmp_path):
     assert outcome and isinstance(outcome[0], DeviceError), outcome
     adb_device.faults.send_delay = 0.0
     result = modelpush.push_model(AdbTransport(device, connect_timeout=5), device, model)
-    assert result.bytes_resumed > 0
+    assert result.bytes_resumed >= TENSOR_VALUES * 4  # the whole pieces that came before the kill
     assert result.bytes_sent + result.bytes_resumed == model.stat().st_size
     stored = Path(adb_device.host_path(f"{device.root}/models/m.gguf"))
     assert stored.read_bytes() == model.read_bytes()
