@@ -75,6 +75,14 @@ def push_command(
             help="Readable name on the device (ROOT/models/NAME). Default: the file name.",
         ),
     ] = None,
+    split: Annotated[
+        bool,
+        typer.Option(
+            "--split",
+            help="Store it as GGUF splits, each kept once on the device: quant variants pushed "
+            "with --split share the files of the tensors they share.",
+        ),
+    ] = False,
     wait: WaitOpt = 0.0,
     trust_new_host: TrustOpt = False,
     json_out: JsonOpt = False,
@@ -97,6 +105,7 @@ def push_command(
                 on_progress=on_progress,
                 wait=wait,
                 cache=settings.model_digests,
+                split=split,
             )
     if json_out:
         print_json(result.to_dict())

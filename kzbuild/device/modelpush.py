@@ -64,6 +64,7 @@ from kzbuild.device.base import RemoteResult, Transport, TreePush
 from kzbuild.device.chunkstore import MEMORY_STAGE, STAGE_PREFIX, sweep_stages
 from kzbuild.device.devicelock import device_lock
 from kzbuild.device.ggufcut import GgufLayoutError, boundaries, spans
+from kzbuild.device.modelsplit import SplitModel, split_model
 from kzbuild.device.steps import Step
 from kzbuild.device.store import (
     VERIFY_TIMEOUT,
@@ -561,12 +562,14 @@ def push_model(
     on_progress: ProgressCallback | None = None,
     wait: float = 0.0,
     cache: Path | None = None,
+    split: bool = False,
 ) -> ModelPushResult:
     """Store a GGUF model as models/<sha256>.gguf (sending only the pieces the device lacks) and
     point models/<name> at it (waiting for the device lock like deploy).
 
     ``cache``: the file that keeps models' digests by their stat data
     (:class:`~kzbuild.device.modelpush.DigestCache`); None: read and hash the model every time.
+    ``split``: store the model as GGUF splits, each once (:mod:`kzbuild.device.modelsplit`).
     """
     started = time.monotonic()
     name = name or model.name
@@ -578,6 +581,17 @@ def push_model(
     if known and _looks_stored(name) and name != f"{known.sha256}.gguf":
         raise ConfigError(
             f"bad model name '{name}': names of the form <sha256>.gguf are the store's own"
+        )
+    splits = None
+    if split:
+        known = known or _hashed(model, digests)
+        splits = split_model(
+            model,
+            known.sha256,
+            DigestCache.key(model),
+            cache.with_name("model-splits.json") if cache else None,
+            small=SMALL,
+            largest=LARGEST,
         )
     pieces = [(piece.offset, piece.size) for piece in known.pieces] if known else cut(model)
     layout = Layout(device.root)
@@ -599,9 +613,9 @@ def push_model(
             size,
         )
         sha = known.sha256 if known else ""
-        present = f"{sha}.gguf" in found.sizes
+        present = splits.present(found.sizes) if splits else f"{sha}.gguf" in found.sizes
         if not present:
-            sha = _send_model(transfer, model, pieces, found, known, digests)
+            sha = _send_model(transfer, model, pieces, found, known, digests, splits)
         link = posixpath.join(layout.models, name)
         if name != f"{sha}.gguf":
             point(remote, layout, link, f"{sha}.gguf")
@@ -637,12 +651,17 @@ def _send_model(
     found: DeviceModels,
     known: ModelDigests | None,
     cache: DigestCache | None,
+    splits: SplitModel | None = None,
 ) -> str:
-    """Send the pieces the device lacks, check them into the part, store it; the model's sha256.
+    """Send the pieces the device lacks, check them into the part, store it (or its splits); the
+    model's sha256.
 
     A piece that fails its check on the device (a damaged transfer, a damaged model a piece was
     copied from, a model file that changed since its digests were cached) makes a second pass
     that reads the file afresh and copies nothing out of other models."""
+    if splits and not splits.needs_part(found.sizes):
+        splits.store(transfer, found.sizes, part=False)
+        return splits.sha256
     at = time.time()
     try:
         got = push_pieces(transfer, model, pieces, found, known, reuse=True)
@@ -657,6 +676,9 @@ def _send_model(
     sha = known.sha256 if known else got.sha256
     if cache and known is None:
         cache.put(model, got, at)
+    if splits:
+        splits.store(transfer, found.sizes, part=True, sha256=sha)
+        return sha
     step = store_step(transfer.layout, transfer.work, transfer.total, sha)
     result = transfer.run_check(step)
     if result.returncode == BAD_PIECE:
