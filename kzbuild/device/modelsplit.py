@@ -39,6 +39,7 @@ from kzbuild.device.steps import Step
 from kzbuild.device.store import Layout, Remote
 from kzbuild.errors import DeviceError
 from kzbuild.model.gguflayout import GgufSplit
+from kzbuild.model.integrity import MISSING, Damage
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,41 @@ STORE_SCRIPT = (
     'while read -r d n; do ln -f "$m/$d.gguf" "$m/.kz-$n" && mv -f "$m/.kz-$n" "$m/$n" '
     '|| exit 1; done < links; cd .. && rm -rf "$1"'
 )
+
+
+# $1 = the models dir. For each split model: "= SHA", then "LINK SPLIT" for each of its split
+# links that is not the same file as its split SPLIT.gguf (missing, or another file).
+LINKS_SCRIPT = (
+    'cd "$1" || exit 1; for f in .splits/*; do [ -f "$f" ] || continue; s=${f##*/}; '
+    'echo "= $s"; n=$(wc -l < "$f"); i=0; while read -r d size; do i=$((i+1)); '
+    'l=$(printf "%s-%05d-of-%05d.gguf" "$s" "$i" "$n"); '
+    '[ "$l" -ef "$d.gguf" ] || echo "$l $d"; done < "$f"; done; true'
+)
+
+
+def check_links(remote: Remote, layout: Layout) -> tuple[set[str], list[Damage]]:
+    """The split models on the device, and each of their links that is not its split (their
+    splits are checked as any models/<sha256>.gguf is, against its name)."""
+    text = remote.script(LINKS_SCRIPT, [layout.models], what="checking the split models' links")
+    models: set[str] = set()
+    damage = []
+    model = ""
+    for line in text.text().splitlines():
+        if line.startswith("= "):
+            model = line[2:]
+            models.add(model)
+        elif model and " " in line:
+            link, split = line.split(" ", 1)
+            damage.append(
+                Damage(
+                    "model",
+                    f"{model}.gguf",
+                    f"models/{link}",
+                    f"the same file as models/{split}.gguf",
+                    f"{MISSING} or another file",
+                )
+            )
+    return models, damage
 
 
 class WorkDir(Protocol):

@@ -61,8 +61,11 @@ def test_status_counts_shared_contents_once_and_predicts_what_keep_frees(kz, art
             "sha256": report["models"][0]["sha256"],
             "size": model.stat().st_size,
             "names": ["a.gguf", "b.gguf"],
+            "own": model.stat().st_size,
+            "splits": 1,
         }
     ]
+    assert report["model_files"] == model.stat().st_size
     assert report["chunks"] > 0 and report["total"] > report["contents"]
 
     assert [(k["keep"], k["removes"]) for k in report["keeps"]] == [(1, ["b2", "b1"]), (2, ["b1"])]
@@ -94,7 +97,7 @@ def test_human_output(kz, artifacts, tmp_path):
     result = kz("device", "status", "--device", f"local:{root}")
     assert result.code == 0, result.err
     out = " ".join(result.out.split())
-    assert "* h1: holds" in out and "models (one file each" in out
+    assert "* h1: holds" in out and "models (" in out and "own" in out
 
 
 def test_status_over_adb(kz, adb_device, artifacts, tmp_path):
