@@ -76,13 +76,15 @@ def push_command(
         ),
     ] = None,
     split: Annotated[
-        bool,
+        Optional[bool],
         typer.Option(
-            "--split",
-            help="Store it as GGUF splits, each kept once on the device: quant variants pushed "
-            "with --split share the files of the tensors they share.",
+            "--split/--whole",
+            help="Store it as GGUF splits, each kept once on the device, so quant variants share "
+            "the files of the tensors they share; or as one file. Default: splits when the device "
+            "holds split models and one shares a tensor with it, else one file.",
+            show_default=False,
         ),
-    ] = False,
+    ] = None,
     wait: WaitOpt = 0.0,
     trust_new_host: TrustOpt = False,
     json_out: JsonOpt = False,

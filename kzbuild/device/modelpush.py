@@ -64,7 +64,7 @@ from kzbuild.device.base import RemoteResult, Transport, TreePush
 from kzbuild.device.chunkstore import MEMORY_STAGE, STAGE_PREFIX, sweep_stages
 from kzbuild.device.devicelock import device_lock
 from kzbuild.device.ggufcut import GgufLayoutError, boundaries, spans
-from kzbuild.device.modelsplit import SplitModel, split_model
+from kzbuild.device.modelsplit import SplitModel, check_split_name, holds_splits, split_model
 from kzbuild.device.steps import Step
 from kzbuild.device.store import (
     VERIFY_TIMEOUT,
@@ -562,18 +562,20 @@ def push_model(
     on_progress: ProgressCallback | None = None,
     wait: float = 0.0,
     cache: Path | None = None,
-    split: bool = False,
+    split: bool | None = None,
 ) -> ModelPushResult:
     """Store a GGUF model as models/<sha256>.gguf (sending only the pieces the device lacks) and
     point models/<name> at it (waiting for the device lock like deploy).
 
     ``cache``: the file that keeps models' digests by their stat data
     (:class:`~kzbuild.device.modelpush.DigestCache`); None: read and hash the model every time.
-    ``split``: store the model as GGUF splits, each once (:mod:`kzbuild.device.modelsplit`).
+    ``split``: store the model as GGUF splits, each once (:mod:`kzbuild.device.modelsplit`);
+    None: when the device holds split models and one of them shares a tensor with it.
     """
     started = time.monotonic()
     name = name or model.name
     _check_model(model, name)
+    check_split_name(name)
     digests = DigestCache(cache) if cache else None
     known = digests.get(model) if digests else None
     if known is None and _looks_stored(name):
@@ -585,14 +587,7 @@ def push_model(
     splits = None
     if split:
         known = known or _hashed(model, digests)
-        splits = split_model(
-            model,
-            known.sha256,
-            DigestCache.key(model),
-            cache.with_name("model-splits.json") if cache else None,
-            small=SMALL,
-            largest=LARGEST,
-        )
+        splits = _split(model, known, cache)
     pieces = [(piece.offset, piece.size) for piece in known.pieces] if known else cut(model)
     layout = Layout(device.root)
     work = posixpath.join(layout.incoming, work_name(model, pieces))
@@ -603,6 +598,10 @@ def push_model(
         size = model.stat().st_size
         if known is None and size in found.sizes.values():
             known = _hashed(model, digests)  # it may be there already: nothing to send then
+        if split is None and holds_splits(found.sizes):
+            known = known or _hashed(model, digests)
+            if any(p.digest in found.sources for p in known.pieces if p.size >= SMALL):
+                splits = _split(model, known, cache)
         transfer = Transfer(
             remote,
             layout,
@@ -630,6 +629,12 @@ def push_model(
         already_there=present,
         seconds=time.monotonic() - started,
     )
+
+
+def _split(model: Path, known: ModelDigests, cache: Path | None) -> SplitModel | None:
+    split_cache = cache.with_name("model-splits.json") if cache else None
+    key = DigestCache.key(model)
+    return split_model(model, known.sha256, key, split_cache, small=SMALL, largest=LARGEST)
 
 
 def _looks_stored(name: str) -> bool:

@@ -37,7 +37,7 @@ from kzbuild.device.ggufcut import GgufLayoutError
 from kzbuild.device.ggufsplit import plan, split_name, split_pieces
 from kzbuild.device.steps import Step
 from kzbuild.device.store import Layout, Remote
-from kzbuild.errors import DeviceError
+from kzbuild.errors import ConfigError, DeviceError
 from kzbuild.model.gguflayout import GgufSplit
 from kzbuild.model.integrity import MISSING, Damage
 
@@ -47,6 +47,7 @@ SPLITS_DIR = ".splits"
 BAD_SPLIT = 3
 CACHE_LIMIT = 200
 FIRST_SPLIT_RE = re.compile(r"^[0-9a-f]{64}-00001-of-[0-9]{5}\.gguf$")
+SPLIT_LINK_RE = re.compile(r"^[0-9a-f]{64}-[0-9]{5}-of-[0-9]{5}\.gguf$")
 
 # $1 = the work dir, $2 = the models dir, $3 = the model's sha256, $4 = the model's size ("-":
 # no part: every split with tensor data is on the device), $5 = the first split's name. The work
@@ -79,6 +80,20 @@ LINKS_SCRIPT = (
     'l=$(printf "%s-%05d-of-%05d.gguf" "$s" "$i" "$n"); '
     '[ "$l" -ef "$d.gguf" ] || echo "$l $d"; done < "$f"; done; true'
 )
+
+
+def check_split_name(name: str) -> None:
+    """Refuse a readable name that is a split model's link (the store's own)."""
+    if SPLIT_LINK_RE.match(name):
+        raise ConfigError(
+            f"bad model name '{name}': names of the form <sha256>-0000i-of-0000N.gguf are the "
+            "store's own"
+        )
+
+
+def holds_splits(stored: Collection[str]) -> bool:
+    """Whether the models dir (its file names) holds a model stored as splits."""
+    return any(FIRST_SPLIT_RE.match(name) for name in stored)
 
 
 def check_links(remote: Remote, layout: Layout) -> tuple[set[str], list[Damage]]:

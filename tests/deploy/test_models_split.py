@@ -34,9 +34,7 @@ def distinct_bytes(folder: Path, pattern: str = "**/*") -> int:
 
 
 def push(kz, root: Path, model: Path, *extra: str) -> dict:
-    result = kz(
-        "models", "push", str(model), "--device", f"local:{root}", "--split", "--json", *extra
-    )
+    result = kz("models", "push", str(model), "--device", f"local:{root}", "--json", *extra)
     assert result.code == 0, result.err
     return json.loads(result.out)
 
@@ -153,11 +151,11 @@ def test_two_variants_keep_one_copy_of_what_they_share(kz, tmp_path):
     root = tmp_path / "device"
     base = write_model(tmp_path / "q8.gguf", tensors=4)
     variant = write_model(tmp_path / "q4.gguf", tensors=4, f16=2)
-    first = push(kz, root, base)
+    first = push(kz, root, base, "--split")
     assert first["bytes_sent"] >= base.stat().st_size
     models = root / "models"
     alone = distinct_bytes(models)
-    second = push(kz, root, variant, "--name", "v.gguf")
+    second = push(kz, root, variant, "--name", "v.gguf")  # split: it shares tensors with a split
     changed = TENSOR_VALUES * 2  # the f16 tensor
     assert second["bytes_sent"] <= 1.2 * changed
     assert distinct_bytes(models) - alone <= 1.05 * changed  # the changed tensor + its headers
@@ -193,7 +191,7 @@ def test_two_variants_keep_one_copy_of_what_they_share(kz, tmp_path):
 def test_verify_names_a_damaged_split_and_a_broken_link(kz, tmp_path):
     root = tmp_path / "device"
     model = write_model(tmp_path / "m.gguf", tensors=2)
-    pushed = push(kz, root, model)
+    pushed = push(kz, root, model, "--split")
     models = root / "models"
     manifest = (models / ".splits" / pushed["sha256"]).read_text().split()
     split = models / f"{manifest[2]}.gguf"  # the second split: a tensor
@@ -264,3 +262,26 @@ def test_over_adb(kz, adb_device, tmp_path):
     report = json.loads(kz("device", "status", "--device", spec, "--json").out)
     assert report["model_files"] == distinct_bytes(models, "*")
     assert {m["splits"] for m in report["models"]} == {7}
+
+
+def test_whole_keeps_one_file_and_split_names_are_the_store_s(kz, tmp_path):
+    root = tmp_path / "device"
+    base = write_model(tmp_path / "a.gguf", tensors=2)
+    push(kz, root, base, "--split")
+    variant = write_model(tmp_path / "b.gguf", tensors=2, f16=0)
+    whole = push(kz, root, variant, "--whole")
+    stored = root / "models" / f"{whole['sha256']}.gguf"
+    assert not stored.is_symlink() and stored.read_bytes() == variant.read_bytes()
+    other = write_model(tmp_path / "c.gguf", tensors=2, seed=5)  # shares nothing: one file
+    alone = push(kz, root, other)
+    assert not (root / "models" / f"{alone['sha256']}.gguf").is_symlink()
+    bad = kz(
+        "models",
+        "push",
+        str(base),
+        "--device",
+        f"local:{root}",
+        "--name",
+        f"{'a' * 64}-00001-of-00002.gguf",
+    )
+    assert bad.code == 2 and "the store's own" in bad.err
