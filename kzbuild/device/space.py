@@ -4,11 +4,12 @@
 A release is a dir of hard links into ``objects/``, so a content that several releases share is
 one inode: each release's ``holds`` counts it, its ``own`` only when no other release links it,
 and ``contents`` (objects/) counts every inode once. ``chunks/`` holds the chunks of chunked
-contents again, beside them, to send deltas. A model is one file (llama.cpp maps one file per
-model): a model under several names is stored once, but two models that share tensors each hold
-them. What ``--keep N`` frees is what :func:`~kzbuild.device.deploy.prune` removes: the releases
-it drops, the contents only they (or nothing) link, and the chunks only those contents use;
-models and cut uploads are never pruned.
+contents again, beside them, to send deltas. A model under several names is stored once; a model
+kept as splits (``models push --split``) holds each split as one file that other models may hold
+too: each model's ``size`` counts its files, its ``own`` only those no other model holds, and
+``model_files`` every file once. What ``--keep N`` frees is what
+:func:`~kzbuild.device.deploy.prune` removes: the releases it drops, the contents only they (or
+nothing) link, and the chunks only those contents use; models and cut uploads are never pruned.
 """
 
 from __future__ import annotations
