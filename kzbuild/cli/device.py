@@ -174,7 +174,10 @@ def status_command(
             f"{file_size(model.own)}, {kept} ({names})"
         )
     if report.incoming:
-        say(f"cut uploads waiting to resume: {file_size(report.incoming)}")
+        say(
+            f"cut uploads waiting to resume: {file_size(report.incoming)} (--keep gives up the "
+            "model pushes nothing touched for a day)"
+        )
     for keep in report.keeps:
         say(
             f"deploy --keep {keep.keep} would remove {len(keep.removes)} release(s) and free "

@@ -9,7 +9,8 @@ kept as splits (``models push --split``) holds each split as one file that other
 too: each model's ``size`` counts its files, its ``own`` only those no other model holds, and
 ``model_files`` every file once. What ``--keep N`` frees is what
 :func:`~kzbuild.device.deploy.prune` removes: the releases it drops, the contents only they (or
-nothing) link, and the chunks only those contents use; models and cut uploads are never pruned.
+nothing) link, the chunks only those contents use, and cut model pushes nothing touched for a
+day; models are never pruned.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import posixpath
 import re
 from collections import defaultdict
 
+from kzbuild.device.deploy import STALE_PUSHES
 from kzbuild.device.steps import Step, run_steps
 from kzbuild.device.store import (
     COMMAND_TIMEOUT,
@@ -37,15 +39,17 @@ from kzbuild.model.devicespace import KeepSpace, ModelSpace, ReleaseSpace, Space
 
 # $1 = ROOT. "INODE SIZE PATH" of every file under releases/, objects/, chunks/ and incoming/,
 # "/", the models ("f INODE SIZE NAME" for a file, "l TARGET NAME" for a link), "/", every chunk
-# list's lines as grep prints them ("chunklists/SHA:CHUNK SIZE"), "/", then the split models'
-# manifests' lines ("models/.splits/SHA:SPLIT SIZE").
+# list's lines as grep prints them ("chunklists/SHA:CHUNK SIZE"), "/", the split models'
+# manifests' lines ("models/.splits/SHA:SPLIT SIZE"), "/", then the work dirs of cut model pushes
+# that prune would give up ("incoming/.kzm-...").
 STORED_RE = re.compile(r"^[0-9a-f]{64}\.gguf$")  # models/<sha256>.gguf: a model or a split
 SPACE_SCRIPT = (
     'cd "$1" || exit 1; find releases objects chunks incoming -type f -exec stat -c "%i %s %n" '
     "{} + 2>/dev/null; echo /; for f in models/*; do n=${f#models/}; "
     'if [ -L "$f" ]; then echo "l $(readlink "$f") $n"; '
     'elif [ -f "$f" ]; then echo "f $(stat -c "%i %s" "$f") $n"; fi; done; echo /; '
-    "grep -H '' chunklists/* 2>/dev/null; echo /; grep -H '' models/.splits/* 2>/dev/null; true"
+    "grep -H '' chunklists/* 2>/dev/null; echo /; grep -H '' models/.splits/* 2>/dev/null; "
+    f"echo /; find incoming {STALE_PUSHES} 2>/dev/null; true"
 )
 
 
@@ -59,8 +63,8 @@ def space(remote: Remote, layout: Layout) -> SpaceReport:
     state_result, history_result, files_result = remote.checked(
         steps, run_steps(remote.transport, steps, timeout=COMMAND_TIMEOUT)
     )
-    files, models, lists, manifests = sections(
-        files_result.text().splitlines(), 4, what="listing the store's files"
+    files, models, lists, manifests, stale = sections(
+        files_result.text().splitlines(), 5, what="listing the store's files"
     )
     return report(
         remote.address,
@@ -71,6 +75,7 @@ def space(remote: Remote, layout: Layout) -> SpaceReport:
         models,
         lists,
         manifests,
+        stale,
     )
 
 
@@ -83,6 +88,7 @@ def report(
     models: list[str],
     lists: list[str],
     manifests: list[str],
+    stale: list[str],
 ) -> SpaceReport:
     """The report from the listings of :data:`SPACE_SCRIPT` (a line it cannot read is skipped)."""
     sizes: dict[str, int] = {}  # inode -> bytes
@@ -90,6 +96,7 @@ def report(
     linked: dict[str, set[str]] = defaultdict(set)  # release -> inodes
     chunks: dict[str, int] = {}
     incoming = 0
+    given_up = 0  # bytes of the cut pushes prune gives up
     for line in files:
         inode, size, path = (line.split(" ", 2) + ["", ""])[:3]
         if not (inode.isdigit() and size.isdigit()):
@@ -104,6 +111,7 @@ def report(
             continue
         elif top == "incoming":
             incoming += int(size)
+            given_up += int(size) if f"incoming/{rest.split('/', 1)[0]}" in stale else 0
             continue
         sizes[inode] = int(size)
     recency = by_recency(state, history)
@@ -125,7 +133,7 @@ def report(
         where, _, entry = line.partition(":")
         uses[posixpath.basename(where)].add(entry.split(" ", 1)[0])
     keeps = tuple(
-        _keeping(keep, state, recency, linked, holders, sizes, objects, uses, chunks)
+        _keeping(keep, state, recency, linked, holders, sizes, objects, uses, chunks, given_up)
         for keep in range(1, max(len(recency), 1))
     )
     stored, model_files = _models(models, manifests)
@@ -152,6 +160,7 @@ def _keeping(
     objects: dict[str, str],
     uses: dict[str, set[str]],
     chunks: dict[str, int],
+    given_up: int,
 ) -> KeepSpace:
     doomed = pruned_releases(state, recency, keep)
     kept = set(recency) - set(doomed)
@@ -161,7 +170,8 @@ def _keeping(
     gone |= {inode for inode in objects.values() if inode not in alive}
     needed = {chunk for sha, inode in objects.items() if inode in alive for chunk in uses[sha]}
     freed_chunks = sum(size for name, size in chunks.items() if name not in needed)
-    return KeepSpace(keep, tuple(doomed), sum(sizes[inode] for inode in gone) + freed_chunks)
+    freed = sum(sizes[inode] for inode in gone) + freed_chunks + given_up
+    return KeepSpace(keep, tuple(doomed), freed)
 
 
 def _models(lines: list[str], manifests: list[str]) -> tuple[tuple[ModelSpace, ...], int]:

@@ -26,7 +26,8 @@ class ModelSpace:
 class KeepSpace:
     keep: int
     removes: tuple[str, ...]  # the releases ``--keep N`` removes
-    frees: int  # bytes: contents only they (or nothing) link, the chunks only those use
+    frees: int  # bytes: contents only they (or nothing) link, the chunks only those use, and
+    # the cut model pushes prune gives up
 
 
 @dataclass(frozen=True)

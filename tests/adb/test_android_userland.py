@@ -22,7 +22,7 @@ from tests.adbdevice.toybox import ToyboxMissing, android_toybox, build_dir
 # toybox has each of them (``test``, ``[`` and ``echo`` are mksh builtins).
 DEVICE_APPLETS = (
     "cat chmod cmp comm cut date df dirname env find grep head ln ls mkdir mv printf readlink rm "
-    "rmdir sed sha1sum sha256sum sort stat tail tar tee touch truncate uname xargs"
+    "rmdir sed sha1sum sha256sum sort stat tail tar tee touch truncate uname wc xargs"
 ).split()
 # android_defconfig enables these "pending" commands, which Debian's toybox package lacks: the
 # device has them, as Android does.
