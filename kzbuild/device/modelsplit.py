@@ -21,18 +21,21 @@ not written again. The first split's hard link is made last: the model is stored
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import posixpath
 import re
 import shutil
+import tarfile
 import tempfile
+import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
 from kzbuild.adapters.files import TextCache
-from kzbuild.device.base import RemoteResult, Transport, TreePush
+from kzbuild.device.base import RemoteResult, Transport
 from kzbuild.device.ggufcut import GgufLayoutError
 from kzbuild.device.ggufsplit import plan, split_name, split_pieces
 from kzbuild.device.steps import Step
@@ -50,25 +53,27 @@ FIRST_SPLIT_RE = re.compile(r"^[0-9a-f]{64}-00001-of-[0-9]{5}\.gguf$")
 SPLIT_LINK_RE = re.compile(r"^[0-9a-f]{64}-[0-9]{5}-of-[0-9]{5}\.gguf$")
 
 # $1 = the work dir, $2 = the models dir, $3 = the model's sha256, $4 = the model's size ("-":
-# no part: every split with tensor data is on the device), $5 = the first split's name. The work
-# dir holds "splits" (a "SHA END SIZE" line per split to store, the last first: its header h-SHA,
-# then the SIZE bytes of the part that end at byte END), each split's piece list l-SHA,
-# "manifest" and "links" ("SHA NAME" lines, the first split's last). Exit 3: the part has the
-# wrong size ("size N") or a split did not match its sha256 ("bad SHA").
+# no part, every split the device lacks is a header alone). bundle.tar in the work dir holds
+# new/SHA.gguf (the header of each split to store), lists/SHA (its pieces), "splits" (a "SHA END
+# SIZE" line per split with tensor data, the last first: its data are the SIZE bytes of the part
+# that end at byte END), "manifest" and links.tar (the model's names, the first split's last).
+# The part is cut behind each split (so the work dir holds at most the model plus one split) and
+# "done" goes first: a resumed push checks the model into the part again (copying what it can out
+# of the splits stored). The splits are checked with one sha256sum; those that match are stored.
+# Exit 3: the part has the wrong size ("size N") or a split did not match its sha256 ("bad SHA",
+# it is removed).
 STORE_SCRIPT = (
-    'cd "$1" || exit 1; m=$2; if [ "$4" != - ]; then s=$(stat -c %s part) || exit 1; '
-    '[ "$s" = "$4" ] || { echo "size $s"; exit 3; }; fi; '
-    'while read -r d at n; do [ -f "$m/$d.gguf" ] && continue; '
-    'if [ "$n" = 0 ]; then h=$(tee s.kz < "h-$d" | sha256sum) || exit 1; '
-    'else truncate -s "$at" part && h=$( { cat "h-$d"; tail -c "$n" part; } | tee s.kz | '
-    "sha256sum) || exit 1; fi; "
-    '[ "${h%% *}" = "$d" ] || { rm -f s.kz; echo "bad $d"; exit 3; }; '
-    'chmod 644 s.kz && mv -f "l-$d" "$m/.pieces/$d" && mv -f s.kz "$m/$d.gguf" || exit 1; '
-    "done < splits; "
-    'mkdir -p "$m/.splits" && mv -f manifest "$m/.splits/$3" && '
-    'ln -sf "$5" "$m/.kz-$3.gguf" && mv -f "$m/.kz-$3.gguf" "$m/$3.gguf" || exit 1; '
-    'while read -r d n; do ln -f "$m/$d.gguf" "$m/.kz-$n" && mv -f "$m/.kz-$n" "$m/$n" '
-    '|| exit 1; done < links; cd .. && rm -rf "$1"'
+    'w=$1 m=$2 sha=$3 size=$4; cd "$w" || exit 1; umask 022; tar -x -f bundle.tar || exit 1; '
+    'if [ "$size" != - ]; then s=$(stat -c %s part) || exit 1; '
+    '[ "$s" = "$size" ] || { echo "size $s"; exit 3; }; rm -f done || exit 1; fi; '
+    'while read -r d at n; do truncate -s "$at" part && tail -c "$n" part >> "new/$d.gguf" '
+    '|| exit 1; done < splits; cd new || exit 1; set -- *; if [ -e "$1" ]; then '
+    'sha256sum -- "$@" > ../sums || exit 1; bad=; while read -r h f; do '
+    '[ "$h.gguf" = "$f" ] || { rm -f "$f"; echo "bad ${f%.gguf}"; bad=1; }; done < ../sums; '
+    'set -- *; [ ! -e "$1" ] || mv -f -- "$@" "$m/" || exit 1; fi; cd ../lists || exit 1; '
+    'set -- *; if [ -e "$1" ]; then mv -f -- "$@" "$m/.pieces/" || exit 1; fi; cd .. || exit 1; '
+    '[ -z "$bad" ] || exit 3; mkdir -p "$m/.splits" && mv -f manifest "$m/.splits/$sha" && '
+    'tar -x -f links.tar -C "$m" && cd .. && rm -rf "$w"'
 )
 
 
@@ -171,6 +176,39 @@ class SplitModel:
         """Whether a split the device lacks holds tensor data (which travels as the model)."""
         return any(self.splits[i].size for i in self.lacking(stored))
 
+    def _bundle(self, path: Path, lacking: Sequence[int]) -> None:
+        """The tar :data:`STORE_SCRIPT` unpacks for the splits ``lacking``."""
+        now = int(time.time())
+        names = self.names
+        links = io.BytesIO()
+        with tarfile.open(fileobj=links, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            entries = [(f"{self.sha256}.gguf", names[0], tarfile.SYMTYPE)]
+            entries += [
+                (name, f"{sha}.gguf", tarfile.LNKTYPE)
+                for name, (sha, _) in zip(names, self.digests, strict=True)
+            ][1:]
+            entries.append((names[0], f"{self.digests[0][0]}.gguf", tarfile.LNKTYPE))
+            for name, target, kind in entries:
+                _add(tar, name, b"", now, kind=kind, target=target)
+        lines = [
+            f"{self.digests[i][0]} {self.splits[i].offset + self.splits[i].size} "
+            f"{self.splits[i].size}\n"
+            for i in reversed(lacking)
+            if self.splits[i].size
+        ]
+        sizes = [len(split.header) + split.size for split in self.splits]
+        manifest = [f"{sha} {size}\n" for (sha, _), size in zip(self.digests, sizes, strict=True)]
+        with tarfile.open(path, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            for dir_name in ("new", "lists"):
+                _add(tar, dir_name, b"", now, kind=tarfile.DIRTYPE)
+            for index in lacking:
+                sha, pieces = self.digests[index]
+                _add(tar, f"new/{sha}.gguf", self.splits[index].header, now)
+                _add(tar, f"lists/{sha}", "".join(f"{d} {s}\n" for d, s in pieces).encode(), now)
+            _add(tar, "splits", "".join(lines).encode(), now)
+            _add(tar, "manifest", "".join(manifest).encode(), now)
+            _add(tar, "links.tar", links.getvalue(), now)
+
     def store(
         self, work: WorkDir, stored: Collection[str], *, part: bool, sha256: str | None = None
     ) -> None:
@@ -183,34 +221,16 @@ class SplitModel:
             raise DeviceError(
                 f"{self.model} changed while it was being pushed", hint="push it again"
             )
-        lacking = self.lacking(stored)
-        staged = Path(tempfile.mkdtemp(prefix="kz-splits-"))
+        bundle = Path(tempfile.mkdtemp(prefix="kz-splits-")) / "bundle.tar"
         try:
-            lines = []
-            for index in reversed(lacking):
-                split = self.splits[index]
-                sha, pieces = self.digests[index]
-                (staged / f"h-{sha}").write_bytes(split.header)
-                (staged / f"l-{sha}").write_text("".join(f"{d} {s}\n" for d, s in pieces))
-                lines.append(f"{sha} {split.offset + split.size} {split.size}\n")
-            (staged / "splits").write_text("".join(lines))
-            sizes = [len(split.header) + split.size for split in self.splits]
-            (staged / "manifest").write_text(
-                "".join(
-                    f"{sha} {size}\n" for (sha, _), size in zip(self.digests, sizes, strict=True)
-                )
-            )
-            links = [
-                f"{sha} {name}\n" for (sha, _), name in zip(self.digests, self.names, strict=True)
-            ]
-            (staged / "links").write_text("".join(links[1:] + links[:1]))
-            _push_dir(remote, staged, work.work)
+            self._bundle(bundle, self.lacking(stored))
+            remote.transport.push(bundle, posixpath.join(work.work, bundle.name))
         finally:
-            shutil.rmtree(staged, ignore_errors=True)
+            shutil.rmtree(bundle.parent, ignore_errors=True)
         size = str(self.model.stat().st_size) if part else "-"
         step = Step(
             STORE_SCRIPT,
-            (work.work, work.layout.models, self.sha256, size, self.names[0]),
+            (work.work, work.layout.models, self.sha256, size),
             "storing the model's splits",
         )
         result = work.run_check(step)
@@ -224,13 +244,20 @@ class SplitModel:
         remote.checked([step], [result])
 
 
-def _push_dir(remote: Remote, staged: Path, work: str) -> None:
-    transport = remote.transport
-    if isinstance(transport, TreePush):
-        transport.push_tree(staged, work)
-        return
-    for path in sorted(staged.iterdir()):
-        transport.push(path, posixpath.join(work, path.name))
+def _add(
+    tar: tarfile.TarFile,
+    name: str,
+    data: bytes,
+    now: int,
+    *,
+    kind: bytes = tarfile.REGTYPE,
+    target: str = "",
+) -> None:
+    entry = tarfile.TarInfo(name)
+    entry.type, entry.linkname, entry.mtime = kind, target, now
+    entry.mode = 0o755 if kind == tarfile.DIRTYPE else 0o644
+    entry.size = len(data) if kind == tarfile.REGTYPE else 0
+    tar.addfile(entry, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
 
 
 def split_model(

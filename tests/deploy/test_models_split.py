@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,9 @@ from kzbuild.device import ggufsplit, modelpush
 from kzbuild.device.adb import AdbTransport
 from kzbuild.device.ggufcut import GgufLayoutError
 from kzbuild.device.local import LocalTransport
-from kzbuild.device.modelsplit import tool_path
+from kzbuild.device.modelsplit import SplitModel, tool_path
+from kzbuild.errors import DeviceError
+from kzbuild.model.device import Device
 from tests.deploy.test_models_push import TENSOR_VALUES, sha256, write_model
 
 TYPES = {"f32": np.float32, "f16": np.float16}
@@ -208,13 +211,9 @@ def test_verify_names_a_damaged_split_and_a_broken_link(kz, tmp_path):
     assert (f"models/{last.name}", "model") in damage
 
 
-def test_a_split_push_cut_resumes_and_a_damaged_split_is_caught(tmp_path, monkeypatch):
+def test_a_split_that_does_not_check_out_is_not_stored_and_a_rerun_sends_it(tmp_path, monkeypatch):
     root = tmp_path / "device"
     model = write_model(tmp_path / "m.gguf", tensors=3)
-    device = LocalTransport(str(root))
-    from kzbuild.device.modelsplit import SplitModel
-    from kzbuild.model.device import Device
-
     target = Device(name="t", transport="local", root=str(root))
     real = SplitModel.store
     calls = []
@@ -222,17 +221,20 @@ def test_a_split_push_cut_resumes_and_a_damaged_split_is_caught(tmp_path, monkey
     def once_damaged(self, work, stored, *, part, sha256=None):
         if not calls:  # the first time, a header that does not match its split's sha256
             calls.append(1)
-            self.splits = (self.splits[0].__class__(b"x", 0, 0, ()), *self.splits[1:])
+            bad = self.splits[2]
+            garbage = bytes(len(bad.header))
+            self.splits = (*self.splits[:2], replace(bad, header=garbage), *self.splits[3:])
         return real(self, work, stored, part=part, sha256=sha256)
 
     monkeypatch.setattr(SplitModel, "store", once_damaged)
-    from kzbuild.errors import DeviceError
-
+    cache = tmp_path / "d.json"
     with pytest.raises(DeviceError, match="did not check out"):
-        modelpush.push_model(device, target, model, split=True, cache=tmp_path / "d.json")
+        modelpush.push_model(LocalTransport(str(root)), target, model, split=True, cache=cache)
     assert not list((root / "models").glob("*-00001-of-*"))  # not stored
-    result = modelpush.push_model(device, target, model, split=True, cache=tmp_path / "d.json")
-    assert result.bytes_sent == 0 and not list((root / "incoming").iterdir())
+    result = modelpush.push_model(LocalTransport(str(root)), target, model, split=True, cache=cache)
+    # the splits that checked out were stored: the rerun copies out of them, sends the bad one's
+    assert 0 < result.bytes_sent <= 1.01 * TENSOR_VALUES * 4
+    assert not list((root / "incoming").iterdir())
     assert tensors_of(sorted((root / "models").glob(f"{sha256(model)}-*"))) == tensors_of([model])
 
 
