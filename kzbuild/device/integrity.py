@@ -174,7 +174,7 @@ def verify_store(remote: Remote, layout: Layout) -> StoreReport:
     )
     object_names, model_names, chunk_names = sections(listing, 3, what="listing the content store")
     objects = [name for name in object_names if SHA256_RE.match(name)]
-    split_models, damage = check_links(remote, layout)
+    split_models, splits, damage = check_links(remote, layout)
     models = [
         name
         for name in model_names
@@ -226,7 +226,8 @@ def verify_store(remote: Remote, layout: Layout) -> StoreReport:
         root=layout.root,
         objects=len(objects),
         releases=len(manifests),
-        models=len(models),
+        models=len(split_models)
+        + sum(name.removesuffix(MODEL_SUFFIX) not in splits for name in models),
         damage=tuple(damage),
         chunks=len(chunks),
     )

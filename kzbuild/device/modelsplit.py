@@ -79,11 +79,11 @@ STORE_SCRIPT = (
 )
 
 
-# $1 = the models dir. For each split model: "= SHA", then "LINK SPLIT" for each of its split
-# links that is not the same file as its split SPLIT.gguf (missing, or another file).
+# $1 = the models dir. For each split model: "= SHA", then for each of its splits "- SPLIT", and
+# "LINK SPLIT" when its link is not the same file as SPLIT.gguf (missing, or another file).
 LINKS_SCRIPT = (
     'cd "$1" || exit 1; for f in .splits/*; do [ -f "$f" ] || continue; s=${f##*/}; '
-    'echo "= $s"; n=$(wc -l < "$f"); i=0; while read -r d size; do i=$((i+1)); '
+    'echo "= $s"; n=$(wc -l < "$f"); i=0; while read -r d size; do i=$((i+1)); echo "- $d"; '
     'l=$(printf "%s-%05d-of-%05d.gguf" "$s" "$i" "$n"); '
     '[ "$l" -ef "$d.gguf" ] || echo "$l $d"; done < "$f"; done; true'
 )
@@ -103,17 +103,20 @@ def holds_splits(stored: Collection[str]) -> bool:
     return any(FIRST_SPLIT_RE.match(name) for name in stored)
 
 
-def check_links(remote: Remote, layout: Layout) -> tuple[set[str], list[Damage]]:
-    """The split models on the device, and each of their links that is not its split (their
-    splits are checked as any models/<sha256>.gguf is, against its name)."""
+def check_links(remote: Remote, layout: Layout) -> tuple[set[str], set[str], list[Damage]]:
+    """The split models on the device, their splits, and each of their links that is not its
+    split (the splits are checked as any models/<sha256>.gguf is, against its name)."""
     text = remote.script(LINKS_SCRIPT, [layout.models], what="checking the split models' links")
     models: set[str] = set()
+    splits: set[str] = set()
     damage = []
     model = ""
     for line in text.text().splitlines():
         if line.startswith("= "):
             model = line[2:]
             models.add(model)
+        elif line.startswith("- "):
+            splits.add(line[2:])
         elif model and " " in line:
             link, split = line.split(" ", 1)
             damage.append(
@@ -125,7 +128,7 @@ def check_links(remote: Remote, layout: Layout) -> tuple[set[str], list[Damage]]
                     f"{MISSING} or another file",
                 )
             )
-    return models, damage
+    return models, splits, damage
 
 
 class WorkDir(Protocol):

@@ -189,6 +189,7 @@ def test_two_variants_keep_one_copy_of_what_they_share(kz, tmp_path):
     assert again["already_there"] and again["bytes_sent"] == 0
     verified = kz("device", "verify", "--device", f"local:{root}", "--json")
     assert verified.code == 0, verified.out
+    assert json.loads(verified.out)["models"] == 2  # two models, whatever their splits
 
 
 def test_verify_names_a_damaged_split_and_a_broken_link(kz, tmp_path):
@@ -287,3 +288,19 @@ def test_whole_keeps_one_file_and_split_names_are_the_store_s(kz, tmp_path):
         f"{'a' * 64}-00001-of-00002.gguf",
     )
     assert bad.code == 2 and "the store's own" in bad.err
+
+
+def test_over_ssh(kz, sshd, ssh_home, tmp_path):
+    root = tmp_path / "device"
+    base = write_model(tmp_path / "a.gguf", tensors=2)
+    variant = write_model(tmp_path / "b.gguf", tensors=2, f16=1)
+    spec = sshd.spec(root)
+    first = kz("models", "push", str(base), "--device", spec, "--split", "--json")
+    assert first.code == 0, first.err
+    alone = distinct_bytes(root / "models")
+    second = kz("models", "push", str(variant), "--device", spec, "--json")
+    assert second.code == 0, second.err
+    sha = json.loads(second.out)["sha256"]
+    assert distinct_bytes(root / "models") - alone <= 1.05 * TENSOR_VALUES * 2
+    assert tensors_of(sorted((root / "models").glob(f"{sha}-*"))) == tensors_of([variant])
+    assert kz("device", "verify", "--device", spec).code == 0
