@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kzbuild.device import ggufsplit, modelpush
+from kzbuild.device import ggufsplit, modelpush, modelsplit
 from kzbuild.device.adb import AdbTransport
 from kzbuild.device.ggufcut import GgufLayoutError
 from kzbuild.device.local import LocalTransport
@@ -22,6 +22,7 @@ from kzbuild.device.modelsplit import SplitModel, tool_path
 from kzbuild.errors import DeviceError
 from kzbuild.model.device import Device
 from tests.deploy.test_models_push import TENSOR_VALUES, sha256, write_model
+from tests.fixtures_deploy import CuttingTransport
 
 TYPES = {"f32": np.float32, "f16": np.float16}
 
@@ -304,3 +305,46 @@ def test_over_ssh(kz, sshd, ssh_home, tmp_path):
     assert distinct_bytes(root / "models") - alone <= 1.05 * TENSOR_VALUES * 2
     assert tensors_of(sorted((root / "models").glob(f"{sha}-*"))) == tensors_of([variant])
     assert kz("device", "verify", "--device", spec).code == 0
+
+
+def test_a_cut_split_push_resumes_from_what_arrived(tmp_path):
+    root = tmp_path / "device"
+    model = write_model(tmp_path / "m.gguf", tensors=4)
+    target = Device(name="t", transport="local", root=str(root))
+    cut = CuttingTransport(str(root), budget=model.stat().st_size // 2)
+    with pytest.raises(DeviceError):
+        modelpush.push_model(cut, target, model, split=True)
+    assert not list((root / "models").glob("*-00001-of-*"))
+    result = modelpush.push_model(LocalTransport(str(root)), target, model, split=True)
+    assert result.bytes_resumed > 0
+    assert result.bytes_sent + result.bytes_resumed == model.stat().st_size
+    assert tensors_of(sorted((root / "models").glob(f"{sha256(model)}-*"))) == tensors_of([model])
+
+
+def test_a_store_cut_after_the_part_was_shortened_is_redone_from_a_fresh_part(
+    tmp_path, monkeypatch
+):
+    root = tmp_path / "device"
+    model = write_model(tmp_path / "m.gguf", tensors=4)
+    target = Device(name="t", transport="local", root=str(root))
+    real = modelsplit.STORE_SCRIPT
+    # the device command dies once the part is cut down (as if adb were killed then)
+    monkeypatch.setattr(
+        modelsplit, "STORE_SCRIPT", real.replace("done < splits;", "done < splits; exit 1;")
+    )
+    with pytest.raises(DeviceError):
+        modelpush.push_model(LocalTransport(str(root)), target, model, split=True)
+    work = next((root / "incoming").glob(".kzm-*"))
+    assert (work / "part").stat().st_size < model.stat().st_size and not (work / "done").exists()
+    monkeypatch.setattr(modelsplit, "STORE_SCRIPT", real)
+    result = modelpush.push_model(LocalTransport(str(root)), target, model, split=True)
+    assert result.bytes_sent + result.bytes_resumed + result.bytes_reused == model.stat().st_size
+    assert tensors_of(sorted((root / "models").glob(f"{sha256(model)}-*"))) == tensors_of([model])
+    assert kz_verify_clean(root)
+
+
+def kz_verify_clean(root: Path) -> bool:
+    from kzbuild.device.integrity import verify_store
+    from kzbuild.device.store import Layout, Remote
+
+    return not verify_store(Remote(LocalTransport(str(root))), Layout(str(root))).damage
