@@ -518,8 +518,9 @@ def prune(remote: Remote, layout: Layout, keep: int) -> tuple[str, ...]:
         or []
     )
     remote.batched(["rm", "-f"], unused, what="removing unused contents")
-    remote.script(CHUNK_GC_SCRIPT, [layout.root], what="removing unused chunks")
-    remote.script(
-        CUT_PUSHES_SCRIPT, [layout.incoming], what="removing model pushes cut a day ago or more"
-    )
+    steps = [
+        Step(CHUNK_GC_SCRIPT, (layout.root,), "removing unused chunks"),
+        Step(CUT_PUSHES_SCRIPT, (layout.incoming,), "removing model pushes cut a day ago or more"),
+    ]
+    remote.checked(steps, run_steps(remote.transport, steps, timeout=COMMAND_TIMEOUT))
     return tuple(doomed)

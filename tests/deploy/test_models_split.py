@@ -20,6 +20,7 @@ from kzbuild.device.ggufcut import GgufLayoutError
 from kzbuild.device.local import LocalTransport
 from kzbuild.device.modelsplit import SplitModel, tool_path
 from kzbuild.errors import DeviceError
+from kzbuild.measure.bench import model_sha256
 from kzbuild.model.device import Device
 from tests.deploy.test_models_push import TENSOR_VALUES, sha256, write_model
 from tests.fixtures_deploy import CuttingTransport
@@ -174,6 +175,9 @@ def test_two_variants_keep_one_copy_of_what_they_share(kz, tmp_path):
     assert tool_path(LocalTransport(str(root)), str(root), "models/none.gguf") == "models/none.gguf"
     assert tensors_of(sorted(models.glob(f"{second['sha256']}-*"))) == tensors_of([variant])
     assert not list((root / "incoming").iterdir())
+    device = Device(name="t", transport="local", root=str(root))
+    # records name the model by the sha256 its push verified, read from the first split's name
+    assert model_sha256(LocalTransport(str(root)), device, "models/v.gguf") == second["sha256"]
 
     report = json.loads(kz("device", "status", "--device", f"local:{root}", "--json").out)
     by_sha = {m["sha256"]: m for m in report["models"]}
