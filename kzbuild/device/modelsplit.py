@@ -295,7 +295,7 @@ def split_model(
 
 def split_cuts(split: GgufSplit) -> list[int]:
     """Where a split's pieces may start: after its header, and at each of its tensors."""
-    return [len(split.header), *(len(split.header) + at for at in split.starts)]
+    return sorted({len(split.header), *(len(split.header) + at for at in split.starts)})
 
 
 def _cached(text: str | None, count: int) -> list[tuple[str, list[tuple[str, int]]]] | None:

@@ -352,3 +352,31 @@ def kz_verify_clean(root: Path) -> bool:
     from kzbuild.device.store import Layout, Remote
 
     return not verify_store(Remote(LocalTransport(str(root))), Layout(str(root))).damage
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    shapes=st.lists(
+        st.tuples(st.integers(1, 3000), st.sampled_from(sorted(TYPES))), min_size=1, max_size=8
+    ),
+    small=st.integers(1, 5000),
+)
+def test_a_split_s_pieces_tile_it_and_hash_to_its_bytes(shapes, small):
+    import hashlib
+
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        model = write_layout(root / "m.gguf", shapes, 32, seed=2)
+        splits = ggufsplit.plan(model, elements=0)
+        paths = ggufsplit.write_splits(model, splits, root, "s")
+        for split, path in zip(splits, paths, strict=True):
+            data = path.read_bytes()
+            sha, pieces = ggufsplit.split_pieces(
+                model, split, modelsplit.split_cuts(split), small=small, largest=small * 3
+            )
+            assert sha == hashlib.sha256(data).hexdigest()
+            assert all(size > 0 for _, size in pieces) and sum(s for _, s in pieces) == len(data)
+            at = 0
+            for digest, size in pieces:
+                assert hashlib.sha256(data[at : at + size]).hexdigest() == digest
+                at += size
