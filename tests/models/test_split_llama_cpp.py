@@ -111,3 +111,27 @@ def test_a_split_model_gives_the_original_s_tokens_and_logits(
     )
     assert ran.code == 0, ran.err[-2000:]
     assert (tmp_path / "device.kld").read_bytes() == base
+
+    # kzbuild bench too: llama-bench opens the first split, the record names the pushed sha256
+    benched = kz(
+        "bench",
+        "--device",
+        f"local:{root}",
+        "-m",
+        "models/tiny.gguf",
+        "-p",
+        "16",
+        "-n",
+        "4",
+        "-r",
+        "1",
+        "-t",
+        "1",
+        "--json",
+    )
+    assert benched.code == 0, benched.err[-2000:]
+    records = json.loads(benched.out)["records"]
+    assert {r["test"] for r in records} == {"pp16", "tg4"}
+    for record in records:
+        assert record["model"]["sha256"] == sha and record["model"]["path"] == "models/tiny.gguf"
+        assert f"{root}/models/{sha}-00001-of-00002.gguf" in record["argv"]
