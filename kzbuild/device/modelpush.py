@@ -665,8 +665,12 @@ def _send_model(
     copied from, a model file that changed since its digests were cached) makes a second pass
     that reads the file afresh and copies nothing out of other models."""
     if splits and not splits.needs_part(found.sizes):
-        splits.store(transfer, found.sizes, part=False)
+        splits.store(transfer, found.sizes)
         return splits.sha256
+    if splits and known:  # the part holds only the pieces of the splits the device lacks
+        wanted = splits.needed([(p.offset, p.size) for p in known.pieces], found.sizes)
+        known = ModelDigests(known.sha256, tuple(known.pieces[i] for i in wanted))
+        transfer.total = sum(piece.size for piece in known.pieces)
     at = time.time()
     try:
         got = push_pieces(transfer, model, pieces, found, known, reuse=True)
@@ -682,7 +686,8 @@ def _send_model(
     if cache and known is None:
         cache.put(model, got, at)
     if splits:
-        splits.store(transfer, found.sizes, part=True, sha256=sha)
+        in_part = [(p.offset, p.size) for p in (known or got).pieces]
+        splits.store(transfer, found.sizes, part=in_part, sha256=sha)
         return sha
     step = store_step(transfer.layout, transfer.work, transfer.total, sha)
     result = transfer.run_check(step)

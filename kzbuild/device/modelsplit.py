@@ -137,6 +137,7 @@ class WorkDir(Protocol):
     remote: Remote
     layout: Layout
     work: str  # the work dir in incoming/
+    sent: int  # bytes sent so far
 
     @property
     def run_check(self) -> Callable[[Step], RemoteResult]:
@@ -181,7 +182,17 @@ class SplitModel:
         """Whether a split the device lacks holds tensor data (which travels as the model)."""
         return any(self.splits[i].size for i in self.lacking(stored))
 
-    def _bundle(self, path: Path, lacking: Sequence[int]) -> None:
+    def needed(self, pieces: Sequence[tuple[int, int]], stored: Collection[str]) -> list[int]:
+        """Which of the model's ``pieces`` (offset, size) hold data of a split the device lacks:
+        only those go into the part."""
+        ranges = [(self.splits[i].offset, self.splits[i].size) for i in self.lacking(stored)]
+        return [
+            index
+            for index, (offset, size) in enumerate(pieces)
+            if any(start < offset + size and offset < start + length for start, length in ranges)
+        ]
+
+    def _bundle(self, path: Path, lacking: Sequence[int], part: Sequence[tuple[int, int]]) -> None:
         """The tar :data:`STORE_SCRIPT` unpacks for the splits ``lacking``."""
         now = int(time.time())
         names = self.names
@@ -196,7 +207,7 @@ class SplitModel:
             for name, target, kind in entries:
                 _add(tar, name, b"", now, kind=kind, target=target)
         lines = [
-            f"{self.digests[i][0]} {self.splits[i].offset + self.splits[i].size} "
+            f"{self.digests[i][0]} {_in_part(part, self.splits[i].offset + self.splits[i].size)} "
             f"{self.splits[i].size}\n"
             for i in reversed(lacking)
             if self.splits[i].size
@@ -215,11 +226,17 @@ class SplitModel:
             _add(tar, "links.tar", links.getvalue(), now)
 
     def store(
-        self, work: WorkDir, stored: Collection[str], *, part: bool, sha256: str | None = None
+        self,
+        work: WorkDir,
+        stored: Collection[str],
+        *,
+        part: Sequence[tuple[int, int]] = (),
+        sha256: str | None = None,
     ) -> None:
         """Send the headers and lists, cut the splits the device lacks out of the work dir's part
-        (``part``: it holds the model, whose sha256 the transfer found to be ``sha256``) and store
-        them, the manifest and the links."""
+        (which holds ``part``, the model's pieces (offset, size) one after the other; none: no
+        part) and store them, the manifest and the links. ``sha256``: the model's, as the
+        transfer found it."""
         remote = work.remote
         if sha256 not in (None, self.sha256):
             self.forget()
@@ -228,11 +245,12 @@ class SplitModel:
             )
         bundle = Path(tempfile.mkdtemp(prefix="kz-splits-")) / "bundle.tar"
         try:
-            self._bundle(bundle, self.lacking(stored))
+            self._bundle(bundle, self.lacking(stored), part)
             remote.transport.push(bundle, posixpath.join(work.work, bundle.name))
+            work.sent += bundle.stat().st_size
         finally:
             shutil.rmtree(bundle.parent, ignore_errors=True)
-        size = str(self.model.stat().st_size) if part else "-"
+        size = str(sum(length for _, length in part)) if part else "-"
         step = Step(
             STORE_SCRIPT,
             (work.work, work.layout.models, self.sha256, size),
@@ -247,6 +265,17 @@ class SplitModel:
                 hint="rerun: the pieces that checked out are kept",
             )
         remote.checked([step], [result])
+
+
+def _in_part(part: Sequence[tuple[int, int]], end: int) -> int:
+    """Where byte ``end`` of the model (the end of a split's data) is in the part, which holds the
+    model's pieces ``part`` (offset, size) one after the other."""
+    at = 0
+    for offset, size in part:
+        if offset < end <= offset + size:
+            return at + end - offset
+        at += size
+    raise ValueError(f"byte {end} of the model is not in the part")
 
 
 def _add(

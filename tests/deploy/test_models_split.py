@@ -157,12 +157,13 @@ def test_two_variants_keep_one_copy_of_what_they_share(kz, tmp_path):
     base = write_model(tmp_path / "q8.gguf", tensors=4)
     variant = write_model(tmp_path / "q4.gguf", tensors=4, f16=2)
     first = push(kz, root, base, "--split")
-    assert first["bytes_sent"] >= base.stat().st_size
+    assert first["bytes_sent"] >= 4 * TENSOR_VALUES * 4  # every tensor
     models = root / "models"
     alone = distinct_bytes(models)
     second = push(kz, root, variant, "--name", "v.gguf")  # split: it shares tensors with a split
     changed = TENSOR_VALUES * 2  # the f16 tensor
     assert second["bytes_sent"] <= 1.2 * changed
+    assert second["bytes_reused"] == 0  # what the device holds is not copied into the part
     assert distinct_bytes(models) - alone <= 1.05 * changed  # the changed tensor + its headers
     # llama.cpp's names, hard links into the store; the model's name leads to the first split
     names = sorted(p.name for p in models.glob(f"{second['sha256']}-*-of-*.gguf"))
@@ -321,7 +322,8 @@ def test_a_cut_split_push_resumes_from_what_arrived(tmp_path):
     assert not list((root / "models").glob("*-00001-of-*"))
     result = modelpush.push_model(LocalTransport(str(root)), target, model, split=True)
     assert result.bytes_resumed > 0
-    assert result.bytes_sent + result.bytes_resumed == model.stat().st_size
+    # the tensors' data, once (the metadata and headers travel in the store step's small tar)
+    assert abs(result.bytes_sent + result.bytes_resumed - model.stat().st_size) < 50_000
     assert tensors_of(sorted((root / "models").glob(f"{sha256(model)}-*"))) == tensors_of([model])
 
 
@@ -342,7 +344,8 @@ def test_a_store_cut_after_the_part_was_shortened_is_redone_from_a_fresh_part(
     assert (work / "part").stat().st_size < model.stat().st_size and not (work / "done").exists()
     monkeypatch.setattr(modelsplit, "STORE_SCRIPT", real)
     result = modelpush.push_model(LocalTransport(str(root)), target, model, split=True)
-    assert result.bytes_sent + result.bytes_resumed + result.bytes_reused == model.stat().st_size
+    moved = result.bytes_sent + result.bytes_resumed + result.bytes_reused
+    assert abs(moved - model.stat().st_size) < 50_000
     assert tensors_of(sorted((root / "models").glob(f"{sha256(model)}-*"))) == tensors_of([model])
     assert kz_verify_clean(root)
 
