@@ -383,3 +383,20 @@ def test_a_split_s_pieces_tile_it_and_hash_to_its_bytes(shapes, small):
             for digest, size in pieces:
                 assert hashlib.sha256(data[at : at + size]).hexdigest() == digest
                 at += size
+
+
+def test_a_damaged_source_makes_a_second_pass_whose_splits_are_stored(tmp_path, caplog):
+    first = write_model(tmp_path / "a.gguf", tensors=3)
+    variant = write_model(tmp_path / "b.gguf", tensors=3, f16=0)
+    root = tmp_path / "device"
+    device = Device(name="t", transport="local", root=str(root))
+    modelpush.push_model(LocalTransport(str(root)), device, first, split=False)
+    stored = root / "models" / f"{sha256(first)}.gguf"
+    data = bytearray(stored.read_bytes())
+    data[-100] ^= 0xFF  # in the last tensor, which the variant shares
+    stored.write_bytes(bytes(data))
+    result = modelpush.push_model(LocalTransport(str(root)), device, variant, split=True)
+    assert "did not match its sha256" in caplog.text  # then the whole model, read afresh
+    assert result.sha256 == sha256(variant)
+    assert tensors_of(sorted((root / "models").glob(f"{result.sha256}-*"))) == tensors_of([variant])
+    assert not list((root / "incoming").iterdir())
