@@ -9,16 +9,17 @@ Layout added under ``ROOT/models`` (see :mod:`kzbuild.device.modelpush` for the 
     <sha256>-0000i-of-0000N.gguf        hard links to the splits: what llama.cpp opens
     <sha256>.gguf -> <sha256>-00001-of-0000N.gguf, and <name> -> <sha256>.gguf as for any model
 
-The model travels as models push sends any model: its pieces the device lacks go over the cable,
-the rest is copied on the device out of the splits it holds, every piece is checked against its
-sha256, and the checked pieces make the model's file in the work dir. Then one device command
-(:data:`STORE_SCRIPT`, a few processes however many splits) cuts from that file each split the
-device lacks (from the last to the first, shortening the file behind it, so the work dir holds at
-most one model plus one split): the split's header, sent from the host in one tar, and the
-split's tensor data, its range of the file; the splits are checked against the sha256s the host
-computed before they are stored. A split the device holds already is linked, not written again.
-The first split's hard link is made last: the model is stored when it exists. Each split the
-device lacks costs two processes there (``truncate``, ``tail -c``), the rest a few in all.
+The model's pieces that hold data of a split the device lacks travel as models push sends any
+model's pieces: those the device lacks go over the cable, the rest is copied on the device out of
+the files it holds, every piece is checked against its sha256, and the checked pieces make the part
+in the work dir. Then one device command (:data:`STORE_SCRIPT`, a few processes however many
+splits) cuts from the part each split the device lacks (from the last to the first, shortening the
+part behind it, so the work dir holds at most the part plus one split): the split's header, sent
+from the host in one tar, and the split's tensor data, its range of the part; the splits are
+checked against the sha256s the host computed before they are stored. A split the device holds
+already is linked, not written again. The first split's hard link is made last: the model is stored
+when it exists. Each split the device lacks costs two processes there (``truncate``, ``tail -c``),
+the rest a few in all.
 """
 
 from __future__ import annotations
