@@ -495,7 +495,7 @@ def test_the_npu_profiler_runs_on_hexagon_builds_unless_dev_none(files, dev, env
     got_npu, got_env = profiling.run_env(release, spec)
     assert (got_npu, got_env.get("GGML_HEXAGON_PROFILE")) == (npu, profile_env)
     assert (
-        "-v" in profiling.tool_args(spec, verbose=got_npu)
+        "-v" in profiling.tool_args(spec, spec.model, verbose=got_npu)
     ) == npu  # debug logging carries the profile-op lines
 
 

@@ -50,7 +50,8 @@ def deploy_command(
         typer.Option(
             "--keep",
             min=1,
-            help="Afterwards keep only the N most recently used releases (always the current one).",
+            help="Afterwards keep only the N most recently used releases (always the current one) "
+            "and give up the model pushes cut a day ago or more.",
         ),
     ] = None,
     wait: WaitOpt = 0.0,

@@ -138,8 +138,9 @@ def status_command(
 
     A content that several releases share is one file (hard links): each release counts it in
     what it holds, only one release counts it as its own, and the contents total counts it once.
-    A model under several names is one file; models that share tensors each hold them. Read
-    only: no lock is taken.
+    A model under several names is stored once; models pushed with --split share the splits they
+    have in common (a model's own bytes are those no other model holds). Read only: no lock is
+    taken.
     """
     from kzbuild.device.space import space
 
@@ -161,12 +162,22 @@ def status_command(
             f"own {file_size(release.own)}"
         )
     say(f"chunks kept to send deltas: {file_size(report.chunks)}")
-    say("models (one file each; a model under several names is stored once)")
+    say(
+        f"models ({file_size(report.model_files)}, each file once; holds: its files, own: the "
+        "ones no other model holds)"
+    )
     for model in report.models:
         names = ", ".join(model.names) or "no name"
-        say(f"    {model.sha256[:12]}.gguf: {file_size(model.size)} ({names})")
+        kept = f"{model.splits} splits" if model.splits > 1 else "one file"
+        say(
+            f"    {model.sha256[:12]}.gguf: holds {file_size(model.size)}, own "
+            f"{file_size(model.own)}, {kept} ({names})"
+        )
     if report.incoming:
-        say(f"cut uploads waiting to resume: {file_size(report.incoming)}")
+        say(
+            f"cut uploads waiting to resume: {file_size(report.incoming)} (--keep gives up the "
+            "model pushes nothing touched for a day)"
+        )
     for keep in report.keeps:
         say(
             f"deploy --keep {keep.keep} would remove {len(keep.removes)} release(s) and free "

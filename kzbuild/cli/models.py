@@ -75,6 +75,16 @@ def push_command(
             help="Readable name on the device (ROOT/models/NAME). Default: the file name.",
         ),
     ] = None,
+    split: Annotated[
+        Optional[bool],
+        typer.Option(
+            "--split/--whole",
+            help="Store it as GGUF splits, each kept once on the device, so quant variants share "
+            "the files of the tensors they share; or as one file. Default: splits when the device "
+            "holds split models and one shares a tensor with it, else one file.",
+            show_default=False,
+        ),
+    ] = None,
     wait: WaitOpt = 0.0,
     trust_new_host: TrustOpt = False,
     json_out: JsonOpt = False,
@@ -98,6 +108,7 @@ def push_command(
                 on_progress=on_progress,
                 wait=wait,
                 cache=settings.model_digests,
+                split=split,
             )
     if json_out:
         print_json(result.to_dict())

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import posixpath
 import secrets
+import shlex
 import time
 from collections.abc import Iterable
 from dataclasses import replace
@@ -44,6 +45,7 @@ from kzbuild.device.integrity import (
     relink,
     update_markers,
 )
+from kzbuild.device.modelpush import WORK_PREFIX
 from kzbuild.device.steps import Step, run_steps
 from kzbuild.device.store import (
     CHUNK_GC_SCRIPT,
@@ -530,9 +532,20 @@ def _rollback(
     )
 
 
+# A cut models push whose work dir nothing touched for this long is given up by prune (it runs
+# under the device lock, so no push is using it): longer than a lunch break with the cable out.
+CUT_PUSH_MINUTES = 24 * 60
+# find's tests for those work dirs, in incoming/
+STALE_PUSHES = shlex.join(
+    ("-maxdepth", "1", "-name", f"{WORK_PREFIX}*", "-type", "d", "-mmin", f"+{CUT_PUSH_MINUTES}")
+)
+# $1 = incoming/
+CUT_PUSHES_SCRIPT = f'cd "$1" 2>/dev/null || exit 0; find . {STALE_PUSHES} -exec rm -rf {{}} +'
+
+
 def prune(remote: Remote, layout: Layout, keep: int) -> tuple[str, ...]:
     """Keep the ``keep`` most recently switched-to releases (always the current one); drop unused
-    contents."""
+    contents, and the work dirs of model pushes cut :data:`CUT_PUSH_MINUTES` ago or more."""
     if keep < 1:
         raise ValueError("keep must be at least 1")
     steps = [state_step(layout), history_step(layout)]
@@ -550,5 +563,9 @@ def prune(remote: Remote, layout: Layout, keep: int) -> tuple[str, ...]:
         or []
     )
     remote.batched(["rm", "-f"], unused, what="removing unused contents")
-    remote.script(CHUNK_GC_SCRIPT, [layout.root], what="removing unused chunks")
+    steps = [
+        Step(CHUNK_GC_SCRIPT, (layout.root,), "removing unused chunks"),
+        Step(CUT_PUSHES_SCRIPT, (layout.incoming,), "removing model pushes cut a day ago or more"),
+    ]
+    remote.checked(steps, run_steps(remote.transport, steps, timeout=COMMAND_TIMEOUT))
     return tuple(doomed)

@@ -20,6 +20,8 @@ import mmap
 import struct
 from pathlib import Path
 
+from kzbuild.model.gguflayout import GgufHeader, GgufTensor
+
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)  # v1 (2023, 32-bit counts) is long gone from llama.cpp
 DEFAULT_ALIGNMENT = 32
@@ -86,6 +88,15 @@ def boundaries(path: Path) -> list[int]:
 
 def parse(data: mmap.mmap | bytes) -> list[int]:
     """:func:`boundaries` of a file's bytes."""
+    header = read_header(data)
+    cuts = [*header.entries, header.infos_start, header.data_start]
+    cuts += [header.data_start + tensor.offset for tensor in header.tensors]
+    return sorted({cut for cut in cuts if 0 < cut < len(data)})
+
+
+def read_header(data: mmap.mmap | bytes) -> GgufHeader:
+    """The header of a GGUF file's bytes: its metadata entries, alignment and tensors
+    (GgufLayoutError unless it is a well-formed v2/v3 header whose tensors lie in the file)."""
     header = _Header(data)
     if bytes(data[:4]) != MAGIC:
         raise GgufLayoutError("no GGUF magic")
@@ -93,12 +104,13 @@ def parse(data: mmap.mmap | bytes) -> list[int]:
     version = header.unpack("<I")
     if version not in VERSIONS:
         raise GgufLayoutError(f"GGUF version {version} (this reader knows 2 and 3)")
-    tensors, entries = header.unpack("<Q"), header.unpack("<Q")
-    cuts = []
+    count, entries = header.unpack("<Q"), header.unpack("<Q")
+    starts, keys = [], []
     alignment = DEFAULT_ALIGNMENT
     for _ in range(entries):
-        cuts.append(header.pos)
+        starts.append(header.pos)
         key = header.string()
+        keys.append(key)
         kind = header.unpack("<I")
         if key == ALIGNMENT_KEY.encode() and kind == UINT32:
             alignment = header.unpack("<I")
@@ -106,23 +118,25 @@ def parse(data: mmap.mmap | bytes) -> list[int]:
                 raise GgufLayoutError(f"alignment {alignment} is not a power of two")
         else:
             header.skip_value(kind)
-    cuts.append(header.pos)
-    offsets = []
-    for _ in range(tensors):
-        header.string()
+    infos_start = header.pos
+    tensors = []
+    for _ in range(count):
+        name = header.string()
         dims = header.unpack("<I")
         if dims > MAX_DIMS:
             raise GgufLayoutError(f"a tensor with {dims} dimensions at byte {header.pos}")
-        header.take(8 * dims + 4)  # the shape and the type
-        offsets.append(header.unpack("<Q"))
+        shape = tuple(header.unpack("<Q") for _ in range(dims))
+        kind = header.unpack("<I")
+        tensors.append(GgufTensor(name, shape, kind, header.unpack("<Q")))
     start = -header.pos % alignment + header.pos
     if start > len(data):
         raise GgufLayoutError("the tensor data starts past the end of the file")
-    for offset in offsets:
-        if offset % alignment or start + offset > len(data):
-            raise GgufLayoutError(f"a tensor offset {offset} outside the data or unaligned")
-    cuts += [start, *(start + offset for offset in offsets)]
-    return sorted({cut for cut in cuts if 0 < cut < len(data)})
+    for tensor in tensors:
+        if tensor.offset % alignment or start + tensor.offset > len(data):
+            raise GgufLayoutError(f"a tensor offset {tensor.offset} outside the data or unaligned")
+    return GgufHeader(
+        version, tuple(starts), tuple(keys), infos_start, alignment, tuple(tensors), start
+    )
 
 
 def spans(cuts: list[int], size: int, *, small: int, largest: int) -> list[tuple[int, int]]:

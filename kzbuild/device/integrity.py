@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kzbuild.device.base import RemoteResult
+from kzbuild.device.modelsplit import check_links
 from kzbuild.device.steps import Step
 from kzbuild.device.store import (
     ARGV_BUDGET,
@@ -232,7 +233,8 @@ def update_markers(
 
 def verify_store(remote: Remote, layout: Layout) -> StoreReport:
     """Check every object against its name, every release against its manifest.json, every
-    models/<sha256>.gguf and every chunk against its name; mark damaged releases and unmark intact
+    models/<sha256>.gguf (a model or a split) and every chunk against its name, and that each
+    split model's links are its splits; mark damaged releases and unmark intact
     ones; remove damaged chunks (deploy sends a chunk the device lacks)."""
     state = read_state(remote, layout)
     listing = (
@@ -246,10 +248,13 @@ def verify_store(remote: Remote, layout: Layout) -> StoreReport:
     )
     object_names, model_names, chunk_names = sections(listing, 3, what="listing the content store")
     objects = [name for name in object_names if SHA256_RE.match(name)]
+    split_models, splits, damage = check_links(remote, layout)
     models = [
         name
         for name in model_names
-        if name.endswith(MODEL_SUFFIX) and SHA256_RE.match(name.removesuffix(MODEL_SUFFIX))
+        if name.endswith(MODEL_SUFFIX)
+        and SHA256_RE.match(name.removesuffix(MODEL_SUFFIX))
+        and name.removesuffix(MODEL_SUFFIX) not in split_models  # a link to its first split
     ]
     chunks = [name for name in chunk_names if CHUNK_NAME_RE.match(name)]
     expected = [Expected("object", name, f"objects/{name}", name) for name in objects]
@@ -258,7 +263,6 @@ def verify_store(remote: Remote, layout: Layout) -> StoreReport:
         Expected("model", name, f"models/{name}", name.removesuffix(MODEL_SUFFIX))
         for name in models
     ]
-    damage: list[Damage] = []
     manifests = release_files(remote, layout)
     for release, files in sorted(manifests.items()):
         if files is None:
@@ -296,7 +300,8 @@ def verify_store(remote: Remote, layout: Layout) -> StoreReport:
         root=layout.root,
         objects=len(objects),
         releases=len(manifests),
-        models=len(models),
+        models=len(split_models)
+        + sum(name.removesuffix(MODEL_SUFFIX) not in splits for name in models),
         damage=tuple(damage),
         chunks=len(chunks),
     )

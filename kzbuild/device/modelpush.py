@@ -77,7 +77,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kzbuild.adapters.files import TextCache
@@ -85,6 +85,7 @@ from kzbuild.device.base import ByteSource, RemoteResult, Transport, TreePush
 from kzbuild.device.chunkstore import MEMORY_STAGE, STAGE_PREFIX, sweep_stages
 from kzbuild.device.devicelock import device_lock
 from kzbuild.device.ggufcut import GgufLayoutError, boundaries, spans
+from kzbuild.device.modelsplit import SplitModel, check_split_name, holds_splits, split_model
 from kzbuild.device.steps import Step
 from kzbuild.device.store import (
     VERIFY_TIMEOUT,
@@ -470,6 +471,7 @@ def push_pieces(
     known: ModelDigests | None,
     *,
     reuse: bool,
+    direct: bool = True,
 ) -> ModelDigests:
     """Send what the device lacks of ``model`` (cut as ``layout`` says) into the work dir and
     check it into its part, directly or in pieces; returns the model's digests (``known``, or
@@ -478,7 +480,7 @@ def push_pieces(
     PieceMismatch: a piece or block did not check out (what did before it stays in the part)."""
     transfer.stop, transfer.checks = threading.Event(), []  # a second pass starts afresh
     prefix, transfer.resumed = _resume(transfer, model, layout, device, known)
-    if prefix == 0 and _direct(model, layout, device, known, reuse=reuse):
+    if direct and prefix == 0 and _direct(model, layout, device, known, reuse=reuse):
         return _push_direct(transfer, model, layout, known)
     batches: queue.Queue[tuple[Path, list[str], int] | BaseException | None] = queue.Queue(1)
     result: list[ModelDigests] = []
@@ -533,7 +535,9 @@ def _resume(
     done = list(device.done)
     if not done and not arrived:
         return 0, 0
-    ends = list(itertools.accumulate(size for _, size in layout))
+    # the part holds known's pieces in turn (with splits, only some of the layout's)
+    sizes = [piece.size for piece in known.pieces] if known else [size for _, size in layout]
+    ends = list(itertools.accumulate(sizes))
     inside = bisect.bisect_right(ends, arrived)  # the pieces the part holds whole
     wanted = max(len(done), inside)
     pieces = (
@@ -847,6 +851,7 @@ def push_model(
     on_progress: ProgressCallback | None = None,
     wait: float = 0.0,
     cache: Path | None = None,
+    split: bool | None = None,
 ) -> ModelPushResult:
     """Store a GGUF model as models/<sha256>.gguf (sending the file, or only the pieces the device
     lacks when it holds much of it) and point models/<name> at it (waiting for the device lock
@@ -854,10 +859,13 @@ def push_model(
 
     ``cache``: the file that keeps models' digests by their stat data
     (:class:`~kzbuild.device.modelpush.DigestCache`); None: read and hash the model every time.
+    ``split``: store the model as GGUF splits, each once (:mod:`kzbuild.device.modelsplit`);
+    None: when the device holds split models and one of them shares a tensor with it.
     """
     started = time.monotonic()
     name = name or model.name
     _check_model(model, name)
+    check_split_name(name)
     digests = DigestCache(cache) if cache else None
     known = digests.get(model) if digests else None
     if known is None and _looks_stored(name):
@@ -866,6 +874,10 @@ def push_model(
         raise ConfigError(
             f"bad model name '{name}': names of the form <sha256>.gguf are the store's own"
         )
+    splits = None
+    if split:
+        known = known or _hashed(model, digests)
+        splits = _split(model, known, cache)
     pieces = [(piece.offset, piece.size) for piece in known.pieces] if known else cut(model)
     layout = Layout(device.root)
     work = posixpath.join(layout.incoming, work_name(model, pieces))
@@ -876,6 +888,10 @@ def push_model(
         size = model.stat().st_size
         if known is None and size in found.sizes.values():
             known = _hashed(model, digests)  # it may be there already: nothing to send then
+        if split is None and holds_splits(found.sizes):
+            known = known or _hashed(model, digests)
+            if any(p.digest in found.sources for p in known.pieces if p.size >= SMALL):
+                splits = _split(model, known, cache)
         transfer = Transfer(
             remote,
             layout,
@@ -886,12 +902,12 @@ def push_model(
             size,
         )
         sha = known.sha256 if known else ""
-        present = f"{sha}.gguf" in found.sizes
+        present = splits.present(found.sizes) if splits else f"{sha}.gguf" in found.sizes
         if not present:
-            sha = _send_model(transfer, model, pieces, found, known, digests)
+            sha = _send_model(transfer, model, pieces, found, known, digests, splits)
         link = posixpath.join(layout.models, name)
         # storing, naming and releasing the lock: one round trip
-        last = [] if present else [store_step(layout, work, size, sha)]
+        last = [] if present or splits else [store_step(layout, work, size, sha)]
         if name != f"{sha}.gguf":
             last.append(point_step(layout, link, f"{sha}.gguf"))
         if last:
@@ -913,6 +929,12 @@ def push_model(
     )
 
 
+def _split(model: Path, known: ModelDigests, cache: Path | None) -> SplitModel | None:
+    split_cache = cache.with_name("model-splits.json") if cache else None
+    key = DigestCache.key(model)
+    return split_model(model, known.sha256, key, split_cache, small=SMALL, largest=LARGEST)
+
+
 def _looks_stored(name: str) -> bool:
     return name.endswith(".gguf") and bool(SHA256_RE.match(name.removesuffix(".gguf")))
 
@@ -932,15 +954,25 @@ def _send_model(
     found: DeviceModels,
     known: ModelDigests | None,
     cache: DigestCache | None,
+    splits: SplitModel | None = None,
 ) -> str:
-    """Send what the device lacks and check it into the part; the model's sha256.
+    """Send what the device lacks and check it into the part; the model's sha256. With
+    ``splits``, the part holds only the pieces of the splits the device lacks (so it is not sent
+    as the file itself), and the splits are stored from it.
 
     A piece or block that fails its check on the device (a damaged transfer, a damaged model a
     piece was copied from, a model file that changed since its digests were cached) makes a
     second pass that reads the file afresh and copies nothing out of other models."""
+    if splits and not splits.needs_part(found.sizes):
+        splits.store(transfer, found.sizes)
+        return splits.sha256
+    if splits and known:
+        wanted = splits.needed([(p.offset, p.size) for p in known.pieces], found.sizes)
+        known = replace(known, pieces=tuple(known.pieces[i] for i in wanted))
+        transfer.total = sum(piece.size for piece in known.pieces)
     at = time.time()
     try:
-        got = push_pieces(transfer, model, pieces, found, known, reuse=True)
+        got = push_pieces(transfer, model, pieces, found, known, reuse=True, direct=splits is None)
     except PieceMismatch as exc:
         log.warning("%s; sending the rest again from a fresh read", exc.message)
         if cache:
@@ -952,6 +984,9 @@ def _send_model(
     sha = known.sha256 if known else got.sha256
     if cache and known is None:
         cache.put(model, got, at)
+    if splits:
+        in_part = [(p.offset, p.size) for p in (known or got).pieces]
+        splits.store(transfer, found.sizes, part=in_part, sha256=sha)
     return sha
 
 

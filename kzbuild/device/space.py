@@ -4,18 +4,22 @@
 A release is a dir of hard links into ``objects/``, so a content that several releases share is
 one inode: each release's ``holds`` counts it, its ``own`` only when no other release links it,
 and ``contents`` (objects/) counts every inode once. ``chunks/`` holds the chunks of chunked
-contents again, beside them, to send deltas. A model is one file (llama.cpp maps one file per
-model): a model under several names is stored once, but two models that share tensors each hold
-them. What ``--keep N`` frees is what :func:`~kzbuild.device.deploy.prune` removes: the releases
-it drops, the contents only they (or nothing) link, and the chunks only those contents use;
-models and cut uploads are never pruned.
+contents again, beside them, to send deltas. A model under several names is stored once; a model
+kept as splits (``models push --split``) holds each split as one file that other models may hold
+too: each model's ``size`` counts its files, its ``own`` only those no other model holds, and
+``model_files`` every file once. What ``--keep N`` frees is what
+:func:`~kzbuild.device.deploy.prune` removes: the releases it drops, the contents only they (or
+nothing) link, the chunks only those contents use, and cut model pushes nothing touched for a
+day; models are never pruned.
 """
 
 from __future__ import annotations
 
 import posixpath
+import re
 from collections import defaultdict
 
+from kzbuild.device.deploy import STALE_PUSHES
 from kzbuild.device.steps import Step, run_steps
 from kzbuild.device.store import (
     COMMAND_TIMEOUT,
@@ -34,14 +38,18 @@ from kzbuild.device.store import (
 from kzbuild.model.devicespace import KeepSpace, ModelSpace, ReleaseSpace, SpaceReport
 
 # $1 = ROOT. "INODE SIZE PATH" of every file under releases/, objects/, chunks/ and incoming/,
-# "/", the models ("f SIZE NAME" for a file, "l TARGET NAME" for a link), "/", then every chunk
-# list's lines as grep prints them ("chunklists/SHA:CHUNK SIZE").
+# "/", the models ("f INODE SIZE NAME" for a file, "l TARGET NAME" for a link), "/", every chunk
+# list's lines as grep prints them ("chunklists/SHA:CHUNK SIZE"), "/", the split models'
+# manifests' lines ("models/.splits/SHA:SPLIT SIZE"), "/", then the work dirs of cut model pushes
+# that prune would give up ("incoming/.kzm-...").
+STORED_RE = re.compile(r"^[0-9a-f]{64}\.gguf$")  # models/<sha256>.gguf: a model or a split
 SPACE_SCRIPT = (
     'cd "$1" || exit 1; find releases objects chunks incoming -type f -exec stat -c "%i %s %n" '
     "{} + 2>/dev/null; echo /; for f in models/*; do n=${f#models/}; "
     'if [ -L "$f" ]; then echo "l $(readlink "$f") $n"; '
-    'elif [ -f "$f" ]; then echo "f $(stat -c %s "$f") $n"; fi; done; echo /; '
-    "grep -H '' chunklists/* 2>/dev/null; true"
+    'elif [ -f "$f" ]; then echo "f $(stat -c "%i %s" "$f") $n"; fi; done; echo /; '
+    "grep -H '' chunklists/* 2>/dev/null; echo /; grep -H '' models/.splits/* 2>/dev/null; "
+    f"echo /; find incoming {STALE_PUSHES} 2>/dev/null; true"
 )
 
 
@@ -55,8 +63,8 @@ def space(remote: Remote, layout: Layout) -> SpaceReport:
     state_result, history_result, files_result = remote.checked(
         steps, run_steps(remote.transport, steps, timeout=COMMAND_TIMEOUT)
     )
-    files, models, lists = sections(
-        files_result.text().splitlines(), 3, what="listing the store's files"
+    files, models, lists, manifests, stale = sections(
+        files_result.text().splitlines(), 5, what="listing the store's files"
     )
     return report(
         remote.address,
@@ -66,6 +74,8 @@ def space(remote: Remote, layout: Layout) -> SpaceReport:
         files,
         models,
         lists,
+        manifests,
+        stale,
     )
 
 
@@ -77,6 +87,8 @@ def report(
     files: list[str],
     models: list[str],
     lists: list[str],
+    manifests: list[str],
+    stale: list[str],
 ) -> SpaceReport:
     """The report from the listings of :data:`SPACE_SCRIPT` (a line it cannot read is skipped)."""
     sizes: dict[str, int] = {}  # inode -> bytes
@@ -84,6 +96,7 @@ def report(
     linked: dict[str, set[str]] = defaultdict(set)  # release -> inodes
     chunks: dict[str, int] = {}
     incoming: dict[str, int] = {}  # inode -> bytes (a direct models push names its file twice)
+    given_up: dict[str, int] = {}  # inode -> bytes, of the cut pushes prune gives up
     for line in files:
         inode, size, path = (line.split(" ", 2) + ["", ""])[:3]
         if not (inode.isdigit() and size.isdigit()):
@@ -98,6 +111,8 @@ def report(
             continue
         elif top == "incoming":
             incoming[inode] = int(size)
+            if f"incoming/{rest.split('/', 1)[0]}" in stale:
+                given_up[inode] = int(size)
             continue
         sizes[inode] = int(size)
     recency = by_recency(state, history)
@@ -119,16 +134,29 @@ def report(
         where, _, entry = line.partition(":")
         uses[posixpath.basename(where)].add(entry.split(" ", 1)[0])
     keeps = tuple(
-        _keeping(keep, state, recency, linked, holders, sizes, objects, uses, chunks)
+        _keeping(
+            keep,
+            state,
+            recency,
+            linked,
+            holders,
+            sizes,
+            objects,
+            uses,
+            chunks,
+            sum(given_up.values()),
+        )
         for keep in range(1, max(len(recency), 1))
     )
+    stored, model_files = _models(models, manifests)
     return SpaceReport(
         device,
         root,
         releases,
         sum(sizes[inode] for inode in set(objects.values())),
         sum(chunks.values()),
-        _models(models),
+        stored,
+        model_files,
         sum(incoming.values()),
         keeps,
     )
@@ -144,6 +172,7 @@ def _keeping(
     objects: dict[str, str],
     uses: dict[str, set[str]],
     chunks: dict[str, int],
+    given_up: int,
 ) -> KeepSpace:
     doomed = pruned_releases(state, recency, keep)
     kept = set(recency) - set(doomed)
@@ -153,20 +182,52 @@ def _keeping(
     gone |= {inode for inode in objects.values() if inode not in alive}
     needed = {chunk for sha, inode in objects.items() if inode in alive for chunk in uses[sha]}
     freed_chunks = sum(size for name, size in chunks.items() if name not in needed)
-    return KeepSpace(keep, tuple(doomed), sum(sizes[inode] for inode in gone) + freed_chunks)
+    freed = sum(sizes[inode] for inode in gone) + freed_chunks + given_up
+    return KeepSpace(keep, tuple(doomed), freed)
 
 
-def _models(lines: list[str]) -> tuple[ModelSpace, ...]:
-    sizes: dict[str, int] = {}
+def _models(lines: list[str], manifests: list[str]) -> tuple[tuple[ModelSpace, ...], int]:
+    """Each model (whole, or the splits its manifest lists) and the bytes of models/, each file
+    (inode) once."""
+    files: dict[str, tuple[str, int]] = {}  # sha256 -> (inode, size) of models/SHA.gguf
+    inodes: dict[str, int] = {}
     names: dict[str, list[str]] = defaultdict(list)
     for line in lines:
         kind, _, rest = line.partition(" ")
-        value, _, name = rest.partition(" ")
-        if kind == "f" and value.isdigit() and name.endswith(".gguf"):
-            sizes[name.removesuffix(".gguf")] = int(value)
+        if kind == "f":
+            inode, size, name = (rest.split(" ", 2) + ["", ""])[:3]
+            if inode.isdigit() and size.isdigit():
+                inodes[inode] = int(size)
+                if STORED_RE.match(name):
+                    files[name.removesuffix(".gguf")] = (inode, int(size))
         elif kind == "l":
-            names[posixpath.basename(value).removesuffix(".gguf")].append(name)
-    return tuple(
-        ModelSpace(sha, size, tuple(sorted(names[sha])))
-        for sha, size in sorted(sizes.items(), key=lambda item: -item[1])
+            target, _, name = rest.partition(" ")
+            if not STORED_RE.match(name):
+                names[posixpath.basename(target).removesuffix(".gguf")].append(name)
+    held: dict[str, list[str]] = defaultdict(list)  # model -> its files' inodes
+    for line in manifests:
+        where, _, entry = line.partition(":")
+        split = entry.split(" ", 1)[0]
+        if split in files:
+            held[posixpath.basename(where)].append(files[split][0])
+    in_splits = {inode for found in held.values() for inode in found}
+    for sha, (inode, _) in files.items():
+        if inode not in in_splits:
+            held[sha] = [inode]
+    holders: dict[str, int] = defaultdict(int)
+    for found in held.values():
+        for inode in set(found):
+            holders[inode] += 1
+    models = [
+        ModelSpace(
+            sha,
+            sum(inodes[inode] for inode in set(found)),
+            tuple(sorted(names[sha])),
+            sum(inodes[inode] for inode in set(found) if holders[inode] == 1),
+            len(found),
+        )
+        for sha, found in held.items()
+    ]
+    return tuple(sorted(models, key=lambda model: (-model.size, model.sha256))), sum(
+        inodes.values()
     )

@@ -22,6 +22,7 @@ from typing import Any
 
 from kzbuild.adapters.settings import Settings
 from kzbuild.device.base import ByteSink, Transport, check_env_name
+from kzbuild.device.modelsplit import tool_path
 from kzbuild.device.run import (
     check_seconds,
     check_tool,
@@ -76,7 +77,8 @@ MAX_FIELD_TEXT = 4096  # characters of one text field of a llama-bench test (cpu
 # C ints in llama-bench's JSON, and their least value (n_gpu_layers -1: all layers)
 COUNT_FIELDS = {"n_threads": 0, "n_batch": 0, "n_ubatch": 0, "n_gpu_layers": -1}
 SHA256SUM_RE = re.compile(r"([0-9a-f]{64})\s")  # "<sha256>  <path>"
-STORED_MODEL_RE = re.compile(r"^([0-9a-f]{64})\.gguf$")  # kzbuild models push: models/<sha256>.gguf
+# kzbuild models push: models/<sha256>.gguf, or its first split (models push --split)
+STORED_MODEL_RE = re.compile(r"^([0-9a-f]{64})(?:-00001-of-[0-9]{5})?\.gguf$")
 
 # One line per fact, "key<TAB>value". $1 is the sysfs root (tests point it at a tree they build).
 PROBE_SCRIPT = r"""
@@ -266,11 +268,12 @@ def spec_env_names(spec: BenchSpec) -> dict[str, str]:
     return dict(spec.env) | {axis.env_name: "" for axis in spec.sweep if axis.env_name}
 
 
-def llama_bench_args(spec: BenchSpec, point: BenchPoint) -> list[str]:
+def llama_bench_args(spec: BenchSpec, point: BenchPoint, model: str) -> list[str]:
     """-o json, -v (its log then names the buffers it allocates, at model load and context
-    creation; in the timed loop it adds one line per repetition), -m, the options, the extras."""
+    creation; in the timed loop it adds one line per repetition), -m ``model`` (spec.model as the
+    tool must be given it), the options, the extras."""
     chosen = point.options(spec)
-    args = ["-o", "json", "-v", "-m", spec.model]
+    args = ["-o", "json", "-v", "-m", model]
     for option in BENCH_OPTIONS:
         if option.name in chosen:
             args += [option.flag, chosen[option.name]]
@@ -403,6 +406,7 @@ def bench(
         check_recipe_formats(settings, recipe if isinstance(recipe, str) else None)
     measured = memory_measured(transport, device, release, spec.memory_limits)
     model_hash = part.model_sha256 if part else model_sha256(transport, device, spec.model)
+    model = tool_path(transport, device.root, spec.model)
     seed, points = plan(spec)
     run_id = part.run_id if part else new_run_id(datetime.now(timezone.utc))
     logs = part.logs if part else settings.work / "bench" / run_id
@@ -416,7 +420,7 @@ def bench(
             on_point(point)
         state = probe(transport)
         call = invocation(
-            device, release, LLAMA_BENCH, llama_bench_args(spec, point), point.env(spec)
+            device, release, LLAMA_BENCH, llama_bench_args(spec, point, model), point.env(spec)
         )
         call = under_peakrss(call, release, device) if measured else call
         host_time = datetime.now(timezone.utc).isoformat(timespec="seconds")

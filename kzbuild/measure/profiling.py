@@ -30,6 +30,7 @@ from pathlib import Path
 from kzbuild.adapters.gitcmd import Git
 from kzbuild.adapters.settings import Settings
 from kzbuild.device.base import ByteSink, Transport
+from kzbuild.device.modelsplit import tool_path
 from kzbuild.device.run import (
     check_seconds,
     check_tool,
@@ -100,8 +101,9 @@ def check_spec(spec: ProfileSpec) -> None:
     check_seconds("--timeout", spec.timeout)
 
 
-def tool_args(spec: ProfileSpec, *, verbose: bool) -> list[str]:
-    args = ["-m", spec.model, "-p", str(spec.n_prompt), "-n", str(spec.n_gen), "-r", str(spec.reps)]
+def tool_args(spec: ProfileSpec, model: str, *, verbose: bool) -> list[str]:
+    """llama-bench's arguments (``model``: spec.model as the tool must be given it)."""
+    args = ["-m", model, "-p", str(spec.n_prompt), "-n", str(spec.n_gen), "-r", str(spec.reps)]
     for flag, value in (
         ("-ub", spec.n_ubatch),
         ("-t", spec.threads),
@@ -220,7 +222,8 @@ def profile(
         log.warning("%s", warning)
     model_hash = model_sha256(transport, device, spec.model)
     state = probe(transport)
-    call = invocation(device, release, KZ_PROFILE, tool_args(spec, verbose=npu), env)
+    model = tool_path(transport, device.root, spec.model)
+    call = invocation(device, release, KZ_PROFILE, tool_args(spec, model, verbose=npu), env)
     run_id = new_run_id(datetime.now(timezone.utc))
     host_time = datetime.now(timezone.utc).isoformat(timespec="seconds")
     logs = settings.work / "profile" / run_id

@@ -27,6 +27,7 @@ from kzbuild.adapters.files import sha256_file
 from kzbuild.adapters.gitcmd import Git
 from kzbuild.adapters.settings import Settings
 from kzbuild.device.base import Transport
+from kzbuild.device.modelsplit import tool_path
 from kzbuild.device.run import check_tool, invocation, release_named, run_logged
 from kzbuild.errors import BadRecord, ConfigError, DeviceError, OutputFormatChanged, ResultsError
 from kzbuild.measure.bench import model_sha256, new_run_id, probe
@@ -284,9 +285,11 @@ def check_variant(
     base: str,
     reference: QualityReference,
     logs: Path,
+    tool_model: str,
 ) -> QualityRecord:
-    """One variant's llama-perplexity against the reference logits, judged by the spec's limits."""
-    args = perplexity_args(spec, model.path, corpus[1], base, spec.options, compare=True)
+    """One variant's llama-perplexity against the reference logits, judged by the spec's limits
+    (``tool_model``: the model's path as the tool must be given it)."""
+    args = perplexity_args(spec, tool_model, corpus[1], base, spec.options, compare=True)
     for attempt in range(1, ATTEMPTS + 1):
         stem = variant.replace(":", "-").replace("/", "--") + (
             f".try{attempt}" if attempt > 1 else ""
@@ -350,11 +353,12 @@ def check_variants(
     logs = logs_root / run_id
     logs.mkdir(parents=True, exist_ok=True)
     model = ModelInfo(path=model_path, sha256=model_sha256(transport, device, model_path))
+    tool_model = tool_path(transport, device.root, model_path)
     corpus = push_corpus(transport, device, spec.corpus)
     if on_variant:
         on_variant(f"reference {spec.reference}")
     base = record_reference(
-        transport, device, releases[spec.reference], spec, model_path, corpus[1], logs
+        transport, device, releases[spec.reference], spec, tool_model, corpus[1], logs
     )
     reference_release = release_named(transport, device, releases[spec.reference])
     reference = QualityReference(
@@ -376,6 +380,7 @@ def check_variants(
                 base=base,
                 reference=reference,
                 logs=logs,
+                tool_model=tool_model,
             )
             store.add(record)
             found.append(record)

@@ -18,6 +18,7 @@ from itertools import pairwise
 
 from kzbuild.adapters.settings import Settings
 from kzbuild.device.base import ByteSink, Transport
+from kzbuild.device.modelsplit import tool_path
 from kzbuild.device.run import memory_measured, run_in_release
 from kzbuild.errors import ConfigError
 from kzbuild.measure.bench import model_sha256, new_run_id, probe, provenance_of
@@ -36,6 +37,16 @@ MODEL_FLAGS = ("-m", "--model")  # llama.cpp's tools name their model file so
 def model_arg(args: Sequence[str]) -> str | None:
     """The model file the arguments name (``-m PATH`` or ``--model PATH``), if any."""
     return next((value for flag, value in pairwise(args) if flag in MODEL_FLAGS), None)
+
+
+def with_model(args: Sequence[str], model: str) -> list[str]:
+    """``args`` with the value of their model flag replaced by ``model``."""
+    out = list(args)
+    for index, flag in enumerate(out[:-1]):
+        if flag in MODEL_FLAGS:
+            out[index + 1] = model
+            break
+    return out
 
 
 def run_tool(
@@ -65,6 +76,7 @@ def run_tool(
             model_hash = model_sha256(transport, device, model)
         except ConfigError as exc:  # the tool says what is wrong with its model itself
             log.warning("%s; the record names no model sha256", exc.message)
+        args = with_model(args, tool_path(transport, device.root, model))
     state = probe(transport)
     now = datetime.now(timezone.utc)
     run_id = new_run_id(now)

@@ -16,15 +16,18 @@ class ReleaseSpace:
 @dataclass(frozen=True)
 class ModelSpace:
     sha256: str
-    size: int
+    size: int  # bytes of its files (its splits, when it is stored as splits)
     names: tuple[str, ...]  # the readable names pointing at it
+    own: int  # bytes of its files no other model holds
+    splits: int  # files it is stored as (1: one whole file)
 
 
 @dataclass(frozen=True)
 class KeepSpace:
     keep: int
     removes: tuple[str, ...]  # the releases ``--keep N`` removes
-    frees: int  # bytes: contents only they (or nothing) link, the chunks only those use
+    frees: int  # bytes: contents only they (or nothing) link, the chunks only those use, and
+    # the cut model pushes prune gives up
 
 
 @dataclass(frozen=True)
@@ -35,12 +38,13 @@ class SpaceReport:
     contents: int  # bytes in objects/, each content once however many releases link it
     chunks: int  # bytes in chunks/ (kept beside the contents, to send deltas)
     models: tuple[ModelSpace, ...]
+    model_files: int  # bytes in models/, each file once however many models hold it
     incoming: int  # bytes of cut uploads waiting to be resumed
     keeps: tuple[KeepSpace, ...]
 
     @property
     def total(self) -> int:
-        return self.contents + self.chunks + sum(m.size for m in self.models) + self.incoming
+        return self.contents + self.chunks + self.model_files + self.incoming
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self) | {"total": self.total}

@@ -23,7 +23,7 @@ from tests.adbdevice.toybox import ToyboxMissing, android_toybox, build_dir
 DEVICE_APPLETS = (
     "cat chmod cmp comm cut date dd df dirname env find grep head ln ls mkdir mkfifo mv nice "
     "printf readlink rm rmdir sed sha1sum sha256sum sleep sort stat tail tar tee touch truncate "
-    "uname xargs"
+    "uname wc xargs"
 ).split()
 # android_defconfig enables these "pending" commands, which Debian's toybox package lacks: the
 # device has them, as Android does.

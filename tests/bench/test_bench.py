@@ -155,7 +155,7 @@ def test_only_the_given_options_reach_llama_bench():
         model="models/m.gguf", options=(("t", "8"), ("p", "512")), extra_args=("-fa", "1")
     )
     point = BenchPoint(0, 1, (("ngl", "99"), ("env:GGML_HEXAGON_GDN_SELECT", "2")))
-    assert bench.llama_bench_args(spec, point) == [
+    assert bench.llama_bench_args(spec, point, spec.model) == [
         "-o",
         "json",
         "-v",

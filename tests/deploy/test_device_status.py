@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
+
+import pytest
 
 from tests.deploy.test_models_push import write_model
 
@@ -61,8 +64,11 @@ def test_status_counts_shared_contents_once_and_predicts_what_keep_frees(kz, art
             "sha256": report["models"][0]["sha256"],
             "size": model.stat().st_size,
             "names": ["a.gguf", "b.gguf"],
+            "own": model.stat().st_size,
+            "splits": 1,
         }
     ]
+    assert report["model_files"] == model.stat().st_size
     assert report["chunks"] > 0 and report["total"] > report["contents"]
 
     assert [(k["keep"], k["removes"]) for k in report["keeps"]] == [(1, ["b2", "b1"]), (2, ["b1"])]
@@ -94,7 +100,7 @@ def test_human_output(kz, artifacts, tmp_path):
     result = kz("device", "status", "--device", f"local:{root}")
     assert result.code == 0, result.err
     out = " ".join(result.out.split())
-    assert "* h1: holds" in out and "models (one file each" in out
+    assert "* h1: holds" in out and "models (" in out and "own" in out
 
 
 def test_status_over_adb(kz, adb_device, artifacts, tmp_path):
@@ -121,3 +127,40 @@ def test_a_cut_models_push_counts_its_file_once(kz, tmp_path):
     os.link(work / "in", work / "part")  # the checker's second name of the arriving file
     (work / "done").write_text("")
     assert status(kz, root)["incoming"] == 3000
+
+
+@pytest.mark.parametrize("over", ["local", "adb"])
+def test_keep_gives_up_model_pushes_cut_a_day_ago(kz, artifacts, tmp_path, request, over):
+    if over == "adb":
+        adb_device = request.getfixturevalue("adb_device")
+        root = Path(adb_device.host_path("/data/local/tmp/kz-engine"))
+        spec = f"adb:{adb_device.serial}:/data/local/tmp/kz-engine"
+    else:
+        root = tmp_path / "device"
+        spec = f"local:{root}"
+    build = artifacts.make("k1")
+    assert kz("deploy", "--device", spec, "--artifact", str(build)).code == 0
+    incoming = root / "incoming"
+    old, fresh = incoming / ".kzm-100-aaaa", incoming / ".kzm-200-bbbb"
+    for work in (old, fresh):
+        work.mkdir()
+        (work / "part").write_bytes(os.urandom(5000))
+    day_ago = time.time() - 24 * 3600 - 120
+    os.utime(old, (day_ago, day_ago))
+    report = (
+        status(kz, root)
+        if over == "local"
+        else json.loads(kz("device", "status", "--device", spec, "--json").out)
+    )
+    assert report["incoming"] >= 10_000
+    assert kz("deploy", "--device", spec, "--artifact", str(build), "--keep", "1").code == 0
+    assert not old.exists() and (fresh / "part").exists()
+    second = artifacts.make("k2")
+    assert kz("deploy", "--device", spec, "--artifact", str(second)).code == 0
+    os.utime(fresh, (day_ago, day_ago))
+    predicted = json.loads(kz("device", "status", "--device", spec, "--json").out)["keeps"][0]
+    assert predicted["removes"] == ["k1"]
+    before = stored_bytes(root) + 5000
+    assert kz("deploy", "--device", spec, "--artifact", str(second), "--keep", "1").code == 0
+    assert not fresh.exists()
+    assert predicted["frees"] == before - stored_bytes(root)
