@@ -30,24 +30,18 @@ def generated(run) -> str:
     raise AssertionError("5 runs of llama-completion, none with its full log")
 
 
+def kld_base_args(model: str, text: Path, out: Path) -> list[str]:
+    """llama-perplexity writing its KL-divergence base file for ``text`` to ``out``."""
+    return [
+        "llama-perplexity",
+        *("-m", model, "-f", str(text), "-c", "128", "-b", "128", "-t", "1"),
+        *("--kl-divergence-base", str(out)),
+    ]
+
+
 def logits(real_host_build: BuildResult, model: Path, text: Path, out: Path) -> bytes:
     """llama-perplexity's KL-divergence base file: the tokens and every position's logits."""
-    result = run_from_artifact(
-        real_host_build.artifact,
-        "llama-perplexity",
-        "-m",
-        str(model),
-        "-f",
-        str(text),
-        "-c",
-        "128",
-        "-b",
-        "128",
-        "-t",
-        "1",
-        "--kl-divergence-base",
-        str(out),
-    )
+    result = run_from_artifact(real_host_build.artifact, *kld_base_args(str(model), text, out))
     assert result.returncode == 0, result.stderr[-2000:]
     return out.read_bytes()
 
@@ -95,19 +89,7 @@ def test_a_split_model_gives_the_original_s_tokens_and_logits(
         "run",
         "--device",
         f"local:{root}",
-        "llama-perplexity",
-        "-m",
-        "models/tiny.gguf",
-        "-f",
-        str(text),
-        "-c",
-        "128",
-        "-b",
-        "128",
-        "-t",
-        "1",
-        "--kl-divergence-base",
-        str(tmp_path / "device.kld"),
+        *kld_base_args("models/tiny.gguf", text, tmp_path / "device.kld"),
     )
     assert ran.code == 0, ran.err[-2000:]
     assert (tmp_path / "device.kld").read_bytes() == base
