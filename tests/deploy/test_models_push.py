@@ -164,14 +164,19 @@ class CorruptingTransport(LocalTransport):
         self.at: int | None = at
 
     def push(self, local: Path, remote: str, *, progress=None) -> None:  # type: ignore[no-untyped-def]
-        super().push(local, remote, progress=progress)
-        if self.at is not None:
-            with open(remote, "r+b") as handle:
-                handle.seek(self.at)
-                byte = handle.read(1)
-                handle.seek(self.at)
-                handle.write(bytes([byte[0] ^ 1]))
-            self.at = None
+        if self.at is None:
+            return super().push(local, remote, progress=progress)
+        # the bytes land damaged (flipping them after the push would race the device's check of
+        # the blocks as they arrive, and damage what was checked already: rot, not transport)
+        data = bytearray(local.read_bytes())
+        data[self.at] ^= 1
+        damaged = local.with_name(local.name + ".damaged")
+        damaged.write_bytes(data)
+        self.at = None
+        try:
+            super().push(damaged, remote, progress=progress)
+        finally:
+            damaged.unlink()
 
 
 @pytest.mark.parametrize("share", [0.1, 0.95])  # in a block checked as it came, in the last one
