@@ -34,11 +34,11 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Collection, Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Protocol
 
 from kzbuild.adapters.files import TextCache
-from kzbuild.device.base import ByteSource, RemoteResult, Transport
+from kzbuild.device.base import ByteSource, RemoteResult
 from kzbuild.device.ggufcut import GgufLayoutError
 from kzbuild.device.ggufsplit import plan, split_name, split_pieces
 from kzbuild.device.steps import Step
@@ -336,12 +336,3 @@ def _cached(text: str | None, count: int) -> list[tuple[str, list[tuple[str, int
         return [(str(sha), [(str(d), int(s)) for d, s in pieces]) for sha, pieces in found]
     except (ValueError, TypeError):
         return None
-
-
-def tool_path(transport: Transport, root: str, model: str) -> str:
-    """The path to give llama.cpp's tools for ``model`` (relative to the device ``root``): a
-    model stored as splits is opened by its first split's own name, from which llama.cpp finds
-    the others; any other path is given as it is."""
-    resolved = transport.run(["readlink", "-f", model], cwd=root)
-    path = resolved.text().strip()
-    return path if resolved.ok and FIRST_SPLIT_RE.match(PurePosixPath(path).name) else model

@@ -22,7 +22,7 @@ from typing import Any
 
 from kzbuild.adapters.settings import Settings
 from kzbuild.device.base import ByteSink, Transport, check_env_name
-from kzbuild.device.modelsplit import tool_path
+from kzbuild.device.modelsplit import FIRST_SPLIT_RE
 from kzbuild.device.run import (
     check_seconds,
     check_tool,
@@ -45,6 +45,7 @@ from kzbuild.model.bench import (
     BenchPoint,
     BenchRun,
     BenchSpec,
+    DeviceModel,
     DeviceState,
     LlamaBenchTest,
     SweepAxis,
@@ -348,16 +349,24 @@ def parse_llama_bench_test(data: object, *, where: str) -> LlamaBenchTest:
     )
 
 
-def model_sha256(transport: Transport, device: Device, model: str) -> str:
-    """The model's sha256: from its name when it resolves into ROOT/models/<sha256>.gguf (kzbuild
-    models push verified it there), else computed on the device."""
-    resolved = transport.run(["readlink", "-f", model], cwd=device.root)
+# The device root's physical path, then the model's: one round trip tells whether the model is
+# one kzbuild models push stored (named by its sha256) and, for splits, which file tools open.
+RESOLVE_SCRIPT = 'pwd -P && readlink -f "$1"'
+
+
+def device_model(transport: Transport, device: Device, model: str) -> DeviceModel:
+    """``model`` (relative to the device root) resolved: a model that resolves into
+    ROOT/models/<sha256>.gguf (or its first split) is named by the sha256 kzbuild models push
+    verified, in one round trip; any other is hashed on the device and given to tools as is."""
+    resolved = transport.run(["sh", "-c", RESOLVE_SCRIPT, "kz-model", model], cwd=device.root)
     if resolved.ok:
-        path = PurePosixPath(resolved.text().strip())
+        # A newline in either path makes the parent check fail: the model is then hashed.
+        root, _, target = resolved.text().rstrip("\n").partition("\n")
+        path = PurePosixPath(target)
         stored = STORED_MODEL_RE.match(path.name)
-        root = transport.run(["readlink", "-f", device.root])
-        if stored and root.ok and str(path.parent) == f"{root.text().strip()}/models":
-            return stored[1]
+        if stored and str(path.parent) == f"{root}/models":
+            split = FIRST_SPLIT_RE.match(path.name)
+            return DeviceModel(sha256=stored[1], tool_path=target if split else model)
     result = transport.run(["sha256sum", model], cwd=device.root)
     if not result.ok:
         raise ConfigError(
@@ -370,7 +379,7 @@ def model_sha256(transport: Transport, device: Device, model: str) -> str:
             f"{device.name}: sha256sum {model} printed no sha256: {show(result.text())}",
             hint="check the device's sha256sum (toybox or busybox)",
         )
-    return digest[1]
+    return DeviceModel(sha256=digest[1], tool_path=model)
 
 
 def new_run_id(now: datetime) -> str:
@@ -405,8 +414,7 @@ def bench(
         recipe = release.manifest.get("recipe")
         check_recipe_formats(settings, recipe if isinstance(recipe, str) else None)
     measured = memory_measured(transport, device, release, spec.memory_limits)
-    model_hash = part.model_sha256 if part else model_sha256(transport, device, spec.model)
-    model = tool_path(transport, device.root, spec.model)
+    model = part.model if part else device_model(transport, device, spec.model)
     seed, points = plan(spec)
     run_id = part.run_id if part else new_run_id(datetime.now(timezone.utc))
     logs = part.logs if part else settings.work / "bench" / run_id
@@ -420,7 +428,11 @@ def bench(
             on_point(point)
         state = probe(transport)
         call = invocation(
-            device, release, LLAMA_BENCH, llama_bench_args(spec, point, model), point.env(spec)
+            device,
+            release,
+            LLAMA_BENCH,
+            llama_bench_args(spec, point, model.tool_path),
+            point.env(spec),
         )
         call = under_peakrss(call, release, device) if measured else call
         host_time = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -440,7 +452,7 @@ def bench(
                 device=device,
                 state=state,
                 spec=spec,
-                model_hash=model_hash,
+                model_hash=model.sha256,
                 argv=call.argv,
                 env=call.env,
                 cwd=call.cwd,

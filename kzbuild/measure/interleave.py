@@ -28,7 +28,7 @@ from kzbuild.device.deploy import deploy
 from kzbuild.device.devicelock import device_lock
 from kzbuild.device.run import check_seconds, env_warnings, release_named
 from kzbuild.errors import ConfigError, DeviceError
-from kzbuild.measure.bench import bench, check_spec, model_sha256, new_run_id, probe, spec_env_names
+from kzbuild.measure.bench import bench, check_spec, device_model, new_run_id, probe, spec_env_names
 from kzbuild.measure.memory import check_recipe_formats
 from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.stats import fresh_seed, interleaved_order
@@ -192,7 +192,7 @@ def run_interleaved(
             log.warning("%s", warning)
         for recipe in dict.fromkeys(r.manifest.get("recipe") for r in releases.values()):
             check_recipe_formats(settings, recipe if isinstance(recipe, str) else None)
-        model_hash = model_sha256(transport, device, spec.model)
+        model = device_model(transport, device, spec.model)
         seed = fresh_seed(seed)
         if order is None:
             order = interleaved_order(names, blocks, seed)
@@ -237,7 +237,7 @@ def run_interleaved(
                     run_id=run_id,
                     logs=logs / f"{block:03d}-{name.replace('/', '--')}",
                     first_seq=seq,
-                    model_sha256=model_hash,
+                    model=model,
                     variant=variant,
                 )
                 lock.refresh()

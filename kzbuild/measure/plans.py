@@ -20,7 +20,7 @@ from kzbuild.device.run import check_seconds
 from kzbuild.errors import ConfigError
 from kzbuild.measure.bench import (
     check_spec,
-    model_sha256,
+    device_model,
     option_value_problem,
     parse_sweep,
     sweep_size_check,
@@ -461,7 +461,7 @@ def _name(section: yamlconf.Mapping, key: str) -> str | None:
 def check_model(plan: Plan, transport: Transport, device: Device) -> str:
     """The model's sha256 on the device, checked against the plan's (exit 2 naming the plan's line
     when it differs); a plan without one gets a warning with the measured hash to pin."""
-    found = model_sha256(transport, device, plan.model.path)
+    found = device_model(transport, device, plan.model.path).sha256
     if plan.model.sha256 is None:
         log.warning(
             "%s: the plan pins no sha256 for %s; %s holds %s (put it in the plan's model.sha256)",

@@ -30,7 +30,6 @@ from pathlib import Path
 from kzbuild.adapters.gitcmd import Git
 from kzbuild.adapters.settings import Settings
 from kzbuild.device.base import ByteSink, Transport
-from kzbuild.device.modelsplit import tool_path
 from kzbuild.device.run import (
     check_seconds,
     check_tool,
@@ -41,7 +40,7 @@ from kzbuild.device.run import (
     synced_head,
 )
 from kzbuild.errors import BadRecord, ConfigError, ResultsError
-from kzbuild.measure.bench import model_sha256, new_run_id, probe
+from kzbuild.measure.bench import device_model, new_run_id, probe
 from kzbuild.measure.htpprofile import HEXAGON_CPP, check_tree_formats, parse_htp_log
 from kzbuild.measure.resultfiles import append_to_jsonl, checked_line, jsonl_objects
 from kzbuild.measure.resultplot import save_png
@@ -220,10 +219,11 @@ def profile(
             )
     for warning in env_warnings(settings, release, env):
         log.warning("%s", warning)
-    model_hash = model_sha256(transport, device, spec.model)
+    model = device_model(transport, device, spec.model)
     state = probe(transport)
-    model = tool_path(transport, device.root, spec.model)
-    call = invocation(device, release, KZ_PROFILE, tool_args(spec, model, verbose=npu), env)
+    call = invocation(
+        device, release, KZ_PROFILE, tool_args(spec, model.tool_path, verbose=npu), env
+    )
     run_id = new_run_id(datetime.now(timezone.utc))
     host_time = datetime.now(timezone.utc).isoformat(timespec="seconds")
     logs = settings.work / "profile" / run_id
@@ -253,7 +253,7 @@ def profile(
         device=DeviceInfo(
             name=device.name, address=device.address, fingerprint=dict(state.fingerprint)
         ),
-        model=ModelInfo(path=spec.model, sha256=model_hash),
+        model=ModelInfo(path=spec.model, sha256=model.sha256),
         config={
             **config,
             **({"dev": spec.dev} if spec.dev else {}),

@@ -27,10 +27,9 @@ from kzbuild.adapters.files import sha256_file
 from kzbuild.adapters.gitcmd import Git
 from kzbuild.adapters.settings import Settings
 from kzbuild.device.base import Transport
-from kzbuild.device.modelsplit import tool_path
 from kzbuild.device.run import check_tool, invocation, release_named, run_logged
 from kzbuild.errors import BadRecord, ConfigError, DeviceError, OutputFormatChanged, ResultsError
-from kzbuild.measure.bench import model_sha256, new_run_id, probe
+from kzbuild.measure.bench import device_model, new_run_id, probe
 from kzbuild.measure.resultfiles import JsonlStore
 from kzbuild.model.ab import FULL, VariantBuild
 from kzbuild.model.device import Device
@@ -352,8 +351,9 @@ def check_variants(
     run_id = new_run_id(datetime.now(timezone.utc))
     logs = logs_root / run_id
     logs.mkdir(parents=True, exist_ok=True)
-    model = ModelInfo(path=model_path, sha256=model_sha256(transport, device, model_path))
-    tool_model = tool_path(transport, device.root, model_path)
+    on_device = device_model(transport, device, model_path)
+    model = ModelInfo(path=model_path, sha256=on_device.sha256)
+    tool_model = on_device.tool_path
     corpus = push_corpus(transport, device, spec.corpus)
     if on_variant:
         on_variant(f"reference {spec.reference}")

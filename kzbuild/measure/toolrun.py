@@ -18,10 +18,9 @@ from itertools import pairwise
 
 from kzbuild.adapters.settings import Settings
 from kzbuild.device.base import ByteSink, Transport
-from kzbuild.device.modelsplit import tool_path
 from kzbuild.device.run import memory_measured, run_in_release
 from kzbuild.errors import ConfigError
-from kzbuild.measure.bench import model_sha256, new_run_id, probe, provenance_of
+from kzbuild.measure.bench import device_model, new_run_id, probe, provenance_of
 from kzbuild.measure.memory import check_recipe_formats, memory_of
 from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.model.device import Device
@@ -73,10 +72,11 @@ def run_tool(
     model_hash = None
     if model is not None:
         try:
-            model_hash = model_sha256(transport, device, model)
+            found = device_model(transport, device, model)
+            model_hash = found.sha256
+            args = with_model(args, found.tool_path)
         except ConfigError as exc:  # the tool says what is wrong with its model itself
             log.warning("%s; the record names no model sha256", exc.message)
-        args = with_model(args, tool_path(transport, device.root, model))
     state = probe(transport)
     now = datetime.now(timezone.utc)
     run_id = new_run_id(now)

@@ -116,6 +116,15 @@ class DeviceState:
 
 
 @dataclass(frozen=True)
+class DeviceModel:
+    """A model on the device as its tools are given it: its sha256 (the record's identity) and
+    the path on the tools' command line (a model stored as splits opens by its first split)."""
+
+    sha256: str
+    tool_path: str
+
+
+@dataclass(frozen=True)
 class BenchPart:
     """A bench run that is one turn of an interleaved experiment: its records join the experiment's
     run."""
@@ -123,7 +132,7 @@ class BenchPart:
     run_id: str
     logs: Path  # this turn's own folder
     first_seq: int  # records continue the run's positions
-    model_sha256: str  # computed once for the experiment
+    model: DeviceModel  # resolved once for the experiment
     variant: VariantInfo
 
 

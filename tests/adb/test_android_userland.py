@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kzbuild.device.adb import AdbTransport
-from kzbuild.measure.bench import model_sha256
+from kzbuild.measure.bench import device_model
 from tests.adbdevice import AdbTestDevice
 from tests.adbdevice.fs import toybox_applets
 from tests.adbdevice.toybox import ToyboxMissing, android_toybox, build_dir
@@ -102,14 +102,12 @@ def test_models_push_over_adb_stores_once_and_bench_names_the_model_by_its_store
 
     device = adb_device.device(root=root)
     transport = AdbTransport(device, connect_timeout=5)
-    assert (
-        model_sha256(transport, device, "models/tiny.gguf") == pushed["sha256"]
-    )  # toybox readlink -f into models/
+    # mksh's pwd -P and toybox's readlink -f into models/
+    assert device_model(transport, device, "models/tiny.gguf").sha256 == pushed["sha256"]
     copy = posixpath.join(root, "copy.gguf")
     assert transport.run(["cp", posixpath.join(root, "models", "tiny.gguf"), copy]).ok
-    assert (
-        model_sha256(transport, device, copy) == pushed["sha256"]
-    )  # toybox sha256sum on the device
+    # toybox sha256sum on the device
+    assert device_model(transport, device, copy).sha256 == pushed["sha256"]
 
 
 def test_without_the_build_the_device_says_how_to_make_it(

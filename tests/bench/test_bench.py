@@ -16,7 +16,7 @@ from kzbuild.device.local import LocalTransport
 from kzbuild.errors import ConfigError, ResultsError
 from kzbuild.measure import bench
 from kzbuild.measure.resultsdb import ResultsStore
-from kzbuild.model.bench import BenchPoint, BenchSpec, SweepAxis
+from kzbuild.model.bench import BenchPoint, BenchSpec, DeviceModel, SweepAxis
 from kzbuild.model.device import Device
 from kzbuild.model.run import Release
 from kzbuild.model.sync import Lock
@@ -499,24 +499,45 @@ def test_env_names_cannot_be_checked_without_a_synced_tree(kz, bench_root):
     )
 
 
+class CountingTransport(LocalTransport):
+    """The host as the device, counting its commands (each is a round trip on a real device)."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.calls: list[list[str]] = []
+
+    def run(self, argv, **options):
+        self.calls.append(list(argv))
+        return super().run(argv, **options)
+
+
 def test_a_pushed_model_is_known_by_its_content_addressed_name(bench_root):
     """models push stores models/<sha256>.gguf after verifying it; bench need not hash gigabytes
-    again."""
+    again. Tools are given the path the user named, unless it leads to a stored first split."""
     named = "c" * 64
     bench_root.add_file(f"models/{named}.gguf", b"verified on push")
     (bench_root.root / "models" / "pushed.gguf").symlink_to(f"{named}.gguf")
     device = Device(name="local", transport="local", root=str(bench_root.root))
-    transport = LocalTransport(device.root)
-    assert bench.model_sha256(transport, device, "models/pushed.gguf") == named
+    transport = CountingTransport(device.root)
+    assert bench.device_model(transport, device, "models/pushed.gguf") == DeviceModel(
+        sha256=named, tool_path="models/pushed.gguf"
+    )
+    assert len(transport.calls) == 1  # one round trip: the root's and the model's paths at once
     elsewhere = bench_root.add_file(f"other/{named}.gguf", b"not in models/")
-    assert (
-        bench.model_sha256(transport, device, str(elsewhere))
-        == hashlib.sha256(b"not in models/").hexdigest()
+    assert bench.device_model(transport, device, str(elsewhere)) == DeviceModel(
+        sha256=hashlib.sha256(b"not in models/").hexdigest(), tool_path=str(elsewhere)
     )
-    assert (
-        bench.model_sha256(transport, device, "models/tiny.gguf")
-        == hashlib.sha256(MODEL_BYTES).hexdigest()
+    # a first split's name outside models/ is no stored model: hashed, and given as named
+    stray = bench_root.add_file(f"other/{named}-00001-of-00002.gguf", b"a stray split")
+    (bench_root.root / "stray.gguf").symlink_to(stray)
+    assert bench.device_model(transport, device, "stray.gguf") == DeviceModel(
+        sha256=hashlib.sha256(b"a stray split").hexdigest(), tool_path="stray.gguf"
     )
+    assert bench.device_model(transport, device, "models/tiny.gguf") == DeviceModel(
+        sha256=hashlib.sha256(MODEL_BYTES).hexdigest(), tool_path="models/tiny.gguf"
+    )
+    with pytest.raises(ConfigError, match="cannot read model 'models/none.gguf'"):
+        bench.device_model(transport, device, "models/none.gguf")
 
 
 @pytest.mark.filterwarnings(

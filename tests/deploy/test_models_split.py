@@ -18,9 +18,10 @@ from kzbuild.device import ggufsplit, modelpush, modelsplit
 from kzbuild.device.adb import AdbTransport
 from kzbuild.device.ggufcut import GgufLayoutError
 from kzbuild.device.local import LocalTransport
-from kzbuild.device.modelsplit import SplitModel, tool_path
+from kzbuild.device.modelsplit import SplitModel
 from kzbuild.errors import DeviceError
-from kzbuild.measure.bench import model_sha256
+from kzbuild.measure.bench import device_model
+from kzbuild.model.bench import DeviceModel
 from kzbuild.model.device import Device
 from tests.deploy.test_models_push import TENSOR_VALUES, sha256, write_model
 from tests.fixtures_deploy import CuttingTransport
@@ -170,15 +171,14 @@ def test_two_variants_keep_one_copy_of_what_they_share(kz, tmp_path):
     assert names == [f"{second['sha256']}-{i:05d}-of-00009.gguf" for i in range(1, 10)]
     first_split = models / names[0]
     assert (models / "v.gguf").resolve() == first_split.resolve()
-    assert tool_path(LocalTransport(str(root)), str(root), "models/v.gguf") == str(
-        first_split.resolve()
-    )
-    assert tool_path(LocalTransport(str(root)), str(root), "models/none.gguf") == "models/none.gguf"
     assert tensors_of(sorted(models.glob(f"{second['sha256']}-*"))) == tensors_of([variant])
     assert not list((root / "incoming").iterdir())
     device = Device(name="t", transport="local", root=str(root))
-    # records name the model by the sha256 its push verified, read from the first split's name
-    assert model_sha256(LocalTransport(str(root)), device, "models/v.gguf") == second["sha256"]
+    # records name the model by the sha256 its push verified, read from the first split's name,
+    # and tools open that first split, from which llama.cpp finds the others
+    assert device_model(LocalTransport(str(root)), device, "models/v.gguf") == DeviceModel(
+        sha256=second["sha256"], tool_path=str(first_split.resolve())
+    )
 
     report = json.loads(kz("device", "status", "--device", f"local:{root}", "--json").out)
     by_sha = {m["sha256"]: m for m in report["models"]}
@@ -259,7 +259,7 @@ def test_over_adb(kz, adb_device, tmp_path):
     assert second.bytes_sent <= 1.2 * changed
     assert distinct_bytes(models) - alone <= 1.05 * changed
     transport = AdbTransport(device, connect_timeout=5)
-    first = tool_path(transport, device.root, "models/b.gguf")
+    first = device_model(transport, device, "models/b.gguf").tool_path
     assert first.endswith(f"{second.sha256}-00001-of-00007.gguf")
     assert tensors_of(sorted(models.glob(f"{second.sha256}-*"))) == tensors_of([variant])
     spec = f"adb:{adb_device.serial}:{device.root}"
