@@ -150,9 +150,15 @@ class AdbTestDevice:
     """A device on ``127.0.0.1:<port>``; its filesystem lives under ``base/fs``."""
 
     def __init__(
-        self, base: Path, *, mode: Mode = "device", props: Mapping[str, str] | None = None
+        self,
+        base: Path,
+        *,
+        mode: Mode = "device",
+        props: Mapping[str, str] | None = None,
+        selinux: bool = False,
     ) -> None:
-        self.fs = DeviceFs(base, props)
+        """``selinux``: its shell may not hard-link, as Android's policy says for adb shell."""
+        self.fs = DeviceFs(base, props, selinux=selinux)
         self.mode: Mode = mode
         self.faults = services.Faults()
         self._listener = socket.create_server(("127.0.0.1", 0))

@@ -42,14 +42,19 @@ def adb_env(adb_server: PrivateAdbServer, monkeypatch: pytest.MonkeyPatch) -> Pr
 def make_adb_device(
     adb_env: PrivateAdbServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[MakeDevice]:
-    """``make_adb_device(mode="device"|"unauthorized"|"offline", props=None)`` -> AdbTestDevice.
+    """``make_adb_device(mode="device"|"unauthorized"|"offline", props=None, selinux=False)`` ->
+    AdbTestDevice (``selinux``: its shell may not hard-link, as on Android).
 
     With ``adb_env`` in force. Devices are disconnected from the server and stopped afterwards.
     """
     made: list[AdbTestDevice] = []
 
-    def make(mode: Mode = "device", props: Mapping[str, str] | None = None) -> AdbTestDevice:
-        device = AdbTestDevice(tmp_path_factory.mktemp("adbdevice"), mode=mode, props=props)
+    def make(
+        mode: Mode = "device", props: Mapping[str, str] | None = None, *, selinux: bool = False
+    ) -> AdbTestDevice:
+        device = AdbTestDevice(
+            tmp_path_factory.mktemp("adbdevice"), mode=mode, props=props, selinux=selinux
+        )
         made.append(device)
         return device
 

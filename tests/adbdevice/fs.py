@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 
+from tests.adbdevice.selinux import no_hard_links
 from tests.adbdevice.toybox import android_toybox
 
 DEVICE_TMP = "/data/local/tmp"
@@ -90,7 +91,9 @@ def toybox_applets() -> tuple[str, str, tuple[str, ...]]:
 class DeviceFs:
     """The device's filesystem (``base/fs``), shell userland (``base/bin``) and properties."""
 
-    def __init__(self, base: Path, props: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, base: Path, props: Mapping[str, str] | None = None, *, selinux: bool = False
+    ) -> None:
         base = base.resolve()
         if not SAFE_HOST_PATH.match(str(base)):
             # The host root is pasted into shell command text; keep it free of shell syntax.
@@ -110,6 +113,8 @@ class DeviceFs:
         getprop.write_text(GETPROP_SCRIPT.format(shell=self.shell, props=self.props_file))
         getprop.chmod(0o755)
         self._host_tmp = str(self.root) + DEVICE_TMP
+        # Android's rule for adb shell: no hard links (tests.adbdevice.selinux)
+        self.shell_setup = no_hard_links() if selinux else None
         self._to_host = re.compile(re.escape(DEVICE_TMP.encode()) + PATH_CONTINUES)
 
     def write_props(self) -> None:

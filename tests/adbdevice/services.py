@@ -71,6 +71,7 @@ def start_shell(fs: DeviceFs, command: bytes, *, merge_stderr: bool) -> subproce
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
         start_new_session=True,  # its own process group, so a hang-up kills the whole command
+        preexec_fn=fs.shell_setup,
     )
 
 
