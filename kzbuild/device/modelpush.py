@@ -200,14 +200,16 @@ RESUME_SCRIPT = (
 # own, started as soon as the file is complete, beside the blocks still being checked. Exits 3
 # ("bad SHA") for a block that does not match, 4 when the file stopped growing short of a block,
 # 5 when follower no longer holds the token (the host gave up on the push, or a later push
-# started). Waits without a process where the shell can (mksh's read -t on a FIFO it holds).
+# started), 6 when the device refuses the link (Android's SELinux: docs/deploy.md). Waits
+# without a process where the shell can (mksh's read -t on a FIFO it holds).
 FOLLOW_SCRIPT = (
     _range_sum(LOWER) + 'cd "$1" || exit 1; total=$2 last_at=$3 tok=$4 job=; '
     'echo "$tok" > follower || exit 1; rm -f part done tail.sum tick; '
     'if [ -n "$KSH_VERSION" ] && mkfifo tick && exec 3<>tick; then '
     'pause() { read -t "$1" -u3 x; }; else pause() { sleep "$1"; }; fi; '
     'held() { read -r t 2>/dev/null < follower && [ "$t" = "$tok" ]; }; '
-    f"size() {{ [ -e part ] || ln {ARRIVING} part 2>/dev/null; "
+    f"size() {{ [ -e part ] || [ ! -e {ARRIVING} ] || ln {ARRIVING} part 2>link.err || "
+    '{ read -r e < link.err; case $e in *"Permission denied") echo "$e" >&2; exit 6;; esac; }; '
     "z=$(stat -c %s part 2>/dev/null) || z=0; }; "
     'last() { [ -z "$job" ] && [ "$z" -ge "$total" ] || return 0; '
     '{ dd bs=1 skip="$last_at" count=0 2>/dev/null; sha256sum; } < part > tail.sum & job=$!; }; '

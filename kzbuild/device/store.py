@@ -50,7 +50,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kzbuild.device.base import NO_SPACE, RemoteResult, Transport, device_full
+from kzbuild.device.base import (
+    LINK_DENIED,
+    NO_SPACE,
+    RemoteResult,
+    Transport,
+    device_full,
+    links_denied,
+)
 from kzbuild.device.steps import Step
 from kzbuild.errors import DeviceError
 
@@ -273,6 +280,8 @@ class Remote:
         )
         if NO_SPACE in stderr:
             return device_full(self.address, detail)
+        if LINK_DENIED.search(stderr):
+            return links_denied(self.address, detail)
         return DeviceError(f"{self.address}: {detail}")
 
     def checked(self, steps: Sequence[Step], results: Sequence[RemoteResult]) -> list[RemoteResult]:

@@ -6,11 +6,13 @@ kzbuild's device store is built on hard links (a release is hard links into obje
 models push links the arriving file; split models are hard links), so on a real Android device
 deploy and models push fail today. The two tests marked xfail(strict) say so: they pass once the
 store works without hard links, and strict makes that pass a failure until the mark is removed.
+Until then the failure must be a clear one, at once: the other tests hold that.
 """
 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -50,7 +52,6 @@ def test_deploy_to_a_device_that_denies_hard_links(kz, make_adb_device, artifact
     assert json.loads(result.out)["files_sent"] == 3
 
 
-@pytest.mark.slow  # today it fails only after its 60 s wait for a file that never grows
 @pytest.mark.xfail(strict=True, raises=DeviceError, reason=NO_HARD_LINKS)
 def test_models_push_to_a_device_that_denies_hard_links(make_adb_device, tmp_path):
     device = make_adb_device(selinux=True)
@@ -58,3 +59,31 @@ def test_models_push_to_a_device_that_denies_hard_links(make_adb_device, tmp_pat
     transport = AdbTransport(device.device(root=ROOT), connect_timeout=5)
     pushed = modelpush.push_model(transport, device.device(root=ROOT), model)
     assert pushed.bytes_sent == model.stat().st_size
+
+
+def test_deploy_says_at_once_that_the_device_refuses_hard_links(kz, make_adb_device, artifacts):
+    device = make_adb_device(selinux=True)
+    spec = f"adb:{device.serial}:{ROOT}"
+    result = kz("deploy", "--device", spec, "--artifact", str(artifacts.make("b1")))
+    assert result.code == 8
+    assert f"device adb:{device.serial} does not allow hard links: completing the release" in (
+        result.err
+    )
+    assert "hint: Android's SELinux forbids adb shell to hard-link files" in result.err
+    assert "Traceback" not in result.err
+    current = AdbTransport(device.device(root=ROOT), connect_timeout=5).run(
+        ["readlink", f"{ROOT}/current"]
+    )
+    assert not current.ok  # nothing was switched to
+
+
+def test_models_push_says_at_once_that_the_device_refuses_hard_links(kz, make_adb_device, tmp_path):
+    device = make_adb_device(selinux=True)
+    model = write_model(tmp_path / "m.gguf", tensors=2)
+    started = time.monotonic()
+    result = kz("models", "push", str(model), "--device", f"adb:{device.serial}:{ROOT}")
+    assert result.code == 8
+    assert f"device adb:{device.serial} does not allow hard links" in result.err
+    assert "cannot create hard link" in result.err  # toybox's own words
+    assert "hint: Android's SELinux forbids adb shell" in result.err
+    assert time.monotonic() - started < 30  # not the checker's 60 s wait for a stalled file
