@@ -1,4 +1,5 @@
-"""``kzbuild doctor``: is each target's toolchain here, and does the device answer?
+"""``kzbuild doctor``: is each target's toolchain here, and does the device answer (and allow
+the hard links deploy's store is built on)?
 
 Versions are proven as a build proves them (kzbuild.build.toolchains); a device is reached the way
 deploy reaches it, except that an adb server is only asked when one is already running.
@@ -16,7 +17,9 @@ from kzbuild.adapters.settings import Settings
 from kzbuild.build.builder import detect_for, target
 from kzbuild.build.toolchains import Detector
 from kzbuild.device.adb import adb_server_port
+from kzbuild.device.base import NO_LINKS_HINT, Transport
 from kzbuild.device.registry import connect
+from kzbuild.device.store import hard_links_allowed
 from kzbuild.errors import DeviceError
 from kzbuild.model.device import Device
 from kzbuild.model.doctor import DeviceCheck, DoctorReport, TargetCheck
@@ -44,12 +47,10 @@ def check_device(
         return check_adb_device(device, environ, connect_timeout)
     try:
         with closing(connect(device)) as transport:
-            address = transport.address
+            answered = f"{transport.address}: logged in; its host key matches known_hosts"
+            return store_check(device, "ssh", transport, answered)
     except DeviceError as exc:
         return DeviceCheck(device.name, "ssh", False, exc.message, exc.hint)
-    return DeviceCheck(
-        device.name, "ssh", True, f"{address}: logged in; its host key matches known_hosts"
-    )
 
 
 def check_adb_device(
@@ -77,10 +78,24 @@ def check_adb_device(
         with closing(
             connect(device, server_port=port, connect_timeout=connect_timeout)
         ) as transport:
-            address = transport.address
+            answered = f"{transport.address} online (adb server on port {port})"
+            return store_check(device, "adb", transport, answered)
     except DeviceError as exc:
         return DeviceCheck(device.name, "adb", False, exc.message, exc.hint)
-    return DeviceCheck(device.name, "adb", True, f"{address} online (adb server on port {port})")
+
+
+def store_check(device: Device, kind: str, transport: Transport, answered: str) -> DeviceCheck:
+    """The device answered; not ok if it refuses the hard links its store is built on."""
+    if hard_links_allowed(transport, device.root) is False:
+        return DeviceCheck(
+            device.name,
+            kind,
+            False,
+            f"{answered}, but it does not allow hard links under {device.root}: deploy and "
+            "models push need them",
+            NO_LINKS_HINT,
+        )
+    return DeviceCheck(device.name, kind, True, answered)
 
 
 def listening(host: str, port: int) -> bool:

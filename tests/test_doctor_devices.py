@@ -88,3 +88,23 @@ def test_an_ssh_device_is_ok_only_when_its_host_key_is_known(tiny, kz, sshd, ssh
     report, _ = doctor_device(kz, spec)
     assert report["ok"] is False
     assert sshd.host_fingerprint in report["detail"]
+
+
+@needs_adb
+def test_a_device_that_refuses_hard_links_is_not_ok_and_the_probe_leaves_nothing(
+    tiny, kz, make_adb_device
+):
+    """Android's SELinux forbids adb shell to hard-link (tests/adbdevice/selinux.py): doctor says
+    so before a deploy fails on it."""
+    device = make_adb_device(selinux=True)
+    spec = f"adb:{device.serial}"
+    report, err = doctor_device(kz, spec)
+    assert report["ok"] is False
+    assert report["detail"].startswith(f"{spec} online (adb server on port ")
+    assert report["detail"].endswith(
+        "), but it does not allow hard links under /data/local/tmp/kz-engine: deploy and models "
+        "push need them"
+    )
+    assert report["hint"].startswith("Android's SELinux forbids adb shell to hard-link files")
+    assert f"device {spec}" in err
+    assert list(device.fs.host_path("/data/local/tmp").iterdir()) == []  # the probe's files went

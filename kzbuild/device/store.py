@@ -560,3 +560,19 @@ def parse_sha256sum(lines: Iterable[str]) -> dict[str, str]:
         if path:
             found[path] = digest
     return found
+
+
+# $1 = the device root. Exits 0 when a file there (before the first deploy: in its parent) can be
+# hard-linked, 1 when the device refuses (Android's SELinux forbids adb shell to), 2 when no file
+# can be made there. Leaves nothing behind.
+LINK_PROBE_SCRIPT = (
+    'd=$1; [ -d "$d" ] || d=${d%/*}; t="$d/.kz-link-probe.$$"; : > "$t" || exit 2; '
+    'ln "$t" "$t.2" 2>/dev/null; s=$?; rm -f "$t" "$t.2"; [ "$s" = 0 ] || exit 1'
+)
+
+
+def hard_links_allowed(transport: Transport, root: str) -> bool | None:
+    """Whether the device lets kzbuild's store hard-link files under ``root`` (None: nothing can
+    be written there to tell)."""
+    result = transport.run(["sh", "-c", LINK_PROBE_SCRIPT, "kz-link-probe", root])
+    return {0: True, 1: False}.get(result.returncode)
