@@ -60,7 +60,7 @@ OFFLINE_HINT = (
 DEFAULT_SERVER_PORT = 5037
 SHELL_STDIN, SHELL_STDOUT, SHELL_STDERR, SHELL_EXIT, SHELL_CLOSE_STDIN = range(5)
 SHELL_HEADER = struct.Struct("<BI")  # a shell protocol v2 packet: id, length of the data
-STDIN_PACKET = 32 << 10  # data per stdin packet (adbd's buffer holds it on any Android release)
+STDIN_PACKET = 32 << 10  # data per stdin packet
 PACKET_MAX = 16 << 20  # adbd sends at most its buffer (1 MiB) per packet: more is a broken stream
 REQUEST_MAX = 0xFFFF  # a request's length is 4 hex digits
 SOCKET_SPECS = ("tcp:", "localabstract:", "localfilesystem:")  # of ADB_SERVER_SOCKET
@@ -100,13 +100,14 @@ class AdbTransport:
             "adb", why="the adb transport drives the adb client; Debian package 'adb'"
         )
         self._adb = [adb, *server_options(device.server, server_port)]
-        self._server = server_address(device.server, server_port, os.environ)
-        if self._server is None:
+        server = server_address(device.server, server_port, os.environ)
+        if server is None:
             spec = os.environ.get("ADB_SERVER_SOCKET", "")
             raise DeviceError(
                 f"{self.address}: ADB_SERVER_SOCKET={spec} is no socket kzbuild can reach",
                 hint=f"name the adb server as one of {', '.join(SOCKET_SPECS)}",
             )
+        self._server: Address = server
         self._may_start = device.server is None  # a local server, while the transport opens
         self._wait_online()
         self._may_start = False
@@ -305,18 +306,19 @@ class AdbTransport:
     def _server_socket(self) -> socket.socket:
         """A new connection to the adb server (started first if it is local and not running,
         once per transport)."""
-        assert self._server is not None
         try:
             return connect_server(self._server, self.connect_timeout)
         except OSError as exc:
             if self._may_start and isinstance(exc, ConnectionRefusedError | FileNotFoundError):
                 self._may_start = False
-                proc.run([*self._adb, "start-server"], check=False, timeout=self.connect_timeout)
+                with contextlib.suppress(CommandFailed):  # timed out: the retry says it
+                    proc.run(
+                        [*self._adb, "start-server"], check=False, timeout=self.connect_timeout
+                    )
                 return self._server_socket()
             raise self._server_gone(exc) from exc
 
     def _server_gone(self, exc: Exception) -> DeviceError:
-        assert self._server is not None
         return DeviceError(
             f"{self.address}: the adb server at {address_text(self._server)} did not answer: {exc}",
             hint="is it running? 'adb start-server' starts a local one"
