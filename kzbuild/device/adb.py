@@ -554,10 +554,12 @@ def read_shell(sock: socket.socket, output: ShellOutput, deadline: float | None)
     """Read a command's packets into ``output`` until its exit code (returned); None when the
     stream ends first or the ``deadline`` (a monotonic time) passes."""
     packets = ShellPackets()
+    ready = select.poll()  # not select(): it takes no descriptor above 1023
+    ready.register(sock, select.POLLIN)
     while True:
         if deadline is not None:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([sock], [], [], left)[0]:
+            if left <= 0 or not ready.poll(max(left * 1000, 1)):
                 return None
         try:
             data = sock.recv(1 << 16)
