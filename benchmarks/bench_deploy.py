@@ -14,7 +14,7 @@ Two devices, each with its anchors:
   as on Android), run in a process of its own so that its work is not counted as the client's.
 
 Every time is reported twice: wall seconds and the client's CPU seconds (this process and the
-children it waited for, from getrusage: kzbuild's library call and its adb clients; scp, rsync,
+children it waited for, from getrusage: kzbuild's library call and its adb push; scp, rsync,
 adb and their ssh). Medians of ``--runs``, the tools taking turns. The machine this runs on is
 often shared: the ratios hold within one run, the seconds do not carry over.
 
@@ -38,8 +38,8 @@ The adb rows also show the device's ``sha256sum`` (toybox, built as Android buil
 libcrypto, see docs/testing.md) of the bytes a deploy checks, timed alone: the share of a
 deploy's time that is hashing. adb push
 hashes nothing, so after the table each adb case is also given without that hashing, and broken
-down: the host's own work (planning, staging, the adb clients it starts), the push, the device
-commands' round trips (``adb shell true``, timed alone) and the device's work in them, hashing
+down: the host's own work (planning, staging), the push, the device commands' round trips
+(kzbuild's own command ``true``, timed alone) and the device's work in them, hashing
 apart (a deploy that keeps stored contents hashes them during the push: that part is off the
 critical path, and the line "the rest" then shows what is left after all the hashing). Last, what
 one process costs on the device (``toybox true`` in a loop): the unit of the device's work.
@@ -334,8 +334,8 @@ def measure_ssh(work: Path, releases: Releases, runs: int) -> list[Row]:
 
 # --- adb ---
 class TimedAdb(AdbTransport):
-    """The adb transport, adding up where a deploy's time goes: its device commands (each an ``adb
-    shell`` and the state check after it) and its pushes."""
+    """The adb transport, adding up where a deploy's time goes: its device commands and its
+    pushes."""
 
     def __init__(self, device: Device, *, server_port: int) -> None:
         self.commands = 0
@@ -383,7 +383,7 @@ class Breakdown:
         trips = min(self.commands * round_trip, self.command_time)
         device = self.command_time - trips
         parts = [
-            ("host (plan, stage, adb clients)", self.total - self.push - self.command_time),
+            ("host (plan, stage)", self.total - self.push - self.command_time),
             ("adb push of the staged files", self.push),
             (f"{self.commands} device commands: round trips", trips),
             ("  device work: sha256sum (timed alone)", min(hashing, device)),
@@ -412,6 +412,8 @@ class AdbBench:
         self.serial = self.device.serial
         self.server.adb("connect", self.serial)
         self.roots = 0
+        device = Device(name="bench", transport="adb", serial=self.serial, root="/data/local/tmp")
+        self.transport = AdbTransport(device, server_port=self.server.port)
 
     def root(self) -> str:
         self.roots += 1
@@ -431,18 +433,24 @@ class AdbBench:
         return Breakdown(total, spent["push"], spent["commands"], transport.commands)
 
     def round_trip(self) -> float:
-        """adb's cost of one device command that does nothing: ``adb shell true`` (kzbuild asks
-        the adb server for the device's state only after a command that did not finish)."""
+        """The cost of one device command that does nothing: the transport's ``true`` (on the adb
+        server's socket, as every command of a deploy)."""
         started = time.perf_counter()
-        self.adb("shell", "-n", "-T", "--", "true")
+        self.shell("true")
         return time.perf_counter() - started
+
+    def shell(self, command: str) -> None:
+        """``command`` in the device's shell, as kzbuild runs its commands."""
+        result = self.transport.run(["sh", "-c", command])
+        if not result.ok:
+            raise SystemExit(f"{command} failed on the device: {result.stderr.decode()}")
 
     def process_cost(self) -> float:
         """What one process costs on the device: 50 runs of ``toybox true`` in one shell, less
         that shell's own round trip, over 50."""
         script = "i=0; while [ $i -lt 50 ]; do toybox true; i=$((i + 1)); done"
         started = time.perf_counter()
-        self.adb("shell", "-n", "-T", "--", script)
+        self.shell(script)
         return max(time.perf_counter() - started - self.round_trip(), 0.0) / 50
 
     def push(self, root: str, artifact: Path, *sync: str) -> None:
@@ -451,7 +459,7 @@ class AdbBench:
     def hashing(self, root: str) -> Timing:
         """The device's sha256sum of every file under ``root``, alone (what a deploy hashes)."""
         script = 'cd "$1" && find . -type f | xargs sha256sum > /dev/null'
-        return timed(lambda: self.adb("shell", "-n", "-T", "--", f"sh -c '{script}' kz {root}"))
+        return timed(lambda: self.shell(f"sh -c '{script}' kz {root}"))
 
     def stop(self) -> None:
         self.server.adb("disconnect", self.serial)
@@ -495,7 +503,7 @@ def measure_adb(work: Path, releases: Releases, runs: int) -> tuple[list[Row], l
         rows += [(label, "s", median(kz), "adb push --sync", median(push))]
         rows += [(label, "s", hashing, "sha256", 0)]
         notes += explain(label, median(kz), median(push), hashing, parts, round_trip)
-        notes.append(f"adb's cost of one device command (adb shell true): {round_trip:.3f} s")
+        notes.append(f"the cost of one device command (true): {round_trip:.3f} s")
         process = statistics.median(bench.process_cost() for _ in range(max(runs, 3)))
         notes.append(f"one process on the device (toybox true): {process * 1000:.1f} ms")
         return rows, notes

@@ -1,7 +1,8 @@
 """The one process runner: argv lists only, logged shell-quoted, with timeouts.
 
 Every external command kzbuild runs (git, pip, cmake, ninja, adb, ...) goes through
-:func:`run` or :func:`stream`, so ``kzbuild -v`` shows all of them and nothing is ever
+:func:`run` or :func:`stream` (and one it runs without a process, a device command on the adb
+server's socket, through :func:`log_call`), so ``kzbuild -v`` shows all of them and nothing is ever
 pasted into a shell string. Credentials in URLs (``redis://:PASSWORD@host``) are redacted
 from every command line it logs or puts in an error (:func:`redact`).
 """
@@ -84,6 +85,15 @@ def describe(
     parts.append(shlex.join(argv))
     text = redact(" ".join(parts))
     return text + ")" if cwd is not None else text
+
+
+def log_call(
+    argv: Sequence[str], cwd: Path | str | None = None, env: Mapping[str, str] | None = None
+) -> None:
+    """Log a command as the runner logs those it starts: for a command kzbuild runs without a
+    process of its own (a device command on the adb server's socket is logged as the ``adb``
+    client command it stands for)."""
+    log.info("$ %s", describe(argv, cwd, env))
 
 
 def require(program: str, *, why: str = "") -> str:
@@ -216,7 +226,7 @@ def stream(
     Returns the exit code; raises CommandFailed (with the output tail) when ``check``.
     """
     args = [os.fspath(a) for a in argv]
-    log.info("$ %s", describe(args, cwd, env))
+    log_call(args, cwd, env)
     tail: list[str] = []
     sink = open(log_file, "a", encoding="utf-8") if log_file else None
     proc: subprocess.Popen[str] | None = None
@@ -279,7 +289,7 @@ def run_split(
     CommandFailed.
     """
     args = [os.fspath(a) for a in argv]
-    log.info("$ %s", describe(args, cwd, env))
+    log_call(args, cwd, env)
     try:
         child = subprocess.Popen(
             args,

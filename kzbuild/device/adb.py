@@ -1,27 +1,34 @@
-"""The adb transport: the real ``adb`` client, ``-s SERIAL``, shell protocol v2 for exit codes.
+"""The adb transport: commands on the adb server's socket, files through the real ``adb`` client.
 
-Every call goes through :mod:`kzbuild.adapters.proc`. The adb server port comes from ``server_port``
-or, as adb itself does, from ``ANDROID_ADB_SERVER_PORT`` in the environment (default 5037).
+The adb server port comes from ``server_port`` or, as adb itself does, from
+``ANDROID_ADB_SERVER_PORT`` in the environment (default 5037); ``ADB_SERVER_SOCKET`` (``tcp:``,
+``localabstract:``, ``localfilesystem:``) names it too, and a device's ``server: HOST:PORT`` is
+another machine's.
 
-Commands run as ``adb -s SERIAL shell -n -T -- CMD`` where CMD is built by
-:func:`~kzbuild.device.base.remote_command`, so every argument is shell-quoted once and
-arrives unchanged; a device script (``sh -c SCRIPT NAME ARGS...``) runs in the shell adbd starts
-(``set -- ARGS...; SCRIPT``: the same parse, one shell process less on the device). adb 29's
-client exits 0 when the connection drops before the command's exit packet, so every command ends
-with a line on stderr that carries its exit code and a random token (an EXIT trap of the device's
-shell, so it comes after anything the command wrote); the transport takes it off. A command
-without that line did not finish: the transport then asks the adb server whether the device is
-still online, and a lost device is a DeviceError, never a silent success. (Asking after every
-command cost an adb client process each.)
+A device command is what ``adb -s SERIAL shell -T -- CMD`` asks the server for, without starting
+an adb client (3-4.5 ms of CPU each): on the server's socket, ``host:transport:SERIAL``, then the
+device's ``shell,v2,raw:CMD`` service (each request 4 hex digits of length and the text; the
+server answers OKAY, or FAIL and its words), then shell protocol v2 on the same stream: packets
+of a 1-byte id, a 4-byte little-endian length and the data (stdin 0, stdout 1, stderr 2, the exit
+code 3, stdin closed 4). CMD is built by :func:`~kzbuild.device.base.remote_command`, so every
+argument is shell-quoted once and arrives unchanged; a device script (``sh -c SCRIPT NAME
+ARGS...``) runs in the shell adbd starts (``set -- ARGS...; SCRIPT``: the same parse, one shell
+process less on the device). A stream that ends before the exit code's packet is a command that
+did not finish: the transport then asks the server whether the device is still online, and
+raises DeviceError either way, never a silent success. Each command is logged as the adb client
+command it stands for (:func:`kzbuild.adapters.proc.log_call`). ``adb push`` and ``adb pull`` go
+through the client (:mod:`kzbuild.adapters.proc`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-import secrets
+import select
 import shlex
 import socket
+import struct
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -51,7 +58,13 @@ OFFLINE_HINT = (
     "the device is attached but not answering: replug it, or run 'adb reconnect' / restart adbd"
 )
 DEFAULT_SERVER_PORT = 5037
-EXIT_MARK = "kz-exit-"  # then a random token, a space and the exit code, on stderr's last line
+SHELL_STDIN, SHELL_STDOUT, SHELL_STDERR, SHELL_EXIT, SHELL_CLOSE_STDIN = range(5)
+SHELL_HEADER = struct.Struct("<BI")  # a shell protocol v2 packet: id, length of the data
+STDIN_PACKET = 32 << 10  # data per stdin packet
+PACKET_MAX = 16 << 20  # adbd sends at most its buffer (1 MiB) per packet: more is a broken stream
+REQUEST_MAX = 0xFFFF  # a request's length is 4 hex digits
+SOCKET_SPECS = ("tcp:", "localabstract:", "localfilesystem:")  # of ADB_SERVER_SOCKET
+Address = tuple[str, int] | str  # the adb server's: (host, port), or a unix socket's path
 
 
 class AdbTransport:
@@ -59,10 +72,10 @@ class AdbTransport:
 
     Options (``registry.connect(device, **options)``): ``server_port`` (else the adb
     default: ANDROID_ADB_SERVER_PORT, else 5037); ``connect_timeout`` for ``adb connect``,
-    for waiting out an ``offline`` state and for each state query; ``transfer_timeout``
-    for each push and pull (None: no limit); ``progress_interval`` between size polls of
-    a push of 4 MiB or more. An adb client error while the device stays online (a service
-    the device refuses) comes back as exit code 1 with adb's words on stderr.
+    for waiting out an ``offline`` state, for reaching the adb server and the device's shell
+    service, and for each state query; ``transfer_timeout`` for each push and pull (None: no
+    limit); ``progress_interval`` between size polls of a push of 4 MiB or more. A local adb
+    server that is not running is started (``adb start-server``) when the transport opens.
     """
 
     def __init__(
@@ -87,8 +100,17 @@ class AdbTransport:
             "adb", why="the adb transport drives the adb client; Debian package 'adb'"
         )
         self._adb = [adb, *server_options(device.server, server_port)]
-        self._server = server_address(device.server, server_port)
+        server = server_address(device.server, server_port, os.environ)
+        if server is None:
+            spec = os.environ.get("ADB_SERVER_SOCKET", "")
+            raise DeviceError(
+                f"{self.address}: ADB_SERVER_SOCKET={spec} is no socket kzbuild can reach",
+                hint=f"name the adb server as one of {', '.join(SOCKET_SPECS)}",
+            )
+        self._server: Address = server
+        self._may_start = device.server is None  # a local server, while the transport opens
         self._wait_online()
+        self._may_start = False
 
     @property
     def address(self) -> str:
@@ -105,46 +127,67 @@ class AdbTransport:
         on_stdout: ByteSink | None = None,
         on_stderr: ByteSink | None = None,
     ) -> RemoteResult:
-        trailer = ExitTrailer(on_stderr)
-        try:
-            code, out, err = proc.run_split(
-                self._device_argv("shell", "-n", "-T", "--", trailer.wrap(argv, cwd, env)),
-                timeout=timeout,
-                on_stdout=on_stdout,
-                on_stderr=trailer.feed if on_stderr else None,
-            )
-        except CommandFailed as exc:  # run_split raises only for the timeout
-            raise DeviceError(
-                f"{self.address}: '{shlex.join(argv)}' {exc.stderr}; the adb client was stopped"
-            ) from exc
-        return self._finished(argv, trailer, code, out, err)
+        return self._shell(argv, shell_line(argv, cwd, env), None, timeout, on_stdout, on_stderr)
 
     def run_input(
         self, argv: Sequence[str], data: ByteSource, *, timeout: float | None = None
     ) -> RemoteResult:
-        """``adb shell -T`` without ``-n``: the shell protocol v2 carries stdin, then closes it."""
-        trailer = ExitTrailer(None)
-        try:
-            code, out, err = proc.run_split(
-                self._device_argv("shell", "-T", "--", trailer.wrap(argv, None, None)),
-                timeout=timeout,
-                stdin=data,
-            )
-        except CommandFailed as exc:
-            raise DeviceError(
-                f"{self.address}: '{shlex.join(argv)}' {exc.stderr}; the adb client was stopped"
-            ) from exc
-        return self._finished(argv, trailer, code, out, err)
+        """The shell protocol v2 carries ``data`` as stdin packets, then closes stdin."""
+        return self._shell(argv, shell_line(argv, None, None), data, timeout, None, None)
 
-    def _finished(
-        self, argv: Sequence[str], trailer: ExitTrailer, code: int, out: bytes, err: bytes
+    def _shell(
+        self,
+        argv: Sequence[str],
+        command: str,
+        stdin: ByteSource | None,
+        timeout: float | None,
+        on_stdout: ByteSink | None,
+        on_stderr: ByteSink | None,
     ) -> RemoteResult:
-        """The command's result; without its exit line, only once the device is known online."""
-        err = trailer.end(err)
-        if trailer.code is None:
+        """``command`` in the device's shell (shell protocol v2 on the adb server's socket)."""
+        what = f"'{shlex.join(argv)}'"
+        proc.log_call(
+            self._device_argv("shell", *(() if stdin is not None else ("-n",)), "-T", "--", command)
+        )
+        deadline = None if timeout is None else time.monotonic() + timeout
+        sock = self._open(f"shell,v2,raw:{command}", f"while running {argv[0]}")
+        feeder = None
+        failures: list[Exception] = []
+        output = ShellOutput(on_stdout, on_stderr)
+        broken = None
+        try:
+            if stdin is None:
+                with contextlib.suppress(OSError):  # a cut stream shows as no exit code
+                    sock.sendall(SHELL_HEADER.pack(SHELL_CLOSE_STDIN, 0))
+            else:
+                feeder = threading.Thread(
+                    target=feed_stdin, args=(sock, stdin, failures), daemon=True
+                )
+                feeder.start()
+            code = read_shell(sock, output, deadline)
+        except ValueError as exc:  # a stream that is no shell protocol v2
+            code, broken = None, exc
+        finally:
+            if feeder is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)  # a feeder blocked on a full stream ends
+                feeder.join()
+            sock.close()
+        if failures:
+            raise failures[0]  # reading the input failed (a local file vanished)
+        if broken is not None:
+            raise DeviceError(f"{self.address}: {what}: the adb server sent {broken}") from broken
+        if code is None and deadline is not None and time.monotonic() >= deadline:
+            raise DeviceError(
+                f"{self.address}: {what} timed out after {timeout} s; the command was stopped"
+            )
+        if code is None:
             self._check_online(f"while running {argv[0]}")
-            return RemoteResult(code, out, err)
-        return RemoteResult(trailer.code, out, err)
+            raise DeviceError(
+                f"{self.address}: {what} ended without its exit code: the connection to the "
+                "device was cut before the command finished"
+            )
+        return RemoteResult(code, bytes(output.out), bytes(output.err))
 
     def push(self, local: Path, remote: str, *, progress: ProgressFn | None = None) -> None:
         size = local.stat().st_size
@@ -205,16 +248,14 @@ class AdbTransport:
 
     def _poll_size(self, remote: str, progress: ProgressFn, done: threading.Event) -> None:
         """Report the growing size of the file on the device: adb prints no progress to a pipe."""
-        stat = self._device_argv(
-            "shell", "-n", "-T", "--", remote_command(["stat", "-c", "%s", remote])
-        )
+        stat = ["stat", "-c", "%s", remote]
         reported = 0
         while not done.wait(self.progress_interval):
             try:
-                result = proc.run(stat, check=False, timeout=self.connect_timeout)
-            except CommandFailed:
+                result = self.run(stat, timeout=self.connect_timeout)
+            except DeviceError:
                 continue
-            text = result.stdout.strip()
+            text = result.text().strip()
             if result.ok and text.isdigit() and int(text) > reported and not done.is_set():
                 reported = int(text)
                 progress(reported)
@@ -223,55 +264,67 @@ class AdbTransport:
         """The adb server's view of the device:
         (device|offline|unauthorized|connecting|missing|other, adb's words).
 
-        Asked on the adb server's own socket (what ``adb get-state`` sends it, without starting an
-        adb client: a process costs 3 ms of CPU); through the adb client when that fails (no
-        server running yet: the client starts one)."""
-        answer = self._ask_server(f"host-serial:{self.serial}:get-state")
-        if answer is not None:
-            ok, text = answer
-        else:
+        Asked on the adb server's own socket (what ``adb get-state`` sends it)."""
+        with self._server_socket() as sock:
             try:
-                result = proc.run(
-                    self._device_argv("get-state"), check=False, timeout=self.connect_timeout
-                )
-            except CommandFailed as exc:
-                raise DeviceError(
-                    f"{self.address}: the adb server did not answer: {exc.stderr}"
-                ) from exc
-            ok, text = result.ok, result.stdout if result.ok else result.stderr
-        text = text.strip()
-        if ok:
-            return text, ""
-        for state, marker in (
-            ("unauthorized", "unauthorized"),
-            ("offline", "offline"),
-            ("connecting", "still connecting"),
-            ("connecting", "still authorizing"),
-            ("missing", "not found"),
-            ("missing", "no devices"),
-        ):
-            if marker in text:
-                return state, text
-        return "other", text
+                words = request(sock, f"host-serial:{self.serial}:get-state")
+                if words is None:
+                    return read_string(sock).strip(), ""
+            except (OSError, ValueError) as exc:
+                raise self._server_gone(exc) from exc
+        return state_of(words), words.strip()
 
-    def _ask_server(self, request: str) -> tuple[bool, str] | None:
-        """The adb server's answer to one host request (OKAY or FAIL, and its words), on its
-        socket; None when it cannot be asked there."""
-        if self._server is None:
-            return None
-        data = request.encode()
+    def _open(self, service: str, during: str) -> socket.socket:
+        """A stream to the device's ``service``, through the adb server: ``host:transport``
+        chooses the device, then the server opens the service on it."""
+        if len(service.encode()) > REQUEST_MAX:
+            raise DeviceError(
+                f"{self.address}: a command of {len(service.encode()):,} bytes is longer than "
+                f"adb carries ({REQUEST_MAX:,})"
+            )
+        sock = self._server_socket()
         try:
-            with socket.create_connection(self._server, timeout=self.connect_timeout) as sock:
-                sock.sendall(b"%04x%s" % (len(data), data))
-                reply = sock.makefile("rb")
-                status = reply.read(4)
-                length = int(reply.read(4), 16)
-                words = reply.read(length)
-        except (OSError, ValueError):
-            return None
-        if status not in (b"OKAY", b"FAIL") or len(words) != length:
-            return None
-        return status == b"OKAY", words.decode(errors="replace")
+            refused = request(sock, f"host:transport:{self.serial}")
+            if refused is not None:
+                self._raise_state(state_of(refused), refused.strip(), f" ({during})")
+            refused = request(sock, service)
+            if refused is not None:
+                raise DeviceError(
+                    f"{self.address}: the device refused adb's '{service.partition(':')[0]}' "
+                    f"service ({during}): {refused.strip()}",
+                    hint="kzbuild needs shell protocol v2 (Android 7 or newer)",
+                )
+            sock.settimeout(None)  # the command's own timeout is its deadline
+            return sock
+        except (OSError, ValueError) as exc:
+            sock.close()
+            raise self._server_gone(exc) from exc
+        except DeviceError:
+            sock.close()
+            raise
+
+    def _server_socket(self) -> socket.socket:
+        """A new connection to the adb server (started first if it is local and not running,
+        once per transport)."""
+        try:
+            return connect_server(self._server, self.connect_timeout)
+        except OSError as exc:
+            if self._may_start and isinstance(exc, ConnectionRefusedError | FileNotFoundError):
+                self._may_start = False
+                with contextlib.suppress(CommandFailed):  # timed out: the retry says it
+                    proc.run(
+                        [*self._adb, "start-server"], check=False, timeout=self.connect_timeout
+                    )
+                return self._server_socket()
+            raise self._server_gone(exc) from exc
+
+    def _server_gone(self, exc: Exception) -> DeviceError:
+        return DeviceError(
+            f"{self.address}: the adb server at {address_text(self._server)} did not answer: {exc}",
+            hint="is it running? 'adb start-server' starts a local one"
+            if self.device.server is None
+            else f"the adb server on {self.device.server} serves this device: start it there",
+        )
 
     def _wait_online(self) -> None:
         """Connect a host:port serial if the server doesn't know it; wait out a transient
@@ -335,48 +388,6 @@ class AdbTransport:
         return f"adb devices lists: {listed}; a network device needs SERIAL as host:port"
 
 
-class ExitTrailer:
-    """The line a device command ends with on stderr (``EXIT_MARK``, a token, its exit code), put
-    there by an EXIT trap of the device's shell, and taken off again: ``code`` is that exit code,
-    None when the line never came (the command did not finish). With ``sink``, stderr streams to
-    it through :meth:`feed`, holding back what could be the start of the line."""
-
-    def __init__(self, sink: ByteSink | None) -> None:
-        self.sink = sink
-        self.mark = f"{EXIT_MARK}{secrets.token_hex(8)}"
-        self.line = re.compile(rb"\n" + self.mark.encode() + rb" ([0-9]{1,3})\n\Z")
-        self.code: int | None = None
-        self._held = b""
-
-    def wrap(self, argv: Sequence[str], cwd: str | None, env: Mapping[str, str] | None) -> str:
-        """The command line for adbd's shell: the trap, then the command (a script inline)."""
-        trap = f"trap 'kz_rc=$?; {{ echo; echo \"{self.mark} $kz_rc\"; }} >&2' EXIT; "
-        if len(argv) >= 3 and argv[:2] == ["sh", "-c"] and cwd is None and not env:
-            return f"{trap}set -- {shlex.join(argv[4:])}; {argv[2]}"
-        return trap + remote_command(argv, cwd=cwd, env=env)
-
-    def feed(self, data: bytes) -> None:
-        assert self.sink is not None
-        data = self._held + data
-        keep = len(self.mark) + 8  # "\n" MARK " " CODE "\n", at most
-        self._held = data[-keep:]
-        if data[:-keep]:
-            self.sink(data[:-keep])
-
-    def end(self, stderr: bytes) -> bytes:
-        """stderr without the line (what was kept, or what :meth:`feed` held back); sets code."""
-        rest = self._held if self.sink is not None else stderr
-        found = self.line.search(rest)
-        if found:
-            self.code = int(found[1])
-            rest = rest[: found.start()]
-        if self.sink is not None:
-            if rest:
-                self.sink(rest)
-            return stderr
-        return rest
-
-
 def server_options(server: str | None, port: int | None) -> list[str]:
     """adb's options for the server a device is served by: another machine's (``-H HOST -P PORT``),
     or this machine's on ``port`` (else adb's default: ANDROID_ADB_SERVER_PORT, else 5037)."""
@@ -386,15 +397,207 @@ def server_options(server: str | None, port: int | None) -> list[str]:
     return ["-P", str(port)] if port else []
 
 
-def server_address(server: str | None, port: int | None) -> tuple[str, int] | None:
-    """Where the adb client would reach its server (see :func:`server_options`); None when the
-    environment names it in a way only the client reads (ADB_SERVER_SOCKET)."""
+def server_address(
+    server: str | None, port: int | None, environ: Mapping[str, str]
+) -> Address | None:
+    """Where the adb client would reach its server (see :func:`server_options`; else
+    ADB_SERVER_SOCKET, else ANDROID_ADB_SERVER_PORT); None for an ADB_SERVER_SOCKET that is none
+    of :data:`SOCKET_SPECS`."""
     if server:
         host, _, server_port = server.rpartition(":")
         return host.strip("[]"), int(server_port)
-    if os.environ.get("ADB_SERVER_SOCKET"):
+    spec = environ.get("ADB_SERVER_SOCKET", "") if not port else ""
+    if not spec:
+        return "localhost", port or adb_server_port(environ)
+    kind, _, rest = spec.partition(":")
+    if kind == "tcp":
+        host, _, text = rest.rpartition(":")
+        return (host.strip("[]") or "localhost", int(text)) if text.isdigit() else None
+    if kind == "localabstract" and rest:
+        return "\0" + rest
+    if kind == "localfilesystem" and rest:
+        return rest
+    return None
+
+
+def address_text(address: Address) -> str:
+    if isinstance(address, str):
+        return "@" + address[1:] if address.startswith("\0") else address
+    return f"{address[0]}:{address[1]}"
+
+
+def connect_server(address: Address, timeout: float) -> socket.socket:
+    """A connection to the adb server at ``address``, with ``timeout`` for each call on it."""
+    if not isinstance(address, str):
+        sock = socket.create_connection(address, timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def request(sock: socket.socket, text: str) -> str | None:
+    """Send one request to the adb server (4 hex digits of length, the text): None when it
+    answers OKAY, its words when it answers FAIL. ValueError for anything else."""
+    data = text.encode()
+    sock.sendall(b"%04x%s" % (len(data), data))
+    status = read_exact(sock, 4)
+    if status == b"OKAY":
         return None
-    return "localhost", port or adb_server_port(os.environ)
+    if status == b"FAIL":
+        return read_string(sock)
+    raise ValueError(f"{status!r} where OKAY or FAIL belongs")
+
+
+def read_string(sock: socket.socket) -> str:
+    """A length-prefixed answer of the adb server (4 hex digits, the text)."""
+    length = read_exact(sock, 4)
+    try:
+        size = int(length, 16)
+    except ValueError:
+        raise ValueError(f"{length!r} where a length belongs") from None
+    return read_exact(sock, size).decode(errors="replace")
+
+
+def read_exact(sock: socket.socket, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        piece = sock.recv(size - len(data))
+        if not piece:
+            raise ConnectionError("the adb server closed the connection")
+        data += piece
+    return bytes(data)
+
+
+def state_of(words: str) -> str:
+    """The device state named by the adb server's words for a device it cannot serve."""
+    for state, marker in (
+        ("unauthorized", "unauthorized"),
+        ("offline", "offline"),
+        ("connecting", "still connecting"),
+        ("connecting", "still authorizing"),
+        ("missing", "not found"),
+        ("missing", "no devices"),
+    ):
+        if marker in words:
+            return state
+    return "other"
+
+
+def shell_line(argv: Sequence[str], cwd: str | None, env: Mapping[str, str] | None) -> str:
+    """The command line for adbd's shell; a device script (``sh -c SCRIPT NAME ARGS...``) runs in
+    that shell itself, as ``set -- ARGS...; SCRIPT``."""
+    if len(argv) >= 3 and tuple(argv[:2]) == ("sh", "-c") and cwd is None and not env:
+        return f"{remote_command(['set', '--', *argv[4:]])}; {argv[2]}"
+    return remote_command(argv, cwd=cwd, env=env)
+
+
+class ShellPackets:
+    """Shell protocol v2 packets, ``(id, data)``, out of the pieces a stream arrives in.
+
+    :meth:`feed` raises ValueError for a packet longer than :data:`PACKET_MAX`; ``partial``
+    says whether the stream so far ends inside a packet."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    @property
+    def partial(self) -> bool:
+        return bool(self._buffer)
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        buffer = self._buffer
+        buffer += data
+        packets: list[tuple[int, bytes]] = []
+        start = 0
+        while len(buffer) - start >= SHELL_HEADER.size:
+            kind, length = SHELL_HEADER.unpack_from(buffer, start)
+            if length > PACKET_MAX:
+                raise ValueError(f"a shell packet of {length:,} bytes")
+            end = start + SHELL_HEADER.size + length
+            if end > len(buffer):
+                break
+            packets.append((kind, bytes(buffer[start + SHELL_HEADER.size : end])))
+            start = end
+        del buffer[:start]
+        return packets
+
+
+class ShellOutput:
+    """What a device command sent: stdout and stderr, each to its sink or kept, and its exit code
+    (None until the exit packet came). Packets of other ids mean nothing to a command without
+    a terminal and are left alone."""
+
+    def __init__(self, on_stdout: ByteSink | None, on_stderr: ByteSink | None) -> None:
+        self.out = bytearray()
+        self.err = bytearray()
+        self.code: int | None = None
+        self._sinks = {SHELL_STDOUT: on_stdout or self.out.extend}
+        self._sinks[SHELL_STDERR] = on_stderr or self.err.extend
+
+    def take(self, kind: int, data: bytes) -> None:
+        if kind == SHELL_EXIT:
+            if len(data) != 1:
+                raise ValueError(f"an exit packet of {len(data)} bytes")
+            self.code = data[0]
+        elif kind in self._sinks and data:
+            self._sinks[kind](data)
+
+
+def read_shell(sock: socket.socket, output: ShellOutput, deadline: float | None) -> int | None:
+    """Read a command's packets into ``output`` until its exit code (returned); None when the
+    stream ends first or the ``deadline`` (a monotonic time) passes."""
+    packets = ShellPackets()
+    ready = select.poll()  # not select(): it takes no descriptor above 1023
+    ready.register(sock, select.POLLIN)
+    while True:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not ready.poll(max(left * 1000, 1)):
+                return None
+        try:
+            data = sock.recv(1 << 16)
+        except OSError:
+            return None  # the connection was reset: as if it ended
+        if not data:
+            if packets.partial:
+                raise ValueError("a shell packet cut short")
+            return None
+        for kind, body in packets.feed(data):
+            output.take(kind, body)
+            if output.code is not None:
+                return output.code
+
+
+def feed_stdin(sock: socket.socket, data: ByteSource, failures: list[Exception]) -> None:
+    """Send ``data`` as stdin packets, then close the command's stdin. A stream that takes no more
+    (the command ended) stops it quietly; a source that fails goes into ``failures`` and cuts the
+    stream, so the command does not run on part of its input."""
+    pieces = iter(data)
+    while True:
+        try:
+            piece = next(pieces, None)
+        except Exception as exc:
+            failures.append(exc)
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            return
+        try:
+            if piece is None:
+                sock.sendall(SHELL_HEADER.pack(SHELL_CLOSE_STDIN, 0))
+                return
+            view = memoryview(piece)
+            for start in range(0, len(view), STDIN_PACKET):
+                part = view[start : start + STDIN_PACKET]
+                sock.sendall(SHELL_HEADER.pack(SHELL_STDIN, len(part)) + part)
+        except OSError:
+            return  # the device ended the stream: its exit code (or its absence) says why
 
 
 def adb_server_port(environ: Mapping[str, str]) -> int:

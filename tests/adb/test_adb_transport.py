@@ -1,4 +1,5 @@
-"""AdbTransport through the real adb client and a private adb server to the test device."""
+"""AdbTransport through a private adb server (its socket, and the real adb client for files) to
+the test device."""
 
 from __future__ import annotations
 
@@ -207,13 +208,6 @@ def test_drop_mid_command_is_not_a_silent_success(
         transport.run(["sh", "-c", "echo started; sleep 5"])
 
 
-def test_timeout_stops_the_command(transport: AdbTransport) -> None:
-    with pytest.raises(
-        DeviceError, match=r"'sleep 5' timed out after 0.5 s; the adb client was stopped"
-    ):
-        transport.run(["sleep", "5"], timeout=0.5)
-
-
 def test_getprop_answers_the_fingerprint(
     transport: AdbTransport, adb_device: AdbTestDevice
 ) -> None:
@@ -295,29 +289,3 @@ def test_adb_missing_is_not_available_here(monkeypatch: pytest.MonkeyPatch, tmp_
         AdbTransport(
             Device(name="pad3", transport="adb", serial="R5CX1234", root="/data/local/tmp/x")
         )
-
-
-def test_the_device_state_comes_from_the_adb_servers_socket(
-    adb_device: AdbTestDevice, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from kzbuild.adapters import proc
-
-    clients: list[list[str]] = []
-    real_run = proc.run
-
-    def counted(argv: list[str], **options: object) -> proc.Result:
-        clients.append([str(arg) for arg in argv])
-        return real_run(argv, **options)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(proc, "run", counted)
-    AdbTransport(adb_device.device(), connect_timeout=5)  # connects: adb connect is a client
-    clients.clear()
-    transport = AdbTransport(adb_device.device(), connect_timeout=5)
-    assert transport._state() == ("device", "")
-    assert clients == []
-    # where only the adb client knows the server (ADB_SERVER_SOCKET), it asks through the client
-    monkeypatch.setenv(
-        "ADB_SERVER_SOCKET", f"tcp:localhost:{os.environ['ANDROID_ADB_SERVER_PORT']}"
-    )
-    assert AdbTransport(adb_device.device(), connect_timeout=5)._state() == ("device", "")
-    assert [argv[-1] for argv in clients] == ["get-state", "get-state"]
