@@ -140,7 +140,7 @@ PROLOGUE_SCRIPT = (
     'for f in models/.pieces/*; do [ -f "$f" ] && [ -f "models/${f##*/}.gguf" ] || continue; '
     'echo "= ${f##*/}"; cat "$f"; done; echo /; '
     f'cd "incoming/$2" || exit 1; rm -f follower; if [ -e {ARRIVING} ]; then '
-    f"[ -e part ] || ln {ARRIVING} part || exit 1; rm -f {ARRIVING} || exit 1; fi; "
+    f"if [ -e part ]; then rm -f {ARRIVING}; else mv -f {ARRIVING} part; fi || exit 1; fi; "
     "ls -ln | while read -r p l u g s rest; do "
     'case $p in -*) echo "$s ${rest##* }" ;; esac; done; echo /; cat done 2>/dev/null; true'
 )
@@ -173,10 +173,10 @@ CHECK_SCRIPT = (
 
 
 def _range_sum(prefix: str = "") -> str:
-    """sh: ``range_sum AT SIZE`` sets $h to the sha256 of those bytes of part (one pipe:
+    """sh: ``range_sum AT SIZE`` sets $h to the sha256 of those bytes of the file $src (one pipe:
     sha256sum reads no range of a file by itself); ``prefix`` goes before each of its commands."""
     return (
-        f'range_sum() {{ h=$({prefix}dd if=part bs=65536 skip="$1" count="$2" '
+        f'range_sum() {{ h=$({prefix}dd if="$src" bs=65536 skip="$1" count="$2" '
         f"iflag=skip_bytes,count_bytes 2>/dev/null | {prefix}sha256sum) || exit 1; "
         "h=${h%% *}; }; "
     )
@@ -187,7 +187,7 @@ def _range_sum(prefix: str = "") -> str:
 # lines, checks each of those pieces that part holds whole, where it lies, appends those that
 # match to done up to the first that does not, cuts part after them and prints its size.
 RESUME_SCRIPT = (
-    _range_sum() + 'cd "$1" || exit 1; head -n "$3" done > done.kz 2>/dev/null; '
+    _range_sum() + 'cd "$1" || exit 1; src=part; head -n "$3" done > done.kz 2>/dev/null; '
     "mv -f done.kz done || exit 1; at=$2; n=$(stat -c %s part 2>/dev/null) || n=0; "
     'while read -r d s; do [ $((at + s)) -le "$n" ] || break; range_sum "$at" "$s"; '
     '[ "$h" = "$d" ] || break; echo "$d $s" >> done || exit 1; at=$((at + s)); done; '
@@ -195,24 +195,27 @@ RESUME_SCRIPT = (
 )
 # $1 = the work dir, $2 = the model's size, $3 = where its last block starts, $4 = this checker's
 # token. stdin: per block "b SHA SIZE N" (the last: "t ..."), then its N pieces' "SHA SIZE"
-# lines. Links the arriving file as part, checks each block once part holds it and appends its
-# pieces to done. The last block is hashed from its start to the end of the file by a job of its
-# own, started as soon as the file is complete, beside the blocks still being checked. Exits 3
-# ("bad SHA") for a block that does not match, 4 when the file stopped growing short of a block,
-# 5 when follower no longer holds the token (the host gave up on the push, or a later push
-# started), 6 when the device refuses the link (Android's SELinux: docs/deploy.md). Waits
-# without a process where the shell can (mksh's read -t on a FIFO it holds).
+# lines. Links the arriving file as part (so what arrived stays when adbd removes a file whose
+# push was cut), checks each block once the file holds it and appends its pieces to done. A device
+# that refuses the link (Android's SELinux for adb shell) has the arriving file read as it is: a
+# cut push there starts again. The last block is hashed from its start to the end of the file by
+# a job of its own, started as soon as the file is complete, beside the blocks still being
+# checked. Exits 3 ("bad SHA") for a block that does not match, 4 when the file stopped growing
+# short of a block, 5 when follower no longer holds the token (the host gave up on the push, or a
+# later push started). Waits without a process where the shell can (mksh's read -t on a FIFO it
+# holds).
 FOLLOW_SCRIPT = (
-    _range_sum(LOWER) + 'cd "$1" || exit 1; total=$2 last_at=$3 tok=$4 job=; '
+    _range_sum(LOWER) + 'cd "$1" || exit 1; total=$2 last_at=$3 tok=$4 job= src=part; '
     'echo "$tok" > follower || exit 1; rm -f part done tail.sum tick; '
     'if [ -n "$KSH_VERSION" ] && mkfifo tick && exec 3<>tick; then '
     'pause() { read -t "$1" -u3 x; }; else pause() { sleep "$1"; }; fi; '
     'held() { read -r t 2>/dev/null < follower && [ "$t" = "$tok" ]; }; '
-    f"size() {{ [ -e part ] || [ ! -e {ARRIVING} ] || ln {ARRIVING} part 2>link.err || "
-    '{ read -r e < link.err; case $e in *"Permission denied") echo "$e" >&2; exit 6;; esac; }; '
-    "z=$(stat -c %s part 2>/dev/null) || z=0; }; "
+    f'size() {{ [ "$src" = {ARRIVING} ] || [ -e part ] || [ ! -e {ARRIVING} ] || '
+    f"ln {ARRIVING} part 2>link.err || {{ read -r e < link.err; "
+    f'case $e in *"Permission denied") src={ARRIVING} ;; esac; }}; '
+    'z=$(stat -c %s "$src" 2>/dev/null) || z=0; }; '
     'last() { [ -z "$job" ] && [ "$z" -ge "$total" ] || return 0; '
-    '{ dd bs=1 skip="$last_at" count=0 2>/dev/null; sha256sum; } < part > tail.sum & job=$!; }; '
+    '{ dd bs=1 skip="$last_at" count=0 2>/dev/null; sha256sum; } < "$src" > tail.sum & job=$!; }; '
     "upto() { was=-1 idle=0; while :; do held || exit 5; size; last; "
     '[ "$z" -ge "$1" ] && return 0; if [ "$z" = "$was" ]; then idle=$((idle + 1)); '
     f'[ "$idle" -lt {STALLED_POLLS} ] || exit 4; else idle=0 was=$z; fi; pause {POLL}; done; }}; '
@@ -226,10 +229,12 @@ FOLLOW_SCRIPT = (
     'done; [ "$op" = t ] && { rm -f follower tail.sum tick; exit 0; }; at=$((at + s)); done; '
     "exit 1"
 )
-# $1 = the work dir, $2 = the model's size, $3 = the models dir, $4 = SHA256. Stores the part
-# as models/SHA256.gguf and its pieces' list, if it has the size; removes the work dir.
+# $1 = the work dir, $2 = the model's size, $3 = the models dir, $4 = SHA256. Stores the part (a
+# direct push's file, where the device refused to link it as part) as models/SHA256.gguf and its
+# pieces' list, if it has the size; removes the work dir.
 STORE_SCRIPT = (
-    'cd "$1" || exit 1; [ "$(stat -c %s part)" = "$2" ] || { echo "size $(stat -c %s part)"; '
+    f'cd "$1" || exit 1; [ -e part ] || mv -f {ARRIVING} part || exit 1; '
+    '[ "$(stat -c %s part)" = "$2" ] || { echo "size $(stat -c %s part)"; '
     'exit 3; }; chmod 644 part && mv -f done "$3/.pieces/$4" && mv -f part "$3/$4.gguf" '
     '&& cd .. && rm -rf "$1"'
 )

@@ -2,17 +2,16 @@
 public/shell.te: ``neverallow shell file_type:file link``). The adb test device can hold its shell
 to that rule (``make_adb_device(selinux=True)``, tests/adbdevice/selinux.py).
 
-kzbuild's device store is built on hard links (a release is hard links into objects/; a direct
-models push links the arriving file; split models are hard links), so on a real Android device
-deploy and models push fail today. The two tests marked xfail(strict) say so: they pass once the
-store works without hard links, and strict makes that pass a failure until the mark is removed.
-Until then the failure must be a clear one, at once: the other tests hold that.
+kzbuild's release store is built on hard links (a release is hard links into objects/), and so
+are split models: on a real Android device deploy and `models push --split` fail today. The test
+marked xfail(strict) says so: it passes once releases work without hard links, and strict makes
+that pass a failure until the mark is removed. Until then the failure must be a clear one, at
+once. A whole model's push works: its checker reads the arriving file where it may not link it.
 """
 
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -52,13 +51,52 @@ def test_deploy_to_a_device_that_denies_hard_links(kz, make_adb_device, artifact
     assert json.loads(result.out)["files_sent"] == 3
 
 
-@pytest.mark.xfail(strict=True, raises=DeviceError, reason=NO_HARD_LINKS)
-def test_models_push_to_a_device_that_denies_hard_links(make_adb_device, tmp_path):
+def test_models_push_to_a_device_that_denies_hard_links_is_stored_verified(
+    kz, make_adb_device, tmp_path
+):
+    """The direct push's checker reads the arriving file itself when it may not link it."""
     device = make_adb_device(selinux=True)
-    model = write_model(tmp_path / "m.gguf", tensors=2)
-    transport = AdbTransport(device.device(root=ROOT), connect_timeout=5)
-    pushed = modelpush.push_model(transport, device.device(root=ROOT), model)
-    assert pushed.bytes_sent == model.stat().st_size
+    model = write_model(tmp_path / "m.gguf", tensors=4)
+    spec = f"adb:{device.serial}:{ROOT}"
+    result = kz("models", "push", str(model), "--device", spec, "--json")
+    assert result.code == 0, result.err
+    pushed = json.loads(result.out)
+    assert pushed["bytes_sent"] == model.stat().st_size
+    stored = device.fs.host_path(f"{ROOT}/models/{pushed['sha256']}.gguf")
+    assert stored.read_bytes() == model.read_bytes()
+    assert device.fs.host_path(f"{ROOT}/models/m.gguf").resolve() == stored.resolve()
+    assert not list(device.fs.host_path(f"{ROOT}/incoming").iterdir())
+    again = json.loads(kz("models", "push", str(model), "--device", spec, "--json").out)
+    assert (again["already_there"], again["bytes_sent"]) == (True, 0)
+
+
+def test_a_cut_models_push_to_such_a_device_starts_again_and_is_stored(make_adb_device, tmp_path):
+    """adbd removes a file whose push was cut, and without the link nothing of it stays: the next
+    push sends it all again, and what it stores is whole."""
+    device = make_adb_device(selinux=True)
+    model = write_model(tmp_path / "m.gguf", tensors=6)
+    target = device.device(root=ROOT)
+    device.faults.send_delay = 0.01  # the checker is there while the file arrives
+    device.drop_send_after(model.stat().st_size * 3 // 4)
+    with pytest.raises(DeviceError):
+        modelpush.push_model(AdbTransport(target, connect_timeout=5), target, model)
+    device.faults.send_delay = 0.0
+    again = modelpush.push_model(AdbTransport(target, connect_timeout=5), target, model)
+    assert (again.bytes_resumed, again.bytes_sent) == (0, model.stat().st_size)
+    stored = device.fs.host_path(f"{ROOT}/models/{again.sha256}.gguf")
+    assert stored.read_bytes() == model.read_bytes()
+
+
+def test_a_split_models_push_says_at_once_that_the_device_refuses_hard_links(
+    kz, make_adb_device, tmp_path
+):
+    device = make_adb_device(selinux=True)
+    model = write_model(tmp_path / "m.gguf", tensors=3)
+    result = kz("models", "push", str(model), "--split", "--device", f"adb:{device.serial}:{ROOT}")
+    assert result.code == 8
+    assert f"device adb:{device.serial} does not allow hard links" in result.err
+    assert "hint: Android's SELinux forbids adb shell" in result.err
+    assert "Traceback" not in result.err
 
 
 def test_deploy_says_at_once_that_the_device_refuses_hard_links(kz, make_adb_device, artifacts):
@@ -75,15 +113,3 @@ def test_deploy_says_at_once_that_the_device_refuses_hard_links(kz, make_adb_dev
         ["readlink", f"{ROOT}/current"]
     )
     assert not current.ok  # nothing was switched to
-
-
-def test_models_push_says_at_once_that_the_device_refuses_hard_links(kz, make_adb_device, tmp_path):
-    device = make_adb_device(selinux=True)
-    model = write_model(tmp_path / "m.gguf", tensors=2)
-    started = time.monotonic()
-    result = kz("models", "push", str(model), "--device", f"adb:{device.serial}:{ROOT}")
-    assert result.code == 8
-    assert f"device adb:{device.serial} does not allow hard links" in result.err
-    assert "cannot create hard link" in result.err  # toybox's own words
-    assert "hint: Android's SELinux forbids adb shell" in result.err
-    assert time.monotonic() - started < 30  # not the checker's 60 s wait for a stalled file
