@@ -284,7 +284,7 @@ def _plan_uploads(artifact: Artifact, stored: frozenset[str]) -> list[Upload]:
         if entry.sha256 in stored or entry.sha256 in uploads:
             continue
         uploads[entry.sha256] = Upload(
-            local=artifact.path / entry.path,
+            local=f"{artifact.path}/{entry.path}",
             sha256=entry.sha256,
             size=entry.size,
             mode=modes[entry.sha256],
