@@ -132,6 +132,7 @@ OP_COST = 4096
 MAX_BASED = 500  # contents a deploy looks for bases for (their names are arguments)
 STREAM_PIECE = 256 * 1024  # bytes handed to the transport at a time
 TAR_BLOCK = 512
+USTAR = b"ustar\x0000"  # a ustar header's magic and version
 REGULAR, HARDLINK, DIRECTORY = b"0", b"1", b"5"  # ustar type flags
 
 # $1 = ROOT, $2 = token, then the lists to look for delta bases for; stdin: a tar of chunk lists
@@ -467,13 +468,15 @@ def tar_header(
     linkname: str = "",
     mtime: int = 0,
 ) -> bytes:
-    """A ustar header; a path too long for ustar gets a pax header (tarfile writes those)."""
+    """A ustar header; a path too long for ustar, or a size of 8 GiB or more, gets a pax header
+    (tarfile writes those)."""
     raw_name, raw_link = name.encode(), linkname.encode()
     prefix = b""
     if len(raw_name) > 100 and b"/" in raw_name[-101:]:
         cut = raw_name.index(b"/", len(raw_name) - 101)
         prefix, raw_name = raw_name[:cut], raw_name[cut + 1 :]
-    if len(raw_name) > 100 or len(prefix) > 155 or len(raw_link) > 100:
+    too_big = max(size, mtime) >= 8**11  # 11 octal digits
+    if len(raw_name) > 100 or len(prefix) > 155 or len(raw_link) > 100 or too_big:
         import tarfile  # only long names need it
 
         info = tarfile.TarInfo(name)
@@ -485,20 +488,25 @@ def tar_header(
             linkname,
         )
         return info.tobuf(format=tarfile.PAX_FORMAT)
-    header = bytearray(TAR_BLOCK)
-    header[0 : len(raw_name)] = raw_name
-    header[100:108] = b"%07o\0" % mode
-    header[108:116] = b"0000000\0"
-    header[116:124] = b"0000000\0"
-    header[124:136] = b"%011o\0" % size
-    header[136:148] = b"%011o\0" % mtime
-    header[148:156] = b" " * 8
-    header[156:157] = kind
-    header[157 : 157 + len(raw_link)] = raw_link
-    header[257:265] = b"ustar\x0000"
-    header[345 : 345 + len(prefix)] = prefix
-    header[148:156] = b"%06o\0 " % sum(header)
-    return bytes(header)
+    # mode, uid, gid, size and mtime (bytes 100-148)
+    fields = b"%07o\0%s%011o\0%011o\0" % (mode, b"0000000\0" * 2, size, mtime)
+    # the checksum is the sum of the header's bytes, its own 8 counted as spaces; the zeros that
+    # pad the other fields add nothing, so only what they hold is summed (summing all 512 bytes
+    # was most of the header's cost, and a deploy makes two per file: content and release link)
+    checksum = sum(raw_name) + sum(fields) + 8 * 32 + kind[0] + sum(raw_link) + sum(USTAR)
+    return b"".join(
+        (
+            raw_name.ljust(100, b"\0"),
+            fields,
+            b"%06o\0 " % (checksum + sum(prefix)),
+            kind,
+            raw_link.ljust(100, b"\0"),
+            USTAR,  # magic and version (bytes 257-265), then owner names and device numbers
+            bytes(80),
+            prefix.ljust(155, b"\0"),
+            bytes(12),
+        )
+    )
 
 
 def tar_stream(
@@ -855,8 +863,8 @@ class _Sending:
                     self.resumed += size  # arrived whole before a cut; checked with the rest
                     self.settled += size
                     continue
-                literal_path = f"{self.control}/lit/{name}"
                 if base is not None and data is not None:
+                    literal_path = f"{self.control}/lit/{name}"
                     view = memoryview(data)[offset : offset + size]
                     built = delta(name, view, base, literal_path)
                     if built is not None:
@@ -884,29 +892,39 @@ class _Sending:
         if lists:
             members += _lists(self.contents, f"{self.control}/lists/")
         for content in self.unsigned:
-            self.signatures[content.sha256] = signature(content, _read(content.upload.local))
+            up = content.upload
+            self.signatures[content.sha256] = signature(content, _read(up.local, up.size))
         return members + _delta_control(self.control, self.recipes, self.signatures)
 
 
 def _signed(contents: Iterable[Content]) -> list[str]:
-    """The contents (sha256) that get a signature: chunked, at most SIGNED_MAX bytes."""
-    return [
-        content.sha256
-        for content in contents
-        if content.pieces and content.upload.size <= SIGNED_MAX
-    ]
+    """The contents (sha256) that get a signature."""
+    return [content.sha256 for content in contents if _gets_signature(content)]
+
+
+def _gets_signature(content: Content) -> bool:
+    """Whether ``content`` gets a signature: chunked, at most SIGNED_MAX bytes."""
+    return bool(content.pieces) and content.upload.size <= SIGNED_MAX
 
 
 def _signed_data(content: Content) -> bytes | None:
     """The bytes of a content that gets a signature."""
-    return _read(content.upload.local) if _signed([content]) else None
+    return _read(content.upload.local, content.upload.size) if _gets_signature(content) else None
 
 
-def _read(path: str, size: int = -1) -> bytes:
-    """The bytes of ``path`` (its first ``size`` bytes, with ``size``)."""
+def _read(path: str, size: int) -> bytes:
+    """The first ``size`` bytes of ``path`` (fewer if it is shorter). With os.read: a file
+    object (open()) cost as much as the read itself for thousands of small files."""
     try:
-        with open(path, "rb") as handle:
-            return handle.read(size)
+        handle = os.open(path, os.O_RDONLY)
+        try:
+            parts = []
+            while size > 0 and (data := os.read(handle, size)):
+                parts.append(data)
+                size -= len(data)
+            return b"".join(parts)
+        finally:
+            os.close(handle)
     except OSError as exc:
         raise DeviceError(f"cannot read {path}: {exc.strerror}") from exc
 
