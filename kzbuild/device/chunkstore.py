@@ -132,6 +132,7 @@ OP_COST = 4096
 MAX_BASED = 500  # contents a deploy looks for bases for (their names are arguments)
 STREAM_PIECE = 256 * 1024  # bytes handed to the transport at a time
 TAR_BLOCK = 512
+USTAR = b"ustar\x0000"  # a ustar header's magic and version
 REGULAR, HARDLINK, DIRECTORY = b"0", b"1", b"5"  # ustar type flags
 
 # $1 = ROOT, $2 = token, then the lists to look for delta bases for; stdin: a tar of chunk lists
@@ -181,8 +182,9 @@ SIGNATURE_SCRIPT = (
 # "x SHA": the same for a list too long for one command line, "h SHA": arrived whole), lists/ (if
 # no probe sent them), delta, lit/ and sigs/ (see DELTA_SCRIPT and SIGNATURE_SCRIPT), and sorted
 # name lists: "chunked" (the assembled contents), mode/MODE (the contents of each mode).
-# Assembles, runs sha256sum on every planned file and prints its lines and a "/" line. Then, with
-# no answer from the host needed: the contents that matched get their mode and move into
+# Assembles, runs sha256sum on every planned file and prints its lines (only when one did not
+# match: for 10,000 small files they were 1.3 MB of output, a line at a time) and a "/" line. Then,
+# with no answer from the host needed: the contents that matched get their mode and move into
 # objects/; their chunk lists move into chunklists/; the chunks they were built from that arrived
 # now (in incoming/, at the size their list says, and not taken from chunks/) move into chunks/.
 # The rest stays in incoming/, and the script exits MISMATCH (so that no step that follows it
@@ -202,9 +204,10 @@ RECEIVE_SCRIPT = (
     'done < "$k/lists/$o" | xargs cat > "$o"; fi; echo "$o"; '
     'done < "$k/plan" | xargs sha256sum > "$k/sums"; '
     'p=0; while read -r op o; do p=$((p + 1)); done < "$k/plan"; g=0; '
-    'while read -r h o; do echo "$h  $o"; [ "$h" = "$o" ] || continue; echo "$o" >&3; '
+    'while read -r h o; do [ "$h" = "$o" ] || continue; echo "$o" >&3; '
     'g=$((g + 1)); if [ -f "$k/lists/$o" ]; then echo "$o" >&4; fi; '
-    'done < "$k/sums" 3> "$k/good" 4> "$k/built" || exit 1; echo /; '
+    'done < "$k/sums" 3> "$k/good" 4> "$k/built" || exit 1; '
+    'if [ "$g" != "$p" ]; then cat "$k/sums"; fi; echo /; '
     'if [ -s "$k/built" ]; then '
     '(cd "$k/lists" && xargs cat < ../built) | LC_ALL=C sort -u > "$k/want" || exit 1; '
     "LC_ALL=C ls -ln | while read -r p l u g s rest; do case $p in -*) ;; *) continue ;; esac; "
@@ -234,23 +237,23 @@ PUSH_PIECE = 8 << 20
 # staged file has it and adbd gives it to the file it writes). The device runs sha256sum and mv,
 # each once for all of them (plus a cat for each content in pieces, and a chmod only when a
 # content that must be executable is not: one joined from pieces, say). Joins the pieces (and
-# removes them), runs sha256sum on every content and prints its lines and a "/" line. A content is
-# named by its sha256, so it matched when its line is "SHA  SHA" (the shell compares the words in
-# pairs: no sed): those move into objects/, the rest stays in incoming/ (and the script exits
-# MISMATCH, so that no step that follows it runs). The names go to the tools as "$@". Names and
-# sums are hex, so they are split and echoed as they are.
+# removes them), runs sha256sum on every content and prints its lines (only when one did not
+# match) and a "/" line. A content is named by its sha256, so it matched when its line is "SHA
+# SHA" (the shell compares the words in pairs: no sed): those move into objects/, the rest stays in
+# incoming/ (and the script exits MISMATCH, so that no step that follows it runs). The names go to
+# the tools as "$@". Names and sums are hex, so they are split and echoed as they are.
 PUSHED_SCRIPT = (
     'cd "$1" || exit 1; x=$2 j=$3; shift 3; set -f; parts=; '
     "for a in $j; do n=${a%%:*}; i=0; p=; "
     'while [ "$i" -lt "${a#*:}" ]; do p="$p $n.$i"; i=$((i + 1)); done; '
     'cat $p > "$n" || exit 1; parts="$parts$p"; done; '
-    'sums=$(sha256sum "$@"); echo "$sums"; echo /; '
+    'sums=$(sha256sum "$@"); '
     'if [ -n "$parts" ]; then rm -f $parts; fi; '
     'i=0; f=; for n; do [ "$i" -lt "$x" ] || break; i=$((i + 1)); [ -x "$n" ] || f="$f $n"; done; '
     'if [ -n "$f" ]; then chmod 755 $f || exit 1; fi; '
     'k=0; d=; for w in $sums; do if [ -z "$d" ]; then d=$w; '
     'else [ "$d" = "$w" ] && k=$((k + 1)); d=; fi; done; '
-    'if [ "$k" = "$#" ]; then mv -f "$@" ../objects/; exit; fi; '
+    'if [ "$k" = "$#" ]; then echo /; mv -f "$@" ../objects/; exit; fi; echo "$sums"; echo /; '
     'good=; d=; for w in $sums; do if [ -z "$d" ]; then d=$w; '
     'elif [ "$d" = "$w" ]; then good="$good $w"; d=; else d=; fi; done; '
     'if [ -n "$good" ]; then mv -f $good ../objects/ || exit 1; fi; exit 9'
@@ -320,7 +323,7 @@ class Member:
     size: int
     read: Callable[[], Iterator[bytes]]
     label: str = ""  # for progress; empty: not file contents (a list)
-    source: Path | None = None  # the local file whose whole content it is, if any
+    source: str | None = None  # the local file whose whole content it is, if any
     mode: int = 0o644  # of the staged file (a TreePush gives the device's file the same)
 
     def check(self, written: int) -> None:
@@ -336,7 +339,7 @@ def chunk_name(data: bytes | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()[:NAME_HEX]
 
 
-def split(path: Path, size: int) -> tuple[Piece, ...]:
+def split(path: str | Path, size: int) -> tuple[Piece, ...]:
     """The chunks of a file; () when it travels whole (small, or a single chunk)."""
     if size < WHOLE_BELOW:
         return ()
@@ -465,13 +468,15 @@ def tar_header(
     linkname: str = "",
     mtime: int = 0,
 ) -> bytes:
-    """A ustar header; a path too long for ustar gets a pax header (tarfile writes those)."""
+    """A ustar header; a path too long for ustar, or a size of 8 GiB or more, gets a pax header
+    (tarfile writes those)."""
     raw_name, raw_link = name.encode(), linkname.encode()
     prefix = b""
     if len(raw_name) > 100 and b"/" in raw_name[-101:]:
         cut = raw_name.index(b"/", len(raw_name) - 101)
         prefix, raw_name = raw_name[:cut], raw_name[cut + 1 :]
-    if len(raw_name) > 100 or len(prefix) > 155 or len(raw_link) > 100:
+    too_big = max(size, mtime) >= 8**11  # 11 octal digits
+    if len(raw_name) > 100 or len(prefix) > 155 or len(raw_link) > 100 or too_big:
         import tarfile  # only long names need it
 
         info = tarfile.TarInfo(name)
@@ -483,20 +488,25 @@ def tar_header(
             linkname,
         )
         return info.tobuf(format=tarfile.PAX_FORMAT)
-    header = bytearray(TAR_BLOCK)
-    header[0 : len(raw_name)] = raw_name
-    header[100:108] = b"%07o\0" % mode
-    header[108:116] = b"0000000\0"
-    header[116:124] = b"0000000\0"
-    header[124:136] = b"%011o\0" % size
-    header[136:148] = b"%011o\0" % mtime
-    header[148:156] = b" " * 8
-    header[156:157] = kind
-    header[157 : 157 + len(raw_link)] = raw_link
-    header[257:265] = b"ustar\x0000"
-    header[345 : 345 + len(prefix)] = prefix
-    header[148:156] = b"%06o\0 " % sum(header)
-    return bytes(header)
+    # mode, uid, gid, size and mtime (bytes 100-148)
+    fields = b"%07o\0%s%011o\0%011o\0" % (mode, b"0000000\0" * 2, size, mtime)
+    # the checksum is the sum of the header's bytes, its own 8 counted as spaces; the zeros that
+    # pad the other fields add nothing, so only what they hold is summed (summing all 512 bytes
+    # was most of the header's cost, and a deploy makes two per file: content and release link)
+    checksum = sum(raw_name) + sum(fields) + 8 * 32 + kind[0] + sum(raw_link) + sum(USTAR)
+    return b"".join(
+        (
+            raw_name.ljust(100, b"\0"),
+            fields,
+            b"%06o\0 " % (checksum + sum(prefix)),
+            kind,
+            raw_link.ljust(100, b"\0"),
+            USTAR,  # magic and version (bytes 257-265), then owner names and device numbers
+            bytes(80),
+            prefix.ljust(155, b"\0"),
+            bytes(12),
+        )
+    )
 
 
 def tar_stream(
@@ -537,23 +547,26 @@ class Reader:
     """Reads the pieces of files, each file (up to WHOLE_FILE_MAX) once for all of its pieces."""
 
     def __init__(self) -> None:
-        self._path: Path | None = None
+        self._path: str | None = None
         self._data = b""
 
-    def keep(self, path: Path, data: bytes) -> None:
+    def keep(self, path: str, data: bytes) -> None:
         """``data`` is the content of ``path`` (read already): its pieces are taken from it."""
         self._path, self._data = path, data
 
-    def piece(self, path: Path, offset: int, size: int) -> Callable[[], Iterator[bytes]]:
+    def piece(
+        self, path: str, file_size: int, offset: int, size: int
+    ) -> Callable[[], Iterator[bytes]]:
+        """``size`` bytes at ``offset`` of ``path``, a file of ``file_size`` bytes (its manifest's
+        size, which the artifact's load checked: no stat here, it cost more than the read for
+        thousands of small files; a file changed since fails Member.check or the device's check)."""
+
         def read() -> Iterator[bytes]:
-            try:
-                if path.stat().st_size > WHOLE_FILE_MAX:
-                    yield from _file_range(path, offset, size)
-                    return
-                if path != self._path:
-                    self._path, self._data = path, path.read_bytes()
-            except OSError as exc:
-                raise DeviceError(f"cannot read {path}: {exc.strerror}") from exc
+            if file_size > WHOLE_FILE_MAX:
+                yield from _file_range(path, offset, size)
+                return
+            if path != self._path:
+                self._path, self._data = path, _read(path, file_size)
             yield self._data[offset : offset + size]
 
         return read
@@ -593,7 +606,7 @@ def stage_parent(members: Sequence[Member], total: int) -> Path:
     temp = Path(tempfile.gettempdir())
     source = next((member.source for member in members if member.source is not None), None)
     try:
-        linked = source is not None and temp.stat().st_dev == source.stat().st_dev
+        linked = source is not None and temp.stat().st_dev == os.stat(source).st_dev
     except OSError:
         linked = False
     if not linked and total <= MEMORY_STAGE_MAX and os.access(MEMORY_STAGE, os.W_OK):
@@ -614,13 +627,16 @@ def sweep_stages(parent: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _file_range(path: Path, offset: int, size: int) -> Iterator[bytes]:
-    with open(path, "rb") as handle:
-        handle.seek(offset)
-        left = size
-        while left > 0 and (data := handle.read(min(left, STREAM_PIECE))):
-            left -= len(data)
-            yield data
+def _file_range(path: str, offset: int, size: int) -> Iterator[bytes]:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            left = size
+            while left > 0 and (data := handle.read(min(left, STREAM_PIECE))):
+                left -= len(data)
+                yield data
+    except OSError as exc:
+        raise DeviceError(f"cannot read {path}: {exc.strerror}") from exc
 
 
 def constant(data: bytes) -> Callable[[], Iterator[bytes]]:
@@ -847,8 +863,8 @@ class _Sending:
                     self.resumed += size  # arrived whole before a cut; checked with the rest
                     self.settled += size
                     continue
-                literal_path = f"{self.control}/lit/{name}"
                 if base is not None and data is not None:
+                    literal_path = f"{self.control}/lit/{name}"
                     view = memoryview(data)[offset : offset + size]
                     built = delta(name, view, base, literal_path)
                     if built is not None:
@@ -861,7 +877,12 @@ class _Sending:
                         continue
                 whole = up.local if (offset, size) == (0, up.size) else None
                 yield Member(
-                    name, size, self.reader.piece(up.local, offset, size), up.label, whole, up.mode
+                    name,
+                    size,
+                    self.reader.piece(up.local, up.size, offset, size),
+                    up.label,
+                    whole,
+                    up.mode,
                 )
 
     def control_members(self, lists: bool) -> list[Member]:
@@ -871,27 +892,39 @@ class _Sending:
         if lists:
             members += _lists(self.contents, f"{self.control}/lists/")
         for content in self.unsigned:
-            self.signatures[content.sha256] = signature(content, _read(content.upload.local))
+            up = content.upload
+            self.signatures[content.sha256] = signature(content, _read(up.local, up.size))
         return members + _delta_control(self.control, self.recipes, self.signatures)
 
 
 def _signed(contents: Iterable[Content]) -> list[str]:
-    """The contents (sha256) that get a signature: chunked, at most SIGNED_MAX bytes."""
-    return [
-        content.sha256
-        for content in contents
-        if content.pieces and content.upload.size <= SIGNED_MAX
-    ]
+    """The contents (sha256) that get a signature."""
+    return [content.sha256 for content in contents if _gets_signature(content)]
+
+
+def _gets_signature(content: Content) -> bool:
+    """Whether ``content`` gets a signature: chunked, at most SIGNED_MAX bytes."""
+    return bool(content.pieces) and content.upload.size <= SIGNED_MAX
 
 
 def _signed_data(content: Content) -> bytes | None:
     """The bytes of a content that gets a signature."""
-    return _read(content.upload.local) if _signed([content]) else None
+    return _read(content.upload.local, content.upload.size) if _gets_signature(content) else None
 
 
-def _read(path: Path) -> bytes:
+def _read(path: str, size: int) -> bytes:
+    """The first ``size`` bytes of ``path`` (fewer if it is shorter). With os.read: a file
+    object (open()) cost as much as the read itself for thousands of small files."""
     try:
-        return path.read_bytes()
+        handle = os.open(path, os.O_RDONLY)
+        try:
+            parts = []
+            while size > 0 and (data := os.read(handle, size)):
+                parts.append(data)
+                size -= len(data)
+            return b"".join(parts)
+        finally:
+            os.close(handle)
     except OSError as exc:
         raise DeviceError(f"cannot read {path}: {exc.strerror}") from exc
 
@@ -938,9 +971,10 @@ def _control(control: str, contents: Sequence[Content]) -> list[Member]:
         "plan": "".join(f"{_assembly(content)} {content.sha256}\n" for content in ordered),
         "chunked": "".join(f"{content.sha256}\n" for content in ordered if content.pieces),
     }
+    modes: dict[str, list[str]] = {}
     for content in ordered:
-        key = f"mode/{content.upload.mode:o}"
-        lists[key] = lists.get(key, "") + f"{content.sha256}\n"
+        modes.setdefault(f"mode/{content.upload.mode:o}", []).append(f"{content.sha256}\n")
+    lists.update((key, "".join(names)) for key, names in modes.items())
     return [
         Member(f"{control}/{name}", len(data), constant(data))
         for name, text in lists.items()
@@ -1017,7 +1051,8 @@ def _stream(
     else:
         result = then(step, carry)
     what = f"{count} file(s) and chunk(s)"
-    return sent, _received(remote, layout, step.argv, result, what, MISMATCH)
+    names = [content.sha256 for content in sending.contents]
+    return sent, _received(remote, layout, step.argv, result, names, what, MISMATCH)
 
 
 def _push(
@@ -1052,25 +1087,22 @@ def _push(
     # the contents that must be executable first; one command per ARGV_BUDGET of names
     # (PUSHED_SCRIPT takes them as "$@")
     ordered = sorted(contents, key=lambda content: not content.upload.mode & 0o111)
-    steps = []
+    executable = {content.sha256 for content in ordered if content.upload.mode & 0o111}
+    checks: list[tuple[Step, list[str]]] = []
     for batch in batches([content.sha256 for content in ordered]):
-        names = set(batch)
-        executable = sum(1 for c in ordered if c.sha256 in names and c.upload.mode & 0o111)
         joins = " ".join(f"{name}:{len(pieces[name])}" for name in batch if name in pieces)
-        steps.append(
-            Step(
-                PUSHED_SCRIPT,
-                (layout.incoming + "/", str(executable), joins, *batch),
-                f"checking {len(batch)} file(s)",
-            )
+        count = str(sum(1 for name in batch if name in executable))
+        what = f"checking {len(batch)} file(s)"
+        checks.append(
+            (Step(PUSHED_SCRIPT, (layout.incoming + "/", count, joins, *batch), what), batch)
         )
     found: dict[str, str] = {}
-    for step in steps:
-        if then is not None and len(steps) == 1:
+    for step, batch in checks:
+        if then is not None and len(checks) == 1:
             result = then(step, None)
         else:
             result = remote.transport.run(step.argv, timeout=VERIFY_TIMEOUT)
-        found.update(_received(remote, layout, step.argv, result, step.what, MISMATCH))
+        found.update(_received(remote, layout, step.argv, result, batch, step.what, MISMATCH))
     return total, found
 
 
@@ -1079,12 +1111,14 @@ def _received(
     layout: Layout,
     argv: Sequence[str],
     result: RemoteResult,
+    names: Iterable[str],
     count: str,
     mismatch: int = 0,
 ) -> dict[str, str]:
     """The sha256 the device found by content name, from the output of a command that checked
-    ``count`` received files (exit 0, or ``mismatch`` when some did not match); the error (a full
-    device named as such) when it failed."""
+    the contents ``names`` (``count`` received files): exit 0, every one matched (the device
+    prints the sums only when some did not), or ``mismatch`` and the sums; the error (a full device
+    named as such) when it failed."""
     # a full disk while assembling leaves files short: that is no corruption to retry, but
     # this error
     stderr = result.stderr.decode(errors="replace")
@@ -1100,4 +1134,6 @@ def _received(
             )
         raise remote.error(argv, result, what=what)
     sums, _ = sections(result.text().split("\n"), 2, what=what)
+    if result.returncode == 0:
+        return {name: name for name in names}
     return parse_sha256sum(sums)

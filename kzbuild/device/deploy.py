@@ -284,7 +284,7 @@ def _plan_uploads(artifact: Artifact, stored: frozenset[str]) -> list[Upload]:
         if entry.sha256 in stored or entry.sha256 in uploads:
             continue
         uploads[entry.sha256] = Upload(
-            local=artifact.path / entry.path,
+            local=f"{artifact.path}/{entry.path}",
             sha256=entry.sha256,
             size=entry.size,
             mode=modes[entry.sha256],
@@ -431,9 +431,8 @@ def _assemble(
             what="making stored contents executable",
         )
         executables = []
-    dirs = sorted(
-        {posixpath.dirname(f"{staging}/{entry.path}") for entry in artifact.files} | {staging}
-    )
+    parents = {entry.path.rpartition("/")[0] for entry in artifact.files}  # paths are plain
+    dirs = sorted({f"{staging}/{parent}" for parent in parents if parent} | {staging})
     headers = [tar_header(name, 0, kind=DIRECTORY, mode=0o755) for name in dirs]
     links = [
         tar_header(

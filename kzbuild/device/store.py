@@ -48,7 +48,6 @@ import shlex
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 
 from kzbuild.device.base import (
     LINK_DENIED,
@@ -476,7 +475,7 @@ def check_switch(remote: Remote, link: str, step: Step, result: RemoteResult) ->
 # --- uploads: resume, verify on the device, then rename into the store ---
 @dataclass(frozen=True)
 class Upload:
-    local: Path
+    local: str  # the file's path (a string: a Path each costs more than its read, for thousands)
     sha256: str
     size: int
     mode: int

@@ -17,6 +17,7 @@ from typing import Any
 MANIFEST = "manifest.json"
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+OCTAL_MODE = re.compile(r"0?o?[0-7]{3,4}")
 # a build id becomes a directory name on the device and a field of deploys.log
 BUILD_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 BUILD_ID_RULE = "must be 1-128 letters, digits and '._+-', starting with a letter or digit"
@@ -93,7 +94,7 @@ def parse_files(files: object) -> tuple[ArtifactFile, ...]:
         # a plain relative path: no empty part (absolute, "a//b", "a/"), no "." and no ".."; the
         # string's own split, not PurePosixPath (which costs more than the rest for thousands)
         parts = relpath.split("/") if isinstance(relpath, str) else [""]
-        if any(part in ("", ".", "..") for part in parts):
+        if "" in parts or "." in parts or ".." in parts:
             raise ValueError(f"files: '{relpath}' is not a plain relative path")
         if CONTROL_CHARS.search(relpath):  # device tools print one path per line
             raise ValueError(f"files: {relpath!r} holds a control character")
@@ -127,7 +128,7 @@ def parse_mode(relpath: str, mode: object) -> int:
     """A mode as an integer (0o755 = 493) or an octal string ("0755", "755")."""
     if isinstance(mode, int) and not isinstance(mode, bool):
         value = mode
-    elif isinstance(mode, str) and re.fullmatch(r"0?o?[0-7]{3,4}", mode):
+    elif isinstance(mode, str) and OCTAL_MODE.fullmatch(mode):
         value = int(mode.lstrip("0o") or "0", 8)
     else:
         raise ValueError(

@@ -101,6 +101,16 @@ def test_hard_link_and_directory_headers_read_back(name: str, target: str) -> No
     assert (link.name, link.islnk(), link.linkname) == (f"{name}/f", True, target)
 
 
+@settings(max_examples=60, deadline=None)
+@given(PATHS, st.integers(0, 1 << 40), st.integers(0, 1 << 40))
+def test_headers_read_back_with_any_size_and_time(name: str, size: int, mtime: int) -> None:
+    """Sizes and times past ustar's 11 octal digits (8 GiB) go in a pax header."""
+    with tarfile.open(fileobj=io.BytesIO(tar_header(name, size, mtime=mtime)), mode="r:") as tar:
+        member = tar.next()
+    assert member is not None
+    assert (member.name, member.size, int(member.mtime)) == (name, size, mtime)
+
+
 def test_gnu_tar_unpacks_a_stream_with_long_names_and_hard_links(tmp_path: Path) -> None:
     long_name = "/".join(["d" * 60] * 4) + "/file"  # over ustar's 100 + 155: a pax header
     (tmp_path / "objects").mkdir()

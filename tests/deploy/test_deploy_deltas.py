@@ -41,7 +41,7 @@ NEW, OLD = "a" * 64, "b" * 64
 
 def content_of(path: Path) -> Content:
     data = path.read_bytes()
-    upload = Upload(path, sha256(path), len(data), 0o644, sha256(path), path.name)
+    upload = Upload(str(path), sha256(path), len(data), 0o644, sha256(path), path.name)
     return Content(upload, split(path, len(data)))
 
 
