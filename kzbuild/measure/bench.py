@@ -404,7 +404,11 @@ def bench(
             log.warning("%s", warning)
         recipe = release.manifest.get("recipe")
         check_recipe_formats(settings, recipe if isinstance(recipe, str) else None)
-    measured = memory_measured(transport, device, release, spec.memory_limits)
+    measured = (
+        part.measured
+        if part is not None and part.measured is not None
+        else memory_measured(transport, device, release, spec.memory_limits)
+    )
     model_hash = part.model_sha256 if part else model_sha256(transport, device, spec.model)
     model = tool_path(transport, device.root, spec.model)
     seed, points = plan(spec)
