@@ -280,7 +280,11 @@ def pool_figures(work: Path, turn_ms: int, noise: float, trials: int) -> None:
         kinds = {"one device": "pad-a", "pool of two": "pads"}
         for kind, device in kinds.items():  # fills the artifact store
             wall, report = pool_bisect(project, shas, device, 1000, env)
-            print(f"  first bisect, {kind}: {wall:.1f} s, {report['builds']} builds")
+            print(
+                f"  first bisect, {kind}: {wall:.1f} s, {report['builds']} builds "
+                f"({report['built_ahead_unused']} of them ahead, not needed), "
+                f"{report['benches']} rounds"
+            )
         times: dict[str, list[float]] = {kind: [] for kind in kinds}
         rounds: dict[str, list[int]] = {kind: [] for kind in kinds}
         loads: list[float] = []
@@ -289,7 +293,13 @@ def pool_figures(work: Path, turn_ms: int, noise: float, trials: int) -> None:
             for kind in order:
                 loads.append(os.getloadavg()[0])
                 wall, report = pool_bisect(project, shas, kinds[kind], trial, env)
-                print(f"  seed {trial}, {kind}: {wall:.1f} s, {report['benches']} rounds")
+                notes = report["notes"]
+                assert isinstance(notes, list)
+                stopped = sum(": stopped, " in str(note) for note in notes)
+                print(
+                    f"  seed {trial}, {kind}: {wall:.1f} s, {report['benches']} rounds, "
+                    f"{stopped} comparisons stopped as moot"
+                )
                 culprit = report["culprit"]
                 if not isinstance(culprit, dict) or culprit["sha"] != shas[POOL_STEP]:
                     raise SystemExit(f"{kind}, seed {trial}: not the right commit: {culprit}")
