@@ -347,6 +347,7 @@ class Search:
                 self._work,
                 lambda device, probe, found: self._answer(state, device, probe, found),
                 lambda probe, earlier: self._moot(state, probe, earlier),
+                ahead.stopping if ahead else None,
             )
         self._ahead = None
         if state.same is not None:

@@ -63,6 +63,7 @@ def feed(
     work: Callable[[D, T, Callable[[], bool]], R | None],
     answer: Callable[[D, T, R | None], None],
     moot: Callable[[T, Sequence[T]], bool],
+    stopping: threading.Event | None = None,
 ) -> None:
     """Keep every device busy until there is nothing left to pick. A free device (in the order
     given) is handed ``pick(device, the items in flight)`` (None: nothing for it now). Its item is
@@ -70,9 +71,9 @@ def feed(
     nothing measured. Else the device works on it in a thread of its own: ``work(device, item,
     stopped)`` asks ``stopped()`` before each new measurement and gives None when it is told to
     stop, which it is when ``moot(item, the items in flight started before it)``, asked then in
-    the device's thread (and here for every item in flight when an answer comes). Each result is
-    handed to ``answer`` here, as it comes. On an error every item is told to stop, every device
-    finishes, and the error is raised."""
+    the device's thread. Each result is handed to ``answer`` here, as it comes. On an error
+    (Ctrl-C) ``stopping`` is set at once (what works beside the devices stops), every item is told
+    to stop, every device finishes its measurement, and the error is raised."""
     if not devices:
         raise ValueError("no device to spread over")
     busy: dict[Future[R | None], tuple[D, T, threading.Event]] = {}
@@ -87,12 +88,6 @@ def feed(
     def stopper(item: T, stop: threading.Event) -> Callable[[], bool]:
         return lambda: stop.is_set() or moot(item, before(item))
 
-    def told(device: D, item: T, result: R | None) -> None:
-        answer(device, item, result)
-        for _, other, stop in list(busy.values()):
-            if moot(other, before(other)):
-                stop.set()
-
     with ThreadPoolExecutor(max_workers=len(devices), thread_name_prefix="kz-pool") as pool:
         try:
             while True:
@@ -103,7 +98,7 @@ def feed(
                             break
                         known = work(device, item, lambda: True)
                         if known is not None:
-                            told(device, item, known)
+                            answer(device, item, known)
                             continue
                         stop = threading.Event()
                         with guard:
@@ -115,8 +110,10 @@ def feed(
                 for future in [f for f in busy if f in done]:  # in the order they were started
                     with guard:
                         device, item, _ = busy.pop(future)
-                    told(device, item, future.result())
+                    answer(device, item, future.result())
         except BaseException:
+            if stopping is not None:
+                stopping.set()
             for _, _, stop in busy.values():
                 stop.set()
             raise

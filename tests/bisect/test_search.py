@@ -422,6 +422,18 @@ def test_an_ahead_build_cut_by_ctrl_c_is_not_recorded_as_a_failed_commit(tmp_pat
     assert search.run()[3] == 37 and SHAS[31] in resumed.built
 
 
+def test_an_ahead_build_cut_by_ctrl_c_while_another_device_ends_its_round_is_not_recorded(
+    tmp_path,
+):
+    # the other device takes longer to end its round than a failed ahead build waits for the stop
+    cut, busy = CutMidBuild(37, seed=6), Paced(37, seed=7, round_s=2.5)
+    with pytest.raises(KeyboardInterrupt):
+        pooled(tmp_path, {"a": cut, "b": busy}, ahead=True).run()
+    ahead = SHAS.index(cut.built[-1])
+    record = json.loads(next(tmp_path.glob("*.json")).read_text())["commits"]
+    assert ahead not in (0, 31, 47, 63) and not any(c["skipped"] for c in record)
+
+
 def test_compare_needs_the_minimum_effect_as_well_as_an_interval_off_zero():
     limits = BisectLimits(min_effect_pct=3.0)
     assert (
