@@ -359,12 +359,18 @@ class Search:
 
     def _pick(self, state: Narrowing, device: str, busy: Sequence[Probe]) -> Probe | None:
         """The comparison for a free device, or None when there is none to make. A device's first
-        includes the ends while they are not told apart (one device compares them alone)."""
+        includes the ends while they are not told apart (one device compares them alone). When
+        the comparisons in flight leave no commit free, the device races the first of them: it
+        compares the same commit on its own, and the first answer counts."""
         if state.same is not None:
             return None
         ends = device in state.fresh and not state.apart
         state.fresh.discard(device)
         mid = None if ends and len(self.benchers) == 1 else self._free_mid(state, busy)
+        if mid is None and not ends:
+            mid = next(
+                (p.mid for p in busy if p.mid is not None and state.lo < p.mid < state.hi), None
+            )
         if mid is None and not ends:
             return None
         state.ends_in_flight += ends
@@ -511,6 +517,8 @@ class Search:
                 why = (
                     "samples so far put the change outside it, likely"
                     if state.lo < probe.mid < state.hi
+                    else "answer came first"
+                    if probe.mid in (state.lo, state.hi)
                     else "answer put the change outside it"
                 )
                 self.notes.append(f"{sha} on {device}: stopped, another device's {why}")
@@ -525,9 +533,12 @@ class Search:
         if probe.mid is None:
             return
         if not state.lo < probe.mid < state.hi:
-            self.notes.append(
-                f"{sha} on {device}: answered after other answers put the change outside it"
+            why = (
+                "another device answered it"
+                if probe.mid in (state.lo, state.hi)
+                else "other answers put the change outside it"
             )
+            self.notes.append(f"{sha} on {device}: answered after {why}")
             return
         below, note = self._culprit_is_below(found)
         if note:

@@ -20,6 +20,7 @@ from kzbuild.measure.bisect import BuiltCommit, Record, Search, compare
 from kzbuild.model.bisect import BisectLimits, BisectOutcome, PairVerdict
 
 SHAS = [f"{i:040x}" for i in range(64)]
+LIMITS = BisectLimits()
 IDENTITY = {"recipe": "tiny", "metric": "pp32 t/s"}
 
 
@@ -316,6 +317,23 @@ def test_a_comparison_its_elders_samples_rule_out_stops_and_its_device_takes_the
     first = [tuple(SHAS.index(sha) for sha in round) for round in b.benched]
     assert first[:2] == [(0, 47, 63), (0, 15, 63)], first  # its next includes the ends again
     assert all(step.mid != 47 for step in search.steps)
+
+
+def test_a_device_with_no_commit_left_races_the_comparison_in_flight_and_the_first_answer_counts(
+    tmp_path,
+):
+    # one commit between the ends: a compares it, too noisy there to settle soon; b, once it has
+    # compared the ends, compares the same commit on its own and answers first
+    slow = Slow(1, noisy_at=1, seed=81)
+    fast = Waiting(1, other=slow, seed=82)
+    search = Search(
+        Record.open(tmp_path, IDENTITY, SHAS[:3]), slow.build, {"a": slow, "b": fast}, LIMITS, 1
+    )
+    outcome, _, lo, hi = search.run()
+    assert (outcome, lo, hi) == (BisectOutcome.FOUND, 0, 1)
+    assert [(step.mid, step.note) for step in search.steps] == [(1, "on b")]
+    assert f"{SHAS[1][:12]} on a: stopped, another device's answer came first" in search.notes
+    assert 0 < len(search.commits[1].samples["a"]) < LIMITS.max_samples
 
 
 @pytest.mark.parametrize("ahead", [False, True])
