@@ -293,7 +293,8 @@ class Search:
     halves the half that its answer will likely leave); each device's first comparison includes
     the ends. A comparison never mixes devices. An answer that puts the change outside another
     device's commit stops that comparison at its next round, as do the verdicts so far of a
-    comparison started before it that rule its side out; no device waits for another. With
+    comparison started before it that rule its side out; no device waits for another (with no
+    commit left free, it races a comparison in flight on its own: the first answer counts). With
     ``ahead``, the commits the next comparisons may need are built in the background meanwhile."""
 
     record: Record
