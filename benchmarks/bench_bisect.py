@@ -280,7 +280,11 @@ def pool_figures(work: Path, turn_ms: int, noise: float, trials: int) -> None:
         kinds = {"one device": "pad-a", "pool of two": "pads"}
         for kind, device in kinds.items():  # fills the artifact store
             wall, report = pool_bisect(project, shas, device, 1000, env)
-            print(f"  first bisect, {kind}: {wall:.1f} s, {report['builds']} builds")
+            print(
+                f"  first bisect, {kind}: {wall:.1f} s, {report['builds']} builds "
+                f"({report['built_ahead_unused']} of them ahead, not needed), "
+                f"{report['benches']} rounds"
+            )
         times: dict[str, list[float]] = {kind: [] for kind in kinds}
         rounds: dict[str, list[int]] = {kind: [] for kind in kinds}
         loads: list[float] = []
@@ -289,7 +293,13 @@ def pool_figures(work: Path, turn_ms: int, noise: float, trials: int) -> None:
             for kind in order:
                 loads.append(os.getloadavg()[0])
                 wall, report = pool_bisect(project, shas, kinds[kind], trial, env)
-                print(f"  seed {trial}, {kind}: {wall:.1f} s, {report['benches']} rounds")
+                notes = report["notes"]
+                assert isinstance(notes, list)
+                stopped = sum(": stopped, " in str(note) for note in notes)
+                print(
+                    f"  seed {trial}, {kind}: {wall:.1f} s, {report['benches']} rounds, "
+                    f"{stopped} comparisons stopped as moot"
+                )
                 culprit = report["culprit"]
                 if not isinstance(culprit, dict) or culprit["sha"] != shas[POOL_STEP]:
                     raise SystemExit(f"{kind}, seed {trial}: not the right commit: {culprit}")
@@ -313,6 +323,39 @@ def pool_figures(work: Path, turn_ms: int, noise: float, trials: int) -> None:
             server.stop()
 
 
+def simulated(work: Path, trials: int, noise: float) -> None:
+    """The plain script against kzbuild's search (builds on demand) on simulated devices."""
+    shas = make_repo(work / "upstream")
+    plain_right, plain_samples = 0, 0
+    # kzbuild's search on one simulated device, and on a pool of two: right, builds, samples
+    ours = {"one device": [0, 0, 0], "a pool of two": [0, 0, 0]}
+    for trial in range(trials):
+        step = random.Random(trial).randrange(1, COMMITS)
+        named, samples = plain(work / "upstream", shas, step, noise, seed=trial)
+        plain_right, plain_samples = plain_right + (named == step), plain_samples + samples
+        for kind, count in (("one device", 1), ("a pool of two", 2)):
+            devices = {f"d{n}": Device(shas, step, noise, trial + 1000 * n) for n in range(count)}
+            outcome, hi, builds, samples = kzbuild_search(
+                work / f"k{trial}-{count}", shas, devices, trial
+            )
+            found = outcome is BisectOutcome.FOUND and hi == step
+            ours[kind] = [
+                ours[kind][0] + found,
+                ours[kind][1] + builds,
+                ours[kind][2] + samples,
+            ]
+    print(f"{trials} trials, 64 commits, a {DROP:.0%} step, {noise:.0%} noise per sample")
+    print(
+        f"  plain git bisect run (one sample per commit): right {plain_right}/{trials}, "
+        f"{plain_samples / trials:.1f} samples on average, builds = samples"
+    )
+    for kind, (right, builds, samples) in ours.items():
+        print(
+            f"  kzbuild bisect on {kind}: right {right}/{trials}, "
+            f"{builds / trials:.1f} builds, {samples / trials:.1f} samples on average"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -333,40 +376,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kz-bench-bisect-") as tmp:
         work = Path(tmp)
-        shas = make_repo(work / "upstream")
-        plain_right, plain_samples = 0, 0
-        # kzbuild's search on one simulated device, and on a pool of two: right, builds, samples
-        ours = {"one device": [0, 0, 0], "a pool of two": [0, 0, 0]}
-        for trial in range(args.trials):
-            step = random.Random(trial).randrange(1, COMMITS)
-            named, samples = plain(work / "upstream", shas, step, args.noise, seed=trial)
-            plain_right, plain_samples = plain_right + (named == step), plain_samples + samples
-            for kind, count in (("one device", 1), ("a pool of two", 2)):
-                devices = {
-                    f"d{n}": Device(shas, step, args.noise, trial + 1000 * n) for n in range(count)
-                }
-                outcome, hi, builds, samples = kzbuild_search(
-                    work / f"k{trial}-{count}", shas, devices, trial
-                )
-                found = outcome is BisectOutcome.FOUND and hi == step
-                ours[kind] = [
-                    ours[kind][0] + found,
-                    ours[kind][1] + builds,
-                    ours[kind][2] + samples,
-                ]
-        print(
-            f"{args.trials} trials, 64 commits, a {DROP:.0%} step, {args.noise:.0%} noise per "
-            "sample"
-        )
-        print(
-            f"  plain git bisect run (one sample per commit): right {plain_right}/{args.trials}, "
-            f"{plain_samples / args.trials:.1f} samples on average, builds = samples"
-        )
-        for kind, (right, builds, samples) in ours.items():
-            print(
-                f"  kzbuild bisect on {kind}: right {right}/{args.trials}, "
-                f"{builds / args.trials:.1f} builds, {samples / args.trials:.1f} samples on average"
-            )
+        if args.trials:
+            simulated(work, args.trials, args.noise)
         if args.pool_trials:
             pool_figures(work / "pool", args.turn_ms, args.pool_noise, args.pool_trials)
 

@@ -82,7 +82,7 @@ def test_a_feed_keeps_devices_busy_stops_moot_items_and_starts_none_the_record_s
             time.sleep(0.01)
         return "slow"
 
-    def moot(item: int) -> bool:  # 2's answer makes 4 moot
+    def moot(item: int, earlier) -> bool:  # 2's answer makes 4 moot
         return item == 4 and ("a", 2, "quick") in answers
 
     feed(
@@ -113,9 +113,12 @@ def test_a_feeds_error_stops_the_other_devices_and_waits_for_them():
         finished.append(device)
         return None
 
+    def never_moot(item: int, earlier) -> bool:  # only the error stops the slow device
+        return False
+
     items = iter([1, 2])
     with pytest.raises(OSError, match="device lost"):
-        feed(["lost", "slow"], lambda device, busy: next(items, None), work, print, bool)
+        feed(["lost", "slow"], lambda device, busy: next(items, None), work, print, never_moot)
     assert finished == ["slow"]
     with pytest.raises(ValueError, match="no device"):
-        feed([], lambda device, busy: None, work, print, bool)
+        feed([], lambda device, busy: None, work, print, never_moot)

@@ -218,6 +218,6 @@ def bisect_command(
     else:
         say(bisect.answer(report))
         say(
-            f"{report.builds} built, {report.benches} interleaved rounds; every commit tried: "
-            "--markdown or --json"
+            f"{bisect.builds_made(report)}, {report.benches} interleaved rounds; every commit "
+            "tried: --markdown or --json"
         )

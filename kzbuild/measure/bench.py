@@ -413,7 +413,11 @@ def bench(
             log.warning("%s", warning)
         recipe = release.manifest.get("recipe")
         check_recipe_formats(settings, recipe if isinstance(recipe, str) else None)
-    measured = memory_measured(transport, device, release, spec.memory_limits)
+    measured = (
+        part.measured
+        if part is not None and part.measured is not None
+        else memory_measured(transport, device, release, spec.memory_limits)
+    )
     model = part.model if part else device_model(transport, device, spec.model)
     seed, points = plan(spec)
     run_id = part.run_id if part else new_run_id(datetime.now(timezone.utc))

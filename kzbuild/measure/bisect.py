@@ -23,10 +23,11 @@ import shutil
 import statistics
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from kzbuild.adapters.filelock import locked
 from kzbuild.adapters.files import write_atomic
@@ -36,9 +37,9 @@ from kzbuild.build import builder
 from kzbuild.build.toolchains import configured_paths_file
 from kzbuild.device.base import Transport
 from kzbuild.device.devicelock import device_lock
-from kzbuild.errors import BuildFailed, ConfigError, PatchError, ResultsError
+from kzbuild.errors import BuildFailed, ConfigError, KzError, PatchError, ResultsError
 from kzbuild.measure.interleave import deploy_arms, run_interleaved
-from kzbuild.measure.pool import feed
+from kzbuild.measure.pool import Ahead, feed
 from kzbuild.measure.quality import check_variants, quality_store
 from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.stats import median_effect
@@ -56,7 +57,7 @@ from kzbuild.model.bisect import (
 from kzbuild.model.build import BuildOptions
 from kzbuild.model.device import Device
 from kzbuild.model.effect import Effect
-from kzbuild.model.interleave import Cooling
+from kzbuild.model.interleave import Checked, Cooling
 from kzbuild.model.quality import QualitySpec
 from kzbuild.model.recipe import Recipe
 from kzbuild.model.remotecache import RemoteConfig
@@ -69,6 +70,12 @@ from kzbuild.source.stack.check import fetch_range, resolve_target
 log = logging.getLogger(__name__)
 
 RECORD_VERSION = 1
+AHEAD_STOP_GRACE_S = 1.0  # how long a failed ahead build waits for a stop before it counts
+AHEAD_DEPTH = 2  # answers looked ahead for the commits to build ahead
+AHEAD_PER_DEVICE = 2  # commits built ahead at most per device, the likeliest needed
+# the chance that a comparison's answer is the one its samples so far lean to: its verdicts say
+# so (True), the larger move of the median does (False), no samples yet (None)
+LEAN_CHANCE = {True: 0.9, False: 0.6, None: 0.5}
 
 
 @dataclass(frozen=True)
@@ -251,6 +258,15 @@ class Probe:
     mid: int | None
     hi: int
     ends: bool = False
+    device: str = ""
+
+
+class Leaning(NamedTuple):
+    """Where a comparison in flight puts the change by its samples so far."""
+
+    below: bool  # at or below its commit, else above it
+    sure: bool  # its verdicts say so (else the larger move of the median does)
+    ends_apart: bool  # its device tells the range's ends apart
 
 
 @dataclass
@@ -272,10 +288,14 @@ class Search:
     One device compares the ends alone, then the commit nearest the middle of the range, and so on.
     A pool (several ``benchers``, one per device) keeps every device busy: a free device is handed
     the commit nearest the middle of the widest stretch of the range that no comparison in flight
-    splits, between the range's two ends as they stand (so one device halves the range while
-    another halves the half that its answer may leave); each device's first comparison includes
+    splits, first on the side that each comparison in flight leans to by its samples so far,
+    between the range's two ends as they stand (so one device halves the range while another
+    halves the half that its answer will likely leave); each device's first comparison includes
     the ends. A comparison never mixes devices. An answer that puts the change outside another
-    device's commit stops that comparison at its next round, and no device waits for another."""
+    device's commit stops that comparison at its next round, as do the verdicts so far of a
+    comparison started before it that rule its side out; no device waits for another (with no
+    commit left free, it races a comparison in flight on its own: the first answer counts). With
+    ``ahead``, the commits the next comparisons may need are built in the background meanwhile."""
 
     record: Record
     build: Builder
@@ -287,11 +307,19 @@ class Search:
     # the samples are measured against the good end (a quality check): each commit is measured
     # once, beside the good end, rather than interleaved with the range's ends
     anchored: bool = False
+    # build, in the background, the commits the next comparisons may need (pool.Ahead)
+    ahead: bool = False
     builds: int = 0
     benches: int = 0
     steps: list[NarrowingStep] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    built_ahead: set[int] = field(default_factory=set)
     _saving: threading.Lock = field(default_factory=threading.Lock)
+    _building: threading.Lock = field(default_factory=threading.Lock)  # one worktree
+    _flight: list[Probe] = field(default_factory=list)  # the comparisons in flight
+    _ahead: Ahead[int] | None = None
+    _ahead_failed: set[int] = field(default_factory=set)
+    _leanings: dict[tuple[Probe, tuple[int, ...]], Leaning] = field(default_factory=dict)
 
     @property
     def commits(self) -> list[CommitState]:
@@ -310,15 +338,19 @@ class Search:
                     hint="choose a --good and --bad that build",
                 )
         state = Narrowing(first, last, set(self.benchers))
-        feed(
-            list(self.benchers),
-            lambda device, busy: self._pick(state, device, busy),
-            lambda device, probe, stopped: self._settle(
-                device, probe.lo, probe.mid, probe.hi, stopped, probe.ends
-            ),
-            lambda device, probe, found: self._answer(state, device, probe, found),
-            lambda probe: self._moot(state, probe),
-        )
+        with (
+            Ahead(lambda: self._wanted(state), self._build_ahead) if self.ahead else nullcontext()
+        ) as ahead:
+            self._ahead = ahead
+            feed(
+                list(self.benchers),
+                lambda device, busy: self._pick(state, device, busy),
+                self._work,
+                lambda device, probe, found: self._answer(state, device, probe, found),
+                lambda probe, earlier: self._moot(state, probe, earlier),
+                ahead.stopping if ahead else None,
+            )
+        self._ahead = None
         if state.same is not None:
             return BisectOutcome.NO_CHANGE, state.same.across, first, last
         lo, hi = state.lo, state.hi
@@ -328,38 +360,169 @@ class Search:
 
     def _pick(self, state: Narrowing, device: str, busy: Sequence[Probe]) -> Probe | None:
         """The comparison for a free device, or None when there is none to make. A device's first
-        includes the ends while they are not told apart (one device compares them alone)."""
+        includes the ends while they are not told apart (one device compares them alone). When
+        the comparisons in flight leave no commit free, the device races the first of them: it
+        compares the same commit on its own, and the first answer counts."""
         if state.same is not None:
             return None
         ends = device in state.fresh and not state.apart
         state.fresh.discard(device)
         mid = None if ends and len(self.benchers) == 1 else self._free_mid(state, busy)
         if mid is None and not ends:
+            mid = next(
+                (p.mid for p in busy if p.mid is not None and state.lo < p.mid < state.hi), None
+            )
+        if mid is None and not ends:
             return None
         state.ends_in_flight += ends
-        return Probe(state.lo, mid, state.hi, ends)
+        return Probe(state.lo, mid, state.hi, ends, device)
+
+    def _work(self, device: str, probe: Probe, stopped: Callable[[], bool]) -> Settled | None:
+        """A device's comparison (``_settle``); in flight (``_flight``) from its first round that
+        measures, so a comparison the record answers builds nothing ahead."""
+
+        def measuring() -> bool:
+            if stopped():
+                return True
+            if probe not in self._flight:
+                self._flight.append(probe)
+                self._moved()
+            return False
+
+        return self._settle(device, probe.lo, probe.mid, probe.hi, measuring, probe.ends)
 
     def _free_mid(self, state: Narrowing, busy: Sequence[Probe]) -> int | None:
-        """The buildable commit nearest the middle of the widest stretch of the range that the
-        commits in flight leave (the lower of two as wide); None when every stretch is empty."""
-        inside = {p.mid for p in busy if p.mid is not None and state.lo < p.mid < state.hi}
-        points = sorted({state.lo, state.hi} | inside)
-        for lo, hi in sorted(pairwise(points), key=lambda gap: (gap[0] - gap[1], gap[0])):
+        """The buildable commit nearest the middle of the first of the stretches (``_stretches``)
+        that has one; None when every stretch is empty."""
+        for lo, hi in self._stretches(state.lo, state.hi, busy):
             mid = self._next_mid(lo, hi)
             if mid is not None:
                 return mid
         return None
 
+    def _stretches(self, lo: int, hi: int, busy: Sequence[Probe]) -> list[tuple[int, int]]:
+        """The stretches of lo..hi that the commits in flight leave, widest first: first those on
+        the side each comparison in flight leans to by its samples so far (the side its answer
+        will likely keep), then the others; the lower of two as wide first."""
+        inside = [p for p in busy if p.mid is not None and lo < p.mid < hi]
+        points = sorted({lo, hi} | {p.mid for p in inside if p.mid is not None})
+        leanings = [
+            (p.mid, lean.below) for p in inside if p.mid is not None and (lean := self._leaning(p))
+        ]
+
+        def unlikely(gap: tuple[int, int]) -> bool:
+            return any(gap[0] >= mid if below else gap[1] <= mid for mid, below in leanings)
+
+        return sorted(pairwise(points), key=lambda gap: (unlikely(gap), gap[0] - gap[1], gap[0]))
+
+    def _wanted(self, state: Narrowing) -> list[int]:
+        """The commits not yet built (nor failed) that the next comparisons may need, likeliest
+        first: the ``AHEAD_PER_DEVICE`` per device likeliest of those ``_plan`` finds."""
+        if state.same is not None:
+            return []
+        chances: dict[int, float] = {}
+        self._plan(state.lo, state.hi, list(self._flight), 1.0, AHEAD_DEPTH, chances)
+        likeliest = sorted(chances, key=lambda i: (-chances[i], i))
+        return [
+            i
+            for i in likeliest[: AHEAD_PER_DEVICE * len(self.benchers)]
+            if not (self.commits[i].built or self.commits[i].skipped or i in self._ahead_failed)
+        ]
+
+    def _plan(
+        self,
+        lo: int,
+        hi: int,
+        flight: Sequence[Probe],
+        chance: float,
+        depth: int,
+        chances: dict[int, float],
+    ) -> None:
+        """Into ``chances``: for each comparison in flight and each of its answers, the commit that
+        ``_free_mid`` would then pick beside the others in flight, with the chance of getting there
+        (an answer is as likely as its comparison's samples so far lean to it, ``LEAN_CHANCE``);
+        then, ``depth`` - 1 answers further, what would follow."""
+        for probe in flight:
+            if probe.mid is None:  # the ends alone: told apart, the range stays
+                outcomes = [((lo, hi), 1.0)]
+            elif lo < probe.mid < hi:
+                lean = self._leaning(probe)
+                likely = LEAN_CHANCE[None if lean is None else lean.sure]
+                below = lean is None or lean.below
+                halves = [(lo, probe.mid), (probe.mid, hi)]
+                outcomes = [(halves[not below], likely), (halves[below], 1 - likely)]
+            else:
+                continue
+            others = [p for p in flight if p is not probe]
+            for (a, b), p in outcomes:
+                index = self._planned_mid(a, b, others)
+                if index is None:
+                    continue
+                chances[index] = max(chances.get(index, 0.0), chance * p)
+                if depth > 1:
+                    then = [*others, Probe(a, index, b, device=probe.device)]
+                    self._plan(a, b, then, chance * p, depth - 1, chances)
+
+    def _planned_mid(self, lo: int, hi: int, busy: Sequence[Probe]) -> int | None:
+        """The commit ``_free_mid`` would pick in lo..hi beside ``busy``, were the commits not yet
+        built all buildable (None: none is left)."""
+        for a, b in self._stretches(lo, hi, busy):
+            for index in self._by_middle(a, b):
+                if not self.commits[index].skipped:
+                    return index
+        return None
+
+    def _build_ahead(self, index: int, stopping: threading.Event) -> None:
+        try:
+            self._ensure_built(index, stopping)
+        except KzError as exc:  # the search builds it again if it needs it, and says so then
+            log.warning("building %s ahead: %s", self.commits[index].sha[:12], exc.message)
+            self._ahead_failed.add(index)
+
+    def _moved(self) -> None:
+        if self._ahead is not None:
+            self._ahead.moved()
+
+    def _leaning(self, probe: Probe) -> Leaning | None:
+        """Where a comparison in flight puts the change by its device's samples so far (as its
+        answer would, were they all); None before its first round."""
+        assert probe.mid is not None
+        points = (probe.lo, probe.mid, probe.hi)
+        with self._saving:
+            samples = [list(self.commits[i].samples.get(probe.device, ())) for i in points]
+        if not all(samples):
+            return None
+        key = (probe, tuple(len(values) for values in samples))
+        if key not in self._leanings:
+            found = [self.judge(a, b, self.limits, seed=self.seed) for a, b in pairwise(samples)]
+            below, note = self._culprit_is_below(
+                Settled(probe.device, tuple(v for v, _ in found), tuple(e for _, e in found))
+            )
+            apart = self.judge(samples[0], samples[2], self.limits, seed=self.seed)[0]
+            self._leanings[key] = Leaning(below, not note, apart is PairVerdict.DIFFERENT)
+        return self._leanings[key]
+
     def _answer(self, state: Narrowing, device: str, probe: Probe, found: Settled | None) -> None:
         """Narrow the range by a device's answer (None: it was stopped as moot); ends that one
         device found the same, or that no device told apart, say "no change"."""
         state.ends_in_flight -= probe.ends
+        if probe in self._flight:
+            self._flight.remove(probe)
+            self._moved()
         sha = self.commits[probe.mid].sha[:12] if probe.mid is not None else ""
+        if found is None and probe.ends and not state.apart:
+            state.fresh.add(device)  # its next comparison includes the ends again
         if found is None:
             if sha and state.same is None:  # with no change, nothing else mattered
-                self.notes.append(
-                    f"{sha} on {device}: stopped, another device's answer put the change outside it"
+                assert probe.mid is not None
+                why = (
+                    "samples so far put the change outside it, likely"
+                    if state.lo < probe.mid < state.hi
+                    else "answer came first"
+                    if probe.mid in (state.lo, state.hi)
+                    else "answer put the change outside it"
                 )
+                self.notes.append(f"{sha} on {device}: stopped, another device's {why}")
             return
         if probe.ends:
             verdict = found.ends_verdict
@@ -371,9 +534,12 @@ class Search:
         if probe.mid is None:
             return
         if not state.lo < probe.mid < state.hi:
-            self.notes.append(
-                f"{sha} on {device}: answered after other answers put the change outside it"
+            why = (
+                "another device answered it"
+                if probe.mid in (state.lo, state.hi)
+                else "other answers put the change outside it"
             )
+            self.notes.append(f"{sha} on {device}: answered after {why}")
             return
         below, note = self._culprit_is_below(found)
         if note:
@@ -394,15 +560,33 @@ class Search:
         else:
             state.lo = probe.mid
 
-    @staticmethod
-    def _moot(state: Narrowing, probe: Probe) -> bool:
+    def _moot(self, state: Narrowing, probe: Probe, earlier: Sequence[Probe]) -> bool:
         """Whether a comparison in flight no longer matters: no change was found, or its commit is
-        outside the range (its ends still count while no device has told them apart)."""
+        outside the range (its ends still count while no device has told them apart), or on the
+        side that the verdicts so far of a comparison started before it rule out (its answer will
+        likely put the change outside it; ends not yet told apart count only where that
+        comparison's device tells them apart so far)."""
         if state.same is not None:
             return True
         if probe.ends and not state.apart:
-            return False
-        return probe.mid is None or not state.lo < probe.mid < state.hi
+            return probe.mid is not None and self._ruled_out(state, probe, earlier, ends=True)
+        if probe.mid is None or not state.lo < probe.mid < state.hi:
+            return True
+        return self._ruled_out(state, probe, earlier, ends=False)
+
+    def _ruled_out(
+        self, state: Narrowing, probe: Probe, earlier: Sequence[Probe], *, ends: bool
+    ) -> bool:
+        assert probe.mid is not None
+        for other in earlier:
+            if other.mid is None or not state.lo < other.mid < state.hi:
+                continue
+            lean = self._leaning(other)
+            if lean is None or not lean.sure or (ends and not lean.ends_apart):
+                continue
+            if probe.mid > other.mid if lean.below else probe.mid < other.mid:
+                return True
+        return False
 
     @staticmethod
     def _culprit_is_below(found: Settled) -> tuple[bool, str]:
@@ -522,31 +706,52 @@ class Search:
             self.benches += 1
             self.record.test = bencher.test or self.record.test
             self.record.save()
+        self._moved()  # the leanings changed
 
-    def _ensure_built(self, index: int) -> bool:
+    def _ensure_built(self, index: int, ahead: threading.Event | None = None) -> bool:
+        """Whether the commit is built, building it if need be (one build at a time: one worktree).
+        ``ahead``: built ahead, in the background, until that is set."""
         state = self.commits[index]
-        if state.built:
-            return True
-        if state.skipped:
-            return False
-        self.on_event(f"building {state.sha[:12]} ({index}/{len(self.commits) - 1})")
-        outcome = self.build(state.sha)
-        with self._saving:  # the devices of a pool save their rounds meanwhile
-            self.builds += 1
-            if outcome.failed:
-                state.skipped = outcome.failed
-            else:
-                state.built, state.artifact = True, outcome.artifact
-                state.build_id, state.bare = outcome.build_id, outcome.bare
-                state.stack_problem = outcome.stack_problem
-            self.record.save()
+        with self._building:
+            if state.built or state.skipped or (ahead is not None and ahead.is_set()):
+                return state.built
+            self.on_event(
+                f"building {state.sha[:12]} ({index}/{len(self.commits) - 1})"
+                + (" ahead" if ahead is not None else "")
+            )
+            outcome = self.build(state.sha)
+            # Ctrl-C reaches an ahead build's compilers too: a build failing as the search stops
+            # is no failure of the commit (its stop comes soon after, and is waited for)
+            if outcome.failed and ahead is not None and ahead.wait(AHEAD_STOP_GRACE_S):
+                return False
+            with self._saving:  # the devices of a pool save their rounds meanwhile
+                self.builds += 1
+                if outcome.failed:
+                    state.skipped = outcome.failed
+                else:
+                    state.built, state.artifact = True, outcome.artifact
+                    state.build_id, state.bare = outcome.build_id, outcome.bare
+                    state.stack_problem = outcome.stack_problem
+                if ahead is not None:
+                    self.built_ahead.add(index)
+                self.record.save()
         return state.built
+
+    @property
+    def unused_ahead(self) -> int:
+        """Commits built ahead that no comparison measured."""
+        return sum(1 for i in self.built_ahead if not any(self.commits[i].samples.values()))
+
+    @staticmethod
+    def _by_middle(lo: int, hi: int) -> list[int]:
+        """The commits strictly inside lo..hi, nearest its middle first."""
+        goal = lo + (hi - lo) // 2
+        return sorted(range(lo + 1, hi), key=lambda i: (abs(i - goal), i))
 
     def _next_mid(self, lo: int, hi: int) -> int | None:
         """The buildable commit strictly inside lo..hi nearest its middle (None: there is none);
         an unbuildable one is passed over, as ``git bisect skip`` does."""
-        goal = lo + (hi - lo) // 2
-        for index in sorted(range(lo + 1, hi), key=lambda i: (abs(i - goal), i)):
+        for index in self._by_middle(lo, hi):
             if self._ensure_built(index):
                 return index
         return None
@@ -583,6 +788,7 @@ def report(
         range_hi=hi if narrowed else None,
         pr=pr_number(culprit.subject) if culprit else None,
         notes=tuple(search.notes),
+        built_ahead_unused=search.unused_ahead,
         absolute=absolute,
     )
 
@@ -761,6 +967,7 @@ class DeviceBencher:
         self.settings, self.transport, self.device, self.spec = settings, transport, device, spec
         self.metric, self.cooling, self.wait = metric, cooling, wait
         self.test = metric.test
+        self.checked = Checked()  # warned and checked once per bisect, not per round
 
     def __call__(
         self, artifacts: Mapping[str, str], blocks: int, seed: int
@@ -779,6 +986,7 @@ class DeviceBencher:
                 blocks=blocks,
                 seed=seed,
                 cooling=self.cooling,
+                checked=self.checked,
             )
         if self.test is None:
             self.test = done.first_record().test
@@ -874,6 +1082,7 @@ def bisect(
             on_event=progress or (lambda message: None),
             judge=judge_of(metric),
             anchored=metric.anchored,
+            ahead=True,
         )
         found = search.run()
     label = metric.label(record.test or None)
@@ -895,15 +1104,14 @@ def to_json(found: BisectReport) -> dict[str, object]:
         "bad": found.bad,
         "outcome": found.outcome.value,
         "builds": found.builds,
+        "built_ahead_unused": found.built_ahead_unused,
         "benches": found.benches,
         "effect": dataclasses.asdict(found.effect) if found.effect else None,
         "effect_unit": "mean KLD" if found.absolute else "%",
         "culprit": found.culprit.to_dict() if found.culprit else None,
         "pr": found.pr,
         "range": [found.range_lo, found.range_hi] if found.range_lo is not None else None,
-        "commits": [
-            {"index": i, **c.to_dict()} for i, c in enumerate(found.commits) if c.built or c.skipped
-        ],
+        "commits": [{"index": i, **c.to_dict()} for i, c in enumerate(found.commits) if tried(c)],
         "steps": [
             {
                 **dataclasses.asdict(s),
@@ -916,14 +1124,25 @@ def to_json(found: BisectReport) -> dict[str, object]:
     }
 
 
+def tried(commit: CommitState) -> bool:
+    """Measured, or skipped (a build made ahead for a comparison that never came is neither)."""
+    return bool(commit.skipped) or any(commit.samples.values())
+
+
+def builds_made(found: BisectReport) -> str:
+    unused = found.built_ahead_unused
+    return f"{found.builds} built here" + (
+        f" ({unused} of them ahead, for comparisons that never came)" if unused else ""
+    )
+
+
 def markdown(found: BisectReport) -> str:
     """Every commit tried, its samples and its verdict; then the answer."""
     lines = [
         f"# bisect of {found.recipe}: {found.metric}",
         "",
-        f"{found.good[:12]}..{found.bad[:12]}: {len(found.commits) - 1} commits, {found.builds} "
-        "built here, "
-        f"{found.benches} interleaved rounds",
+        f"{found.good[:12]}..{found.bad[:12]}: {len(found.commits) - 1} commits, "
+        f"{builds_made(found)}, {found.benches} interleaved rounds",
         "",
         "| # | commit | built | samples | median | verdict |",
         "|---|---|---|---|---|---|",
@@ -934,7 +1153,7 @@ def markdown(found: BisectReport) -> str:
         for s in found.steps
     }
     for index, commit in enumerate(found.commits):
-        if not (commit.built or commit.skipped):
+        if not tried(commit):
             continue
         built = (
             f"skipped: {commit.skipped}"

@@ -26,7 +26,7 @@ from kzbuild.build.artifacts import load_artifact
 from kzbuild.device.base import ByteSink, Transport
 from kzbuild.device.deploy import deploy
 from kzbuild.device.devicelock import device_lock
-from kzbuild.device.run import check_seconds, env_warnings, release_named
+from kzbuild.device.run import check_seconds, env_warnings, memory_measured, release_named
 from kzbuild.errors import ConfigError, DeviceError
 from kzbuild.measure.bench import bench, check_spec, device_model, new_run_id, probe, spec_env_names
 from kzbuild.measure.memory import check_recipe_formats
@@ -34,7 +34,7 @@ from kzbuild.measure.resultsdb import ResultsStore
 from kzbuild.measure.stats import fresh_seed, interleaved_order
 from kzbuild.model.bench import BenchPart, BenchSpec
 from kzbuild.model.device import Device
-from kzbuild.model.interleave import Arm, BlockStart, Cooling, InterleavedRun, Turn
+from kzbuild.model.interleave import Arm, BlockStart, Checked, Cooling, InterleavedRun, Turn
 from kzbuild.model.result import BenchRecord, VariantInfo
 
 log = logging.getLogger(__name__)
@@ -157,6 +157,7 @@ def run_interleaved(
     on_stderr: ByteSink | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    checked: Checked | None = None,
 ) -> InterleavedRun:
     """Bench every arm ``blocks`` times in interleaved, seeded random blocks; store every record as
     soon as its turn ends (with its variant); return the records per arm.
@@ -169,7 +170,9 @@ def run_interleaved(
     a caller that reports the order it chose (``kzbuild roll``) passes it with its seed.
 
     Holds the device lock (as ``bench``) from naming the releases to the last turn, so no deploy
-    can prune or switch them meanwhile; Busy when another kzbuild holds it."""
+    can prune or switch them meanwhile; Busy when another kzbuild holds it. The env warnings,
+    the recipes' log format checks and each release's kz-peakrss check happen once per run, or
+    once for all the runs that share ``checked``."""
     names = [arm.name for arm in arms]
     if len(names) < 2 or len(set(names)) != len(names):
         raise ConfigError(
@@ -184,14 +187,25 @@ def run_interleaved(
     # Held from naming the arms' releases to the last turn: a deploy meanwhile could prune one.
     with device_lock(transport, device.root, "bench") as lock:
         releases = {arm.name: release_named(transport, device, arm.release) for arm in arms}
+        checked = checked if checked is not None else Checked()
         for warning in dict.fromkeys(
             w
             for release in releases.values()
             for w in env_warnings(settings, release, spec_env_names(spec))
         ):
-            log.warning("%s", warning)
+            if warning not in checked.warned:
+                log.warning("%s", warning)
+                checked.warned.add(warning)
         for recipe in dict.fromkeys(r.manifest.get("recipe") for r in releases.values()):
-            check_recipe_formats(settings, recipe if isinstance(recipe, str) else None)
+            name = recipe if isinstance(recipe, str) else None
+            if name not in checked.recipes:
+                check_recipe_formats(settings, name)
+                checked.recipes.add(name)
+        for release in releases.values():
+            if release.dir not in checked.measured:
+                checked.measured[release.dir] = memory_measured(
+                    transport, device, release, spec.memory_limits
+                )
         model = device_model(transport, device, spec.model)
         seed = fresh_seed(seed)
         if order is None:
@@ -239,6 +253,7 @@ def run_interleaved(
                     first_seq=seq,
                     model=model,
                     variant=variant,
+                    measured=checked.measured[releases[name].dir],
                 )
                 lock.refresh()
                 turn = bench(

@@ -98,6 +98,7 @@ class BisectReport:
     range_hi: int | None = None
     pr: int | None = None
     notes: tuple[str, ...] = ()
+    built_ahead_unused: int = 0  # of the builds: made ahead for a comparison that never came
     # the effect's *_pct fields hold a shift in the metric's own unit (mean KLD), not a percentage
     absolute: bool = False
 

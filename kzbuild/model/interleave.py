@@ -6,7 +6,7 @@ Shared by ``kzbuild ab`` (what each patch buys) and ``kzbuild roll`` (the pin ag
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kzbuild.errors import ResultsError
@@ -56,6 +56,17 @@ class Turn:
     blocks: int
     position: int  # within the block
     variant: str
+
+
+@dataclass
+class Checked:
+    """What interleaved experiments on one device checked once, kept by a caller that runs several
+    (bisect's rounds): the warnings given, the recipes whose log formats were checked, and
+    whether each release's runs are measured under kz-peakrss (by its directory)."""
+
+    warned: set[str] = field(default_factory=set)
+    recipes: set[str | None] = field(default_factory=set)
+    measured: dict[str, bool] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

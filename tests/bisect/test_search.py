@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -19,6 +20,7 @@ from kzbuild.measure.bisect import BuiltCommit, Record, Search, compare
 from kzbuild.model.bisect import BisectLimits, BisectOutcome, PairVerdict
 
 SHAS = [f"{i:040x}" for i in range(64)]
+LIMITS = BisectLimits()
 IDENTITY = {"recipe": "tiny", "metric": "pp32 t/s"}
 
 
@@ -174,9 +176,13 @@ def test_a_pool_of_two_devices_narrows_in_fewer_steps_and_never_mixes_devices(tm
             assert pooled.commits[index].samples[device]
 
 
-def pooled(folder: Path, devices: Mapping[str, Synthetic], seed: int = 1) -> Search:
+def pooled(
+    folder: Path, devices: Mapping[str, Synthetic], seed: int = 1, *, ahead: bool = False
+) -> Search:
     first = next(iter(devices.values()))
-    return Search(Record.open(folder, IDENTITY, SHAS), first.build, devices, BisectLimits(), seed)
+    return Search(
+        Record.open(folder, IDENTITY, SHAS), first.build, devices, BisectLimits(), seed, ahead=ahead
+    )
 
 
 def test_a_pool_of_two_says_no_change_on_a_flat_range_at_least_19_times_in_20(tmp_path):
@@ -273,18 +279,177 @@ def test_a_pool_stops_the_comparison_another_devices_answer_made_moot(tmp_path):
     assert all(step.mid != 47 for step in search.steps)  # a stopped comparison decides nothing
 
 
-def test_a_pooled_bisect_cut_midway_resumes_with_no_sample_taken_again(tmp_path):
+class Paced(Synthetic):
+    """A unit whose rounds take ``round_s``; with ``after``, it begins its first round only once
+    that unit has finished its first."""
+
+    def __init__(self, step: int, *, seed: int, round_s: float, after: Paced | None = None) -> None:
+        super().__init__(step, seed=seed)
+        self.round_s, self.after = round_s, after
+        self.measured = threading.Event()
+
+    def __call__(
+        self, artifacts: Mapping[str, str], blocks: int, seed: int
+    ) -> Mapping[str, Sequence[float]]:
+        assert self.after is None or self.after.measured.wait(10)
+        time.sleep(self.round_s)
+        got = super().__call__(artifacts, blocks, seed)
+        self.measured.set()
+        return got
+
+
+def test_a_comparison_its_elders_samples_rule_out_stops_and_its_device_takes_the_likely_side(
+    tmp_path,
+):
+    # the change at 5: a's first comparison (31) shows after one round that 31 is already slow
+    # (the change at or below it) while it goes on telling 31 from 63; b began with 47 (the wider
+    # upper stretch, before a had a sample), which that rules out: b stops it after a round and
+    # takes 15, in the lower half, without waiting for a's answer
+    a = Paced(5, seed=71, round_s=0.3)
+    b = Paced(5, seed=72, round_s=0.05, after=a)
+    search = pooled(tmp_path, {"a": a, "b": b})
+    outcome, _, _, hi = search.run()
+    assert (outcome, hi) == (BisectOutcome.FOUND, 5)
+    assert f"{SHAS[47][:12]} on b: stopped, another device's samples so far put the change " in (
+        " ".join(search.notes)
+    )
+    assert len(search.commits[47].samples["b"]) == BisectLimits().samples_per_round
+    first = [tuple(SHAS.index(sha) for sha in round) for round in b.benched]
+    assert first[:2] == [(0, 47, 63), (0, 15, 63)], first  # its next includes the ends again
+    assert all(step.mid != 47 for step in search.steps)
+
+
+def test_a_device_with_no_commit_left_races_the_comparison_in_flight_and_the_first_answer_counts(
+    tmp_path,
+):
+    # one commit between the ends: a compares it, too noisy there to settle soon; b, once it has
+    # compared the ends, compares the same commit on its own and answers first
+    slow = Slow(1, noisy_at=1, seed=81)
+    fast = Waiting(1, other=slow, seed=82)
+    search = Search(
+        Record.open(tmp_path, IDENTITY, SHAS[:3]), slow.build, {"a": slow, "b": fast}, LIMITS, 1
+    )
+    outcome, _, lo, hi = search.run()
+    assert (outcome, lo, hi) == (BisectOutcome.FOUND, 0, 1)
+    assert [(step.mid, step.note) for step in search.steps] == [(1, "on b")]
+    assert f"{SHAS[1][:12]} on a: stopped, another device's answer came first" in search.notes
+    assert 0 < len(search.commits[1].samples["a"]) < LIMITS.max_samples
+
+
+@pytest.mark.parametrize("ahead", [False, True])
+def test_a_pooled_bisect_cut_midway_resumes_with_no_sample_taken_again(tmp_path, ahead):
     cut = {"a": Synthetic(37, seed=41), "b": Synthetic(37, seed=42, interrupt_at=2)}
     with pytest.raises(KeyboardInterrupt):
-        pooled(tmp_path, cut).run()
+        pooled(tmp_path, cut, ahead=ahead).run()
     before = json.loads(next(tmp_path.glob("*.json")).read_text())["commits"]
     resumed = {"a": Synthetic(37, seed=43), "b": Synthetic(37, seed=44)}
-    search = pooled(tmp_path, resumed)
+    search = pooled(tmp_path, resumed, ahead=ahead)
     assert search.run()[3] == 37
     for old, new in zip(before, search.commits, strict=True):
         for device, samples in old["samples"].items():
             assert new.samples[device][: len(samples)] == samples  # kept, only added to
     assert not set(resumed["a"].built) & set(cut["a"].built)  # nothing built twice
+
+
+class SlowBuilds(Synthetic):
+    """A unit whose rounds take ``round_s`` and whose builds take ``build_s``; each build is noted
+    with the thread that made it."""
+
+    def __init__(self, step: int, *, seed: int, round_s: float, build_s: float, **kw: Any) -> None:
+        super().__init__(step, seed=seed, **kw)
+        self.round_s, self.build_s = round_s, build_s
+        self.threads: list[tuple[int, str]] = []
+
+    def build(self, sha: str) -> BuiltCommit:
+        time.sleep(self.build_s)
+        self.threads.append((SHAS.index(sha), threading.current_thread().name))
+        return super().build(sha)
+
+    def __call__(
+        self, artifacts: Mapping[str, str], blocks: int, seed: int
+    ) -> Mapping[str, Sequence[float]]:
+        time.sleep(self.round_s)
+        return super().__call__(artifacts, blocks, seed)
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_builds_made_ahead_leave_no_device_waiting_for_one_after_its_first_comparison(
+    tmp_path, count
+):
+    # builds far shorter than a round: each commit a device takes after its first comparison was
+    # built while the devices measured, not when the device asked for it (one device's next
+    # commit is one of two; a pool's two answers may come at once, after a round, and the likely
+    # commits then are counted by chance: once in a while a pool builds one on demand)
+    units = {f"d{n}": SlowBuilds(37, seed=60 + n, round_s=0.5, build_s=0.05) for n in range(count)}
+    builder = units["d0"]
+    search = pooled(tmp_path, units, ahead=True)
+    assert search.run()[3] == 37
+    handed = [index for index, thread in builder.threads if thread != "kz-ahead"]
+    first = {1: [], 2: [31, 47]}[count]  # the pool's first two comparisons begin at once
+    assert handed[: 2 + len(first)] == [0, 63, *first], builder.threads
+    assert len(handed) <= 2 + len(first) + (count - 1), builder.threads
+    assert search.built_ahead == {
+        index for index, thread in builder.threads if thread == "kz-ahead"
+    }
+    measured = {i for i, c in enumerate(search.commits) if c.samples}
+    assert search.builds == len(builder.built) and search.unused_ahead == len(
+        search.built_ahead - measured
+    )
+
+
+def test_a_commit_that_fails_to_build_ahead_is_skipped_as_it_would_be_on_demand(tmp_path):
+    unit = SlowBuilds(37, seed=7, round_s=0.3, build_s=0.0, unbuildable=[31])
+    search = pooled(tmp_path, {"box": unit}, ahead=True)
+    outcome, _, _, hi = search.run()
+    assert (outcome, hi) == (BisectOutcome.FOUND, 37)
+    assert (31, "kz-ahead") in unit.threads and unit.built.count(SHAS[31]) == 1
+    assert search.commits[31].skipped == "cmake: error" and not search.commits[31].samples
+
+
+class CutMidBuild(Synthetic):
+    """Ctrl-C while a commit is built ahead: the device's round is interrupted, and the build,
+    whose compiler got the signal too, fails a moment later."""
+
+    def __init__(self, step: int, *, seed: int) -> None:
+        super().__init__(step, seed=seed)
+        self.building = threading.Event()
+
+    def build(self, sha: str) -> BuiltCommit:
+        if threading.current_thread().name != "kz-ahead":
+            return super().build(sha)
+        self.building.set()
+        time.sleep(0.3)
+        self.built.append(sha)
+        return BuiltCommit(failed="ninja: interrupted by user")
+
+    def __call__(
+        self, artifacts: Mapping[str, str], blocks: int, seed: int
+    ) -> Mapping[str, Sequence[float]]:
+        assert self.building.wait(10)
+        raise KeyboardInterrupt
+
+
+def test_an_ahead_build_cut_by_ctrl_c_is_not_recorded_as_a_failed_commit(tmp_path):
+    unit = CutMidBuild(37, seed=5)
+    with pytest.raises(KeyboardInterrupt):
+        pooled(tmp_path, {"box": unit}, ahead=True).run()
+    assert unit.built[-1] == SHAS[31]  # the build ahead was made, and failed
+    resumed = Synthetic(37, seed=5)
+    search = pooled(tmp_path, {"box": resumed})
+    assert not search.commits[31].skipped
+    assert search.run()[3] == 37 and SHAS[31] in resumed.built
+
+
+def test_an_ahead_build_cut_by_ctrl_c_while_another_device_ends_its_round_is_not_recorded(
+    tmp_path,
+):
+    # the other device takes longer to end its round than a failed ahead build waits for the stop
+    cut, busy = CutMidBuild(37, seed=6), Paced(37, seed=7, round_s=2.5)
+    with pytest.raises(KeyboardInterrupt):
+        pooled(tmp_path, {"a": cut, "b": busy}, ahead=True).run()
+    ahead = SHAS.index(cut.built[-1])
+    record = json.loads(next(tmp_path.glob("*.json")).read_text())["commits"]
+    assert ahead not in (0, 31, 47, 63) and not any(c["skipped"] for c in record)
 
 
 def test_compare_needs_the_minimum_effect_as_well_as_an_interval_off_zero():
