@@ -168,10 +168,13 @@ def bisect_command(
     remote = remotecache.load_config(settings, os.environ, disabled=no_remote_cache)
     with ExitStack() as opened:
         benchers = {}
+        here = []  # devices on this host: a build beside their measurements would slow them
         for found, transport in open_pool(
             settings, request.device, loaded.device, trust_new_host, opened
         ):
             plans.check_model(request.plan, transport, found)
+            if found.transport == "local":
+                here.append(found.name)
             benchers[found.name] = (
                 bisect.QualityBencher(
                     settings, transport, found, request.spec.model, request.quality, wait=wait
@@ -182,6 +185,8 @@ def bisect_command(
                 )
             )
         where = ", ".join(benchers)
+        if here:
+            say(f"builds are not made ahead: {', '.join(here)} runs on this host", err=True)
         with activity(f"bisecting {loaded.name} {good}..{bad} on {where}") as progress:
             build = bisect.CommitBuilder(
                 settings, loaded, request.target, environ=os.environ, remote=remote
@@ -206,6 +211,7 @@ def bisect_command(
                 limits=request.limits,
                 seed=request.seed,
                 progress=progress,
+                build_ahead=not here,
             )
     text = bisect.markdown(report)
     if report_path is not None:

@@ -1057,8 +1057,11 @@ def bisect(
     limits: BisectLimits = BisectLimits(),
     seed: int = 0,
     progress: Progress | None = None,
+    build_ahead: bool = True,
 ) -> BisectReport:
-    """Bisect good..bad of the recipe's upstream; resumes from the record of the same bisect."""
+    """Bisect good..bad of the recipe's upstream; resumes from the record of the same bisect.
+    ``build_ahead``: build the commits the next comparisons may need while the devices measure
+    (not when a device is this host, whose measurements the builds would slow)."""
     check_limits(limits)
     shas = commit_range(settings, recipe, good, bad, progress)
     folder = bisect_work(settings, recipe) / "records"
@@ -1082,7 +1085,7 @@ def bisect(
             on_event=progress or (lambda message: None),
             judge=judge_of(metric),
             anchored=metric.anchored,
-            ahead=True,
+            ahead=build_ahead,
         )
         found = search.run()
     label = metric.label(record.test or None)
