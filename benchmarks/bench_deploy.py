@@ -304,6 +304,8 @@ def measure_ssh(work: Path, releases: Releases, runs: int) -> list[Row]:
     server = SshServer(work, free_port(), keygen(work / "host_key"), keygen(work / "client_key"))
     server.start()
     relay = Relay(server.port)
+    # ssh and scp read this HOME's keys; the adb part after it must find the user's caches again
+    saved = {name: os.environ.get(name) for name in ("HOME", "SSH_AUTH_SOCK")}
     try:
         home = work / "home"
         (home / ".ssh").mkdir(parents=True)
@@ -330,6 +332,11 @@ def measure_ssh(work: Path, releases: Releases, runs: int) -> list[Row]:
     finally:
         relay.close()
         server.stop()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 # --- adb ---
