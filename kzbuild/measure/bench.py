@@ -403,8 +403,8 @@ def bench(
 
     ``release``: bench that release instead of the one ``current`` points at. ``part``: the run
     is a turn of an interleaved experiment (kzbuild.measure.interleave), whose run id, log folder,
-    record
-    positions, model hash and variant it takes (and warns about env names itself)."""
+    record positions, model, kz-peakrss verdict and variant it takes (and warns about env names
+    itself)."""
     check_spec(spec)
     release = release or current_release(transport, device)
     check_tool(transport, device, release, LLAMA_BENCH)
@@ -414,9 +414,7 @@ def bench(
         recipe = release.manifest.get("recipe")
         check_recipe_formats(settings, recipe if isinstance(recipe, str) else None)
     measured = (
-        part.measured
-        if part is not None and part.measured is not None
-        else memory_measured(transport, device, release, spec.memory_limits)
+        part.measured if part else memory_measured(transport, device, release, spec.memory_limits)
     )
     model = part.model if part else device_model(transport, device, spec.model)
     seed, points = plan(spec)

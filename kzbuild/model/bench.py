@@ -134,7 +134,7 @@ class BenchPart:
     first_seq: int  # records continue the run's positions
     model: DeviceModel  # resolved once for the experiment
     variant: VariantInfo
-    measured: bool | None = None  # under kz-peakrss, as the experiment checked once (None: check)
+    measured: bool  # run under kz-peakrss, as the experiment checked once for the release
 
 
 @dataclass(frozen=True)
