@@ -92,7 +92,7 @@ def store_check(device: Device, kind: str, transport: Transport, answered: str) 
             kind,
             False,
             f"{answered}, but it does not allow hard links under {device.root}: deploy and "
-            "models push need them",
+            "models push --split need them",
             NO_LINKS_HINT,
         )
     return DeviceCheck(device.name, kind, True, answered)

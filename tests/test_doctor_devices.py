@@ -103,7 +103,7 @@ def test_a_device_that_refuses_hard_links_is_not_ok_and_the_probe_leaves_nothing
     assert report["detail"].startswith(f"{spec} online (adb server on port ")
     assert report["detail"].endswith(
         "), but it does not allow hard links under /data/local/tmp/kz-engine: deploy and models "
-        "push need them"
+        "push --split need them"
     )
     assert report["hint"].startswith("Android's SELinux forbids adb shell to hard-link files")
     assert f"device {spec}" in err
