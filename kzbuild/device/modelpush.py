@@ -8,7 +8,8 @@ Layout added under the device root (see :mod:`kzbuild.device.store` for the rest
     incoming/.kzm-<key>/        one model on its way (<key>: its size and first piece): ``part``
                                 (the model so far), ``done`` (the lines of its checked pieces, in
                                 order), ``in`` (a direct push's file while adb writes it: ``part``
-                                is a second name of it), ``follower`` (the token of the command
+                                is a second name of it, or a copy once a cut push's ``in`` went),
+                                ``follower`` (the token of the command
                                 that checks a direct push) and pieces named by their sha256
 
 Pieces (:mod:`kzbuild.device.ggufcut`): every metadata entry and every tensor starts a piece,
@@ -20,7 +21,9 @@ part of it; before the file was read, none of :data:`SAMPLES` pieces spread over
 itself goes in one transfer (one ``adb push``, no copy staged on the host)
 to ``in``, and one device command, started with it, checks it as it grows: it links ``in`` as
 ``part`` as soon as it appears (adbd removes a file whose transfer was cut; the second name
-keeps what arrived), then checks each *block* (pieces in a row, :data:`BLOCK` bytes or more)
+keeps what arrived; where the link is refused, as Android refuses it to adb shell, the command
+holds ``in`` open and, once adbd removed it, copies what arrived out of it into ``part``), then
+checks each *block* (pieces in a row, :data:`BLOCK` bytes or more)
 once it has arrived, ``dd | sha256sum`` of its range (at the lowest priority: the transfer goes
 first, the checks catch up after it on a busy device), and appends its pieces to ``done``. The
 last block, at least 1/:data:`TAIL_SHARE` of the model, is hashed straight from the file once it
@@ -45,10 +48,12 @@ against the sha256 the host computed from the same read that gave the model's sh
 does not hash the whole file again: the concatenation of checked pieces is the file the host
 read.
 
-A cut push resumes: ``part`` stays (a direct push's under its second name), with the pieces
-that arrived whole after its checked ones: the next push checks those where they lie, cuts the
-part after the last that matches, and sends only the rest, in pieces. A direct push cut before
-the device linked its file (the first tenth of a second or so) starts over.
+A cut push resumes: ``part`` stays (a direct push's under its second name, or copied), with the
+pieces that arrived whole after its checked ones: the next push checks those where they lie, cuts
+the part after the last that matches, and sends only the rest, in pieces. A direct push cut
+before the device linked or opened its file (the first tenth of a second or so), or whose
+checker was killed with it (not a cable or an adb client: the checker ignores the SIGHUP adbd
+sends when its connection goes), starts over.
 
 Host cache: the sha256, pieces and blocks of a model file are kept in the cache dir by the file's
 device, inode, size, mtime and ctime (as git's index keeps a file's stat data), so pushing the
@@ -131,12 +136,15 @@ STALLED_POLLS = 1200  # 2 minutes at least without a new byte: the checker gives
 
 # $1 = ROOT, $2 = the work dir's name in incoming/. Keeps what a direct push's file holds as the
 # part (adb may not have removed it) and stops that push's checker; prints "size name" of every
-# stored model, "/", then each stored model's piece list after a "= SHA" line, "/", "size name"
-# of what the work dir holds, "/", and the pieces already checked into its part (its "done").
+# stored model and "0 name" of each split model's first-split link (a symlink), "/", then each
+# stored model's piece list after a "= SHA" line, "/", "size name" of what the work dir holds,
+# "/", and the pieces already checked into its part (its "done").
 PROLOGUE_SCRIPT = (
     'cd "$1" || exit 1; mkdir -p "models/.pieces" "incoming/$2" || exit 1; '
     "ls -ln models | while read -r p l u g s rest; do case $p in -*) ;; *) continue ;; esac; "
-    'n=${rest##* }; case $n in *.gguf) echo "$s $n" ;; esac; done; echo /; '
+    'n=${rest##* }; case $n in *.gguf) echo "$s $n" ;; esac; done; '
+    'for f in models/*-00001-of-*.gguf; do [ -L "$f" ] && [ -e "$f" ] && echo "0 ${f#models/}"; '
+    "done; echo /; "
     'for f in models/.pieces/*; do [ -f "$f" ] && [ -f "models/${f##*/}.gguf" ] || continue; '
     'echo "= ${f##*/}"; cat "$f"; done; echo /; '
     f'cd "incoming/$2" || exit 1; rm -f follower; if [ -e {ARRIVING} ]; then '
@@ -197,29 +205,35 @@ RESUME_SCRIPT = (
 # token. stdin: per block "b SHA SIZE N" (the last: "t ..."), then its N pieces' "SHA SIZE"
 # lines. Links the arriving file as part (so what arrived stays when adbd removes a file whose
 # push was cut), checks each block once the file holds it and appends its pieces to done. A device
-# that refuses the link (Android's SELinux for adb shell) has the arriving file read as it is: a
-# cut push there starts again. The last block is hashed from its start to the end of the file by
-# a job of its own, started as soon as the file is complete, beside the blocks still being
-# checked. Exits 3 ("bad SHA") for a block that does not match, 4 when the file stopped growing
-# short of a block, 5 when follower no longer holds the token (the host gave up on the push, or a
-# later push started). Waits without a process where the shell can (mksh's read -t on a FIFO it
-# holds).
+# that refuses the link (Android's SELinux for adb shell) has the arriving file held open on fd 4
+# and read as it is; once adbd removed it (a cut push: exit 4), what arrived is copied out of fd 4
+# into part on the way out, unless a new push is arriving. SIGHUP (adbd's word that the host's
+# connection went) is ignored, so that copy is made. The last block is hashed from its start to
+# the end of the file by a job of its own, started as soon as the file is complete, beside the
+# blocks still being checked. Exits 3 ("bad SHA") for a block that does not match, 4 when the
+# file stopped growing short of a block (or went), 5 when follower no longer holds the token (the
+# host gave up on the push, or a later push started). Waits without a process where the shell
+# can (mksh's read -t on a FIFO it holds).
 FOLLOW_SCRIPT = (
     _range_sum(LOWER) + 'cd "$1" || exit 1; total=$2 last_at=$3 tok=$4 job= src=part; '
     'echo "$tok" > follower || exit 1; rm -f part done tail.sum tick; '
     'if [ -n "$KSH_VERSION" ] && mkfifo tick && exec 3<>tick; then '
     'pause() { read -t "$1" -u3 x; }; else pause() { sleep "$1"; }; fi; '
     'held() { read -r t 2>/dev/null < follower && [ "$t" = "$tok" ]; }; '
-    f'size() {{ [ "$src" = {ARRIVING} ] || [ -e part ] || [ ! -e {ARRIVING} ] || '
+    f'size() {{ if [ "$src" = {ARRIVING} ]; then [ -e {ARRIVING} ] || exit 4; '
+    f"elif [ ! -e part ] && [ -e {ARRIVING} ]; then "
     f"ln {ARRIVING} part 2>link.err || {{ read -r e < link.err; "
-    f'case $e in *"Permission denied") src={ARRIVING} ;; esac; }}; '
+    f'case $e in *"Permission denied") src={ARRIVING}; exec 4< {ARRIVING} ;; esac; }}; fi; '
     'z=$(stat -c %s "$src" 2>/dev/null) || z=0; }; '
     'last() { [ -z "$job" ] && [ "$z" -ge "$total" ] || return 0; '
     '{ dd bs=1 skip="$last_at" count=0 2>/dev/null; sha256sum; } < "$src" > tail.sum & job=$!; }; '
     "upto() { was=-1 idle=0; while :; do held || exit 5; size; last; "
     '[ "$z" -ge "$1" ] && return 0; if [ "$z" = "$was" ]; then idle=$((idle + 1)); '
     f'[ "$idle" -lt {STALLED_POLLS} ] || exit 4; else idle=0 was=$z; fi; pause {POLL}; done; }}; '
-    'trap \'[ -n "$job" ] && kill "$job" 2>/dev/null\' EXIT; at=0; '
+    'trap \'\' HUP; trap \'[ -n "$job" ] && kill "$job" 2>/dev/null; '
+    f'[ "$src" != {ARRIVING} ] || [ -e {ARRIVING} ] || [ -e part ] || '
+    f"{{ cat <&4 > part.kz && [ ! -e {ARRIVING} ] && [ ! -e part ] && mv -f part.kz part; "
+    "rm -f part.kz; }' EXIT; at=0; "
     "while read -r op d s n; do "
     'if [ "$op" = t ]; then upto "$total"; wait "$job" || exit 1; '
     "read -r h rest < tail.sum || exit 1; "

@@ -7,8 +7,10 @@ an online connection are served by :mod:`tests.adbdevice.services`.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import signal
 import socket
 import threading
 from collections.abc import Callable, Mapping
@@ -155,10 +157,12 @@ class AdbTestDevice:
         *,
         mode: Mode = "device",
         props: Mapping[str, str] | None = None,
-        selinux: bool = False,
+        selinux: bool = True,
+        symlinks: bool = True,
     ) -> None:
-        """``selinux``: its shell may not hard-link, as Android's policy says for adb shell."""
-        self.fs = DeviceFs(base, props, selinux=selinux)
+        """``selinux``: its shell may not hard-link, as Android's policy says for adb shell;
+        ``symlinks=False``: nor make symlinks (as on a FUSE-backed /sdcard)."""
+        self.fs = DeviceFs(base, props, selinux=selinux, symlinks=symlinks)
         self.mode: Mode = mode
         self.faults = services.Faults()
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -226,6 +230,10 @@ class AdbTestDevice:
         self._listener.close()
         self.disconnect_all()
         self._accepting.join(timeout=5)
+        for child in self.fs.started:  # what outlived its hang-up (it ignores SIGHUP)
+            if child.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.pid, signal.SIGKILL)
 
     # --- internals ---
     def _accept(self) -> None:

@@ -63,25 +63,29 @@ class Faults:
 
 # --- shell ---
 def start_shell(fs: DeviceFs, command: bytes, *, merge_stderr: bool) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
+    child = subprocess.Popen(
         fs.shell_argv(command),
         cwd=fs.root,
         env=fs.shell_env(),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-        start_new_session=True,  # its own process group, so a hang-up kills the whole command
+        start_new_session=True,  # its own process group, which the device's stop ends
         preexec_fn=fs.shell_setup,
     )
+    fs.started[:] = [*(other for other in fs.started if other.poll() is None), child]
+    return child
 
 
 def hang_up(child: subprocess.Popen[bytes]) -> None:
-    """The host went away: end the command and everything it started."""
+    """The host went away: as adbd does (daemon/shell_service.cpp), SIGHUP to the shell alone, and
+    its pipes closed (a command that ignores SIGHUP goes on; its writes then fail)."""
     if child.poll() is None:
         try:
-            os.killpg(child.pid, signal.SIGKILL)
+            os.kill(child.pid, signal.SIGHUP)
         except ProcessLookupError:
             pass
+    close_quietly(child.stdin)
 
 
 def exit_status(returncode: int) -> int:
@@ -97,7 +101,7 @@ def pump(source: IO[bytes], fs: DeviceFs, send: Callable[[bytes], None]) -> None
         if rest := rewriter.flush():
             send(rest)
     except StreamClosed:
-        pass
+        close_quietly(source)  # as adbd closes its end: the command's next write fails
 
 
 def close_quietly(handle: IO[bytes] | None) -> None:

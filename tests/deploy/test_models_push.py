@@ -3,6 +3,7 @@ resend."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -127,9 +128,14 @@ def test_a_cut_push_resumes_from_the_pieces_that_arrived(tmp_path):
 
 
 def cut_part(root: Path) -> Path:
-    """What a cut direct push left of the model in its work dir (the checker's second name for
-    the arriving file, or the arriving file itself if the checker had not linked it yet)."""
+    """What a cut direct push left of the model in its work dir: the checker's second name for
+    the arriving file, or the copy it makes of that file once adbd removed it (where it may not
+    link it: Android), or the arriving file itself if the checker had not linked it yet."""
     work = next((root / "incoming").glob(".kzm-*"))
+    deadline = time.monotonic() + 10  # the checker copies as soon as it sees the file go
+    while not (work / "part").exists() and not (work / modelpush.ARRIVING).exists():
+        assert time.monotonic() < deadline, "the cut push left nothing"
+        time.sleep(0.02)
     return work / "part" if (work / "part").exists() else work / modelpush.ARRIVING
 
 
@@ -391,11 +397,14 @@ def adb_push_children() -> list[int]:
 
 
 def arrived(incoming: Path) -> int:
-    """The bytes in the part of the model on its way (0 before there is one)."""
-    try:
-        return max(part.stat().st_size for part in incoming.glob(".kzm-*/part"))
-    except (ValueError, OSError):
-        return 0
+    """The bytes of the model on its way: its part, or the arriving file where the device may not
+    link it as the part (Android), 0 before either is there."""
+    sizes = [0]
+    for work in incoming.glob(".kzm-*"):
+        for name in ("part", modelpush.ARRIVING):
+            with contextlib.suppress(OSError):
+                sizes.append((work / name).stat().st_size)
+    return max(sizes)
 
 
 def test_over_adb_a_push_whose_adb_is_killed_resumes(adb_device, tmp_path):
