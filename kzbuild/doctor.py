@@ -1,5 +1,5 @@
 """``kzbuild doctor``: is each target's toolchain here, and does the device answer (and allow
-the hard links deploy's store is built on)?
+the symlinks and executable files deploy's store is built on)?
 
 Versions are proven as a build proves them (kzbuild.build.toolchains); a device is reached the way
 deploy reaches it, except that an adb server is only asked when one is already running.
@@ -17,9 +17,9 @@ from kzbuild.adapters.settings import Settings
 from kzbuild.build.builder import detect_for, target
 from kzbuild.build.toolchains import Detector
 from kzbuild.device.adb import adb_server_port
-from kzbuild.device.base import NO_LINKS_HINT, Transport
+from kzbuild.device.base import Transport
 from kzbuild.device.registry import connect
-from kzbuild.device.store import hard_links_allowed
+from kzbuild.device.store import store_problem
 from kzbuild.errors import DeviceError
 from kzbuild.model.device import Device
 from kzbuild.model.doctor import DeviceCheck, DoctorReport, TargetCheck
@@ -85,15 +85,16 @@ def check_adb_device(
 
 
 def store_check(device: Device, kind: str, transport: Transport, answered: str) -> DeviceCheck:
-    """The device answered; not ok if it refuses the hard links its store is built on."""
-    if hard_links_allowed(transport, device.root) is False:
+    """The device answered; not ok if its root cannot hold kzbuild's store."""
+    if problem := store_problem(transport, device.root):
         return DeviceCheck(
             device.name,
             kind,
             False,
-            f"{answered}, but it does not allow hard links under {device.root}: deploy and "
-            "models push --split need them",
-            NO_LINKS_HINT,
+            f"{answered}, but {problem} ({device.root}): deploy needs symlinks and executable "
+            "files",
+            "give the device a root on a filesystem that has both, such as /data/local/tmp on "
+            "Android (not /sdcard)",
         )
     return DeviceCheck(device.name, kind, True, answered)
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from kzbuild.device.base import NO_SPACE, RemoteResult, device_full
 from kzbuild.device.local import LocalTransport
+from kzbuild.device.store import object_link
 from kzbuild.errors import DeviceError
 from kzbuild.model.artifact import parse_mode
 
@@ -122,7 +123,9 @@ def assert_store_invariant(root: Path) -> str | None:
         )
         for rel, entry in files.items():
             path = release / rel
-            assert stat.S_ISREG(path.lstat().st_mode), f"{path} is not a regular file"
+            # a symlink into the store (Android's adb shell may not hard-link), relative
+            assert os.readlink(path) == object_link(rel, entry["sha256"]), f"{path} is no link"
+            assert stat.S_ISREG(path.stat().st_mode), f"{path} leads to no regular file"
             assert sha256(path) == entry["sha256"], f"{path} does not match its manifest"
             if parse_mode(rel, entry.get("mode", 0o644)) & 0o111:
                 assert path.stat().st_mode & 0o111 == 0o111, f"{path} is not executable"

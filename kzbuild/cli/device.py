@@ -136,8 +136,10 @@ def status_command(
 ) -> None:
     """The space each release and model holds on a device, and what deploy --keep N would free.
 
-    A content that several releases share is one file (hard links): each release counts it in
-    what it holds, only one release counts it as its own, and the contents total counts it once.
+    A content that several releases share is one file (each release's manifest lists it, and the
+    release links it): each release counts it in what it holds, none counts it as its own (a
+    release's own contents are those no other release holds), and the contents total counts it
+    once.
     A model under several names is stored once; models pushed with --split share the splits they
     have in common (a model's own bytes are those no other model holds). Read only: no lock is
     taken.

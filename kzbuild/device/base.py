@@ -8,7 +8,6 @@ the tool unchanged.
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,13 +20,6 @@ PUSH_MODE_BITS = 0o777  # a pushed file keeps its permissions, never setuid, set
 NO_SPACE = "No space left on device"  # strerror(ENOSPC), as toybox and the transports report it
 FULL_HINT = (
     "free space on the device (deploy --keep N drops old releases); current was left as it was"
-)
-# how toybox's ln and tar report a hard link the device refuses (Android's SELinux for adb shell)
-LINK_DENIED = re.compile(r"\blink\b[^\n]*: Permission denied")
-NO_LINKS_HINT = (
-    "Android's SELinux forbids adb shell to hard-link files, and kzbuild's device store is built "
-    "on hard links: a known defect (docs/deploy.md, 'On Android: no hard links'); devices that "
-    "allow them (ssh to Linux, local:) work"
 )
 ENV_NAME_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
@@ -111,11 +103,6 @@ class TreePush(Protocol):
 def device_full(address: str, detail: str) -> DeviceError:
     """The error for a device whose filesystem is full; ``detail`` names the path or command."""
     return DeviceError(f"device {address} is full: {detail}", hint=FULL_HINT)
-
-
-def links_denied(address: str, detail: str) -> DeviceError:
-    """The error for a device that refused a hard link; ``detail`` names the command."""
-    return DeviceError(f"device {address} does not allow hard links: {detail}", hint=NO_LINKS_HINT)
 
 
 def lacks_space(transport: Transport, directory: str, needed: int) -> bool:

@@ -1,9 +1,9 @@
 """Deploy: content-addressed, incremental and atomic releases on a device.
 
 The device side (layout, verified resumable uploads, the one-rename switch) is in
-:mod:`kzbuild.device.store`. A release is a directory of hard links into the device's content
-store, so only contents the device lacks are sent, and ``current`` moves only after the whole
-release is there and verified.
+:mod:`kzbuild.device.store`. A release is a directory of symlinks into the device's content
+store (Android lets nothing ``adb shell`` starts make a hard link), so only contents the device
+lacks are sent, and ``current`` moves only after the whole release is there and verified.
 
 Every operation that changes a device root (deploy, rollback, prune; models push in
 :mod:`kzbuild.device.modelpush`) holds the
@@ -25,7 +25,7 @@ from itertools import chain
 from kzbuild.device.base import ByteSource, RemoteResult, Transport
 from kzbuild.device.chunkstore import (
     DIRECTORY,
-    HARDLINK,
+    SYMLINK,
     Carry,
     Member,
     constant,
@@ -39,10 +39,13 @@ from kzbuild.device.integrity import (
     check,
     kept_hash_step,
     manifest_files,
+    manifests_step,
     objects_check_step,
+    parse_manifests,
     release_expectations,
     release_files,
     relink,
+    unused_objects,
     update_markers,
 )
 from kzbuild.device.modelpush import WORK_PREFIX
@@ -52,6 +55,7 @@ from kzbuild.device.store import (
     COMMAND_TIMEOUT,
     PRUNE_SCRIPT,
     RELEASE_SCRIPT,
+    SHELL_FUNCTIONS,
     STORE_DIRS,
     VERIFY_TIMEOUT,
     Layout,
@@ -66,6 +70,7 @@ from kzbuild.device.store import (
     damaged_history_lines,
     history_step,
     inventory_step,
+    object_link,
     parse_history,
     parse_inventory,
     parse_state,
@@ -401,7 +406,7 @@ def _assemble(
     then: Step | None,
     unlock: bool,
 ) -> tuple[int, bool, RemoteResult | None]:
-    """Build a staging dir of hard links into the store, add the manifest, and rename it into place.
+    """Build a staging dir of symlinks into the store, add the manifest, and rename it into place.
 
     With ``check`` (a content check, :func:`~kzbuild.device.integrity.objects_check_step`) it runs
     first, and the switch ``then`` (and the lock's release, with ``unlock``) follows the release,
@@ -414,15 +419,16 @@ def _assemble(
     release's tar travels in that stream as a file, and the command's stdin is that stream.
 
     One command, which renews the lock first: a tar stream of the release's dirs, its manifest and
-    its hard links (which tar makes without a process per file); the contents that must be
+    its symlinks (which tar makes without a process per file); the contents that must be
     executable go as arguments (the shell tests their exec bit: chmod runs only for one that lacks
     it), or, more than EXEC_ARGS of them, are chmod-ed first in commands of their own. The staging
-    dir's name is unique: nothing is written through a hard link.
+    dir's name is unique, and the links are relative (:func:`~kzbuild.device.store.object_link`),
+    so the rename keeps them.
     """
     token = secrets.token_hex(4)
     staging = f"releases/.staging-{release}-{token}"
     manifest_bytes = artifact.manifest_path.read_bytes()
-    modes = _content_modes(artifact.files)  # toybox's tar gives a hard link's inode its mode
+    modes = _content_modes(artifact.files)
     executables = sorted(sha for sha, mode in modes.items() if mode & 0o111 and sha not in stored)
     if len(executables) > EXEC_ARGS:
         remote.batched(
@@ -438,9 +444,9 @@ def _assemble(
         tar_header(
             f"{staging}/{entry.path}",
             0,
-            kind=HARDLINK,
-            mode=modes[entry.sha256],
-            linkname=f"objects/{entry.sha256}",
+            kind=SYMLINK,
+            mode=0o777,
+            linkname=object_link(entry.path, entry.sha256),
         )
         for entry in artifact.files
     ]
@@ -538,6 +544,8 @@ CUT_PUSH_MINUTES = 24 * 60
 STALE_PUSHES = shlex.join(
     ("-maxdepth", "1", "-name", f"{WORK_PREFIX}*", "-type", "d", "-mmin", f"+{CUT_PUSH_MINUTES}")
 )
+# $1 = a dir; prints its names, one a line
+NAMES_SCRIPT = SHELL_FUNCTIONS + 'cd "$1" || exit 1; kz_ls *'
 # $1 = incoming/
 CUT_PUSHES_SCRIPT = f'cd "$1" 2>/dev/null || exit 0; find . {STALE_PUSHES} -exec rm -rf {{}} +'
 
@@ -555,13 +563,24 @@ def prune(remote: Remote, layout: Layout, keep: int) -> tuple[str, ...]:
     doomed = pruned_releases(state, by_recency(state, parse_history(history_result)), keep)
     for batch in list(batches(doomed)) or [[]]:  # stale staging dirs go even when no release does
         remote.script(PRUNE_SCRIPT, [layout.root, *batch], what="removing old releases")
-    unused = (
-        remote.lines(
-            ["find", layout.objects, "-type", "f", "-links", "1"], what="finding unused contents"
-        )
-        or []
+    steps = [manifests_step(layout), Step(NAMES_SCRIPT, (layout.objects,), "listing contents")]
+    manifests_result, objects_result = remote.checked(
+        steps, run_steps(remote.transport, steps, timeout=COMMAND_TIMEOUT)
     )
-    remote.batched(["rm", "-f"], unused, what="removing unused contents")
+    manifests = parse_manifests(manifests_result)
+    if unreadable := sorted(name for name, files in manifests.items() if files is None):
+        log.warning(
+            "%s: release %s has no readable manifest, so no content was removed (run kzbuild "
+            "device verify)",
+            remote.address,
+            ", ".join(unreadable),
+        )
+    unused = unused_objects(manifests, objects_result.text().splitlines())
+    remote.batched(
+        ["rm", "-f"],
+        [posixpath.join(layout.objects, name) for name in unused],
+        what="removing unused contents",
+    )
     steps = [
         Step(CHUNK_GC_SCRIPT, (layout.root,), "removing unused chunks"),
         Step(CUT_PUSHES_SCRIPT, (layout.incoming,), "removing model pushes cut a day ago or more"),

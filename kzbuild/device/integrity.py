@@ -4,7 +4,8 @@ manifest.json, and the damage markers ``kzbuild run`` and ``kzbuild bench`` hono
 All hashing runs on the device (``sha256sum``, batched to the argv budget), so a check costs one
 round trip per ~60 kB of paths however many files there are. Repairs never write into a
 damaged file: a verified content is renamed over ``objects/<sha>`` and every release holding it
-gets a new hard link, made under a temporary name and renamed over the old one.
+gets a new symlink to it, made under a temporary name and renamed over the old one (a release of
+an older kzbuild holds hard links: they are replaced by symlinks the same way).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from kzbuild.device.store import (
     Layout,
     Remote,
     device_sha256,
+    object_link,
     read_state,
     sections,
 )
@@ -43,9 +45,10 @@ MANIFESTS_SCRIPT = (
 LISTING_SCRIPT = (
     'ls -1 "$1" || exit 1; echo /; ls -1 "$2" 2>/dev/null; echo /; ls -1 "$3" 2>/dev/null; true'
 )
-# pairs of (object, release path): link under a temporary name, then rename over the path.
+# pairs of (symlink target, release path): a symlink under a temporary name, renamed over the
+# path.
 RELINK_SCRIPT = (
-    'while [ "$#" -gt 1 ]; do t="$2.kz-relink"; mkdir -p "$(dirname "$2")" && rm -f "$t" && ln '
+    'while [ "$#" -gt 1 ]; do t="$2.kz-relink"; mkdir -p "$(dirname "$2")" && rm -f "$t" && ln -s '
     '"$1" "$t" && mv -f "$t" "$2" || exit 1; '
     "shift 2; done"
 )
@@ -152,20 +155,41 @@ def manifest_files(text: str) -> tuple[ArtifactFile, ...] | None:
         return None
 
 
+# every release's files as its manifest.json lists them (None: no readable manifest)
+Manifests = Mapping[str, tuple[ArtifactFile, ...] | None]
+
+
 def release_files(remote: Remote, layout: Layout) -> dict[str, tuple[ArtifactFile, ...] | None]:
     """Every release's files as its manifest.json lists them (None: no readable manifest), in one
     round trip."""
-    text = remote.script(
-        MANIFESTS_SCRIPT, [layout.releases], what="reading the release manifests"
-    ).text()
+    step = manifests_step(layout)
+    return parse_manifests(remote.run(step.argv, what=step.what))
+
+
+def manifests_step(layout: Layout) -> Step:
+    return Step(MANIFESTS_SCRIPT, (layout.releases,), "reading the release manifests")
+
+
+def parse_manifests(result: RemoteResult) -> dict[str, tuple[ArtifactFile, ...] | None]:
     chunks: dict[str, list[str]] = {}
     lines: list[str] = []
-    for line in text.split("\n"):
+    for line in result.text().split("\n"):
         if line.startswith(RELEASE_MARK):
             lines = chunks.setdefault(line.removeprefix(RELEASE_MARK), [])
         else:
             lines.append(line)
     return {name: manifest_files("\n".join(body)) for name, body in chunks.items()}
+
+
+def unused_objects(manifests: Manifests, objects: Iterable[str]) -> list[str]:
+    """The names among ``objects`` (objects/) that no release's manifest lists. A release links
+    its contents by symlink, which counts nothing on the object, so its manifest is what says
+    what it holds; while a release has no readable manifest, what it holds is not known and none
+    is unused (``kzbuild device verify`` names that release)."""
+    if any(files is None for files in manifests.values()):
+        return []
+    used = {entry.sha256 for files in manifests.values() if files for entry in files}
+    return [name for name in objects if name not in used]
 
 
 def release_expectations(release: str, files: Iterable[ArtifactFile]) -> list[Expected]:
@@ -206,7 +230,7 @@ def relink(
     for release, files in sorted(files_by_release.items()):
         for entry in files:
             path = f"releases/{release}/{entry.path}"
-            pairs += [layout.join("objects", entry.sha256), layout.join(path)]
+            pairs += [object_link(entry.path, entry.sha256), layout.join(path)]
             relinked.append(path)
     remote.batched(
         ["sh", "-c", RELINK_SCRIPT, "kz-relink"], pairs, group=2, what="relinking repaired contents"

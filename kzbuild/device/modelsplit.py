@@ -6,7 +6,7 @@ Layout added under ``ROOT/models`` (see :mod:`kzbuild.device.modelpush` for the 
     <split-sha256>.gguf                 each split, named by its content (verify checks it)
     .pieces/<split-sha256>              its pieces: a later push copies shared tensors out of it
     .splits/<sha256>                    the model's splits in order, one "sha256 size" line each
-    <sha256>-0000i-of-0000N.gguf        hard links to the splits: what llama.cpp opens
+    <sha256>-0000i-of-0000N.gguf        symlinks to the splits: what llama.cpp opens
     <sha256>.gguf -> <sha256>-00001-of-0000N.gguf, and <name> -> <sha256>.gguf as for any model
 
 The model's pieces that hold data of a split the device lacks travel as models push sends any
@@ -17,7 +17,7 @@ splits) cuts from the part each split the device lacks (from the last to the fir
 part behind it, so the work dir holds at most the part plus one split): the split's header, sent
 from the host in one tar, and the split's tensor data, its range of the part; the splits are
 checked against the sha256s the host computed before they are stored. A split the device holds
-already is linked, not written again. The first split's hard link is made last: the model is stored
+already is linked, not written again. The first split's link is made last: the model is stored
 when it exists. Each split the device lacks costs two processes there (``truncate``, ``tail -c``),
 the rest a few in all.
 """
@@ -199,14 +199,13 @@ class SplitModel:
         names = self.names
         links = io.BytesIO()
         with tarfile.open(fileobj=links, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-            entries = [(f"{self.sha256}.gguf", names[0], tarfile.SYMTYPE)]
+            entries = [(f"{self.sha256}.gguf", names[0])]
             entries += [
-                (name, f"{sha}.gguf", tarfile.LNKTYPE)
-                for name, (sha, _) in zip(names, self.digests, strict=True)
+                (name, f"{sha}.gguf") for name, (sha, _) in zip(names, self.digests, strict=True)
             ][1:]
-            entries.append((names[0], f"{self.digests[0][0]}.gguf", tarfile.LNKTYPE))
-            for name, target, kind in entries:
-                _add(tar, name, b"", now, kind=kind, target=target)
+            entries.append((names[0], f"{self.digests[0][0]}.gguf"))
+            for name, target in entries:
+                _add(tar, name, b"", now, kind=tarfile.SYMTYPE, target=target)
         lines = [
             f"{self.digests[i][0]} {_in_part(part, self.splits[i].offset + self.splits[i].size)} "
             f"{self.splits[i].size}\n"

@@ -161,9 +161,21 @@ def invocation(
         )
     return Invocation(
         argv=(*device.runner_prefix, f"{release.dir}/bin/{tool}", *args),
-        env={**device_env(device, release.dir), **env},
+        env=with_release_libs({**device_env(device, release.dir), **env}, release.dir),
         cwd=device.root,
     )
+
+
+def with_release_libs(env: Mapping[str, str], release_dir: str) -> dict[str, str]:
+    """``env`` with the release's lib/ on LD_LIBRARY_PATH, first unless it is there already. A
+    release's files are symlinks into the device's store, and the loader takes ``$ORIGIN`` (the
+    builds' rpath ``$ORIGIN/../lib``) from a program's real path, in the store: only
+    LD_LIBRARY_PATH leads it to the release's libraries, whatever a device's own env says."""
+    lib = f"{release_dir}/lib"
+    paths = [path for path in env.get("LD_LIBRARY_PATH", "").split(":") if path]
+    if lib in paths:
+        return dict(env)
+    return {**env, "LD_LIBRARY_PATH": ":".join([lib, *paths])}
 
 
 # kzbuild's own tool that runs another and prints its process's peak resident memory

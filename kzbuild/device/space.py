@@ -1,15 +1,16 @@
 """``kzbuild device status``: the space each release and model holds on a device, and what
 ``--keep N`` would free; one read-only round trip.
 
-A release is a dir of hard links into ``objects/``, so a content that several releases share is
-one inode: each release's ``holds`` counts it, its ``own`` only when no other release links it,
-and ``contents`` (objects/) counts every inode once. ``chunks/`` holds the chunks of chunked
+A release is a dir of symlinks into ``objects/`` (a release of an older kzbuild: hard links) and
+its manifest.json says which: a content that several releases share is one file, each release's
+``holds`` counts it, its ``own`` only when no other release holds it, and ``contents`` (objects/)
+counts every file once. ``chunks/`` holds the chunks of chunked
 contents again, beside them, to send deltas. A model under several names is stored once; a model
 kept as splits (``models push --split``) holds each split as one file that other models may hold
 too: each model's ``size`` counts its files, its ``own`` only those no other model holds, and
 ``model_files`` every file once. What ``--keep N`` frees is what
 :func:`~kzbuild.device.deploy.prune` removes: the releases it drops, the contents only they (or
-nothing) link, the chunks only those contents use, and cut model pushes nothing touched for a
+nothing) hold, the chunks only those contents use, and cut model pushes nothing touched for a
 day; models are never pruned.
 """
 
@@ -20,6 +21,8 @@ import re
 from collections import defaultdict
 
 from kzbuild.device.deploy import STALE_PUSHES
+from kzbuild.device.integrity import Manifests, manifests_step, parse_manifests, unused_objects
+from kzbuild.device.modelsplit import SPLIT_LINK_RE
 from kzbuild.device.steps import Step, run_steps
 from kzbuild.device.store import (
     COMMAND_TIMEOUT,
@@ -58,9 +61,10 @@ def space(remote: Remote, layout: Layout) -> SpaceReport:
     steps = [
         state_step(layout),
         history_step(layout),
+        manifests_step(layout),
         Step(SPACE_SCRIPT, (layout.root,), "listing the store's files"),
     ]
-    state_result, history_result, files_result = remote.checked(
+    state_result, history_result, manifests_result, files_result = remote.checked(
         steps, run_steps(remote.transport, steps, timeout=COMMAND_TIMEOUT)
     )
     files, models, lists, manifests, stale = sections(
@@ -71,6 +75,7 @@ def space(remote: Remote, layout: Layout) -> SpaceReport:
         layout.root,
         parse_state(state_result),
         parse_history(history_result),
+        parse_manifests(manifests_result),
         files,
         models,
         lists,
@@ -84,6 +89,7 @@ def report(
     root: str,
     state: StoreState,
     history: list[HistoryEntry],
+    releases_files: Manifests,
     files: list[str],
     models: list[str],
     lists: list[str],
@@ -115,6 +121,10 @@ def report(
                 given_up[inode] = int(size)
             continue
         sizes[inode] = int(size)
+    for release, listed in releases_files.items():
+        linked[release] |= {
+            objects[entry.sha256] for entry in listed or () if entry.sha256 in objects
+        }
     recency = by_recency(state, history)
     holders: dict[str, set[str]] = defaultdict(set)  # inode -> releases
     for release in recency:
@@ -138,6 +148,7 @@ def report(
             keep,
             state,
             recency,
+            releases_files,
             linked,
             holders,
             sizes,
@@ -166,6 +177,7 @@ def _keeping(
     keep: int,
     state: StoreState,
     recency: list[str],
+    releases_files: Manifests,
     linked: dict[str, set[str]],
     holders: dict[str, set[str]],
     sizes: dict[str, int],
@@ -177,10 +189,12 @@ def _keeping(
     doomed = pruned_releases(state, recency, keep)
     kept = set(recency) - set(doomed)
     alive = {inode for inode, names in holders.items() if names & kept}
-    # the doomed releases' own files (a manifest) and every content no kept release links
-    gone = {inode for name in doomed for inode in linked[name]} - alive
-    gone |= {inode for inode in objects.values() if inode not in alive}
-    needed = {chunk for sha, inode in objects.items() if inode in alive for chunk in uses[sha]}
+    # the doomed releases' own files (a manifest) and every content no kept release's manifest
+    # lists (as prune decides)
+    unused = unused_objects({name: releases_files.get(name) for name in kept}, objects)
+    gone = {objects[sha] for sha in unused}
+    gone |= {inode for name in doomed for inode in linked[name]} - alive - set(objects.values())
+    needed = {chunk for sha in objects.keys() - set(unused) for chunk in uses[sha]}
     freed_chunks = sum(size for name, size in chunks.items() if name not in needed)
     freed = sum(sizes[inode] for inode in gone) + freed_chunks + given_up
     return KeepSpace(keep, tuple(doomed), freed)
@@ -202,7 +216,7 @@ def _models(lines: list[str], manifests: list[str]) -> tuple[tuple[ModelSpace, .
                     files[name.removesuffix(".gguf")] = (inode, int(size))
         elif kind == "l":
             target, _, name = rest.partition(" ")
-            if not STORED_RE.match(name):
+            if not (STORED_RE.match(name) or SPLIT_LINK_RE.match(name)):  # the store's own
                 names[posixpath.basename(target).removesuffix(".gguf")].append(name)
     held: dict[str, list[str]] = defaultdict(list)  # model -> its files' inodes
     for line in manifests:

@@ -8,7 +8,8 @@ Layout under the device root (ROOT)::
     chunks/, chunklists/          the chunks deploy builds objects from (kzbuild.device.chunkstore)
     signatures/                   what deltas against an object's chunks are cut from (the same)
     incoming/<name>               uploads in progress: a cut upload resumes from what arrived
-    releases/<release>/           one per build: hard links into objects/, plus manifest.json
+    releases/<release>/           one per build: symlinks into objects/, plus manifest.json (which
+                                  says what the release holds: prune and status count from it)
     releases/.staging-<release>-<random>/  a release being assembled; renamed into place once
     complete
     damaged/<release>             marker: that release failed verification (run and bench refuse it)
@@ -20,14 +21,15 @@ Layout under the device root (ROOT)::
                                   release keeps (kzbuild.device.integrity.KeptCheck)
     .lock/owner                   the one writer's lock (kzbuild.device.devicelock)
 
-Nothing is ever written through a hard link: every write goes to a fresh name (incoming/,
-a staging dir, .switch/) and is renamed into place, so a content in objects/ and the releases
-linking it change only by a rename that replaces a whole file.
+Nothing is ever written through a link: every write goes to a fresh name (incoming/, a staging
+dir, .switch/) and is renamed into place, so a content in objects/ and the releases linking it
+change only by a rename that replaces a whole file.
 
 Only commands Android's toybox has are used (sh, mkdir -p, ls -1 -ln, readlink, cat, stat -c, tar
--x, xargs,
-sha256sum, chmod, ln, mv -f, rm, find -links, dirname, head -n -c, tail -c, cut, sort, comm, grep
--F, sed -n). ``mv -T`` is
+-x, xargs, sha256sum, chmod, ln -s, mv -f, rm, find, dirname, head -n -c, tail -c, cut, sort,
+comm, grep -F, sed -n), and the store needs no hard link: Android's SELinux policy forbids every
+process ``adb shell`` starts to hard-link a file (AOSP system/sepolicy, public/shell.te; models
+push tries one, and does without). ``mv -T`` is
 avoided (older toybox lacks it):
 a new symlink is made in ``.switch/`` and moved *into* its directory, which is one rename(2)
 that replaces the old symlink (mv does not follow a symlink it replaces).
@@ -50,12 +52,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from kzbuild.device.base import (
-    LINK_DENIED,
     NO_SPACE,
     RemoteResult,
     Transport,
     device_full,
-    links_denied,
 )
 from kzbuild.device.steps import Step
 from kzbuild.errors import DeviceError
@@ -134,7 +134,7 @@ INVENTORY_SCRIPT = SHELL_FUNCTIONS + (
 )
 # $1 = ROOT, $2 = the staging dir, $3 = the release dir, which must not exist (both relative to
 # ROOT), then the contents (names in objects/) that must be executable; stdin: a tar of the
-# staging dir: its dirs, its hard links into objects/ and, last, its manifest.json (no manifest:
+# staging dir: its dirs, its symlinks into objects/ and, last, its manifest.json (no manifest:
 # the stream was cut, so no release). A content stored before without an exec bit gains it (the
 # shell tests each; chmod runs only for those that lack it).
 RELEASE_SCRIPT = (
@@ -279,8 +279,6 @@ class Remote:
         )
         if NO_SPACE in stderr:
             return device_full(self.address, detail)
-        if LINK_DENIED.search(stderr):
-            return links_denied(self.address, detail)
         return DeviceError(f"{self.address}: {detail}")
 
     def checked(self, steps: Sequence[Step], results: Sequence[RemoteResult]) -> list[RemoteResult]:
@@ -340,6 +338,12 @@ def batches(args: Sequence[str], group: int = 1) -> Iterator[list[str]]:
         size += cost
     if batch:
         yield batch
+
+
+def object_link(path: str, sha256: str) -> str:
+    """What ``releases/<release>/<path>`` points at: ``objects/<sha256>``, relative, so that a
+    release keeps its links when it is renamed from its staging dir or the root moves."""
+    return "../" * (path.count("/") + 2) + f"objects/{sha256}"
 
 
 # --- releases and their history ---
@@ -561,17 +565,22 @@ def parse_sha256sum(lines: Iterable[str]) -> dict[str, str]:
     return found
 
 
-# $1 = the device root. Exits 0 when a file there (before the first deploy: in its parent) can be
-# hard-linked, 1 when the device refuses (Android's SELinux forbids adb shell to), 2 when no file
-# can be made there. Leaves nothing behind.
-LINK_PROBE_SCRIPT = (
-    'd=$1; [ -d "$d" ] || d=${d%/*}; t="$d/.kz-link-probe.$$"; : > "$t" || exit 2; '
-    'ln "$t" "$t.2" 2>/dev/null; s=$?; rm -f "$t" "$t.2"; [ "$s" = 0 ] || exit 1'
+# $1 = the device root. Makes a file there (before the first deploy: in its parent), a symlink to
+# it and its exec bit, and removes both: exit 0 when all worked, 1 when the symlink was refused, 3
+# when the file cannot be executable (a noexec mount), 2 when no file can be made there.
+STORE_PROBE_SCRIPT = (
+    'd=$1; [ -d "$d" ] || d=${d%/*}; t="$d/.kz-probe.$$"; : > "$t" || exit 2; s=0; '
+    'ln -s "${t##*/}" "$t.l" 2>/dev/null || s=1; '
+    '[ "$s" = 1 ] || { chmod 755 "$t" && [ -x "$t" ]; } || s=3; rm -f "$t" "$t.l"; exit "$s"'
 )
+STORE_PROBLEMS = {
+    1: "it does not allow symlinks there",
+    3: "files there cannot be executable (a noexec mount)",
+}
 
 
-def hard_links_allowed(transport: Transport, root: str) -> bool | None:
-    """Whether the device lets kzbuild's store hard-link files under ``root`` (None: nothing can
-    be written there to tell)."""
-    result = transport.run(["sh", "-c", LINK_PROBE_SCRIPT, "kz-link-probe", root])
-    return {0: True, 1: False}.get(result.returncode)
+def store_problem(transport: Transport, root: str) -> str | None:
+    """Why kzbuild's store cannot work under ``root`` on the device (a release is symlinks into
+    objects/ that must run), or None: it can, or nothing can be written there to tell."""
+    result = transport.run(["sh", "-c", STORE_PROBE_SCRIPT, "kz-store-probe", root])
+    return STORE_PROBLEMS.get(result.returncode)

@@ -33,6 +33,7 @@ from kzbuild.device.run import (
     run_logged,
     under_peakrss,
 )
+from kzbuild.device.store import SHELL_FUNCTIONS
 from kzbuild.errors import BadRecord, ConfigError, DeviceError
 from kzbuild.measure.memory import check_recipe_formats, memory_of
 from kzbuild.measure.resultsdb import ResultsStore
@@ -78,8 +79,7 @@ MAX_FIELD_TEXT = 4096  # characters of one text field of a llama-bench test (cpu
 # C ints in llama-bench's JSON, and their least value (n_gpu_layers -1: all layers)
 COUNT_FIELDS = {"n_threads": 0, "n_batch": 0, "n_ubatch": 0, "n_gpu_layers": -1}
 SHA256SUM_RE = re.compile(r"([0-9a-f]{64})\s")  # "<sha256>  <path>"
-# kzbuild models push: models/<sha256>.gguf, or its first split (models push --split)
-STORED_MODEL_RE = re.compile(r"^([0-9a-f]{64})(?:-00001-of-[0-9]{5})?\.gguf$")
+STORED_MODEL_RE = re.compile(r"^([0-9a-f]{64})\.gguf$")  # kzbuild models push: models/<sha256>.gguf
 
 # One line per fact, "key<TAB>value". $1 is the sysfs root (tests point it at a tree they build).
 PROBE_SCRIPT = r"""
@@ -349,24 +349,26 @@ def parse_llama_bench_test(data: object, *, where: str) -> LlamaBenchTest:
     )
 
 
-# The device root's physical path, then the model's: one round trip tells whether the model is
-# one kzbuild models push stored (named by its sha256) and, for splits, which file tools open.
-RESOLVE_SCRIPT = 'pwd -P && readlink -f "$1"'
+# The device root's physical path, then each path the model's symlinks lead through, with its dir
+# resolved (the dir may be a link, as models/ can be), up to the file: one round trip tells
+# whether the model is one kzbuild models push stored (named by its sha256) and, for a split model,
+# which name tools open (its first split's link: llama.cpp finds the other splits by that name).
+RESOLVE_SCRIPT = SHELL_FUNCTIONS + (
+    'pwd -P || exit 1; f=$1 i=0; while [ "$i" -lt 40 ]; do '
+    'case $f in */*) d=${f%/*} ;; *) d=. ;; esac; p=$(cd "$d" && pwd -P) || exit 1; '
+    'kz_put "$p/${f##*/}"; [ -L "$f" ] || exit 0; t=$(readlink "$f") || exit 1; '
+    "case $t in /*) f=$t ;; *) f=$d/$t ;; esac; i=$((i + 1)); done; exit 1"
+)
 
 
 def device_model(transport: Transport, device: Device, model: str) -> DeviceModel:
     """``model`` (relative to the device root) resolved: a model that resolves into
-    ROOT/models/<sha256>.gguf (or its first split) is named by the sha256 kzbuild models push
-    verified, in one round trip; any other is hashed on the device and given to tools as is."""
+    ROOT/models/<sha256>.gguf (or, through its first split's link, into a split) is named by the
+    sha256 kzbuild models push verified, in one round trip; any other is hashed on the device
+    and given to tools as is."""
     resolved = transport.run(["sh", "-c", RESOLVE_SCRIPT, "kz-model", model], cwd=device.root)
-    if resolved.ok:
-        # A newline in either path makes the parent check fail: the model is then hashed.
-        root, _, target = resolved.text().rstrip("\n").partition("\n")
-        path = PurePosixPath(target)
-        stored = STORED_MODEL_RE.match(path.name)
-        if stored and str(path.parent) == f"{root}/models":
-            split = FIRST_SPLIT_RE.match(path.name)
-            return DeviceModel(sha256=stored[1], tool_path=target if split else model)
+    if resolved.ok and (stored := stored_model(resolved.text(), model)) is not None:
+        return stored
     result = transport.run(["sha256sum", model], cwd=device.root)
     if not result.ok:
         raise ConfigError(
@@ -380,6 +382,22 @@ def device_model(transport: Transport, device: Device, model: str) -> DeviceMode
             hint="check the device's sha256sum (toybox or busybox)",
         )
     return DeviceModel(sha256=digest[1], tool_path=model)
+
+
+def stored_model(resolved: str, model: str) -> DeviceModel | None:
+    """The stored model :data:`RESOLVE_SCRIPT`'s answer (the root, then the model's paths) leads
+    to, or None: a split model's first-split link (the last such on the way, as an older kzbuild's
+    link is the file itself), else a file models/<sha256>.gguf. A newline in a path makes the
+    check fail: the model is then hashed."""
+    root, *hops = resolved.rstrip("\n").split("\n")
+    paths = [PurePosixPath(hop) for hop in hops]
+    in_store = [path for path in paths if str(path.parent) == f"{root}/models"]
+    for path in reversed(in_store):
+        if FIRST_SPLIT_RE.match(path.name):
+            return DeviceModel(sha256=path.name[:64], tool_path=str(path))
+    if paths and paths[-1] in in_store and (whole := STORED_MODEL_RE.match(paths[-1].name)):
+        return DeviceModel(sha256=whole[1], tool_path=model)
+    return None
 
 
 def new_run_id(now: datetime) -> str:

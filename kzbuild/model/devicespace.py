@@ -10,7 +10,7 @@ class ReleaseSpace:
     name: str
     current: bool
     holds: int  # bytes of the distinct contents its files link (shared ones included)
-    own: int  # bytes of the contents no other release links
+    own: int  # bytes of the contents no other release holds
 
 
 @dataclass(frozen=True)

@@ -42,18 +42,27 @@ def adb_env(adb_server: PrivateAdbServer, monkeypatch: pytest.MonkeyPatch) -> Pr
 def make_adb_device(
     adb_env: PrivateAdbServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[MakeDevice]:
-    """``make_adb_device(mode="device"|"unauthorized"|"offline", props=None, selinux=False)`` ->
-    AdbTestDevice (``selinux``: its shell may not hard-link, as on Android).
+    """``make_adb_device(mode="device"|"unauthorized"|"offline", props=None, selinux=True,
+    symlinks=True)`` -> AdbTestDevice (``selinux``: its shell may not hard-link, as on Android;
+    ``symlinks=False``: nor make symlinks).
 
     With ``adb_env`` in force. Devices are disconnected from the server and stopped afterwards.
     """
     made: list[AdbTestDevice] = []
 
     def make(
-        mode: Mode = "device", props: Mapping[str, str] | None = None, *, selinux: bool = False
+        mode: Mode = "device",
+        props: Mapping[str, str] | None = None,
+        *,
+        selinux: bool = True,
+        symlinks: bool = True,
     ) -> AdbTestDevice:
         device = AdbTestDevice(
-            tmp_path_factory.mktemp("adbdevice"), mode=mode, props=props, selinux=selinux
+            tmp_path_factory.mktemp("adbdevice"),
+            mode=mode,
+            props=props,
+            selinux=selinux,
+            symlinks=symlinks,
         )
         made.append(device)
         return device

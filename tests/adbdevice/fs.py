@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 
-from tests.adbdevice.selinux import no_hard_links
+from tests.adbdevice.selinux import denying
 from tests.adbdevice.toybox import android_toybox
 
 DEVICE_TMP = "/data/local/tmp"
@@ -92,7 +92,12 @@ class DeviceFs:
     """The device's filesystem (``base/fs``), shell userland (``base/bin``) and properties."""
 
     def __init__(
-        self, base: Path, props: Mapping[str, str] | None = None, *, selinux: bool = False
+        self,
+        base: Path,
+        props: Mapping[str, str] | None = None,
+        *,
+        selinux: bool = True,
+        symlinks: bool = True,
     ) -> None:
         base = base.resolve()
         if not SAFE_HOST_PATH.match(str(base)):
@@ -114,8 +119,10 @@ class DeviceFs:
         getprop.chmod(0o755)
         self._host_tmp = str(self.root) + DEVICE_TMP
         # Android's rule for adb shell: no hard links (tests.adbdevice.selinux)
-        self.shell_setup = no_hard_links() if selinux else None
+        denied = ("link",) * selinux + ("symlink",) * (not symlinks)
+        self.shell_setup = denying(*denied) if denied else None
         self._to_host = re.compile(re.escape(DEVICE_TMP.encode()) + PATH_CONTINUES)
+        self.started: list[subprocess.Popen[bytes]] = []  # shell commands that may still run
 
     def write_props(self) -> None:
         self.props_file.write_text(

@@ -6,6 +6,9 @@ holds every certified device to it (``ln a b`` there says "Permission denied"). 
 such rule, so the test device puts it on its shell with a seccomp filter that makes ``link``
 and ``linkat`` fail with EACCES, as SELinux does; the filter passes to everything the shell
 starts. adbd's own writes (push) are not the shell's and stay allowed.
+
+A device can also refuse symlinks (as a FUSE-backed /sdcard does), for the checks that must
+notice such a device root.
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ BPF_LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS: load a word of struct seccomp_d
 BPF_JEQ_K = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
 BPF_RET_K = 0x06  # BPF_RET | BPF_K
 ARCH_OFFSET, NR_OFFSET = 4, 0  # in struct seccomp_data
-# the audit arch, and the numbers of link(2) and linkat(2) (aarch64 has only linkat)
-LINK_CALLS = {
-    "x86_64": (0xC000003E, (86, 265)),
-    "aarch64": (0xC00000B7, (37,)),
+# the audit arch, and the numbers of the calls a rule denies (aarch64 has only the *at calls)
+CALLS = {
+    "x86_64": (0xC000003E, {"link": (86, 265), "symlink": (88, 266)}),
+    "aarch64": (0xC00000B7, {"link": (37,), "symlink": (36,)}),
 }
 
 
@@ -37,15 +40,17 @@ class SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
 
 
-def no_hard_links() -> Callable[[], None]:
-    """A ``preexec_fn`` that forbids hard links to the child and all it starts. Everything is
-    prepared here, before the fork: in the child it only makes two system calls."""
+def denying(*kinds: str) -> Callable[[], None]:
+    """A ``preexec_fn`` that makes the calls of ``kinds`` ("link": hard links, "symlink") fail
+    with EACCES for the child and all it starts. Everything is prepared here, before the fork: in
+    the child it only makes two system calls."""
     machine = platform.machine()
-    if machine not in LINK_CALLS:
+    if machine not in CALLS:
         raise RuntimeError(f"the test device's SELinux rule has no seccomp filter for {machine}")
-    arch, numbers = LINK_CALLS[machine]
+    arch, by_kind = CALLS[machine]
+    numbers = [number for kind in kinds for number in by_kind[kind]]
     deny = SECCOMP_RET_ERRNO | errno.EACCES
-    # arch check; load the call's number; one jump per link call to the last-but-one (deny)
+    # arch check; load the call's number; one jump per denied call to the last-but-one (deny)
     program = [(BPF_LD_W_ABS, 0, 0, ARCH_OFFSET), (BPF_JEQ_K, 1, 0, arch)]
     program.append((BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW))  # another arch: not ours to judge
     program.append((BPF_LD_W_ABS, 0, 0, NR_OFFSET))

@@ -11,6 +11,9 @@ from kzbuild.errors import DeviceError
 from tests.fixtures_deploy import assert_store_invariant, flip_byte, sha256, write_manifest
 
 ROOT = "/data/local/tmp/kz-engine"
+# a release's files are symlinks into the store: its programs find its libraries this way (as
+# upstream's scripts run them), not by $ORIGIN
+RELEASE_LIBS = {"LD_LIBRARY_PATH": f"{ROOT}/current/lib"}
 
 
 def adb_deploy(kz, adb_device, artifact, *extra: str):
@@ -36,7 +39,7 @@ def current(adb_device) -> str:
 
 def run_hello(adb_device) -> str:
     result = AdbTransport(adb_device.device(root=ROOT), connect_timeout=5).run(
-        [f"{ROOT}/current/bin/hello"]
+        [f"{ROOT}/current/bin/hello"], env=RELEASE_LIBS
     )
     assert result.ok, result.stderr
     return result.text()
@@ -82,7 +85,7 @@ def test_an_executable_with_spaces_and_quotes_in_its_path_runs_after_a_deploy_ov
     write_manifest(build, "b1")
     ok(adb_deploy(kz, adb_device, build))
     result = AdbTransport(adb_device.device(root=ROOT), connect_timeout=5).run(
-        [f'{ROOT}/current/bin/it\'s a "hello"']
+        [f'{ROOT}/current/bin/it\'s a "hello"'], env=RELEASE_LIBS
     )
     assert (result.returncode, result.text()) == (0, "hello from v1\nblob 65536\n")
 

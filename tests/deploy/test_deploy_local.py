@@ -30,8 +30,18 @@ def current_release(root: Path) -> str:
 
 
 def run_hello(root: Path) -> str:
+    return run_hello_in(root / "current")
+
+
+def run_hello_in(release: Path) -> str:
+    """The release's program run as upstream's scripts run one: LD_LIBRARY_PATH at its lib/ (its
+    files are symlinks into the store, where $ORIGIN/../lib is no release's)."""
     return subprocess.run(
-        [root / "current" / "bin" / "hello"], capture_output=True, text=True, check=True
+        [release / "bin" / "hello"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "LD_LIBRARY_PATH": str(release / "lib")},
     ).stdout
 
 
@@ -222,12 +232,6 @@ def test_a_rebuild_with_the_same_id_but_other_files_never_changes_the_current_re
     assert current_release(root) == f"releases/{summary['release']}"
     assert run_hello(root) == "not reproducible\nblob 65536\n"
     assert run_hello_in(root / "releases" / "b1") == "hello from v1\nblob 65536\n"
-
-
-def run_hello_in(release: Path) -> str:
-    return subprocess.run(
-        [release / "bin" / "hello"], capture_output=True, text=True, check=True
-    ).stdout
 
 
 def test_duplicate_contents_are_sent_once(kz, artifacts, tmp_path):

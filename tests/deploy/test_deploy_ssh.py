@@ -28,7 +28,9 @@ def run_hello_over_ssh(kz, sshd, root: Path) -> str:
 
     transport = connect(parse_device_spec(sshd.spec(root)))
     try:
-        result = transport.run([f"{root}/current/bin/hello"])
+        result = transport.run(
+            [f"{root}/current/bin/hello"], env={"LD_LIBRARY_PATH": f"{root}/current/lib"}
+        )
     finally:
         transport.close()
     assert result.ok, result.stderr

@@ -166,7 +166,7 @@ def test_two_variants_keep_one_copy_of_what_they_share(kz, tmp_path):
     assert second["bytes_sent"] <= 1.2 * changed
     assert second["bytes_reused"] == 0  # what the device holds is not copied into the part
     assert distinct_bytes(models) - alone <= 1.05 * changed  # the changed tensor + its headers
-    # llama.cpp's names, hard links into the store; the model's name leads to the first split
+    # llama.cpp's names, symlinks into the store; the model's name leads to the first split
     names = sorted(p.name for p in models.glob(f"{second['sha256']}-*-of-*.gguf"))
     assert names == [f"{second['sha256']}-{i:05d}-of-00009.gguf" for i in range(1, 10)]
     first_split = models / names[0]
@@ -177,7 +177,7 @@ def test_two_variants_keep_one_copy_of_what_they_share(kz, tmp_path):
     # records name the model by the sha256 its push verified, read from the first split's name,
     # and tools open that first split, from which llama.cpp finds the others
     assert device_model(LocalTransport(str(root)), device, "models/v.gguf") == DeviceModel(
-        sha256=second["sha256"], tool_path=str(first_split.resolve())
+        sha256=second["sha256"], tool_path=str(models.resolve() / names[0])
     )
 
     report = json.loads(kz("device", "status", "--device", f"local:{root}", "--json").out)
