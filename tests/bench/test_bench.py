@@ -11,6 +11,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kzbuild.device.local import LocalTransport
 from kzbuild.errors import ConfigError, ResultsError
@@ -573,3 +575,41 @@ def test_log_lines_that_look_like_markup_do_not_break_the_progress_display(kz, b
     )
     result = kz("bench", "--device", bench_root.spec, "-m", "models/tiny.gguf")
     assert result.code == 0, result.err
+
+
+SHA = "a" * 64
+SPLIT = "b" * 64
+STORE = "/d/models"
+HOPS = st.sampled_from(
+    [
+        f"{STORE}/x.gguf",
+        f"{STORE}/{SHA}.gguf",
+        f"{STORE}/{SHA}-00001-of-00003.gguf",
+        f"{STORE}/{SPLIT}.gguf",
+        "/elsewhere/m.gguf",
+        "/d/models/sub/y.gguf",
+        "",
+        "/",
+    ]
+) | st.text(max_size=40)
+
+
+def test_a_split_model_resolves_to_its_first_split_s_link_through_symlinks():
+    """models/x.gguf -> <sha>.gguf -> <sha>-00001-of-00003.gguf -> <split>.gguf: the model's
+    sha256, and the name llama.cpp finds the other splits by."""
+    hops = [f"{STORE}/x.gguf", f"{STORE}/{SHA}.gguf", f"{STORE}/{SHA}-00001-of-00003.gguf"]
+    answer = "\n".join(["/d", *hops, f"{STORE}/{SPLIT}.gguf"]) + "\n"
+    assert bench.stored_model(answer, "models/x.gguf") == DeviceModel(SHA, hops[-1])
+    whole = "\n".join(["/d", f"{STORE}/x.gguf", f"{STORE}/{SHA}.gguf"])
+    assert bench.stored_model(whole, "models/x.gguf") == DeviceModel(SHA, "models/x.gguf")
+    outside = "\n".join(["/d", f"{STORE}/x.gguf", f"/elsewhere/{SHA}.gguf"])
+    assert bench.stored_model(outside, "models/x.gguf") is None  # hashed on the device
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(HOPS, max_size=6), st.sampled_from(["/d", "", "/"]) | st.text(max_size=10))
+def test_any_answer_of_the_resolve_script_is_read_without_error(hops, root):
+    model = bench.stored_model("\n".join([root, *hops]), "models/x.gguf")
+    if model is not None:
+        assert re.fullmatch("[0-9a-f]{64}", model.sha256)
+        assert model.tool_path == "models/x.gguf" or model.tool_path in hops

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -178,3 +179,20 @@ def test_options_after_the_tool_belong_to_the_tool(kz, device_root):
     )
     assert result.code == 0, result.err
     assert json.loads(result.out)["argv"] == ["--help", "-e", "X=1", "--device", "d"]
+
+
+@pytest.mark.parametrize(
+    ("device_env", "expected"),
+    [
+        ((), "R/lib"),  # a device env without it: the release's lib/ still
+        ((("LD_LIBRARY_PATH", "/vendor/lib64"),), "R/lib:/vendor/lib64"),
+        ((("LD_LIBRARY_PATH", "/vendor/lib64:{current}/lib"),), "/vendor/lib64:R/lib"),
+    ],
+)
+def test_a_run_finds_the_release_s_libraries_whatever_the_device_env_says(device_env, expected):
+    """A release's files are symlinks into the store, so $ORIGIN is the store's: LD_LIBRARY_PATH
+    always holds the release's lib/, first unless the device's env places it."""
+    device = Device(name="t", transport="ssh", root="/d", env=device_env)
+    release = Release(build_id="b", dir="R", manifest={}, manifest_sha256=None)
+    call = invocation(device, release, "tool", [], {})
+    assert call.env["LD_LIBRARY_PATH"] == expected

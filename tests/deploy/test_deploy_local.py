@@ -189,6 +189,61 @@ def test_keep_prunes_old_releases_and_their_unused_contents(kz, artifacts, tmp_p
     assert run_hello(root) == "hello from v4\nblob 65536\n"
 
 
+def as_hard_links(release: Path) -> None:
+    """Make ``release`` what an older kzbuild deployed: hard links into objects/, no symlinks."""
+    for path in release.rglob("*"):
+        if path.is_symlink():
+            target = path.resolve()
+            path.unlink()
+            os.link(target, path)
+
+
+def test_a_store_of_hard_links_an_older_kzbuild_made_is_kept_pruned_and_counted(
+    kz, artifacts, tmp_path
+):
+    root = tmp_path / "device"
+    deployed(kz, root, artifacts.make("b1"))
+    deployed(kz, root, artifacts.make("b2", greeting="hello from v2"))
+    for release in ("b1", "b2"):
+        as_hard_links(root / "releases" / release)
+    status = json.loads(kz("device", "status", "--device", f"local:{root}", "--json").out)
+    holds = {release["name"]: release["holds"] for release in status["releases"]}
+    assert holds["b1"] == sum(  # each content once, as before
+        p.stat().st_size for p in (root / "releases" / "b1").rglob("*") if p.is_file()
+    )
+    verify = kz("device", "verify", "--device", f"local:{root}")
+    assert verify.code == 0, verify.out
+    summary = deployed(kz, root, artifacts.make("b3", greeting="hello from v3"), "--keep", "2")
+    assert summary["pruned"] == ["b1"]
+    # b1's own library went; b2's, held by its hard link, is still listed by its manifest
+    assert len(list((root / "objects").iterdir())) == 4
+    assert run_hello_in(root / "releases" / "b2") == "hello from v2\nblob 65536\n"
+    assert kz("deploy", "--device", f"local:{root}", "--rollback").code == 0
+    assert run_hello(root) == "hello from v2\nblob 65536\n"
+
+
+def test_while_a_release_has_no_readable_manifest_keep_removes_no_content(kz, artifacts, tmp_path):
+    """Its links say what it holds only through its manifest: nothing it may hold is removed."""
+    root = tmp_path / "device"
+    deployed(kz, root, artifacts.make("b1"))
+    deployed(kz, root, artifacts.make("b2", greeting="hello from v2"))
+    (root / "releases" / "b2" / "manifest.json").write_text("{not json")
+    before = sorted(p.name for p in (root / "objects").iterdir())
+    result = kz(
+        "deploy",
+        "--device",
+        f"local:{root}",
+        "--artifact",
+        str(artifacts.make("b3", greeting="v3")),
+        "--keep",
+        "2",
+    )
+    assert result.code == 0, result.err
+    assert "release b2 has no readable manifest, so no content was removed" in result.err
+    assert set(before) <= {p.name for p in (root / "objects").iterdir()}
+    assert not (root / "releases" / "b1").exists()
+
+
 def test_keep_counts_recency_not_names(kz, artifacts, tmp_path):
     root = tmp_path / "device"
     deployed(kz, root, artifacts.make("b1"))
