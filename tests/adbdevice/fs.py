@@ -118,8 +118,8 @@ class DeviceFs:
         getprop.write_text(GETPROP_SCRIPT.format(shell=self.shell, props=self.props_file))
         getprop.chmod(0o755)
         self._host_tmp = str(self.root) + DEVICE_TMP
-        # Android's rule for adb shell: no hard links (tests.adbdevice.selinux)
-        denied = ("link",) * selinux + ("symlink",) * (not symlinks)
+        # Android's rule for adb shell: no hard links, no FIFOs (tests.adbdevice.selinux)
+        denied = ("link", "mknod") * selinux + ("symlink",) * (not symlinks)
         self.shell_setup = denying(*denied) if denied else None
         self._to_host = re.compile(re.escape(DEVICE_TMP.encode()) + PATH_CONTINUES)
         self.started: list[subprocess.Popen[bytes]] = []  # shell commands that may still run

@@ -7,8 +7,10 @@ such rule, so the test device puts it on its shell with a seccomp filter that ma
 and ``linkat`` fail with EACCES, as SELinux does; the filter passes to everything the shell
 starts. adbd's own writes (push) are not the shell's and stay allowed.
 
-A device can also refuse symlinks (as a FUSE-backed /sdcard does), for the checks that must
-notice such a device root.
+The same policy grants shell in /data/local/tmp (``shell_data_file``) only dirs, files and
+symlinks: no FIFO (``mkfifo`` makes one with mknod), so the rule denies ``mknod`` and
+``mknodat`` too. A device can also refuse symlinks (as a FUSE-backed /sdcard does), for the
+checks that must notice such a device root.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ BPF_RET_K = 0x06  # BPF_RET | BPF_K
 ARCH_OFFSET, NR_OFFSET = 4, 0  # in struct seccomp_data
 # the audit arch, and the numbers of the calls a rule denies (aarch64 has only the *at calls)
 CALLS = {
-    "x86_64": (0xC000003E, {"link": (86, 265), "symlink": (88, 266)}),
-    "aarch64": (0xC00000B7, {"link": (37,), "symlink": (36,)}),
+    "x86_64": (0xC000003E, {"link": (86, 265), "symlink": (88, 266), "mknod": (133, 259)}),
+    "aarch64": (0xC00000B7, {"link": (37,), "symlink": (36,), "mknod": (33,)}),
 }
 
 

@@ -25,11 +25,13 @@ def shell(device, script: str) -> tuple[bool, str]:
     return result.ok, result.text() + result.stderr.decode(errors="replace")
 
 
-def test_the_devices_shell_may_not_hard_link_but_may_symlink_and_rename(make_adb_device):
+def test_the_devices_shell_may_not_hard_link_or_mkfifo_but_may_symlink_and_rename(make_adb_device):
     device = make_adb_device(selinux=True)
     tmp = "/data/local/tmp"
     assert shell(device, f"echo x > {tmp}/a && ln -s a {tmp}/s && mv {tmp}/s {tmp}/t") == (True, "")
     ok, said = shell(device, f"ln {tmp}/a {tmp}/b")
+    assert not ok and "Permission denied" in said
+    ok, said = shell(device, f"mkfifo {tmp}/f")  # no fifo_file for shell in /data/local/tmp
     assert not ok and "Permission denied" in said
     ok, said = shell(
         device, f"cd {tmp} && tar -c -f t.tar a && mkdir x && cd x && tar -x -f ../t.tar"
