@@ -133,7 +133,7 @@ MAX_BASED = 500  # contents a deploy looks for bases for (their names are argume
 STREAM_PIECE = 256 * 1024  # bytes handed to the transport at a time
 TAR_BLOCK = 512
 USTAR = b"ustar\x0000"  # a ustar header's magic and version
-REGULAR, SYMLINK, DIRECTORY = b"0", b"2", b"5"  # ustar type flags
+REGULAR, HARDLINK, SYMLINK, DIRECTORY = b"0", b"1", b"2", b"5"  # ustar type flags
 
 # $1 = ROOT, $2 = token, then the lists to look for delta bases for; stdin: a tar of chunk lists
 # (one file per object). Unpacks them into incoming/.kz-<token>/lists/ and prints the name of every

@@ -1,9 +1,10 @@
 """Deploy: content-addressed, incremental and atomic releases on a device.
 
 The device side (layout, verified resumable uploads, the one-rename switch) is in
-:mod:`kzbuild.device.store`. A release is a directory of symlinks into the device's content
-store (Android lets nothing ``adb shell`` starts make a hard link), so only contents the device
-lacks are sent, and ``current`` moves only after the whole release is there and verified.
+:mod:`kzbuild.device.store`. A release is a directory of links into the device's content store
+(hard links where the device allows them, else symlinks: Android lets nothing ``adb shell``
+starts make a hard link), so only contents the device lacks are sent, and ``current`` moves only
+after the whole release is there and verified.
 
 Every operation that changes a device root (deploy, rollback, prune; models push in
 :mod:`kzbuild.device.modelpush`) holds the
@@ -25,6 +26,7 @@ from itertools import chain
 from kzbuild.device.base import ByteSource, RemoteResult, Transport
 from kzbuild.device.chunkstore import (
     DIRECTORY,
+    HARDLINK,
     SYMLINK,
     Carry,
     Member,
@@ -178,7 +180,16 @@ def _deploy(
         unlock = keep is None
         assembled: list[tuple[int, bool]] = []
 
-        assemble = partial(_assemble, remote, layout, artifact, release, lock, stored=verified)
+        assemble = partial(
+            _assemble,
+            remote,
+            layout,
+            artifact,
+            release,
+            lock,
+            stored=verified,
+            hard=state.hard_links,
+        )
 
         def store_then_release(receive: Step, carry: Carry | None) -> RemoteResult:
             """The check and store of what was sent, then all of the below, in one command."""
@@ -340,7 +351,13 @@ def _verify_release(
         )
         try:
             repaired = _repair(
-                remote, layout, artifact, release, {entry.expected for entry in damage}, on_progress
+                remote,
+                layout,
+                artifact,
+                release,
+                {entry.expected for entry in damage},
+                on_progress,
+                hard=state.hard_links,
             )
         except DeviceError:
             update_markers(remote, layout, state.damaged, damaged=[release])
@@ -356,9 +373,11 @@ def _repair(
     release: str,
     contents: set[str],
     on_progress: ProgressCallback | None,
+    *,
+    hard: bool,
 ) -> tuple[str, ...]:
     """Re-send ``contents`` (verified, then renamed over their objects) and relink every release
-    holding them."""
+    holding them (by hard links with ``hard``, else symlinks)."""
     holders: dict[str, tuple[ArtifactFile, ...] | None] = {
         **release_files(remote, layout),
         release: artifact.files,
@@ -375,7 +394,7 @@ def _repair(
         if up.sha256 in contents
     ]
     deliver(remote, layout, uploads, {}, on_progress)
-    repaired = relink(remote, layout, held)
+    repaired = relink(remote, layout, held, hard=hard)
     still = check(
         remote,
         layout,
@@ -400,13 +419,15 @@ def _assemble(
     lock: DeviceLock,
     *,
     stored: frozenset[str],
+    hard: bool,
     first: Step | None = None,
     carry: Carry | None = None,
     check: Step | None,
     then: Step | None,
     unlock: bool,
 ) -> tuple[int, bool, RemoteResult | None]:
-    """Build a staging dir of symlinks into the store, add the manifest, and rename it into place.
+    """Build a staging dir of links into the store (hard links with ``hard``, else symlinks), add
+    the manifest, and rename it into place.
 
     With ``check`` (a content check, :func:`~kzbuild.device.integrity.objects_check_step`) it runs
     first, and the switch ``then`` (and the lock's release, with ``unlock``) follows the release,
@@ -419,11 +440,11 @@ def _assemble(
     release's tar travels in that stream as a file, and the command's stdin is that stream.
 
     One command, which renews the lock first: a tar stream of the release's dirs, its manifest and
-    its symlinks (which tar makes without a process per file); the contents that must be
+    its links (which tar makes without a process per file); the contents that must be
     executable go as arguments (the shell tests their exec bit: chmod runs only for one that lacks
     it), or, more than EXEC_ARGS of them, are chmod-ed first in commands of their own. The staging
-    dir's name is unique, and the links are relative (:func:`~kzbuild.device.store.object_link`),
-    so the rename keeps them.
+    dir's name is unique (nothing is written through a hard link), and symlinks are relative
+    (:func:`~kzbuild.device.store.object_link`), so the rename keeps them.
     """
     token = secrets.token_hex(4)
     staging = f"releases/.staging-{release}-{token}"
@@ -442,6 +463,14 @@ def _assemble(
     headers = [tar_header(name, 0, kind=DIRECTORY, mode=0o755) for name in dirs]
     links = [
         tar_header(
+            f"{staging}/{entry.path}",
+            0,
+            kind=HARDLINK,
+            mode=modes[entry.sha256],  # toybox's tar gives a hard link's inode its mode
+            linkname=f"objects/{entry.sha256}",
+        )
+        if hard
+        else tar_header(
             f"{staging}/{entry.path}",
             0,
             kind=SYMLINK,

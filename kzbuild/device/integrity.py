@@ -4,8 +4,8 @@ manifest.json, and the damage markers ``kzbuild run`` and ``kzbuild bench`` hono
 All hashing runs on the device (``sha256sum``, batched to the argv budget), so a check costs one
 round trip per ~60 kB of paths however many files there are. Repairs never write into a
 damaged file: a verified content is renamed over ``objects/<sha>`` and every release holding it
-gets a new symlink to it, made under a temporary name and renamed over the old one (a release of
-an older kzbuild holds hard links: they are replaced by symlinks the same way).
+gets a new link to it (of the store's kind: a hard link, or a symlink on Android), made under a
+temporary name and renamed over the old one.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ from kzbuild.device.modelsplit import check_links
 from kzbuild.device.steps import Step
 from kzbuild.device.store import (
     ARGV_BUDGET,
+    HARD,
     NAME_HEX,
     SHELL_FUNCTIONS,
+    SYMBOLIC,
     Layout,
     Remote,
     device_sha256,
@@ -45,12 +47,12 @@ MANIFESTS_SCRIPT = (
 LISTING_SCRIPT = (
     'ls -1 "$1" || exit 1; echo /; ls -1 "$2" 2>/dev/null; echo /; ls -1 "$3" 2>/dev/null; true'
 )
-# pairs of (symlink target, release path): a symlink under a temporary name, renamed over the
-# path.
+# $1 = the link kind (store.HARD or store.SYMBOLIC), then pairs of (object path or symlink target,
+# release path): a link under a temporary name, renamed over the path.
 RELINK_SCRIPT = (
-    'while [ "$#" -gt 1 ]; do t="$2.kz-relink"; mkdir -p "$(dirname "$2")" && rm -f "$t" && ln -s '
-    '"$1" "$t" && mv -f "$t" "$2" || exit 1; '
-    "shift 2; done"
+    'k=$1; shift; while [ "$#" -gt 1 ]; do t="$2.kz-relink"; mkdir -p "$(dirname "$2")" && '
+    f'rm -f "$t" && if [ "$k" = {HARD} ]; then ln "$1" "$t"; else ln -s "$1" "$t"; fi && '
+    'mv -f "$t" "$2" || exit 1; shift 2; done'
 )
 
 # $1 = objects/, $2 = a scratch path prefix, then content names (none: nothing to do, and stdin is
@@ -221,19 +223,31 @@ def objects_check_step(layout: Layout, names: Sequence[str]) -> Step | None:
 
 
 def relink(
-    remote: Remote, layout: Layout, files_by_release: Mapping[str, Iterable[ArtifactFile]]
+    remote: Remote,
+    layout: Layout,
+    files_by_release: Mapping[str, Iterable[ArtifactFile]],
+    *,
+    hard: bool,
 ) -> tuple[str, ...]:
-    """Point each listed release file at its (verified) object again; returns the paths, relative to
-    the root."""
+    """Point each listed release file at its (verified) object again, by a hard link with
+    ``hard``, else a symlink; returns the paths, relative to the root."""
     pairs: list[str] = []
     relinked: list[str] = []
     for release, files in sorted(files_by_release.items()):
         for entry in files:
             path = f"releases/{release}/{entry.path}"
-            pairs += [object_link(entry.path, entry.sha256), layout.join(path)]
+            target = (
+                layout.join("objects", entry.sha256)
+                if hard
+                else object_link(entry.path, entry.sha256)
+            )
+            pairs += [target, layout.join(path)]
             relinked.append(path)
     remote.batched(
-        ["sh", "-c", RELINK_SCRIPT, "kz-relink"], pairs, group=2, what="relinking repaired contents"
+        ["sh", "-c", RELINK_SCRIPT, "kz-relink", HARD if hard else SYMBOLIC],
+        pairs,
+        group=2,
+        what="relinking repaired contents",
     )
     return tuple(relinked)
 

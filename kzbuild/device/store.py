@@ -8,8 +8,10 @@ Layout under the device root (ROOT)::
     chunks/, chunklists/          the chunks deploy builds objects from (kzbuild.device.chunkstore)
     signatures/                   what deltas against an object's chunks are cut from (the same)
     incoming/<name>               uploads in progress: a cut upload resumes from what arrived
-    releases/<release>/           one per build: symlinks into objects/, plus manifest.json (which
-                                  says what the release holds: prune and status count from it)
+    releases/<release>/           one per build: hard links into objects/ where the device
+                                  allows them, else symlinks (.kz-links says which), plus
+                                  manifest.json (which says what the release holds: prune and
+                                  status count from it)
     releases/.staging-<release>-<random>/  a release being assembled; renamed into place once
     complete
     damaged/<release>             marker: that release failed verification (run and bench refuse it)
@@ -28,8 +30,8 @@ change only by a rename that replaces a whole file.
 Only commands Android's toybox has are used (sh, mkdir -p, ls -1 -ln, readlink, cat, stat -c, tar
 -x, xargs, sha256sum, chmod, ln -s, mv -f, rm, find, dirname, head -n -c, tail -c, cut, sort,
 comm, grep -F, sed -n), and the store needs no hard link: Android's SELinux policy forbids every
-process ``adb shell`` starts to hard-link a file (AOSP system/sepolicy, public/shell.te; models
-push tries one, and does without). ``mv -T`` is
+process ``adb shell`` starts to hard-link a file (AOSP system/sepolicy, public/shell.te), so there
+releases are symlinks and models push does without. ``mv -T`` is
 avoided (older toybox lacks it):
 a new symlink is made in ``.switch/`` and moved *into* its directory, which is one rename(2)
 that replaces the old symlink (mv does not follow a symlink it replaces).
@@ -95,13 +97,19 @@ SHELL_FUNCTIONS = (
     'kz_ls() { { [ -e "$1" ] || [ -L "$1" ] || [ "$#" -gt 1 ]; } || return 0; '
     "IFS='\n'; kz_put \"$*\"; unset IFS; }; "
 )
+# how a release links its contents in objects/, found once per store (in LINK_KIND): hard links
+# where the device allows them (cheap: no inode each, and $ORIGIN is the release's), else symlinks
+# (Android forbids adb shell to hard-link)
+LINK_KIND = ".kz-links"
+HARD, SYMBOLIC = "hard", "symbolic"
 # $1 = ROOT. Makes the layout, repairing what a person would have to: a store dir that is a
 # symlink (incoming/ pointing out of the root would have chunks written there) or not a dir is
 # replaced (models/ may be a link to a bigger partition: it is left as it is), and an entry
 # of objects/ or chunks/ that is not a regular file (a directory, a symlink) is removed, so
 # deploy sends its content again. Prints where the current link points on the first line (the
 # release it is the same dir as, found by ``test -ef``; readlink only when it points at none),
-# then the release names, a "/" line, then the releases marked damaged. Only what is missing is
+# then the release names, a "/" line, the releases marked damaged, a "/" line and the store's link
+# kind (tried with a hard link, and written to LINK_KIND, the first time). Only what is missing is
 # made, and the listings are the shell's globs: every tool run is a process, which costs the most
 # on a device.
 STATE_SCRIPT = SHELL_FUNCTIONS + (
@@ -115,7 +123,12 @@ STATE_SCRIPT = SHELL_FUNCTIONS + (
     "t=; if [ -L current ]; then for r in releases/*; do "
     'if [ current -ef "$r" ]; then t=$r; break; fi; done; '
     '[ -n "$t" ] || t=$(readlink current); fi; kz_put "$t"; '
-    "cd releases && kz_ls * && echo / && cd ../damaged && kz_ls *"
+    "cd releases && kz_ls * && echo / && cd ../damaged && kz_ls * && echo / && cd .. || exit 1; "
+    f"k=; read -r k 2>/dev/null < {LINK_KIND}; case $k in {HARD}|{SYMBOLIC}) ;; *) "
+    ": > incoming/.kz-lp || exit 1; "
+    f"if ln incoming/.kz-lp incoming/.kz-lp2 2>/dev/null; then k={HARD}; else k={SYMBOLIC}; fi; "
+    f'rm -f incoming/.kz-lp incoming/.kz-lp2; kz_put "$k" > {LINK_KIND} || exit 1 ;; esac; '
+    'kz_put "$k"'
 )
 # $1 = a store dir, $2 = incoming, optionally $3 = another dir. Prints the store's names, a "/"
 # line,
@@ -341,8 +354,9 @@ def batches(args: Sequence[str], group: int = 1) -> Iterator[list[str]]:
 
 
 def object_link(path: str, sha256: str) -> str:
-    """What ``releases/<release>/<path>`` points at: ``objects/<sha256>``, relative, so that a
-    release keeps its links when it is renamed from its staging dir or the root moves."""
+    """What ``releases/<release>/<path>`` points at where it is a symlink: ``objects/<sha256>``,
+    relative, so that a release keeps its links when it is renamed from its staging dir or the
+    root moves."""
     return "../" * (path.count("/") + 2) + f"objects/{sha256}"
 
 
@@ -352,6 +366,7 @@ class StoreState:
     current: str | None  # release name
     releases: frozenset[str]
     damaged: frozenset[str]  # releases with a damage marker
+    hard_links: bool = False  # whether releases hard-link their contents (else symlinks)
 
 
 @dataclass(frozen=True)
@@ -395,8 +410,13 @@ def sections(lines: list[str], count: int, *, what: str) -> list[list[str]]:
 def parse_state(result: RemoteResult) -> StoreState:
     lines = result.text().splitlines()
     link = lines[0].rstrip("/") if lines else ""
-    releases, marked = sections(lines[1:], 2, what="reading the device state")
-    return StoreState(posixpath.basename(link) or None, frozenset(releases), frozenset(marked))
+    releases, marked, kind = sections(lines[1:], 3, what="reading the device state")
+    return StoreState(
+        posixpath.basename(link) or None,
+        frozenset(releases),
+        frozenset(marked),
+        hard_links=kind == [HARD],
+    )
 
 
 def history_step(layout: Layout) -> Step:

@@ -12,6 +12,7 @@ import pytest
 from kzbuild.build.artifacts import load_artifact
 from kzbuild.device import deploy
 from kzbuild.device.local import LocalTransport
+from kzbuild.device.store import HARD, LINK_KIND, SYMBOLIC
 from kzbuild.errors import DeviceError
 from kzbuild.model.device import Device
 from tests.fixtures_deploy import CuttingTransport, whole_chunks, write_manifest
@@ -189,35 +190,39 @@ def test_keep_prunes_old_releases_and_their_unused_contents(kz, artifacts, tmp_p
     assert run_hello(root) == "hello from v4\nblob 65536\n"
 
 
-def as_hard_links(release: Path) -> None:
-    """Make ``release`` what an older kzbuild deployed: hard links into objects/, no symlinks."""
-    for path in release.rglob("*"):
-        if path.is_symlink():
-            target = path.resolve()
-            path.unlink()
-            os.link(target, path)
-
-
-def test_a_store_of_hard_links_an_older_kzbuild_made_is_kept_pruned_and_counted(
-    kz, artifacts, tmp_path
-):
+def test_releases_hard_link_where_the_device_allows_it(kz, artifacts, tmp_path):
+    """A hard link costs no inode (a symlink costs one: 10,000 files took seconds more) and keeps
+    $ORIGIN the release's: the store uses them where the device allows, once it has tried."""
     root = tmp_path / "device"
     deployed(kz, root, artifacts.make("b1"))
+    assert (root / LINK_KIND).read_text() == f"{HARD}\n"
+    hello = root / "releases" / "b1" / "bin" / "hello"
+    assert not hello.is_symlink() and hello.stat().st_nlink == 2
+
+
+def test_a_store_of_hard_links_and_symlinks_alike_is_counted_pruned_and_rolled_back(
+    kz, artifacts, tmp_path
+):
+    """A store whose kind changed (b1 made while it said symlinks, b2 with hard links): each
+    release is read through its manifest, whatever its links are."""
+    root = tmp_path / "device"
+    root.mkdir()
+    (root / LINK_KIND).write_text(f"{SYMBOLIC}\n")
+    deployed(kz, root, artifacts.make("b1"))
+    (root / LINK_KIND).write_text(f"{HARD}\n")
     deployed(kz, root, artifacts.make("b2", greeting="hello from v2"))
-    for release in ("b1", "b2"):
-        as_hard_links(root / "releases" / release)
+    assert (root / "releases" / "b1" / "bin" / "hello").is_symlink()
+    assert not (root / "releases" / "b2" / "bin" / "hello").is_symlink()
     status = json.loads(kz("device", "status", "--device", f"local:{root}", "--json").out)
     holds = {release["name"]: release["holds"] for release in status["releases"]}
-    assert holds["b1"] == sum(  # each content once, as before
-        p.stat().st_size for p in (root / "releases" / "b1").rglob("*") if p.is_file()
-    )
+    for name in ("b1", "b2"):  # each content once, through its link of either kind
+        files = (root / "releases" / name).rglob("*")
+        assert holds[name] == sum(p.stat().st_size for p in files if p.is_file())
     verify = kz("device", "verify", "--device", f"local:{root}")
     assert verify.code == 0, verify.out
     summary = deployed(kz, root, artifacts.make("b3", greeting="hello from v3"), "--keep", "2")
     assert summary["pruned"] == ["b1"]
-    # b1's own library went; b2's, held by its hard link, is still listed by its manifest
-    assert len(list((root / "objects").iterdir())) == 4
-    assert run_hello_in(root / "releases" / "b2") == "hello from v2\nblob 65536\n"
+    assert len(list((root / "objects").iterdir())) == 4  # b1's own library went
     assert kz("deploy", "--device", f"local:{root}", "--rollback").code == 0
     assert run_hello(root) == "hello from v2\nblob 65536\n"
 
