@@ -167,10 +167,10 @@ def invocation(
 
 
 def with_release_libs(env: Mapping[str, str], release_dir: str) -> dict[str, str]:
-    """``env`` with the release's lib/ on LD_LIBRARY_PATH, first unless it is there already. A
-    release's files are symlinks into the device's store, and the loader takes ``$ORIGIN`` (the
-    builds' rpath ``$ORIGIN/../lib``) from a program's real path, in the store: only
-    LD_LIBRARY_PATH leads it to the release's libraries, whatever a device's own env says."""
+    """``env`` with the release's lib/ on LD_LIBRARY_PATH, first unless it is there already. On
+    Android a release's files are symlinks into the device's store, and the loader takes
+    ``$ORIGIN`` (the builds' rpath ``$ORIGIN/../lib``) from a program's real path, in the store:
+    only LD_LIBRARY_PATH leads it to the release's libraries, whatever a device's own env says."""
     lib = f"{release_dir}/lib"
     paths = [path for path in env.get("LD_LIBRARY_PATH", "").split(":") if path]
     if lib in paths:

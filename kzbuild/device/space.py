@@ -1,13 +1,13 @@
 """``kzbuild device status``: the space each release and model holds on a device, and what
 ``--keep N`` would free; one read-only round trip.
 
-A release is a dir of symlinks into ``objects/`` (a release of an older kzbuild: hard links) and
-its manifest.json says which: a content that several releases share is one file, each release's
-``holds`` counts it, its ``own`` only when no other release holds it, and ``contents`` (objects/)
-counts every file once. ``chunks/`` holds the chunks of chunked
-contents again, beside them, to send deltas. A model under several names is stored once; a model
-kept as splits (``models push --split``) holds each split as one file that other models may hold
-too: each model's ``size`` counts its files, its ``own`` only those no other model holds, and
+A release is a dir of links into ``objects/`` (hard links, or symlinks on Android) and its
+manifest.json says which contents: a content that several releases share is one file, each
+release's ``holds`` counts it, its ``own`` only when no other release holds it, and ``contents``
+(objects/) counts every file once. ``chunks/`` holds the chunks of chunked contents again,
+beside them, to send deltas. A model under several names is stored once; a model kept as splits
+(``models push --split``) holds each split as one file that other models may hold too: each
+model's ``size`` counts its files, its ``own`` only those no other model holds, and
 ``model_files`` every file once. What ``--keep N`` frees is what
 :func:`~kzbuild.device.deploy.prune` removes: the releases it drops, the contents only they (or
 nothing) hold, the chunks only those contents use, and cut model pushes nothing touched for a

@@ -147,7 +147,7 @@ INVENTORY_SCRIPT = SHELL_FUNCTIONS + (
 )
 # $1 = ROOT, $2 = the staging dir, $3 = the release dir, which must not exist (both relative to
 # ROOT), then the contents (names in objects/) that must be executable; stdin: a tar of the
-# staging dir: its dirs, its symlinks into objects/ and, last, its manifest.json (no manifest:
+# staging dir: its dirs, its links into objects/ and, last, its manifest.json (no manifest:
 # the stream was cut, so no release). A content stored before without an exec bit gains it (the
 # shell tests each; chmod runs only for those that lack it).
 RELEASE_SCRIPT = (
@@ -600,7 +600,8 @@ STORE_PROBLEMS = {
 
 
 def store_problem(transport: Transport, root: str) -> str | None:
-    """Why kzbuild's store cannot work under ``root`` on the device (a release is symlinks into
-    objects/ that must run), or None: it can, or nothing can be written there to tell."""
+    """Why kzbuild's store cannot work under ``root`` on the device (``current`` is a symlink, and
+    on Android so are a release's files, which must run), or None: it can, or nothing can be
+    written there to tell."""
     result = transport.run(["sh", "-c", STORE_PROBE_SCRIPT, "kz-store-probe", root])
     return STORE_PROBLEMS.get(result.returncode)
