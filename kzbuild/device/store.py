@@ -125,9 +125,10 @@ STATE_SCRIPT = SHELL_FUNCTIONS + (
     '[ -n "$t" ] || t=$(readlink current); fi; kz_put "$t"; '
     "cd releases && kz_ls * && echo / && cd ../damaged && kz_ls * && echo / && cd .. || exit 1; "
     f"k=; read -r k 2>/dev/null < {LINK_KIND}; case $k in {HARD}|{SYMBOLIC}) ;; *) "
-    ": > incoming/.kz-lp || exit 1; "
-    f"if ln incoming/.kz-lp incoming/.kz-lp2 2>/dev/null; then k={HARD}; else k={SYMBOLIC}; fi; "
-    f'rm -f incoming/.kz-lp incoming/.kz-lp2; kz_put "$k" > {LINK_KIND} || exit 1 ;; esac; '
+    # the probe's names are this shell's own: device status reads the state without the lock
+    'p="incoming/.kz-lp.$$"; : > "$p" || exit 1; '
+    f'if ln "$p" "$p.2" 2>/dev/null; then k={HARD}; else k={SYMBOLIC}; fi; '
+    f'rm -f "$p" "$p.2"; kz_put "$k" > {LINK_KIND} || exit 1 ;; esac; '
     'kz_put "$k"'
 )
 # $1 = a store dir, $2 = incoming, optionally $3 = another dir. Prints the store's names, a "/"
