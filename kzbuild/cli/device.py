@@ -153,9 +153,11 @@ def status_command(
         print_json(report.to_dict())
         return
     say(f"{report.device} {report.root}: {file_size(report.total)} in the store")
+    links = "hard links" if report.hard_links else "symlinks (the device refuses hard links)"
     say(
-        f"releases, most recent first ({file_size(report.contents)} of contents, each once; "
-        "holds: every content it links, own: the ones no other release links)"
+        f"releases, most recent first ({file_size(report.contents)} of contents, each once, "
+        f"linked by {links}; holds: every content it lists, own: the ones no other release "
+        "holds)"
     )
     for release in report.releases:
         mark = "*" if release.current else " "

@@ -170,6 +170,7 @@ def report(
         model_files,
         sum(incoming.values()),
         keeps,
+        state.hard_links,
     )
 
 

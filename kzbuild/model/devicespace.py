@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 class ReleaseSpace:
     name: str
     current: bool
-    holds: int  # bytes of the distinct contents its files link (shared ones included)
+    holds: int  # bytes of the distinct contents its manifest lists (shared ones included)
     own: int  # bytes of the contents no other release holds
 
 
@@ -26,7 +26,7 @@ class ModelSpace:
 class KeepSpace:
     keep: int
     removes: tuple[str, ...]  # the releases ``--keep N`` removes
-    frees: int  # bytes: contents only they (or nothing) link, the chunks only those use, and
+    frees: int  # bytes: contents only they (or nothing) hold, the chunks only those use, and
     # the cut model pushes prune gives up
 
 
@@ -35,12 +35,13 @@ class SpaceReport:
     device: str
     root: str
     releases: tuple[ReleaseSpace, ...]  # most recently switched to first
-    contents: int  # bytes in objects/, each content once however many releases link it
+    contents: int  # bytes in objects/, each content once however many releases hold it
     chunks: int  # bytes in chunks/ (kept beside the contents, to send deltas)
     models: tuple[ModelSpace, ...]
     model_files: int  # bytes in models/, each file once however many models hold it
     incoming: int  # bytes of cut uploads waiting to be resumed
     keeps: tuple[KeepSpace, ...]
+    hard_links: bool  # releases hard-link their contents (else symlinks: Android's adb shell)
 
     @property
     def total(self) -> int:

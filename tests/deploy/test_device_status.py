@@ -101,6 +101,7 @@ def test_human_output(kz, artifacts, tmp_path):
     assert result.code == 0, result.err
     out = " ".join(result.out.split())
     assert "* h1: holds" in out and "models (" in out and "own" in out
+    assert "each once, linked by hard links;" in out  # a host allows them
 
 
 def test_status_over_adb(kz, adb_device, artifacts, tmp_path):
@@ -117,6 +118,9 @@ def test_status_over_adb(kz, adb_device, artifacts, tmp_path):
         k: v for k, v in local.items() if k not in ("device", "root")
     }
     assert over_adb["models"][0]["names"] == ["m.gguf"]
+    assert over_adb["hard_links"] is False  # the test device holds Android's rule
+    human = " ".join(kz("device", "status", "--device", spec).out.split())
+    assert "linked by symlinks (the device refuses hard links)" in human
 
 
 def test_a_cut_models_push_counts_its_file_once(kz, tmp_path):
