@@ -78,7 +78,9 @@ def doctor_command(
 
     With a recipe (or --device) it also checks that the device answers: an adb device must be online
     in an adb server that is already running (doctor starts none); an ssh device must accept a login
-    whose host key matches known_hosts; a local device's runner must be on PATH.
+    whose host key matches known_hosts; a local device's runner must be on PATH. An adb or ssh
+    device's root must allow symlinks and executable files, which deploy's store needs (a
+    FUSE-backed /sdcard allows neither).
 
     Exits 6 when a target or device that was asked for (a recipe, --target or --device) is not
     ready.
