@@ -184,10 +184,10 @@ def parse_manifests(result: RemoteResult) -> dict[str, tuple[ArtifactFile, ...] 
 
 
 def unused_objects(manifests: Manifests, objects: Iterable[str]) -> list[str]:
-    """The names among ``objects`` (objects/) that no release's manifest lists. A release links
-    its contents by symlink, which counts nothing on the object, so its manifest is what says
-    what it holds; while a release has no readable manifest, what it holds is not known and none
-    is unused (``kzbuild device verify`` names that release)."""
+    """The names among ``objects`` (objects/) that no release's manifest lists. On Android a
+    release links its contents by symlink, which counts nothing on the object, so its manifest is
+    what says what it holds; while a release has no readable manifest, what it holds is not known
+    and none is unused (``kzbuild device verify`` names that release)."""
     if any(files is None for files in manifests.values()):
         return []
     used = {entry.sha256 for files in manifests.values() if files for entry in files}
