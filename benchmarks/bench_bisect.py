@@ -39,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -131,15 +131,21 @@ class Device:
         self.samples = 0
 
     def __call__(
-        self, artifacts: Mapping[str, str], blocks: int, seed: int
+        self,
+        artifacts: Mapping[str, str],
+        blocks: int,
+        seed: int,
+        stopped: Callable[[], bool],
     ) -> Mapping[str, Sequence[float]]:
-        self.samples += blocks * len(artifacts)
+        # a stop between blocks ends the round, as on a device
+        done = next((n for n in range(1, blocks) if stopped()), blocks)
+        self.samples += done * len(artifacts)
         return {
             sha: [
                 100.0
                 * (1 - DROP if self.index[sha] >= self.step else 1.0)
                 * self.rng.gauss(1.0, self.noise)
-                for _ in range(blocks)
+                for _ in range(done)
             ]
             for sha in artifacts
         }

@@ -95,12 +95,13 @@ Builder = Callable[[str], BuiltCommit]
 
 class Bencher(Protocol):
     """Benches artifacts (by commit, in range order; an anchored search gives the good end first)
-    in ``blocks`` interleaved blocks; returns new samples by commit."""
+    in ``blocks`` interleaved blocks; returns new samples by commit. It asks ``stopped()`` before
+    each block after the first and, when told, returns the samples of the blocks it measured."""
 
     test: str | None  # the test whose samples it returns, once known
 
     def __call__(
-        self, artifacts: Mapping[str, str], blocks: int, seed: int
+        self, artifacts: Mapping[str, str], blocks: int, seed: int, stopped: Callable[[], bool]
     ) -> Mapping[str, Sequence[float]]: ...
 
 
@@ -292,8 +293,8 @@ class Search:
     between the range's two ends as they stand (so one device halves the range while another
     halves the half that its answer will likely leave); each device's first comparison includes
     the ends. A comparison never mixes devices. An answer that puts the change outside another
-    device's commit stops that comparison at its next round, as do the verdicts so far of a
-    comparison started before it that rule its side out; no device waits for another (with no
+    device's commit stops that comparison after its block in progress, as do the verdicts so far
+    of a comparison started before it that rule its side out; no device waits for another (with no
     commit left free, it races a comparison in flight on its own: the first answer counts). With
     ``ahead``, the commits the next comparisons may need are built in the background meanwhile."""
 
@@ -638,7 +639,8 @@ class Search:
         hits the limit (``with_ends``: lo against hi first; when they are the same, that is the
         answer). A round asks for ``samples_per_round`` more samples than the last; the record's
         samples count, so a resumed bisect measures only what it lacks. None: told to stop
-        (``stopped()``, asked before each round that measures)."""
+        (``stopped()``, asked before each round that measures and, inside one, before each of its
+        blocks after the first: a moot comparison frees its device after the block in progress)."""
         points = [i for i in (lo, mid, hi) if i is not None]
         pairs = [*pairwise(points), *([(lo, hi)] if with_ends else [])]
         told = len(points) - 1  # the neighbouring pairs; then lo against hi, if asked
@@ -646,7 +648,9 @@ class Search:
         while True:
             if self._missing(device, points, wanted) > 0 and stopped():
                 return None
-            self._ensure_samples(device, points, wanted)
+            self._ensure_samples(device, points, wanted, stopped)
+            if self._missing(device, points, wanted) > 0:  # cut short: told to stop
+                return None
             found = [
                 self.judge(
                     self.commits[a].samples[device],
@@ -676,7 +680,9 @@ class Search:
     def _missing(self, device: str, points: Sequence[int], wanted: int) -> int:
         return wanted - min(len(self.commits[i].samples.get(device, ())) for i in points)
 
-    def _ensure_samples(self, device: str, points: Sequence[int], wanted: int) -> None:
+    def _ensure_samples(
+        self, device: str, points: Sequence[int], wanted: int, stopped: Callable[[], bool]
+    ) -> None:
         missing = self._missing(device, points, wanted)
         if missing <= 0:
             return
@@ -693,7 +699,7 @@ class Search:
             else f"{device}: benching {shown}, {missing} interleaved block(s)"
         )
         bencher = self.benchers[device]
-        got = bencher(artifacts, missing, self.seed + 1000 * sum(points) + wanted)
+        got = bencher(artifacts, missing, self.seed + 1000 * sum(points) + wanted, stopped)
         with self._saving:
             for i in points:
                 new = list(got.get(self.commits[i].sha, ()))
@@ -970,7 +976,7 @@ class DeviceBencher:
         self.checked = Checked()  # warned and checked once per bisect, not per round
 
     def __call__(
-        self, artifacts: Mapping[str, str], blocks: int, seed: int
+        self, artifacts: Mapping[str, str], blocks: int, seed: int, stopped: Callable[[], bool]
     ) -> Mapping[str, Sequence[float]]:
         named = [(sha[:12], Path(path)) for sha, path in artifacts.items()]
         arms = deploy_arms(self.transport, self.device, named, wait=self.wait)
@@ -987,6 +993,7 @@ class DeviceBencher:
                 seed=seed,
                 cooling=self.cooling,
                 checked=self.checked,
+                stopped=stopped,
             )
         if self.test is None:
             self.test = done.first_record().test
@@ -1007,7 +1014,8 @@ class QualityBencher:
     """Deploys the commits' artifacts and checks each one's output on one device as ``kzbuild ab``
     does (llama-perplexity's KL divergence, the plan's quality: settings), against the logits of
     the first artifact given, the good end's (an anchored search gives it first); a sample is a
-    commit's mean KLD. Each check is stored with the quality records."""
+    commit's mean KLD, one check of them all (a single block: nothing to stop between). Each check
+    is stored with the quality records."""
 
     test: str | None = None
 
@@ -1025,7 +1033,7 @@ class QualityBencher:
         self.model, self.spec, self.wait = model, spec, wait
 
     def __call__(
-        self, artifacts: Mapping[str, str], blocks: int, seed: int
+        self, artifacts: Mapping[str, str], blocks: int, seed: int, stopped: Callable[[], bool]
     ) -> Mapping[str, Sequence[float]]:
         named = [(sha[:12], Path(path)) for sha, path in artifacts.items()]
         arms = deploy_arms(self.transport, self.device, named, wait=self.wait)

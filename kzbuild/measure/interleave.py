@@ -158,6 +158,7 @@ def run_interleaved(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
     checked: Checked | None = None,
+    stopped: Callable[[], bool] | None = None,
 ) -> InterleavedRun:
     """Bench every arm ``blocks`` times in interleaved, seeded random blocks; store every record as
     soon as its turn ends (with its variant); return the records per arm.
@@ -172,7 +173,11 @@ def run_interleaved(
     Holds the device lock (as ``bench``) from naming the releases to the last turn, so no deploy
     can prune or switch them meanwhile; Busy when another kzbuild holds it. The env warnings,
     the recipes' log format checks and each release's kz-peakrss check happen once per run, or
-    once for all the runs that share ``checked``."""
+    once for all the runs that share ``checked``.
+
+    ``stopped()`` is asked before each block after the first: true ends the run there, with the
+    blocks done (whole blocks, so every arm has as many turns as every other), which the returned
+    order then lists. A search stops a comparison it no longer needs this way."""
     names = [arm.name for arm in arms]
     if len(names) < 2 or len(set(names)) != len(names):
         raise ConfigError(
@@ -227,6 +232,9 @@ def run_interleaved(
             lock.refresh()
 
         for block, variants in enumerate(order):
+            if block and stopped is not None and stopped():
+                order = order[:block]
+                break
             start = (
                 wait_cool(transport, device, cooling, block, sleep=sleep_held, clock=clock)
                 if cooling

@@ -8,9 +8,9 @@ works through its share in order, in a thread of its own; the devices work at on
 
 :func:`feed` is for a search (``bisect``'s commits between the range's ends): each free device
 is handed the most useful comparison given those in flight, and a comparison in flight that
-became moot stops at its next round, so no device waits for another or keeps measuring a commit
-the search no longer needs. :class:`Ahead` makes, meanwhile, what the devices may need next (the
-search's builds), one at a time in a thread of its own.
+became moot stops after the block it is measuring, so no device waits for another or keeps
+measuring a commit the search no longer needs. :class:`Ahead` makes, meanwhile, what the devices
+may need next (the search's builds), one at a time in a thread of its own.
 """
 
 from __future__ import annotations

@@ -83,6 +83,35 @@ def test_every_block_runs_every_variant_once_in_the_seeded_order_from_its_own_re
     assert (device_root.root / "current").readlink() == Path("releases/build-a")  # never switched
 
 
+def test_a_run_told_to_stop_ends_after_the_block_in_progress_with_whole_blocks(project, tmp_path):
+    device_root = two_releases(tmp_path)
+    device = Device(name="dev", transport="local", root=str(device_root.root))
+    asked: list[int] = []
+
+    def stopped() -> bool:  # asked before blocks 1, 2, ...: stop before the third
+        asked.append(len(asked) + 1)
+        return len(asked) == 2
+
+    with ResultsStore(project.root / "results") as store:
+        run = interleave.run_interleaved(
+            project.settings,
+            LocalTransport(str(device_root.root)),
+            device,
+            [Arm("base", "build-a"), Arm("cand", "build-b")],
+            BenchSpec(model="models/q.gguf"),
+            store,
+            blocks=5,
+            seed=7,
+            stopped=stopped,
+        )
+        stored = store.records(run.run_id)
+    assert asked == [1, 2]  # never before the first block
+    assert run.order == tuple(tuple(b) for b in interleaved_order(["base", "cand"], 5, 7))[:2]
+    for name in ("base", "cand"):
+        assert sorted(r.variant.block for r in run.records[name] if r.test == "pp32") == [0, 1]
+    assert len(stored) == sum(len(records) for records in run.records.values())
+
+
 def test_cooling_waits_until_the_zones_read_below_the_limit_and_records_them(project, tmp_path):
     device_root = two_releases(tmp_path)
     device = Device(name="dev", transport="local", root=str(device_root.root))

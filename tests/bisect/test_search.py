@@ -7,7 +7,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,11 @@ from kzbuild.model.bisect import BisectLimits, BisectOutcome, PairVerdict
 SHAS = [f"{i:040x}" for i in range(64)]
 LIMITS = BisectLimits()
 IDENTITY = {"recipe": "tiny", "metric": "pp32 t/s"}
+Stopped = Callable[[], bool]
+
+
+def never() -> bool:
+    return False
 
 
 class Synthetic:
@@ -54,7 +59,7 @@ class Synthetic:
         return BuiltCommit(artifact=f"/artifacts/{sha[:8]}", build_id=sha[:16])
 
     def __call__(
-        self, artifacts: Mapping[str, str], blocks: int, seed: int
+        self, artifacts: Mapping[str, str], blocks: int, seed: int, stopped: Stopped = never
     ) -> Mapping[str, Sequence[float]]:
         if self.interrupt_at is not None and len(self.benched) == self.interrupt_at:
             raise KeyboardInterrupt
@@ -64,10 +69,17 @@ class Synthetic:
             * (1 - self.drop if self.step is not None and SHAS.index(sha) >= self.step else 1.0)
             for sha in artifacts
         }
-        return {
+        drawn = {
             sha: [speed[sha] * self.rng.gauss(1.0, self.noise) for _ in range(blocks)]
             for sha in artifacts
         }
+        # asked between blocks, as a device's bencher does; measuring takes no time here
+        done = next((n for n in range(1, blocks) if self.block(stopped)), blocks)
+        return {sha: values[:done] for sha, values in drawn.items()}
+
+    def block(self, stopped: Stopped) -> bool:
+        """Whether to stop before the next block."""
+        return stopped()
 
 
 def search(tmp_path: Path, device: Synthetic, shas: Sequence[str] = SHAS, seed: int = 1) -> Search:
@@ -240,12 +252,12 @@ class Slow(Synthetic):
         self.measuring = threading.Event()
 
     def __call__(
-        self, artifacts: Mapping[str, str], blocks: int, seed: int
+        self, artifacts: Mapping[str, str], blocks: int, seed: int, stopped: Stopped = never
     ) -> Mapping[str, Sequence[float]]:
         self.measuring.set()
         time.sleep(0.5)
         self.noise = 0.3 if self.noisy_at in artifacts else 0.02
-        return super().__call__(artifacts, blocks, seed)
+        return super().__call__(artifacts, blocks, seed, stopped)
 
 
 class Waiting(Synthetic):
@@ -256,23 +268,33 @@ class Waiting(Synthetic):
         self.other = other
 
     def __call__(
-        self, artifacts: Mapping[str, str], blocks: int, seed: int
+        self, artifacts: Mapping[str, str], blocks: int, seed: int, stopped: Stopped = never
     ) -> Mapping[str, Sequence[float]]:
         assert self.other.measuring.wait(10)
-        return super().__call__(artifacts, blocks, seed)
+        return super().__call__(artifacts, blocks, seed, stopped)
+
+
+class Held(Slow):
+    """A Slow unit whose blocks end only once its comparison became moot (or 10 s passed): the
+    answer that makes it moot comes in the middle of its round."""
+
+    def block(self, stopped: Stopped) -> bool:
+        deadline = time.monotonic() + 10
+        while not stopped() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return stopped()
 
 
 def test_a_pool_stops_the_comparison_another_devices_answer_made_moot(tmp_path):
     # the change at 5: a's commit (31, the middle) answers "at or below" in a few quick rounds,
     # which makes b's (47, the middle of the upper half) moot while b, too noisy there to settle
-    # soon, is still measuring it, a slow round at a time
-    slow = Slow(5, noisy_at=47, seed=32)
+    # soon, is in the middle of its first round: b stops after the block in progress
+    slow = Held(5, noisy_at=47, seed=32)
     fast = Waiting(5, other=slow, seed=31)
     search = pooled(tmp_path, {"a": fast, "b": slow})
     outcome, _, lo, hi = search.run()
     assert (outcome, hi) == (BisectOutcome.FOUND, 5)
-    limit = BisectLimits().max_samples
-    assert 0 < len(search.commits[47].samples["b"]) < limit
+    assert len(search.commits[47].samples["b"]) == 1  # the first of its round's 3 blocks
     assert any(note.startswith(f"{SHAS[47][:12]} on b: stopped") for note in search.notes), (
         search.notes
     )
@@ -289,11 +311,11 @@ class Paced(Synthetic):
         self.measured = threading.Event()
 
     def __call__(
-        self, artifacts: Mapping[str, str], blocks: int, seed: int
+        self, artifacts: Mapping[str, str], blocks: int, seed: int, stopped: Stopped = never
     ) -> Mapping[str, Sequence[float]]:
         assert self.after is None or self.after.measured.wait(10)
         time.sleep(self.round_s)
-        got = super().__call__(artifacts, blocks, seed)
+        got = super().__call__(artifacts, blocks, seed, stopped)
         self.measured.set()
         return got
 
@@ -303,8 +325,8 @@ def test_a_comparison_its_elders_samples_rule_out_stops_and_its_device_takes_the
 ):
     # the change at 5: a's first comparison (31) shows after one round that 31 is already slow
     # (the change at or below it) while it goes on telling 31 from 63; b began with 47 (the wider
-    # upper stretch, before a had a sample), which that rules out: b stops it after a round and
-    # takes 15, in the lower half, without waiting for a's answer
+    # upper stretch, before a had a sample), which that rules out: b stops it after the block in
+    # progress (its first) and takes 15, in the lower half, without waiting for a's answer
     a = Paced(5, seed=71, round_s=0.3)
     b = Paced(5, seed=72, round_s=0.05, after=a)
     search = pooled(tmp_path, {"a": a, "b": b})
@@ -313,7 +335,7 @@ def test_a_comparison_its_elders_samples_rule_out_stops_and_its_device_takes_the
     assert f"{SHAS[47][:12]} on b: stopped, another device's samples so far put the change " in (
         " ".join(search.notes)
     )
-    assert len(search.commits[47].samples["b"]) == BisectLimits().samples_per_round
+    assert len(search.commits[47].samples["b"]) == 1  # one block of the round's three
     first = [tuple(SHAS.index(sha) for sha in round) for round in b.benched]
     assert first[:2] == [(0, 47, 63), (0, 15, 63)], first  # its next includes the ends again
     assert all(step.mid != 47 for step in search.steps)
@@ -366,10 +388,10 @@ class SlowBuilds(Synthetic):
         return super().build(sha)
 
     def __call__(
-        self, artifacts: Mapping[str, str], blocks: int, seed: int
+        self, artifacts: Mapping[str, str], blocks: int, seed: int, stopped: Stopped = never
     ) -> Mapping[str, Sequence[float]]:
         time.sleep(self.round_s)
-        return super().__call__(artifacts, blocks, seed)
+        return super().__call__(artifacts, blocks, seed, stopped)
 
 
 @pytest.mark.parametrize("count", [1, 2])
@@ -423,7 +445,7 @@ class CutMidBuild(Synthetic):
         return BuiltCommit(failed="ninja: interrupted by user")
 
     def __call__(
-        self, artifacts: Mapping[str, str], blocks: int, seed: int
+        self, artifacts: Mapping[str, str], blocks: int, seed: int, stopped: Stopped = never
     ) -> Mapping[str, Sequence[float]]:
         assert self.building.wait(10)
         raise KeyboardInterrupt
