@@ -50,7 +50,10 @@ read.
 
 A cut push resumes: ``part`` stays (a direct push's under its second name, or copied), with the
 pieces that arrived whole after its checked ones: the next push checks those where they lie, cuts
-the part after the last that matches, and sends only the rest, in pieces. A direct push cut
+the part after the last that matches, and sends only the rest, in pieces. A push run again
+while a cut push's checker still copies its file into ``part`` waits for that copy (the
+checker's pid is in the work dir; the wait ends after :data:`STALLED_WAITS` looks that find the
+copy no bigger). A direct push cut
 before the device linked or opened its file (the first tenth of a second or so), or whose
 checker was killed with it (not a cable or an adb client: the checker ignores the SIGHUP adbd
 sends when its connection goes), starts over.
@@ -133,12 +136,15 @@ POLL = "0.05"  # seconds between the direct push checker's looks at the arriving
 # the checks of blocks that arrived yield to the transfer (a busy device catches up after it)
 LOWER = "nice -n 19 "
 STALLED_POLLS = 1200  # 2 minutes at least without a new byte: the checker gives up
+STALLED_WAITS = 50  # 5 s at least without a byte copied: a push stops waiting for the checker
 
-# $1 = ROOT, $2 = the work dir's name in incoming/. Keeps what a direct push's file holds as the
-# part (adb may not have removed it) and stops that push's checker; prints "size name" of every
-# stored model and "0 name" of each split model's first-split link (a symlink), "/", then each
-# stored model's piece list after a "= SHA" line, "/", "size name" of what the work dir holds,
-# "/", and the pieces already checked into its part (its "done").
+# $1 = ROOT, $2 = the work dir's name in incoming/. Stops a direct push's checker and waits while
+# it lives (it may be copying a cut push's file into part: up to STALLED_WAITS looks in a row
+# that find that copy no bigger), keeps what the push's file holds as the part (adb may not have
+# removed it); prints "size name" of every stored model and "0 name" of each split model's
+# first-split link (a symlink), "/", then each stored model's piece list after a "= SHA" line,
+# "/", "size name" of what the work dir holds, "/", and the pieces already checked into its part
+# (its "done").
 PROLOGUE_SCRIPT = (
     'cd "$1" || exit 1; mkdir -p "models/.pieces" "incoming/$2" || exit 1; '
     "ls -ln models | while read -r p l u g s rest; do case $p in -*) ;; *) continue ;; esac; "
@@ -147,7 +153,12 @@ PROLOGUE_SCRIPT = (
     "done; echo /; "
     'for f in models/.pieces/*; do [ -f "$f" ] && [ -f "models/${f##*/}.gguf" ] || continue; '
     'echo "= ${f##*/}"; cat "$f"; done; echo /; '
-    f'cd "incoming/$2" || exit 1; rm -f follower; if [ -e {ARRIVING} ]; then '
+    'cd "incoming/$2" || exit 1; rm -f follower; w=0 was=-1; '
+    'while { read -r c < checker; } 2>/dev/null && kill -0 "$c" 2>/dev/null; do '
+    'z=$(stat -c %s part.kz 2>/dev/null) || z=0; if [ "$z" = "$was" ]; then w=$((w + 1)); '
+    f'[ "$w" -lt {STALLED_WAITS} ] || break; else w=0 was=$z; fi; sleep 0.1; done; '
+    "if [ -e checker ] || [ -e part.kz ]; then rm -f checker part.kz; fi; "
+    f"if [ -e {ARRIVING} ]; then "
     f"if [ -e part ]; then rm -f {ARRIVING}; else mv -f {ARRIVING} part; fi || exit 1; fi; "
     "ls -ln | while read -r p l u g s rest; do "
     'case $p in -*) echo "$s ${rest##* }" ;; esac; done; echo /; cat done 2>/dev/null; true'
@@ -208,7 +219,9 @@ RESUME_SCRIPT = (
 # that refuses the link (Android's SELinux for adb shell) has the arriving file held open on fd 4
 # and read as it is; once adbd removed it (a cut push: exit 4), what arrived is copied out of fd 4
 # into part on the way out, unless a new push is arriving. SIGHUP (adbd's word that the host's
-# connection went) is ignored, so that copy is made. The last block is hashed from its start to
+# connection went) is ignored, so that copy is made. The file checker holds this shell's own pid
+# (from /proc/self/stat: in a step's subshell $$ is the parent's, which adbd's SIGHUP ends) until
+# it ended: the next push's prologue waits for that copy. The last block is hashed from its start to
 # the end of the file by a job of its own, started as soon as the file is complete, beside the
 # blocks still being checked. Exits 3 ("bad SHA") for a block that does not match, 4 when the
 # file stopped growing short of a block (or went), 5 when follower no longer holds the token (the
@@ -216,7 +229,8 @@ RESUME_SCRIPT = (
 # can (mksh's read -t on a FIFO it holds).
 FOLLOW_SCRIPT = (
     _range_sum(LOWER) + 'cd "$1" || exit 1; total=$2 last_at=$3 tok=$4 job= src=part; '
-    'echo "$tok" > follower || exit 1; rm -f part done tail.sum tick; '
+    "{ read -r me rest < /proc/self/stat; } 2>/dev/null || me=$$; "
+    'echo "$tok" > follower && echo "$me" > checker || exit 1; rm -f part done tail.sum tick; '
     'if [ -n "$KSH_VERSION" ] && mkfifo tick && exec 3<>tick; then '
     'pause() { read -t "$1" -u3 x; }; else pause() { sleep "$1"; }; fi; '
     'held() { read -r t 2>/dev/null < follower && [ "$t" = "$tok" ]; }; '
@@ -232,8 +246,8 @@ FOLLOW_SCRIPT = (
     f'[ "$idle" -lt {STALLED_POLLS} ] || exit 4; else idle=0 was=$z; fi; pause {POLL}; done; }}; '
     'trap \'\' HUP; trap \'[ -n "$job" ] && kill "$job" 2>/dev/null; '
     f'[ "$src" != {ARRIVING} ] || [ -e {ARRIVING} ] || [ -e part ] || '
-    f"{{ cat <&4 > part.kz && [ ! -e {ARRIVING} ] && [ ! -e part ] && mv -f part.kz part; "
-    "rm -f part.kz; }' EXIT; at=0; "
+    f"{{ cat <&4 > part.kz && [ ! -e {ARRIVING} ] && [ ! -e part ] && mv -f part.kz part; }}; "
+    "rm -f part.kz checker' EXIT; at=0; "
     "while read -r op d s n; do "
     'if [ "$op" = t ]; then upto "$total"; wait "$job" || exit 1; '
     "read -r h rest < tail.sum || exit 1; "

@@ -7,16 +7,20 @@ and the tools still find their libraries.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import threading
+import time
 
 import pytest
 
 from kzbuild.device import modelpush
 from kzbuild.device.adb import AdbTransport
+from kzbuild.device.store import Layout
 from kzbuild.errors import DeviceError
 from tests.deploy.test_deploy_adb import ROOT
-from tests.deploy.test_models_push import write_model
+from tests.deploy.test_models_push import arrived, write_model
 from tests.fixtures_deploy import assert_store_invariant
 
 
@@ -113,3 +117,110 @@ def test_a_cut_models_push_to_such_a_device_resumes_from_what_arrived(make_adb_d
     assert again.bytes_resumed + again.bytes_sent == model.stat().st_size
     stored = device.fs.host_path(f"{ROOT}/models/{again.sha256}.gguf")
     assert stored.read_bytes() == model.read_bytes()
+
+
+def prologue(device, work: str) -> modelpush.DeviceModels:
+    step = modelpush.prologue_step(Layout(ROOT), work)
+    transport = AdbTransport(device.device(root=ROOT), connect_timeout=5)
+    return modelpush.parse_prologue(transport.run(step.argv, timeout=60))
+
+
+def slow_copies(device, slow: bool = True) -> None:
+    """The device's ``cat`` takes a second more (``slow``), or is toybox's again."""
+    cat = device.fs.bin / "cat"
+    toybox = device.fs.bin / "toybox"
+    cat.unlink()
+    if slow:
+        cat.write_text(f'#!{device.fs.shell}\nsleep 1\nexec {toybox} cat "$@"\n')
+        cat.chmod(0o755)
+    else:
+        cat.symlink_to(toybox.resolve())
+
+
+def test_a_push_run_again_at_once_after_a_pulled_cable_waits_for_the_copy_of_what_arrived(
+    make_adb_device, tmp_path
+):
+    """When the cable goes, the checker copies the cut push's file into part after adbd removed it:
+    for a model of GBs that takes seconds on a phone, and the user, the cable back, runs the push
+    again at once. The next push's prologue waits for that copy (the checker's pid in the work
+    dir) instead of finding no part and sending the whole model again."""
+    device = make_adb_device(selinux=True)
+    model = write_model(tmp_path / "m.gguf", tensors=40)  # 48 MB: a copy that takes a while
+    size = model.stat().st_size
+    target = device.device(root=ROOT)
+    device.faults.send_delay = 0.002  # a slow cable: the push takes a few seconds
+    slow_copies(device)  # the copy of what arrived takes a second, as GBs on a phone
+    failed: list[BaseException] = []
+
+    def push() -> None:
+        try:
+            modelpush.push_model(AdbTransport(target, connect_timeout=5), target, model)
+        except DeviceError as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=push)
+    thread.start()
+    incoming = device.fs.host_path(f"{ROOT}/incoming")
+    deadline = time.monotonic() + 60
+    while arrived(incoming) < size // 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    device.disconnect_all()  # the cable pulled: every connection goes, the checker's too
+    thread.join(60)
+    assert failed, "the push should have failed"
+    device.faults.send_delay = 0.0
+    (work,) = [p.name for p in incoming.iterdir()]
+    found = prologue(device, work)  # at once, as a push run again would
+    assert found.arrived.get("part", 0) >= size // 2, found.arrived
+    assert not {"part.kz", "checker"} & set(found.arrived)
+    slow_copies(device, False)
+    again = modelpush.push_model(AdbTransport(target, connect_timeout=5), target, model)
+    assert again.bytes_resumed >= size // 2
+    assert again.bytes_resumed + again.bytes_sent == size
+    stored = device.fs.host_path(f"{ROOT}/models/{again.sha256}.gguf")
+    assert stored.read_bytes() == model.read_bytes()
+
+
+def run_checker(device, work: str, script: str) -> threading.Thread:
+    """``script`` in the work dir on ``device``, in a thread, as a checker: its pid in
+    ``checker``; returns once that file is there."""
+    transport = AdbTransport(device.device(root=ROOT), connect_timeout=5)
+    folder = f"{ROOT}/incoming/{work}"
+    setup = (
+        'mkdir -p "$1" && cd "$1" && read -r me rest < /proc/self/stat && echo "$me" > checker; '
+    )
+
+    def run() -> None:
+        with contextlib.suppress(DeviceError):  # a checker still running when the device stops
+            transport.run(["sh", "-c", setup + script, "kz", folder])
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    checker = device.fs.host_path(f"{folder}/checker")
+    deadline = time.monotonic() + 10
+    while not checker.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert checker.exists()
+    return thread
+
+
+def test_the_prologue_waits_for_a_checker_that_copies_and_gives_up_on_one_that_stalls(
+    make_adb_device,
+):
+    device = make_adb_device(selinux=True)
+    copying = run_checker(
+        device,
+        ".kzm-copying",
+        "i=0; while [ $i -lt 10 ]; do echo 123456789 >> part.kz; sleep 0.1; i=$((i + 1)); done; "
+        "mv part.kz part; rm -f checker",
+    )
+    found = prologue(device, ".kzm-copying")
+    assert found.arrived == {"part": 100}  # it waited for the whole copy
+    copying.join(10)
+
+    stalled = run_checker(device, ".kzm-stalled", "echo 123 > part.kz; sleep 30")
+    started = time.monotonic()
+    found = prologue(device, ".kzm-stalled")
+    waited = time.monotonic() - started
+    assert modelpush.STALLED_WAITS * 0.1 <= waited < 20, waited
+    assert found.arrived == {}  # what it left is removed: the next push starts afresh
+    assert stalled.is_alive()  # gone on at once, not waited for
