@@ -54,6 +54,12 @@ RELINK_SCRIPT = (
     f'rm -f "$t" && if [ "$k" = {HARD} ]; then ln "$1" "$t"; else ln -s "$1" "$t"; fi && '
     'mv -f "$t" "$2" || exit 1; shift 2; done'
 )
+# $1 = ROOT, then pairs (a release's file, the object it must be). Prints each file that is not
+# that object's inode (another file, or none): [ -ef ] is the shell's own, and follows a symlink.
+UNLINKED_SCRIPT = (
+    'cd "$1" || exit 1; shift; while [ "$#" -gt 1 ]; do [ "$1" -ef "$2" ] || echo "$1"; '
+    "shift 2; done"
+)
 
 # $1 = objects/, $2 = a scratch path prefix, then content names (none: nothing to do, and stdin is
 # left to the steps that follow). Exit 0 when each of them hashes to
@@ -213,6 +219,19 @@ def check(remote: Remote, layout: Layout, expected: Sequence[Expected]) -> list[
     return damage
 
 
+def unlinked(remote: Remote, layout: Layout, expected: Sequence[Expected]) -> set[str]:
+    """The paths of ``expected`` (release files) that are not their object's inode: only those
+    need hashing, as a release's link reads what its object holds."""
+    pairs = [path for item in expected for path in (item.path, f"objects/{item.sha256}")]
+    results = remote.batched(
+        ["sh", "-c", UNLINKED_SCRIPT, "kz", layout.root],
+        pairs,
+        group=2,
+        what="checking the releases' links",
+    )
+    return {line for result in results for line in result.text().splitlines() if line}
+
+
 def objects_check_step(layout: Layout, names: Sequence[str]) -> Step | None:
     """The step that hashes ``objects/NAME`` for each name and fails (exit 9) unless each matches;
     None when the names are more than one command's arguments hold (check them another way)."""
@@ -273,7 +292,9 @@ def verify_store(remote: Remote, layout: Layout) -> StoreReport:
     """Check every object against its name, every release against its manifest.json, every
     models/<sha256>.gguf (a model or a split) and every chunk against its name, and that each
     split model's links are its splits; mark damaged releases and unmark intact
-    ones; remove damaged chunks (deploy sends a chunk the device lacks)."""
+    ones; remove damaged chunks (deploy sends a chunk the device lacks). Each content is hashed
+    once: a release's file that is its object (a hard link to it, or a symlink) shares the
+    object's verdict, and only the others are hashed themselves."""
     state = read_state(remote, layout)
     listing = (
         remote.script(
@@ -302,6 +323,7 @@ def verify_store(remote: Remote, layout: Layout) -> StoreReport:
         for name in models
     ]
     manifests = release_files(remote, layout)
+    linked: list[Expected] = []
     for release, files in sorted(manifests.items()):
         if files is None:
             damage.append(
@@ -314,12 +336,21 @@ def verify_store(remote: Remote, layout: Layout) -> StoreReport:
                 )
             )
         else:
-            expected += release_expectations(release, files)
+            linked += release_expectations(release, files)
     if state.current is not None and state.current not in manifests:
         damage.append(
             Damage("release", state.current, "current", f"releases/{state.current}", MISSING)
         )
+    # a release's file that is its object's inode is checked by hashing the object, once
+    loose = unlinked(remote, layout, linked)
+    expected += [item for item in linked if item.path in loose]
     damage += check(remote, layout, expected)
+    objects_found = {entry.name: entry.found for entry in damage if entry.kind == "object"}
+    damage += [
+        Damage("release", item.name, item.path, item.sha256, objects_found[item.sha256])
+        for item in linked
+        if item.path not in loose and item.sha256 in objects_found
+    ]
     remote.batched(
         ["rm", "-f"],
         [layout.join(entry.path) for entry in damage if entry.kind == "chunk"],

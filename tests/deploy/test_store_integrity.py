@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 
 from kzbuild.build.artifacts import load_artifact
 from kzbuild.device import deploy
+from kzbuild.device.integrity import verify_store
 from kzbuild.device.local import LocalTransport
+from kzbuild.device.store import Layout, Remote
 from kzbuild.errors import ConfigError, DeviceError
 from kzbuild.model.device import Device
 from tests.fixtures_deploy import (
@@ -421,10 +423,22 @@ class CountingTransport(LocalTransport):
     def __init__(self, root: str) -> None:
         super().__init__(root)
         self.calls: list[str] = []
+        self.argvs: list[list[str]] = []
 
     def run(self, argv, **options):  # type: ignore[no-untyped-def]
         self.calls.append(argv[0])
+        self.argvs.append(list(argv))
         return super().run(argv, **options)
+
+    def hashed(self) -> list[str]:
+        """The paths sha256sum was given, relative to the root, chunks aside."""
+        paths = [
+            os.path.relpath(path, self.root)
+            for argv in self.argvs
+            if argv[0] == "sha256sum"
+            for path in argv[1:]
+        ]
+        return [path for path in paths if not path.startswith("chunks/")]
 
 
 def test_a_no_op_redeploy_verifies_in_one_extra_round_trip(artifacts, tmp_path):
@@ -437,6 +451,34 @@ def test_a_no_op_redeploy_verifies_in_one_extra_round_trip(artifacts, tmp_path):
     # the lock taken with the state read in the same command, the release's manifest, every
     # file hashed at once, the unlock
     assert counting.calls == ["sh", "cat", "sha256sum", "sh"], counting.calls
+
+
+def test_verify_hashes_each_content_once_and_a_release_file_that_is_not_a_link_itself(
+    artifacts, tmp_path
+):
+    root = tmp_path / "device"
+    device = Device(name="t", transport="local", root=str(root))
+    for build_id, greeting in (("b1", "hello from v1"), ("b2", "hello from v2")):
+        build = load_artifact(artifacts.make(build_id, greeting=greeting))
+        deploy.deploy(LocalTransport(str(root)), device, build)  # b2 shares b1's library
+    objects = sorted(f"objects/{path.name}" for path in (root / "objects").iterdir())
+    counting = CountingTransport(str(root))
+    report = verify_store(Remote(counting), Layout(str(root)))
+    assert report.damage == () and sorted(counting.hashed()) == objects  # each once, no release
+
+    library = files_of(artifacts.root / "b1")["lib/libblob.so"]["sha256"]
+    copied = root / "releases/b1/lib/libblob.so"
+    copied.unlink()
+    copied.write_bytes((root / "objects" / library).read_bytes())  # the same bytes, no link
+    flip_byte(root / "objects" / library)
+    counting = CountingTransport(str(root))
+    report = verify_store(Remote(counting), Layout(str(root)))
+    assert sorted(counting.hashed()) == sorted([*objects, "releases/b1/lib/libblob.so"])
+    assert sorted((d.kind, d.path) for d in report.damage) == [
+        ("object", f"objects/{library}"),
+        ("release", "releases/b2/lib/libblob.so"),  # through its link; b1's copy is intact
+    ]
+    assert all(d.found != library for d in report.damage)
 
 
 def test_keep_removes_what_cut_deploys_left_behind(kz, artifacts, tmp_path):
