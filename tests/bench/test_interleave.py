@@ -38,6 +38,22 @@ def two_releases(tmp_path: Path) -> DeviceRoot:
     return device
 
 
+def run_two_arms(
+    project, device_root: DeviceRoot, store: ResultsStore, names: tuple[str, str], **options
+) -> interleave.InterleavedRun:
+    """run_interleaved on the local device of ``two_releases``: arm ``names[0]`` from build-a,
+    ``names[1]`` from build-b."""
+    return interleave.run_interleaved(
+        project.settings,
+        LocalTransport(str(device_root.root)),
+        Device(name="dev", transport="local", root=str(device_root.root)),
+        [Arm(names[0], "build-a"), Arm(names[1], "build-b")],
+        BenchSpec(model="models/q.gguf"),
+        store,
+        **options,
+    )
+
+
 def sysfs_with(root: Path, temps: dict[str, int]) -> Path:
     for index, (kind, milli) in enumerate(temps.items()):
         zone = root / "class" / "thermal" / f"thermal_zone{index}"
@@ -51,19 +67,8 @@ def test_every_block_runs_every_variant_once_in_the_seeded_order_from_its_own_re
     project, tmp_path
 ):
     device_root = two_releases(tmp_path)
-    device = Device(name="dev", transport="local", root=str(device_root.root))
-    arms = [Arm("base", "build-a"), Arm("cand", "build-b")]
     with ResultsStore(project.root / "results") as store:
-        run = interleave.run_interleaved(
-            project.settings,
-            LocalTransport(str(device_root.root)),
-            device,
-            arms,
-            BenchSpec(model="models/q.gguf"),
-            store,
-            blocks=4,
-            seed=7,
-        )
+        run = run_two_arms(project, device_root, store, ("base", "cand"), blocks=4, seed=7)
         stored = store.records(run.run_id)
     assert run.order == tuple(tuple(b) for b in interleaved_order(["base", "cand"], 4, 7))
     ran = [r.variant.name for r in stored if r.variant and r.test == "pp32"]
@@ -85,7 +90,6 @@ def test_every_block_runs_every_variant_once_in_the_seeded_order_from_its_own_re
 
 def test_a_run_told_to_stop_ends_after_the_block_in_progress_with_whole_blocks(project, tmp_path):
     device_root = two_releases(tmp_path)
-    device = Device(name="dev", transport="local", root=str(device_root.root))
     asked: list[int] = []
 
     def stopped() -> bool:  # asked before blocks 1, 2, ...: stop before the third
@@ -93,16 +97,8 @@ def test_a_run_told_to_stop_ends_after_the_block_in_progress_with_whole_blocks(p
         return len(asked) == 2
 
     with ResultsStore(project.root / "results") as store:
-        run = interleave.run_interleaved(
-            project.settings,
-            LocalTransport(str(device_root.root)),
-            device,
-            [Arm("base", "build-a"), Arm("cand", "build-b")],
-            BenchSpec(model="models/q.gguf"),
-            store,
-            blocks=5,
-            seed=7,
-            stopped=stopped,
+        run = run_two_arms(
+            project, device_root, store, ("base", "cand"), blocks=5, seed=7, stopped=stopped
         )
         stored = store.records(run.run_id)
     assert asked == [1, 2]  # never before the first block
@@ -114,7 +110,6 @@ def test_a_run_told_to_stop_ends_after_the_block_in_progress_with_whole_blocks(p
 
 def test_cooling_waits_until_the_zones_read_below_the_limit_and_records_them(project, tmp_path):
     device_root = two_releases(tmp_path)
-    device = Device(name="dev", transport="local", root=str(device_root.root))
     sysfs = sysfs_with(tmp_path / "sys", {"cpu-0-0": 52000, "gpuss-0": 44000, "battery": 30})
     now = [0.0]
     slept: list[float] = []
@@ -127,13 +122,11 @@ def test_cooling_waits_until_the_zones_read_below_the_limit_and_records_them(pro
 
     cooling = Cooling(limit_c=45.0, max_wait_s=600, poll_s=10, sysfs=str(sysfs))
     with ResultsStore(project.root / "results") as store:
-        run = interleave.run_interleaved(
-            project.settings,
-            LocalTransport(str(device_root.root)),
-            device,
-            [Arm("a", "build-a"), Arm("b", "build-b")],
-            BenchSpec(model="models/q.gguf"),
+        run = run_two_arms(
+            project,
+            device_root,
             store,
+            ("a", "b"),
             blocks=2,
             seed=1,
             cooling=cooling,
