@@ -53,10 +53,9 @@ pieces that arrived whole after its checked ones: the next push checks those whe
 the part after the last that matches, and sends only the rest, in pieces. A push run again
 while a cut push's checker still copies its file into ``part`` waits for that copy (the
 checker's pid is in the work dir; the wait ends after :data:`STALLED_WAITS` looks that find the
-copy no bigger). A direct push cut
-before the device linked or opened its file (the first tenth of a second or so), or whose
-checker was killed with it (not a cable or an adb client: the checker ignores the SIGHUP adbd
-sends when its connection goes), starts over.
+copy no bigger). A direct push cut before the device linked or opened its file (the first tenth
+of a second or so), or whose checker was killed with it (not a cable or an adb client: the
+checker ignores the SIGHUP adbd sends when its connection goes), starts over.
 
 Host cache: the sha256, pieces and blocks of a model file are kept in the cache dir by the file's
 device, inode, size, mtime and ctime (as git's index keeps a file's stat data), so pushing the
@@ -219,14 +218,14 @@ RESUME_SCRIPT = (
 # that refuses the link (Android's SELinux for adb shell) has the arriving file held open on fd 4
 # and read as it is; once adbd removed it (a cut push: exit 4), what arrived is copied out of fd 4
 # into part on the way out, unless a new push is arriving. SIGHUP (adbd's word that the host's
-# connection went) is ignored, so that copy is made. The file checker holds this shell's own pid
-# (from /proc/self/stat: in a step's subshell $$ is the parent's, which adbd's SIGHUP ends) until
-# it ended: the next push's prologue waits for that copy. The last block is hashed from its start to
-# the end of the file by a job of its own, started as soon as the file is complete, beside the
-# blocks still being checked. Exits 3 ("bad SHA") for a block that does not match, 4 when the
-# file stopped growing short of a block (or went), 5 when follower no longer holds the token (the
-# host gave up on the push, or a later push started). Waits without a process where the shell
-# can (mksh's read -t on a FIFO it holds).
+# connection went) is ignored, so that copy is made. The work dir's file "checker" holds this
+# shell's own pid (from /proc/self/stat: in a step's subshell $$ is the parent's, which adbd's
+# SIGHUP ends) until it ends: the next push's prologue waits for that copy. The last block is
+# hashed from its start to the end of the file by a job of its own, started as soon as the file is
+# complete, beside the blocks still being checked. Exits 3 ("bad SHA") for a block that does not
+# match, 4 when the file stopped growing short of a block (or went), 5 when follower no longer
+# holds the token (the host gave up on the push, or a later push started). Waits without a
+# process where the shell can (mksh's read -t on a FIFO it holds).
 FOLLOW_SCRIPT = (
     _range_sum(LOWER) + 'cd "$1" || exit 1; total=$2 last_at=$3 tok=$4 job= src=part; '
     "{ read -r me rest < /proc/self/stat; } 2>/dev/null || me=$$; "
