@@ -153,7 +153,8 @@ PROLOGUE_SCRIPT = (
     'for f in models/.pieces/*; do [ -f "$f" ] && [ -f "models/${f##*/}.gguf" ] || continue; '
     'echo "= ${f##*/}"; cat "$f"; done; echo /; '
     'cd "incoming/$2" || exit 1; rm -f follower; w=0 was=-1; '
-    'while { read -r c < checker; } 2>/dev/null && kill -0 "$c" 2>/dev/null; do '
+    'while { read -r c < checker; } 2>/dev/null && [ -n "${c##*[!0-9]*}" ] '
+    '&& kill -0 "$c" 2>/dev/null; do '
     'z=$(stat -c %s part.kz 2>/dev/null) || z=0; if [ "$z" = "$was" ]; then w=$((w + 1)); '
     f'[ "$w" -lt {STALLED_WAITS} ] || break; else w=0 was=$z; fi; sleep 0.1; done; '
     "if [ -e checker ] || [ -e part.kz ]; then rm -f checker part.kz; fi; "
