@@ -2,7 +2,7 @@
 """Deploy figures (issues 13 and 27): kzbuild deploy next to scp, rsync and adb push, same run.
 
     python benchmarks/bench_deploy.py [--from DIR --to DIR] [--files 100,1000,10000] [--runs 3]
-                                      [--no-ssh] [--no-adb]
+                                      [--no-ssh] [--no-adb] [--busy N]
 
 Two devices, each with its anchors:
 
@@ -16,7 +16,9 @@ Two devices, each with its anchors:
 Every time is reported twice: wall seconds and the client's CPU seconds (this process and the
 children it waited for, from getrusage: kzbuild's library call and its adb push; scp, rsync,
 adb and their ssh). Medians of ``--runs``, the tools taking turns. The machine this runs on is
-often shared: the ratios hold within one run, the seconds do not carry over.
+often shared: the ratios hold within one run, the seconds do not carry over. ``--busy N`` makes
+it busy on purpose, reproducibly: N processes that only burn CPU run beside every measurement, as
+a build machine's other jobs would (issue 27: the goals hold on a busy machine too).
 
 The release: ``--from`` and ``--to`` are two `kzbuild build` outputs of one target whose patch
 stacks differ (default: the first such pair of host artifacts in the test cache,
@@ -57,7 +59,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,6 +96,20 @@ FILES_GOALS = {"rsync": 2.0, "adb push": 2.0}  # first deploy of N small files
 class Timing:
     wall: float
     cpu: float
+
+
+@contextmanager
+def busy(processes: int) -> Iterator[None]:
+    """``processes`` CPU-bound processes running while the block runs (none for 0)."""
+    burners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)
+    ]
+    try:
+        yield
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
 
 
 def cpu_seconds() -> float:
@@ -552,6 +569,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--no-ssh", action="store_true")
     parser.add_argument("--no-adb", action="store_true")
+    parser.add_argument(
+        "--busy", type=int, default=0, metavar="N", help="N CPU-bound processes run meanwhile"
+    )
     args = parser.parse_args()
     if not args.no_ssh and (shutil.which("rsync") is None or shutil.which("scp") is None):
         raise SystemExit("rsync and scp are the anchors: install rsync and openssh-client")
@@ -571,11 +591,18 @@ def main() -> None:
         )
         rows: list[Row] = []
         notes: list[str] = []
-        if not args.no_ssh:
-            rows += measure_ssh(work / "ssh", releases, args.runs)
-        if not args.no_adb:
-            adb_rows, notes = measure_adb(work / "adb", releases, args.runs)
-            rows += adb_rows
+        before = os.getloadavg()[0]
+        with busy(args.busy):
+            if not args.no_ssh:
+                rows += measure_ssh(work / "ssh", releases, args.runs)
+            if not args.no_adb:
+                adb_rows, notes = measure_adb(work / "adb", releases, args.runs)
+                rows += adb_rows
+            after = os.getloadavg()[0]
+        print(
+            f"machine: {os.cpu_count()} cores, {args.busy} CPU-bound process(es) beside the "
+            f"measurements (--busy), load average {before:.1f} before, {after:.1f} at the end"
+        )
         report(rows, base, rebuilt)
         if notes:
             print("\nwhere the adb time goes (wall, medians):")
