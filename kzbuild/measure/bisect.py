@@ -363,15 +363,28 @@ class Search:
         """The comparison for a free device, or None when there is none to make. A device's first
         includes the ends while they are not told apart (one device compares them alone). When
         the comparisons in flight leave no commit free, the device races the first of them: it
-        compares the same commit on its own, and the first answer counts."""
+        compares the same commit on its own, and the first answer counts. A commit the samples of
+        a comparison in flight rule out is not free (it would be stopped at once, ``_moot``, and
+        taken again as long as that comparison runs)."""
         if state.same is not None:
             return None
         ends = device in state.fresh and not state.apart
         state.fresh.discard(device)
+
+        def ruled_out(mid: int) -> bool:
+            return self._moot(state, Probe(state.lo, mid, state.hi, ends), busy)
+
         mid = None if ends and len(self.benchers) == 1 else self._free_mid(state, busy)
+        if mid is not None and ruled_out(mid):
+            mid = None
         if mid is None and not ends:
             mid = next(
-                (p.mid for p in busy if p.mid is not None and state.lo < p.mid < state.hi), None
+                (
+                    p.mid
+                    for p in busy
+                    if p.mid is not None and state.lo < p.mid < state.hi and not ruled_out(p.mid)
+                ),
+                None,
             )
         if mid is None and not ends:
             return None

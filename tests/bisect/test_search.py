@@ -341,6 +341,21 @@ def test_a_comparison_its_elders_samples_rule_out_stops_and_its_device_takes_the
     assert all(step.mid != 47 for step in search.steps)
 
 
+def test_a_device_whose_only_free_commit_is_ruled_out_races_instead_of_spinning(tmp_path):
+    # the change at 1 of 0..3: a compares 1 (slow rounds); after its first round 0 and 1 differ
+    # (the change at or below 1, surely) while 1 against 3 is not settled yet. The only commit
+    # left free is 2, which that rules out: b must not take it (it would be stopped at once, and
+    # taken again, and again, as long as a measures) but race a on 1
+    a = Paced(1, seed=91, round_s=0.3)
+    b = Paced(1, seed=92, round_s=0.02, after=a)
+    search = Search(Record.open(tmp_path, IDENTITY, SHAS[:4]), a.build, {"a": a, "b": b}, LIMITS, 1)
+    outcome, _, lo, hi = search.run()
+    assert (outcome, lo, hi) == (BisectOutcome.FOUND, 0, 1)
+    stopped = [note for note in search.notes if ": stopped, " in note]
+    assert len(stopped) <= 2, stopped[:5]
+    assert not any(SHAS.index(sha) == 2 for round in b.benched[1:] for sha in round), b.benched
+
+
 def test_a_device_with_no_commit_left_races_the_comparison_in_flight_and_the_first_answer_counts(
     tmp_path,
 ):
