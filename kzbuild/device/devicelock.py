@@ -67,7 +67,8 @@ _TOKEN_OF = (
 # made (the same mkdir: a first deploy's store). Exit 0: taken. Exit 3: held, and prints the
 # device's time, the heartbeat (owner's mtime, else the dir's) and the owner file. The owner is
 # written by the shell itself (no process): until it is, a reader sees a lock with no owner yet,
-# as between the mkdir and the write of any lock.
+# as between the mkdir and the write of any lock. Exit 4 (VANISHED): the lock was there for the
+# mkdir and gone right after (its holder released it): try again.
 ACQUIRE_SCRIPT = SHELL_FUNCTIONS + (
     'root=$1 lock=$2 owner=$3 dirs=$4; if [ ! -d "$root" ]; then set -- "$root"; '
     'for d in $dirs; do set -- "$@" "$root/$d"; done; mkdir -p "$@" || exit 1; fi; '
@@ -75,7 +76,8 @@ ACQUIRE_SCRIPT = SHELL_FUNCTIONS + (
     '  kz_put "$owner" > "$lock/owner" && exit 0; '
     '  rm -rf "$lock"; exit 1; '
     "fi; "
-    '[ -d "$lock" ] || { kz_put "$err" >&2; exit 1; }; '
+    'if [ ! -d "$lock" ]; then case $err in *"File exists"*) [ -e "$lock" ] || exit 4 ;; esac; '
+    'kz_put "$err" >&2; exit 1; fi; '
     'date +%s; stat -c %Y "$lock/owner" 2>/dev/null || stat -c %Y "$lock" 2>/dev/null || exit 4; '
     'cat "$lock/owner" 2>/dev/null; exit 3'
 )

@@ -341,6 +341,35 @@ def test_a_lock_judged_stale_is_only_removed_while_it_holds_that_token(tmp_path)
     assert not lock_left(root)
 
 
+def test_a_lock_released_between_the_mkdir_and_the_look_at_it_is_taken_on_the_next_try(
+    tmp_path, monkeypatch
+):
+    """Two deploys at once: the mkdir of one fails as the other holds the lock, and the holder
+    releases it before the look that follows; that is no error, the lock is free again."""
+    from kzbuild.device.local import LocalTransport
+    from kzbuild.device.store import Layout, Remote
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    raced = tmp_path / "raced"
+    real = subprocess.run(["sh", "-c", "command -v mkdir"], capture_output=True, text=True)
+    (fake / "mkdir").write_text(
+        "#!/bin/sh\n"
+        "for a; do last=$a; done\n"
+        f"case $last in */.lock) if [ ! -e {raced} ]; then : > {raced}; "
+        "echo \"mkdir: cannot create directory '$last': File exists\" >&2; exit 1; fi ;; esac\n"
+        f'exec {real.stdout.strip()} "$@"\n'
+    )
+    (fake / "mkdir").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    root = tmp_path / "device"
+    remote, layout = Remote(LocalTransport(str(root))), Layout(str(root))
+    held = devicelock.acquire(remote, layout, "deploy", wait=0)
+    assert raced.exists()  # the first mkdir of the lock failed as if it were held
+    held.release()
+    assert not lock_left(root)
+
+
 # --- a full disk ---
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
