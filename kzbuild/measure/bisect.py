@@ -662,8 +662,8 @@ class Search:
             if self._missing(device, points, wanted) > 0 and stopped():
                 return None
             self._ensure_samples(device, points, wanted, stopped)
-            if self._missing(device, points, wanted) > 0:  # cut short: told to stop
-                return None
+            if self._missing(device, points, wanted) > 0:
+                continue  # a round cut short is never judged: told to stop, or measured again
             found = [
                 self.judge(
                     self.commits[a].samples[device],
