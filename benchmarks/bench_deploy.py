@@ -71,7 +71,7 @@ sys.path.insert(0, str(REPO))
 from kzbuild.build.artifacts import load_artifact  # noqa: E402
 from kzbuild.device import deploy  # noqa: E402
 from kzbuild.device.adb import AdbTransport  # noqa: E402
-from kzbuild.device.base import ByteSource, RemoteResult  # noqa: E402
+from kzbuild.device.base import ByteSource, Member, RemoteResult  # noqa: E402
 from kzbuild.device.registry import parse_device_spec  # noqa: E402
 from kzbuild.device.ssh import SshTransport  # noqa: E402
 from kzbuild.model.device import Device  # noqa: E402
@@ -383,10 +383,10 @@ class TimedAdb(AdbTransport):
         finally:
             self._add("commands", started)
 
-    def push_tree(self, local: Path, remote: str) -> None:
+    def push_files(self, files: Sequence[Member], remote: str, **options: Any) -> None:
         started = time.perf_counter()
         try:
-            super().push_tree(local, remote)
+            super().push_files(files, remote, **options)
         finally:
             self._add("push", started)
 
@@ -407,8 +407,8 @@ class Breakdown:
         trips = min(self.commands * round_trip, self.command_time)
         device = self.command_time - trips
         parts = [
-            ("host (plan, stage)", self.total - self.push - self.command_time),
-            ("adb push of the staged files", self.push),
+            ("host (plan, read)", self.total - self.push - self.command_time),
+            ("the sync push of the files", self.push),
             (f"{self.commands} device commands: round trips", trips),
             ("  device work: sha256sum (timed alone)", min(hashing, device)),
             ("  device work: the rest (join, store, release)", max(device - hashing, 0.0)),

@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.bench_deploy import AdbBench  # noqa: E402
 from kzbuild.device import modelpush  # noqa: E402
 from kzbuild.device.adb import AdbTransport  # noqa: E402
-from kzbuild.device.base import ByteSource, ProgressFn, RemoteResult  # noqa: E402
+from kzbuild.device.base import ByteSource, Member, ProgressFn, RemoteResult  # noqa: E402
 from kzbuild.model.deploy import ModelPushResult  # noqa: E402
 from kzbuild.model.device import Device  # noqa: E402
 
@@ -145,11 +145,11 @@ class TracedAdb(AdbTransport):
         finally:
             self._note(f"adb push of the file ({local.stat().st_size:,} bytes)", started)
 
-    def push_tree(self, local: Path, remote: str) -> None:
-        size = sum(path.stat().st_size for path in local.iterdir())
+    def push_files(self, files: Sequence[Member], remote: str, **options: Any) -> None:
+        size = sum(member.size for member in files)
         started = time.perf_counter()
         try:
-            super().push_tree(local, remote)
+            super().push_files(files, remote, **options)
         finally:
             self._note(f"adb push of a batch ({size:,} bytes)", started)
 

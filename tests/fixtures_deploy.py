@@ -16,10 +16,12 @@ import shutil
 import stat
 import subprocess
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from kzbuild.device.base import NO_SPACE, RemoteResult, device_full
+from kzbuild.device.base import NO_SPACE, Member, RemoteResult, device_full
 from kzbuild.device.local import LocalTransport
 from kzbuild.device.store import object_link
 from kzbuild.errors import DeviceError
@@ -284,27 +286,22 @@ class NoSpaceTransport:
         self.budget = budget
 
     def __getattr__(self, name: str) -> Any:
-        if name == "push_tree" and hasattr(self.inner, name):
-            return self._push_tree
+        if name == "push_files" and hasattr(self.inner, name):
+            return self._push_files
         return getattr(
             self.inner, name
         )  # address, run, pull, close; append only where inner has it
 
-    def _push_tree(self, local: Path, remote: str) -> None:
+    def _push_files(self, files: Sequence[Member], remote: str, **options: Any) -> None:
         """The files in order until the budget runs out, the last one cut there."""
-        arrived = local.with_name(local.name + ".arrived")
-        for path in sorted(p for p in local.rglob("*") if p.is_file()):
-            data = path.read_bytes()[: self.budget]
+        arrived = []
+        for member in files:
+            data = b"".join(member.read())[: self.budget]
             self.budget -= len(data)
-            target = arrived / path.relative_to(local)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
+            arrived.append(replace(member, size=len(data), read=partial(iter, (data,))))
             if not self.budget:
                 break
-        try:
-            self.inner.push_tree(arrived, remote)
-        finally:
-            shutil.rmtree(arrived)
+        self.inner.push_files(arrived, remote, **options)
         if not self.budget:
             raise device_full(self.inner.address, f"writing {remote}/ failed: {NO_SPACE}")
 

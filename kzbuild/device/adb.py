@@ -1,4 +1,5 @@
-"""The adb transport: commands on the adb server's socket, files through the real ``adb`` client.
+"""The adb transport: commands and bulk copies on the adb server's socket, single files through
+the real ``adb`` client.
 
 The adb server port comes from ``server_port`` or, as adb itself does, from
 ``ANDROID_ADB_SERVER_PORT`` in the environment (default 5037); ``ADB_SERVER_SOCKET`` (``tcp:``,
@@ -16,14 +17,24 @@ ARGS...``) runs in the shell adbd starts (``set -- ARGS...; SCRIPT``: the same p
 process less on the device). A stream that ends before the exit code's packet is a command that
 did not finish: the transport then asks the server whether the device is still online, and
 raises DeviceError either way, never a silent success. Each command is logged as the adb client
-command it stands for (:func:`kzbuild.adapters.proc.log_call`). ``adb push`` and ``adb pull`` go
-through the client (:mod:`kzbuild.adapters.proc`).
+command it stands for (:func:`kzbuild.adapters.proc.log_call`).
+
+A bulk copy (:meth:`AdbTransport.push_files`, deploy's contents) speaks adb's sync protocol on the
+same socket (the ``sync:`` service, what ``adb push`` speaks): per file ``SEND`` with
+"PATH,MODE", its bytes in ``DATA`` messages of 64 KiB at most, ``DONE`` with the mtime; the
+device answers each file with ``OKAY``, or ``FAIL`` and its words (and removes the file it was
+writing). Files go one after the other without waiting for the answers, which are read as they
+come, and the files' bytes go straight from the artifact: no staging dir, no adb client.
+``QUIT`` rides in the last write: sent after the answers, it left the tail of the transfer to
+wait out a delayed TCP ACK (40 ms) between an adb server and a device on TCP. Single files
+(``adb push``, ``adb pull``) go through the client (:mod:`kzbuild.adapters.proc`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import posixpath
 import re
 import select
 import shlex
@@ -31,14 +42,16 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from kzbuild.adapters import proc
 from kzbuild.device.base import (
     NO_SPACE,
+    PUSH_MODE_BITS,
     ByteSink,
     ByteSource,
+    Member,
     ProgressFn,
     RemoteResult,
     device_full,
@@ -64,6 +77,12 @@ STDIN_PACKET = 32 << 10  # data per stdin packet
 PACKET_MAX = 16 << 20  # adbd sends at most its buffer (1 MiB) per packet: more is a broken stream
 REQUEST_MAX = 0xFFFF  # a request's length is 4 hex digits
 SOCKET_SPECS = ("tcp:", "localabstract:", "localfilesystem:")  # of ADB_SERVER_SOCKET
+SYNC_HEADER = struct.Struct("<4sI")  # a sync message: its id, then a length (or an mtime)
+SYNC_DATA = (64 << 10) - SYNC_HEADER.size  # a DATA message of 64 KiB in all, as adb's client
+SYNC_WRITE = 1 << 20  # messages are joined into writes of about this many bytes
+SYNC_PATH_MAX = 1024  # adbd refuses a longer path
+SYNC_FAIL_MAX = 64 << 10  # a FAIL's words; more is a broken stream
+REGULAR_FILE = 0o100000  # S_IFREG: the mode of SEND names a regular file
 Address = tuple[str, int] | str  # the adb server's: (host, port), or a unix socket's path
 
 
@@ -212,16 +231,43 @@ class AdbTransport:
         if progress:
             progress(size)
 
-    def push_tree(self, local: Path, remote: str) -> None:
-        """``adb push DIR/. REMOTE``: the sync protocol, one transfer for every file (adbd
-        removes a file whose transfer was cut)."""
-        result = self._transfer("push", f"{local}/.", remote)
-        if not result.ok:
-            self._check_online(f"while pushing to {remote}")
-            words = adb_error(result)
-            if NO_SPACE in words:
-                raise device_full(self.address, f"writing {remote}/ failed: {words}")
-            raise DeviceError(f"{self.address}: push {local} -> {remote} failed: {words}")
+    def push_files(
+        self,
+        files: Sequence[Member],
+        remote: str,
+        *,
+        on_stored: Callable[[Member], None] | None = None,
+    ) -> None:
+        """The sync protocol on the adb server's socket (see the module's doc); ``transfer_timeout``
+        bounds the whole copy."""
+        proc.log_call(self._device_argv("push", f"<{len(files)} files>", remote))
+        if not files:
+            return
+        limit = self.transfer_timeout
+        deadline = None if limit is None else time.monotonic() + limit
+        sock = self._open("sync:", f"while pushing to {remote}")
+        push = SyncPush(sock, files, on_stored)
+        try:
+            push.send(remote, deadline)
+        except SyncFailed as exc:
+            if NO_SPACE in exc.words:
+                raise device_full(self.address, f"writing {remote}/ failed: {exc.words}") from exc
+            raise DeviceError(f"{self.address}: push to {remote}/ failed: {exc.words}") from exc
+        except TimeoutError as exc:
+            raise DeviceError(
+                f"{self.address}: push to {remote}/ timed out after {self.transfer_timeout} s "
+                f"with {push.stored} of {len(files)} file(s) stored; it was stopped"
+            ) from exc
+        except (OSError, ValueError) as exc:
+            self._check_online(
+                f"while pushing to {remote}, {push.stored} of {len(files)} file(s) stored"
+            )
+            raise DeviceError(
+                f"{self.address}: push to {remote}/ was cut after {push.stored} of {len(files)} "
+                f"file(s): {exc}"
+            ) from exc
+        finally:
+            sock.close()
 
     def pull(self, remote: str, local: Path) -> None:
         result = self._transfer("pull", remote, str(local))
@@ -598,6 +644,124 @@ def feed_stdin(sock: socket.socket, data: ByteSource, failures: list[Exception])
                 sock.sendall(SHELL_HEADER.pack(SHELL_STDIN, len(part)) + part)
         except OSError:
             return  # the device ended the stream: its exit code (or its absence) says why
+
+
+class SyncFailed(Exception):
+    """The device answered a file of a sync push with FAIL; ``words`` are its."""
+
+    def __init__(self, words: str) -> None:
+        super().__init__(words)
+        self.words = words
+
+
+class SyncPush:
+    """One sync stream of files: their messages, joined into writes of about SYNC_WRITE bytes,
+    and the device's answers, read after each write as far as they came (so neither side waits on
+    a full buffer) and to the end after the last."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        files: Sequence[Member],
+        on_stored: Callable[[Member], None] | None,
+    ) -> None:
+        self.sock = sock
+        self.files = files
+        self.on_stored = on_stored
+        self.stored = 0  # files the device answered OKAY
+        self._answers = bytearray()
+        self._ready = select.poll()  # not select(): it takes no descriptor above 1023
+        self._ready.register(sock, select.POLLIN)
+
+    def send(self, remote: str, deadline: float | None) -> None:
+        """Send every file, then read the answers to the last; raises SyncFailed for a FAIL,
+        TimeoutError past the ``deadline`` (a monotonic time), OSError or ValueError for a stream
+        that broke."""
+        mtime = SYNC_HEADER.pack(b"DONE", int(time.time()))
+        out: list[bytes | memoryview] = []
+        size = 0
+        for member in self.files:
+            request = b"%s,%d" % (
+                posixpath.join(remote, member.name).encode(),
+                REGULAR_FILE | member.mode & PUSH_MODE_BITS,
+            )
+            if len(request) > SYNC_PATH_MAX:
+                raise SyncFailed(f"the path of {member.name} is longer than adb carries")
+            out.append(SYNC_HEADER.pack(b"SEND", len(request)) + request)
+            written = 0
+            for data in member.read():
+                view = memoryview(data)
+                for start in range(0, len(view), SYNC_DATA):
+                    piece = view[start : start + SYNC_DATA]
+                    out += (SYNC_HEADER.pack(b"DATA", len(piece)), piece)
+                    size += SYNC_HEADER.size + len(piece)
+                    if size >= SYNC_WRITE:
+                        self._write(out, deadline)
+                        out, size = [], 0
+                written += len(view)
+            member.check(written)
+            out.append(mtime)
+        out.append(SYNC_HEADER.pack(b"QUIT", 0))
+        self._write(out, deadline)
+        while self.stored < len(self.files):
+            self._read(deadline)
+
+    def _write(self, out: list[bytes | memoryview], deadline: float | None) -> None:
+        self.sock.settimeout(_left(deadline))
+        try:
+            self.sock.sendall(b"".join(out))
+        except OSError:
+            self._read_failure()  # a device that answered FAIL closed the stream: say its words
+            raise
+        while self.stored < len(self.files) and self._ready.poll(0):
+            self._read(deadline)
+
+    def _read(self, deadline: float | None) -> None:
+        """Read what came of the answers (waiting for some), and take every whole one."""
+        self.sock.settimeout(_left(deadline))
+        data = self.sock.recv(1 << 16)
+        if not data:
+            raise ConnectionError("the device ended the stream")
+        self._answers += data
+        self._take()
+
+    def _take(self) -> None:
+        answers = self._answers
+        while len(answers) >= SYNC_HEADER.size:
+            ident, length = SYNC_HEADER.unpack_from(answers)
+            if ident == b"OKAY":
+                del answers[: SYNC_HEADER.size]
+                member = self.files[self.stored]
+                self.stored += 1
+                if self.on_stored:
+                    self.on_stored(member)
+            elif ident == b"FAIL" and length <= SYNC_FAIL_MAX:
+                if len(answers) < SYNC_HEADER.size + length:
+                    return
+                words = answers[SYNC_HEADER.size : SYNC_HEADER.size + length]
+                raise SyncFailed(words.decode(errors="replace").strip())
+            else:
+                raise ValueError(f"{bytes(answers[:4])!r} where OKAY or FAIL belongs")
+
+    def _read_failure(self) -> None:
+        """After a write failed: raise the device's FAIL, should its words have come."""
+        with contextlib.suppress(OSError, ValueError):
+            while self._ready.poll(100):
+                data = self.sock.recv(1 << 16)
+                if not data:
+                    break
+                self._answers += data
+                self._take()
+
+
+def _left(deadline: float | None) -> float | None:
+    """A socket timeout for what is left until ``deadline``; TimeoutError once it has passed."""
+    if deadline is None:
+        return None
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the transfer's time is up")
+    return left
 
 
 def adb_server_port(environ: Mapping[str, str]) -> int:

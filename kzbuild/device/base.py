@@ -9,7 +9,7 @@ the tool unchanged.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -41,6 +41,27 @@ class RemoteResult:
 ByteSink = Callable[[bytes], None]
 ByteSource = Iterable[bytes]  # data fed to a device command's stdin, in pieces
 ProgressFn = Callable[[int], None]  # bytes sent so far for the current file
+
+
+@dataclass(frozen=True)
+class Member:
+    """One file to send (a member of a tar stream, or a file of a :class:`FilePush`): ``read``
+    yields its bytes."""
+
+    name: str
+    size: int
+    read: Callable[[], Iterator[bytes]]
+    label: str = ""  # for progress; empty: not file contents (a list)
+    source: str | None = None  # the local file whose whole content it is, if any
+    mode: int = 0o644  # of the device's file, when a FilePush writes it
+
+    def check(self, written: int) -> None:
+        """That ``written`` bytes, what was read of it, is its size."""
+        if written != self.size:
+            raise DeviceError(
+                f"{self.label or self.name} changed while it was being sent"
+                f" ({written} bytes instead of {self.size})"
+            )
 
 
 class Transport(Protocol):
@@ -88,15 +109,19 @@ class Transport(Protocol):
 
 
 @runtime_checkable
-class TreePush(Protocol):
-    """A transport with a bulk file copy cheaper than a command's stdin (adb's sync protocol).
+class FilePush(Protocol):
+    """A transport with a bulk file copy cheaper than a command's stdin (adb's sync protocol)."""
 
-    Deploy stages the files it sends in a local dir and copies them with one call.
-    """
-
-    def push_tree(self, local: Path, remote: str) -> None:
-        """Copy every file under the dir ``local`` into the existing device dir ``remote``
-        (keeping their relative paths); a cut copy leaves only whole files behind it."""
+    def push_files(
+        self,
+        files: Sequence[Member],
+        remote: str,
+        *,
+        on_stored: Callable[[Member], None] | None = None,
+    ) -> None:
+        """Copy each of ``files`` to ``remote``/its name with its mode, in order, in one transfer
+        (the dirs of the names are made as needed); ``on_stored`` hears of each file the device
+        holds whole. A cut copy leaves only whole files behind it."""
         ...
 
 

@@ -21,10 +21,11 @@ them and moves what checked out into the store (the device compares each sum wit
 name, no answer from the host needed); the caller's steps may follow in that command, reading a
 file the stream brought (deploy's release, see :data:`Carry`).
 
-Over adb (:class:`~kzbuild.device.base.TreePush`) there is no stream and no chunk: the contents
-the device lacks are staged on the host (hard links where the filesystem allows) and pushed with
-one ``adb push`` (adb's sync protocol moves bytes several times faster than a shell's stdin), each
-whole, or in pieces of :data:`PUSH_PIECE` bytes when bigger; one command without input then joins
+Over adb (:class:`~kzbuild.device.base.FilePush`) there is no stream and no chunk: the contents
+the device lacks go in one transfer of adb's sync protocol (what ``adb push`` speaks; it moves
+bytes several times faster than a shell's stdin), each under its sha256 name, read straight from
+the artifact, whole, or in pieces of :data:`PUSH_PIECE` bytes when bigger; one command without
+input then joins
 the pieces, runs ``sha256sum`` and moves what matched into the store (:data:`PUSHED_SCRIPT`). Each
 file is written once and hashed once, and the device runs a dozen processes, not a few per file:
 on the adb test device a process costs more than a round trip, and cutting files into chunks
@@ -62,8 +63,6 @@ import os
 import posixpath
 import re
 import secrets
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -74,12 +73,12 @@ from typing import TYPE_CHECKING
 from kzbuild.device.base import (
     NO_SPACE,
     ByteSource,
+    FilePush,
+    Member,
     RemoteResult,
-    TreePush,
     device_full,
     lacks_space,
 )
-from kzbuild.device.devicelock import pid_alive
 from kzbuild.device.steps import Step
 from kzbuild.device.store import (
     COMMAND_TIMEOUT,
@@ -228,13 +227,13 @@ RECEIVE_SCRIPT = (
 # its list of names stays under 128 KiB, the least a kernel allows a command line
 ARGV_CHUNKS = 2000
 # Over adb: a file bigger than this is pushed in pieces of this size ("SHA.0", "SHA.1", ...), so a
-# cut push re-sends at most one piece (0.2 s of USB 2). A piece is copied to the staging dir and
-# joined by a process on the device, so a release's libraries (a few MB each) travel whole.
+# cut push re-sends at most one piece (0.2 s of USB 2). Pieces are joined by a process on the
+# device, so a release's libraries (a few MB each) travel whole.
 PUSH_PIECE = 8 << 20
 # $1 = incoming/, $2 = how many of the contents named next must be executable (they come first),
 # $3 = those of them pushed in pieces ("NAME:P NAME:P ...": NAME.0 ... NAME.P-1), then the content
-# names. No stdin, no file to read: a TreePush brought the contents, each with its mode (the
-# staged file has it and adbd gives it to the file it writes). The device runs sha256sum and mv,
+# names. No stdin, no file to read: a FilePush brought the contents, each with its mode (adbd
+# gives the file it writes the mode the push names). The device runs sha256sum and mv,
 # each once for all of them (plus a cat for each content in pieces, and a chmod only when a
 # content that must be executable is not: one joined from pieces, say). Joins the pieces (and
 # removes them), runs sha256sum on every content and prints its lines (only when one did not
@@ -260,11 +259,6 @@ PUSHED_SCRIPT = (
 )
 MISMATCH = 9  # RECEIVE_SCRIPT's and PUSHED_SCRIPT's exit code when a content did not match
 WHOLE_FILE_MAX = 64 << 20  # files up to this size are read once for all their chunks
-# Staging for a transport's bulk copy (adb push) goes to memory when it is this small: making 250
-# files of 64 KiB took 0.40 s on the ext4 /tmp of a busy build machine, 0.026 s on /dev/shm.
-MEMORY_STAGE = Path("/dev/shm")
-MEMORY_STAGE_MAX = 512 << 20
-STAGE_PREFIX = "kz-stage-"  # then the pid of the kzbuild that stages
 
 
 # deliver's ``then`` (see there) is called with the step that checks and stores what was sent and,
@@ -313,26 +307,6 @@ class Content:
 
     def chunk_list(self) -> bytes:
         return "".join(f"{piece.name} {piece.size}\n" for piece in self.pieces).encode()
-
-
-@dataclass(frozen=True)
-class Member:
-    """One file of a tar stream: ``read`` yields its bytes."""
-
-    name: str
-    size: int
-    read: Callable[[], Iterator[bytes]]
-    label: str = ""  # for progress; empty: not file contents (a list)
-    source: str | None = None  # the local file whose whole content it is, if any
-    mode: int = 0o644  # of the staged file (a TreePush gives the device's file the same)
-
-    def check(self, written: int) -> None:
-        """That ``written`` bytes, what was read of it, is its size."""
-        if written != self.size:
-            raise DeviceError(
-                f"{self.label or self.name} changed while it was being sent"
-                f" ({written} bytes instead of {self.size})"
-            )
 
 
 def chunk_name(data: bytes | memoryview) -> str:
@@ -572,61 +546,6 @@ class Reader:
         return read
 
 
-def stage(members: Iterable[Member], into: Path) -> None:
-    """Write ``members`` as files of their modes under ``into``, for a transport's bulk copy (a
-    member that is a whole local file of that mode is hard-linked when the filesystem allows)."""
-    made = {str(into)}
-    for member in members:
-        target = f"{into}/{member.name}"
-        parent = os.path.dirname(target)
-        if parent not in made:
-            os.makedirs(parent, exist_ok=True)
-            made.add(parent)
-        if member.source is not None:
-            try:
-                info = os.stat(member.source)
-                if info.st_mode & 0o7777 == member.mode:
-                    os.link(member.source, target)
-                    member.check(info.st_size)
-                    continue
-            except OSError:
-                pass  # another filesystem: copied below
-        with open(target, "wb") as out:
-            written = 0
-            for data in member.read():
-                out.write(data)
-                written += len(data)
-        os.chmod(target, member.mode)
-        member.check(written)
-
-
-def stage_parent(members: Sequence[Member], total: int) -> Path:
-    """Where to stage ``members`` (``total`` bytes): the temp dir when it is on the filesystem of
-    the files sent whole (hard links: nothing is copied), else memory when they fit."""
-    temp = Path(tempfile.gettempdir())
-    source = next((member.source for member in members if member.source is not None), None)
-    try:
-        linked = source is not None and temp.stat().st_dev == os.stat(source).st_dev
-    except OSError:
-        linked = False
-    if not linked and total <= MEMORY_STAGE_MAX and os.access(MEMORY_STAGE, os.W_OK):
-        return MEMORY_STAGE
-    return temp
-
-
-def sweep_stages(parent: Path) -> None:
-    """Remove the staging dirs under ``parent`` that a killed kzbuild of this user left (its pid
-    is in the name and gone): in /dev/shm they would hold memory until a reboot."""
-    for path in parent.glob(f"{STAGE_PREFIX}*-*"):
-        pid = path.name.removeprefix(STAGE_PREFIX).split("-")[0]
-        try:
-            mine = path.lstat().st_uid == os.getuid()
-        except OSError:
-            continue
-        if mine and pid.isdigit() and not pid_alive(int(pid)):
-            shutil.rmtree(path, ignore_errors=True)
-
-
 def _file_range(path: str, offset: int, size: int) -> Iterator[bytes]:
     try:
         with open(path, "rb") as handle:
@@ -739,8 +658,8 @@ def _deliver(
     """
     token = secrets.token_hex(4)
     transport = remote.transport
-    sending = _Sending(f".kz-{token}", partial, deltas=not isinstance(transport, TreePush))
-    if isinstance(transport, TreePush):
+    sending = _Sending(f".kz-{token}", partial, deltas=not isinstance(transport, FilePush))
+    if isinstance(transport, FilePush):
         pushed = [Content(up, ()) for up in uploads]
         sending.push_pieces = _push_pieces(pushed, partial)
         members = list(sending.members(pushed))
@@ -950,7 +869,7 @@ def _delta_control(
 def _push_pieces(
     contents: Sequence[Content], partial: dict[str, int]
 ) -> dict[str, list[tuple[str, int, int]]]:
-    """The pieces (name, offset, size) of each content bigger than PUSH_PIECE, for a TreePush;
+    """The pieces (name, offset, size) of each content bigger than PUSH_PIECE, for a FilePush;
     none for a content that arrived whole before (joined by a command that was cut)."""
     return {
         content.sha256: [
@@ -1057,7 +976,7 @@ def _stream(
 
 def _push(
     remote: Remote,
-    transport: TreePush,
+    transport: FilePush,
     layout: Layout,
     contents: Sequence[Content],
     pieces: dict[str, list[tuple[str, int, int]]],
@@ -1065,23 +984,22 @@ def _push(
     on_progress: ProgressCallback | None,
     then: Then | None,
 ) -> tuple[int, dict[str, str]]:
-    """Stage ``members`` and push them into incoming/ in one transfer, then have the device join,
-    hash and store ``contents`` (one PUSHED_SCRIPT command per ARGV_BUDGET of their names; when
-    one does it all, ``then`` runs it, see :func:`deliver`).
+    """Push ``members`` into incoming/ in one transfer, then have the device join, hash and store
+    ``contents`` (one PUSHED_SCRIPT command per ARGV_BUDGET of their names; when one does it all,
+    ``then`` runs it, see :func:`deliver`).
 
     Returns the content bytes sent and the sha256 the device found by content name.
     """
     total = sum(member.size for member in members)
-    where = stage_parent(members, total)
-    sweep_stages(where)
-    with tempfile.TemporaryDirectory(prefix=f"{STAGE_PREFIX}{os.getpid()}-", dir=where) as staging:
-        stage(members, Path(staging))
-        transport.push_tree(Path(staging), layout.incoming)
     done = 0
-    for member in members:
+
+    def stored(member: Member) -> None:
+        nonlocal done
         done += member.size
         if on_progress:
             on_progress(TransferProgress(member.label, done, total))
+
+    transport.push_files(members, layout.incoming, on_stored=stored)
     if on_progress:
         on_progress(TransferProgress("verifying sha256 on the device", done, total))
     # the contents that must be executable first; one command per ARGV_BUDGET of names

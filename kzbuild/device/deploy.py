@@ -23,13 +23,12 @@ from dataclasses import replace
 from functools import partial
 from itertools import chain
 
-from kzbuild.device.base import ByteSource, RemoteResult, Transport
+from kzbuild.device.base import ByteSource, Member, RemoteResult, Transport
 from kzbuild.device.chunkstore import (
     DIRECTORY,
     HARDLINK,
     SYMLINK,
     Carry,
-    Member,
     constant,
     deliver,
     tar_header,

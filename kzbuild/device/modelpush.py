@@ -85,12 +85,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 from kzbuild.adapters.files import TextCache
-from kzbuild.device.base import ByteSource, RemoteResult, Transport, TreePush
-from kzbuild.device.chunkstore import MEMORY_STAGE, STAGE_PREFIX, sweep_stages
-from kzbuild.device.devicelock import device_lock
+from kzbuild.device.base import ByteSource, FilePush, Member, RemoteResult, Transport
+from kzbuild.device.devicelock import device_lock, pid_alive
 from kzbuild.device.ggufcut import GgufLayoutError, boundaries, spans
 from kzbuild.device.modelsplit import SplitModel, check_split_name, holds_splits, split_model
 from kzbuild.device.steps import Step
@@ -130,6 +130,10 @@ RACY_SECONDS = 2.0
 CACHE_LIMIT = 200
 PIECES_DIR = ".pieces"
 WORK_PREFIX = ".kzm-"
+# pieces are staged in memory when it can be written (else in the temp dir), each batch in a dir
+# named by this prefix and kzbuild's pid, so a killed kzbuild's dirs can be told and removed
+MEMORY_STAGE = Path("/dev/shm")
+STAGE_PREFIX = "kz-stage-"
 ARRIVING = "in"  # a direct push's file while it arrives (the device links it as part)
 POLL = "0.05"  # seconds between the direct push checker's looks at the arriving file
 # the checks of blocks that arrived yield to the transfer (a busy device catches up after it)
@@ -525,7 +529,7 @@ def push_pieces(
         daemon=True,
     )
     producer.start()
-    pipelined = isinstance(transfer.remote.transport, TreePush)
+    pipelined = isinstance(transfer.remote.transport, FilePush)
     with ThreadPoolExecutor(max_workers=1) as checker:
         try:
             while (batch := batches.get()) is not None:
@@ -841,11 +845,30 @@ def _close_batch(
 
 def _push_batch(transfer: Transfer, staged: Path, names: list[str]) -> None:
     transport = transfer.remote.transport
-    if isinstance(transport, TreePush):
-        transport.push_tree(staged, transfer.work)
+    if isinstance(transport, FilePush):
+        files = [staged / name for name in names]
+        members = [Member(f.name, f.stat().st_size, partial(_whole, f)) for f in files]
+        transport.push_files(members, transfer.work)
         return
     for name in names:
         transport.push(staged / name, posixpath.join(transfer.work, name))
+
+
+def _whole(path: Path) -> Iterator[bytes]:
+    yield path.read_bytes()  # a staged piece: LARGEST bytes at most
+
+
+def sweep_stages(parent: Path) -> None:
+    """Remove the staging dirs under ``parent`` that a killed kzbuild of this user left (its pid
+    is in the name and gone): in /dev/shm they would hold memory until a reboot."""
+    for path in parent.glob(f"{STAGE_PREFIX}*-*"):
+        pid = path.name.removeprefix(STAGE_PREFIX).split("-")[0]
+        try:
+            mine = path.lstat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if mine and pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _check(transfer: Transfer, step: Step) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 
 from kzbuild.cli import main
 from kzbuild.device.adb import AdbTransport
+from kzbuild.device.base import Member
 from kzbuild.device.local import LocalTransport
 from kzbuild.device.ssh import SshTransport
 
@@ -77,24 +78,21 @@ def faulty_push(faults: Faults, push: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-def faulty_push_tree(faults: Faults, push_tree: Callable[..., Any]) -> Callable[..., Any]:
+def faulty_push_files(faults: Faults, push_files: Callable[..., Any]) -> Callable[..., Any]:
     """A fatal push copies the files that make up the first half of the bytes, then dies."""
 
-    def wrapped(self: Any, local: Path, remote: str) -> Any:
+    def wrapped(self: Any, files: Sequence[Member], remote: str, **options: Any) -> Any:
         if faults.next_is_fatal():
-            files = sorted(path for path in local.rglob("*") if path.is_file())
-            budget = sum(path.stat().st_size for path in files) // 2
-            with tempfile.TemporaryDirectory() as half:
-                for path in files:
-                    budget -= path.stat().st_size
-                    if budget < 0:
-                        break
-                    target = Path(half) / path.relative_to(local)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(path.read_bytes())
-                push_tree(self, Path(half), remote)
+            budget = sum(member.size for member in files) // 2
+            half = []
+            for member in files:
+                budget -= member.size
+                if budget < 0:
+                    break
+                half.append(member)
+            push_files(self, half, remote, **options)
             die()
-        result = push_tree(self, local, remote)
+        result = push_files(self, files, remote, **options)
         time.sleep(faults.slow)
         return result
 
@@ -119,9 +117,9 @@ def install(faults: Faults) -> None:
         setattr(transport, "run", faulty_run(faults, transport.run))  # noqa: B010 (patching a class)
         setattr(transport, "push", faulty_push(faults, transport.push))  # noqa: B010
         setattr(transport, "run_input", faulty_run_input(faults, transport.run_input))  # noqa: B010
-        if hasattr(transport, "push_tree"):
-            wrapped = faulty_push_tree(faults, transport.push_tree)
-            setattr(transport, "push_tree", wrapped)  # noqa: B010
+        if hasattr(transport, "push_files"):
+            wrapped = faulty_push_files(faults, transport.push_files)
+            setattr(transport, "push_files", wrapped)  # noqa: B010
 
 
 def command(

@@ -13,6 +13,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kzbuild.device.base import Member
 from kzbuild.device.chunkstore import (
     DIRECTORY,
     MAX_CHUNK,
@@ -21,13 +22,12 @@ from kzbuild.device.chunkstore import (
     SYMLINK,
     TAR_BLOCK,
     WHOLE_BELOW,
-    Member,
     constant,
     split,
-    sweep_stages,
     tar_header,
     tar_stream,
 )
+from kzbuild.device.modelpush import sweep_stages
 
 NAME_PART = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789._-+", min_size=1, max_size=40)
 PATHS = st.lists(NAME_PART, min_size=1, max_size=8).map("/".join)
