@@ -63,8 +63,10 @@ import os
 import posixpath
 import re
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -231,28 +233,38 @@ ARGV_CHUNKS = 2000
 # device, so a release's libraries (a few MB each) travel whole.
 PUSH_PIECE = 8 << 20
 # $1 = incoming/, $2 = how many of the contents named next must be executable (they come first),
-# $3 = those of them pushed in pieces ("NAME:P NAME:P ...": NAME.0 ... NAME.P-1), then the content
-# names. No stdin, no file to read: a FilePush brought the contents, each with its mode (adbd
-# gives the file it writes the mode the push names). The device runs sha256sum and mv,
-# each once for all of them (plus a cat for each content in pieces, and a chmod only when a
-# content that must be executable is not: one joined from pieces, say). Joins the pieces (and
-# removes them), runs sha256sum on every content and prints its lines (only when one did not
-# match) and a "/" line. A content is named by its sha256, so it matched when its line is "SHA
-# SHA" (the shell compares the words in pairs: no sed): those move into objects/, the rest stays in
-# incoming/ (and the script exits MISMATCH, so that no step that follows it runs). The names go to
-# the tools as "$@". Names and sums are hex, so they are split and echoed as they are.
+# $3 = those of them pushed in pieces ("NAME:P NAME:P ...": NAME.0 ... NAME.P-1), $4 = a file for
+# the sums of the contents hashed as they arrive ("": none, see below), then the content names. A
+# FilePush brought the contents, each with its mode (adbd gives the file it writes the mode the
+# push names). The device runs sha256sum and mv, each once for all of them (plus a cat for each
+# content in pieces, and a chmod only when a content that must be executable is not: one joined
+# from pieces, say). With $4, the step runs while the push goes on: it reads lines of names from
+# stdin, those of the contents pushed whole, as the device stores them, and hashes each line's into
+# $4 at once, until a "/" line says the push is over (stdin ending first is a push that failed:
+# exit 1); only the contents joined from pieces are hashed after it. Without $4 all of them are.
+# Joins the pieces (and removes them), prints the sums (only when one did not match) and a "/"
+# line. A content is named by its sha256, so it matched when its line is "SHA SHA" (the shell
+# compares the words in pairs: no sed); there must be a pair for each content, and each match.
+# Those that matched move into objects/, the rest stays in incoming/ (and the script exits
+# MISMATCH, so that no step that follows it runs). The names go to the tools as "$@". Names and
+# sums are hex, so they are split and echoed as they are.
 PUSHED_SCRIPT = (
-    'cd "$1" || exit 1; x=$2 j=$3; shift 3; set -f; parts=; '
+    'cd "$1" || exit 1; x=$2 j=$3 e=$4; shift 4; set -f; parts=; joined=; '
+    'if [ -n "$e" ]; then : > "$e" || exit 1; g=; while read -r n; do '
+    '[ "$n" = / ] && g=1 && break; [ -z "$n" ] || sha256sum $n >> "$e" 2>/dev/null; done; '
+    '[ -n "$g" ] || exit 1; fi; '
     "for a in $j; do n=${a%%:*}; i=0; p=; "
     'while [ "$i" -lt "${a#*:}" ]; do p="$p $n.$i"; i=$((i + 1)); done; '
-    'cat $p > "$n" || exit 1; parts="$parts$p"; done; '
-    'sums=$(sha256sum "$@"); '
+    'cat $p > "$n" || exit 1; parts="$parts$p"; joined="$joined $n"; done; '
+    'if [ -z "$e" ]; then sums=$(sha256sum "$@"); else sums=$(<"$e"); '
+    '[ -z "$joined" ] || sums="$sums\n$(sha256sum $joined)"; fi; '
     'if [ -n "$parts" ]; then rm -f $parts; fi; '
     'i=0; f=; for n; do [ "$i" -lt "$x" ] || break; i=$((i + 1)); [ -x "$n" ] || f="$f $n"; done; '
     'if [ -n "$f" ]; then chmod 755 $f || exit 1; fi; '
-    'k=0; d=; for w in $sums; do if [ -z "$d" ]; then d=$w; '
-    'else [ "$d" = "$w" ] && k=$((k + 1)); d=; fi; done; '
-    'if [ "$k" = "$#" ]; then echo /; mv -f "$@" ../objects/; exit; fi; echo "$sums"; echo /; '
+    'k=0; m=0; d=; for w in $sums; do if [ -z "$d" ]; then d=$w; '
+    'else m=$((m + 1)); [ "$d" = "$w" ] && k=$((k + 1)); d=; fi; done; '
+    'if [ "$k" = "$#" ] && [ "$m" = "$#" ]; then echo /; mv -f "$@" ../objects/; exit; fi; '
+    'echo "$sums"; echo /; '
     'good=; d=; for w in $sums; do if [ -z "$d" ]; then d=$w; '
     'elif [ "$d" = "$w" ]; then good="$good $w"; d=; else d=; fi; done; '
     'if [ -n "$good" ]; then mv -f $good ../objects/ || exit 1; fi; exit 9'
@@ -263,9 +275,53 @@ WHOLE_FILE_MAX = 64 << 20  # files up to this size are read once for all their c
 
 # deliver's ``then`` (see there) is called with the step that checks and stores what was sent and,
 # over a stream, a Carry: given the bytes of a file of the caller's, it returns the stream that
-# brings that file too, and the file's path on the device (the caller's steps read it there).
+# brings that file too, and the file's path on the device (the caller's steps read it there); over
+# a FilePush, maybe a lead: what that step reads of the command's stdin first (a Gate's lines; the
+# caller's steps read theirs after it).
 Carry = Callable[[bytes], tuple[ByteSource, str]]
-Then = Callable[[Step, Carry | None], RemoteResult]
+Then = Callable[[Step, Carry | None, ByteSource | None], RemoteResult]
+SUMS_FILE = ".kz-sums"  # in .switch/: PUSHED_SCRIPT's sums of the contents hashed as they arrived
+
+
+class Gate:
+    """The names of the contents a push has stored, as lines for PUSHED_SCRIPT's stdin while the
+    push goes on: a line for what came since the last (ARGV_BUDGET of names at most), then "/"
+    once the push is over. A push that failed ends the lines with the error, so the command's
+    stdin is cut and the step stops."""
+
+    def __init__(self) -> None:
+        self._names: list[str] = []
+        self._named: set[str] = set()
+        self._pushed: bool | None = None  # None: the push goes on
+        self._changed = threading.Condition()
+
+    def stored(self, name: str) -> None:
+        """``name`` arrived whole. Each name once: the device counts one line per content, so a
+        name twice could stand in for one never hashed."""
+        with self._changed:
+            if name in self._named:
+                raise ValueError(f"{name} was stored twice in one push")
+            self._named.add(name)
+            self._names.append(name)
+            self._changed.notify()
+
+    def close(self, *, pushed: bool) -> None:
+        with self._changed:
+            self._pushed = pushed
+            self._changed.notify()
+
+    def lines(self) -> Iterator[bytes]:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: bool(self._names) or self._pushed is not None)
+                names, self._names, pushed = self._names, [], self._pushed
+            for batch in batches(names):
+                yield (" ".join(batch) + "\n").encode()
+            if pushed:
+                yield b"/\n"
+                return
+            if pushed is not None:
+                raise DeviceError("the push did not finish")
 
 
 @cache
@@ -968,7 +1024,7 @@ def _stream(
     if then is None:
         result = remote.transport.run_input(step.argv, stream(), timeout=VERIFY_TIMEOUT)
     else:
-        result = then(step, carry)
+        result = then(step, carry, None)
     what = f"{count} file(s) and chunk(s)"
     names = [content.sha256 for content in sending.contents]
     return sent, _received(remote, layout, step.argv, result, names, what, MISMATCH)
@@ -986,11 +1042,32 @@ def _push(
 ) -> tuple[int, dict[str, str]]:
     """Push ``members`` into incoming/ in one transfer, then have the device join, hash and store
     ``contents`` (one PUSHED_SCRIPT command per ARGV_BUDGET of their names; when one does it all,
-    ``then`` runs it, see :func:`deliver`).
+    ``then`` runs it, see :func:`deliver`). Bigger files go first.
+
+    When one command does it all and every content goes whole or in pieces (none arrived before),
+    that command starts with the push and hashes each content pushed whole as the device stores
+    it (a :class:`Gate` on its stdin): after the push, only the contents in pieces are hashed,
+    and the round trip of the command is spent during the transfer.
 
     Returns the content bytes sent and the sha256 the device found by content name.
     """
     total = sum(member.size for member in members)
+    whole = {content.sha256 for content in contents} - pieces.keys()
+    sent_whole = {member.name for member in members} & whole
+    # the contents that must be executable first; one command per ARGV_BUDGET of names
+    # (PUSHED_SCRIPT takes them as "$@")
+    ordered = sorted(contents, key=lambda content: not content.upload.mode & 0o111)
+    executable = {content.sha256 for content in ordered if content.upload.mode & 0o111}
+    names = list(batches([content.sha256 for content in ordered]))
+    gate = Gate() if then is not None and len(names) == 1 and sent_whole == whole else None
+    sums = layout.join(".switch", SUMS_FILE) if gate else ""
+    checks: list[tuple[Step, list[str]]] = []
+    for batch in names:
+        joins = " ".join(f"{name}:{len(pieces[name])}" for name in batch if name in pieces)
+        count = str(sum(1 for name in batch if name in executable))
+        what = f"checking {len(batch)} file(s)"
+        args = (layout.incoming + "/", count, joins, sums, *batch)
+        checks.append((Step(PUSHED_SCRIPT, args, what), batch))
     done = 0
 
     def stored(member: Member) -> None:
@@ -998,26 +1075,32 @@ def _push(
         done += member.size
         if on_progress:
             on_progress(TransferProgress(member.label, done, total))
+        if gate and member.name in whole:
+            gate.stored(member.name)
 
-    transport.push_files(members, layout.incoming, on_stored=stored)
+    biggest_first = sorted(members, key=lambda member: -member.size)
+    found: dict[str, str] = {}
+    if gate is not None and then is not None:
+        step, batch = checks[0]
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            command = pool.submit(then, step, None, gate.lines())
+            pushed = False
+            try:
+                transport.push_files(biggest_first, layout.incoming, on_stored=stored)
+                pushed = True
+            finally:
+                gate.close(pushed=pushed)
+            if on_progress:
+                on_progress(TransferProgress("verifying sha256 on the device", done, total))
+            result = command.result()
+        found.update(_received(remote, layout, step.argv, result, batch, step.what, MISMATCH))
+        return total, found
+    transport.push_files(biggest_first, layout.incoming, on_stored=stored)
     if on_progress:
         on_progress(TransferProgress("verifying sha256 on the device", done, total))
-    # the contents that must be executable first; one command per ARGV_BUDGET of names
-    # (PUSHED_SCRIPT takes them as "$@")
-    ordered = sorted(contents, key=lambda content: not content.upload.mode & 0o111)
-    executable = {content.sha256 for content in ordered if content.upload.mode & 0o111}
-    checks: list[tuple[Step, list[str]]] = []
-    for batch in batches([content.sha256 for content in ordered]):
-        joins = " ".join(f"{name}:{len(pieces[name])}" for name in batch if name in pieces)
-        count = str(sum(1 for name in batch if name in executable))
-        what = f"checking {len(batch)} file(s)"
-        checks.append(
-            (Step(PUSHED_SCRIPT, (layout.incoming + "/", count, joins, *batch), what), batch)
-        )
-    found: dict[str, str] = {}
     for step, batch in checks:
         if then is not None and len(checks) == 1:
-            result = then(step, None)
+            result = then(step, None, None)
         else:
             result = remote.transport.run(step.argv, timeout=VERIFY_TIMEOUT)
         found.update(_received(remote, layout, step.argv, result, batch, step.what, MISMATCH))

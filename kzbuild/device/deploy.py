@@ -190,10 +190,17 @@ def _deploy(
             hard=state.hard_links,
         )
 
-        def store_then_release(receive: Step, carry: Carry | None) -> RemoteResult:
+        def store_then_release(
+            receive: Step, carry: Carry | None, lead: ByteSource | None
+        ) -> RemoteResult:
             """The check and store of what was sent, then all of the below, in one command."""
             size, passed, head = assemble(
-                first=receive, carry=carry, check=check, then=switch, unlock=unlock
+                first=receive,
+                carry=carry,
+                first_input=lead,
+                check=check,
+                then=switch,
+                unlock=unlock,
             )
             assert head is not None
             if head.ok:
@@ -421,6 +428,7 @@ def _assemble(
     hard: bool,
     first: Step | None = None,
     carry: Carry | None = None,
+    first_input: ByteSource | None = None,
     check: Step | None,
     then: Step | None,
     unlock: bool,
@@ -436,7 +444,8 @@ def _assemble(
     with its mode: nothing to do, and no process for it on the device). A step ``first`` runs
     before all of it, and the rest only if it succeeds; its result comes third (None without it).
     With ``carry`` (``first``'s stream, see :func:`~kzbuild.device.chunkstore.deliver`) the
-    release's tar travels in that stream as a file, and the command's stdin is that stream.
+    release's tar travels in that stream as a file, and the command's stdin is that stream; with
+    ``first_input``, what ``first`` reads of the command's stdin comes before the release's tar.
 
     One command, which renews the lock first: a tar stream of the release's dirs, its manifest and
     its links (which tar makes without a process per file); the contents that must be
@@ -487,7 +496,7 @@ def _assemble(
         (layout.root, staging, f"releases/{release}", *executables),
         "completing the release",
     )
-    data: ByteSource = stream
+    data: ByteSource = stream if first_input is None else chain(first_input, stream)
     if carry is not None:
         data, path = carry(b"".join(stream))
         step = Step(RELEASE_FROM_FILE, (path, *step.args), step.what)

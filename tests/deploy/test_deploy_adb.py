@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import time
 
+import pytest
+
+from kzbuild.build.artifacts import load_artifact
+from kzbuild.device import deploy
 from kzbuild.device.adb import AdbTransport
-from kzbuild.device.chunkstore import PUSH_PIECE
+from kzbuild.device.base import RemoteResult
+from kzbuild.device.chunkstore import MISMATCH, PUSH_PIECE, PUSHED_SCRIPT, SUMS_FILE, Gate
+from kzbuild.device.steps import Step
 from kzbuild.errors import DeviceError
 from tests.fixtures_deploy import assert_store_invariant, flip_byte, sha256, write_manifest
 
@@ -148,3 +156,91 @@ def test_kept_contents_are_hashed_during_the_push_and_rot_in_them_is_repaired(
     assert current(adb_device) == "releases/b3"
     assert run_hello(adb_device) == "hello from v3\nblob 65536\n"
     assert_store_invariant(adb_device.host_path(ROOT))
+
+
+class Recording(AdbTransport):
+    """The adb transport, noting when each device command starts and when the push ends."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.events: list[tuple[str, float]] = []
+
+    def run_input(self, argv, data, **options):
+        self.events.append(("command", time.monotonic()))
+        return super().run_input(argv, data, **options)
+
+    def push_files(self, files, remote, **options):
+        super().push_files(files, remote, **options)
+        self.events.append(("pushed", time.monotonic()))
+
+
+def test_a_first_deploy_hashes_each_content_as_it_arrives_in_a_command_started_with_the_push(
+    adb_device, artifacts
+):
+    build = artifacts.make("b1", blob_size=4 << 20)
+    adb_device.faults.send_delay = 0.01  # a slow cable: 64 KiB per 10 ms
+    transport = Recording(adb_device.device(root=ROOT), connect_timeout=5)
+    result = deploy.deploy(transport, adb_device.device(root=ROOT), load_artifact(build))
+    assert result.files_sent == 3 and current(adb_device) == "releases/b1"
+    kinds = [kind for kind, _ in transport.events]
+    # the command that checks, stores, releases and switches started before the push ended
+    assert kinds.index("command") < kinds.index("pushed")
+    files = json.loads((build / "manifest.json").read_text())["files"].values()
+    names = sorted(entry["sha256"] for entry in files)
+    sums = adb_device.host_path(f"{ROOT}/.switch/.kz-sums").read_text().split()
+    assert sorted(sums[1::2]) == names and sums[::2] == sums[1::2]  # "SHA  SHA" for each
+    assert_store_invariant(adb_device.host_path(ROOT))
+
+
+def pushed_check(adb_device, names: list[str], lines: list[str]) -> RemoteResult:
+    """PUSHED_SCRIPT on the device with a sums file, fed ``lines`` as the push's gate."""
+    incoming = f"{ROOT}/incoming"
+    sums = f"{ROOT}/.switch/{SUMS_FILE}"
+    step = Step(PUSHED_SCRIPT, (incoming + "/", "0", "", sums, *names), "checking")
+    transport = AdbTransport(adb_device.device(root=ROOT), connect_timeout=5)
+    return transport.run_input(step.argv, iter([("\n".join(lines) + "\n").encode()]))
+
+
+def stored_contents(adb_device, *contents: bytes) -> list[str]:
+    names = []
+    for folder in ("incoming", "objects", ".switch"):
+        adb_device.host_path(f"{ROOT}/{folder}").mkdir(parents=True, exist_ok=True)
+    for data in contents:
+        name = hashlib.sha256(data).hexdigest()
+        adb_device.host_path(f"{ROOT}/incoming/{name}").write_bytes(data)
+        names.append(name)
+    return names
+
+
+def test_the_gated_check_stores_only_what_it_hashed_once_each(adb_device) -> None:
+    a, b = stored_contents(adb_device, b"alpha", b"beta")
+    objects = adb_device.host_path(f"{ROOT}/objects")
+    # a content the gate never named is hashed by nobody: not stored (the host names each one
+    # once, see test_a_gate_names_each_content_once)
+    missed = pushed_check(adb_device, [a, b], [a, "/"])
+    assert missed.returncode == MISMATCH and not (objects / b).exists()
+    assert (objects / a).read_bytes() == b"alpha"  # what matched is stored, as without a gate
+    # a content that turned on the device after it arrived
+    adb_device.host_path(f"{ROOT}/incoming/{b}").write_bytes(b"betA")
+    turned = pushed_check(adb_device, [b], [b, "/"])
+    assert turned.returncode == MISMATCH and not (objects / b).exists()
+    # the push ended without its "/": nothing is stored
+    adb_device.host_path(f"{ROOT}/incoming/{b}").write_bytes(b"beta")
+    cut = pushed_check(adb_device, [b], [b])
+    assert cut.returncode == 1 and not (objects / b).exists()
+    whole = pushed_check(adb_device, [b], [b, "/"])
+    assert whole.returncode == 0 and (objects / b).read_bytes() == b"beta"
+
+
+def test_a_gate_names_each_content_once() -> None:
+    gate = Gate()
+    gate.stored("a" * 64)
+    with pytest.raises(ValueError, match="twice"):
+        gate.stored("a" * 64)
+    gate.stored("b" * 64)
+    gate.close(pushed=True)
+    assert b"".join(gate.lines()) == f"{'a' * 64} {'b' * 64}\n/\n".encode()
+    cut = Gate()
+    cut.close(pushed=False)
+    with pytest.raises(DeviceError, match="the push did not finish"):
+        list(cut.lines())
