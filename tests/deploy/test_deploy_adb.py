@@ -159,14 +159,15 @@ def test_kept_contents_are_hashed_during_the_push_and_rot_in_them_is_repaired(
 
 
 class Recording(AdbTransport):
-    """The adb transport, noting when each device command starts and when the push ends."""
+    """The adb transport, noting when each device command with stdin starts (the one that checks
+    what was pushed, or another) and when the push ends."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.events: list[tuple[str, float]] = []
 
     def run_input(self, argv, data, **options):
-        self.events.append(("command", time.monotonic()))
+        self.events.append(("check" if PUSHED_SCRIPT in argv else "command", time.monotonic()))
         return super().run_input(argv, data, **options)
 
     def push_files(self, files, remote, **options):
@@ -184,7 +185,7 @@ def test_a_first_deploy_hashes_each_content_as_it_arrives_in_a_command_started_w
     assert result.files_sent == 3 and current(adb_device) == "releases/b1"
     kinds = [kind for kind, _ in transport.events]
     # the command that checks, stores, releases and switches started before the push ended
-    assert kinds.index("command") < kinds.index("pushed")
+    assert kinds.index("check") < kinds.index("pushed")
     files = json.loads((build / "manifest.json").read_text())["files"].values()
     names = sorted(entry["sha256"] for entry in files)
     sums = adb_device.host_path(f"{ROOT}/.switch/.kz-sums").read_text().split()
