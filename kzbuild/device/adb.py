@@ -258,7 +258,7 @@ class AdbTransport:
                 f"{self.address}: push to {remote}/ timed out after {self.transfer_timeout} s "
                 f"with {push.stored} of {len(files)} file(s) stored; it was stopped"
             ) from exc
-        except (OSError, ValueError) as exc:
+        except (OSError, SyncBroken) as exc:
             self._check_online(
                 f"while pushing to {remote}, {push.stored} of {len(files)} file(s) stored"
             )
@@ -654,6 +654,10 @@ class SyncFailed(Exception):
         self.words = words
 
 
+class SyncBroken(Exception):
+    """The answers to a sync push are no sync protocol."""
+
+
 class SyncPush:
     """One sync stream of files: their messages, joined into writes of about SYNC_WRITE bytes,
     and the device's answers, read after each write as far as they came (so neither side waits on
@@ -675,7 +679,7 @@ class SyncPush:
 
     def send(self, remote: str, deadline: float | None) -> None:
         """Send every file, then read the answers to the last; raises SyncFailed for a FAIL,
-        TimeoutError past the ``deadline`` (a monotonic time), OSError or ValueError for a stream
+        TimeoutError past the ``deadline`` (a monotonic time), OSError or SyncBroken for a stream
         that broke."""
         mtime = SYNC_HEADER.pack(b"DONE", int(time.time()))
         out: list[bytes | memoryview] = []
@@ -730,6 +734,8 @@ class SyncPush:
         while len(answers) >= SYNC_HEADER.size:
             ident, length = SYNC_HEADER.unpack_from(answers)
             if ident == b"OKAY":
+                if self.stored == len(self.files):
+                    raise SyncBroken("an OKAY for a file that was not sent")
                 del answers[: SYNC_HEADER.size]
                 member = self.files[self.stored]
                 self.stored += 1
@@ -741,11 +747,11 @@ class SyncPush:
                 words = answers[SYNC_HEADER.size : SYNC_HEADER.size + length]
                 raise SyncFailed(words.decode(errors="replace").strip())
             else:
-                raise ValueError(f"{bytes(answers[:4])!r} where OKAY or FAIL belongs")
+                raise SyncBroken(f"{bytes(answers[:4])!r} where OKAY or FAIL belongs")
 
     def _read_failure(self) -> None:
         """After a write failed: raise the device's FAIL, should its words have come."""
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, SyncBroken):
             while self._ready.poll(100):
                 data = self.sock.recv(1 << 16)
                 if not data:

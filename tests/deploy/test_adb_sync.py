@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import stat
+import threading
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -14,7 +16,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kzbuild.device.adb import SYNC_DATA, SYNC_WRITE, AdbTransport
+from kzbuild.device.adb import (
+    SYNC_DATA,
+    SYNC_HEADER,
+    SYNC_WRITE,
+    AdbTransport,
+    SyncBroken,
+    SyncFailed,
+    SyncPush,
+)
 from kzbuild.device.base import Member
 from kzbuild.errors import DeviceError
 
@@ -142,3 +152,60 @@ def test_the_transfer_timeout_bounds_the_whole_copy(adb_device) -> None:
         transport(adb_device, transfer_timeout=0.5).push_files(files, REMOTE)
     adb_device.faults.send_delay = 0.0
     assert transport(adb_device).run(["true"]).ok
+
+
+def answered(answers: bytes, files: list[Member]) -> tuple[str, int]:
+    """A SyncPush of ``files`` against a peer that drains what it is sent and answers
+    ``answers``, then hangs up: how it ended, and the files it counted stored."""
+    ours, peer = socket.socketpair()
+
+    def device() -> None:
+        with peer:
+            peer.sendall(answers)
+            peer.shutdown(socket.SHUT_WR)
+            with contextlib.suppress(OSError):
+                while peer.recv(1 << 16):
+                    pass
+
+    thread = threading.Thread(target=device)
+    thread.start()
+    push = SyncPush(ours, files, None)
+    try:
+        push.send(REMOTE, time.monotonic() + 10)
+        ended = "done"
+    except SyncFailed as exc:
+        ended = f"failed: {exc.words}"
+    except SyncBroken:
+        ended = "broken"
+    except OSError:
+        ended = "cut"
+    finally:
+        ours.close()
+        thread.join()
+    return ended, push.stored
+
+
+OKAY = SYNC_HEADER.pack(b"OKAY", 0)
+
+
+def test_answers_that_are_no_sync_protocol_are_a_broken_stream() -> None:
+    files = [member("a", b"1"), member("b", b"2")]
+    assert answered(OKAY + OKAY, files) == ("done", 2)
+    assert answered(OKAY + b"JUNKJUNK", files) == ("broken", 1)
+    words = b"couldn't create file: Read-only file system"
+    assert answered(SYNC_HEADER.pack(b"FAIL", len(words)) + words, files) == (
+        f"failed: {words.decode()}",
+        0,
+    )
+    assert answered(OKAY, files) == ("cut", 1)  # the device hung up after the first
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    answers=st.binary(max_size=64)
+    | st.lists(st.sampled_from([OKAY, b"FAIL", b"\x05\0\0\0no"])).map(b"".join)
+)
+def test_any_answer_ends_in_one_of_the_push_s_own_outcomes(answers: bytes) -> None:
+    ended, stored = answered(answers, [member("a", b"1"), member("b", b"2" * 70_000)])
+    assert ended in ("done", "broken", "cut") or ended.startswith("failed: ")
+    assert 0 <= stored <= 2 and (ended != "done" or stored == 2)
