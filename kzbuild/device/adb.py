@@ -42,7 +42,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kzbuild.adapters import proc
@@ -54,6 +54,7 @@ from kzbuild.device.base import (
     Member,
     ProgressFn,
     RemoteResult,
+    StoredFn,
     device_full,
     remote_command,
 )
@@ -232,11 +233,7 @@ class AdbTransport:
             progress(size)
 
     def push_files(
-        self,
-        files: Sequence[Member],
-        remote: str,
-        *,
-        on_stored: Callable[[Member], None] | None = None,
+        self, files: Sequence[Member], remote: str, *, on_stored: StoredFn | None = None
     ) -> None:
         """The sync protocol on the adb server's socket (see the module's doc); ``transfer_timeout``
         bounds the whole copy."""
@@ -667,7 +664,7 @@ class SyncPush:
         self,
         sock: socket.socket,
         files: Sequence[Member],
-        on_stored: Callable[[Member], None] | None,
+        on_stored: StoredFn | None,
     ) -> None:
         self.sock = sock
         self.files = files

@@ -108,16 +108,15 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
+StoredFn = Callable[[Member], None]  # told of each file a FilePush's device holds whole
+
+
 @runtime_checkable
 class FilePush(Protocol):
     """A transport with a bulk file copy cheaper than a command's stdin (adb's sync protocol)."""
 
     def push_files(
-        self,
-        files: Sequence[Member],
-        remote: str,
-        *,
-        on_stored: Callable[[Member], None] | None = None,
+        self, files: Sequence[Member], remote: str, *, on_stored: StoredFn | None = None
     ) -> None:
         """Copy each of ``files`` to ``remote``/its name with its mode, in order, in one transfer
         (the dirs of the names are made as needed); ``on_stored`` hears of each file the device
