@@ -160,13 +160,13 @@ def script_names(argv: Sequence[str]) -> str:
 
 
 class ModelBench(AdbBench):
-    def transport(self, root: str, traced: bool = False) -> tuple[Device, AdbTransport]:
+    def connect(self, root: str, traced: bool = False) -> tuple[Device, AdbTransport]:
         device = Device(name="bench", transport="adb", serial=self.serial, root=root)
         kind = TracedAdb if traced else AdbTransport
         return device, kind(device, server_port=self.server.port)
 
     def models_push(self, root: str, model: Path, cache: Path) -> ModelPushResult:
-        device, transport = self.transport(root)
+        device, transport = self.connect(root)
         return modelpush.push_model(transport, device, model, cache=cache)
 
     def push_file(self, root: str, model: Path) -> None:
@@ -293,7 +293,7 @@ def trace(work: Path, size: int) -> None:
         cache = work / "trace.json"
         bench.models_push(bench.root(), model, cache)  # warms the digest cache
         root = bench.root()
-        device, transport = bench.transport(root, traced=True)
+        device, transport = bench.connect(root, traced=True)
         assert isinstance(transport, TracedAdb)
         anchor = bench.used(lambda: bench.push_file(bench.root(), model))
         transport.zero = time.perf_counter()
