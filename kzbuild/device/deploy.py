@@ -112,7 +112,8 @@ def deploy(
     Round trips: taking the lock, reading the state and listing the store are one; a first deploy
     then renews the lock, sends its contents (:func:`~kzbuild.device.chunkstore.deliver`: a tar
     stream that ends in the check and the move into the store, and carries the release's own tar
-    as a file; over adb a push, then that command), hashes the contents the release keeps,
+    as a file; over adb a push, with that command started beside it to hash each file as it
+    lands), hashes the contents the release keeps,
     completes the release, switches and releases the lock, all in one command (the steps after
     the store run only when every content matched).
     """
