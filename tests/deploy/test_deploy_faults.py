@@ -13,6 +13,7 @@ import os
 import random
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ class Target:
     kind: str
     spec: str
     root: Path
+    home: Path | None = None  # an adb test device's HOME, in the environment of its commands
 
 
 @pytest.fixture(params=["local", "ssh", "adb"])
@@ -47,7 +49,12 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
         request.getfixturevalue("ssh_home")
         return Target("ssh", sshd.spec(tmp_path / "device"), tmp_path / "device")
     adb_device = request.getfixturevalue("adb_device")
-    return Target("adb", f"adb:{adb_device.serial}:{ADB_ROOT}", adb_device.host_path(ADB_ROOT))
+    return Target(
+        "adb",
+        f"adb:{adb_device.serial}:{ADB_ROOT}",
+        adb_device.host_path(ADB_ROOT),
+        adb_device.fs.root,
+    )
 
 
 @dataclass
@@ -133,6 +140,32 @@ def lock_left(root: Path) -> bool:
     return (root / ".lock").exists()
 
 
+def device_processes(home: Path) -> list[int]:
+    """The pids of the processes an adb test device's commands started (their environment holds
+    the device's HOME, which its shell sets)."""
+    marker = b"HOME=" + bytes(home)
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone, or not ours
+        if marker in environ:
+            found.append(int(entry.name))
+    return found
+
+
+def no_device_processes_within(home: Path, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while device_processes(home):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 # a deploy of b2 over b1 (two changed libraries) makes 3 device operations: 1 lock, state and
 # inventory (one sequence, kzbuild.device.steps), 2 chunk lists up (the device answers which
 # chunks it lacks), 3 refresh, one tar stream of chunks (and, last, the release's own tar of the
@@ -183,6 +216,8 @@ def test_kill_9_mid_deploy_then_a_fresh_deploy_recovers(
     assert killed.code == -signal.SIGKILL, killed.err
     assert lock_left(target.root)  # held by a dead process
     assert assert_store_invariant(target.root) == "b1"
+    if target.home is not None:  # no device command of the dead kzbuild waits on (say, the push)
+        assert no_device_processes_within(target.home, 5.0)
 
     fresh = deployed(
         kz, target, build2
