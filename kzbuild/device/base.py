@@ -52,7 +52,6 @@ class Member:
     size: int
     read: Callable[[], Iterator[bytes]]
     label: str = ""  # for progress; empty: not file contents (a list)
-    source: str | None = None  # the local file whose whole content it is, if any
     mode: int = 0o644  # of the device's file, when a FilePush writes it
 
     def check(self, written: int) -> None:

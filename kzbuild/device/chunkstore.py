@@ -25,8 +25,8 @@ Over adb (:class:`~kzbuild.device.base.FilePush`) there is no stream and no chun
 the device lacks go in one transfer of adb's sync protocol (what ``adb push`` speaks; it moves
 bytes several times faster than a shell's stdin), each under its sha256 name, read straight from
 the artifact, whole, or in pieces of :data:`PUSH_PIECE` bytes when bigger; one command without
-input then joins
-the pieces, runs ``sha256sum`` and moves what matched into the store (:data:`PUSHED_SCRIPT`). Each
+input then joins the pieces, runs ``sha256sum`` and moves what matched into the store
+(:data:`PUSHED_SCRIPT`; it starts with the push and hashes as files land, see :func:`_push`). Each
 file is written once and hashed once, and the device runs a dozen processes, not a few per file:
 on the adb test device a process costs more than a round trip, and cutting files into chunks
 made a first deploy about 20x ``adb push`` of the same files. A changed file travels whole, as
@@ -850,13 +850,11 @@ class _Sending:
                             literal = built.literal
                             yield Member(literal_path, len(literal), constant(literal), up.label)
                         continue
-                whole = up.local if (offset, size) == (0, up.size) else None
                 yield Member(
                     name,
                     size,
                     self.reader.piece(up.local, up.size, offset, size),
                     up.label,
-                    whole,
                     up.mode,
                 )
 
@@ -1080,30 +1078,29 @@ def _push(
 
     biggest_first = sorted(members, key=lambda member: -member.size)
     found: dict[str, str] = {}
-    if gate is not None and then is not None:
-        step, batch = checks[0]
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            command = pool.submit(then, step, None, gate.lines())
-            pushed = False
-            try:
-                transport.push_files(biggest_first, layout.incoming, on_stored=stored)
-                pushed = True
-            finally:
+    with ThreadPoolExecutor(max_workers=1) as pool:  # a thread only for the gated command
+        command = (
+            None
+            if gate is None or then is None
+            else pool.submit(then, checks[0][0], None, gate.lines())
+        )
+        pushed = False
+        try:
+            transport.push_files(biggest_first, layout.incoming, on_stored=stored)
+            pushed = True
+        finally:
+            if gate is not None:
                 gate.close(pushed=pushed)
-            if on_progress:
-                on_progress(TransferProgress("verifying sha256 on the device", done, total))
-            result = command.result()
-        found.update(_received(remote, layout, step.argv, result, batch, step.what, MISMATCH))
-        return total, found
-    transport.push_files(biggest_first, layout.incoming, on_stored=stored)
-    if on_progress:
-        on_progress(TransferProgress("verifying sha256 on the device", done, total))
-    for step, batch in checks:
-        if then is not None and len(checks) == 1:
-            result = then(step, None, None)
-        else:
-            result = remote.transport.run(step.argv, timeout=VERIFY_TIMEOUT)
-        found.update(_received(remote, layout, step.argv, result, batch, step.what, MISMATCH))
+        if on_progress:
+            on_progress(TransferProgress("verifying sha256 on the device", done, total))
+        for step, batch in checks:
+            if command is not None:
+                result = command.result()
+            elif then is not None and len(checks) == 1:
+                result = then(step, None, None)
+            else:
+                result = remote.transport.run(step.argv, timeout=VERIFY_TIMEOUT)
+            found.update(_received(remote, layout, step.argv, result, batch, step.what, MISMATCH))
     return total, found
 
 
