@@ -8,6 +8,7 @@ mid-transfer.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -15,7 +16,7 @@ import random
 import shutil
 import stat
 import subprocess
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -337,3 +338,15 @@ class NoSpaceTransport:
         raise device_full(
             self.inner.address, f"writing {remote} failed after {written} bytes: {NO_SPACE}"
         )
+
+
+def pids_where(match: Callable[[Path], bool]) -> list[int]:
+    """The pids whose /proc entry ``match`` accepts; an entry that vanishes meanwhile, is not
+    readable (not ours) or is malformed counts as no match."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                if match(entry):
+                    found.append(int(entry.name))
+    return found

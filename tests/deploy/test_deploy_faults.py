@@ -25,7 +25,13 @@ from kzbuild.device import devicelock
 from kzbuild.device.chunkstore import split
 from kzbuild.errors import Busy, DeviceError
 from tests.deploy import fault_driver
-from tests.fixtures_deploy import NoSpaceTransport, assert_store_invariant, flip_byte, small_edit
+from tests.fixtures_deploy import (
+    NoSpaceTransport,
+    assert_store_invariant,
+    flip_byte,
+    pids_where,
+    small_edit,
+)
 
 ADB_ROOT = "/data/local/tmp/kz-engine"
 
@@ -144,17 +150,7 @@ def device_processes(home: Path) -> list[int]:
     """The pids of the processes an adb test device's commands started (their environment holds
     the device's HOME, which its shell sets)."""
     marker = b"HOME=" + bytes(home)
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue  # gone, or not ours
-        if marker in environ:
-            found.append(int(entry.name))
-    return found
+    return pids_where(lambda entry: marker in (entry / "environ").read_bytes().split(b"\0"))
 
 
 def no_device_processes_within(home: Path, seconds: float) -> bool:

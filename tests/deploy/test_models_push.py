@@ -23,7 +23,7 @@ from kzbuild.device.adb import AdbTransport
 from kzbuild.device.local import LocalTransport
 from kzbuild.errors import ConfigError, DeviceError
 from kzbuild.model.device import Device
-from tests.fixtures_deploy import CuttingTransport
+from tests.fixtures_deploy import CuttingTransport, pids_where
 
 
 def write_gguf(path: Path, values: int = 200_000, seed: int = 0) -> Path:
@@ -384,16 +384,13 @@ def test_in_a_pipe_the_stored_name_and_sha256_stay_on_one_line(kz, tmp_path):
 
 def adb_push_children() -> list[int]:
     """The pids of this process's ``adb push`` children (the transfer kzbuild started)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == os.getpid() and b"push" in argv and argv[0].endswith(b"adb"):
-            found.append(int(entry.name))
-    return found
+
+    def adb_push(entry: Path) -> bool:
+        parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        argv = (entry / "cmdline").read_bytes().split(b"\0")
+        return parent == os.getpid() and b"push" in argv and argv[0].endswith(b"adb")
+
+    return pids_where(adb_push)
 
 
 def arrived(incoming: Path) -> int:
